@@ -1,0 +1,37 @@
+# Two commands set everything up on a fresh machine:
+#   make demo   creates or reuses .venv, installs, runs the main job on the embedded demo data
+#   make test   creates or reuses .venv, installs with the dev extra, runs ruff and pytest
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip install --disable-pip-version-check -q -c constraints.txt
+
+.PHONY: demo test install install-dev bench clean
+
+# The stamp files re-run pip only when pyproject.toml or constraints.txt change.
+$(VENV)/.installed: pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) torch==2.13.0
+	$(PIP) -e .
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed
+	$(PIP) -e ".[dev]"
+	touch $@
+
+install: $(VENV)/.installed
+install-dev: $(VENV)/.installed-dev
+
+demo: $(VENV)/.installed
+	$(PY) benchmarks/seed_pattern.py --epochs 5 --num-sequences 4000
+
+test: $(VENV)/.installed-dev
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest
+
+bench: $(VENV)/.installed
+	$(PY) benchmarks/attention.py
+	$(PY) benchmarks/seed_pattern.py
+
+clean:
+	rm -rf $(VENV) lightning_logs runs .pytest_cache .ruff_cache

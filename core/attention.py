@@ -1,0 +1,218 @@
+"""Multi-head attention on `scaled_dot_product_attention`.
+
+The fast path never materialises the (Tq, Tk) weight matrix: SDPA picks a flash or fused
+kernel (on CPU too). Explanations need the weights, so a module whose `capture` attribute
+holds a list (see `core.explain.AttentionCapture`) recomputes them explicitly and appends
+them there; the output is the same.
+
+Grouped-query attention: `n_kv_heads` key/value heads are shared by `n_heads / n_kv_heads`
+query heads each (1 = multi-query attention, `n_heads` = ordinary multi-head attention).
+
+Legend: B batch, T time, Tq queries, Tk keys, S source length, D model width,
+H query heads, Hkv key/value heads, Dh head width (D / H).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from core.kv_cache import KVCache, StaticKV
+from core.masks import causal_mask, combine_masks
+from core.positions import RotaryEmbedding, apply_rope
+
+
+def attend(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    is_causal: bool = False,
+    bias: Tensor | None = None,
+    dropout_p: float = 0.0,
+    capture: list[Tensor] | None = None,
+) -> Tensor:
+    """Scaled dot-product attention with grouped K/V heads, masks and additive bias.
+
+    Args:
+        q: (B, H, Tq, Dh) queries.
+        k: (B, Hkv, Tk, Dh) keys; Hkv divides H.
+        v: (B, Hkv, Tk, Dh) values.
+        mask: boolean, True = may attend, broadcastable to (B, H, Tq, Tk).
+        is_causal: queries are the last Tq of the Tk positions and see no later key.
+        bias: additive float bias broadcastable to (B, H, Tq, Tk) (e.g. ALiBi).
+        dropout_p: dropout on the attention weights (pass 0.0 in eval).
+        capture: when a list, the weights (B, H, Tq, Tk) are computed explicitly and
+            appended to it.
+
+    Returns:
+        (B, H, Tq, Dh).
+    """
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    if is_causal and t_q == 1:
+        is_causal = False  # the single newest query may see every key
+    if is_causal and (mask is not None or bias is not None or t_q != t_k or capture is not None):
+        # SDPA cannot combine is_causal with attn_mask, and aligns it top-left.
+        mask = combine_masks(mask, causal_mask(t_q, t_k, device=q.device))
+        is_causal = False
+    attn_mask: Tensor | None = mask
+    if bias is not None:
+        bias = bias.to(q.dtype)
+        # finfo.min rather than -inf: a fully masked row must not turn into NaN.
+        attn_mask = bias if mask is None else bias.masked_fill(~mask, torch.finfo(q.dtype).min)
+    if capture is None:
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+            enable_gqa=k.shape[1] != q.shape[1],
+        )
+    return _attend_explicit(q, k, v, attn_mask, mask, dropout_p, capture)
+
+
+def _attend_explicit(
+    q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, mask: Tensor | None,
+    dropout_p: float, capture: list[Tensor],
+) -> Tensor:
+    """softmax(QK^T / sqrt(Dh) + bias) V with the weights kept; capture mode only."""
+    group = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(group, dim=1)  # (B, H, Tk, Dh)
+    v = v.repeat_interleave(group, dim=1)
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (B, H, Tq, Tk)
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else scores + attn_mask
+    weights = scores.float().softmax(dim=-1).to(q.dtype)
+    if mask is not None:
+        # A query with no visible key gets zero weights (SDPA outputs 0 for it too).
+        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    capture.append(weights.detach())
+    if dropout_p > 0:
+        weights = F.dropout(weights, p=dropout_p)
+    return weights @ v
+
+
+class _HeadsMixin(nn.Module):
+    """Shared head bookkeeping and argument checks."""
+
+    def _init_heads(self, d_model: int, n_heads: int, n_kv_heads: int | None, dropout: float) -> None:
+        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        if n_heads <= 0 or d_model % n_heads:
+            raise ValueError(f"`n_heads` ({n_heads}) must divide `d_model` ({d_model})")
+        if n_kv_heads <= 0 or n_heads % n_kv_heads:
+            raise ValueError(f"`n_kv_heads` ({n_kv_heads}) must divide `n_heads` ({n_heads})")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"`dropout` must be in [0, 1), got {dropout}")
+        self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
+        self.head_dim = d_model // n_heads
+        self.kv_dim = n_kv_heads * self.head_dim
+        self.dropout = dropout
+        # A list here switches on capture mode (see core.explain.AttentionCapture).
+        self.capture: list[Tensor] | None = None
+
+    def _split(self, x: Tensor, heads: int) -> Tensor:
+        b, t, _ = x.shape
+        return x.view(b, t, heads, self.head_dim).transpose(1, 2)  # (B, heads, T, Dh)
+
+    def _merge(self, x: Tensor) -> Tensor:
+        b, _, t, _ = x.shape
+        return x.transpose(1, 2).reshape(b, t, self.d_model)  # (B, T, D)
+
+    def _dropout_p(self) -> float:
+        return self.dropout if self.training else 0.0
+
+
+class MultiHeadAttention(_HeadsMixin):
+    """Self-attention with one fused QKV projection.
+
+    Args:
+        d_model: model width D.
+        n_heads: query heads H; must divide D.
+        n_kv_heads: key/value heads (grouped-query attention); must divide H. Default H.
+        dropout: dropout on attention weights during training.
+        bias: whether projections have a bias.
+    """
+
+    def __init__(
+        self, d_model: int, n_heads: int, n_kv_heads: int | None = None, dropout: float = 0.0, bias: bool = True
+    ):
+        super().__init__()
+        self._init_heads(d_model, n_heads, n_kv_heads, dropout)
+        self.qkv = nn.Linear(d_model, d_model + 2 * self.kv_dim, bias=bias)  # rows: [q; k; v]
+        self.out = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        is_causal: bool = False,
+        rope: RotaryEmbedding | None = None,
+        bias: Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> Tensor:
+        """Attend x to itself (and to the cached past).
+
+        Args:
+            x: (B, T, D) inputs; with a cache, the new steps only.
+            mask: boolean, True = may attend, broadcastable to (B, H, T, Tk).
+            is_causal: forbid attending to later positions.
+            rope: rotary table, applied at absolute positions (cache length onwards).
+            bias: additive bias broadcastable to (B, H, T, Tk), e.g. ALiBi.
+            cache: self-attention cache; new keys/values are appended to it.
+
+        Returns:
+            (B, T, D).
+        """
+        q, k, v = self.qkv(x).split([self.d_model, self.kv_dim, self.kv_dim], dim=-1)
+        q, k, v = self._split(q, self.n_heads), self._split(k, self.n_kv_heads), self._split(v, self.n_kv_heads)
+        if rope is not None:
+            q, k = apply_rope(q, k, rope, offset=0 if cache is None else cache.length)
+        if cache is not None:
+            k, v = cache.append(k, v)  # (B, Hkv, Tk, Dh)
+        out = attend(q, k, v, mask, is_causal, bias, self._dropout_p(), self.capture)
+        return self.out(self._merge(out))
+
+
+class CrossAttention(_HeadsMixin):
+    """Attention from decoder states to an encoder output (memory).
+
+    Args:
+        d_model: model width D (of both queries and memory).
+        n_heads: query heads H; must divide D.
+        n_kv_heads: key/value heads; must divide H. Default H.
+        dropout: dropout on attention weights during training.
+        bias: whether projections have a bias.
+    """
+
+    def __init__(
+        self, d_model: int, n_heads: int, n_kv_heads: int | None = None, dropout: float = 0.0, bias: bool = True
+    ):
+        super().__init__()
+        self._init_heads(d_model, n_heads, n_kv_heads, dropout)
+        self.q = nn.Linear(d_model, d_model, bias=bias)
+        self.kv = nn.Linear(d_model, 2 * self.kv_dim, bias=bias)  # rows: [k; v]
+        self.out = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(self, x: Tensor, memory: Tensor, mask: Tensor | None = None, cache: StaticKV | None = None) -> Tensor:
+        """Attend x to memory.
+
+        Args:
+            x: (B, T, D) queries.
+            memory: (B, S, D) encoder output; ignored when the cache already holds its K/V.
+            mask: boolean, True = may attend, broadcastable to (B, H, T, S) (source padding).
+            cache: stores the memory's keys/values on first use, so later steps skip them.
+
+        Returns:
+            (B, T, D).
+        """
+        q = self._split(self.q(x), self.n_heads)
+        if cache is not None and cache.is_set:
+            k, v = cache.k, cache.v
+        else:
+            k, v = self.kv(memory).split([self.kv_dim, self.kv_dim], dim=-1)
+            k, v = self._split(k, self.n_kv_heads), self._split(v, self.n_kv_heads)  # (B, Hkv, S, Dh)
+            if cache is not None:
+                cache.set(k, v)
+        assert k is not None and v is not None
+        out = attend(q, k, v, mask, False, None, self._dropout_p(), self.capture)
+        return self.out(self._merge(out))

@@ -1,0 +1,108 @@
+"""Key/value caches for incremental decoding.
+
+Self-attention appends one step's keys and values per call; cross-attention stores the
+encoder's keys and values once per source. Beam search reorders the batch dimension of
+every cache with `reorder`.
+
+Legend: B batch (sentences x beams), Hkv key/value heads, T cached steps, Dh head width.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+
+class KVCache:
+    """Growing key/value store for one self-attention layer.
+
+    Storage is preallocated and doubled when full, so appending a step copies only that
+    step (torch.cat per step would copy the whole history every time).
+    """
+
+    def __init__(self) -> None:
+        self._k: Tensor | None = None
+        self._v: Tensor | None = None
+        self.length = 0
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Add new steps and return all keys and values so far.
+
+        Args:
+            k: (B, Hkv, Tnew, Dh) keys of the new steps (already position-encoded).
+            v: (B, Hkv, Tnew, Dh) values of the new steps.
+
+        Returns:
+            keys and values, each (B, Hkv, T, Dh) with T = previous length + Tnew.
+        """
+        t_new = k.shape[2]
+        end = self.length + t_new
+        if self._k is None or end > self._k.shape[2]:
+            self._grow(k, v, end)
+        assert self._k is not None and self._v is not None
+        self._k[:, :, self.length : end] = k
+        self._v[:, :, self.length : end] = v
+        self.length = end
+        return self._k[:, :, :end], self._v[:, :, :end]
+
+    def _grow(self, k: Tensor, v: Tensor, needed: int) -> None:
+        capacity = max(needed, 2 * (0 if self._k is None else self._k.shape[2]), 16)
+        b, h, _, d = k.shape
+        new_k = k.new_empty(b, h, capacity, d)
+        new_v = v.new_empty(b, h, capacity, v.shape[-1])
+        if self._k is not None and self._v is not None:
+            new_k[:, :, : self.length] = self._k[:, :, : self.length]
+            new_v[:, :, : self.length] = self._v[:, :, : self.length]
+        self._k, self._v = new_k, new_v
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows `index` (B_new,), in that order, e.g. the surviving beams."""
+        if self._k is not None and self._v is not None:
+            self._k = self._k.index_select(0, index)
+            self._v = self._v.index_select(0, index)
+
+
+class StaticKV:
+    """Keys and values of the encoder output for one cross-attention layer, computed once."""
+
+    def __init__(self) -> None:
+        self.k: Tensor | None = None
+        self.v: Tensor | None = None
+
+    @property
+    def is_set(self) -> bool:
+        return self.k is not None
+
+    def set(self, k: Tensor, v: Tensor) -> None:
+        """Store (B, Hkv, S, Dh) keys and values."""
+        self.k, self.v = k, v
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows `index` (B_new,), in that order."""
+        if self.k is not None and self.v is not None:
+            self.k = self.k.index_select(0, index)
+            self.v = self.v.index_select(0, index)
+
+
+class DecoderCache:
+    """All per-layer caches of a decoder stack.
+
+    Args:
+        n_layers: number of layers in the stack.
+        cross: whether layers also cross-attend (encoder-decoder) or only self-attend.
+    """
+
+    def __init__(self, n_layers: int, cross: bool = True) -> None:
+        self.self_attn = [KVCache() for _ in range(n_layers)]
+        self.cross_attn = [StaticKV() for _ in range(n_layers)] if cross else None
+
+    @property
+    def offset(self) -> int:
+        """Number of positions already decoded: the absolute position of the next token."""
+        return self.self_attn[0].length
+
+    def reorder(self, index: Tensor) -> None:
+        """Select and reorder batch rows in every layer (beam search bookkeeping)."""
+        for c in self.self_attn:
+            c.reorder(index)
+        for c in self.cross_attn or []:
+            c.reorder(index)

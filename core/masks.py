@@ -1,0 +1,108 @@
+"""Attention masks, one convention for the whole project.
+
+A mask is a boolean tensor where **True means "may attend"**, the meaning
+`torch.nn.functional.scaled_dot_product_attention` gives a boolean `attn_mask`.
+Every mask here broadcasts to (B, H, Tq, Tk):
+
+- padding masks are (B, 1, 1, Tk): they hide padded keys from every query;
+- causal masks are (Tq, Tk): query i may see keys up to its own absolute position;
+- `combine_masks` ANDs any of them together (None means "no restriction").
+
+Legend: B batch, H heads, T time, Tq query length, Tk key length.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def padding_mask(ids: Tensor, pad_id: int) -> Tensor:
+    """Key mask that hides padding tokens.
+
+    Args:
+        ids: token ids, (B, T).
+        pad_id: the id used for padding.
+
+    Returns:
+        (B, 1, 1, T) boolean, True where the token is real.
+    """
+    return (ids != pad_id)[:, None, None, :]
+
+
+def lengths_mask(lengths: Tensor, max_len: int | None = None, left_padded: bool = False) -> Tensor:
+    """Key mask from sequence lengths.
+
+    Args:
+        lengths: number of real tokens per sequence, (B,).
+        max_len: padded length T; defaults to `lengths.max()`.
+        left_padded: True when padding sits before the tokens (as in StreamRec histories).
+
+    Returns:
+        (B, 1, 1, T) boolean, True where the token is real.
+    """
+    t = int(lengths.max()) if max_len is None else max_len
+    if bool((lengths > t).any()):
+        raise ValueError(f"a length ({int(lengths.max())}) exceeds `max_len` ({t})")
+    pos = torch.arange(t, device=lengths.device)
+    if left_padded:
+        keep = pos[None, :] >= (t - lengths)[:, None]
+    else:
+        keep = pos[None, :] < lengths[:, None]
+    return keep[:, None, None, :]
+
+
+def causal_mask(t_q: int, t_k: int | None = None, device: torch.device | None = None) -> Tensor:
+    """Lower-triangular mask aligned to the end of the keys.
+
+    With a KV cache the `t_q` new queries sit at absolute positions `t_k - t_q .. t_k - 1`,
+    so query i may attend keys `0 .. t_k - t_q + i`. (SDPA's own `is_causal` aligns to the
+    top-left instead, which is only right when t_q == t_k.)
+
+    Args:
+        t_q: number of queries.
+        t_k: number of keys (defaults to t_q).
+        device: where to build the mask.
+
+    Returns:
+        (Tq, Tk) boolean.
+    """
+    t_k = t_q if t_k is None else t_k
+    if t_k < t_q:
+        raise ValueError(f"causal mask needs at least as many keys ({t_k}) as queries ({t_q})")
+    return torch.ones(t_q, t_k, dtype=torch.bool, device=device).tril(diagonal=t_k - t_q)
+
+
+def combine_masks(*masks: Tensor | None) -> Tensor | None:
+    """AND boolean masks together, broadcasting; `None` entries impose nothing.
+
+    Returns:
+        The combined mask, or None when every input is None.
+    """
+    out: Tensor | None = None
+    for m in masks:
+        if m is None:
+            continue
+        if m.dtype != torch.bool:
+            raise TypeError(f"masks must be boolean (True = may attend), got {m.dtype}")
+        out = m if out is None else out & m
+    return out
+
+
+def causal_padding_mask(key_mask: Tensor) -> Tensor:
+    """Causal mask combined with a padding mask, with no empty rows.
+
+    A left-padded query at a pad position would see no key at all; some SDPA kernels then
+    return NaN. Letting every query see itself keeps all rows finite; pad outputs are
+    ignored by the loss anyway.
+
+    Args:
+        key_mask: (B, 1, 1, T) padding mask from `padding_mask` or `lengths_mask`.
+
+    Returns:
+        (B, 1, T, T) boolean.
+    """
+    t = key_mask.shape[-1]
+    causal = causal_mask(t, device=key_mask.device)
+    eye = torch.eye(t, dtype=torch.bool, device=key_mask.device)
+    return (causal & key_mask) | eye

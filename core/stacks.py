@@ -1,0 +1,214 @@
+"""Embeddings and layer stacks: encoder (bidirectional or causal) and decoder.
+
+Initialisation (documented because it changes results): every `nn.Linear` inside a stack
+gets Xavier-uniform weights and zero biases; token embeddings are N(0, D^-1/2) and
+scaled by sqrt(D) on the way in, so their output has unit variance at the start and the
+same matrix works as a tied output projection (Vaswani et al. 2017; fairseq); LayerNorms
+start at (1, 0); learned positions are N(0, 0.02).
+
+Legend: B batch, T time, S source length, D model width, V vocabulary size.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from torch import Tensor, nn
+
+from core.blocks import Activation, DecoderLayer, EncoderLayer
+from core.kv_cache import DecoderCache
+from core.positions import ALiBi, LearnedPositions, RotaryEmbedding, SinusoidalPositions
+
+Positions = Literal["sinusoidal", "learned", "rope", "alibi", "none"]
+
+
+class TokenEmbedding(nn.Module):
+    """Token embedding scaled by sqrt(d_model).
+
+    Args:
+        num_embeddings: vocabulary size V (items or subwords, padding included).
+        d_model: model width D.
+        pad_id: id whose vector is zero and receives no gradient (None: no padding).
+    """
+
+    def __init__(self, num_embeddings: int, d_model: int, pad_id: int | None = 0):
+        super().__init__()
+        self.embedding = nn.Embedding(num_embeddings, d_model, padding_idx=pad_id)
+        nn.init.normal_(self.embedding.weight, std=d_model**-0.5)
+        if pad_id is not None:
+            self.embedding.weight.data[pad_id].zero_()
+        self.scale = math.sqrt(d_model)
+
+    @property
+    def weight(self) -> Tensor:
+        """The (V, D) embedding matrix, e.g. for tied output scores."""
+        return self.embedding.weight
+
+    def forward(self, ids: Tensor) -> Tensor:
+        """(B, T) ids -> (B, T, D)."""
+        return self.embedding(ids) * self.scale
+
+
+def tie_weights(output: nn.Linear, embedding: TokenEmbedding) -> None:
+    """Make an output projection share the embedding matrix (Press & Wolf, 2017)."""
+    if output.weight.shape != embedding.weight.shape:
+        raise ValueError(
+            f"cannot tie an output layer of shape {tuple(output.weight.shape)} "
+            f"to an embedding of shape {tuple(embedding.weight.shape)}"
+        )
+    output.weight = embedding.embedding.weight
+
+
+def init_linear(module: nn.Module) -> None:
+    """Xavier-uniform weights and zero biases for every `nn.Linear` in `module`."""
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.xavier_uniform_(m.weight)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+
+class _Positional(nn.Module):
+    """Position handling shared by both stacks: additive table or RoPE/ALiBi in attention."""
+
+    def _init_positions(self, positions: Positions, d_model: int, n_heads: int, max_len: int) -> None:
+        if positions not in ("sinusoidal", "learned", "rope", "alibi", "none"):
+            raise ValueError(
+                f"`positions` must be sinusoidal, learned, rope, alibi or none, got {positions!r}"
+            )
+        self.max_len = max_len
+        self.additive: nn.Module | None = None
+        if positions == "sinusoidal":
+            self.additive = SinusoidalPositions(d_model, max_len)
+        elif positions == "learned":
+            self.additive = LearnedPositions(d_model, max_len)
+        self.rope = RotaryEmbedding(d_model // n_heads, max_len) if positions == "rope" else None
+        self.alibi = ALiBi(n_heads, max_len) if positions == "alibi" else None
+
+    def _positions(self, x: Tensor, offset: int) -> tuple[Tensor, Tensor | None]:
+        """Add additive positions; return x and the ALiBi bias (or None)."""
+        t = x.shape[1]
+        if offset + t > self.max_len:
+            raise ValueError(
+                f"sequence reaches position {offset + t} but `max_len` is {self.max_len}; "
+                "raise `max_len` or truncate the input"
+            )
+        if self.additive is not None:
+            x = self.additive(x, offset)
+        bias = None if self.alibi is None else self.alibi(t, offset + t, device=x.device)
+        return x, bias
+
+
+class Encoder(_Positional):
+    """A stack of self-attention layers with positions and a final norm (pre-LN only).
+
+    Bidirectional by default; `causal=True` makes it a decoder-only stack (StreamRec),
+    which can also decode incrementally with a `DecoderCache(n_layers, cross=False)`.
+
+    Args:
+        n_layers: number of layers.
+        d_model: model width D.
+        n_heads: attention heads; must divide D.
+        d_ff: feed-forward width.
+        dropout: dropout on the input and inside each layer.
+        attn_dropout: dropout on attention weights.
+        n_kv_heads: key/value heads (grouped-query attention); default n_heads.
+        activation: feed-forward activation ("gelu", "relu", "swiglu").
+        norm_first: pre-LN (True) or post-LN (False).
+        positions: "sinusoidal", "learned", "rope", "alibi" or "none".
+        max_len: longest sequence supported.
+        causal: forbid attending to later positions.
+    """
+
+    def __init__(
+        self, n_layers: int, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
+        attn_dropout: float = 0.0, n_kv_heads: int | None = None, activation: Activation = "gelu",
+        norm_first: bool = True, positions: Positions = "sinusoidal", max_len: int = 512, causal: bool = False,
+    ):
+        super().__init__()
+        self._init_positions(positions, d_model, n_heads, max_len)
+        self.causal = causal
+        self.drop = nn.Dropout(dropout)
+        self.layers = nn.ModuleList(
+            EncoderLayer(d_model, n_heads, d_ff, dropout, attn_dropout, n_kv_heads, activation, norm_first)
+            for _ in range(n_layers)
+        )
+        # Post-LN already normalises each layer's output; pre-LN needs a final norm.
+        self.norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+        init_linear(self.layers)
+
+    def new_cache(self) -> DecoderCache:
+        """An empty cache for incremental causal decoding with this stack."""
+        if not self.causal:
+            raise ValueError("incremental decoding needs a causal encoder (`causal=True`)")
+        return DecoderCache(len(self.layers), cross=False)
+
+    def forward(self, x: Tensor, mask: Tensor | None = None, cache: DecoderCache | None = None) -> Tensor:
+        """Encode embedded inputs.
+
+        Args:
+            x: (B, T, D) embedded tokens (positions are added here).
+            mask: boolean, True = may attend, broadcastable to (B, H, T, T), e.g. padding.
+            cache: per-layer KV caches for incremental causal decoding.
+
+        Returns:
+            (B, T, D).
+        """
+        offset = 0 if cache is None else cache.offset
+        x, bias = self._positions(x, offset)
+        x = self.drop(x)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, mask, self.causal, self.rope, bias, None if cache is None else cache.self_attn[i])
+        return self.norm(x)
+
+
+class Decoder(_Positional):
+    """A stack of decoder layers (causal self-attention + cross-attention) and a final norm.
+
+    Args: as `Encoder`, without `causal` (always causal).
+    """
+
+    def __init__(
+        self, n_layers: int, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
+        attn_dropout: float = 0.0, n_kv_heads: int | None = None, activation: Activation = "gelu",
+        norm_first: bool = True, positions: Positions = "sinusoidal", max_len: int = 512,
+    ):
+        super().__init__()
+        self._init_positions(positions, d_model, n_heads, max_len)
+        self.drop = nn.Dropout(dropout)
+        self.layers = nn.ModuleList(
+            DecoderLayer(d_model, n_heads, d_ff, dropout, attn_dropout, n_kv_heads, activation, norm_first)
+            for _ in range(n_layers)
+        )
+        self.norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+        init_linear(self.layers)
+
+    def new_cache(self) -> DecoderCache:
+        """An empty cache for incremental decoding with this stack."""
+        return DecoderCache(len(self.layers), cross=True)
+
+    def forward(
+        self, x: Tensor, memory: Tensor, memory_mask: Tensor | None = None,
+        self_mask: Tensor | None = None, cache: DecoderCache | None = None,
+    ) -> Tensor:
+        """Decode embedded targets against the encoder output.
+
+        Args:
+            x: (B, T, D) embedded targets; with a cache, only the new steps.
+            memory: (B, S, D) encoder output.
+            memory_mask: source padding mask, broadcastable to (B, H, T, S).
+            self_mask: extra target mask (causality is always applied).
+            cache: from `new_cache()`; filled and advanced by this call.
+
+        Returns:
+            (B, T, D).
+        """
+        offset = 0 if cache is None else cache.offset
+        x, bias = self._positions(x, offset)
+        x = self.drop(x)
+        for i, layer in enumerate(self.layers):
+            self_cache = None if cache is None else cache.self_attn[i]
+            cross_cache = None if cache is None or cache.cross_attn is None else cache.cross_attn[i]
+            x = layer(x, memory, memory_mask, self_mask, self.rope, bias, self_cache, cross_cache)
+        return self.norm(x)

@@ -1,0 +1,1 @@
+"""StreamRec: the causal session recommender built on `core` (see issue "StreamRec")."""

@@ -1,0 +1,1 @@
+"""Translate: the encoder-decoder translator built on `core` (see issue "Translate")."""
