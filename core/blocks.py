@@ -103,7 +103,15 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     """Causal self-attention + cross-attention to the encoder + feed-forward.
 
-    Args: as `EncoderLayer`.
+    Args:
+        d_model: model width D.
+        n_heads: attention heads (self and cross).
+        d_ff: feed-forward width.
+        dropout: dropout on sublayer outputs and inside the feed-forward.
+        attn_dropout: dropout on attention weights.
+        n_kv_heads: key/value heads for grouped-query attention (default n_heads).
+        activation: feed-forward activation.
+        norm_first: pre-LN (True) or post-LN (False).
     """
 
     def __init__(

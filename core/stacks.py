@@ -164,9 +164,20 @@ class Encoder(_Positional):
 
 
 class Decoder(_Positional):
-    """A stack of decoder layers (causal self-attention + cross-attention) and a final norm.
+    """A stack of decoder layers (causal self-attention + cross-attention) and a final norm (pre-LN only).
 
-    Args: as `Encoder`, without `causal` (always causal).
+    Args:
+        n_layers: number of layers.
+        d_model: model width D.
+        n_heads: attention heads; must divide D.
+        d_ff: feed-forward width.
+        dropout: dropout on the input and inside each layer.
+        attn_dropout: dropout on attention weights.
+        n_kv_heads: key/value heads (grouped-query attention); default n_heads.
+        activation: feed-forward activation ("gelu", "relu", "swiglu").
+        norm_first: pre-LN (True) or post-LN (False).
+        positions: "sinusoidal", "learned", "rope", "alibi" or "none" (self-attention only).
+        max_len: longest target sequence supported.
     """
 
     def __init__(
