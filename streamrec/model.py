@@ -1,0 +1,99 @@
+"""The causal session model: a SASRec-style decoder-only transformer on `core`.
+
+Each history position predicts the next item. Scores are dot products between the hidden
+state and every item's vector: the item embedding itself (tied, default) or a separate
+output table.
+
+Legend: B batch (users), T history length, D model width, N items (ids 1..N, 0 = padding),
+M selected positions.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+
+from core import Encoder, TokenEmbedding, causal_padding_mask, padding_mask
+from core.blocks import Activation
+
+PAD_ID = 0
+
+
+class StreamRecModel(nn.Module):
+    """Item embedding x sqrt(d_model), positions, pre-LN causal blocks, final LayerNorm, dot-product scores.
+
+    Args:
+        num_items: catalogue size N; item ids are 1..N and 0 is padding.
+        d_model: model width D.
+        n_heads: attention heads; must divide d_model.
+        n_layers: transformer blocks.
+        d_ff: feed-forward width.
+        dropout: dropout on embeddings and inside blocks.
+        attn_dropout: dropout on attention weights.
+        max_len: longest history the model reads.
+        positions: "learned" (SASRec), "sinusoidal", "rope", "alibi" or "none".
+        activation: feed-forward activation.
+        n_kv_heads: key/value heads for grouped-query attention (default n_heads).
+        tied: score with the item embedding (True) or a separate output table (False).
+    """
+
+    def __init__(
+        self, num_items: int, d_model: int = 64, n_heads: int = 1, n_layers: int = 2, d_ff: int = 256,
+        dropout: float = 0.2, attn_dropout: float = 0.0, max_len: int = 200,
+        positions: Literal["learned", "sinusoidal", "rope", "alibi", "none"] = "learned",
+        activation: Activation = "gelu", n_kv_heads: int | None = None, tied: bool = True,
+    ):
+        super().__init__()
+        if num_items < 1:
+            raise ValueError(f"`num_items` must be >= 1, got {num_items}")
+        self.num_items = num_items
+        self.item_embedding = TokenEmbedding(num_items + 1, d_model, pad_id=PAD_ID)
+        self.encoder = Encoder(
+            n_layers, d_model, n_heads, d_ff, dropout, attn_dropout, n_kv_heads, activation,
+            norm_first=True, positions=positions, max_len=max_len, causal=True,
+        )
+        self.output: nn.Embedding | None = None
+        if not tied:
+            self.output = nn.Embedding(num_items + 1, d_model, padding_idx=PAD_ID)
+            nn.init.normal_(self.output.weight, std=d_model**-0.5)
+
+    @property
+    def item_vectors(self) -> Tensor:
+        """(N+1, D) vectors that hidden states are scored against; row 0 is padding."""
+        return self.item_embedding.weight if self.output is None else self.output.weight
+
+    def encode(self, items: Tensor) -> Tensor:
+        """Hidden state after each history position.
+
+        Args:
+            items: (B, T) item ids, left-padded with 0.
+
+        Returns:
+            (B, T, D); position t summarises items up to and including t.
+        """
+        mask = causal_padding_mask(padding_mask(items, PAD_ID))  # (B, 1, T, T)
+        return self.encoder(self.item_embedding(items), mask)
+
+    def score(self, hidden: Tensor) -> Tensor:
+        """Scores of every item for each hidden state, padding column set to -inf.
+
+        Args:
+            hidden: (..., D).
+
+        Returns:
+            (..., N+1); column 0 (padding) is -inf so it is never ranked.
+        """
+        scores = hidden @ self.item_vectors.T.to(hidden.dtype)
+        scores[..., PAD_ID] = float("-inf")
+        return scores
+
+    def last_hidden(self, items: Tensor) -> Tensor:
+        """(B, T) left-padded histories -> (B, D), the state that recommends the next item."""
+        return self.encode(items)[:, -1]
+
+    @torch.no_grad()
+    def recommend_scores(self, items: Tensor) -> Tensor:
+        """(B, T) left-padded histories -> (B, N+1) next-item scores (padding -inf)."""
+        return self.score(self.last_hidden(items))

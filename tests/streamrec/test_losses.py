@@ -1,0 +1,78 @@
+"""Losses against naive formulas written out here."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from streamrec.losses import bce, full_softmax, gbce, gbce_beta, sample_negatives, sampled_softmax
+
+N, D, M = 12, 8, 20
+
+
+@pytest.fixture
+def batch():
+    g = torch.Generator().manual_seed(0)
+    hidden = torch.randn(M, D, generator=g, dtype=torch.float64)
+    items = torch.randn(N + 1, D, generator=g, dtype=torch.float64)
+    targets = torch.randint(1, N + 1, (M,), generator=g)
+    return hidden, targets, items
+
+
+def test_full_softmax_is_cross_entropy_over_real_items(batch):
+    hidden, targets, items = batch
+    logits = hidden @ items.T
+    logits[:, 0] = float("-inf")  # padding is never a class
+    assert torch.allclose(full_softmax(hidden, targets, items), F.cross_entropy(logits, targets).float())
+
+
+def test_sampled_softmax_with_every_item_sampled_equals_full_softmax(batch):
+    hidden, targets, items = batch
+    all_items = torch.arange(1, N + 1)
+    assert torch.allclose(sampled_softmax(hidden, targets, items, all_items), full_softmax(hidden, targets, items))
+
+
+def test_sampled_softmax_logq_correction(batch):
+    hidden, targets, items = batch
+    q = torch.rand(N + 1, dtype=torch.float64) + 0.1
+    q = q / q[1:].sum()
+    neg = torch.tensor([3, 5, 7, 9])
+    got = sampled_softmax(hidden, targets, items, neg, q.log())
+    want = []
+    for h, t in zip(hidden, targets, strict=True):
+        pos = h @ items[t] - q[t].log()
+        negs = [h @ items[j] - q[j].log() for j in neg.tolist() if j != t]
+        logits = torch.stack([pos, *negs])
+        want.append(-torch.log_softmax(logits, 0)[0])
+    assert torch.allclose(got, torch.stack(want).mean().float())
+
+
+def test_bce_and_gbce_match_formula(batch):
+    hidden, targets, items = batch
+    neg = torch.randint(1, N + 1, (M, 3), generator=torch.Generator().manual_seed(1))
+    sig = torch.sigmoid
+    pos = (hidden * items[targets]).sum(-1)
+    negs = torch.einsum("md,mkd->mk", hidden, items[neg])
+    plain = (-torch.log(sig(pos)) - torch.log(1 - sig(negs)).sum(-1)).mean()
+    assert torch.allclose(bce(hidden, targets, items, neg), plain.float())
+    beta = 0.3
+    general = (-torch.log(sig(pos) ** beta) - torch.log(1 - sig(negs)).sum(-1)).mean()
+    assert torch.allclose(gbce(hidden, targets, items, neg, beta), general.float())
+
+
+def test_gbce_beta_endpoints():
+    alpha = 4 / (101 - 1)
+    assert gbce_beta(4, 101, t=0.0) == pytest.approx(1.0)
+    assert gbce_beta(4, 101, t=1.0) == pytest.approx(alpha)
+
+
+def test_sample_negatives_never_padding_and_follows_probs():
+    g = torch.Generator().manual_seed(0)
+    ids = sample_negatives(N, 5000, torch.device("cpu"), generator=g)
+    assert ids.min() >= 1 and ids.max() <= N
+    probs = torch.zeros(N + 1)
+    probs[0] = 100.0  # padding weight must be ignored
+    probs[4] = 1.0
+    probs[7] = 3.0
+    ids = sample_negatives(N, 4000, torch.device("cpu"), probs, generator=g)
+    assert set(ids.tolist()) == {4, 7}
+    assert (ids == 7).float().mean().item() == pytest.approx(0.75, abs=0.03)

@@ -1,0 +1,42 @@
+"""StreamRecModel invariants."""
+
+import torch
+
+from streamrec.model import StreamRecModel
+
+
+def _model(**kw):
+    torch.manual_seed(0)
+    return StreamRecModel(num_items=30, d_model=16, n_heads=2, n_layers=2, d_ff=32, max_len=10, **kw).eval()
+
+
+def test_future_items_do_not_change_earlier_states():
+    model = _model()
+    items = torch.tensor([[0, 0, 3, 4, 5, 6, 7, 8, 9, 10]])
+    changed = items.clone()
+    changed[0, 7:] = torch.tensor([20, 21, 22])
+    a, b = model.encode(items), model.encode(changed)
+    assert torch.allclose(a[:, :7], b[:, :7], atol=1e-6)
+    assert not torch.allclose(a[:, 7:], b[:, 7:])
+
+
+def test_scores_are_dot_products_with_item_embedding_and_never_padding():
+    model = _model()
+    items = torch.tensor([[0, 0, 0, 1, 2, 3, 4, 5, 6, 7], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]])
+    scores = model.recommend_scores(items)
+    h = model.encode(items)[:, -1]
+    want = h @ model.item_embedding.embedding.weight.T
+    assert torch.isneginf(scores[:, 0]).all()
+    assert torch.allclose(scores[:, 1:], want[:, 1:], atol=1e-5)
+
+
+def test_untied_head_uses_its_own_table():
+    model = _model(tied=False)
+    assert model.item_vectors.data_ptr() != model.item_embedding.weight.data_ptr()
+    assert model.item_vectors.shape == (31, 16)
+
+
+def test_padding_positions_stay_finite():
+    model = _model()
+    items = torch.tensor([[0] * 9 + [5]])
+    assert torch.isfinite(model.encode(items)).all()
