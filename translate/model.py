@@ -1,0 +1,104 @@
+"""The encoder-decoder translator network on `core` (no training or search code here).
+
+Search uses `encode` once per batch and `decode(..., cache)` once per step.
+
+Legend: B batch, S source length, T target length, D model width, V target vocabulary.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from torch import Tensor, nn
+
+from core import Decoder, DecoderCache, Encoder, TokenEmbedding, padding_mask, tie_weights
+from core.blocks import Activation
+
+
+class Translator(nn.Module):
+    """Bidirectional encoder, causal decoder with cross-attention, tied embeddings.
+
+    Args:
+        src_vocab_size: source vocabulary size.
+        tgt_vocab_size: target vocabulary size.
+        pad_id: padding id in both vocabularies.
+        d_model: model width D.
+        n_heads: attention heads; must divide d_model.
+        n_encoder_layers: encoder blocks.
+        n_decoder_layers: decoder blocks.
+        d_ff: feed-forward width.
+        dropout: dropout on embeddings and inside blocks.
+        attn_dropout: dropout on attention weights.
+        max_len: longest source or target sequence, in subwords.
+        positions: "sinusoidal", "learned", "rope", "alibi" or "none".
+        norm_first: pre-LN (True) or post-LN (False).
+        activation: feed-forward activation.
+        n_kv_heads: key/value heads for grouped-query attention (default n_heads).
+        share_embeddings: one embedding for source, target and output (needs a joint
+            vocabulary, i.e. equal sizes); otherwise only target and output are tied.
+    """
+
+    def __init__(
+        self, src_vocab_size: int, tgt_vocab_size: int, pad_id: int = 0, d_model: int = 256, n_heads: int = 4,
+        n_encoder_layers: int = 3, n_decoder_layers: int = 3, d_ff: int = 1024, dropout: float = 0.1,
+        attn_dropout: float = 0.0, max_len: int = 256,
+        positions: Literal["sinusoidal", "learned", "rope", "alibi", "none"] = "sinusoidal",
+        norm_first: bool = True, activation: Activation = "relu", n_kv_heads: int | None = None,
+        share_embeddings: bool = True,
+    ):
+        super().__init__()
+        if share_embeddings and src_vocab_size != tgt_vocab_size:
+            raise ValueError(
+                f"`share_embeddings` needs a joint vocabulary, but sizes differ "
+                f"({src_vocab_size} vs {tgt_vocab_size}); set share_embeddings: false"
+            )
+        self.pad_id = pad_id
+        self.tgt_embed = TokenEmbedding(tgt_vocab_size, d_model, pad_id)
+        self.src_embed = self.tgt_embed if share_embeddings else TokenEmbedding(src_vocab_size, d_model, pad_id)
+        common = dict(d_model=d_model, n_heads=n_heads, d_ff=d_ff, dropout=dropout, attn_dropout=attn_dropout,
+                      n_kv_heads=n_kv_heads, activation=activation, norm_first=norm_first, positions=positions,
+                      max_len=max_len)
+        self.encoder = Encoder(n_encoder_layers, **common)
+        self.decoder = Decoder(n_decoder_layers, **common)
+        self.output = nn.Linear(d_model, tgt_vocab_size, bias=False)
+        tie_weights(self.output, self.tgt_embed)
+
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        """Encode source ids.
+
+        Args:
+            src: (B, S) source ids, right-padded with `pad_id`.
+
+        Returns:
+            memory (B, S, D) and the source mask (B, 1, 1, S) for cross-attention.
+        """
+        src_mask = padding_mask(src, self.pad_id)
+        return self.encoder(self.src_embed(src), src_mask), src_mask
+
+    def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, cache: DecoderCache | None = None) -> Tensor:
+        """Next-token logits for each target position.
+
+        Args:
+            tgt: (B, T) decoder input ids (BOS first); with a cache, only the new steps.
+            memory: (B, S, D) encoder output.
+            src_mask: (B, 1, 1, S) source padding mask.
+            cache: from `new_cache()`; advanced by this call.
+
+        Returns:
+            (B, T, V) logits.
+        """
+        h = self.decoder(self.tgt_embed(tgt), memory, src_mask, cache=cache)
+        return self.output(h)
+
+    def new_cache(self) -> DecoderCache:
+        """An empty cache for incremental decoding."""
+        return self.decoder.new_cache()
+
+    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
+        """Teacher-forced logits (B, T, V) for training: `decode(tgt, *encode(src))`.
+
+        Target padding needs no mask: causal attention keeps pads after every real token,
+        and the loss ignores them.
+        """
+        memory, src_mask = self.encode(src)
+        return self.decode(tgt, memory, src_mask)
