@@ -63,12 +63,16 @@ def attend(
         bias = bias.to(q.dtype)
         # finfo.min rather than -inf: a fully masked row must not turn into NaN.
         attn_mask = bias if mask is None else bias.masked_fill(~mask, torch.finfo(q.dtype).min)
-    if capture is None:
-        return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
-            enable_gqa=k.shape[1] != q.shape[1],
-        )
-    return _attend_explicit(q, k, v, attn_mask, mask, dropout_p, capture)
+    if capture is not None:
+        return _attend_explicit(q, k, v, attn_mask, mask, dropout_p, capture)
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, enable_gqa=k.shape[1] != q.shape[1]
+    )
+    if bias is not None and mask is not None:
+        # With finite fill values a query that sees no key would average every value;
+        # give it 0, as SDPA does for a boolean mask and as capture mode does.
+        out = out.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    return out
 
 
 def _attend_explicit(
@@ -82,7 +86,8 @@ def _attend_explicit(
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (B, H, Tq, Tk)
     if attn_mask is not None:
         scores = scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else scores + attn_mask
-    weights = scores.float().softmax(dim=-1).to(q.dtype)
+    # Softmax in at least fp32 (bf16 inputs), without lowering fp64.
+    weights = scores.softmax(dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32)).to(q.dtype)
     if mask is not None:
         # A query with no visible key gets zero weights (SDPA outputs 0 for it too).
         weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)

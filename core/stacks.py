@@ -73,6 +73,9 @@ class _Positional(nn.Module):
     """Position handling shared by both stacks: additive table or RoPE/ALiBi in attention."""
 
     def _init_positions(self, positions: Positions, d_model: int, n_heads: int, max_len: int) -> None:
+        # Checked here too: RoPE and ALiBi are sized from n_heads before any layer exists.
+        if n_heads <= 0 or d_model % n_heads:
+            raise ValueError(f"`n_heads` ({n_heads}) must divide `d_model` ({d_model})")
         if positions not in ("sinusoidal", "learned", "rope", "alibi", "none"):
             raise ValueError(
                 f"`positions` must be sinusoidal, learned, rope, alibi or none, got {positions!r}"
