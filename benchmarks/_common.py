@@ -1,0 +1,115 @@
+"""Small helpers shared by the benchmark scripts: interleaved timing, memory probes, tables, JSON.
+
+Benchmarks here report ratios against a baseline measured in the same run, never a lone
+absolute time: the CPUs are shared and one run can be 2x slower than the next.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import resource
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+
+def time_call(fn: Callable[[], object], sync: Callable[[], None] | None = None, number: int = 1) -> float:
+    """Seconds per call of `fn`, averaged over `number` back-to-back calls.
+
+    `sync` (e.g. `torch.cuda.synchronize`) runs before and after, so queued GPU work counts.
+    """
+    if sync is not None:
+        sync()
+    start = time.perf_counter()
+    for _ in range(number):
+        fn()
+    if sync is not None:
+        sync()
+    return (time.perf_counter() - start) / number
+
+
+def interleave(
+    fns: dict[str, Callable[[], object]], repeats: int, sync: Callable[[], None] | None = None, number: int = 1
+) -> dict[str, list[float]]:
+    """Time every function once per round, A B A B ..., so drifting machine load hits all alike."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            times[name].append(time_call(fn, sync, number))
+    return times
+
+
+def adaptive_repeats(round_s: float, budget_s: float, lo: int = 3, hi: int = 25) -> int:
+    """How many rounds fit in `budget_s`, given one round takes `round_s`; clamped to [lo, hi]."""
+    return max(lo, min(hi, int(budget_s / max(round_s, 1e-9))))
+
+
+def median_ratio(num: Sequence[float], den: Sequence[float]) -> float:
+    """Median of the per-round ratios num[i] / den[i]: robust to a round slowed for both sides."""
+    return statistics.median(a / b for a, b in zip(num, den, strict=True))
+
+
+def mem_available_bytes() -> int:
+    """MemAvailable from /proc/meminfo (Linux): what can be allocated without swapping."""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no MemAvailable line in /proc/meminfo")
+
+
+def rss_bytes() -> int:
+    """Resident set size of this process now."""
+    return int(Path("/proc/self/statm").read_text().split()[1]) * resource.getpagesize()
+
+
+def reset_peak_rss() -> bool:
+    """Lower this process's peak-RSS mark to its current RSS (Linux >= 4.0); False if not allowed.
+
+    Without the reset the peak would include whatever import or set-up touched earlier.
+    """
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def peak_rss_bytes() -> int:
+    """High-water mark of this process's RSS: VmHWM, which reset_peak_rss lowers.
+
+    Not ru_maxrss: exec keeps the parent's peak there, so a probe started by a big parent
+    (subprocess.run, multiprocessing spawn) would report the parent's RSS.
+    """
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+
+def gib(n_bytes: float) -> str:
+    return f"{n_bytes / 2**30:.1f} GiB"
+
+
+def print_table(console: Console, title: str, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """A right-aligned table (first column left-aligned)."""
+    table = Table(title=title, title_justify="left")
+    for i, col in enumerate(columns):
+        table.add_column(col, justify="left" if i == 0 else "right")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+
+
+def write_json(path: str | Path, figures: dict[str, float]) -> None:
+    """Write one flat JSON object name -> finite number; anything else is a bug in the caller."""
+    for name, value in figures.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise ValueError(f"figure {name!r} must be a finite number, got {value!r}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(figures, indent=1, sort_keys=True) + "\n")
