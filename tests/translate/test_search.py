@@ -1,0 +1,99 @@
+"""Search against references: greedy, exhaustive enumeration, uncached decoding, batch independence."""
+
+import itertools
+
+import pytest
+import torch
+
+from translate.model import Translator
+from translate.search import beam_search, greedy_search, length_penalty
+
+BOS, EOS, PAD = 2, 3, 0
+
+
+def _model(vocab=12, seed=0, max_len=16, eos_scale=1.0):
+    torch.manual_seed(seed)
+    model = Translator(vocab, vocab, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=2, d_ff=32,
+                       max_len=max_len, dropout=0.0).eval()
+    # Random init gives near-uniform logits; perturb the weights so outputs differ by input,
+    # and shrink EOS's output row so that longer outputs can win.
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.5 * torch.randn(p.shape, generator=g))
+        model.tgt_embed.embedding.weight[EOS] *= eos_scale
+    return model
+
+
+@torch.no_grad()
+def _sequence_log_prob(model, src, ids):
+    """Uncached teacher-forced log-probability of BOS + ids (ids end with EOS)."""
+    tgt_in = torch.tensor([[BOS, *ids[:-1]]])
+    logp = model(src, tgt_in).log_softmax(-1)[0]
+    return float(logp[torch.arange(len(ids)), torch.tensor(ids)].sum())
+
+
+def test_beam_one_equals_greedy():
+    model = _model()
+    src = torch.tensor([[5, 6, 7, 8], [9, 10, 4, PAD]])
+    greedy = greedy_search(model, src, BOS, EOS)
+    beam = beam_search(model, src, BOS, EOS, beam_size=1, alpha=0.0)
+    assert [h.tokens for h in greedy] == [b[0].tokens for b in beam]
+    for g, b in zip(greedy, beam, strict=True):
+        assert g.log_prob == pytest.approx(b[0].log_prob, abs=1e-4)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 1.0])
+def test_large_beam_finds_the_exhaustive_best(alpha):
+    """Enumerate every output of up to 3 tokens (EOS forced after them) and score it without the cache."""
+    vocab, limit = 6, 4
+    model = _model(vocab=vocab, seed=2, eos_scale=0.2)
+    src = torch.tensor([[4, 5, 4]])
+    best_score, best = float("-inf"), None
+    for n in range(limit):
+        for body in itertools.product(range(vocab), repeat=n):
+            if EOS in body:
+                continue
+            ids = [*body, EOS]
+            score = _sequence_log_prob(model, src, ids) / length_penalty(len(ids), alpha)
+            if score > best_score:
+                best_score, best = score, list(body)
+    assert best, "degenerate case: the empty output wins"
+    beam = vocab ** (limit - 1)  # wide enough to keep every prefix alive
+    hyp = beam_search(model, src, BOS, EOS, beam_size=beam, alpha=alpha, max_len_a=0.0, max_len_b=limit)[0][0]
+    assert hyp.tokens == best
+    assert hyp.score == pytest.approx(best_score, abs=1e-4)
+
+
+def test_beam_scores_equal_uncached_rescoring():
+    model = _model()
+    src = torch.tensor([[5, 6, 7, 8, 9]])
+    for hyp in beam_search(model, src, BOS, EOS, beam_size=4, alpha=0.6, nbest=4)[0]:
+        ids = hyp.tokens + [EOS]
+        assert hyp.log_prob == pytest.approx(_sequence_log_prob(model, src, ids), abs=1e-4)
+
+
+def test_nbest_is_sorted_and_distinct():
+    model = _model()
+    hyps = beam_search(model, torch.tensor([[5, 6, 7]]), BOS, EOS, beam_size=5, nbest=5)[0]
+    assert len(hyps) == 5
+    assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
+    assert len({tuple(h.tokens) for h in hyps}) == 5
+
+
+def test_output_does_not_depend_on_the_rest_of_the_batch():
+    model = _model()
+    a = torch.tensor([[5, 6, 7]])
+    alone = beam_search(model, a, BOS, EOS, beam_size=3)[0][0]
+    batch = torch.tensor([[9, 10, 11, 4, 5, 6, 7], [5, 6, 7, PAD, PAD, PAD, PAD], [4, 4, PAD, PAD, PAD, PAD, PAD]])
+    together = beam_search(model, batch, BOS, EOS, beam_size=3)[1][0]
+    assert together.tokens == alone.tokens
+    assert together.score == pytest.approx(alone.score, abs=1e-4)
+
+
+def test_length_limit_is_respected():
+    model = _model()
+    src = torch.tensor([[5, 6]])
+    for hyp in beam_search(model, src, BOS, EOS, beam_size=3, max_len_a=0.0, max_len_b=2, nbest=3)[0]:
+        assert len(hyp.tokens) <= 1  # two steps: at most one token, then EOS
+    assert len(greedy_search(model, src, BOS, EOS, max_len_a=0.0, max_len_b=2)[0].tokens) <= 1

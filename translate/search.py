@@ -1,0 +1,187 @@
+"""Greedy and batched beam search over `Translator.encode` / `decode(..., cache)`.
+
+Beam search keeps `beam_size` live hypotheses per sentence in one (B*K)-row batch; the
+encoder output is computed once, each step feeds only the newest token through the KV
+cache, and the cache rows follow their beams (`DecoderCache.reorder`). A sentence is done
+when it has `beam_size` finished hypotheses or reaches its length limit
+`max_len_a * source_length + max_len_b`; done sentences leave the batch so later steps
+cost less. Finished hypotheses are ranked by the GNMT length penalty
+score / ((5 + length) / 6) ** alpha (Wu et al., 2016), length counting the EOS.
+
+Legend: B sentences, K beam size, S source length, V vocabulary, R = B*K rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from translate.model import Translator
+
+
+@dataclass(order=True)
+class Hypothesis:
+    """A finished translation: its ids (without BOS/EOS) and scores."""
+
+    score: float  # length-normalised log-probability, used for ranking
+    tokens: list[int] = field(compare=False)
+    log_prob: float = field(compare=False, default=0.0)
+
+
+def length_penalty(length: Tensor | int, alpha: float) -> Tensor | float:
+    """GNMT length penalty ((5 + length) / 6) ** alpha; alpha 0 disables it."""
+    return ((5 + length) / 6) ** alpha
+
+
+def max_output_lengths(src: Tensor, pad_id: int, a: float, b: int, limit: int) -> Tensor:
+    """Per-sentence output length limit a * source_length + b, capped at the model's `limit`. (B,)"""
+    src_len = (src != pad_id).sum(1)
+    return (a * src_len + b).long().clamp(min=1, max=limit)
+
+
+@torch.no_grad()
+def greedy_search(
+    model: Translator, src: Tensor, bos_id: int, eos_id: int, max_len_a: float = 1.5, max_len_b: int = 10,
+    max_len: int | None = None,
+) -> list[Hypothesis]:
+    """Pick the most likely token at every step.
+
+    Args:
+        model: the translator (put it in eval mode).
+        src: (B, S) source ids, right-padded.
+        bos_id: begin-of-sentence id fed first.
+        eos_id: end-of-sentence id.
+        max_len_a: output limit slope (times source length).
+        max_len_b: output limit intercept.
+        max_len: hard cap on output length (default: the model's position limit - 1).
+
+    Returns:
+        one hypothesis per sentence, its score the unnormalised log-probability.
+    """
+    limits = max_output_lengths(src, model.pad_id, max_len_a, max_len_b, _cap(model, max_len))
+    memory, src_mask = model.encode(src)
+    cache = model.new_cache()
+    b = src.shape[0]
+    token = torch.full((b, 1), bos_id, dtype=torch.long, device=src.device)
+    out = torch.zeros(b, 0, dtype=torch.long, device=src.device)
+    log_prob = torch.zeros(b, device=src.device)
+    done = torch.zeros(b, dtype=torch.bool, device=src.device)
+    for step in range(int(limits.max())):
+        logp = model.decode(token, memory, src_mask, cache)[:, -1].float().log_softmax(-1)  # (B, V)
+        logp = _force_eos(logp, step + 1 >= limits, eos_id)
+        best_lp, token = logp.max(-1, keepdim=True)  # (B, 1)
+        log_prob += torch.where(done, 0.0, best_lp[:, 0])
+        out = torch.cat([out, torch.where(done[:, None], eos_id, token)], dim=1)
+        done |= token[:, 0] == eos_id
+        if bool(done.all()):
+            break
+    return [
+        Hypothesis(float(lp), _strip(row.tolist(), eos_id), float(lp)) for row, lp in zip(out, log_prob, strict=True)
+    ]
+
+
+@torch.no_grad()
+def beam_search(
+    model: Translator, src: Tensor, bos_id: int, eos_id: int, beam_size: int = 5, alpha: float = 0.6,
+    max_len_a: float = 1.5, max_len_b: int = 10, nbest: int = 1, max_len: int | None = None,
+) -> list[list[Hypothesis]]:
+    """Batched beam search with a KV cache.
+
+    Args:
+        model: the translator (put it in eval mode).
+        src: (B, S) source ids, right-padded.
+        bos_id: begin-of-sentence id fed first.
+        eos_id: end-of-sentence id.
+        beam_size: hypotheses kept per sentence (K).
+        alpha: GNMT length-penalty exponent (0 = raw log-probability).
+        max_len_a: output limit slope (times source length).
+        max_len_b: output limit intercept.
+        nbest: hypotheses returned per sentence (<= beam_size).
+        max_len: hard cap on output length (default: the model's position limit - 1).
+
+    Returns:
+        per sentence, its `nbest` best hypotheses, best first.
+    """
+    if not 1 <= nbest <= beam_size:
+        raise ValueError(f"`nbest` ({nbest}) must be between 1 and `beam_size` ({beam_size})")
+    k, n_sent = beam_size, src.shape[0]
+    limits = max_output_lengths(src, model.pad_id, max_len_a, max_len_b, _cap(model, max_len))
+    memory, src_mask = model.encode(src)
+    rows = torch.arange(n_sent, device=src.device).repeat_interleave(k)  # (R,) sentence of each row
+    memory, src_mask = memory[rows], src_mask[rows]
+    cache = model.new_cache()
+    tokens = torch.full((n_sent * k, 1), bos_id, dtype=torch.long, device=src.device)  # (R, 1+t)
+    scores = torch.full((n_sent, k), float("-inf"), device=src.device)
+    scores[:, 0] = 0.0  # all beams start identical: keep one alive so the first step is not duplicated
+    active = torch.arange(n_sent, device=src.device)  # original index of each sentence still searched
+    finished: list[list[Hypothesis]] = [[] for _ in range(n_sent)]
+
+    for step in range(int(limits.max())):
+        logp = model.decode(tokens[:, -1:], memory, src_mask, cache)[:, -1].float().log_softmax(-1)  # (R, V)
+        at_limit = (step + 1 >= limits[active]).repeat_interleave(k)
+        logp = _force_eos(logp, at_limit, eos_id)
+        vocab = logp.shape[-1]
+        cand = (scores[:, :, None] + logp.view(-1, k, vocab)).view(-1, k * vocab)  # (B_act, K*V)
+        top_scores, top_idx = cand.topk(min(2 * k, k * vocab), dim=-1)  # (B_act, 2K)
+        top_beam, top_tok = top_idx // vocab, top_idx % vocab
+        _collect_finished(finished, active, tokens, top_scores, top_beam, top_tok, eos_id, k, step + 1, alpha)
+        # Live beams: the best K candidates that did not end.
+        live_scores = top_scores.masked_fill(top_tok == eos_id, float("-inf"))
+        scores, pick = live_scores.topk(k, dim=-1)  # (B_act, K)
+        beam, tok = top_beam.gather(1, pick), top_tok.gather(1, pick)
+        row = (torch.arange(len(active), device=src.device)[:, None] * k + beam).view(-1)  # (R,)
+        counts = torch.tensor([len(finished[i]) for i in active.tolist()], device=src.device)
+        keep = (counts < k) & (step + 1 < limits[active])
+        if not bool(keep.any()):
+            break
+        if not bool(keep.all()):  # drop finished sentences from every per-row tensor
+            scores, active = scores[keep], active[keep]
+            row = row.view(-1, k)[keep].view(-1)
+            tok = tok[keep]
+        cache.reorder(row)
+        memory, src_mask = memory[row], src_mask[row]
+        tokens = torch.cat([tokens[row], tok.view(-1, 1)], dim=1)
+    return [sorted(hyps, reverse=True)[:nbest] for hyps in finished]
+
+
+def _collect_finished(
+    finished: list[list[Hypothesis]], active: Tensor, tokens: Tensor, top_scores: Tensor, top_beam: Tensor,
+    top_tok: Tensor, eos_id: int, k: int, length: int, alpha: float,
+) -> None:
+    """Move candidates that end with EOS into their sentence's finished list, in score order.
+
+    Only EOS among the top K candidates counts (as in fairseq): an EOS ranked below K live
+    continuations would not have survived as a beam, and counting it makes beam 1 differ from greedy.
+    """
+    ended = (top_tok == eos_id) & torch.isfinite(top_scores)
+    ended[:, k:] = False
+    if not bool(ended.any()):
+        return
+    penalty = length_penalty(length, alpha)
+    for i, j in ended.nonzero().tolist():
+        sent = int(active[i])
+        if len(finished[sent]) >= k:
+            continue
+        prefix = tokens[i * k + int(top_beam[i, j]), 1:].tolist()
+        lp = float(top_scores[i, j])
+        finished[sent].append(Hypothesis(lp / penalty, prefix, lp))
+
+
+def _force_eos(logp: Tensor, rows: Tensor, eos_id: int) -> Tensor:
+    """At the length limit only EOS may follow. logp (R, V), rows (R,) bool."""
+    if not bool(rows.any()):
+        return logp
+    forced = torch.full_like(logp, float("-inf"))
+    forced[:, eos_id] = logp[:, eos_id]  # keep EOS's own probability so scores stay honest
+    return torch.where(rows[:, None], forced, logp)
+
+
+def _cap(model: Translator, max_len: int | None) -> int:
+    limit = model.decoder.max_len - 1  # BOS takes one position
+    return limit if max_len is None else min(max_len, limit)
+
+
+def _strip(ids: list[int], eos_id: int) -> list[int]:
+    return ids[: ids.index(eos_id)] if eos_id in ids else ids
