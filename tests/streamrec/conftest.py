@@ -38,3 +38,30 @@ def write(tmp_path: Path) -> Callable[[str, str | bytes], Path]:
         return path
 
     return _write
+
+
+@pytest.fixture(scope="session")
+def tiny_log(demo, tmp_path_factory) -> Path:
+    """A small demo interaction log (80 users, 40 items)."""
+    path = tmp_path_factory.mktemp("streamrec") / "interactions.csv"
+    demo.write_csv(demo.generate(users=80, items=40, seed=1, min_len=5, max_len=15), path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_ckpt(tiny_log, tmp_path_factory) -> Path:
+    """A checkpoint written by a real (one-epoch) fit on `tiny_log`, as `python -m streamrec fit` would."""
+    import lightning as L
+
+    from streamrec.data import StreamRecDataModule
+    from streamrec.module import StreamRecModule
+
+    L.seed_everything(0, verbose=False)
+    data = StreamRecDataModule(str(tiny_log), max_len=8, batch_size=32)
+    module = StreamRecModule(num_items=data.num_items, max_len=8, d_model=16, n_heads=2, n_layers=1, d_ff=32)
+    trainer = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False)
+    trainer.fit(module, data)
+    path = tmp_path_factory.mktemp("ckpt") / "tiny.ckpt"
+    trainer.save_checkpoint(path)
+    return path

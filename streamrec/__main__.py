@@ -1,0 +1,37 @@
+"""`python -m streamrec fit|validate|test|predict --config configs/streamrec/NAME.yaml`
+
+LightningCLI over `StreamRecModule` and `StreamRecDataModule`. YAML may interpolate
+`${...}` (omegaconf mode); `num_items` and `max_len` come from the data module.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from lightning.pytorch.cli import LightningCLI
+
+from streamrec.data import StreamRecDataModule
+from streamrec.module import StreamRecModule
+
+
+class StreamRecCLI(LightningCLI):
+    """Links the values only the data knows into the model's arguments."""
+
+    def add_arguments_to_parser(self, parser) -> None:
+        parser.link_arguments("data.max_len", "model.max_len")
+        parser.link_arguments("data.num_items", "model.num_items", apply_on="instantiate")
+
+
+def main(args: list[str] | None = None) -> StreamRecCLI:
+    """Run the CLI; a user's mistake (bad file, bad value) ends with one line, not a traceback."""
+    try:
+        return StreamRecCLI(
+            StreamRecModule, StreamRecDataModule, parser_kwargs={"parser_mode": "omegaconf"},
+            save_config_kwargs={"overwrite": True}, args=args,
+        )
+    except (ValueError, FileNotFoundError) as err:
+        sys.exit(f"error: {err}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+"""StreamRec training logic: losses, optimisation, full-catalogue validation.
+
+The constructor is the config schema (LightningCLI turns it into `--model.*` and YAML);
+`num_items` and `max_len` are linked from the data module so nobody types them twice.
+
+Legend: B batch, T history length, D model width, N items, M non-padding positions.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import lightning as L
+import torch
+from torch import Tensor
+
+from core import WarmupCosineLR
+from core.blocks import Activation
+from streamrec import losses
+from streamrec.data import EvalBatch, ItemVocab, TrainBatch
+from streamrec.metrics import RankingMetrics, SampledRankingMetrics
+from streamrec.model import StreamRecModel
+
+LossName = Literal["full", "sampled", "bce", "gbce"]
+VOCAB_KEY = "streamrec_item_vocab"
+
+
+class StreamRecModule(L.LightningModule):
+    """Next-item recommender: a causal session transformer trained to predict every next item.
+
+    Args:
+        num_items: catalogue size N (linked from the data module).
+        max_len: history length read by the model (linked from the data module).
+        d_model: model width.
+        n_heads: attention heads.
+        n_layers: transformer blocks.
+        d_ff: feed-forward width.
+        dropout: dropout on embeddings and in blocks.
+        attn_dropout: dropout on attention weights.
+        positions: learned (SASRec), sinusoidal, rope, alibi or none.
+        activation: feed-forward activation.
+        n_kv_heads: key/value heads for grouped-query attention (default n_heads).
+        tied: score with the item embedding (True) or a separate output table.
+        loss: full (softmax over all items), sampled (softmax over shared negatives with
+            logQ correction), bce (SASRec: one negative set per position), gbce (gSASRec).
+        num_negatives: negatives per step (sampled: shared by the batch; bce/gbce: per position).
+        negative_sampling: uniform or popularity (popularity only for `sampled`).
+        gbce_t: gSASRec calibration t in [0, 1] (0 = plain BCE).
+        lr: peak learning rate (AdamW).
+        weight_decay: AdamW weight decay.
+        warmup_steps: linear warmup steps of the warmup-cosine schedule.
+        lr_floor: final learning rate as a fraction of the peak.
+        ks: cutoffs for HR@K, NDCG@K, MRR@K.
+        filter_seen: exclude items already in the history from ranking.
+        sampled_metrics: also log the SASRec paper's sampled metrics (100 negatives; for comparison only).
+    """
+
+    def __init__(
+        self, num_items: int = 1, max_len: int = 50, d_model: int = 64, n_heads: int = 2, n_layers: int = 2,
+        d_ff: int = 256, dropout: float = 0.2, attn_dropout: float = 0.0,
+        positions: Literal["learned", "sinusoidal", "rope", "alibi", "none"] = "learned",
+        activation: Activation = "gelu", n_kv_heads: int | None = None, tied: bool = True,
+        loss: LossName = "full", num_negatives: int = 256,
+        negative_sampling: Literal["uniform", "popularity"] = "uniform", gbce_t: float = 0.75,
+        lr: float = 1e-3, weight_decay: float = 0.0, warmup_steps: int = 100, lr_floor: float = 0.1,
+        ks: tuple[int, ...] = (10, 20), filter_seen: bool = True, sampled_metrics: bool = False,
+    ):
+        super().__init__()
+        if loss not in ("full", "sampled", "bce", "gbce"):
+            raise ValueError(f"`loss` must be full, sampled, bce or gbce, got {loss!r}")
+        if loss != "full" and num_negatives < 1:
+            raise ValueError(f"`num_negatives` must be >= 1 for loss={loss!r}, got {num_negatives}")
+        if negative_sampling == "popularity" and loss != "sampled":
+            raise ValueError("`negative_sampling: popularity` needs `loss: sampled` (it relies on the logQ correction)")
+        self.save_hyperparameters()
+        self.model = StreamRecModel(
+            num_items, d_model, n_heads, n_layers, d_ff, dropout, attn_dropout, max_len, positions, activation,
+            n_kv_heads, tied,
+        )
+        self.val_metrics = RankingMetrics(ks, filter_seen)
+        self.test_metrics = RankingMetrics(ks, filter_seen)
+        self.sampled_metrics = (
+            SampledRankingMetrics(num_items, ks, filter_seen=filter_seen) if sampled_metrics else None
+        )
+        self.item_vocab: ItemVocab | None = None
+        # (N+1,) training popularity, filled in setup() when popularity sampling is used.
+        self.register_buffer("item_counts", torch.zeros(0), persistent=False)
+
+    # ------------------------------------------------------------------ setup and checkpoints
+    def setup(self, stage: str) -> None:
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if datamodule is None:
+            return
+        if datamodule.num_items != self.hparams.num_items:
+            raise ValueError(f"the data has {datamodule.num_items} items but the model was built for "
+                             f"{self.hparams.num_items}; use the checkpoint's data file or retrain")
+        self.item_vocab = datamodule.vocab
+        if self.hparams.negative_sampling == "popularity":
+            self.item_counts = datamodule.train_item_counts().float().to(self.device)
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # Scoring and explanations read original item ids from the checkpoint alone.
+        if self.item_vocab is not None:
+            checkpoint[VOCAB_KEY] = self.item_vocab.to_dict()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if VOCAB_KEY in checkpoint:
+            self.item_vocab = ItemVocab.from_dict(checkpoint[VOCAB_KEY])
+
+    # ------------------------------------------------------------------ training
+    def training_step(self, batch: TrainBatch, batch_idx: int) -> Tensor:
+        hidden = self.model.encode(batch.inputs)  # (B, T, D)
+        keep = batch.targets != 0
+        loss = self.compute_loss(hidden[keep], batch.targets[keep])  # (M, D), (M,)
+        self.log("train_loss", loss, prog_bar=True, batch_size=int(keep.sum()))
+        return loss
+
+    def compute_loss(self, hidden: Tensor, targets: Tensor) -> Tensor:
+        """The configured loss on (M, D) states and (M,) next items."""
+        hp, vectors = self.hparams, self.model.item_vectors
+        if hp.loss == "full":
+            return losses.full_softmax(hidden, targets, vectors)
+        if hp.loss == "sampled":
+            probs = self.item_counts if hp.negative_sampling == "popularity" else None
+            neg = losses.sample_negatives(hp.num_items, hp.num_negatives, hidden.device, probs)
+            log_q = None if probs is None else (probs / probs[1:].sum()).clamp_min(1e-12).log()
+            return losses.sampled_softmax(hidden, targets, vectors, neg, log_q)
+        neg = torch.randint(1, hp.num_items + 1, (hidden.shape[0], hp.num_negatives), device=hidden.device)
+        if hp.loss == "bce":
+            return losses.bce(hidden, targets, vectors, neg)
+        beta = losses.gbce_beta(hp.num_negatives, hp.num_items, hp.gbce_t)
+        return losses.gbce(hidden, targets, vectors, neg, beta)
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        hp = self.hparams
+        opt = torch.optim.AdamW(self.parameters(), lr=hp.lr, weight_decay=hp.weight_decay)
+        total = max(int(self.trainer.estimated_stepping_batches), hp.warmup_steps, 1)
+        sched = WarmupCosineLR(opt, min(hp.warmup_steps, total), total, hp.lr_floor)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    # ------------------------------------------------------------------ evaluation
+    def validation_step(self, batch: EvalBatch, batch_idx: int) -> None:
+        self._evaluate(batch, self.val_metrics)
+
+    def test_step(self, batch: EvalBatch, batch_idx: int) -> None:
+        self._evaluate(batch, self.test_metrics)
+
+    def _evaluate(self, batch: EvalBatch, metrics: RankingMetrics) -> None:
+        scores = self.model.recommend_scores(batch.inputs).float()  # (B, N+1)
+        metrics.update(scores, batch.targets, batch.seen)
+        if self.sampled_metrics is not None:
+            self.sampled_metrics.update(scores, batch.targets, batch.seen)
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_metrics("val", self.val_metrics)
+
+    def on_test_epoch_end(self) -> None:
+        self._log_metrics("test", self.test_metrics)
+
+    def _log_metrics(self, prefix: str, metrics: RankingMetrics) -> None:
+        # compute() already reduces the metric states across DDP ranks.
+        values = metrics.compute()
+        if self.sampled_metrics is not None:
+            values.update(self.sampled_metrics.compute())
+            self.sampled_metrics.reset()
+        metrics.reset()
+        for name, value in values.items():
+            self.log(f"{prefix}_{name}", value, prog_bar=name == "ndcg@10", sync_dist=False)

@@ -1,0 +1,127 @@
+"""Batch scoring against brute force: top-K, seen filtering, resume, atomic output, errors."""
+
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from streamrec import score
+from streamrec.data import read_interactions
+from streamrec.model import PAD_ID
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_ckpt):
+    return score.load_recommender(tiny_ckpt)
+
+
+def test_left_pad_is_exact():
+    got = score.left_pad([[1, 2, 3, 4, 5], [7], []], max_len=3)
+    assert got.tolist() == [[3, 4, 5], [0, 0, 7], [0, 0, 0]]
+
+
+@pytest.mark.parametrize("include_seen", [False, True])
+def test_recommend_equals_brute_force(loaded, include_seen):
+    model, _ = loaded
+    histories = [[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11], [5], [3, 3, 9]]
+    inputs, items, scores = score.recommend(model, histories, top_k=5, include_seen=include_seen)
+    for row, hist in enumerate(histories):
+        x = torch.tensor([[0] * (8 - len(hist[-8:])) + hist[-8:]])
+        full = model.score(model.encode(x)[:, -1])[0]
+        ranked = [i for i in full.argsort(descending=True).tolist() if i != PAD_ID]
+        if not include_seen:
+            ranked = [i for i in ranked if i not in hist]  # the whole history, beyond the last 8
+        assert items[row].tolist() == ranked[:5]
+        assert torch.allclose(scores[row], full[ranked[:5]], atol=1e-5)
+        assert PAD_ID not in items[row].tolist()
+
+
+def test_scoring_output_never_has_seen_items_or_padding(tiny_ckpt, tiny_log, tmp_path):
+    out = tmp_path / "recs.parquet"
+    score.main(["--ckpt", str(tiny_ckpt), "--input", str(tiny_log), "--output", str(out), "--top-k", "4"])
+    table = pq.read_table(out).to_pylist()
+    histories = read_interactions(tiny_log).items
+    assert {r["user_id"] for r in table} == set(histories)
+    for r in table:
+        assert r["item_id"] not in histories[r["user_id"]]
+        assert r["item_id"] != ""
+    per_user = {}
+    for r in table:
+        per_user.setdefault(r["user_id"], []).append((r["rank"], r["score"]))
+    for ranks in per_user.values():
+        assert [k for k, _ in ranks] == [1, 2, 3, 4]
+        assert [s for _, s in ranks] == sorted((s for _, s in ranks), reverse=True)
+    assert not (tmp_path / "recs.parquet.parts").exists()
+
+
+def test_interrupted_run_resumes_without_duplicates(tiny_ckpt, tiny_log, tmp_path, monkeypatch):
+    args = ["--ckpt", str(tiny_ckpt), "--input", str(tiny_log), "--top-k", "3", "--chunk-users", "10",
+            "--batch-size", "4"]
+    clean = tmp_path / "clean.csv"
+    score.main([*args, "--output", str(clean)])
+
+    out = tmp_path / "recs.csv"
+    real = score._score_users
+    calls = {"n": 0}
+
+    def crash_after_some(*a, **kw):
+        calls["n"] += 1
+        if calls["n"] > 7:  # dies inside the third chunk
+            raise KeyboardInterrupt
+        return real(*a, **kw)
+
+    monkeypatch.setattr(score, "_score_users", crash_after_some)
+    with pytest.raises(KeyboardInterrupt):
+        score.main([*args, "--output", str(out)])
+    assert not out.exists(), "no partial output file may appear"
+    assert len(list((tmp_path / "recs.csv.parts").glob("part-*.parquet"))) == 2
+    monkeypatch.setattr(score, "_score_users", real)
+    score.main([*args, "--output", str(out)])
+    assert sorted(out.read_text().splitlines()) == sorted(clean.read_text().splitlines())
+
+
+def test_parts_from_another_run_are_refused(tiny_ckpt, tiny_log, tmp_path):
+    out = tmp_path / "recs.parquet"
+    parts = tmp_path / "recs.parquet.parts"
+    parts.mkdir()
+    (parts / "manifest.json").write_text('{"top_k": 99}')
+    with pytest.raises(SystemExit, match="other arguments"):
+        score.main(["--ckpt", str(tiny_ckpt), "--input", str(tiny_log), "--output", str(out)])
+
+
+def test_unknown_items_are_skipped_and_new_users_scored(tiny_ckpt, tmp_path, loaded):
+    _, vocab = loaded
+    log = tmp_path / "new.csv"
+    known = vocab.items[:3]
+    log.write_text("user_id,item_id,timestamp\n" + "".join(
+        f"newbie,{item},{t}\n" for t, item in enumerate([known[0], "never-seen", known[1], known[2]])))
+    out = tmp_path / "recs.csv"
+    score.main(["--ckpt", str(tiny_ckpt), "--input", str(log), "--output", str(out), "--top-k", "2"])
+    lines = out.read_text().splitlines()
+    assert len(lines) == 3 and all(line.startswith('"newbie"') for line in lines[1:])
+
+
+def test_explain_columns_are_history_items(tiny_ckpt, tiny_log, tmp_path):
+    out = tmp_path / "recs.parquet"
+    score.main(["--ckpt", str(tiny_ckpt), "--input", str(tiny_log), "--output", str(out), "--explain",
+                "--top-k", "2"])
+    histories = read_interactions(tiny_log).items
+    for r in pq.read_table(out).to_pylist():
+        assert r["because_attention"] in histories[r["user_id"]]
+        assert r["because_occlusion"] in histories[r["user_id"]]
+        assert 0 < r["attention_weight"] <= 1
+
+
+@pytest.mark.parametrize("content, message", [(b"not a checkpoint", "not a readable"), (None, "not found")])
+def test_bad_checkpoint_is_one_line(tiny_log, tmp_path, content, message):
+    ckpt = tmp_path / "bad.ckpt"
+    if content is not None:
+        ckpt.write_bytes(content)
+    with pytest.raises(SystemExit, match=message):
+        score.main(["--ckpt", str(ckpt), "--input", str(tiny_log), "--output", str(tmp_path / "r.csv")])
+
+
+def test_checkpoint_from_elsewhere_is_refused(tiny_log, tmp_path):
+    ckpt = tmp_path / "other.ckpt"
+    torch.save({"state_dict": {}}, ckpt)
+    with pytest.raises(SystemExit, match="not a StreamRec checkpoint"):
+        score.main(["--ckpt", str(ckpt), "--input", str(tiny_log), "--output", str(tmp_path / "r.csv")])
