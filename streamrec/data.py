@@ -35,6 +35,7 @@ from typing import Literal, NamedTuple
 import lightning as L
 import numpy as np
 import torch
+from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
@@ -727,14 +728,25 @@ class StreamRecDataModule(L.LightningDataModule):
                           collate_fn=partial(collate, max_len=self.max_len),
                           persistent_workers=self.num_workers > 0)
 
+    def _eval_loader(self, dataset: Dataset) -> DataLoader:
+        # Under DDP, Lightning's default sampler pads ranks with repeated cases, which would
+        # count some users twice; this one splits the cases without repeats (metric states are
+        # summed across ranks, so uneven shares are fine).
+        sampler = None
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            sampler = UnrepeatedDistributedSampler(dataset, shuffle=False)
+        return DataLoader(dataset, batch_size=self.batch_size, sampler=sampler, num_workers=self.num_workers,
+                          collate_fn=partial(collate_eval, max_len=self.max_len),
+                          persistent_workers=self.num_workers > 0)
+
     def train_dataloader(self) -> DataLoader:
         """Shuffled `TrainBatch`es."""
         return self._loader(self.train_set, collate_train, shuffle=True)
 
     def val_dataloader(self) -> DataLoader:
         """`EvalBatch`es of the validation cases, in order."""
-        return self._loader(self.valid_set, collate_eval, shuffle=False)
+        return self._eval_loader(self.valid_set)
 
     def test_dataloader(self) -> DataLoader:
         """`EvalBatch`es of the test cases, in order."""
-        return self._loader(self.test_set, collate_eval, shuffle=False)
+        return self._eval_loader(self.test_set)

@@ -42,9 +42,9 @@ def write(tmp_path: Path) -> Callable[[str, str | bytes], Path]:
 
 @pytest.fixture(scope="session")
 def tiny_log(demo, tmp_path_factory) -> Path:
-    """A small demo interaction log (80 users, 40 items)."""
+    """A small demo interaction log (81 users: an odd count, so DDP ranks cannot split it evenly)."""
     path = tmp_path_factory.mktemp("streamrec") / "interactions.csv"
-    demo.write_csv(demo.generate(users=80, items=40, seed=1, min_len=5, max_len=15), path)
+    demo.write_csv(demo.generate(users=81, items=40, seed=1, min_len=5, max_len=15), path)
     return path
 
 

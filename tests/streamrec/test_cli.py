@@ -1,0 +1,66 @@
+"""The `python -m streamrec` CLI: help, every YAML config, user errors, and DDP parity."""
+
+from pathlib import Path
+
+import pytest
+
+from streamrec.__main__ import main
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIGS = sorted((REPO / "configs" / "streamrec").glob("*.yaml"))
+
+
+def _run(args):
+    return main(args)
+
+
+@pytest.mark.parametrize("sub", [[], ["fit"], ["validate"], ["test"]])
+def test_help(sub, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        _run([*sub, "--help"])
+    assert exit_.value.code == 0
+    assert "usage" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.name)
+def test_every_config_runs_one_fast_dev_batch(config, tiny_log, tmp_path, monkeypatch):
+    """Each YAML parses and trains one batch; its data is swapped for the tiny log (real data is not in CI)."""
+    monkeypatch.chdir(tmp_path)
+    cli = _run(["fit", "--config", str(config), "--data.path", str(tiny_log), "--data.format", "csv",
+                "--trainer.fast_dev_run", "true", "--trainer.enable_progress_bar", "false",
+                "--trainer.accelerator", "cpu", "--trainer.devices", "1"])
+    assert cli.model.hparams.num_items == cli.datamodule.num_items  # linked, not typed
+    assert cli.model.hparams.max_len == cli.datamodule.max_len
+
+
+def test_wrong_config_key_names_the_key(tiny_log, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        _run(["fit", "--data.path", str(tiny_log), "--model.d_modle", "32"])
+    assert exit_.value.code != 0
+    assert "d_modle" in capsys.readouterr().err
+
+
+def test_missing_data_file_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit, match=r"^error: .*nope\.csv"):
+        _run(["fit", "--data.path", str(tmp_path / "nope.csv")])
+
+
+def _validate(ckpt, data, devices, strategy="auto"):
+    cli = _run(["validate", "--data.path", str(data), "--data.max_len", "8", "--model.d_model", "16",
+                "--model.n_heads", "2", "--model.n_layers", "1", "--model.d_ff", "32",
+                "--ckpt_path", str(ckpt), "--trainer.logger", "false", "--trainer.enable_progress_bar", "false",
+                "--trainer.accelerator", "cpu", "--trainer.devices", str(devices), "--trainer.strategy", strategy])
+    return {k: float(v) for k, v in cli.trainer.callback_metrics.items() if k.startswith("val_")}
+
+
+def test_ddp_validation_equals_single_process(tiny_ckpt, tiny_log, tmp_path, monkeypatch):
+    """Two DDP ranks (ddp_spawn: `ddp` would relaunch pytest itself) must give the single-process
+    full-ranking metrics; tolerance 1e-6, since only the order of float sums differs."""
+    monkeypatch.chdir(tmp_path)
+    single = _validate(tiny_ckpt, tiny_log, 1)
+    ddp = _validate(tiny_ckpt, tiny_log, 2, "ddp_spawn")
+    assert single and set(single) == set(ddp)
+    for name in single:
+        assert ddp[name] == pytest.approx(single[name], abs=1e-6), name
