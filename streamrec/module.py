@@ -18,7 +18,7 @@ from core import WarmupCosineLR
 from core.blocks import Activation
 from streamrec import losses
 from streamrec.data import EvalBatch, ItemVocab, TrainBatch
-from streamrec.metrics import RankingMetrics, SampledRankingMetrics
+from streamrec.metrics import RankingMetrics, SampledRankingMetrics, most_popular_scores
 from streamrec.model import StreamRecModel
 
 LossName = Literal["full", "sampled", "bce", "gbce"]
@@ -53,6 +53,8 @@ class StreamRecModule(L.LightningModule):
         ks: cutoffs for HR@K, NDCG@K, MRR@K.
         filter_seen: exclude items already in the history from ranking.
         sampled_metrics: also log the SASRec paper's sampled metrics (100 negatives; for comparison only).
+        popularity_baseline: also log a most-popular baseline's metrics on the same cases
+            (`*_mostpop_*`), so every run shows what the model adds.
     """
 
     def __init__(
@@ -64,6 +66,7 @@ class StreamRecModule(L.LightningModule):
         negative_sampling: Literal["uniform", "popularity"] = "uniform", gbce_t: float = 0.75,
         lr: float = 1e-3, weight_decay: float = 0.0, warmup_steps: int = 100, lr_floor: float = 0.1,
         ks: tuple[int, ...] = (10, 20), filter_seen: bool = True, sampled_metrics: bool = False,
+        popularity_baseline: bool = True,
     ):
         super().__init__()
         if loss not in ("full", "sampled", "bce", "gbce"):
@@ -82,8 +85,9 @@ class StreamRecModule(L.LightningModule):
         self.sampled_metrics = (
             SampledRankingMetrics(num_items, ks, filter_seen=filter_seen) if sampled_metrics else None
         )
+        self.baseline_metrics = RankingMetrics(ks, filter_seen) if popularity_baseline else None
         self.item_vocab: ItemVocab | None = None
-        # (N+1,) training popularity, filled in setup() when popularity sampling is used.
+        # (N+1,) item counts in the training histories, filled in setup().
         self.register_buffer("item_counts", torch.zeros(0), persistent=False)
 
     # ------------------------------------------------------------------ setup and checkpoints
@@ -95,8 +99,7 @@ class StreamRecModule(L.LightningModule):
             raise ValueError(f"the data has {datamodule.num_items} items but the model was built for "
                              f"{self.hparams.num_items}; use the checkpoint's data file or retrain")
         self.item_vocab = datamodule.vocab
-        if self.hparams.negative_sampling == "popularity":
-            self.item_counts = datamodule.train_item_counts().float().to(self.device)
+        self.item_counts = datamodule.train_item_counts().float().to(self.device)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # Scoring and explanations read original item ids from the checkpoint alone.
@@ -150,6 +153,9 @@ class StreamRecModule(L.LightningModule):
         metrics.update(scores, batch.targets, batch.seen)
         if self.sampled_metrics is not None:
             self.sampled_metrics.update(scores, batch.targets, batch.seen)
+        if self.baseline_metrics is not None and self.item_counts.numel():
+            popular = most_popular_scores(self.item_counts, scores.shape[0])
+            self.baseline_metrics.update(popular, batch.targets, batch.seen)
 
     def on_validation_epoch_end(self) -> None:
         self._log_metrics("val", self.val_metrics)
@@ -163,6 +169,9 @@ class StreamRecModule(L.LightningModule):
         if self.sampled_metrics is not None:
             values.update(self.sampled_metrics.compute())
             self.sampled_metrics.reset()
+        if self.baseline_metrics is not None and self.baseline_metrics.update_count:
+            values.update({f"mostpop_{k}": v for k, v in self.baseline_metrics.compute().items()})
+            self.baseline_metrics.reset()
         metrics.reset()
         for name, value in values.items():
             self.log(f"{prefix}_{name}", value, prog_bar=name == "ndcg@10", sync_dist=False)
