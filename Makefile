@@ -22,8 +22,18 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
 
+SR := runs/streamrec_demo
 demo: $(VENV)/.installed
+	@echo "== core: the seed pattern classifier (small run) =="
 	$(PY) benchmarks/seed_pattern.py --epochs 5 --num-sequences 4000
+	@echo "== StreamRec: demo data, training, test (model vs most-popular), batch scoring, explanations =="
+	$(PY) data/make_streamrec_demo.py
+	$(PY) -m streamrec fit --config configs/streamrec/demo.yaml
+	$(PY) -m streamrec test --config configs/streamrec/demo.yaml --ckpt_path $(SR)/checkpoints/best.ckpt
+	$(PY) -m streamrec.score --ckpt $(SR)/checkpoints/best.ckpt --input data/streamrec_demo/interactions.csv \
+		--output $(SR)/recs.parquet --top-k 10 --explain
+	$(PY) -m streamrec.explain --ckpt $(SR)/checkpoints/best.ckpt --input data/streamrec_demo/interactions.csv \
+		--user u0001 --html $(SR)/why_u0001.html
 
 test: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check .

@@ -40,3 +40,19 @@ def test_padding_positions_stay_finite():
     model = _model()
     items = torch.tensor([[0] * 9 + [5]])
     assert torch.isfinite(model.encode(items)).all()
+
+
+def test_seed_m4_parameter_count_matches_hand_arithmetic():
+    """configs/streamrec/seed_m4.yaml's model: 1,000 items, d_model 128, 4 heads, 2 layers, d_ff 512, max_len 50."""
+    model = StreamRecModel(num_items=1000, d_model=128, n_heads=4, n_layers=2, d_ff=512, max_len=50)
+    d, f, n, t = 128, 512, 1000, 50
+    item_table = (n + 1) * d  # padding row included; tied output adds nothing
+    positions = t * d
+    attention = d * 3 * d + 3 * d + d * d + d  # fused qkv + output projection, with biases
+    feed_forward = d * f + f + f * d + d
+    norms = 2 * 2 * d  # two LayerNorms per block
+    per_layer = attention + feed_forward + norms
+    final_norm = 2 * d
+    expected = item_table + positions + 2 * per_layer + final_norm
+    assert expected == 531_328
+    assert sum(p.numel() for p in model.parameters()) == expected
