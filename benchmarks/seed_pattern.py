@@ -116,9 +116,12 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--precision", default="32-true", help="Lightning precision, e.g. bf16-mixed")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     p.add_argument("--json", metavar="PATH", help="write the figures as one flat JSON object")
     args = p.parse_args()
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     L.seed_everything(args.seed, verbose=False)
     ids, labels = make_pattern_data(args.num_sequences, seed=args.seed)
     n_train = int(0.8 * len(ids))
