@@ -45,3 +45,10 @@ bench: $(VENV)/.installed
 
 clean:
 	rm -rf $(VENV) lightning_logs runs .pytest_cache .ruff_cache
+
+# Peer venv for benchmarks/streamrec_rectools.py (RecTools pins numpy<2 and Lightning<=2.5.2, so not in .venv).
+.PHONY: bench-env-rectools
+bench-env-rectools: .venv-rectools/.installed
+.venv-rectools/.installed: benchmarks/envs/rectools.sh pyproject.toml constraints.txt
+	VENV=.venv-rectools PYTHON=$(PYTHON) bash benchmarks/envs/rectools.sh
+	touch $@
