@@ -1,0 +1,125 @@
+"""The `python -m translate` CLI: help of every entry point, every YAML config, user errors, DDP parity."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+
+from translate import average, infer
+from translate.__main__ import main
+from translate.data import TranslationDataModule
+from translate.module import TranslationModule
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIGS = sorted((REPO / "configs" / "translate").glob("*.yaml"))
+TINY_MODEL = ["--model.d_model", "16", "--model.n_heads", "2", "--model.n_encoder_layers", "1",
+              "--model.n_decoder_layers", "1", "--model.d_ff", "32"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread() -> Iterator[None]:
+    """One intra-op thread: tensors are tiny, and on a busy 2-core machine an OpenMP barrier waiting for a
+    preempted second thread made training steps ~10x slower (measured). Restored afterwards."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _data(demo_dir: Path) -> list[str]:
+    return [f"--data.{split}={demo_dir / split}" for split in ("train", "val", "test")]
+
+
+@pytest.mark.parametrize("sub", [[], ["fit"], ["validate"], ["test"]])
+def test_help(sub, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main([*sub, "--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert "usage" in out
+    if sub:
+        assert "--model.label_smoothing" in out and "--data.max_tokens" in out
+
+
+@pytest.mark.parametrize("entry", [infer.main, average.main], ids=["infer", "average"])
+def test_script_help(entry, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        entry(["--help"])
+    assert exit_.value.code == 0
+    assert "--output" in capsys.readouterr().out
+
+
+def test_configs_exist():
+    assert {p.name for p in CONFIGS} >= {"demo.yaml", "multi30k_en_de.yaml"}
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.name)
+def test_every_config_runs_one_fast_dev_batch(config, demo_dir, tmp_path, monkeypatch):
+    """Each YAML parses and trains one batch; its data is swapped for the tiny demo corpus (real data is not in CI)."""
+    monkeypatch.chdir(tmp_path)
+    cli = main(["fit", "--config", str(config), *_data(demo_dir), "--data.cache_dir", str(tmp_path / "spm"),
+                "--trainer.fast_dev_run", "true", "--trainer.enable_progress_bar", "false",
+                "--trainer.accelerator", "cpu", "--trainer.devices", "1", "--trainer.precision", "32-true"])
+    hp, dm = cli.model.hparams, cli.datamodule
+    assert (hp.src_vocab_size, hp.tgt_vocab_size, hp.pad_id) == (dm.src_vocab_size, dm.tgt_vocab_size, dm.pad_id)
+    assert hp.max_len == dm.hparams.max_len  # linked, not typed
+    assert cli.config.fit.trainer.use_distributed_sampler is False  # the data module shards by rank itself
+    assert "val_bleu" in cli.trainer.callback_metrics
+
+
+def test_wrong_config_key_names_the_key(demo_dir, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        main(["fit", *_data(demo_dir), "--model.d_modle", "32"])
+    assert exit_.value.code != 0
+    assert "d_modle" in capsys.readouterr().err
+
+
+def test_missing_data_file_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit, match=r"^error: .*nope\.en: no such file") as exit_:
+        main(["fit", f"--data.train={tmp_path / 'nope'}", f"--data.val={tmp_path / 'nope'}"])
+    assert "\n" not in str(exit_.value.code)
+
+
+@pytest.fixture(scope="module")
+def tiny_ckpt(demo_dir, tmp_path_factory) -> Path:
+    """A checkpoint of a tiny model after a few training steps, written by a real fit."""
+    out = tmp_path_factory.mktemp("cli_ckpt")
+    L.seed_everything(0, verbose=False)
+    dm = TranslationDataModule(str(demo_dir / "train"), str(demo_dir / "val"), str(demo_dir / "test"),
+                               max_len=32, max_tokens=512, cache_dir=str(out / "spm"))
+    module = TranslationModule(dm.src_vocab_size, dm.tgt_vocab_size, dm.pad_id, 32, d_model=16, n_heads=2,
+                               n_encoder_layers=1, n_decoder_layers=1, d_ff=32, lr=3e-3, warmup_steps=5)
+    trainer = L.Trainer(max_steps=20, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, limit_val_batches=0, use_distributed_sampler=False)
+    trainer.fit(module, dm)
+    path = out / "tiny.ckpt"
+    trainer.save_checkpoint(path)
+    return path
+
+
+def _validate(ckpt: Path, demo_dir: Path, devices: int, strategy: str = "auto") -> dict[str, float]:
+    cli = main(["validate", *_data(demo_dir), "--data.max_len", "32", "--data.max_tokens", "200", *TINY_MODEL,
+                "--ckpt_path", str(ckpt), "--trainer.logger", "false", "--trainer.enable_progress_bar", "false",
+                "--trainer.accelerator", "cpu", "--trainer.devices", str(devices), "--trainer.strategy", strategy])
+    return {k: float(v) for k, v in cli.trainer.callback_metrics.items() if k.startswith("val_")}
+
+
+def test_ddp_validation_equals_single_process(tiny_ckpt, demo_dir, tmp_path, monkeypatch):
+    """Two DDP ranks (ddp_spawn: `ddp` would relaunch pytest itself) must give the single-process BLEU and
+    chrF exactly: the hypotheses of both ranks are gathered and the sampler's repeated batches deduplicated
+    (30 sentences in an odd number of batches, so one batch is decoded twice). val_loss is a mean of
+    per-rank means over a repeated batch, so it only matches approximately."""
+    monkeypatch.chdir(tmp_path)
+    single = _validate(tiny_ckpt, demo_dir, 1)
+    ddp = _validate(tiny_ckpt, demo_dir, 2, "ddp_spawn")
+    assert set(single) == set(ddp) == {"val_loss", "val_bleu", "val_chrf"}
+    assert single["val_chrf"] > 0
+    assert ddp["val_bleu"] == pytest.approx(single["val_bleu"], abs=1e-4)
+    assert ddp["val_chrf"] == pytest.approx(single["val_chrf"], abs=1e-4)
+    assert ddp["val_loss"] == pytest.approx(single["val_loss"], rel=0.05)

@@ -1,0 +1,214 @@
+"""`translate.infer` and `translate.average`: line bookkeeping, search equivalences, atomic output,
+foreign checkpoints, and weight averaging."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+
+import lightning as L
+import pytest
+import torch
+
+from translate import average, infer
+from translate.data import TranslationDataModule
+from translate.module import TranslationModule
+from translate.search import beam_search
+from translate.vocab import BOS_ID, EOS_ID
+
+MAX_LEN = 32
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread() -> Iterator[None]:
+    """One intra-op thread: tensors are tiny, and on a busy 2-core machine an OpenMP barrier waiting for a
+    preempted second thread made training steps ~10x slower (measured). Restored afterwards."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def trained(demo_dir, tmp_path_factory) -> SimpleNamespace:
+    """A tiny model after a few training steps: its checkpoint, data module and trainer."""
+    out = tmp_path_factory.mktemp("infer_ckpt")
+    L.seed_everything(0, verbose=False)
+    dm = TranslationDataModule(str(demo_dir / "train"), str(demo_dir / "val"), str(demo_dir / "test"),
+                               max_len=MAX_LEN, max_tokens=512, cache_dir=str(out / "spm"))
+    module = TranslationModule(dm.src_vocab_size, dm.tgt_vocab_size, dm.pad_id, MAX_LEN, d_model=16, n_heads=2,
+                               n_encoder_layers=1, n_decoder_layers=2, d_ff=32, lr=3e-3, warmup_steps=5)
+    trainer = L.Trainer(max_steps=20, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, limit_val_batches=0, use_distributed_sampler=False)
+    trainer.fit(module, dm)
+    path = out / "tiny.ckpt"
+    trainer.save_checkpoint(path)
+    return SimpleNamespace(ckpt=path, dm=dm, dir=out)
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_bytes().decode("utf-8").split("\n")[:-1]
+
+
+def _write(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def _one_by_one_beam1(ckpt: Path, lines: list[str]) -> list[str]:
+    """Reference: each line alone (no sorting, no batching) through beam search of width 1."""
+    t = infer.load_translator(ckpt)
+    out = []
+    for line in lines:
+        ids = t.src_vocab.encode(line)[: t.max_src_len] if line.strip() else []
+        if not ids:
+            out.append("")
+            continue
+        hyp = beam_search(t.model, torch.tensor([ids]), BOS_ID, EOS_ID, beam_size=1, alpha=0.0)[0][0]
+        out.append(t.tgt_vocab.decode(hyp.tokens))
+    return out
+
+
+def test_one_line_per_input_in_order_greedy_equals_beam_one(trained, demo_dir, tmp_path, caplog):
+    """Empty and blank lines give empty lines, an over-long line is truncated with a warning naming it,
+    and the sorted, batched, chunked greedy output equals beam search of width 1 on each line alone."""
+    sources = (demo_dir / "test.en").read_text(encoding="utf-8").splitlines()[:6]
+    long_line = " ".join(sources * 2)  # ~80 words: more subwords than max_len
+    lines = [sources[0], "", sources[1], "   ", long_line, sources[2], sources[3], "", sources[4]]
+    src = _write(tmp_path / "in.en", lines)
+    out = tmp_path / "out.de"
+    with caplog.at_level(logging.WARNING, logger="translate.infer"):
+        infer.main(["--ckpt", str(trained.ckpt), "-i", str(src), "-o", str(out), "--beam", "1",
+                    "--batch-size", "2", "--chunk-size", "4"])
+    got = _lines(out)
+    assert len(got) == len(lines)
+    assert got == _one_by_one_beam1(trained.ckpt, lines)
+    assert [g == "" for g in got] == [not line.strip() for line in lines]
+    assert any(f"line 5: {len(infer.load_translator(trained.ckpt).src_vocab.encode(long_line))} subwords" in r.message
+               for r in caplog.records)
+
+
+def test_stdin_to_stdout(trained, monkeypatch, capsysbinary):
+    data = b"the dog sleeps .\n\nthe man sees the dog .\n"
+    monkeypatch.setattr(sys, "stdin", SimpleNamespace(buffer=io.BytesIO(data)))
+    infer.main(["--ckpt", str(trained.ckpt), "--beam", "2"])
+    out = capsysbinary.readouterr().out.decode("utf-8").split("\n")
+    assert len(out) == 4 and out[1] == "" and out[3] == ""
+
+
+def test_nbest_is_tab_separated_best_first(trained, demo_dir, tmp_path):
+    lines = (demo_dir / "val.en").read_text(encoding="utf-8").splitlines()[:5] + [""]
+    src = _write(tmp_path / "in.en", lines)
+    infer.main(["--ckpt", str(trained.ckpt), "-i", str(src), "-o", str(tmp_path / "best"), "--beam", "3"])
+    infer.main(["--ckpt", str(trained.ckpt), "-i", str(src), "-o", str(tmp_path / "nbest"), "--beam", "3",
+                "--nbest", "2"])
+    best, nbest = _lines(tmp_path / "best"), _lines(tmp_path / "nbest")
+    assert len(nbest) == len(lines) and nbest[-1] == ""
+    assert [row.split("\t")[0] for row in nbest[:-1]] == best[:-1]
+    assert all(len(row.split("\t")) == 2 for row in nbest[:-1])
+
+
+def test_output_is_atomic_when_the_input_breaks(trained, tmp_path):
+    src = tmp_path / "in.en"
+    src.write_bytes(b"the dog sleeps .\nthe cat sleeps .\nthe man sings .\nbad \xff byte\n")
+    out = tmp_path / "out.de"
+    with pytest.raises(SystemExit, match=r"^error: .*in\.en:4: invalid UTF-8"):
+        infer.main(["--ckpt", str(trained.ckpt), "-i", str(src), "-o", str(out), "--chunk-size", "2"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.en"]  # no output, no temporary file left
+
+
+def test_alignments_and_html_report(trained, demo_dir, tmp_path):
+    lines = (demo_dir / "test.en").read_text(encoding="utf-8").splitlines()[:3] + ["", "the dog sleeps ."]
+    src = _write(tmp_path / "in.en", lines)
+    align, html = tmp_path / "a.jsonl", tmp_path / "a.html"
+    infer.main(["--ckpt", str(trained.ckpt), "-i", str(src), "-o", str(tmp_path / "out"), "--beam", "2",
+                "--alignments", str(align), "--html", str(html)])
+    records = [json.loads(line) for line in _lines(align)]
+    translations = _lines(tmp_path / "out")
+    assert len(records) == len(lines)
+    for line, out, rec in zip(lines, translations, records, strict=True):
+        assert set(rec) == {"src_words", "tgt_words", "matrix", "alignment"}
+        assert rec["src_words"] == line.split() and rec["tgt_words"] == out.split()
+        assert len(rec["matrix"]) == len(rec["tgt_words"])
+        assert all(len(row) == len(rec["src_words"]) for row in rec["matrix"])
+        links = [tuple(map(int, link.split("-"))) for link in rec["alignment"].split()]
+        assert sorted(j for _, j in links) == list(range(len(rec["tgt_words"])))  # one link per target word
+    page = html.read_text(encoding="utf-8")
+    assert page.startswith("<!DOCTYPE html>") and page.count("<table>") == 4
+    assert "http" not in page and "<script" not in page and "src=" not in page  # self-contained
+
+
+@pytest.mark.parametrize("kind", ["random bytes", "streamrec-like dict", "missing"])
+def test_foreign_checkpoint_is_a_one_line_error(kind, tmp_path):
+    path = tmp_path / "x.ckpt"
+    if kind == "random bytes":
+        path.write_bytes(torch.randint(0, 256, (4096,), dtype=torch.uint8).numpy().tobytes())
+    elif kind == "streamrec-like dict":
+        torch.save({"state_dict": {"model.w": torch.zeros(2)}, "hyper_parameters": {"num_items": 5},
+                    "streamrec_item_vocab": {"items": ["a"]}}, path)
+    for entry in (infer.main, lambda a: average.main(["--ckpts", a[1], a[1], "--output", str(tmp_path / "o")])):
+        with pytest.raises(SystemExit) as exit_:
+            entry(["--ckpt", str(path)])
+        message = str(exit_.value.code)
+        assert message.startswith("error: ") and str(path) in message and "\n" not in message
+
+
+# ----------------------------------------------------------------------------- averaging
+
+
+def _perturbed(ckpt: Path, out: Path, step: int, seed: int) -> Path:
+    state = torch.load(ckpt, map_location="cpu", weights_only=False)
+    g = torch.Generator().manual_seed(seed)
+    state["state_dict"] = {k: v + 0.01 * torch.randn(v.shape, generator=g) if v.is_floating_point() else v
+                           for k, v in state["state_dict"].items()}
+    state["global_step"] = step
+    torch.save(state, out)
+    return out
+
+
+def test_average_of_identical_checkpoints_is_the_checkpoint(trained, tmp_path):
+    out = tmp_path / "avg.ckpt"
+    average.main(["--ckpts", str(trained.ckpt), str(trained.ckpt), "--output", str(out)])
+    a = torch.load(trained.ckpt, weights_only=False)["state_dict"]
+    b = torch.load(out, weights_only=False)
+    assert b["state_dict"].keys() == a.keys()
+    assert all(torch.equal(a[k], b["state_dict"][k]) for k in a)
+    assert "optimizer_states" not in b and b["TranslationDataModule"] == trained.dm.state_dict()
+
+
+def test_average_of_two_checkpoints_is_the_mean_and_is_usable(trained, tmp_path):
+    first = _perturbed(trained.ckpt, tmp_path / "a.ckpt", 100, seed=1)
+    second = _perturbed(trained.ckpt, tmp_path / "b.ckpt", 200, seed=2)
+    out = tmp_path / "avg.ckpt"
+    average.main(["--ckpts", str(first), str(second), "--output", str(out)])
+    a, b = (torch.load(p, weights_only=False)["state_dict"] for p in (first, second))
+    avg = torch.load(out, weights_only=False)["state_dict"]
+    for k in a:
+        assert torch.allclose(avg[k], (a[k] + b[k]) / 2, atol=1e-6), k
+    # infer and Lightning's test loop accept it
+    lines = _write(tmp_path / "in.en", ["the dog sleeps ."])
+    infer.main(["--ckpt", str(out), "-i", str(lines), "-o", str(tmp_path / "out"), "--beam", "2"])
+    assert len(_lines(tmp_path / "out")) == 1
+    module = TranslationModule.load_from_checkpoint(out, test_beam_size=2)
+    assert module.tgt_vocab == trained.dm.tgt_vocab  # vocabularies come with the checkpoint
+    trainer = L.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False, limit_test_batches=1,
+                        use_distributed_sampler=False)
+    metrics = trainer.test(module, trained.dm, ckpt_path=out, verbose=False)[0]
+    assert {"test_loss", "test_bleu", "test_chrf"} <= set(metrics)
+
+
+def test_average_last_n_of_a_folder_counts_each_step_once(trained, tmp_path):
+    folder = tmp_path / "ckpts"
+    folder.mkdir()
+    for name, step in (("a.ckpt", 10), ("b.ckpt", 20), ("c.ckpt", 30), ("last.ckpt", 30)):
+        _perturbed(trained.ckpt, folder / name, step, seed=step)
+    assert average.latest_checkpoints(folder, 2) == [folder / "b.ckpt", folder / "c.ckpt"]
+    average.main(["--dir", str(folder), "--last", "2", "--output", str(folder / "avg.ckpt")])
+    assert average.latest_checkpoints(folder, 3)[0] == folder / "a.ckpt"  # the average itself is skipped
+    with pytest.raises(SystemExit, match="distinct steps"):
+        average.main(["--dir", str(folder), "--last", "4", "--output", str(tmp_path / "x.ckpt")])

@@ -1,0 +1,113 @@
+"""TranslationModule: the loss against a hand computation, its config checks, and the BLEU helpers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from translate.data import Batch
+from translate.module import TranslationModule, corpus_scores, label_smoothed_cross_entropy, vocabs_from_checkpoint
+from translate.vocab import train_vocab
+
+PAD, BOS, EOS = 0, 2, 3
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread() -> Iterator[None]:
+    """One intra-op thread: tensors are tiny, and on a busy 2-core machine an OpenMP barrier waiting for a
+    preempted second thread made training steps ~10x slower (measured). Restored afterwards."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _module(**kwargs) -> TranslationModule:
+    torch.manual_seed(0)
+    args = dict(src_vocab_size=11, tgt_vocab_size=11, d_model=16, n_heads=2, n_encoder_layers=1,
+                n_decoder_layers=1, d_ff=32, dropout=0.0, max_len=16)
+    return TranslationModule(**{**args, **kwargs}).eval()
+
+
+def _batch() -> Batch:
+    return Batch(
+        src=torch.tensor([[5, 6, 7], [8, 9, PAD]]),
+        tgt_in=torch.tensor([[BOS, 4, 5, 6], [BOS, 7, PAD, PAD]]),
+        tgt_out=torch.tensor([[4, 5, 6, EOS], [7, EOS, PAD, PAD]]),
+        index=torch.tensor([0, 1]),
+    )
+
+
+def _hand_loss(logits: torch.Tensor, target: torch.Tensor, eps: float) -> float:
+    """Per token: (1 - eps) * -log p(gold) + eps * mean over all V of -log p(v); mean over non-pad tokens."""
+    total, count = 0.0, 0
+    logp = logits.double().log_softmax(-1)
+    for b in range(target.shape[0]):
+        for t in range(target.shape[1]):
+            gold = int(target[b, t])
+            if gold == PAD:
+                continue
+            row = logp[b, t]
+            total += (1 - eps) * -float(row[gold]) + eps * -float(row.mean())
+            count += 1
+    return total / count
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
+def test_loss_equals_hand_computed_label_smoothed_cross_entropy(eps):
+    module, batch = _module(label_smoothing=eps), _batch()
+    with torch.no_grad():
+        logits = module.model(batch.src, batch.tgt_in)
+        loss = module.compute_loss(batch)
+    assert float(loss) == pytest.approx(_hand_loss(logits, batch.tgt_out, eps), abs=1e-5)
+
+
+def test_padding_positions_do_not_change_the_loss():
+    logits = torch.randn(2, 4, 11)
+    target = _batch().tgt_out
+    changed = logits.clone()
+    changed[1, 2:] = torch.randn(2, 11) * 10  # logits at padded target positions
+    a = label_smoothed_cross_entropy(logits, target, PAD, 0.1)
+    b = label_smoothed_cross_entropy(changed, target, PAD, 0.1)
+    assert float(a) == pytest.approx(float(b), abs=1e-6)
+
+
+def test_post_ln_and_options_build():
+    module = _module(norm_first=False, activation="gelu", positions="learned", n_kv_heads=1)
+    assert module.hparams.norm_first is False
+    assert module.compute_loss(_batch()).isfinite()
+
+
+@pytest.mark.parametrize("bad", [dict(label_smoothing=1.0), dict(val_beam_size=0), dict(n_heads=3)])
+def test_bad_settings_are_value_errors(bad):
+    with pytest.raises(ValueError):
+        _module(**bad)
+
+
+def test_separate_vocabularies_need_share_embeddings_false():
+    with pytest.raises(ValueError, match="share_embeddings"):
+        _module(tgt_vocab_size=13)
+    assert _module(tgt_vocab_size=13, share_embeddings=False).compute_loss(_batch()).isfinite()
+
+
+def test_corpus_scores_are_sacrebleu():
+    refs = ["der Hund schläft .", "die Katze sieht den Hund ."]
+    bleu, chrf, signature = corpus_scores(refs, refs)
+    assert bleu == pytest.approx(100.0) and chrf == pytest.approx(100.0)
+    assert "tok:13a" in signature and "case:mixed" in signature
+    lower, _, signature = corpus_scores([r.upper() for r in refs], refs, lowercase=True)
+    assert lower == pytest.approx(100.0) and "case:lc" in signature
+
+
+def test_vocabularies_are_read_from_the_data_module_key():
+    vocab = train_vocab(["der Hund schläft .", "the dog sleeps ."] * 5, 40, cache_dir=None)
+    ckpt = {"TranslationDataModule": {"src_vocab": vocab.to_bytes(), "tgt_vocab": vocab.to_bytes()}}
+    src, tgt = vocabs_from_checkpoint(ckpt)
+    assert src == vocab and tgt is src
+    assert vocabs_from_checkpoint({"OtherDataModule": ckpt["TranslationDataModule"]})[0] == vocab
+    assert vocabs_from_checkpoint({"state_dict": {}, "streamrec_item_vocab": {"items": []}}) is None
+    module = _module()
+    module.on_load_checkpoint(ckpt)
+    assert module.tgt_vocab == vocab

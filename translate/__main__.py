@@ -1,0 +1,42 @@
+"""`python -m translate fit|validate|test --config configs/translate/NAME.yaml`
+
+LightningCLI over `TranslationModule` and `TranslationDataModule`. YAML may interpolate
+`${...}` (omegaconf mode). The vocabulary sizes and pad id come from the data module (known
+once it has trained or loaded its sentencepiece model), `model.max_len` from `data.max_len`.
+`trainer.use_distributed_sampler` defaults to false here: the data module's batch sampler
+shards batches across DDP ranks itself.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from lightning.pytorch.cli import LightningCLI
+
+from translate.data import TranslationDataModule
+from translate.module import TranslationModule
+
+
+class TranslateCLI(LightningCLI):
+    """Links the values only the data knows into the model's arguments."""
+
+    def add_arguments_to_parser(self, parser) -> None:
+        parser.link_arguments("data.max_len", "model.max_len")
+        for name in ("src_vocab_size", "tgt_vocab_size", "pad_id"):
+            parser.link_arguments(f"data.{name}", f"model.{name}", apply_on="instantiate")
+        parser.set_defaults({"trainer.use_distributed_sampler": False})
+
+
+def main(args: list[str] | None = None) -> TranslateCLI:
+    """Run the CLI; a user's mistake (bad file, bad value) ends with one line, not a traceback."""
+    try:
+        return TranslateCLI(
+            TranslationModule, TranslationDataModule, parser_kwargs={"parser_mode": "omegaconf"},
+            save_config_kwargs={"overwrite": True}, args=args,
+        )
+    except (ValueError, FileNotFoundError) as err:
+        sys.exit(f"error: {err}")
+
+
+if __name__ == "__main__":
+    main()

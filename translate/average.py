@@ -1,0 +1,156 @@
+"""Average the model weights of several Translate checkpoints (checkpoint averaging).
+
+    python -m translate.average --ckpts A.ckpt B.ckpt C.ckpt --output avg.ckpt
+    python -m translate.average --dir runs/NAME/checkpoints --last 5 --output avg.ckpt
+
+The output is the last input checkpoint (by training step with `--dir`, the last listed with
+`--ckpts`) with its `state_dict` replaced by the element-wise mean of all inputs' weights
+(floating-point tensors averaged in float64 and cast back; other tensors must be equal) and
+its optimizer and scheduler state removed. `python -m translate validate|test --ckpt_path` and
+`python -m translate.infer --ckpt` accept it; resuming `fit` from it does not work (no
+optimizer state). The inputs must share weight names, shapes and vocabularies.
+
+`--dir D --last N` averages the N checkpoints of D with the highest training step; files
+holding the same step (e.g. `last.ckpt` and the newest epoch file) count once, and earlier
+averages (they carry the key `averaged_from`) are skipped. Keep several checkpoints with
+`ModelCheckpoint(save_top_k=N)` or `every_n_epochs`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+log = logging.getLogger("translate.average")
+AVERAGED_KEY = "averaged_from"
+
+
+def read_checkpoint(path: str | Path) -> dict[str, Any]:
+    """A Translate checkpoint as a dict (weights, hyperparameters, vocabularies); one-line errors otherwise."""
+    from translate.module import vocabs_from_checkpoint
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: checkpoint not found")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as err:  # noqa: BLE001 - any unreadable file is the same user mistake
+        raise ValueError(f"{path}: not a readable PyTorch checkpoint ({type(err).__name__})") from None
+    if not isinstance(state, dict) or "state_dict" not in state or vocabs_from_checkpoint(state) is None:
+        raise ValueError(f"{path}: not a Translate checkpoint (no vocabularies or weights); "
+                         "pass checkpoints written by `python -m translate fit`")
+    return state
+
+
+def average_state_dicts(states: Sequence[dict[str, torch.Tensor]], names: Sequence[str]) -> dict[str, torch.Tensor]:
+    """Element-wise mean of state dicts with equal keys and shapes (non-float tensors must agree).
+
+    Args:
+        states: the weights to average.
+        names: one name per state dict for error messages.
+    """
+    first, first_name = states[0], names[0]
+    out: dict[str, torch.Tensor] = {}
+    for state, name in zip(states[1:], names[1:], strict=True):
+        if state.keys() != first.keys():
+            diff = sorted(state.keys() ^ first.keys())
+            raise ValueError(f"{name} and {first_name} hold different weights (e.g. {diff[0]}); "
+                             "average checkpoints of one training run")
+    for key, ref in first.items():
+        values = [s[key] for s in states]
+        for value, name in zip(values, names, strict=True):
+            if value.shape != ref.shape:
+                raise ValueError(f"{name}: `{key}` has shape {tuple(value.shape)} but {first_name} has "
+                                 f"{tuple(ref.shape)}; average checkpoints of one model")
+        if ref.is_floating_point():
+            out[key] = (sum(v.double() for v in values) / len(values)).to(ref.dtype)
+        else:
+            if any(not torch.equal(v, ref) for v in values):
+                raise ValueError(f"`{key}` (a {ref.dtype} tensor) differs between checkpoints; it cannot be averaged")
+            out[key] = ref.clone()
+    return out
+
+
+def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
+    """The averaged checkpoint dict of `paths` (metadata of the last one; see the module docstring)."""
+    from translate.module import vocabs_from_checkpoint
+
+    if not paths:
+        raise ValueError("no checkpoint to average; pass --ckpts A B ... or --dir D --last N")
+    states = [read_checkpoint(p) for p in paths]
+    names = [str(p) for p in paths]
+    vocabs = [vocabs_from_checkpoint(s) for s in states]
+    for v, name in zip(vocabs[1:], names[1:], strict=True):
+        if v != vocabs[0]:
+            raise ValueError(f"{name} and {names[0]} have different vocabularies; average checkpoints of one run")
+    result = dict(states[-1])
+    result["state_dict"] = average_state_dicts([s["state_dict"] for s in states], names)
+    for key in ("optimizer_states", "lr_schedulers"):
+        result.pop(key, None)
+    result[AVERAGED_KEY] = [str(Path(p).resolve()) for p in paths]
+    return result
+
+
+def latest_checkpoints(directory: str | Path, n: int) -> list[Path]:
+    """The `n` checkpoints of `directory` with the highest training step, oldest first (one per step)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise FileNotFoundError(f"--dir {directory}: no such folder")
+    by_step: dict[int, Path] = {}
+    for path in sorted(directory.glob("*.ckpt")):
+        state = read_checkpoint(path)
+        if AVERAGED_KEY in state:
+            continue
+        by_step.setdefault(int(state.get("global_step", -1)), path)
+    if len(by_step) < n:
+        raise ValueError(f"--dir {directory} holds checkpoints of {len(by_step)} distinct steps, fewer than "
+                         f"--last {n}; keep more with ModelCheckpoint(save_top_k=...) or lower --last")
+    return [by_step[step] for step in sorted(by_step)[-n:]]
+
+
+def save_atomic(checkpoint: dict[str, Any], path: str | Path) -> None:
+    """torch.save to a temporary file beside `path`, then rename (never a half-written checkpoint)."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise FileNotFoundError(f"--output {path}: the folder {path.parent} does not exist")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        torch.save(checkpoint, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def main(argv: list[str] | None = None) -> None:
+    """CLI entry point; user mistakes end with one line on stderr and exit status 1."""
+    p = argparse.ArgumentParser(prog="python -m translate.average", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--ckpts", nargs="+", help="checkpoints to average")
+    source.add_argument("--dir", help="folder of checkpoints (with --last)")
+    p.add_argument("--last", type=int, default=5, help="with --dir: average the N latest steps (default 5)")
+    p.add_argument("--output", required=True, help="the averaged checkpoint to write")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    try:
+        if args.last < 1:
+            raise ValueError(f"--last must be >= 1, got {args.last}")
+        paths = args.ckpts if args.ckpts else latest_checkpoints(args.dir, args.last)
+        save_atomic(average_checkpoints(paths), args.output)
+    except (ValueError, FileNotFoundError) as err:
+        sys.exit(f"error: {err}")
+    log.info("averaged %d checkpoints into %s: %s", len(paths), args.output, ", ".join(map(str, paths)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,354 @@
+"""Translate a text file (or stdin) with a checkpoint written by `python -m translate fit`.
+
+    python -m translate.infer --ckpt CKPT [-i in.txt] [-o out.txt] [--beam 5] [--alpha 0.6]
+        [--batch-size 64] [--nbest N] [--alignments out.jsonl] [--html report.html] [--device auto]
+
+Exactly one output line per input line, in input order; an empty (or blank) input line gives
+an empty output line. With `--nbest N` (N > 1) each output line holds the N best translations,
+best first, separated by tabs, so line counts still match. `--beam 1` runs greedy search,
+which gives the same output as a beam of width 1 (tested).
+
+Input is read in chunks of `--chunk-size` lines (default 10,000); inside a chunk sentences are
+sorted by length so that batches hold similar lengths, translated, put back in order, written
+and flushed: memory stays bounded on any file size. Sources longer than the model's `max_len`
+subwords are truncated, with a warning naming the line. With `-o` the output appears in one
+rename at the end (never half-written); likewise `--alignments` and `--html`.
+
+`--alignments FILE` writes one JSON line per input line ({"src_words", "tgt_words", "matrix",
+"alignment"}, see `translate.align`) for the best translation; `--html FILE` a self-contained
+page of heatmaps for the first `--html-max` non-empty lines. Progress goes to stderr when it
+is a terminal or with `--progress`.
+
+The vocabularies come from the checkpoint (`translate.module.vocabs_from_checkpoint`); no other
+file is read. Only load checkpoints you trust: they are unpickled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import inspect
+import logging
+import os
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import torch
+from torch import Tensor
+
+from translate.align import DEFAULT_LAYER, EMPTY, Layer, WordAlignment, align_batch, write_html
+from translate.model import Translator
+from translate.search import Hypothesis, beam_search, greedy_search
+from translate.vocab import BOS_ID, EOS_ID, PAD_ID, SubwordVocab
+
+log = logging.getLogger("translate.infer")
+MAX_TRUNCATION_WARNINGS = 20  # then one summary line, so a bad file cannot flood stderr
+
+
+@dataclass
+class LoadedTranslator:
+    """A translator restored from a checkpoint with its vocabularies."""
+
+    model: Translator
+    src_vocab: SubwordVocab
+    tgt_vocab: SubwordVocab
+
+    @property
+    def max_src_len(self) -> int:
+        """Longest source the encoder's positions allow, in subwords."""
+        return self.model.encoder.max_len
+
+
+def load_translator(ckpt: str | Path, device: str | torch.device = "cpu") -> LoadedTranslator:
+    """The trained translator (eval mode) and the vocabularies stored in a Translate checkpoint.
+
+    Args:
+        ckpt: a checkpoint from `python -m translate fit` or `python -m translate.average`.
+        device: where to put the model.
+    """
+    from translate.module import TranslationModule, vocabs_from_checkpoint
+
+    path = Path(ckpt)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: checkpoint not found; pass the .ckpt written by `python -m translate fit`")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as err:  # noqa: BLE001 - any unreadable file is the same user mistake
+        raise ValueError(f"{path}: not a readable PyTorch checkpoint ({type(err).__name__})") from None
+    vocabs = vocabs_from_checkpoint(state) if isinstance(state, dict) else None
+    if vocabs is None or "hyper_parameters" not in state or "state_dict" not in state:
+        raise ValueError(f"{path}: not a Translate checkpoint (no vocabularies or weights); "
+                         "pass a checkpoint written by `python -m translate fit`")
+    # LightningCLI stores bookkeeping keys (e.g. `_instantiator`) beside the arguments.
+    accepted = inspect.signature(TranslationModule).parameters
+    try:
+        module = TranslationModule(**{k: v for k, v in state["hyper_parameters"].items() if k in accepted})
+        module.load_state_dict(state["state_dict"])
+    except (RuntimeError, TypeError) as err:
+        first = str(err).strip().splitlines()[0]
+        raise ValueError(f"{path}: weights do not fit the stored hyperparameters ({first})") from None
+    return LoadedTranslator(module.model.to(device).eval(), *vocabs)
+
+
+# ----------------------------------------------------------------------------- reading and writing
+
+
+def read_chunks(stream: IO[bytes], size: int, name: str = "<stdin>") -> Iterator[list[str]]:
+    """Lines of a UTF-8 byte stream, `size` at a time, split on "\\n" only (as `translate.data.read_lines`).
+
+    A byte-order mark and CRLF endings are accepted; invalid UTF-8 raises naming the line.
+    """
+    chunk: list[str] = []
+    for number, raw in enumerate(stream, start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise ValueError(f"{name}:{number}: invalid UTF-8 (byte 0x{raw[err.start]:02x} at column "
+                             f"{err.start + 1}); re-encode the input as UTF-8") from None
+        if number == 1:
+            line = line.removeprefix("\ufeff")
+        chunk.append(line.removesuffix("\n").removesuffix("\r"))
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+class AtomicOutputs:
+    """Output files written under temporary names and renamed into place only on success."""
+
+    def __init__(self) -> None:
+        self._pending: list[tuple[Path, Path]] = []  # (temporary, final)
+        self._open: list[IO[bytes]] = []
+
+    def reserve(self, path: str | Path) -> Path:
+        """A temporary path beside `path` that is renamed to `path` when the block exits without error."""
+        path = Path(path)
+        if not path.parent.is_dir():
+            raise FileNotFoundError(f"{path}: the output folder {path.parent} does not exist")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
+        self._pending.append((Path(tmp), path))
+        return Path(tmp)
+
+    def open(self, path: str | Path) -> IO[bytes]:
+        """A binary file that becomes `path` when the block exits without error."""
+        f = open(self.reserve(path), "wb")  # closed in __exit__
+        self._open.append(f)
+        return f
+
+    def __enter__(self) -> AtomicOutputs:
+        return self
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        for f in self._open:
+            f.close()
+        for tmp, path in self._pending:
+            if exc_type is None:
+                os.replace(tmp, path)
+            else:
+                tmp.unlink(missing_ok=True)
+
+
+# ----------------------------------------------------------------------------- translation
+
+
+def encode_sources(lines: Sequence[str], vocab: SubwordVocab, max_len: int, first_line: int = 1,
+                   warned: list[int] | None = None) -> list[list[int]]:
+    """Subword ids per line ([] for a blank line), truncated to `max_len` with a warning naming the line.
+
+    Args:
+        lines: input lines.
+        vocab: source vocabulary.
+        max_len: the model's source limit in subwords.
+        first_line: 1-based number of `lines[0]` in the whole input (for warnings).
+        warned: a one-element counter of warnings already given, shared across chunks.
+    """
+    warned = [0] if warned is None else warned
+    ids = vocab.encode_batch([line if line.strip() else "" for line in lines])
+    for k, row in enumerate(ids):
+        if len(row) > max_len:
+            warned[0] += 1
+            if warned[0] <= MAX_TRUNCATION_WARNINGS:
+                log.warning("line %d: %d subwords, truncated to the model's max_len of %d",
+                            first_line + k, len(row), max_len)
+            ids[k] = row[:max_len]
+    return ids
+
+
+def pad_batch(rows: Sequence[Sequence[int]], device: torch.device | str = "cpu") -> Tensor:
+    """Right-pad id lists into a (B, S) tensor."""
+    width = max(1, max(len(r) for r in rows))
+    return torch.tensor([list(r) + [PAD_ID] * (width - len(r)) for r in rows], dtype=torch.long, device=device)
+
+
+@torch.inference_mode()
+def search(model: Translator, src: Tensor, beam: int = 5, alpha: float = 0.6, nbest: int = 1
+           ) -> list[list[Hypothesis]]:
+    """The `nbest` best hypotheses per source row; beam 1 runs greedy search."""
+    if beam == 1:
+        return [[h] for h in greedy_search(model, src, BOS_ID, EOS_ID)]
+    return beam_search(model, src, BOS_ID, EOS_ID, beam_size=beam, alpha=alpha, nbest=nbest)
+
+
+def translate_ids(translator: LoadedTranslator, sources: Sequence[Sequence[int]], beam: int = 5,
+                  alpha: float = 0.6, nbest: int = 1, batch_size: int = 64, align_layer: Layer | None = None
+                  ) -> tuple[list[list[Hypothesis]], list[WordAlignment] | None]:
+    """Translate subword sources, longest first in batches, and return results in input order.
+
+    Args:
+        translator: model and vocabularies.
+        sources: source ids per sentence; an empty list gives no hypothesis.
+        beam: beam width (1 = greedy).
+        alpha: length-penalty exponent.
+        nbest: hypotheses per sentence.
+        batch_size: sentences per search batch.
+        align_layer: also align each best hypothesis with this decoder layer (None: no alignments).
+    """
+    device = next(translator.model.parameters()).device
+    results: list[list[Hypothesis]] = [[] for _ in sources]
+    alignments: list[WordAlignment] | None = None if align_layer is None else [EMPTY] * len(sources)
+    order = sorted((i for i, s in enumerate(sources) if s), key=lambda i: -len(sources[i]))
+    for start in range(0, len(order), batch_size):
+        rows = order[start : start + batch_size]
+        src = pad_batch([sources[i] for i in rows], device)
+        for i, hyps in zip(rows, search(translator.model, src, beam, alpha, nbest), strict=True):
+            results[i] = hyps
+        if alignments is not None:
+            best = [results[i][0].tokens for i in rows]
+            aligned = align_batch(translator.model, src, best, translator.src_vocab, translator.tgt_vocab, align_layer)
+            for i, a in zip(rows, aligned, strict=True):
+                alignments[i] = a
+    return results, alignments
+
+
+def format_line(hyps: Sequence[Hypothesis], vocab: SubwordVocab) -> str:
+    """The output line of one input: its translations, tab-separated (one without --nbest)."""
+    return "\t".join(vocab.decode(h.tokens) for h in hyps)
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of `python -m translate.infer`."""
+    p = argparse.ArgumentParser(prog="python -m translate.infer", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ckpt", required=True, help="checkpoint written by `python -m translate fit` (or .average)")
+    p.add_argument("-i", "--input", help="input text, one sentence per line (default: stdin)")
+    p.add_argument("-o", "--output", help="output file, written atomically (default: stdout)")
+    p.add_argument("--beam", type=int, default=5, help="beam width; 1 = greedy search (default 5)")
+    p.add_argument("--alpha", type=float, default=0.6, help="GNMT length-penalty exponent (default 0.6)")
+    p.add_argument("--batch-size", type=int, default=64, help="sentences per search batch (default 64)")
+    p.add_argument("--nbest", type=int, default=1, help="translations per line, tab-separated (default 1)")
+    p.add_argument("--alignments", help="write word alignments of the best translation as JSON lines here")
+    p.add_argument("--align-layer", default=str(DEFAULT_LAYER),
+                   help=f"decoder layer for alignments: index (negative from the last) or 'mean' "
+                        f"(default {DEFAULT_LAYER}, measured best on the demo corpus)")
+    p.add_argument("--html", help="write a self-contained HTML page of alignment heatmaps here")
+    p.add_argument("--html-max", type=int, default=100, help="sentences shown in --html (default 100)")
+    p.add_argument("--chunk-size", type=int, default=10_000, help="lines sorted and translated together")
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (cuda when available)")
+    p.add_argument("--progress", action="store_true", help="show progress on stderr even when it is not a terminal")
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    """CLI entry point; user mistakes end with one line on stderr and exit status 1."""
+    args = build_parser().parse_args(argv)
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
+    try:
+        run(args)
+    except (ValueError, FileNotFoundError) as err:
+        sys.exit(f"error: {err}")
+
+
+def _check(args: argparse.Namespace) -> Layer:
+    if args.beam < 1 or args.batch_size < 1 or args.chunk_size < 1 or args.html_max < 0:
+        raise ValueError("--beam, --batch-size and --chunk-size must be positive and --html-max >= 0")
+    if not 1 <= args.nbest <= args.beam:
+        raise ValueError(f"--nbest ({args.nbest}) must be between 1 and --beam ({args.beam})")
+    if args.input is not None and not Path(args.input).is_file():
+        raise FileNotFoundError(f"--input {args.input}: no such file")
+    try:
+        return "mean" if args.align_layer == "mean" else int(args.align_layer)
+    except ValueError:
+        raise ValueError(f"--align-layer must be an integer or 'mean', got {args.align_layer!r}") from None
+
+
+def run(args: argparse.Namespace) -> None:
+    """Translate `args.input` (or stdin) into `args.output` (or stdout); see the module docstring."""
+    layer = _check(args)
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    translator = load_translator(args.ckpt, device)
+    want_align = args.alignments is not None or args.html is not None
+    shown: list[tuple[int, WordAlignment]] = []
+    warned = [0]
+    with AtomicOutputs() as outputs, contextlib.ExitStack() as stack:
+        out = outputs.open(args.output) if args.output else sys.stdout.buffer
+        align_out = outputs.open(args.alignments) if args.alignments else None
+        stream = stack.enter_context(open(args.input, "rb")) if args.input else sys.stdin.buffer
+        progress = stack.enter_context(_Progress(args.progress or sys.stderr.isatty(), args.input))
+        first = 1
+        for lines in read_chunks(stream, args.chunk_size, args.input or "<stdin>"):
+            sources = encode_sources(lines, translator.src_vocab, translator.max_src_len, first, warned)
+            hyps, aligned = translate_ids(translator, sources, args.beam, args.alpha, args.nbest, args.batch_size,
+                                          layer if want_align else None)
+            out.write("".join(format_line(h, translator.tgt_vocab) + "\n" for h in hyps).encode("utf-8"))
+            out.flush()
+            if aligned is not None:
+                if align_out is not None:
+                    align_out.write("".join(a.to_json() + "\n" for a in aligned).encode("utf-8"))
+                room = args.html_max - len(shown)
+                shown += [(first + k, a) for k, a in enumerate(aligned) if a.tgt_words][: max(room, 0)]
+            first += len(lines)
+            progress.advance(len(lines))
+        if warned[0] > MAX_TRUNCATION_WARNINGS:
+            log.warning("%d lines in all were truncated to max_len %d", warned[0], translator.max_src_len)
+        if args.html:
+            write_html(outputs.reserve(args.html), [a for _, a in shown], f"Alignments: {args.input or 'stdin'}",
+                       [n for n, _ in shown])
+    log.info("translated %d lines", first - 1)
+
+
+def _count_lines(path: str | None) -> int | None:
+    if path is None:
+        return None  # stdin: an open-ended bar
+    with open(path, "rb") as f:
+        return sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 20), b""))
+
+
+class _Progress:
+    """A rich progress bar of lines on stderr; a no-op when disabled."""
+
+    def __init__(self, enabled: bool, path: str | None):
+        self.enabled, self.path, self.bar, self.task = enabled, path, None, None
+
+    def __enter__(self) -> _Progress:
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self.bar = Progress(TextColumn("translating"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                                console=Console(stderr=True))
+            self.bar.start()
+            self.task = self.bar.add_task("lines", total=_count_lines(self.path))
+        return self
+
+    def advance(self, n: int) -> None:
+        if self.bar is not None:
+            self.bar.advance(self.task, n)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+if __name__ == "__main__":
+    main()
