@@ -22,7 +22,6 @@ import argparse
 import logging
 import os
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -121,8 +120,7 @@ def save_atomic(checkpoint: dict[str, Any], path: str | Path) -> None:
     path = Path(path)
     if not path.parent.is_dir():
         raise FileNotFoundError(f"--output {path}: the folder {path.parent} does not exist")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # not mkstemp: its 0600 mode would stick
     try:
         torch.save(checkpoint, tmp)
         os.replace(tmp, path)

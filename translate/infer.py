@@ -31,7 +31,6 @@ import inspect
 import logging
 import os
 import sys
-import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,10 +130,11 @@ class AtomicOutputs:
         path = Path(path)
         if not path.parent.is_dir():
             raise FileNotFoundError(f"{path}: the output folder {path.parent} does not exist")
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        os.close(fd)
-        self._pending.append((Path(tmp), path))
-        return Path(tmp)
+        # Not mkstemp: its 0600 mode would stick to the result; a plain open respects the umask.
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{len(self._pending)}.tmp")
+        tmp.touch()
+        self._pending.append((tmp, path))
+        return tmp
 
     def open(self, path: str | Path) -> IO[bytes]:
         """A binary file that becomes `path` when the block exits without error."""

@@ -180,7 +180,7 @@ class TranslationModule(L.LightningModule):
     def _evaluate(self, batch: Batch, prefix: str, beam_size: int) -> None:
         self.log(f"{prefix}_loss", self.compute_loss(batch), batch_size=self._tokens(batch), sync_dist=True)
         # On CPU, bf16 autocast makes the search's per-step matmuls (a few rows each) ~5x slower
-        # than fp32 (measured on the demo model); the weights are fp32 anyway under bf16-mixed.
+        # than fp32 (measured: 2.6 s vs 0.5 s for the demo val set); the weights stay fp32 under bf16-mixed.
         with torch.autocast("cpu", enabled=False) if self.device.type == "cpu" else nullcontext():
             hypotheses = self.translate_ids(batch.src, beam_size)
         vocab = self._target_vocab()
