@@ -23,6 +23,7 @@ install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
 
 SR := runs/streamrec_demo
+TR := runs/translate_demo
 demo: $(VENV)/.installed
 	@echo "== core: the seed pattern classifier (small run) =="
 	$(PY) benchmarks/seed_pattern.py --epochs 5 --num-sequences 4000
@@ -34,6 +35,12 @@ demo: $(VENV)/.installed
 		--output $(SR)/recs.parquet --top-k 10 --explain
 	$(PY) -m streamrec.explain --ckpt $(SR)/checkpoints/best.ckpt --input data/streamrec_demo/interactions.csv \
 		--user u0001 --html $(SR)/why_u0001.html
+	@echo "== Translate: demo corpus, training, test BLEU (beam 5), inference with alignments =="
+	$(PY) data/make_translate_demo.py
+	$(PY) -m translate fit --config configs/translate/demo.yaml
+	$(PY) -m translate test --config configs/translate/demo.yaml --ckpt_path $(TR)/checkpoints/best.ckpt
+	$(PY) -m translate.infer --ckpt $(TR)/checkpoints/best.ckpt -i data/translate_demo/test.en -o $(TR)/test.out.de \
+		--alignments $(TR)/test.align.jsonl --html $(TR)/alignments.html
 
 test: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check .
