@@ -148,7 +148,10 @@ def main() -> None:
     print(f"\n{'metric':<22}{'ours':>12}{'seed':>12}")
     print(f"{'val accuracy (%)':<22}{acc:>12.2f}{99.35:>12.2f}")
     print(f"{'train wall time (s)':<22}{seconds:>12.1f}{'':>12}")
-    print(f"{'target >= 99%':<22}{'met' if acc >= 99.0 else 'NOT met':>12}")
+    if args.epochs >= 20 and args.num_sequences >= 10_000:
+        print(f"{'target >= 99%':<22}{'met' if acc >= 99.0 else 'NOT met':>12}")
+    else:
+        print("(a shortened run: the >= 99% target applies to the full recipe, 20 epochs on 10,000 sequences)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(figures, f, indent=1)
