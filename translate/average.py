@@ -38,7 +38,7 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
 
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: checkpoint not found")
+        raise FileNotFoundError(f"{path}: checkpoint not found; pass the .ckpt written by `python -m translate fit`")
     try:
         state = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as err:  # noqa: BLE001 - any unreadable file is the same user mistake

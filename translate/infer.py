@@ -69,18 +69,14 @@ def load_translator(ckpt: str | Path, device: str | torch.device = "cpu") -> Loa
         ckpt: a checkpoint from `python -m translate fit` or `python -m translate.average`.
         device: where to put the model.
     """
+    from translate.average import read_checkpoint
     from translate.module import TranslationModule, vocabs_from_checkpoint
 
     path = Path(ckpt)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: checkpoint not found; pass the .ckpt written by `python -m translate fit`")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as err:  # noqa: BLE001 - any unreadable file is the same user mistake
-        raise ValueError(f"{path}: not a readable PyTorch checkpoint ({type(err).__name__})") from None
-    vocabs = vocabs_from_checkpoint(state) if isinstance(state, dict) else None
-    if vocabs is None or "hyper_parameters" not in state or "state_dict" not in state:
-        raise ValueError(f"{path}: not a Translate checkpoint (no vocabularies or weights); "
+    state = read_checkpoint(path)  # one-line errors for missing, unreadable or foreign files
+    vocabs = vocabs_from_checkpoint(state)
+    if "hyper_parameters" not in state:
+        raise ValueError(f"{path}: not a Translate checkpoint (no hyperparameters); "
                          "pass a checkpoint written by `python -m translate fit`")
     # LightningCLI stores bookkeeping keys (e.g. `_instantiator`) beside the arguments.
     accepted = inspect.signature(TranslationModule).parameters
