@@ -22,13 +22,13 @@ def test_full_softmax_is_cross_entropy_over_real_items(batch):
     hidden, targets, items = batch
     logits = hidden @ items.T
     logits[:, 0] = float("-inf")  # padding is never a class
-    assert torch.allclose(full_softmax(hidden, targets, items), F.cross_entropy(logits, targets).float())
+    assert torch.allclose(full_softmax(hidden, targets, items), F.cross_entropy(logits, targets))
 
 
 def test_sampled_softmax_with_every_item_sampled_equals_full_softmax(batch):
     hidden, targets, items = batch
     all_items = torch.arange(1, N + 1)
-    assert torch.allclose(sampled_softmax(hidden, targets, items, all_items), full_softmax(hidden, targets, items))
+    assert torch.allclose(sampled_softmax(hidden, targets, items, all_items).double(), full_softmax(hidden, targets, items))
 
 
 def test_sampled_softmax_logq_correction(batch):
@@ -76,3 +76,36 @@ def test_sample_negatives_never_padding_and_follows_probs():
     ids = sample_negatives(N, 4000, torch.device("cpu"), probs, generator=g)
     assert set(ids.tolist()) == {4, 7}
     assert (ids == 7).float().mean().item() == pytest.approx(0.75, abs=0.03)
+
+
+@pytest.mark.parametrize("chunk_elements", [N, 1 << 22])  # 16-row chunks (16 + 4: ragged), one chunk
+def test_full_softmax_gradients_equal_autograd_cross_entropy(batch, chunk_elements):
+    hidden, targets, items = batch
+    h1, w1 = hidden.clone().requires_grad_(), items.clone().requires_grad_()
+    h2, w2 = hidden.clone().requires_grad_(), items.clone().requires_grad_()
+    upstream = 0.37  # a non-unit incoming gradient must scale both
+    (upstream * full_softmax(h1, targets, w1, chunk_elements=chunk_elements)).backward()
+    (upstream * F.cross_entropy(h2 @ w2[1:].T, targets - 1)).backward()
+    assert torch.allclose(h1.grad, h2.grad, atol=1e-12)
+    assert torch.allclose(w1.grad, w2.grad, atol=1e-12)
+    assert torch.all(w1.grad[0] == 0)  # padding row gets no gradient
+
+
+def test_full_softmax_under_bf16_autocast_tracks_fp32():
+    g = torch.Generator().manual_seed(1)
+    hidden = torch.randn(300, 16, generator=g).requires_grad_()
+    items = (0.3 * torch.randn(501, 16, generator=g)).requires_grad_()
+    targets = torch.randint(1, 501, (300,), generator=g)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = full_softmax(hidden, targets, items, chunk_elements=64 * 500)
+    loss.backward()
+    reference = F.cross_entropy(hidden.detach() @ items.detach()[1:].T, targets - 1)
+    assert loss.dtype == torch.float32 and abs(loss.item() - reference.item()) < 0.02
+    assert hidden.grad.dtype == torch.float32 and items.grad.dtype == torch.float32
+
+
+def test_full_softmax_without_grad_computes_no_gradients(batch):
+    hidden, targets, items = batch
+    with torch.no_grad():
+        loss = full_softmax(hidden, targets, items)
+    assert not loss.requires_grad

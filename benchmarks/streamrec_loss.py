@@ -1,0 +1,100 @@
+"""StreamRec's chunked full-softmax loss against plain `F.cross_entropy` on materialised logits.
+
+One training step of the loss alone (forward + backward) at a batch's shape: M positions,
+D width, N items. The baseline is what `streamrec.losses.full_softmax` used to be, logits
+= hidden @ items^T then `F.cross_entropy`; it holds three (M, N) float32 buffers (logits, log-
+softmax, their gradient). Ours computes the gradients chunk by chunk inside the forward pass.
+Interleaved A B A B; time = median, ratio = median of per-round ratios; peak RSS above the
+inputs' from a separate pass of each.
+
+    python benchmarks/streamrec_loss.py                         # ML-1M at max_len 200: M 25,600, N 3,416
+    python benchmarks/streamrec_loss.py --precision bf16 --json runs/loss_bf16.json
+
+JSON keys: {naive,chunked}_{ms,peak_mib}, speedup, memory_ratio, plus the setting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+from _common import interleave, median_ratio, peak_rss_bytes, print_table, reset_peak_rss, rss_bytes, write_json
+from rich.console import Console
+
+from streamrec.losses import full_softmax
+
+
+def naive(hidden: torch.Tensor, targets: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
+    logits = hidden @ items[1:].T.to(hidden.dtype)
+    return F.cross_entropy(logits.float(), targets - 1)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--positions", type=int, default=25_600, help="M rows (default 128 users x 200 = 25,600)")
+    p.add_argument("--items", type=int, default=3_416, help="catalogue size N (default ML-1M's 3,416)")
+    p.add_argument("--d-model", type=int, default=64, help="width D (default 64)")
+    p.add_argument("--precision", choices=("32", "bf16"), default="32", help="fp32 or bf16 autocast")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    p.add_argument("--repeats", type=int, default=7, help="interleaved rounds (default 7)")
+    p.add_argument("--json", metavar="PATH", help="write the figures as one flat JSON object")
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    console = Console(width=None if sys.stdout.isatty() else 120)
+
+    g = torch.Generator().manual_seed(0)
+    hidden = torch.randn(args.positions, args.d_model, generator=g).requires_grad_()
+    items = (torch.randn(args.items + 1, args.d_model, generator=g) * args.d_model**-0.5).requires_grad_()
+    targets = torch.randint(1, args.items + 1, (args.positions,), generator=g)
+    bf16 = args.precision == "bf16"
+
+    def step(loss_fn):
+        def run() -> float:
+            hidden.grad = items.grad = None
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                loss = loss_fn(hidden, targets, items)
+            loss.backward()
+            return loss.item()
+        return run
+
+    fns = {"naive": step(naive), "chunked": step(full_softmax)}
+    values = {name: fn() for name, fn in fns.items()}  # warm-up; also the agreement check
+    peaks = {}
+    for name, fn in fns.items():
+        gc.collect()
+        base = rss_bytes()
+        reset_peak_rss()
+        fn()
+        peaks[name] = (peak_rss_bytes() - base) / 2**20
+    times = interleave(fns, args.repeats)
+
+    f = {
+        "positions": args.positions, "items": args.items, "d_model": args.d_model, "bf16": int(bf16),
+        "threads": torch.get_num_threads(), "load_avg": os.getloadavg()[0],
+        "naive_ms": 1e3 * statistics.median(times["naive"]), "chunked_ms": 1e3 * statistics.median(times["chunked"]),
+        "naive_peak_mib": peaks["naive"], "chunked_peak_mib": peaks["chunked"],
+        "speedup": median_ratio(times["naive"], times["chunked"]),
+        "memory_ratio": peaks["naive"] / max(peaks["chunked"], 1e-9),
+        "loss_abs_diff": abs(values["naive"] - values["chunked"]),
+    }
+    rows = [
+        ["forward + backward, ms (median)", f"{f['naive_ms']:.0f}", f"{f['chunked_ms']:.0f}", f"{f['speedup']:.2f}x"],
+        ["peak memory above inputs, MiB", f"{f['naive_peak_mib']:.0f}", f"{f['chunked_peak_mib']:.0f}",
+         f"{f['memory_ratio']:.1f}x"],
+        ["loss", f"{values['naive']:.5f}", f"{values['chunked']:.5f}", ""],
+    ]
+    title = (f"full-softmax loss, M {args.positions}, N {args.items}, D {args.d_model}, "
+             f"{'bf16 autocast' if bf16 else 'fp32'}, {f['threads']} thread(s), load {f['load_avg']:.1f}")
+    print_table(console, title, ["", "F.cross_entropy", "chunked (ours)", "ratio"], rows)
+    if args.json:
+        write_json(args.json, f)
+        console.print(f"figures written to {args.json}")
+
+
+if __name__ == "__main__":
+    main()
