@@ -69,10 +69,16 @@ def init_linear(module: nn.Module) -> None:
                 nn.init.zeros_(m.bias)
 
 
-class _Positional(nn.Module):
-    """Position handling shared by both stacks: additive table or RoPE/ALiBi in attention."""
+class _Stack(nn.Module):
+    """What both stacks share: positions (an additive table, or RoPE/ALiBi inside attention), input
+    dropout, `n_layers` layers of one kind, a final norm, and the documented initialisation."""
 
-    def _init_positions(self, positions: Positions, d_model: int, n_heads: int, max_len: int) -> None:
+    def __init__(
+        self, layer: type[EncoderLayer] | type[DecoderLayer], n_layers: int, d_model: int, n_heads: int, d_ff: int,
+        dropout: float, attn_dropout: float, n_kv_heads: int | None, activation: Activation, norm_first: bool,
+        positions: Positions, max_len: int,
+    ):
+        super().__init__()
         # Checked here too: RoPE and ALiBi are sized from n_heads before any layer exists.
         if n_heads <= 0 or d_model % n_heads:
             raise ValueError(f"`n_heads` ({n_heads}) must divide `d_model` ({d_model})")
@@ -88,6 +94,14 @@ class _Positional(nn.Module):
             self.additive = LearnedPositions(d_model, max_len)
         self.rope = RotaryEmbedding(d_model // n_heads, max_len) if positions == "rope" else None
         self.alibi = ALiBi(n_heads, max_len) if positions == "alibi" else None
+        self.drop = nn.Dropout(dropout)
+        self.layers = nn.ModuleList(
+            layer(d_model, n_heads, d_ff, dropout, attn_dropout, n_kv_heads, activation, norm_first)
+            for _ in range(n_layers)
+        )
+        # Post-LN already normalises each layer's output; pre-LN needs a final norm.
+        self.norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+        init_linear(self.layers)
 
     def _positions(self, x: Tensor, offset: int) -> tuple[Tensor, Tensor | None]:
         """Add additive positions; return x and the ALiBi bias (or None)."""
@@ -103,7 +117,7 @@ class _Positional(nn.Module):
         return x, bias
 
 
-class Encoder(_Positional):
+class Encoder(_Stack):
     """A stack of self-attention layers with positions and a final norm (pre-LN only).
 
     Bidirectional by default; `causal=True` makes it a decoder-only stack (StreamRec),
@@ -129,17 +143,11 @@ class Encoder(_Positional):
         attn_dropout: float = 0.0, n_kv_heads: int | None = None, activation: Activation = "gelu",
         norm_first: bool = True, positions: Positions = "sinusoidal", max_len: int = 512, causal: bool = False,
     ):
-        super().__init__()
-        self._init_positions(positions, d_model, n_heads, max_len)
-        self.causal = causal
-        self.drop = nn.Dropout(dropout)
-        self.layers = nn.ModuleList(
-            EncoderLayer(d_model, n_heads, d_ff, dropout, attn_dropout, n_kv_heads, activation, norm_first)
-            for _ in range(n_layers)
+        super().__init__(
+            EncoderLayer, n_layers, d_model, n_heads, d_ff, dropout, attn_dropout, n_kv_heads, activation,
+            norm_first, positions, max_len,
         )
-        # Post-LN already normalises each layer's output; pre-LN needs a final norm.
-        self.norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
-        init_linear(self.layers)
+        self.causal = causal
 
     def new_cache(self) -> DecoderCache:
         """An empty cache for incremental causal decoding with this stack."""
@@ -166,7 +174,7 @@ class Encoder(_Positional):
         return self.norm(x)
 
 
-class Decoder(_Positional):
+class Decoder(_Stack):
     """A stack of decoder layers (causal self-attention + cross-attention) and a final norm (pre-LN only).
 
     Args:
@@ -188,15 +196,10 @@ class Decoder(_Positional):
         attn_dropout: float = 0.0, n_kv_heads: int | None = None, activation: Activation = "gelu",
         norm_first: bool = True, positions: Positions = "sinusoidal", max_len: int = 512,
     ):
-        super().__init__()
-        self._init_positions(positions, d_model, n_heads, max_len)
-        self.drop = nn.Dropout(dropout)
-        self.layers = nn.ModuleList(
-            DecoderLayer(d_model, n_heads, d_ff, dropout, attn_dropout, n_kv_heads, activation, norm_first)
-            for _ in range(n_layers)
+        super().__init__(
+            DecoderLayer, n_layers, d_model, n_heads, d_ff, dropout, attn_dropout, n_kv_heads, activation,
+            norm_first, positions, max_len,
         )
-        self.norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
-        init_linear(self.layers)
 
     def new_cache(self) -> DecoderCache:
         """An empty cache for incremental decoding with this stack."""

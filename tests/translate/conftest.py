@@ -1,13 +1,15 @@
-"""Fixtures for the Translate data tests: the demo generator module and small corpora on disk."""
+"""Fixtures for the Translate tests: one torch thread, the demo generator module and small corpora on disk."""
 
 from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+import torch
 
 DEMO_SCRIPT = Path(__file__).resolve().parents[2] / "data" / "make_translate_demo.py"
 
@@ -20,6 +22,16 @@ def _load_demo() -> ModuleType:
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread() -> Iterator[None]:
+    """One intra-op thread: tensors are tiny, and on a busy 2-core machine an OpenMP barrier waiting for a
+    preempted second thread made training steps ~10x slower (measured). Restored afterwards."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,6 @@ known alignment by a freshly trained model."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from types import SimpleNamespace
 
 import lightning as L
@@ -25,16 +24,6 @@ from translate.infer import pad_batch
 from translate.model import Translator
 from translate.module import TranslationModule
 from translate.vocab import BOS_ID, train_vocab
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    """One intra-op thread: tensors are tiny, and on a busy 2-core machine an OpenMP barrier waiting for a
-    preempted second thread made training steps ~10x slower (measured). Restored afterwards."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_word_matrix_sums_source_pieces_and_averages_target_pieces():

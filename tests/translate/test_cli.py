@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import lightning as L
 import pytest
-import torch
 
 from translate import average, infer
 from translate.__main__ import main
@@ -18,16 +16,6 @@ REPO = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((REPO / "configs" / "translate").glob("*.yaml"))
 TINY_MODEL = ["--model.d_model", "16", "--model.n_heads", "2", "--model.n_encoder_layers", "1",
               "--model.n_decoder_layers", "1", "--model.d_ff", "32"]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    """One intra-op thread: tensors are tiny, and on a busy 2-core machine an OpenMP barrier waiting for a
-    preempted second thread made training steps ~10x slower (measured). Restored afterwards."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _data(demo_dir: Path) -> list[str]:

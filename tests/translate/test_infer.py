@@ -7,7 +7,6 @@ import io
 import json
 import logging
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -22,16 +21,6 @@ from translate.search import beam_search
 from translate.vocab import BOS_ID, EOS_ID
 
 MAX_LEN = 32
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    """One intra-op thread: tensors are tiny, and on a busy 2-core machine an OpenMP barrier waiting for a
-    preempted second thread made training steps ~10x slower (measured). Restored afterwards."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 
@@ -12,16 +10,6 @@ from translate.module import TranslationModule, corpus_scores, label_smoothed_cr
 from translate.vocab import train_vocab
 
 PAD, BOS, EOS = 0, 2, 3
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    """One intra-op thread: tensors are tiny, and on a busy 2-core machine an OpenMP barrier waiting for a
-    preempted second thread made training steps ~10x slower (measured). Restored afterwards."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _module(**kwargs) -> TranslationModule:
