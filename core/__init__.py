@@ -7,7 +7,7 @@ from core.attention import CrossAttention, MultiHeadAttention, attend
 from core.blocks import DecoderLayer, EncoderLayer, FeedForward
 from core.explain import AttentionCapture, attention_entropy, attention_rollout, save_attention_json, save_heatmap
 from core.kv_cache import DecoderCache, KVCache, StaticKV
-from core.masks import causal_mask, causal_padding_mask, combine_masks, lengths_mask, padding_mask
+from core.masks import additive_mask, causal_mask, causal_padding_mask, combine_masks, lengths_mask, padding_mask
 from core.positions import ALiBi, LearnedPositions, RotaryEmbedding, SinusoidalPositions, alibi_slopes, apply_rope
 from core.schedule import InverseSqrt, InverseSqrtLR, WarmupCosine, WarmupCosineLR
 from core.stacks import Decoder, Encoder, TokenEmbedding, init_linear, tie_weights
@@ -16,7 +16,7 @@ __all__ = [
     "ALiBi", "AttentionCapture", "CrossAttention", "Decoder", "DecoderCache", "DecoderLayer", "Encoder",
     "EncoderLayer", "FeedForward", "InverseSqrt", "InverseSqrtLR", "KVCache", "LearnedPositions",
     "MultiHeadAttention", "RotaryEmbedding", "SinusoidalPositions", "StaticKV", "TokenEmbedding",
-    "WarmupCosine", "WarmupCosineLR", "alibi_slopes", "apply_rope", "attend", "attention_entropy",
+    "WarmupCosine", "WarmupCosineLR", "additive_mask", "alibi_slopes", "apply_rope", "attend", "attention_entropy",
     "attention_rollout", "causal_mask", "causal_padding_mask", "combine_masks", "init_linear",
     "lengths_mask", "padding_mask", "save_attention_json", "save_heatmap", "tie_weights",
 ]

@@ -154,6 +154,7 @@ class MultiHeadAttention(_HeadsMixin):
         rope: RotaryEmbedding | None = None,
         bias: Tensor | None = None,
         cache: KVCache | None = None,
+        last: int | None = None,
     ) -> Tensor:
         """Attend x to itself (and to the cached past).
 
@@ -164,9 +165,11 @@ class MultiHeadAttention(_HeadsMixin):
             rope: rotary table, applied at absolute positions (cache length onwards).
             bias: additive bias broadcastable to (B, H, T, Tk), e.g. ALiBi.
             cache: self-attention cache; new keys/values are appended to it.
+            last: only the last `last` positions query (all are keys): a model that needs one
+                output per sequence skips the other queries' attention and everything after it.
 
         Returns:
-            (B, T, D).
+            (B, T, D), or (B, last, D).
         """
         q, k, v = self.qkv(x).split([self.d_model, self.kv_dim, self.kv_dim], dim=-1)
         q, k, v = self._split(q, self.n_heads), self._split(k, self.n_kv_heads), self._split(v, self.n_kv_heads)
@@ -174,6 +177,10 @@ class MultiHeadAttention(_HeadsMixin):
             q, k = apply_rope(q, k, rope, offset=0 if cache is None else cache.length)
         if cache is not None:
             k, v = cache.append(k, v)  # (B, Hkv, Tk, Dh)
+        if last is not None and last < q.shape[2]:
+            q = q[:, :, -last:]
+            mask = mask if mask is None or mask.shape[-2] == 1 else mask[..., -last:, :]
+            bias = bias if bias is None or bias.shape[-2] == 1 else bias[..., -last:, :]
         out = attend(q, k, v, mask, is_causal, bias, self._dropout_p(), self.capture)
         return self.out(self._merge(out))
 

@@ -62,9 +62,12 @@ class _Residual(nn.Module):
         self.norm_first = norm_first
 
     def forward(self, x: Tensor, fn: Callable[[Tensor], Tensor]) -> Tensor:
+        # `fn` may return only the last positions (see `EncoderLayer`'s `last`): the residual follows it.
         if self.norm_first:
-            return x + self.drop(fn(self.norm(x)))
-        return self.norm(x + self.drop(fn(x)))
+            out = fn(self.norm(x))
+            return x[:, x.shape[1] - out.shape[1] :] + self.drop(out)
+        out = fn(x)
+        return self.norm(x[:, x.shape[1] - out.shape[1] :] + self.drop(out))
 
 
 class EncoderLayer(nn.Module):
@@ -94,9 +97,10 @@ class EncoderLayer(nn.Module):
     def forward(
         self, x: Tensor, mask: Tensor | None = None, is_causal: bool = False,
         rope: RotaryEmbedding | None = None, bias: Tensor | None = None, cache: KVCache | None = None,
+        last: int | None = None,
     ) -> Tensor:
-        """(B, T, D) -> (B, T, D); arguments as in `MultiHeadAttention.forward`."""
-        x = self.attn_block(x, lambda h: self.self_attn(h, mask, is_causal, rope, bias, cache))
+        """(B, T, D) -> (B, T, D), or (B, last, D) with `last`; arguments as in `MultiHeadAttention.forward`."""
+        x = self.attn_block(x, lambda h: self.self_attn(h, mask, is_causal, rope, bias, cache, last))
         return self.ff_block(x, self.ff)
 
 

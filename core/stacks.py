@@ -14,10 +14,12 @@ from __future__ import annotations
 import math
 from typing import Literal
 
+import torch
 from torch import Tensor, nn
 
 from core.blocks import Activation, DecoderLayer, EncoderLayer
 from core.kv_cache import DecoderCache
+from core.masks import additive_mask, causal_mask, combine_masks
 from core.positions import ALiBi, LearnedPositions, RotaryEmbedding, SinusoidalPositions
 
 Positions = Literal["sinusoidal", "learned", "rope", "alibi", "none"]
@@ -155,23 +157,39 @@ class Encoder(_Stack):
             raise ValueError("incremental decoding needs a causal encoder (`causal=True`)")
         return DecoderCache(len(self.layers), cross=False)
 
-    def forward(self, x: Tensor, mask: Tensor | None = None, cache: DecoderCache | None = None) -> Tensor:
+    def forward(
+        self, x: Tensor, mask: Tensor | None = None, cache: DecoderCache | None = None, last: int | None = None
+    ) -> Tensor:
         """Encode embedded inputs.
 
         Args:
             x: (B, T, D) embedded tokens (positions are added here).
             mask: boolean, True = may attend, broadcastable to (B, H, T, T), e.g. padding.
             cache: per-layer KV caches for incremental causal decoding.
+            last: return only the last `last` positions; the final layer then computes only those
+                (a recommender needs the last state alone: ~40% less work at 2 layers).
 
         Returns:
-            (B, T, D).
+            (B, T, D), or (B, last, D).
         """
         offset = 0 if cache is None else cache.offset
         x, bias = self._positions(x, offset)
+        causal = self.causal
+        capturing = any(layer.self_attn.capture is not None for layer in self.layers)
+        if causal and mask is not None and cache is None and not capturing:
+            # Causality and padding folded into one float mask here, not re-combined and converted in each
+            # layer. (Capture mode keeps the boolean mask: it reports a query that sees no key as a zero row.)
+            t = x.shape[1]
+            device = x.device.type
+            dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
+            bias = additive_mask(combine_masks(mask, causal_mask(t, device=x.device)), dtype, bias)
+            mask, causal = None, False
         x = self.drop(x)
+        final = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
-            x = layer(x, mask, self.causal, self.rope, bias, None if cache is None else cache.self_attn[i])
-        return self.norm(x)
+            layer_cache = None if cache is None else cache.self_attn[i]
+            x = layer(x, mask, causal, self.rope, bias, layer_cache, last if i == final else None)
+        return self.norm(x if last is None else x[:, -last:])
 
 
 class Decoder(_Stack):

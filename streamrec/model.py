@@ -91,7 +91,8 @@ class StreamRecModel(nn.Module):
 
     def last_hidden(self, items: Tensor) -> Tensor:
         """(B, T) left-padded histories -> (B, D), the state that recommends the next item."""
-        return self.encode(items)[:, -1]
+        mask = causal_padding_mask(padding_mask(items, PAD_ID))
+        return self.encoder(self.item_embedding(items), mask, last=1)[:, -1]
 
     @torch.no_grad()
     def recommend_scores(self, items: Tensor) -> Tensor:

@@ -132,6 +132,53 @@ def test_encoder_equals_its_layers_over_sinusoid_inputs() -> None:
     torch.testing.assert_close(enc(x), layer_norm(h, enc.norm), atol=1e-6, rtol=1e-6)
 
 
+def _left_padded_mask() -> Tensor:
+    """(B, 1, 1, T) key mask: row 0 full, row 1 with two left pads."""
+    lengths = torch.tensor([T, T - 2])
+    return (torch.arange(T)[None, :] >= (T - lengths)[:, None])[:, None, None, :]
+
+
+@pytest.mark.parametrize("positions", POSITIONS)
+def test_causal_encoder_with_padding_equals_its_layers_given_boolean_masks(positions: str) -> None:
+    """The stack folds causality and padding into one float mask; its layers, given the boolean
+    mask and `is_causal`, are the reference."""
+    torch.manual_seed(0)
+    enc = _randomise(Encoder(2, D, H, FF, dropout=0.0, positions=positions, max_len=T, causal=True)).double().eval()
+    x, mask = torch.randn(B, T, D, dtype=torch.float64), _left_padded_mask()
+    h = x if enc.additive is None else enc.additive(x, 0)
+    bias = None if enc.alibi is None else enc.alibi(T, T, device=x.device).double()
+    for layer in enc.layers:
+        h = layer(h, mask, True, enc.rope, bias)
+    real = mask[:, 0, 0, :, None]  # rows of real queries; pad queries see no key in the reference
+    torch.testing.assert_close(enc(x, mask) * real, layer_norm(h, enc.norm) * real, atol=1e-9, rtol=1e-9)
+
+
+@pytest.mark.parametrize("positions", POSITIONS)
+@pytest.mark.parametrize("causal, norm_first", [(True, True), (False, True), (True, False)])
+@pytest.mark.parametrize("last", [1, 3])
+def test_encoder_last_positions_equal_the_tail_of_the_full_output(
+    positions: str, causal: bool, norm_first: bool, last: int
+) -> None:
+    torch.manual_seed(0)
+    enc = Encoder(2, D, H, FF, dropout=0.0, positions=positions, max_len=T, causal=causal, norm_first=norm_first)
+    enc = _randomise(enc).double().eval()
+    x, mask = torch.randn(B, T, D, dtype=torch.float64), _left_padded_mask()
+    full = enc(x, mask)
+    out = enc(x, mask, last=last)
+    assert out.shape == (B, last, D)
+    torch.testing.assert_close(out, full[:, -last:], atol=1e-9, rtol=1e-9)
+
+
+def test_causal_encoder_under_bf16_autocast_tracks_fp32() -> None:
+    torch.manual_seed(0)
+    enc = Encoder(2, D, H, FF, dropout=0.0, positions="learned", max_len=T, causal=True).eval()
+    x, mask = torch.randn(B, T, D), _left_padded_mask()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = enc(x, mask).float()
+    real = mask[:, 0, 0, :, None]
+    assert ((low - enc(x, mask)).abs() * real).max() < 0.1
+
+
 def test_post_ln_stack_has_no_final_norm() -> None:
     enc = Encoder(2, D, H, FF, dropout=0.0, norm_first=False, positions="none").eval()
     x = torch.randn(B, T, D)

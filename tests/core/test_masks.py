@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.masks import causal_mask, causal_padding_mask, combine_masks, lengths_mask, padding_mask
+from core.masks import additive_mask, causal_mask, causal_padding_mask, combine_masks, lengths_mask, padding_mask
 
 T, F = True, False
 
@@ -135,3 +135,19 @@ def test_causal_padding_mask_left_padded_by_hand() -> None:
         [F, F, T, T],
     ])
     assert torch.equal(causal_padding_mask(key_mask)[0, 0], expected)
+
+
+def test_additive_mask_is_zero_where_allowed_and_the_dtype_minimum_elsewhere() -> None:
+    mask = torch.tensor([[True, False], [True, True]])
+    bias = torch.tensor([[0.5, 1.0], [2.0, -1.0]])
+    for dtype in (torch.float32, torch.bfloat16):
+        low = torch.finfo(dtype).min
+        assert torch.equal(additive_mask(mask, dtype), torch.tensor([[0.0, low], [0.0, 0.0]], dtype=dtype))
+        got = additive_mask(mask, dtype, bias)
+        assert got.dtype == dtype and torch.equal(got, torch.tensor([[0.5, low], [2.0, -1.0]], dtype=dtype))
+
+
+def test_additive_mask_broadcasts_bias_and_mask() -> None:
+    mask = torch.tensor([True, False])[None, None, None, :]  # (1, 1, 1, 2)
+    bias = torch.zeros(1, 3, 2, 2)  # (1, H, T, T)
+    assert additive_mask(mask, torch.float32, bias).shape == (1, 3, 2, 2)
