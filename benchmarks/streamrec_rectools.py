@@ -141,11 +141,12 @@ def epoch_timer(base: type) -> object:
     return EpochTimer()
 
 
-def trainer_kwargs(epochs: int, precision: str) -> dict[str, object]:
+def trainer_kwargs(args: argparse.Namespace) -> dict[str, object]:
     """The same trainer settings for both libraries: CPU, no validation, no logging or checkpoints."""
-    return dict(max_epochs=epochs, min_epochs=epochs, accelerator="cpu", devices=1, precision=PRECISIONS[precision],
-                logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                num_sanity_val_steps=0, limit_val_batches=0)
+    return dict(max_epochs=args.epochs, min_epochs=args.epochs, accelerator="cpu", devices=1,
+                precision=PRECISIONS[args.precision], logger=False, enable_checkpointing=False,
+                enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
+                limit_train_batches=args.limit_batches or 1.0)
 
 
 # ----------------------------------------------------------------------------- StreamRec side
@@ -153,7 +154,7 @@ def trainer_kwargs(epochs: int, precision: str) -> dict[str, object]:
 
 def fit_ours(dm: StreamRecDataModule, args: argparse.Namespace) -> tuple[StreamRecModel, list[float], float]:
     """Train StreamRec; returns the model (eval mode), epoch seconds and the whole fit's seconds."""
-    steps = args.epochs * -(-len(dm.train_set) // args.batch_size)
+    steps = args.epochs * (args.limit_batches or -(-len(dm.train_set) // args.batch_size))
     L.seed_everything(args.seed, verbose=False)
     module = StreamRecModule(
         num_items=dm.num_items, max_len=args.max_len, d_model=args.d_model, n_heads=args.n_heads,
@@ -162,7 +163,7 @@ def fit_ours(dm: StreamRecDataModule, args: argparse.Namespace) -> tuple[StreamR
         popularity_baseline=False,
     )
     timer = epoch_timer(L.Callback)
-    trainer = L.Trainer(callbacks=[timer], **trainer_kwargs(args.epochs, args.precision))
+    trainer = L.Trainer(callbacks=[timer], **trainer_kwargs(args))
     start = time.perf_counter()
     trainer.fit(module, train_dataloaders=dm.train_dataloader())
     return module.model.eval(), timer.seconds, time.perf_counter() - start
@@ -203,7 +204,7 @@ def fit_rectools(train: Dataset, args: argparse.Namespace) -> tuple[SASRecModel,
         recommend_batch_size=SCORE_BATCH, recommend_torch_device="cpu",
     )
     # A trainer like ours; RecTools deep-copies it into `fit_trainer`, so the timer is read from there.
-    model._trainer = PL.Trainer(callbacks=[epoch_timer(PL.Callback)], **trainer_kwargs(args.epochs, args.precision))
+    model._trainer = PL.Trainer(callbacks=[epoch_timer(PL.Callback)], **trainer_kwargs(args))
     PL.seed_everything(args.seed, verbose=False)
     start = time.perf_counter()
     model.fit(train)
@@ -333,12 +334,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--malloc", choices=("default", "keep"), default="default",
                    help="keep: glibc keeps freed memory (no per-step page faults on big tensors), both models")
     p.add_argument("--lr", type=float, default=1e-3, help="learning rate, both (default 1e-3)")
+    p.add_argument("--limit-batches", type=int, help="train on only the first N batches an epoch, both (a quick speed "
+                   "check: sequences/s then counts N x batch size; quality is not comparable to published runs)")
     p.add_argument("--score-repeats", type=int, default=3, help="interleaved scoring rounds (default 3)")
     p.add_argument("--seed", type=int, default=0, help="seed for both (default 0)")
     p.add_argument("--json", metavar="PATH", help="write every figure as one flat JSON object name -> number")
     args = p.parse_args(argv)
-    for name in ("max_len", "epochs", "threads", "batch_size", "score_repeats"):
-        if getattr(args, name) < 1:
+    for name in ("max_len", "epochs", "threads", "batch_size", "score_repeats", "limit_batches"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     args.data = Path(args.data) if args.data else DATASETS[args.dataset]
     args.attn_dropout = args.dropout if args.attn_dropout is None else args.attn_dropout
@@ -378,7 +381,8 @@ def main(argv: list[str] | None = None) -> None:
     console.print(f"model: d_model {args.d_model}, {args.n_layers} blocks, {args.n_heads} head, "
                   f"FFN {args.d_model} ReLU, "
                   f"dropout {args.dropout} (StreamRec attention weights {args.attn_dropout}), max_len {args.max_len}, "
-                  f"full softmax, batch {args.batch_size}, {args.epochs} epoch(s), precision {args.precision}, "
+                  f"full softmax, batch {args.batch_size}, {args.epochs} epoch(s)"
+                  f"{f' of {args.limit_batches} batches' if args.limit_batches else ''}, precision {args.precision}, "
                   f"lr {args.lr:g}, malloc {args.malloc}")
     console.print(f"protocol: full ranking over {num_items} items, seen items removed, leave-one-out test "
                   f"({len(cases)} users; {repeats} targets repeat a seen item), K={K}; our RankingMetrics on both")
@@ -424,10 +428,15 @@ def main(argv: list[str] | None = None) -> None:
         "bf16": int(args.precision == "bf16"), "malloc_keep": int(args.malloc == "keep"),
         "attn_dropout": args.attn_dropout, "num_users": len(cases), "num_items": num_items,
         "train_sequences": len(dm.train_set), "score_repeats": args.score_repeats,
+        "limit_batches": args.limit_batches or 0,
         "rectools_unknown_items": scorer.unknown_items, "targets_seen_before": repeats,
     }
-    for side, epochs, fit_s, n_seq in (("ours", ours_epochs, ours_fit, len(dm.train_set)),
-                                       ("rectools", rt_epochs, rt_fit, n_seq_rt)):
+    seq_ours, seq_rt = len(dm.train_set), n_seq_rt
+    if args.limit_batches:
+        seq_ours = min(seq_ours, args.limit_batches * args.batch_size)
+        seq_rt = min(seq_rt, args.limit_batches * args.batch_size)
+    for side, epochs, fit_s, n_seq in (("ours", ours_epochs, ours_fit, seq_ours),
+                                       ("rectools", rt_epochs, rt_fit, seq_rt)):
         f[f"{side}_epoch_s"] = statistics.median(epochs)
         f[f"{side}_seq_per_s"] = n_seq / f[f"{side}_epoch_s"]
         f[f"{side}_fit_s"] = fit_s
