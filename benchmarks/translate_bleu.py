@@ -1,0 +1,112 @@
+"""Multi30k quality of a Translate checkpoint, both ways BLEU is reported for this corpus.
+
+1. Cased, detokenised sacreBLEU and chrF of the raw output against the raw references (the
+   signature is printed): the number anyone can reproduce from text files.
+2. Lowercased, tokenised BLEU as the Multi30k literature reports it (e.g. 41.0 for a 4-layer
+   d_model-128 Transformer on En->De test_2016_flickr): the output is lowercased, punctuation-
+   normalised and Moses-tokenised (sacremoses, `escape=True`, no aggressive dash splitting) and
+   scored with sacreBLEU `tokenize="none"` against the official `tok/*.lc.norm.tok.*` files.
+   The script first checks that this pipeline turns the raw references into exactly the
+   official tokenised ones (line by line), and prints the match count.
+
+    python -m translate.average --dir runs/multi30k_en_de/checkpoints/recent --last 10 \\
+        --output runs/multi30k_en_de/avg.ckpt
+    python benchmarks/translate_bleu.py --ckpt runs/multi30k_en_de/avg.ckpt --json runs/multi30k_test.json
+    python benchmarks/translate_bleu.py --hyp out.de          # score an existing translation
+
+sacremoses is a benchmark-only dependency: `pip install -c constraints.txt ".[bench]"`.
+
+JSON keys: bleu, chrf, bleu_lc_tok, tok_pipeline_match, lines, beam, alpha, seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import sacrebleu
+from _common import write_json
+from rich.console import Console
+
+MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+
+
+def moses_lc_tok(lines: list[str], lang: str) -> list[str]:
+    """Lowercase, normalise punctuation and Moses-tokenise, as the official Multi30k tok/ files were made."""
+    try:
+        from sacremoses import MosesPunctNormalizer, MosesTokenizer
+    except ImportError:
+        sys.exit('error: sacremoses is not installed; `pip install -c constraints.txt ".[bench]"`')
+    norm, tok = MosesPunctNormalizer(lang=lang), MosesTokenizer(lang=lang)
+    return [tok.tokenize(norm.normalize(s.lower()), escape=True, return_str=True) for s in lines]
+
+
+def read_lines(path: Path) -> list[str]:
+    if not path.is_file():
+        sys.exit(f"error: {path} not found; pass the file's path (see --help)")
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    src_or_hyp = p.add_mutually_exclusive_group(required=True)
+    src_or_hyp.add_argument("--ckpt", help="translate --src with this checkpoint (beam search) and score it")
+    src_or_hyp.add_argument("--hyp", help="score this translation file instead")
+    p.add_argument("--split", default="test_2016_flickr", help="Multi30k split name (default test_2016_flickr)")
+    p.add_argument("--src-lang", default="en")
+    p.add_argument("--tgt-lang", default="de")
+    p.add_argument("--data", default=str(MULTI30K), help=f"Multi30k folder (default {MULTI30K})")
+    p.add_argument("--beam", type=int, default=5, help="beam size (default 5)")
+    p.add_argument("--alpha", type=float, default=0.6, help="GNMT length penalty (default 0.6)")
+    p.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
+    p.add_argument("--out", help="where the translation goes (default: next to the checkpoint, SPLIT.hyp.LANG)")
+    p.add_argument("--json", metavar="PATH", help="write the figures as one flat JSON object")
+    args = p.parse_args(argv)
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    data = Path(args.data)
+    src = data / f"{args.split}.{args.src_lang}"
+    ref_raw = read_lines(data / f"{args.split}.{args.tgt_lang}")
+    ref_tok = read_lines(data / "tok" / f"{args.split}.lc.norm.tok.{args.tgt_lang}")
+
+    seconds = 0.0
+    if args.ckpt:
+        from translate import infer
+
+        hyp_path = Path(args.out or Path(args.ckpt).with_name(f"{args.split}.hyp.{args.tgt_lang}"))
+        start = time.perf_counter()
+        infer.main(["--ckpt", args.ckpt, "-i", str(src), "-o", str(hyp_path), "--beam", str(args.beam),
+                    "--alpha", str(args.alpha), "--batch-size", str(args.batch_size)])
+        seconds = time.perf_counter() - start
+        console.print(f"translated {src} with beam {args.beam}, alpha {args.alpha} into {hyp_path} ({seconds:.0f} s)")
+    else:
+        hyp_path = Path(args.hyp)
+    hyps = read_lines(hyp_path)
+    if len(hyps) != len(ref_raw):
+        sys.exit(f"error: {hyp_path} has {len(hyps)} lines but the references have {len(ref_raw)}")
+
+    bleu = sacrebleu.metrics.BLEU()
+    chrf = sacrebleu.metrics.CHRF()
+    cased = bleu.corpus_score(hyps, [ref_raw])
+    chrf_score = chrf.corpus_score(hyps, [ref_raw])
+    match = sum(a == b for a, b in zip(moses_lc_tok(ref_raw, args.tgt_lang), ref_tok, strict=True))
+    bleu_none = sacrebleu.metrics.BLEU(tokenize="none")
+    lc_tok = bleu_none.corpus_score(moses_lc_tok(hyps, args.tgt_lang), [ref_tok])
+
+    console.print(f"[bold]{args.split} {args.src_lang}->{args.tgt_lang}[/], {len(hyps)} sentences")
+    console.print(f"cased detokenised: {cased}  (signature {bleu.get_signature()})")
+    console.print(f"                   {chrf_score}  (signature {chrf.get_signature()})")
+    console.print(f"lowercased Moses-tokenised vs tok/: {lc_tok}  (signature {bleu_none.get_signature()}; "
+                  f"the pipeline reproduces {match} of {len(ref_tok)} official tokenised references exactly)")
+    if args.json:
+        write_json(args.json, {
+            "bleu": cased.score, "chrf": chrf_score.score, "bleu_lc_tok": lc_tok.score,
+            "tok_pipeline_match": match / len(ref_tok), "lines": len(hyps), "beam": args.beam, "alpha": args.alpha,
+            "seconds": seconds,
+        })
+        console.print(f"figures written to {args.json}")
+
+
+if __name__ == "__main__":
+    main()
