@@ -1,0 +1,66 @@
+"""Smoke test of benchmarks/translate_speed.py's own side: no transformers or CTranslate2 needed.
+
+The script imports its peers lazily, so importing it as a module gives the argument parser,
+the inputs, our decode and our training step at a tiny size, in a second or two.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ["--sentences", "6", "--batch-size", "4", "--beam", "3", "--tgt-len", "7", "--d-model", "32", "--n-heads", "2",
+        "--n-layers", "1", "--d-ff", "64", "--vocab", "300", "--max-src", "12", "--max-tokens", "128",
+        "--train-batches", "2"]
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    sys.path.insert(0, str(ROOT / "benchmarks"))  # the script imports `_common` from its own folder
+    try:
+        spec = importlib.util.spec_from_file_location("translate_speed", ROOT / "benchmarks" / "translate_speed.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    return module
+
+
+def test_arguments_and_inputs(bench: ModuleType) -> None:
+    args = bench.parse_args(TINY)
+    assert (args.threads, args.beam, args.tgt_len, args.vocab) == (1, 3, 7, 300)
+    sources = bench.make_sources(args.sentences, args.min_src, args.max_src, args.vocab, seed=0)
+    assert sources == bench.make_sources(args.sentences, args.min_src, args.max_src, args.vocab, seed=0)
+    assert all(args.min_src <= len(s) <= args.max_src and min(s) >= bench.FIRST_WORD for s in sources)
+    batches = bench.source_batches(sources, args.batch_size)
+    assert [b.shape[0] for b in batches] == [4, 2]
+    assert sorted(sources, key=len)[0] == [i for i in batches[0][0].tolist() if i != 0]
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--beam", "0"])
+
+
+def test_our_decode_runs_exactly_tgt_len_steps(bench: ModuleType) -> None:
+    args = bench.parse_args(TINY)
+    model = bench.build_ours(args).eval()
+    batches = bench.source_batches(bench.make_sources(6, args.min_src, args.max_src, args.vocab, 0), 4)
+    out = bench.decode_ours(model, batches, args.beam, args.tgt_len)
+    assert len(out) == 6
+    # The output limit counts the EOS: tgt_len - 1 tokens, unless a random EOS ended a sentence sooner.
+    assert all(len(o) <= args.tgt_len - 1 for o in out) and any(len(o) == args.tgt_len - 1 for o in out)
+
+
+def test_our_training_step_updates_weights(bench: ModuleType) -> None:
+    args = bench.parse_args(TINY)
+    model = bench.build_ours(args).train()
+    batches = bench.training_batches(args)
+    assert len(batches) == 2 and all(b.src.numel() <= args.max_tokens for b in batches)
+    before = model.tgt_embed.weight.detach().clone()
+    bench.train_step_ours(model, bench.adamw(model), batches[0], bf16=False)
+    assert not torch.equal(before, model.tgt_embed.weight)
