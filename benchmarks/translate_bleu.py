@@ -61,6 +61,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--beam", type=int, default=5, help="beam size (default 5)")
     p.add_argument("--alpha", type=float, default=0.6, help="GNMT length penalty (default 0.6)")
     p.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
+    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32", help="decoding dtype")
     p.add_argument("--out", help="where the translation goes (default: next to the checkpoint, SPLIT.hyp.LANG)")
     p.add_argument("--json", metavar="PATH", help="write the figures as one flat JSON object")
     args = p.parse_args(argv)
@@ -77,9 +78,10 @@ def main(argv: list[str] | None = None) -> None:
         hyp_path = Path(args.out or Path(args.ckpt).with_name(f"{args.split}.hyp.{args.tgt_lang}"))
         start = time.perf_counter()
         infer.main(["--ckpt", args.ckpt, "-i", str(src), "-o", str(hyp_path), "--beam", str(args.beam),
-                    "--alpha", str(args.alpha), "--batch-size", str(args.batch_size)])
+                    "--alpha", str(args.alpha), "--batch-size", str(args.batch_size), "--dtype", args.dtype])
         seconds = time.perf_counter() - start
-        console.print(f"translated {src} with beam {args.beam}, alpha {args.alpha} into {hyp_path} ({seconds:.0f} s)")
+        console.print(f"translated {src} with beam {args.beam}, alpha {args.alpha}, {args.dtype}, into {hyp_path} "
+                      f"({seconds:.0f} s)")
     else:
         hyp_path = Path(args.hyp)
     hyps = read_lines(hyp_path)
@@ -103,6 +105,7 @@ def main(argv: list[str] | None = None) -> None:
         write_json(args.json, {
             "bleu": cased.score, "chrf": chrf_score.score, "bleu_lc_tok": lc_tok.score,
             "tok_pipeline_match": match / len(ref_tok), "lines": len(hyps), "beam": args.beam, "alpha": args.alpha,
+            "bf16": int(args.dtype == "bfloat16"),
             "seconds": seconds,
         })
         console.print(f"figures written to {args.json}")

@@ -461,6 +461,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-tokens", type=int, default=4096, help="padded tokens per training batch (default 4096)")
     p.add_argument("--train-batches", type=int, default=4, help="training steps per round and system (default 4)")
     p.add_argument("--precision", choices=("32", "bf16"), default="32", help="training precision, both (default 32)")
+    p.add_argument("--decode-dtype", choices=("float32", "bfloat16"), default="float32",
+                   help="weights and activations of ours and HF when decoding (CTranslate2 stays fp32/int8); "
+                        "bfloat16 = `python -m translate.infer --dtype bfloat16`")
     p.add_argument("--skip-train", action="store_true", help="decoding only")
     p.add_argument("--skip-decode", action="store_true", help="training only")
     p.add_argument("--no-ct2", action="store_true", help="leave CTranslate2 out")
@@ -594,8 +597,12 @@ def main(argv: list[str] | None = None) -> None:
         "weights_copied": 1, "max_logit_diff": max_logit_diff(ours, hf, check),
     }
     console.print(f"same function: max |ours - Marian| teacher-forced logit {f['max_logit_diff']:.2e}")
+    f["decode_bf16"] = int(args.decode_dtype == "bfloat16")
     if not args.skip_decode:
-        run_decode(console, log, args, ours, hf, f)
+        if f["decode_bf16"]:  # both PyTorch systems in bf16; the fp32 originals stay for training
+            run_decode(console, log, args, copy.deepcopy(ours).bfloat16(), copy.deepcopy(hf).bfloat16(), f)
+        else:
+            run_decode(console, log, args, ours, hf, f)
     if args.profile:
         threads = torch.get_num_threads()
         torch.set_num_threads(1)

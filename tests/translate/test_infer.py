@@ -82,6 +82,24 @@ def test_one_line_per_input_in_order_greedy_equals_beam_one(trained, demo_dir, t
                for r in caplog.records)
 
 
+def test_bfloat16_decoding_keeps_lines_and_mostly_the_fp32_output(trained, demo_dir, tmp_path):
+    """bf16 weights change the arithmetic, not the bookkeeping: same line structure, and on this
+    tiny model the same text for most lines (the fp32 run is the reference)."""
+    lines = (demo_dir / "test.en").read_text(encoding="utf-8").splitlines()[:20] + [""]
+    src = _write(tmp_path / "in.en", lines)
+    for dtype in ("float32", "bfloat16"):
+        infer.main(["--ckpt", str(trained.ckpt), "-i", str(src), "-o", str(tmp_path / dtype), "--dtype", dtype])
+    fp32, bf16 = _lines(tmp_path / "float32"), _lines(tmp_path / "bfloat16")
+    assert len(bf16) == len(lines) and bf16[-1] == ""
+    assert sum(a == b for a, b in zip(fp32, bf16, strict=True)) >= 0.7 * len(lines)
+    assert next(infer.load_translator(trained.ckpt, dtype="bfloat16").model.parameters()).dtype == torch.bfloat16
+
+
+def test_unknown_dtype_is_a_one_line_error(trained):
+    with pytest.raises(ValueError, match="--dtype must be one of"):
+        infer.load_translator(trained.ckpt, dtype="float16")
+
+
 def test_stdin_to_stdout(trained, monkeypatch, capsysbinary):
     data = b"the dog sleeps .\n\nthe man sees the dog .\n"
     monkeypatch.setattr(sys, "stdin", SimpleNamespace(buffer=io.BytesIO(data)))
