@@ -18,7 +18,8 @@ feed the padding id 0, whose embedding row is zero, as the start token.
   tokens/s = sentences x 20 / seconds, counting the best hypothesis only (not the beam).
 - Training: one step = forward + loss + backward + AdamW on token-count batches (~4096 padded
   tokens, `translate.data.TokenBatchSampler`), dropout 0.1 in both. Ours: `Translator` with
-  `translate.module.label_smoothed_cross_entropy` (eps 0.1); Marian: `labels` -> its own loss.
+  `translate.module.translation_loss` (eps 0.1, `core.linear_cross_entropy`; also timed: the same
+  model with logits + `F.cross_entropy`); Marian: `labels` -> its own loss.
   `--precision bf16`: both under `torch.autocast("cpu", torch.bfloat16)`. Target tokens/s counts
   non-padding target tokens (EOS included).
 - Systems are interleaved per round (A B C D, A B C D, ...); times are medians, ratios the median
@@ -84,13 +85,14 @@ from collections.abc import Callable, Iterator, Sequence
 from types import SimpleNamespace
 
 import torch
+import torch.nn.functional as F
 from _common import interleave, median_ratio, print_table, write_json
 from rich.console import Console
 from torch import Tensor
 
 from translate.data import Batch, Example, TokenBatchSampler, collate
 from translate.model import Translator
-from translate.module import label_smoothed_cross_entropy
+from translate.module import translation_loss
 from translate.search import beam_search
 from translate.vocab import EOS_ID, PAD_ID, UNK_ID
 
@@ -313,9 +315,14 @@ def agreement(a: Sequence[Sequence[int]], b: Sequence[Sequence[int]], n: int) ->
 # ----------------------------------------------------------------------------- training
 
 
-def train_step_ours(model: Translator, opt: torch.optim.Optimizer, batch: Batch, bf16: bool) -> None:
+def train_step_ours(model: Translator, opt: torch.optim.Optimizer, batch: Batch, bf16: bool,
+                    logits_loss: bool = False) -> None:
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        loss = label_smoothed_cross_entropy(model(batch.src, batch.tgt_in), batch.tgt_out, PAD_ID, SMOOTHING)
+        if logits_loss:  # the plain way, kept as a baseline: (tokens, V) logits then F.cross_entropy
+            loss = F.cross_entropy(model(batch.src, batch.tgt_in).flatten(0, 1).float(), batch.tgt_out.flatten(),
+                                   ignore_index=PAD_ID, label_smoothing=SMOOTHING)
+        else:
+            loss = translation_loss(model, batch, PAD_ID, SMOOTHING)
     loss.backward()
     opt.step()
     opt.zero_grad(set_to_none=True)
@@ -429,8 +436,10 @@ def report(console: Console, f: dict[str, float], decode: bool, train: bool, ct2
                     ["system", "s (median)", "target tok/s", "ours / theirs"], rows)
     if train:
         prec = "bf16 autocast" if f["bf16"] else "fp32"
-        rows = [["ours (Translator + label-smoothed CE)", f"{f['ours_train_s']:.2f}", f"{f['ours_train_tok_s']:.0f}",
-                 "1.00x"],
+        rows = [["ours (Translator + linear_cross_entropy)", f"{f['ours_train_s']:.2f}",
+                 f"{f['ours_train_tok_s']:.0f}", "1.00x"],
+                ["ours, logits + F.cross_entropy", f"{f['ours_logits_train_s']:.2f}",
+                 f"{f['ours_logits_train_tok_s']:.0f}", f"{f['train_speedup_vs_logits_loss']:.2f}x"],
                 ["HF MarianMTModel(labels=...)", f"{f['hf_train_s']:.2f}", f"{f['hf_train_tok_s']:.0f}",
                  f"{f['train_speedup_vs_hf']:.2f}x"]]
         print_table(console, f"training steps (forward + backward + AdamW), {f['train_batches']:.0f} batches, "
@@ -547,12 +556,17 @@ def run_train(log: Console, args: argparse.Namespace, ours: Translator, hf, f: d
     ours, hf = copy.deepcopy(ours).train(), copy.deepcopy(hf).train()
     bf16 = args.precision == "bf16"
     opts = {"ours": adamw(ours), "hf": adamw(hf)}
+    plain = copy.deepcopy(ours)
+    opts["ours_logits"] = adamw(plain)
     fns = {
         "ours": lambda: [train_step_ours(ours, opts["ours"], b, bf16) for b in batches],
+        "ours_logits": lambda: [train_step_ours(plain, opts["ours_logits"], b, bf16, logits_loss=True)
+                                for b in batches],
         "hf": lambda: [train_step_hf(hf, opts["hf"], b, bf16) for b in batches],
     }
     log.log("warm-up: one training step each")
     train_step_ours(ours, opts["ours"], batches[0], bf16)
+    train_step_ours(plain, opts["ours_logits"], batches[0], bf16, logits_loss=True)
     train_step_hf(hf, opts["hf"], batches[0], bf16)
     n_tok = sum(int((b.tgt_out != PAD_ID).sum()) for b in batches)
     log.log(f"training: {len(batches)} batches ({n_tok} target tokens, shapes "
@@ -562,6 +576,7 @@ def run_train(log: Console, args: argparse.Namespace, ours: Translator, hf, f: d
         f[f"{name}_train_s"] = statistics.median(ts)
         f[f"{name}_train_tok_s"] = n_tok / f[f"{name}_train_s"]
     f["train_speedup_vs_hf"] = median_ratio(times["hf"], times["ours"])
+    f["train_speedup_vs_logits_loss"] = median_ratio(times["ours_logits"], times["ours"])
     f["train_batches"], f["train_tokens"] = len(batches), n_tok
 
 

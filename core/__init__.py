@@ -7,6 +7,7 @@ from core.attention import CrossAttention, MultiHeadAttention, attend
 from core.blocks import DecoderLayer, EncoderLayer, FeedForward
 from core.explain import AttentionCapture, attention_entropy, attention_rollout, save_attention_json, save_heatmap
 from core.kv_cache import DecoderCache, KVCache, StaticKV
+from core.loss import linear_cross_entropy
 from core.masks import additive_mask, causal_mask, causal_padding_mask, combine_masks, lengths_mask, padding_mask
 from core.positions import ALiBi, LearnedPositions, RotaryEmbedding, SinusoidalPositions, alibi_slopes, apply_rope
 from core.schedule import InverseSqrt, InverseSqrtLR, WarmupCosine, WarmupCosineLR
@@ -17,6 +18,6 @@ __all__ = [
     "EncoderLayer", "FeedForward", "InverseSqrt", "InverseSqrtLR", "KVCache", "LearnedPositions",
     "MultiHeadAttention", "RotaryEmbedding", "SinusoidalPositions", "StaticKV", "TokenEmbedding",
     "WarmupCosine", "WarmupCosineLR", "additive_mask", "alibi_slopes", "apply_rope", "attend", "attention_entropy",
-    "attention_rollout", "causal_mask", "causal_padding_mask", "combine_masks", "init_linear",
+    "attention_rollout", "causal_mask", "causal_padding_mask", "combine_masks", "init_linear", "linear_cross_entropy",
     "lengths_mask", "padding_mask", "save_attention_json", "save_heatmap", "tie_weights",
 ]

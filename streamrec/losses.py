@@ -16,68 +16,19 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from core import linear_cross_entropy
+
 
 def full_softmax(hidden: Tensor, targets: Tensor, item_vectors: Tensor, chunk_elements: int = 1 << 20) -> Tensor:
-    """Mean cross-entropy over all N items, computed in row chunks without an (M, N) logits tensor.
+    """Mean cross-entropy over all N items, without an (M, N) logits tensor (`core.linear_cross_entropy`).
 
     Args:
         hidden: (M, D) states.
         targets: (M,) item ids in 1..N.
         item_vectors: (N+1, D), row 0 padding (excluded from the softmax).
-        chunk_elements: logits held at once (rows per chunk = this // N, at least 16); 1M floats = 4 MiB,
-            which measured ~15% faster than 4-32 MiB chunks on this machine's caches.
-
-    Same value and gradients as `F.cross_entropy(hidden @ item_vectors[1:].T, targets - 1)`,
-    but that materialises (M, N) logits, their log-softmax and its gradient: at max_len 200 on
-    ML-1M three 350 MB buffers, freshly page-faulted every step. Chunking keeps the working set
-    in cache; `benchmarks/streamrec_step.py` measures the difference.
+        chunk_elements: logits held at once.
     """
-    rows = max(16, chunk_elements // max(item_vectors.shape[0] - 1, 1))
-    return _ChunkedCrossEntropy.apply(hidden, item_vectors[1:], targets - 1, rows)
-
-
-class _ChunkedCrossEntropy(torch.autograd.Function):
-    """Mean softmax cross-entropy whose gradients are computed chunk by chunk during the forward pass.
-
-    Per chunk: logits = h W^T, loss = logsumexp - target logit, dlogits = softmax - onehot,
-    dh = dlogits W, dW += dlogits^T h. Backward only scales the stored gradients.
-    """
-
-    @staticmethod
-    def forward(ctx, hidden: Tensor, weight: Tensor, targets: Tensor, rows: int) -> Tensor:
-        # hidden (M, D), weight (N, D), targets (M,) in 0..N-1
-        need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        grad_h = torch.empty_like(hidden) if need_h else None
-        acc = torch.promote_types(hidden.dtype, torch.float32)  # bf16 inputs, fp32 softmax and sums
-        grad_w = torch.zeros_like(weight, dtype=acc) if need_w else None
-        w = weight.to(hidden.dtype)
-        total = hidden.new_zeros((), dtype=acc)
-        for start in range(0, hidden.shape[0], rows):
-            h, t = hidden[start : start + rows], targets[start : start + rows]
-            logits = h @ w.T  # (m, N), bf16 under autocast
-            probs = torch.softmax(logits, dim=1, dtype=acc)  # one fused pass
-            # loss = logsumexp - target logit, and logsumexp = max logit - log(max prob): exact, and
-            # the max prob is >= 1/N so it never underflows (a target's own prob can).
-            lse = logits.amax(dim=1).to(acc) - probs.amax(dim=1).log()
-            total += (lse - logits.gather(1, t[:, None]).squeeze(1).to(acc)).sum()
-            if need_h or need_w:
-                probs[torch.arange(len(t), device=t.device), t] -= 1.0  # d(loss sum)/d(logits)
-                probs = probs.to(h.dtype)
-                if need_h:
-                    grad_h[start : start + rows] = probs @ w
-                if need_w:
-                    grad_w += probs.T @ h
-        ctx.save_for_backward(grad_h, grad_w)
-        ctx.count, ctx.weight_dtype = hidden.shape[0], weight.dtype
-        return total / max(hidden.shape[0], 1)
-
-    @staticmethod
-    def backward(ctx, grad_out: Tensor) -> tuple[Tensor | None, Tensor | None, None, None]:
-        grad_h, grad_w = ctx.saved_tensors
-        scale = grad_out / max(ctx.count, 1)
-        dh = None if grad_h is None else grad_h * scale.to(grad_h.dtype)
-        dw = None if grad_w is None else (grad_w * scale).to(ctx.weight_dtype)
-        return dh, dw, None, None
+    return linear_cross_entropy(hidden, item_vectors[1:], targets - 1, chunk_elements=chunk_elements)
 
 
 def sample_negatives(

@@ -94,11 +94,15 @@ class Translator(nn.Module):
         """An empty cache for incremental decoding."""
         return self.decoder.new_cache()
 
-    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
-        """Teacher-forced logits (B, T, V) for training: `decode(tgt, *encode(src))`.
+    def states(self, src: Tensor, tgt: Tensor) -> Tensor:
+        """Teacher-forced decoder states (B, T, D), before the output projection `self.output`.
 
         Target padding needs no mask: causal attention keeps pads after every real token,
         and the loss ignores them.
         """
         memory, src_mask = self.encode(src)
-        return self.decode(tgt, memory, src_mask)
+        return self.decoder(self.tgt_embed(tgt), memory, src_mask)
+
+    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
+        """Teacher-forced logits (B, T, V): `decode(tgt, *encode(src))`."""
+        return self.output(self.states(src, tgt))

@@ -28,11 +28,10 @@ import lightning as L
 import sacrebleu
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
-from core import WarmupCosineLR
+from core import WarmupCosineLR, linear_cross_entropy
 from core.blocks import Activation
 from translate.data import Batch, Split, TranslationDataModule
 from translate.model import Translator
@@ -42,14 +41,16 @@ from translate.vocab import BOS_ID, EOS_ID, SubwordVocab
 VOCAB_KEY = TranslationDataModule.__qualname__  # where Lightning puts the data module's state_dict
 
 
-def label_smoothed_cross_entropy(logits: Tensor, target: Tensor, pad_id: int, smoothing: float) -> Tensor:
-    """Mean token loss of (B, T, V) logits against (B, T) targets, padding ignored.
+def translation_loss(model: Translator, batch: Batch, pad_id: int, smoothing: float) -> Tensor:
+    """Mean label-smoothed cross-entropy per non-padding target token of a batch.
 
-    With smoothing eps the target distribution is (1 - eps) on the gold token plus eps / V on
-    every token (PyTorch's definition), computed in fp32 even under bf16 autocast.
+    The target distribution is (1 - eps) on the gold token plus eps / V on every token
+    (PyTorch's definition). `core.linear_cross_entropy` computes it from the decoder states
+    without a (tokens, V) logits tensor, in fp32 even under bf16 autocast.
     """
-    return F.cross_entropy(logits.flatten(0, 1).float(), target.flatten(), ignore_index=pad_id,
-                           label_smoothing=smoothing)
+    states = model.states(batch.src, batch.tgt_in)  # (B, T, D)
+    keep = batch.tgt_out != pad_id
+    return linear_cross_entropy(states[keep], model.output.weight, batch.tgt_out[keep], smoothing)
 
 
 def vocabs_from_checkpoint(checkpoint: dict[str, Any]) -> tuple[SubwordVocab, SubwordVocab] | None:
@@ -146,8 +147,7 @@ class TranslationModule(L.LightningModule):
     # ------------------------------------------------------------------ training
     def compute_loss(self, batch: Batch) -> Tensor:
         """Label-smoothed cross-entropy per non-padding target token of a batch."""
-        logits = self.model(batch.src, batch.tgt_in)  # (B, T, V)
-        return label_smoothed_cross_entropy(logits, batch.tgt_out, self.hparams.pad_id, self.hparams.label_smoothing)
+        return translation_loss(self.model, batch, self.hparams.pad_id, self.hparams.label_smoothing)
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
         loss = self.compute_loss(batch)
