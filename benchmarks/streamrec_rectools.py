@@ -6,7 +6,8 @@ test, second-to-last validation, the rest training), the same size (d_model 64, 
 width; dropout 0.2 on embeddings, attention weights, inside and after the FFN), learned
 positions, tied item embeddings, full-softmax loss, batch 128, max_len and the epoch budget.
 The optimisers stay each library's own recipe (ours: AdamW with warmup-cosine, warmup = 10% of
-the steps up to 100; RecTools: Adam, betas 0.9/0.98, constant lr); both at lr 1e-3.
+the steps up to 100; RecTools: Adam, betas 0.9/0.98, constant lr); both at lr 1e-3 unless `--our-lr`
+gives ours its own peak (our item table starts at std d^-1/2, RecTools' at 1, so ours needs a larger step).
 
 - Training: sequences/s per epoch, excluding start-up (a callback times on_train_epoch_start ->
   on_train_epoch_end; neither trainer runs validation). One training sequence per user.
@@ -159,7 +160,7 @@ def fit_ours(dm: StreamRecDataModule, args: argparse.Namespace) -> tuple[StreamR
     module = StreamRecModule(
         num_items=dm.num_items, max_len=args.max_len, d_model=args.d_model, n_heads=args.n_heads,
         n_layers=args.n_layers, d_ff=args.d_model, dropout=args.dropout, attn_dropout=args.attn_dropout,
-        activation="relu", loss="full", lr=args.lr, warmup_steps=min(100, max(1, steps // 10)), ks=(K,),
+        activation="relu", loss="full", lr=args.our_lr or args.lr, warmup_steps=min(100, max(1, steps // 10)), ks=(K,),
         popularity_baseline=False,
     )
     timer = epoch_timer(L.Callback)
@@ -333,7 +334,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "RecTools' nn.MultiheadAttention; 0 is StreamRec's default and keeps SDPA's fused kernel)")
     p.add_argument("--malloc", choices=("default", "keep"), default="default",
                    help="keep: glibc keeps freed memory (no per-step page faults on big tensors), both models")
-    p.add_argument("--lr", type=float, default=1e-3, help="learning rate, both (default 1e-3)")
+    p.add_argument("--lr", type=float, default=1e-3, help="learning rate, both (default 1e-3, RecTools' default)")
+    p.add_argument("--our-lr", type=float, help="StreamRec's peak learning rate instead of --lr (our embeddings start "
+                   "8x smaller than RecTools' N(0, 1), so our recipe wants a larger step; see README)")
     p.add_argument("--limit-batches", type=int, help="train on only the first N batches an epoch, both (a quick speed "
                    "check: sequences/s then counts N x batch size; quality is not comparable to published runs)")
     p.add_argument("--score-repeats", type=int, default=3, help="interleaved scoring rounds (default 3)")
@@ -383,7 +386,7 @@ def main(argv: list[str] | None = None) -> None:
                   f"dropout {args.dropout} (StreamRec attention weights {args.attn_dropout}), max_len {args.max_len}, "
                   f"full softmax, batch {args.batch_size}, {args.epochs} epoch(s)"
                   f"{f' of {args.limit_batches} batches' if args.limit_batches else ''}, precision {args.precision}, "
-                  f"lr {args.lr:g}, malloc {args.malloc}")
+                  f"lr {args.lr:g} (StreamRec {args.our_lr or args.lr:g}), malloc {args.malloc}")
     console.print(f"protocol: full ranking over {num_items} items, seen items removed, leave-one-out test "
                   f"({len(cases)} users; {repeats} targets repeat a seen item), K={K}; our RankingMetrics on both")
     console.print(f"torch {torch.__version__} | threads {torch.get_num_threads()} | Lightning {L.__version__} | "
@@ -424,7 +427,8 @@ def main(argv: list[str] | None = None) -> None:
     l_rt = evaluate_lists(rectools_tops(out["rectools"], users), cases, num_items)
 
     f: dict[str, float] = {
-        "max_len": args.max_len, "epochs": args.epochs, "threads": torch.get_num_threads(),
+        "max_len": args.max_len, "epochs": args.epochs, "lr": args.lr, "our_lr": args.our_lr or args.lr,
+        "threads": torch.get_num_threads(),
         "bf16": int(args.precision == "bf16"), "malloc_keep": int(args.malloc == "keep"),
         "attn_dropout": args.attn_dropout, "num_users": len(cases), "num_items": num_items,
         "train_sequences": len(dm.train_set), "score_repeats": args.score_repeats,
