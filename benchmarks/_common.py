@@ -6,16 +6,40 @@ absolute time: the CPUs are shared and one run can be 2x slower than the next.
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
+import os
 import resource
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def ensure_peer_venv(script: str, modules: Sequence[str], venv: str, make_target: str) -> None:
+    """Re-run `script` under ROOT/`venv` when one of the peer `modules` does not import here.
+
+    Peers (RecTools, transformers, CTranslate2) live in benchmark-only venvs, never in `.venv`;
+    started from another interpreter, a peer benchmark hands itself over to its own.
+    """
+    try:
+        for name in modules:
+            importlib.import_module(name)
+    except ImportError:
+        peer = ROOT / venv
+        python = peer / "bin" / "python"
+        # Compare prefixes, not executables: every venv's python links to the same interpreter.
+        if python.exists() and Path(sys.prefix).resolve() != peer.resolve():
+            os.execv(str(python), [str(python), script, *sys.argv[1:]])
+        sys.exit(f"error: {'/'.join(modules)} not installed here and {venv} is missing; "
+                 f"create it with `make {make_target}` (or `bash benchmarks/envs/{make_target.rsplit('-', 1)[-1]}.sh`)")
 
 
 def time_call(fn: Callable[[], object], sync: Callable[[], None] | None = None, number: int = 1) -> float:

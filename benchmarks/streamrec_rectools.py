@@ -48,25 +48,10 @@ import os
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-PEER_VENV = ROOT / ".venv-rectools"
-PEER_PYTHON = PEER_VENV / "bin" / "python"
-
-
-def _ensure_peer_venv() -> None:
-    """Re-run this script under .venv-rectools when RecTools is not importable here."""
-    try:
-        import rectools  # noqa: F401
-    except ImportError:
-        # Compare prefixes, not executables: every venv's python links to the same interpreter.
-        if PEER_PYTHON.exists() and Path(sys.prefix).resolve() != PEER_VENV.resolve():
-            os.execv(str(PEER_PYTHON), [str(PEER_PYTHON), __file__, *sys.argv[1:]])
-        sys.exit("error: RecTools is not installed here and .venv-rectools is missing; "
-                 "create it with `make bench-env-rectools` (or `bash benchmarks/envs/rectools.sh`)")
-
+from _common import ROOT, ensure_peer_venv
 
 if __name__ == "__main__":
-    _ensure_peer_venv()
+    ensure_peer_venv(__file__, ["rectools"], ".venv-rectools", "bench-env-rectools")
 
 # ruff: noqa: E402  (imports after the venv check on purpose)
 import argparse

@@ -53,26 +53,10 @@ import os
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-PEER_VENV = ROOT / ".venv-translate"
-PEER_PYTHON = PEER_VENV / "bin" / "python"
-
-
-def _ensure_peer_venv() -> None:
-    """Re-run this script under .venv-translate when transformers or CTranslate2 is not importable here."""
-    try:
-        import ctranslate2  # noqa: F401
-        import transformers  # noqa: F401
-    except ImportError:
-        # Compare prefixes, not executables: every venv's python links to the same interpreter.
-        if PEER_PYTHON.exists() and Path(sys.prefix).resolve() != PEER_VENV.resolve():
-            os.execv(str(PEER_PYTHON), [str(PEER_PYTHON), __file__, *sys.argv[1:]])
-        sys.exit("error: transformers/ctranslate2 are not installed here and .venv-translate is missing; "
-                 "create it with `make bench-env-translate` (or `bash benchmarks/envs/translate.sh`)")
-
+from _common import ensure_peer_venv
 
 if __name__ == "__main__":
-    _ensure_peer_venv()
+    ensure_peer_venv(__file__, ["transformers", "ctranslate2"], ".venv-translate", "bench-env-translate")
 
 # ruff: noqa: E402  (imports after the venv check on purpose)
 import argparse
