@@ -4,13 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import lightning as L
 import pytest
 
 from translate import average, infer
 from translate.__main__ import main
-from translate.data import TranslationDataModule
-from translate.module import TranslationModule
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((REPO / "configs" / "translate").glob("*.yaml"))
@@ -75,20 +72,9 @@ def test_missing_data_file_is_one_line(tmp_path, monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def tiny_ckpt(demo_dir, tmp_path_factory) -> Path:
+def tiny_ckpt(demo_dir, tmp_path_factory, train_tiny_checkpoint) -> Path:
     """A checkpoint of a tiny model after a few training steps, written by a real fit."""
-    out = tmp_path_factory.mktemp("cli_ckpt")
-    L.seed_everything(0, verbose=False)
-    dm = TranslationDataModule(str(demo_dir / "train"), str(demo_dir / "val"), str(demo_dir / "test"),
-                               max_len=32, max_tokens=512, cache_dir=str(out / "spm"))
-    module = TranslationModule(dm.src_vocab_size, dm.tgt_vocab_size, dm.pad_id, 32, d_model=16, n_heads=2,
-                               n_encoder_layers=1, n_decoder_layers=1, d_ff=32, lr=3e-3, warmup_steps=5)
-    trainer = L.Trainer(max_steps=20, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, limit_val_batches=0, use_distributed_sampler=False)
-    trainer.fit(module, dm)
-    path = out / "tiny.ckpt"
-    trainer.save_checkpoint(path)
-    return path
+    return train_tiny_checkpoint(demo_dir, tmp_path_factory.mktemp("cli_ckpt"))[0]
 
 
 def _validate(ckpt: Path, demo_dir: Path, devices: int, strategy: str = "auto") -> dict[str, float]:

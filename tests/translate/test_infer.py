@@ -15,7 +15,6 @@ import pytest
 import torch
 
 from translate import average, infer
-from translate.data import TranslationDataModule
 from translate.module import TranslationModule
 from translate.search import beam_search
 from translate.vocab import BOS_ID, EOS_ID
@@ -24,19 +23,10 @@ MAX_LEN = 32
 
 
 @pytest.fixture(scope="module")
-def trained(demo_dir, tmp_path_factory) -> SimpleNamespace:
+def trained(demo_dir, tmp_path_factory, train_tiny_checkpoint) -> SimpleNamespace:
     """A tiny model after a few training steps: its checkpoint, data module and trainer."""
     out = tmp_path_factory.mktemp("infer_ckpt")
-    L.seed_everything(0, verbose=False)
-    dm = TranslationDataModule(str(demo_dir / "train"), str(demo_dir / "val"), str(demo_dir / "test"),
-                               max_len=MAX_LEN, max_tokens=512, cache_dir=str(out / "spm"))
-    module = TranslationModule(dm.src_vocab_size, dm.tgt_vocab_size, dm.pad_id, MAX_LEN, d_model=16, n_heads=2,
-                               n_encoder_layers=1, n_decoder_layers=2, d_ff=32, lr=3e-3, warmup_steps=5)
-    trainer = L.Trainer(max_steps=20, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, limit_val_batches=0, use_distributed_sampler=False)
-    trainer.fit(module, dm)
-    path = out / "tiny.ckpt"
-    trainer.save_checkpoint(path)
+    path, dm = train_tiny_checkpoint(demo_dir, out, MAX_LEN, n_decoder_layers=2)
     return SimpleNamespace(ckpt=path, dm=dm, dir=out)
 
 
