@@ -12,7 +12,7 @@ gives ours its own peak (our item table starts at std d^-1/2, RecTools' at 1, so
 - Training: sequences/s per epoch, excluding start-up (a callback times on_train_epoch_start ->
   on_train_epoch_end; neither trainer runs validation). One training sequence per user.
 - Scoring: all test users, top-10, seen items filtered, from in-memory histories = training +
-  validation items (ours: `streamrec.score.recommend` in batches of 256; theirs:
+  validation items (ours: `streamrec.score.recommend` in batches of 256 sorted by history length; theirs:
   `SASRecModel.recommend(..., filter_viewed=True)`, recommend_batch_size 256, on a RecTools
   `Dataset` built beforehand). Interleaved A B A B; time = median, ratio = median of per-round ratios.
 - Quality: OUR metric code (`streamrec.metrics.RankingMetrics`) on both models' full (B, N+1)
@@ -80,7 +80,7 @@ from streamrec.data import EvalCase, EvalDataset, StreamRecDataModule, collate_e
 from streamrec.metrics import RankingMetrics
 from streamrec.model import PAD_ID, StreamRecModel
 from streamrec.module import StreamRecModule
-from streamrec.score import recommend
+from streamrec.score import length_batches, recommend
 
 DATASETS = {
     "ml-1m": ROOT.parent / "shared" / "data" / "ml-1m" / "ml-1m.sasrec-prefix.txt",
@@ -156,9 +156,12 @@ def fit_ours(dm: StreamRecDataModule, args: argparse.Namespace) -> tuple[StreamR
 
 
 def ours_recommend_all(model: StreamRecModel, histories: Sequence[Sequence[int]]) -> Tensor:
-    """Top-K of every user, seen items filtered, in batches: (U, K) item ids."""
-    tops = [recommend(model, histories[i : i + SCORE_BATCH], K)[1] for i in range(0, len(histories), SCORE_BATCH)]
-    return torch.cat(tops)
+    """Top-K of every user, seen items filtered, in batches of similar length as `streamrec.score` runs them:
+    (U, K) item ids in the users' order."""
+    tops = torch.empty(len(histories), K, dtype=torch.long)
+    for batch in length_batches([len(h) for h in histories], SCORE_BATCH):
+        tops[batch] = recommend(model, [histories[i] for i in batch], K)[1]
+    return tops
 
 
 @torch.no_grad()

@@ -105,8 +105,11 @@ class _Stack(nn.Module):
         self.norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
         init_linear(self.layers)
 
-    def _positions(self, x: Tensor, offset: int) -> tuple[Tensor, Tensor | None]:
-        """Add additive positions; return x and the ALiBi bias (or None)."""
+    def _positions(self, x: Tensor, offset: int, cached: bool = True) -> tuple[Tensor, Tensor | None]:
+        """Add additive positions from `offset`; return x and the ALiBi bias (or None).
+
+        `cached`: the keys include `offset` cached steps before x (else only x's own steps).
+        """
         t = x.shape[1]
         if offset + t > self.max_len:
             raise ValueError(
@@ -115,7 +118,7 @@ class _Stack(nn.Module):
             )
         if self.additive is not None:
             x = self.additive(x, offset)
-        bias = None if self.alibi is None else self.alibi(t, offset + t, device=x.device)
+        bias = None if self.alibi is None else self.alibi(t, offset * cached + t, device=x.device)
         return x, bias
 
 
@@ -158,7 +161,8 @@ class Encoder(_Stack):
         return DecoderCache(len(self.layers), cross=False)
 
     def forward(
-        self, x: Tensor, mask: Tensor | None = None, cache: DecoderCache | None = None, last: int | None = None
+        self, x: Tensor, mask: Tensor | None = None, cache: DecoderCache | None = None, last: int | None = None,
+        offset: int = 0,
     ) -> Tensor:
         """Encode embedded inputs.
 
@@ -168,12 +172,15 @@ class Encoder(_Stack):
             cache: per-layer KV caches for incremental causal decoding.
             last: return only the last `last` positions; the final layer then computes only those
                 (a recommender needs the last state alone: ~40% less work at 2 layers).
+            offset: position of the first column without a cache, so that left-padded inputs cut to
+                their longest row keep every item's position (a cache supplies its own offset).
 
         Returns:
             (B, T, D), or (B, last, D).
         """
-        offset = 0 if cache is None else cache.offset
-        x, bias = self._positions(x, offset)
+        if cache is not None:
+            offset = cache.offset
+        x, bias = self._positions(x, offset, cached=cache is not None)
         causal = self.causal
         capturing = any(layer.self_attn.capture is not None for layer in self.layers)
         if causal and mask is not None and cache is None and not capturing:

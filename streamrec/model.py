@@ -21,6 +21,18 @@ from core.blocks import Activation
 PAD_ID = 0
 
 
+def trim_padding(items: Tensor) -> tuple[Tensor, int]:
+    """Drop the leading columns that are padding in every row: (B, T) -> (B, T') and T - T'.
+
+    Padding is never attended and the kept items keep their positions (the encoder is given
+    the offset), so outputs are unchanged while a batch of short histories costs what its
+    longest row costs: Amazon Beauty's histories average 9 items at max_len 50.
+    """
+    occupied = (items != PAD_ID).any(0).to(torch.uint8)
+    start = int(occupied.argmax())  # the first occupied column (argmax returns the first maximum); 0 if none
+    return items[:, start:], start
+
+
 class StreamRecModel(nn.Module):
     """Item embedding x sqrt(d_model), positions, pre-LN causal blocks, final LayerNorm, dot-product scores.
 
@@ -64,17 +76,22 @@ class StreamRecModel(nn.Module):
         """(N+1, D) vectors that hidden states are scored against; row 0 is padding."""
         return self.item_embedding.weight if self.output is None else self.output.weight
 
-    def encode(self, items: Tensor) -> Tensor:
+    def encode(self, items: Tensor, trim: bool = False) -> Tensor:
         """Hidden state after each history position.
 
         Args:
             items: (B, T) item ids, left-padded with 0.
+            trim: skip the leading columns that are padding in every row (see `trim_padding`); the
+                result then covers only the last T' <= T positions, with the same values there.
 
         Returns:
-            (B, T, D); position t summarises items up to and including t.
+            (B, T, D), or (B, T', D) with `trim`; position t summarises items up to and including t.
         """
+        offset = 0
+        if trim:
+            items, offset = trim_padding(items)
         mask = causal_padding_mask(padding_mask(items, PAD_ID))  # (B, 1, T, T)
-        return self.encoder(self.item_embedding(items), mask)
+        return self.encoder(self.item_embedding(items), mask, offset=offset)
 
     def score(self, hidden: Tensor) -> Tensor:
         """Scores of every item for each hidden state, padding column set to -inf.
@@ -91,8 +108,9 @@ class StreamRecModel(nn.Module):
 
     def last_hidden(self, items: Tensor) -> Tensor:
         """(B, T) left-padded histories -> (B, D), the state that recommends the next item."""
+        items, offset = trim_padding(items)
         mask = causal_padding_mask(padding_mask(items, PAD_ID))
-        return self.encoder(self.item_embedding(items), mask, last=1)[:, -1]
+        return self.encoder(self.item_embedding(items), mask, last=1, offset=offset)[:, -1]
 
     @torch.no_grad()
     def recommend_scores(self, items: Tensor) -> Tensor:

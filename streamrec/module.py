@@ -112,9 +112,10 @@ class StreamRecModule(L.LightningModule):
 
     # ------------------------------------------------------------------ training
     def training_step(self, batch: TrainBatch, batch_idx: int) -> Tensor:
-        hidden = self.model.encode(batch.inputs)  # (B, T, D)
-        keep = batch.targets != 0
-        loss = self.compute_loss(hidden[keep], batch.targets[keep])  # (M, D), (M,)
+        hidden = self.model.encode(batch.inputs, trim=True)  # (B, T', D): all-padding columns skipped
+        targets = batch.targets[:, -hidden.shape[1]:]  # inputs and targets share their padding
+        keep = targets != 0
+        loss = self.compute_loss(hidden[keep], targets[keep])  # (M, D), (M,)
         self.log("train_loss", loss, prog_bar=True, batch_size=int(keep.sum()))
         return loss
 

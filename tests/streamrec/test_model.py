@@ -1,8 +1,9 @@
 """StreamRecModel invariants."""
 
+import pytest
 import torch
 
-from streamrec.model import StreamRecModel
+from streamrec.model import StreamRecModel, trim_padding
 
 
 def _model(**kw):
@@ -28,6 +29,42 @@ def test_scores_are_dot_products_with_item_embedding_and_never_padding():
     want = h @ model.item_embedding.embedding.weight.T
     assert torch.isneginf(scores[:, 0]).all()
     assert torch.allclose(scores[:, 1:], want[:, 1:], atol=1e-5)
+
+
+def test_trim_padding_drops_only_columns_padded_in_every_row():
+    items = torch.tensor([[0, 0, 0, 4, 5], [0, 0, 2, 3, 1]])
+    trimmed, offset = trim_padding(items)
+    assert offset == 2 and trimmed.tolist() == [[0, 4, 5], [2, 3, 1]]
+    assert trim_padding(torch.zeros(2, 4, dtype=torch.long))[1] == 0  # nothing occupied: nothing to trim
+
+
+@pytest.mark.parametrize("positions", ["learned", "sinusoidal", "rope", "alibi"])
+def test_trimmed_padding_leaves_every_real_state_unchanged(positions):
+    """Short histories are encoded without their all-padding columns; the full-width run is the reference."""
+    model = _model(positions=positions)
+    items = torch.tensor([[0, 0, 0, 0, 0, 0, 3, 4, 5, 6], [0, 0, 0, 0, 0, 0, 0, 0, 9, 2]])
+    full = model.encode(items)
+    trimmed = model.encode(items, trim=True)
+    assert trimmed.shape == (2, 4, 16)
+    real = (items != 0)[:, -4:]
+    assert torch.allclose(trimmed[real], full[:, -4:][real], atol=1e-5)
+    assert torch.allclose(model.last_hidden(items), full[:, -1], atol=1e-5)
+
+
+def test_training_loss_is_unchanged_by_trimming():
+    from streamrec.data import TrainBatch
+    from streamrec.losses import full_softmax
+    from streamrec.module import StreamRecModule
+
+    torch.manual_seed(0)
+    module = StreamRecModule(num_items=30, d_model=16, n_heads=2, n_layers=2, d_ff=32, max_len=10, dropout=0.0)
+    module.log = lambda *a, **k: None  # no trainer attached
+    inputs = torch.tensor([[0, 0, 0, 0, 0, 0, 3, 4, 5, 6], [0, 0, 0, 0, 0, 0, 0, 0, 9, 2]])
+    targets = torch.tensor([[0, 0, 0, 0, 0, 0, 4, 5, 6, 7], [0, 0, 0, 0, 0, 0, 0, 0, 2, 8]])
+    hidden = module.model.encode(inputs)  # full width
+    keep = targets != 0
+    want = full_softmax(hidden[keep], targets[keep], module.model.item_vectors)
+    assert torch.allclose(module.training_step(TrainBatch(inputs, targets), 0), want, atol=1e-6)
 
 
 def test_untied_head_uses_its_own_table():

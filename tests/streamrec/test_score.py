@@ -53,6 +53,23 @@ def test_scoring_output_never_has_seen_items_or_padding(tiny_ckpt, tiny_log, tmp
     assert not (tmp_path / "recs.parquet.parts").exists()
 
 
+def test_output_keeps_input_user_order_though_scored_by_length(tiny_ckpt, tiny_log, tmp_path):
+    out = tmp_path / "recs.csv"
+    score.main(["--ckpt", str(tiny_ckpt), "--input", str(tiny_log), "--output", str(out), "--top-k", "2",
+                "--batch-size", "4"])
+    histories = read_interactions(tiny_log).items
+    assert len({len(h) for h in histories.values()}) > 1  # else sorting by length would change nothing
+    lines = out.read_text().splitlines()[1:]
+    users = list(dict.fromkeys(line.split(",")[0].strip('"') for line in lines))
+    assert users == list(histories)
+
+
+def test_length_batches_cover_every_index_once_shortest_first():
+    lengths = [5, 1, 9, 3, 3, 7]
+    batches = score.length_batches(lengths, 4)
+    assert batches == [[1, 3, 4, 0], [5, 2]]
+
+
 def test_interrupted_run_resumes_without_duplicates(tiny_ckpt, tiny_log, tmp_path, monkeypatch):
     args = ["--ckpt", str(tiny_ckpt), "--input", str(tiny_log), "--top-k", "3", "--chunk-users", "10",
             "--batch-size", "4"]
