@@ -460,7 +460,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--skip-train", action="store_true", help="decoding only")
     p.add_argument("--skip-decode", action="store_true", help="training only")
     p.add_argument("--no-ct2", action="store_true", help="leave CTranslate2 out")
-    p.add_argument("--profile", action="store_true", help="profile our decode (1 thread) and print where time goes")
+    p.add_argument("--profile", action="store_true", help="profile our decode (1 thread, --decode-dtype) and print where time goes")
     p.add_argument("--profile-batches", type=int, default=2, help="batches in the profile (default 2)")
     p.add_argument("--seed", type=int, default=0, help="seed of weights and inputs (default 0)")
     p.add_argument("--json", metavar="PATH", help="write every figure as one flat JSON object name -> number")
@@ -608,7 +608,8 @@ def main(argv: list[str] | None = None) -> None:
         batches = source_batches(make_sources(args.sentences, args.min_src, args.max_src, args.vocab, args.seed),
                                  args.batch_size)
         step = max(1, len(batches) // args.profile_batches)
-        profile_ours(console, ours, batches[::step][: args.profile_batches], args.beam, args.tgt_len)
+        model = copy.deepcopy(ours).bfloat16() if f["decode_bf16"] else ours
+        profile_ours(console, model, batches[::step][: args.profile_batches], args.beam, args.tgt_len)
         torch.set_num_threads(threads)
     if not args.skip_train:
         run_train(log, args, ours, hf, f)
