@@ -460,7 +460,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--skip-train", action="store_true", help="decoding only")
     p.add_argument("--skip-decode", action="store_true", help="training only")
     p.add_argument("--no-ct2", action="store_true", help="leave CTranslate2 out")
-    p.add_argument("--profile", action="store_true", help="profile our decode (1 thread, --decode-dtype) and print where time goes")
+    p.add_argument("--profile", action="store_true",
+                   help="profile our decode (1 thread, --decode-dtype) and print where time goes")
     p.add_argument("--profile-batches", type=int, default=2, help="batches in the profile (default 2)")
     p.add_argument("--seed", type=int, default=0, help="seed of weights and inputs (default 0)")
     p.add_argument("--json", metavar="PATH", help="write every figure as one flat JSON object name -> number")

@@ -248,8 +248,9 @@ def _in_input_order(table: pa.Table, users: list[str]) -> pa.Table:
 
 
 def _read_users(path: str) -> list[str]:
+    """The user ids listed in `path`, once each, in file order."""
     lines = Path(path).read_text(encoding="utf-8").splitlines()
-    users = [line.strip() for line in lines if line.strip()]
+    users = list(dict.fromkeys(line.strip() for line in lines if line.strip()))
     if not users:
         raise ValueError(f"--users {path}: the file lists no user; write one user id per line")
     return users

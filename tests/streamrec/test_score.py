@@ -64,6 +64,17 @@ def test_output_keeps_input_user_order_though_scored_by_length(tiny_ckpt, tiny_l
     assert users == list(histories)
 
 
+def test_users_file_scores_each_listed_user_once_in_file_order(tiny_ckpt, tiny_log, tmp_path):
+    known = list(read_interactions(tiny_log).items)
+    users = tmp_path / "users.txt"
+    users.write_text(f"{known[5]}\n\n{known[0]}\nnobody\n{known[5]}\n{known[2]}\n")
+    out = tmp_path / "recs.csv"
+    score.main(["--ckpt", str(tiny_ckpt), "--input", str(tiny_log), "--output", str(out), "--top-k", "2",
+                "--users", str(users)])
+    rows = [line.split(",")[0].strip('"') for line in out.read_text().splitlines()[1:]]
+    assert rows == [known[5]] * 2 + [known[0]] * 2 + [known[2]] * 2
+
+
 def test_length_batches_cover_every_index_once_shortest_first():
     lengths = [5, 1, 9, 3, 3, 7]
     batches = score.length_batches(lengths, 4)
