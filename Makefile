@@ -56,13 +56,13 @@ clean:
 # Peer venv for benchmarks/streamrec_rectools.py (RecTools pins numpy<2 and Lightning<=2.5.2, so not in .venv).
 .PHONY: bench-env-rectools
 bench-env-rectools: .venv-rectools/.installed
-.venv-rectools/.installed: benchmarks/envs/rectools.sh pyproject.toml constraints.txt
+.venv-rectools/.installed: benchmarks/envs/rectools.sh benchmarks/envs/_peer_venv.sh pyproject.toml constraints.txt
 	VENV=.venv-rectools PYTHON=$(PYTHON) bash benchmarks/envs/rectools.sh
 	touch $@
 
 # Peer venv for benchmarks/translate_speed.py (Hugging Face transformers and CTranslate2: benchmark-only, not in .venv).
 .PHONY: bench-env-translate
 bench-env-translate: .venv-translate/.installed
-.venv-translate/.installed: benchmarks/envs/translate.sh pyproject.toml constraints.txt
+.venv-translate/.installed: benchmarks/envs/translate.sh benchmarks/envs/_peer_venv.sh pyproject.toml constraints.txt
 	VENV=.venv-translate PYTHON=$(PYTHON) bash benchmarks/envs/translate.sh
 	touch $@

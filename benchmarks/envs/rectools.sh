@@ -12,12 +12,10 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 VENV=${VENV:-.venv-rectools}
 PYTHON=${PYTHON:-python3}
-TORCH=$(grep -E '^torch==' constraints.txt)  # torch==2.13.0
+source benchmarks/envs/_peer_venv.sh  # TORCH, PIP, peer_venv_start, check_torch_pin
 
-test -x "$VENV/bin/python" || "$PYTHON" -m venv "$VENV"
-PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
 # 1. torch first, through our constraints, so pip takes the CPU wheel (not the CUDA build).
-"${PIP[@]}" -c constraints.txt "$TORCH"
+peer_venv_start
 # 2. RecTools with the torch requirement repeated: pip must keep 2.13.0 rather than replace it.
 #    Not `-c constraints.txt` here: its numpy/Lightning pins conflict with RecTools' own.
 "${PIP[@]}" "rectools[torch]==0.19.0" "$TORCH"
@@ -28,11 +26,7 @@ PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
 PL=$("$VENV/bin/python" -m pip show pytorch-lightning | sed -n 's/^Version: //p')
 "${PIP[@]}" "$TORCH" "lightning==$PL" "pytorch-lightning==$PL" "pyarrow<26" -e .
 
-got=$("$VENV/bin/python" -m pip show torch | sed -n 's/^Version: //p')
-if [[ "$got" != "${TORCH#torch==}"* ]]; then
-    echo "error: $VENV has torch $got, expected ${TORCH#torch==}; something replaced the pin" >&2
-    exit 1
-fi
+check_torch_pin
 "$VENV/bin/python" - <<'PY'
 import importlib.metadata as md
 import lightning, numpy, rectools, torch

@@ -12,25 +12,19 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 VENV=${VENV:-.venv-translate}
 PYTHON=${PYTHON:-python3}
-TORCH=$(grep -E '^torch==' constraints.txt)  # torch==2.13.0
+source benchmarks/envs/_peer_venv.sh  # TORCH, PIP, peer_venv_start, check_torch_pin
 TRANSFORMERS=transformers==5.23.0
 CTRANSLATE2=ctranslate2==4.8.5
 
-test -x "$VENV/bin/python" || "$PYTHON" -m venv "$VENV"
-PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
 # 1. torch first, through our constraints, so pip takes the CPU wheel (not the CUDA build).
-"${PIP[@]}" -c constraints.txt "$TORCH"
+peer_venv_start
 # 2. The peers with the torch requirement repeated: pip must keep 2.13.0 rather than replace it.
 #    sentencepiece: CTranslate2's Marian converter and MarianTokenizer import it.
 "${PIP[@]}" "$TRANSFORMERS" "$CTRANSLATE2" "$TORCH" -c constraints.txt
 # 3. Our package, through the same constraints as .venv (Lightning, numpy, rich, ... at our versions).
 "${PIP[@]}" -c constraints.txt "$TORCH" -e .
 
-got=$("$VENV/bin/python" -m pip show torch | sed -n 's/^Version: //p')
-if [[ "$got" != "${TORCH#torch==}"* ]]; then
-    echo "error: $VENV has torch $got, expected ${TORCH#torch==}; something replaced the pin" >&2
-    exit 1
-fi
+check_torch_pin
 "$VENV/bin/python" - <<'PY'
 import ctranslate2, numpy, torch, transformers
 from transformers import MarianConfig, MarianMTModel  # noqa: F401
