@@ -102,7 +102,16 @@ class DecoderCache:
 
     def reorder(self, index: Tensor) -> None:
         """Select and reorder batch rows in every layer (beam search bookkeeping)."""
+        self.reorder_self(index)
+        self.reorder_cross(index)
+
+    def reorder_self(self, index: Tensor) -> None:
+        """Select and reorder the self-attention rows only (beams swapping within a sentence)."""
         for c in self.self_attn:
             c.reorder(index)
+
+    def reorder_cross(self, index: Tensor) -> None:
+        """Select the cross-attention rows only: the source keys/values, identical for all beams
+        of a sentence, change only when sentences leave the batch."""
         for c in self.cross_attn or []:
             c.reorder(index)

@@ -72,7 +72,7 @@ def greedy_search(
     log_prob = torch.zeros(b, device=src.device)
     done = torch.zeros(b, dtype=torch.bool, device=src.device)
     for step in range(int(limits.max())):
-        logp = model.decode(token, memory, src_mask, cache)[:, -1].float().log_softmax(-1)  # (B, V)
+        logp = _next_log_probs(model, token, memory, src_mask, cache)  # (B, V)
         logp = _force_eos(logp, step + 1 >= limits, eos_id)
         best_lp, token = logp.max(-1, keepdim=True)  # (B, 1)
         log_prob += torch.where(done, 0.0, best_lp[:, 0])
@@ -120,7 +120,7 @@ def beam_search(
 
     for step in range(int(limits.max())):
         if step:
-            logp = model.decode(tokens[:, -1:], memory, src_mask, cache)[:, -1].float().log_softmax(-1)  # (R, V)
+            logp = _next_log_probs(model, tokens[:, -1:], memory, src_mask, cache)  # (R, V)
         at_limit = (step + 1 >= limits[active]).repeat_interleave(k)
         logp = _force_eos(logp, at_limit, eos_id)
         vocab = logp.shape[-1]
@@ -142,10 +142,9 @@ def beam_search(
             row = row.view(-1, k)[keep].view(-1)
             tok = tok[keep]
             kept = torch.arange(keep.numel() * k, device=src.device).view(-1, k)[keep].view(-1)  # their rows
-            _reorder_source(cache, kept)
+            cache.reorder_cross(kept)
             memory, src_mask = memory[kept], src_mask[kept]
-        for self_cache in cache.self_attn:  # the target side follows its beams
-            self_cache.reorder(row)
+        cache.reorder_self(row)  # the target side follows its beams; the source side needs no copy
         tokens = torch.cat([tokens[row], tok.view(-1, 1)], dim=1)
     return [sorted(hyps, reverse=True)[:nbest] for hyps in finished]
 
@@ -154,8 +153,9 @@ def _first_step(model: Translator, src: Tensor, bos_id: int, k: int) -> tuple[Te
     """Encode, decode BOS once per sentence, then give each sentence K rows (copies).
 
     All beams of a sentence start identical, so step 0 and the cross-attention keys/values (the
-    memory's projection) are computed once per sentence, not K times. With `_reorder_source` this made
-    a beam-5, 20-step search ~10% faster (benchmarks/translate_speed.py); the outputs are unchanged.
+    memory's projection) are computed once per sentence, not K times. With those rows reordered only
+    when sentences leave the batch (`DecoderCache.reorder_cross`; beams swapping leave them alone) this
+    made a beam-5, 20-step search ~10% faster (benchmarks/translate_speed.py); the outputs are unchanged.
 
     Returns:
         log-probabilities (R, V), memory (R, S, D), source mask (R, 1, 1, S) and the filled cache (R rows).
@@ -163,21 +163,16 @@ def _first_step(model: Translator, src: Tensor, bos_id: int, k: int) -> tuple[Te
     memory, src_mask = model.encode(src)
     cache = model.new_cache()
     bos = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
-    logp = model.decode(bos, memory, src_mask, cache)[:, -1].float().log_softmax(-1)  # (B, V)
+    logp = _next_log_probs(model, bos, memory, src_mask, cache)  # (B, V)
     rows = torch.arange(src.shape[0], device=src.device).repeat_interleave(k)  # (R,) sentence of each row
     cache.reorder(rows)
     return logp[rows], memory[rows], src_mask[rows], cache
 
 
-def _reorder_source(cache: DecoderCache, index: Tensor) -> None:
-    """Keep rows `index` of the cross-attention keys/values.
-
-    The K beams of a sentence share one source, so these rows are identical within a sentence and
-    need no reordering when beams swap (`DecoderCache.reorder` would copy them every step, ~half
-    of its work); only sentences leaving the batch change them.
-    """
-    for source_cache in cache.cross_attn or []:
-        source_cache.reorder(index)
+def _next_log_probs(model: Translator, tokens: Tensor, memory: Tensor, src_mask: Tensor,
+                    cache: DecoderCache) -> Tensor:
+    """Log-probabilities (rows, V) of the token after `tokens` (the newest step), in float32."""
+    return model.decode(tokens, memory, src_mask, cache)[:, -1].float().log_softmax(-1)
 
 
 def _collect_finished(

@@ -227,3 +227,30 @@ def test_decoder_cache_layout_and_offset() -> None:
     for layer in cache.self_attn:
         layer.append(torch.randn(1, 1, 4, 2), torch.randn(1, 1, 4, 2))
     assert cache.offset == 4
+
+
+def test_decoder_cache_reorders_self_and_cross_rows_separately() -> None:
+    def filled() -> DecoderCache:
+        torch.manual_seed(0)
+        cache = DecoderCache(2)
+        for layer in range(2):
+            cache.self_attn[layer].append(torch.randn(3, 1, 4, 2), torch.randn(3, 1, 4, 2))
+            cache.cross_attn[layer].set(torch.randn(3, 1, 5, 2), torch.randn(3, 1, 5, 2))
+        return cache
+
+    def self_keys(cache: DecoderCache, layer: int) -> Tensor:
+        return cache.self_attn[layer].append(torch.zeros(3, 1, 0, 2), torch.zeros(3, 1, 0, 2))[0]  # no new step
+
+    index = torch.tensor([2, 0, 0])
+    original, only_self, only_cross, both = filled(), filled(), filled(), filled()
+    only_self.reorder_self(index)
+    only_cross.reorder_cross(index)
+    both.reorder(index)
+    for layer in range(2):
+        k_self, k_cross = self_keys(original, layer), original.cross_attn[layer].k
+        assert torch.equal(self_keys(only_self, layer), k_self[index])
+        assert torch.equal(only_self.cross_attn[layer].k, k_cross)
+        assert torch.equal(self_keys(only_cross, layer), k_self)
+        assert torch.equal(only_cross.cross_attn[layer].k, k_cross[index])
+        assert torch.equal(self_keys(both, layer), k_self[index])
+        assert torch.equal(both.cross_attn[layer].k, k_cross[index])
