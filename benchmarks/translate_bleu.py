@@ -27,10 +27,10 @@ import time
 from pathlib import Path
 
 import sacrebleu
-from _common import write_json
+from _common import ROOT, write_json
 from rich.console import Console
 
-MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
 
 
 def moses_lc_tok(lines: list[str], lang: str) -> list[str]:
