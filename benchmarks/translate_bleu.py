@@ -14,9 +14,14 @@
     python benchmarks/translate_bleu.py --ckpt runs/multi30k_en_de/avg.ckpt --json runs/multi30k_test.json
     python benchmarks/translate_bleu.py --hyp out.de          # score an existing translation
 
+A model trained on the prepared lowercased tokenised text (`data/prepare_multi30k.py`, the
+published systems' protocol) is scored with `--prepared DIR`: it translates DIR's source file
+and scores its output as it is against `tok/`; cased detokenised BLEU does not apply to it.
+
 sacremoses is a benchmark-only dependency: `pip install -c constraints.txt ".[bench]"`.
 
-JSON keys: bleu, chrf, bleu_lc_tok, tok_pipeline_match, lines, beam, alpha, seconds.
+JSON keys: bleu, chrf, bleu_lc_tok, tok_pipeline_match, lines, beam, alpha, bf16, seconds (no bleu, chrf,
+tok_pipeline_match with --prepared).
 """
 
 from __future__ import annotations
@@ -30,23 +35,8 @@ import sacrebleu
 from _common import ROOT, write_json
 from rich.console import Console
 
-MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
-
-
-def moses_lc_tok(lines: list[str], lang: str) -> list[str]:
-    """Lowercase, normalise punctuation and Moses-tokenise, as the official Multi30k tok/ files were made."""
-    try:
-        from sacremoses import MosesPunctNormalizer, MosesTokenizer
-    except ImportError:
-        sys.exit('error: sacremoses is not installed; `pip install -c constraints.txt ".[bench]"`')
-    norm, tok = MosesPunctNormalizer(lang=lang), MosesTokenizer(lang=lang)
-    return [tok.tokenize(norm.normalize(s.lower()), escape=True, return_str=True) for s in lines]
-
-
-def read_lines(path: Path) -> list[str]:
-    if not path.is_file():
-        sys.exit(f"error: {path} not found; pass the file's path (see --help)")
-    return path.read_text(encoding="utf-8").splitlines()
+sys.path.insert(0, str(ROOT / "data"))
+from prepare_multi30k import MULTI30K, moses_lc_tok, read_lines  # noqa: E402  (a script in data/, not a package)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -63,11 +53,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32", help="decoding dtype")
     p.add_argument("--out", help="where the translation goes (default: next to the checkpoint, SPLIT.hyp.LANG)")
+    p.add_argument("--prepared", metavar="DIR",
+                   help="the model was trained on data/prepare_multi30k.py output in DIR: translate DIR's source "
+                        "and score the output as it is (lowercased tokenised BLEU only)")
     p.add_argument("--json", metavar="PATH", help="write the figures as one flat JSON object")
     args = p.parse_args(argv)
     console = Console(width=None if sys.stdout.isatty() else 120)
     data = Path(args.data)
-    src = data / f"{args.split}.{args.src_lang}"
+    src = Path(args.prepared or data) / f"{args.split}.{args.src_lang}"
     ref_raw = read_lines(data / f"{args.split}.{args.tgt_lang}")
     ref_tok = read_lines(data / "tok" / f"{args.split}.lc.norm.tok.{args.tgt_lang}")
 
@@ -88,26 +81,27 @@ def main(argv: list[str] | None = None) -> None:
     if len(hyps) != len(ref_raw):
         sys.exit(f"error: {hyp_path} has {len(hyps)} lines but the references have {len(ref_raw)}")
 
-    bleu = sacrebleu.metrics.BLEU()
-    chrf = sacrebleu.metrics.CHRF()
-    cased = bleu.corpus_score(hyps, [ref_raw])
-    chrf_score = chrf.corpus_score(hyps, [ref_raw])
-    match = sum(a == b for a, b in zip(moses_lc_tok(ref_raw, args.tgt_lang), ref_tok, strict=True))
-    bleu_none = sacrebleu.metrics.BLEU(tokenize="none")
-    lc_tok = bleu_none.corpus_score(moses_lc_tok(hyps, args.tgt_lang), [ref_tok])
-
+    bleu_none = sacrebleu.metrics.BLEU(tokenize="none", force=True)  # tokenised on purpose
+    figures = {"lines": len(hyps), "beam": args.beam, "alpha": args.alpha, "bf16": int(args.dtype == "bfloat16"),
+               "seconds": seconds}
     console.print(f"[bold]{args.split} {args.src_lang}->{args.tgt_lang}[/], {len(hyps)} sentences")
-    console.print(f"cased detokenised: {cased}  (signature {bleu.get_signature()})")
-    console.print(f"                   {chrf_score}  (signature {chrf.get_signature()})")
-    console.print(f"lowercased Moses-tokenised vs tok/: {lc_tok}  (signature {bleu_none.get_signature()}; "
-                  f"the pipeline reproduces {match} of {len(ref_tok)} official tokenised references exactly)")
+    if args.prepared:  # output is already lowercased and tokenised like tok/
+        lc_tok = bleu_none.corpus_score(hyps, [ref_tok])
+        console.print(f"lowercased tokenised (trained on {args.prepared}) vs tok/: {lc_tok}  "
+                      f"(signature {bleu_none.get_signature()}; output scored as it is)")
+    else:
+        bleu, chrf = sacrebleu.metrics.BLEU(), sacrebleu.metrics.CHRF()
+        cased = bleu.corpus_score(hyps, [ref_raw])
+        chrf_score = chrf.corpus_score(hyps, [ref_raw])
+        match = sum(a == b for a, b in zip(moses_lc_tok(ref_raw, args.tgt_lang), ref_tok, strict=True))
+        lc_tok = bleu_none.corpus_score(moses_lc_tok(hyps, args.tgt_lang), [ref_tok])
+        console.print(f"cased detokenised: {cased}  (signature {bleu.get_signature()})")
+        console.print(f"                   {chrf_score}  (signature {chrf.get_signature()})")
+        console.print(f"lowercased Moses-tokenised vs tok/: {lc_tok}  (signature {bleu_none.get_signature()}; "
+                      f"the pipeline reproduces {match} of {len(ref_tok)} official tokenised references exactly)")
+        figures.update(bleu=cased.score, chrf=chrf_score.score, tok_pipeline_match=match / len(ref_tok))
     if args.json:
-        write_json(args.json, {
-            "bleu": cased.score, "chrf": chrf_score.score, "bleu_lc_tok": lc_tok.score,
-            "tok_pipeline_match": match / len(ref_tok), "lines": len(hyps), "beam": args.beam, "alpha": args.alpha,
-            "bf16": int(args.dtype == "bfloat16"),
-            "seconds": seconds,
-        })
+        write_json(args.json, {**figures, "bleu_lc_tok": lc_tok.score})
         console.print(f"figures written to {args.json}")
 
 
