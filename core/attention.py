@@ -15,14 +15,31 @@ H query heads, Hkv key/value heads, Dh head width (D / H).
 from __future__ import annotations
 
 import math
+from contextlib import AbstractContextManager, nullcontext
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from core.kv_cache import KVCache, StaticKV
 from core.masks import causal_mask, combine_masks
 from core.positions import RotaryEmbedding, apply_rope
+
+# Longest key sequence for which reduced-precision (bf16/fp16) training on CPU uses SDPA's math
+# backend instead of the CPU flash kernel, whose reduced-precision backward is slow at short lengths:
+# flash / math forward+backward time in bf16 was 4.97x at T=16, 1.75x at 64, 1.40x at 128, 1.05x at
+# 192 and 0.77x at 256 (benchmarks/sdpa_cpu_backend.py, one thread). fp32, inference and GPUs keep
+# SDPA's own choice (there flash is as fast or faster at every length measured).
+MATH_MAX_KEYS = 128
+
+
+def sdpa_backend(q: Tensor, k: Tensor) -> AbstractContextManager:
+    """The SDPA backend context for this call: the math backend where it measured faster, else SDPA's choice."""
+    if (q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16) and k.shape[-2] <= MATH_MAX_KEYS
+            and torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)):
+        return sdpa_kernel(SDPBackend.MATH)
+    return nullcontext()
 
 
 def attend(
@@ -65,9 +82,11 @@ def attend(
         attn_mask = bias if mask is None else bias.masked_fill(~mask, torch.finfo(q.dtype).min)
     if capture is not None:
         return _attend_explicit(q, k, v, attn_mask, mask, dropout_p, capture)
-    out = F.scaled_dot_product_attention(
-        q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, enable_gqa=k.shape[1] != q.shape[1]
-    )
+    with sdpa_backend(q, k):
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+            enable_gqa=k.shape[1] != q.shape[1],
+        )
     if bias is not None and mask is not None:
         # With finite fill values a query that sees no key would average every value;
         # give it 0, as SDPA does for a boolean mask and as capture mode does.

@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from core.attention import CrossAttention, MultiHeadAttention, attend
+from core.attention import MATH_MAX_KEYS, CrossAttention, MultiHeadAttention, attend
 from core.explain import AttentionCapture
 from core.masks import lengths_mask, padding_mask
 from core.positions import ALiBi
@@ -147,6 +147,51 @@ def test_attend_causal_single_query_sees_every_key() -> None:
     q, k, v = qkv(1, 5, 2)
     expected, _ = naive_attention(q, k, v)
     torch.testing.assert_close(attend(q, k, v, is_causal=True), expected, atol=1e-5, rtol=1e-5)
+
+
+def _sdpa_kernels(fn) -> set[str]:
+    """Names of the SDPA kernels (forward and backward) that `fn()` runs."""
+    with torch.profiler.profile() as prof:
+        fn()
+    return {e.name for e in prof.events() if e.name.startswith("aten::_scaled_dot_product")}
+
+
+@pytest.mark.parametrize("t", [8, MATH_MAX_KEYS, MATH_MAX_KEYS + 1])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("grad", [False, True])
+def test_backend_rule_math_only_for_short_reduced_precision_training(t: int, dtype: torch.dtype, grad: bool) -> None:
+    q, k, v = (x.requires_grad_(grad) for x in qkv(t, t, H, dtype))
+    mask = lengths_mask(torch.tensor([t, t - 2]), t)
+
+    def run() -> None:
+        with torch.set_grad_enabled(grad):
+            out = attend(q, k, v, mask)
+            if grad:
+                out.sum().backward()
+
+    kernels = _sdpa_kernels(run)
+    math_expected = grad and dtype == torch.bfloat16 and t <= MATH_MAX_KEYS
+    assert ("aten::_scaled_dot_product_attention_math" in kernels) == math_expected, kernels
+    assert any("flash" in name for name in kernels) != math_expected, kernels
+
+
+@pytest.mark.parametrize("case", ["lengths", "causal", "bias_padding"])
+def test_bf16_training_path_matches_fp32_reference_output_and_gradients(case: str) -> None:
+    """The bf16 training path (math backend) against the naive reference in fp32 on the same inputs."""
+    t = 6
+    q32, k32, v32 = qkv(t, t, 2)
+    kwargs, allowed, bias = _case(case, t, t)
+    q16, k16, v16 = (x.to(torch.bfloat16).requires_grad_() for x in (q32, k32, v32))
+    # The reference sees the bf16-rounded inputs, so only the computation's precision differs.
+    qr, kr, vr = (x.detach().float().requires_grad_() for x in (q16, k16, v16))
+    grad_out = torch.randn(B, H, t, DH)
+    out16 = attend(q16, k16, v16, **kwargs)
+    out16.backward(grad_out.to(torch.bfloat16))
+    ref, _ = naive_attention(qr, kr, vr, allowed, bias)
+    ref.backward(grad_out)
+    torch.testing.assert_close(out16.float(), ref, atol=3e-2, rtol=2e-2)
+    for got, want in ((q16, qr), (k16, kr), (v16, vr)):
+        torch.testing.assert_close(got.grad.float(), want.grad, atol=5e-2, rtol=3e-2)
 
 
 @pytest.mark.parametrize("use_bias", [False, True], ids=["no_bias", "alibi_bias"])

@@ -1,0 +1,105 @@
+"""Which SDPA backend is faster on CPU: flash against math, fp32 and bf16, forward and forward+backward.
+
+PyTorch's CPU flash-attention kernel is the default for `scaled_dot_product_attention`, but
+its bf16 backward is far slower than the math backend's at the short sequences translation
+and short-session recommendation train on. `core.attention.attend` picks the math backend
+where this benchmark shows it faster (`core.attention.MATH_MAX_KEYS`); this script is the
+evidence, and `--rule` adds a column with what `attend` does now against plain flash.
+
+Shapes keep B x T roughly constant (a token-count batch): (B, 4 heads, T, 64), a boolean
+key-padding mask with some padded rows. Interleaved rounds; time = median; ratio = median of
+per-round ratios flash / math (> 1: math is faster).
+
+    python benchmarks/sdpa_cpu_backend.py --threads 1 --json runs/bench/sdpa_cpu_backend.json
+
+JSON keys: {fp32,bf16}_{fwd,train}_T{T}_{flash_ms,math_ms,flash_over_math}[, _attend_ms, _flash_over_attend].
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from _common import interleave, median_ratio, print_table, write_json
+from rich.console import Console
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from core.attention import attend
+
+TOKENS = 4096  # queries x batch per call, like a max_tokens 4096 batch
+
+
+def case(dtype: torch.dtype, t: int, train: bool) -> dict[str, Callable[[], None]]:
+    """Flash, math and `attend` closures for one (dtype, T, train) point."""
+    g = torch.Generator().manual_seed(t)
+    b = max(1, TOKENS // t)
+    q, k, v = (torch.randn(b, 4, t, 64, generator=g).to(dtype).requires_grad_(train) for _ in range(3))
+    mask = torch.ones(b, 1, 1, t, dtype=torch.bool)
+    mask[: b // 2, ..., t - max(1, t // 8):] = False  # half the rows end in padding
+
+    def run(fn: Callable[[], torch.Tensor]) -> Callable[[], None]:
+        def step() -> None:
+            with torch.set_grad_enabled(train):
+                out = fn()
+                if train:
+                    out.sum().backward()
+        return step
+
+    def backend(b: SDPBackend) -> Callable[[], torch.Tensor]:
+        def fn() -> torch.Tensor:
+            with sdpa_kernel(b):
+                return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return fn
+
+    return {"flash": run(backend(SDPBackend.FLASH_ATTENTION)), "math": run(backend(SDPBackend.MATH)),
+            "attend": run(lambda: attend(q, k, v, mask))}
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--lengths", type=int, nargs="+", default=[16, 32, 64, 128, 192, 256, 512, 1024],
+                   help="sequence lengths T (queries = keys)")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    p.add_argument("--repeats", type=int, default=7, help="interleaved rounds (default 7)")
+    p.add_argument("--rule", action="store_true", help="also time core.attention.attend (the backend rule)")
+    p.add_argument("--json", metavar="PATH", help="write the figures as one flat JSON object")
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    figures: dict[str, float] = {"threads": args.threads, "tokens": TOKENS}
+    for dtype, dname in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
+        for train in (False, True):
+            mode = "train" if train else "fwd"
+            rows = []
+            for t in args.lengths:
+                fns = case(dtype, t, train)
+                if not args.rule:
+                    del fns["attend"]
+                for fn in fns.values():  # warm-up
+                    fn()
+                times = interleave(fns, args.repeats)
+                key = f"{dname}_{mode}_T{t}"
+                ms = {name: statistics.median(ts) * 1e3 for name, ts in times.items()}
+                ratio = median_ratio(times["flash"], times["math"])
+                figures |= {f"{key}_flash_ms": ms["flash"], f"{key}_math_ms": ms["math"],
+                            f"{key}_flash_over_math": ratio}
+                row = [str(t), f"{ms['flash']:.2f}", f"{ms['math']:.2f}", f"{ratio:.2f}x"]
+                if args.rule:
+                    rule = median_ratio(times["flash"], times["attend"])
+                    figures |= {f"{key}_attend_ms": ms["attend"], f"{key}_flash_over_attend": rule}
+                    row += [f"{ms['attend']:.2f}", f"{rule:.2f}x"]
+                rows.append(row)
+            cols = ["T", "flash ms", "math ms", "flash / math"] + (["attend ms", "flash / attend"] if args.rule else [])
+            print_table(console, f"{dname} {'forward + backward' if train else 'forward'}, "
+                                 f"{TOKENS} queries a call, {args.threads} thread(s)", cols, rows)
+    if args.json:
+        write_json(args.json, figures)
+        console.print(f"figures written to {args.json}")
+
+
+if __name__ == "__main__":
+    main()
