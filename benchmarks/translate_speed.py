@@ -20,8 +20,8 @@ feed the padding id 0, whose embedding row is zero, as the start token.
   tokens, `translate.data.TokenBatchSampler`), dropout 0.1 in both. Ours: `Translator` with
   `translate.module.translation_loss` (eps 0.1, `core.linear_cross_entropy`; also timed: the same
   model with logits + `F.cross_entropy`); Marian: `labels` -> its own loss.
-  `--precision bf16`: both under `torch.autocast("cpu", torch.bfloat16)`. Target tokens/s counts
-  non-padding target tokens (EOS included).
+  `--precision bf16`: both under `torch.autocast("cpu", torch.bfloat16)`, and ours is also timed in
+  fp32 (what bf16 gains us). Target tokens/s counts non-padding target tokens (EOS included).
 - Systems are interleaved per round (A B C D, A B C D, ...); times are medians, ratios the median
   of per-round ratios. Every system uses `--threads` threads (torch.set_num_threads; CTranslate2
   intra_threads, inter_threads 1).
@@ -40,7 +40,8 @@ Targets (same run, same model, inputs, beam and length): `decode_speedup_vs_hf` 
 `train_speedup_vs_hf` >= 1.5. The ratios against CTranslate2 are reported, with no target.
 
 JSON keys: {ours,hf,ct2_fp32,ct2_int8}_decode_{s,tok_s}, decode_speedup_vs_hf, ratio_vs_ct2_fp32,
-ratio_vs_ct2_int8, {ours,hf}_train_{s,tok_s}, train_speedup_vs_hf, max_logit_diff, agreement
+ratio_vs_ct2_int8, {ours,hf}_train_{s,tok_s}, train_speedup_vs_hf, with bf16 also ours_fp32_train_{s,tok_s}
+and bf16_speedup_vs_fp32, max_logit_diff, agreement
 figures, plus the setting (threads, sentences, batch_size, beam, tgt_len, d_model, n_layers, ...,
 load_avg_start, load_avg_end).
 
@@ -426,6 +427,9 @@ def report(console: Console, f: dict[str, float], decode: bool, train: bool, ct2
                  f"{f['ours_logits_train_tok_s']:.0f}", f"{f['train_speedup_vs_logits_loss']:.2f}x"],
                 ["HF MarianMTModel(labels=...)", f"{f['hf_train_s']:.2f}", f"{f['hf_train_tok_s']:.0f}",
                  f"{f['train_speedup_vs_hf']:.2f}x"]]
+        if "bf16_speedup_vs_fp32" in f:
+            rows.insert(1, ["ours in fp32 (no autocast)", f"{f['ours_fp32_train_s']:.2f}",
+                            f"{f['ours_fp32_train_tok_s']:.0f}", f"{f['bf16_speedup_vs_fp32']:.2f}x"])
         print_table(console, f"training steps (forward + backward + AdamW), {f['train_batches']:.0f} batches, "
                     f"{f['train_tokens']:.0f} target tokens, {prec}, {f['threads']:.0f} thread(s)",
                     ["system", "s per pass (median)", "target tok/s", "ours / theirs"], rows)
@@ -549,6 +553,11 @@ def run_train(log: Console, args: argparse.Namespace, ours: Translator, hf, f: d
                                 for b in batches],
         "hf": lambda: [train_step_hf(hf, opts["hf"], b, bf16) for b in batches],
     }
+    if bf16:
+        fp32 = copy.deepcopy(ours)
+        opts["ours_fp32"] = adamw(fp32)
+        fns["ours_fp32"] = lambda: [train_step_ours(fp32, opts["ours_fp32"], b, False) for b in batches]
+        train_step_ours(fp32, opts["ours_fp32"], batches[0], False)
     log.log("warm-up: one training step each")
     train_step_ours(ours, opts["ours"], batches[0], bf16)
     train_step_ours(plain, opts["ours_logits"], batches[0], bf16, logits_loss=True)
@@ -562,6 +571,8 @@ def run_train(log: Console, args: argparse.Namespace, ours: Translator, hf, f: d
         f[f"{name}_train_tok_s"] = n_tok / f[f"{name}_train_s"]
     f["train_speedup_vs_hf"] = median_ratio(times["hf"], times["ours"])
     f["train_speedup_vs_logits_loss"] = median_ratio(times["ours_logits"], times["ours"])
+    if bf16:
+        f["bf16_speedup_vs_fp32"] = median_ratio(times["ours_fp32"], times["ours"])
     f["train_batches"], f["train_tokens"] = len(batches), n_tok
 
 
