@@ -26,17 +26,17 @@ from core.kv_cache import KVCache, StaticKV
 from core.masks import causal_mask, combine_masks
 from core.positions import RotaryEmbedding, apply_rope
 
-# Longest key sequence for which reduced-precision (bf16/fp16) training on CPU uses SDPA's math
-# backend instead of the CPU flash kernel, whose reduced-precision backward is slow at short lengths:
-# flash / math forward+backward time in bf16 was 4.97x at T=16, 1.75x at 64, 1.40x at 128, 1.05x at
-# 192 and 0.77x at 256 (benchmarks/sdpa_cpu_backend.py, one thread). fp32, inference and GPUs keep
-# SDPA's own choice (there flash is as fast or faster at every length measured).
+# Longest key sequence for which bf16 training on CPU uses SDPA's math backend instead of the CPU
+# flash kernel, whose bf16 backward is slow at short lengths: flash / math forward+backward time was
+# 4.97x at T=16, 1.75x at 64, 1.40x at 128, 1.05x at 192 and 0.77x at 256 (benchmarks/
+# sdpa_cpu_backend.py, one thread). fp32 and inference keep SDPA's own choice (flash measured as fast
+# or faster at every length); fp16 (unusable on these CPUs) and GPUs were not measured and keep it too.
 MATH_MAX_KEYS = 128
 
 
 def sdpa_backend(q: Tensor, k: Tensor) -> AbstractContextManager:
     """The SDPA backend context for this call: the math backend where it measured faster, else SDPA's choice."""
-    if (q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16) and k.shape[-2] <= MATH_MAX_KEYS
+    if (q.device.type == "cpu" and q.dtype == torch.bfloat16 and k.shape[-2] <= MATH_MAX_KEYS
             and torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)):
         return sdpa_kernel(SDPBackend.MATH)
     return nullcontext()
