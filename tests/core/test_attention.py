@@ -159,7 +159,7 @@ def _sdpa_kernels(fn) -> set[str]:
 @pytest.mark.parametrize("t", [8, MATH_MAX_KEYS, MATH_MAX_KEYS + 1])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("grad", [False, True])
-def test_backend_rule_math_only_for_short_reduced_precision_training(t: int, dtype: torch.dtype, grad: bool) -> None:
+def test_backend_rule_math_only_for_short_bf16_training(t: int, dtype: torch.dtype, grad: bool) -> None:
     q, k, v = (x.requires_grad_(grad) for x in qkv(t, t, H, dtype))
     mask = lengths_mask(torch.tensor([t, t - 2]), t)
 
