@@ -38,7 +38,7 @@ def moses_lc_tok(lines: list[str], lang: str) -> list[str]:
 def read_lines(path: Path) -> list[str]:
     """The lines of a UTF-8 text file, or a one-line exit naming the file."""
     if not path.is_file():
-        sys.exit(f"error: {path} not found; pass the Multi30k folder with --data")
+        sys.exit(f"error: {path} not found; check the path or the Multi30k folder given with --data")
     try:
         return path.read_text(encoding="utf-8").splitlines()
     except UnicodeDecodeError as e:
