@@ -18,9 +18,10 @@ sacremoses is a benchmark-only dependency: `pip install -c constraints.txt -e ".
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
+
+from core.atomic import atomic_path
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 
@@ -47,9 +48,8 @@ def read_lines(path: Path) -> list[str]:
 
 def write_atomic(path: Path, lines: list[str]) -> None:
     """Write `lines` to `path` via a temporary file, so readers never see a half-written file."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> None:

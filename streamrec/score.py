@@ -22,7 +22,6 @@ import argparse
 import inspect
 import json
 import logging
-import os
 import shutil
 import sys
 from collections.abc import Sequence
@@ -36,6 +35,7 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from torch import Tensor
 
+from core.atomic import atomic_path
 from streamrec.data import ItemVocab, read_interactions
 from streamrec.explain import attention_weights, occlusion_drops
 from streamrec.model import PAD_ID, StreamRecModel
@@ -147,12 +147,11 @@ def explain_columns(model: StreamRecModel, inputs: Tensor, items: Tensor,
 
 def _write_table(table: pa.Table, path: Path) -> None:
     """Write atomically: a temporary file in the same folder, then one rename."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    if path.suffix == ".csv":
-        pacsv.write_csv(table, tmp)
-    else:
-        pq.write_table(table, tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        if path.suffix == ".csv":
+            pacsv.write_csv(table, tmp)
+        else:
+            pq.write_table(table, tmp)
 
 
 class ResumableOutput:

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from core.atomic import atomic_path
 
 log = logging.getLogger("translate.average")
 AVERAGED_KEY = "averaged_from"
@@ -116,17 +117,9 @@ def latest_checkpoints(directory: str | Path, n: int) -> list[Path]:
 
 
 def save_atomic(checkpoint: dict[str, Any], path: str | Path) -> None:
-    """torch.save to a temporary file beside `path`, then rename (never a half-written checkpoint)."""
-    path = Path(path)
-    if not path.parent.is_dir():
-        raise FileNotFoundError(f"--output {path}: the folder {path.parent} does not exist")
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # not mkstemp: its 0600 mode would stick
-    try:
+    """torch.save under a temporary name beside `path`, then rename (never a half-written checkpoint)."""
+    with atomic_path(path) as tmp:
         torch.save(checkpoint, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -30,7 +30,6 @@ import argparse
 import contextlib
 import inspect
 import logging
-import os
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ from typing import IO
 import torch
 from torch import Tensor
 
+from core.atomic import atomic_path
 from translate.align import DEFAULT_LAYER, EMPTY, Layer, WordAlignment, align_batch, write_html
 from translate.model import Translator
 from translate.search import Hypothesis, beam_search, greedy_search
@@ -123,41 +123,18 @@ def read_chunks(stream: IO[bytes], size: int, name: str = "<stdin>") -> Iterator
         yield chunk
 
 
-class AtomicOutputs:
-    """Output files written under temporary names and renamed into place only on success."""
-
-    def __init__(self) -> None:
-        self._pending: list[tuple[Path, Path]] = []  # (temporary, final)
-        self._open: list[IO[bytes]] = []
+class AtomicOutputs(contextlib.ExitStack):
+    """Output files written under temporary names and renamed into place only if the whole block succeeds."""
 
     def reserve(self, path: str | Path) -> Path:
         """A temporary path beside `path` that is renamed to `path` when the block exits without error."""
-        path = Path(path)
-        if not path.parent.is_dir():
-            raise FileNotFoundError(f"{path}: the output folder {path.parent} does not exist")
-        # Not mkstemp: its 0600 mode would stick to the result; a plain open respects the umask.
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{len(self._pending)}.tmp")
+        tmp = self.enter_context(atomic_path(path))
         tmp.touch()
-        self._pending.append((tmp, path))
         return tmp
 
     def open(self, path: str | Path) -> IO[bytes]:
         """A binary file that becomes `path` when the block exits without error."""
-        f = open(self.reserve(path), "wb")  # closed in __exit__
-        self._open.append(f)
-        return f
-
-    def __enter__(self) -> AtomicOutputs:
-        return self
-
-    def __exit__(self, exc_type: object, *rest: object) -> None:
-        for f in self._open:
-            f.close()
-        for tmp, path in self._pending:
-            if exc_type is None:
-                os.replace(tmp, path)
-            else:
-                tmp.unlink(missing_ok=True)
+        return self.enter_context(open(self.reserve(path), "wb"))  # closed before its rename (LIFO)
 
 
 # ----------------------------------------------------------------------------- translation

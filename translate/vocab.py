@@ -18,8 +18,6 @@ import hashlib
 import io
 import json
 import logging
-import os
-import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -27,6 +25,8 @@ from typing import Literal
 
 import sentencepiece as spm
 from torch import Tensor
+
+from core.atomic import atomic_path
 
 logger = logging.getLogger(__name__)
 
@@ -222,19 +222,9 @@ def train_vocab(
         model_type, vocab.vocab_size, vocab_size, len(sentences), time.perf_counter() - start,
     )
     if path is not None:
-        _write_atomic(path, vocab.to_bytes())
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(path) as tmp:
+            tmp.write_bytes(vocab.to_bytes())
         logger.info("cached it as %s", path)
     return vocab
 
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Write via a temp file in the same directory and rename, so readers never see a partial file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
