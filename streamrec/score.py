@@ -36,6 +36,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from torch import Tensor
 
 from core.atomic import atomic_path
+from core.checkpoint import read_checkpoint_file
 from streamrec.data import ItemVocab, read_interactions
 from streamrec.explain import attention_weights, occlusion_drops
 from streamrec.model import PAD_ID, StreamRecModel
@@ -48,12 +49,7 @@ def load_recommender(ckpt: str | Path, device: str | torch.device = "cpu") -> tu
     from streamrec.module import VOCAB_KEY, StreamRecModule
 
     path = Path(ckpt)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: checkpoint not found; pass the .ckpt written by `python -m streamrec fit`")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as err:  # noqa: BLE001 - any unreadable file is the same user mistake
-        raise ValueError(f"{path}: not a readable PyTorch checkpoint ({type(err).__name__})") from err
+    state = read_checkpoint_file(path, written_by="python -m streamrec fit")
     if not isinstance(state, dict) or VOCAB_KEY not in state or "hyper_parameters" not in state:
         raise ValueError(f"{path}: not a StreamRec checkpoint (no item vocabulary); "
                          "pass a checkpoint written by `python -m streamrec fit`")

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from core.atomic import atomic_path
+from core.checkpoint import read_checkpoint_file
 
 log = logging.getLogger("translate.average")
 AVERAGED_KEY = "averaged_from"
@@ -38,12 +39,7 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     from translate.module import vocabs_from_checkpoint
 
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: checkpoint not found; pass the .ckpt written by `python -m translate fit`")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as err:  # noqa: BLE001 - any unreadable file is the same user mistake
-        raise ValueError(f"{path}: not a readable PyTorch checkpoint ({type(err).__name__})") from None
+    state = read_checkpoint_file(path, written_by="python -m translate fit")
     if not isinstance(state, dict) or "state_dict" not in state or vocabs_from_checkpoint(state) is None:
         raise ValueError(f"{path}: not a Translate checkpoint (no vocabularies or weights); "
                          "pass checkpoints written by `python -m translate fit`")
