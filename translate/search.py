@@ -72,7 +72,7 @@ def greedy_search(
     log_prob = torch.zeros(b, device=src.device)
     done = torch.zeros(b, dtype=torch.bool, device=src.device)
     for step in range(int(limits.max())):
-        logp = _next_log_probs(model, token, memory, src_mask, cache)  # (B, V)
+        logp = _next_log_probs(model, token, memory, src_mask, cache, bos_id)  # (B, V)
         logp = _force_eos(logp, step + 1 >= limits, eos_id)
         best_lp, token = logp.max(-1, keepdim=True)  # (B, 1)
         log_prob += torch.where(done, 0.0, best_lp[:, 0])
@@ -120,7 +120,7 @@ def beam_search(
 
     for step in range(int(limits.max())):
         if step:
-            logp = _next_log_probs(model, tokens[:, -1:], memory, src_mask, cache)  # (R, V)
+            logp = _next_log_probs(model, tokens[:, -1:], memory, src_mask, cache, bos_id)  # (R, V)
         at_limit = (step + 1 >= limits[active]).repeat_interleave(k)
         logp = _force_eos(logp, at_limit, eos_id)
         vocab = logp.shape[-1]
@@ -163,16 +163,23 @@ def _first_step(model: Translator, src: Tensor, bos_id: int, k: int) -> tuple[Te
     memory, src_mask = model.encode(src)
     cache = model.new_cache()
     bos = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
-    logp = _next_log_probs(model, bos, memory, src_mask, cache)  # (B, V)
+    logp = _next_log_probs(model, bos, memory, src_mask, cache, bos_id)  # (B, V)
     rows = torch.arange(src.shape[0], device=src.device).repeat_interleave(k)  # (R,) sentence of each row
     cache.reorder(rows)
     return logp[rows], memory[rows], src_mask[rows], cache
 
 
-def _next_log_probs(model: Translator, tokens: Tensor, memory: Tensor, src_mask: Tensor,
-                    cache: DecoderCache) -> Tensor:
-    """Log-probabilities (rows, V) of the token after `tokens` (the newest step), in float32."""
-    return model.decode(tokens, memory, src_mask, cache)[:, -1].float().log_softmax(-1)
+def _next_log_probs(model: Translator, tokens: Tensor, memory: Tensor, src_mask: Tensor, cache: DecoderCache,
+                    bos_id: int) -> Tensor:
+    """Log-probabilities (rows, V) of the token after `tokens` (the newest step), in float32.
+
+    Padding and BOS never follow in a real target, but the softmax gives them a little mass; they
+    are made impossible (-inf, as fairseq does for padding) so no hypothesis can contain them.
+    The other tokens keep their log-probabilities, so scores still equal the model's.
+    """
+    logp = model.decode(tokens, memory, src_mask, cache)[:, -1].float().log_softmax(-1)
+    logp[:, [model.pad_id, bos_id]] = float("-inf")
+    return logp
 
 
 def _collect_finished(

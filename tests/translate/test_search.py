@@ -52,7 +52,7 @@ def test_large_beam_finds_the_exhaustive_best(alpha):
     best_score, best = float("-inf"), None
     for n in range(limit):
         for body in itertools.product(range(vocab), repeat=n):
-            if EOS in body:
+            if EOS in body or PAD in body or BOS in body:  # search never emits padding or BOS
                 continue
             ids = [*body, EOS]
             score = _sequence_log_prob(model, src, ids) / length_penalty(len(ids), alpha)
@@ -65,10 +65,29 @@ def test_large_beam_finds_the_exhaustive_best(alpha):
     assert hyp.score == pytest.approx(best_score, abs=1e-4)
 
 
+@pytest.mark.parametrize("favoured", [PAD, BOS])
+def test_padding_and_bos_are_never_emitted_even_when_most_likely(favoured):
+    model = _model()
+    src = torch.tensor([[5, 6, 7, 8], [9, 10, 4, PAD]])
+    with torch.no_grad():
+        model.output.weight[favoured] *= 20  # tied output row: the model now prefers this token
+    assert (model(src, torch.tensor([[BOS], [BOS]]))[:, -1].argmax(-1) == favoured).all()
+    greedy = greedy_search(model, src, BOS, EOS)
+    beams = beam_search(model, src, BOS, EOS, beam_size=4, nbest=4)
+    for i in range(len(src)):
+        for hyp in [greedy[i], *beams[i]]:
+            assert PAD not in hyp.tokens and BOS not in hyp.tokens
+            # the score is still the model's own log-probability of what was emitted
+            expected = _sequence_log_prob(model, src[i : i + 1], hyp.tokens + [EOS])
+            assert hyp.log_prob == pytest.approx(expected, abs=1e-4)
+
+
 def test_beam_scores_equal_uncached_rescoring():
     model = _model()
     src = torch.tensor([[5, 6, 7, 8, 9]])
-    for hyp in beam_search(model, src, BOS, EOS, beam_size=4, alpha=0.6, nbest=4)[0]:
+    hyps = beam_search(model, src, BOS, EOS, beam_size=4, alpha=0.6, nbest=4)[0]
+    assert len(hyps) == 4
+    for hyp in hyps:
         ids = hyp.tokens + [EOS]
         assert hyp.log_prob == pytest.approx(_sequence_log_prob(model, src, ids), abs=1e-4)
 
@@ -94,6 +113,8 @@ def test_output_does_not_depend_on_the_rest_of_the_batch():
 def test_length_limit_is_respected():
     model = _model()
     src = torch.tensor([[5, 6]])
-    for hyp in beam_search(model, src, BOS, EOS, beam_size=3, max_len_a=0.0, max_len_b=2, nbest=3)[0]:
+    hyps = beam_search(model, src, BOS, EOS, beam_size=3, max_len_a=0.0, max_len_b=2, nbest=3)[0]
+    assert len(hyps) == 3
+    for hyp in hyps:
         assert len(hyp.tokens) <= 1  # two steps: at most one token, then EOS
     assert len(greedy_search(model, src, BOS, EOS, max_len_a=0.0, max_len_b=2)[0].tokens) <= 1
