@@ -10,6 +10,7 @@ import sys
 
 from lightning.pytorch.cli import LightningCLI
 
+from core.logs import log_info_to_stderr
 from streamrec.data import StreamRecDataModule
 from streamrec.module import StreamRecModule
 
@@ -24,6 +25,7 @@ class StreamRecCLI(LightningCLI):
 
 def main(args: list[str] | None = None) -> StreamRecCLI:
     """Run the CLI; a user's mistake (bad file, bad value) ends with one line, not a traceback."""
+    log_info_to_stderr("streamrec")  # data counts (skipped users and ids, cold starts)
     try:
         return StreamRecCLI(
             StreamRecModule, StreamRecDataModule, parser_kwargs={"parser_mode": "omegaconf"},

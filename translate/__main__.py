@@ -13,6 +13,7 @@ import sys
 
 from lightning.pytorch.cli import LightningCLI
 
+from core.logs import log_info_to_stderr
 from translate.data import TranslationDataModule
 from translate.module import TranslationModule
 
@@ -26,9 +27,17 @@ class TranslateCLI(LightningCLI):
             parser.link_arguments(f"data.{name}", f"model.{name}", apply_on="instantiate")
         parser.set_defaults({"trainer.use_distributed_sampler": False})
 
+    def before_instantiate_classes(self) -> None:
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        if config.model.share_embeddings and not config.data.joint_vocab:
+            # Equal sizes would hide it: source piece k and target piece k would share one vector.
+            raise ValueError("model.share_embeddings: true ties the source embedding to the target one, which needs "
+                             "data.joint_vocab: true; set model.share_embeddings: false for separate vocabularies")
+
 
 def main(args: list[str] | None = None) -> TranslateCLI:
     """Run the CLI; a user's mistake (bad file, bad value) ends with one line, not a traceback."""
+    log_info_to_stderr("translate")  # data counts (skipped blank pairs, length filters), vocabulary cache
     try:
         return TranslateCLI(
             TranslationModule, TranslationDataModule, parser_kwargs={"parser_mode": "omegaconf"},

@@ -108,7 +108,7 @@ def drop_blank_pairs(src: Sequence[str], tgt: Sequence[str], name: str = "train"
     Args:
         src: source sentences.
         tgt: target sentences, aligned with `src`.
-        name: split name for the log and the error.
+        name: what to call the pair of files in the log and the error (their paths).
     """
     keep = [i for i, (s, t) in enumerate(zip(src, tgt, strict=True)) if s.strip() and t.strip()]
     if len(keep) < len(src):
@@ -387,7 +387,8 @@ class TranslationDataModule(L.LightningDataModule):
             "val": resolve_paths(val, src_lang, tgt_lang),
             "test": None if test is None else resolve_paths(test, src_lang, tgt_lang),
         }
-        self._train_text = drop_blank_pairs(*read_parallel(*self.paths["train"]), name="train")
+        src_path, tgt_path = self.paths["train"]
+        self._train_text = drop_blank_pairs(*read_parallel(src_path, tgt_path), name=f"{src_path} / {tgt_path}")
         src, tgt = self._train_text
         options = {"vocab_size": vocab_size, "model_type": model_type,
                    "character_coverage": character_coverage, "cache_dir": cache_dir}

@@ -97,3 +97,25 @@ def test_ddp_validation_equals_single_process(tiny_ckpt, demo_dir, tmp_path, mon
     assert ddp["val_bleu"] == pytest.approx(single["val_bleu"], abs=1e-4)
     assert ddp["val_chrf"] == pytest.approx(single["val_chrf"], abs=1e-4)
     assert ddp["val_loss"] == pytest.approx(single["val_loss"], rel=0.05)
+
+
+def test_separate_vocabularies_with_shared_embeddings_is_one_line(demo_dir, tmp_path, monkeypatch):
+    """Equal vocabulary sizes must not let source piece k and target piece k share an embedding row."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit, match=r"^error: model\.share_embeddings: true .* needs data\.joint_vocab: true"):
+        main(["fit", *_data(demo_dir), "--data.joint_vocab", "false"])
+
+
+def test_fit_prints_the_data_counts_on_stderr(demo_dir, tmp_path, monkeypatch, capfd):
+    """The `translate` loggers' INFO lines (skipped blank pairs, filters) reach the user of `fit`."""
+    monkeypatch.chdir(tmp_path)
+    lines = {lang: (demo_dir / f"train.{lang}").read_text(encoding="utf-8").splitlines()[:200] for lang in ("en", "de")}
+    lines["de"][3] = ""
+    for lang, text in lines.items():
+        (tmp_path / f"train.{lang}").write_text("\n".join(text) + "\n", encoding="utf-8")
+    main(["fit", f"--data.train={tmp_path / 'train'}", f"--data.val={demo_dir / 'val'}", *TINY_MODEL,
+          "--data.vocab_size", "120", "--data.cache_dir", str(tmp_path / "spm"), "--trainer.fast_dev_run", "true",
+          "--trainer.enable_progress_bar", "false", "--trainer.accelerator", "cpu", "--trainer.devices", "1"])
+    err = capfd.readouterr().err
+    assert f"{tmp_path / 'train.en'} / {tmp_path / 'train.de'}: skipped 1 of 200 pairs with a blank side" in err
+    assert "train: kept 199 of 199 pairs" in err

@@ -97,8 +97,17 @@ def test_blank_training_pairs_are_skipped_and_counted(tmp_path, caplog):
     write(tmp_path / "train.de", ["der Hund schläft .", "die Katze", "", "der Mann läuft ."])
     with caplog.at_level(logging.INFO, logger="translate.data"):
         dm = TranslationDataModule(str(tmp_path / "train"), str(tmp_path / "train"), None, cache_dir=None)
-    assert "train: skipped 2 of 4 pairs with a blank side" in caplog.text
+    assert f"{tmp_path / 'train.en'} / {tmp_path / 'train.de'}: skipped 2 of 4 pairs with a blank side" in caplog.text
     assert dm.dataset("train").refs == ["der Hund schläft .", "der Mann läuft ."]
+
+
+def test_training_files_of_blank_lines_only_are_one_line_naming_them(tmp_path):
+    write(tmp_path / "train.en", ["", "  ", ""])
+    write(tmp_path / "train.de", ["", "", "\t"])
+    with pytest.raises(ValueError) as excinfo:
+        TranslationDataModule(str(tmp_path / "train"), str(tmp_path / "train"), None, cache_dir=None)
+    assert one_line_error(excinfo) == (f"{tmp_path / 'train.en'} / {tmp_path / 'train.de'}: all 3 pairs have a "
+                                       "blank side; nothing to train on")
 
 
 def test_split_path_forms(tmp_path):
