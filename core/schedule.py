@@ -83,6 +83,19 @@ class WarmupCosineLR(LambdaLR):
     def __init__(self, optimizer: Optimizer, warmup_steps: int, total_steps: int, floor: float = 0.0):
         super().__init__(optimizer, WarmupCosine(warmup_steps, total_steps, floor))
 
+    @classmethod
+    def for_run(cls, optimizer: Optimizer, warmup_steps: int, run_steps: float, floor: float = 0.0) -> WarmupCosineLR:
+        """The schedule over a whole training run, e.g. Lightning's `trainer.estimated_stepping_batches`.
+
+        A run shorter than the warmup keeps the full warmup (the cosine never starts). An unbounded
+        run (`max_epochs: -1` without `max_steps`) is refused with a one-line error: a cosine needs an end.
+        """
+        if not math.isfinite(run_steps):
+            raise ValueError("trainer.max_epochs / trainer.max_steps: the warmup-cosine schedule needs a finite run; "
+                             "set one of them (early stopping can still end the run sooner)")
+        total = max(int(run_steps), warmup_steps, 1)
+        return cls(optimizer, warmup_steps, total, floor)
+
 
 class InverseSqrtLR(LambdaLR):
     """Linear warmup then inverse-square-root decay.

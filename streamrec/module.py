@@ -138,8 +138,7 @@ class StreamRecModule(L.LightningModule):
     def configure_optimizers(self) -> dict[str, Any]:
         hp = self.hparams
         opt = torch.optim.AdamW(self.parameters(), lr=hp.lr, weight_decay=hp.weight_decay)
-        total = max(int(self.trainer.estimated_stepping_batches), hp.warmup_steps, 1)
-        sched = WarmupCosineLR(opt, min(hp.warmup_steps, total), total, hp.lr_floor)
+        sched = WarmupCosineLR.for_run(opt, hp.warmup_steps, self.trainer.estimated_stepping_batches, hp.lr_floor)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     # ------------------------------------------------------------------ evaluation

@@ -157,8 +157,7 @@ class TranslationModule(L.LightningModule):
     def configure_optimizers(self) -> dict[str, Any]:
         hp = self.hparams
         opt = torch.optim.AdamW(self.parameters(), lr=hp.lr, betas=tuple(hp.betas), weight_decay=hp.weight_decay)
-        total = max(int(self.trainer.estimated_stepping_batches), hp.warmup_steps, 1)
-        sched = WarmupCosineLR(opt, min(hp.warmup_steps, total), total, hp.lr_floor)
+        sched = WarmupCosineLR.for_run(opt, hp.warmup_steps, self.trainer.estimated_stepping_batches, hp.lr_floor)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     def _tokens(self, batch: Batch) -> int:

@@ -127,3 +127,23 @@ def test_inverse_sqrt_bad_arguments(warmup_steps: int) -> None:
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=PEAK)
     with pytest.raises(ValueError, match="`warmup_steps`"):
         InverseSqrtLR(opt, warmup_steps)
+
+
+def test_for_run_spans_the_whole_run() -> None:
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = WarmupCosineLR.for_run(opt, warmup_steps=10, run_steps=110.0, floor=0.1)
+    factors = [sched.lr_lambdas[0](step) for step in (0, 5, 10, 60, 110)]
+    # hand values: linear warmup to 1, cosine to the floor at the run's end, half-way at step 60
+    assert factors == pytest.approx([0.0, 0.5, 1.0, 0.1 + 0.9 * 0.5, 0.1])
+
+
+def test_for_run_shorter_than_warmup_keeps_the_warmup() -> None:
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = WarmupCosineLR.for_run(opt, warmup_steps=100, run_steps=3.0)
+    assert sched.lr_lambdas[0](3) == pytest.approx(0.03)
+
+
+def test_for_run_refuses_an_unbounded_run() -> None:
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    with pytest.raises(ValueError, match=r"trainer\.max_epochs / trainer\.max_steps: .* needs a finite run"):
+        WarmupCosineLR.for_run(opt, warmup_steps=10, run_steps=math.inf)
