@@ -27,7 +27,7 @@ def test_joint_embeddings_need_equal_vocabularies():
         _model(src_vocab_size=50)
 
 
-@pytest.mark.parametrize("positions", ["sinusoidal", "rope"])
+@pytest.mark.parametrize("positions", ["sinusoidal", "learned", "rope", "alibi"])
 def test_cached_decoding_equals_teacher_forcing(positions):
     model = _model(positions=positions)
     src = torch.tensor([[5, 6, 7, 8, 0, 0], [9, 10, 11, 12, 13, 14]])

@@ -71,10 +71,20 @@ def test_loss_gradients_equal_autograd_through_cross_entropy_on_logits():
         torch.testing.assert_close(a.grad, b.grad, atol=1e-6, rtol=1e-5, msg=name)
 
 
-def test_post_ln_and_options_build():
-    module = _module(norm_first=False, activation="gelu", positions="learned", n_kv_heads=1)
-    assert module.hparams.norm_first is False
-    assert module.compute_loss(_batch()).isfinite()
+def test_post_ln_and_options_reach_the_model():
+    options = dict(activation="gelu", positions="learned", n_kv_heads=1)
+    post, pre = _module(norm_first=False, **options), _module(norm_first=True, **options)
+    residuals = [m for m in post.model.modules() if hasattr(m, "norm_first")]
+    assert len(residuals) == 2 + 3  # encoder: attention + feed-forward; decoder: self, cross, feed-forward
+    assert not any(m.norm_first for m in residuals)
+    assert isinstance(post.model.encoder.norm, torch.nn.Identity)  # post-LN has no final norm
+    assert post.model.encoder.layers[0].ff.activation == "gelu"
+    assert post.model.decoder.layers[0].self_attn.n_kv_heads == 1
+    # same weights, other norm placement: other outputs
+    pre.load_state_dict(post.state_dict(), strict=False)
+    batch = _batch()
+    assert not torch.allclose(post.model(batch.src, batch.tgt_in), pre.model(batch.src, batch.tgt_in))
+    assert post.compute_loss(batch).isfinite()
 
 
 @pytest.mark.parametrize("bad", [dict(label_smoothing=1.0), dict(val_beam_size=0), dict(n_heads=3)])
