@@ -1,8 +1,8 @@
 """Translate a text file (or stdin) with a checkpoint written by `python -m translate fit`.
 
     python -m translate.infer --ckpt CKPT [-i in.txt] [-o out.txt] [--beam 5] [--alpha 0.6]
-        [--batch-size 64] [--nbest N] [--alignments out.jsonl] [--html report.html] [--device auto]
-        [--dtype float32|bfloat16]
+        [--max-len-a 1.5] [--max-len-b 10] [--batch-size 64] [--nbest N] [--alignments out.jsonl]
+        [--html report.html] [--device auto] [--dtype float32|bfloat16]
 
 Exactly one output line per input line, in input order; an empty (or blank) input line gives
 an empty output line. With `--nbest N` (N > 1) each output line holds the N best translations,
@@ -30,6 +30,7 @@ import argparse
 import contextlib
 import inspect
 import logging
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -170,16 +171,21 @@ def pad_batch(rows: Sequence[Sequence[int]], device: torch.device | str = "cpu")
 
 
 @torch.inference_mode()
-def search(model: Translator, src: Tensor, beam: int = 5, alpha: float = 0.6, nbest: int = 1
-           ) -> list[list[Hypothesis]]:
-    """The `nbest` best hypotheses per source row; beam 1 runs greedy search."""
+def search(model: Translator, src: Tensor, beam: int = 5, alpha: float = 0.6, nbest: int = 1,
+           max_len_a: float = 1.5, max_len_b: int = 10) -> list[list[Hypothesis]]:
+    """The `nbest` best hypotheses per source row; beam 1 runs greedy search.
+
+    Outputs stop after `max_len_a` x source length + `max_len_b` subwords (fairseq's names).
+    """
     if beam == 1:
-        return [[h] for h in greedy_search(model, src, BOS_ID, EOS_ID)]
-    return beam_search(model, src, BOS_ID, EOS_ID, beam_size=beam, alpha=alpha, nbest=nbest)
+        return [[h] for h in greedy_search(model, src, BOS_ID, EOS_ID, max_len_a, max_len_b)]
+    return beam_search(model, src, BOS_ID, EOS_ID, beam_size=beam, alpha=alpha, nbest=nbest,
+                       max_len_a=max_len_a, max_len_b=max_len_b)
 
 
 def translate_ids(translator: LoadedTranslator, sources: Sequence[Sequence[int]], beam: int = 5,
-                  alpha: float = 0.6, nbest: int = 1, batch_size: int = 64, align_layer: Layer | None = None
+                  alpha: float = 0.6, nbest: int = 1, batch_size: int = 64, align_layer: Layer | None = None,
+                  max_len_a: float = 1.5, max_len_b: int = 10,
                   ) -> tuple[list[list[Hypothesis]], list[WordAlignment] | None]:
     """Translate subword sources, longest first in batches, and return results in input order.
 
@@ -191,6 +197,8 @@ def translate_ids(translator: LoadedTranslator, sources: Sequence[Sequence[int]]
         nbest: hypotheses per sentence.
         batch_size: sentences per search batch.
         align_layer: also align each best hypothesis with this decoder layer (None: no alignments).
+        max_len_a: output limit, subwords per source subword.
+        max_len_b: output limit, subwords added to that.
     """
     device = next(translator.model.parameters()).device
     results: list[list[Hypothesis]] = [[] for _ in sources]
@@ -199,7 +207,7 @@ def translate_ids(translator: LoadedTranslator, sources: Sequence[Sequence[int]]
     for start in range(0, len(order), batch_size):
         rows = order[start : start + batch_size]
         src = pad_batch([sources[i] for i in rows], device)
-        for i, hyps in zip(rows, search(translator.model, src, beam, alpha, nbest), strict=True):
+        for i, hyps in zip(rows, search(translator.model, src, beam, alpha, nbest, max_len_a, max_len_b), strict=True):
             results[i] = hyps
         if alignments is not None:
             best = [results[i][0].tokens for i in rows]
@@ -226,6 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="output file, written atomically (default: stdout)")
     p.add_argument("--beam", type=int, default=5, help="beam width; 1 = greedy search (default 5)")
     p.add_argument("--alpha", type=float, default=0.6, help="GNMT length-penalty exponent (default 0.6)")
+    p.add_argument("--max-len-a", type=float, default=1.5,
+                   help="output length limit: A x source subwords + B (default A 1.5; fairseq's --max-len-a)")
+    p.add_argument("--max-len-b", type=int, default=10, help="the B of that limit (default 10)")
     p.add_argument("--batch-size", type=int, default=64, help="sentences per search batch (default 64)")
     p.add_argument("--nbest", type=int, default=1, help="translations per line, tab-separated (default 1)")
     p.add_argument("--alignments", help="write word alignments of the best translation as JSON lines here")
@@ -252,11 +263,29 @@ def main(argv: list[str] | None = None) -> None:
         run(args)
     except (ValueError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")
+    except BrokenPipeError:  # the reader went away (`... | head`): stop quietly, as Unix tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
+        sys.exit(1)
+
+
+def _device(name: str) -> torch.device:
+    """`--device` as a torch device; a wrong name or a missing GPU is a one-line error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"--device {name!r}: not a device; use cpu, cuda, cuda:N or auto") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {name}: no CUDA GPU is available here; use --device cpu")
+    return device
 
 
 def _check(args: argparse.Namespace) -> Layer:
     if args.beam < 1 or args.batch_size < 1 or args.chunk_size < 1 or args.html_max < 0:
         raise ValueError("--beam, --batch-size and --chunk-size must be positive and --html-max >= 0")
+    if args.max_len_a < 0 or args.max_len_b < 1:
+        raise ValueError(f"--max-len-a ({args.max_len_a}) must be >= 0 and --max-len-b ({args.max_len_b}) >= 1")
     if not 1 <= args.nbest <= args.beam:
         raise ValueError(f"--nbest ({args.nbest}) must be between 1 and --beam ({args.beam})")
     if args.input is not None and not Path(args.input).is_file():
@@ -270,8 +299,11 @@ def _check(args: argparse.Namespace) -> Layer:
 def run(args: argparse.Namespace) -> None:
     """Translate `args.input` (or stdin) into `args.output` (or stdout); see the module docstring."""
     layer = _check(args)
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
-    translator = load_translator(args.ckpt, device, args.dtype)
+    translator = load_translator(args.ckpt, _device(args.device), args.dtype)
+    n_layers = len(translator.model.decoder.layers)
+    if layer != "mean" and not -n_layers <= layer < n_layers:  # before any output is written
+        raise ValueError(f"--align-layer {layer}: the model has {n_layers} decoder layers "
+                         f"(use 0..{n_layers - 1}, -1 for the last, or mean)")
     want_align = args.alignments is not None or args.html is not None
     shown: list[tuple[int, WordAlignment]] = []
     warned = [0]
@@ -284,7 +316,7 @@ def run(args: argparse.Namespace) -> None:
         for lines in read_chunks(stream, args.chunk_size, args.input or "<stdin>"):
             sources = encode_sources(lines, translator.src_vocab, translator.max_src_len, first, warned)
             hyps, aligned = translate_ids(translator, sources, args.beam, args.alpha, args.nbest, args.batch_size,
-                                          layer if want_align else None)
+                                          layer if want_align else None, args.max_len_a, args.max_len_b)
             out.write("".join(format_line(h, translator.tgt_vocab) + "\n" for h in hyps).encode("utf-8"))
             out.flush()
             if aligned is not None:

@@ -119,6 +119,49 @@ def test_output_is_atomic_when_the_input_breaks(trained, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.en"]  # no output, no temporary file left
 
 
+def test_max_len_options_bound_every_output(trained, demo_dir, tmp_path):
+    lines = (demo_dir / "val.en").read_text(encoding="utf-8").splitlines()[:8]
+    src = _write(tmp_path / "in.en", lines)
+    for beam in ("1", "3"):
+        infer.main(["--ckpt", str(trained.ckpt), "-i", str(src), "-o", str(tmp_path / "out"), "--beam", beam,
+                    "--max-len-a", "0", "--max-len-b", "3"])
+        vocab = infer.load_translator(trained.ckpt).tgt_vocab
+        lengths = [len(vocab.encode(line)) for line in _lines(tmp_path / "out")]
+        assert len(lengths) == len(lines) and max(lengths) <= 2  # three steps: two subwords, then EOS
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--device", "tpu9"], r"--device 'tpu9': not a device"),
+    (["--align-layer", "7", "--alignments", "a.jsonl"], r"--align-layer 7: the model has 2 decoder layers"),
+    (["--max-len-b", "0"], r"--max-len-a \(1\.5\) must be >= 0 and --max-len-b \(0\) >= 1"),
+])
+def test_bad_options_are_one_line_errors_before_any_output(trained, tmp_path, monkeypatch, args, match):
+    monkeypatch.chdir(tmp_path)
+    src = _write(tmp_path / "in.en", ["the dog sleeps ."])
+    with pytest.raises(SystemExit, match=rf"^error: {match}"):
+        infer.main(["--ckpt", str(trained.ckpt), "-i", str(src), "-o", "out.de", *args])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.en"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
+def test_cuda_without_a_gpu_is_a_one_line_error(trained, tmp_path):
+    src = _write(tmp_path / "in.en", ["the dog sleeps ."])
+    with pytest.raises(SystemExit, match=r"^error: --device cuda: no CUDA GPU is available here"):
+        infer.main(["--ckpt", str(trained.ckpt), "-i", str(src), "--device", "cuda"])
+
+
+def test_reader_closing_the_pipe_ends_quietly(trained, demo_dir, tmp_path):
+    """`infer ... | head -1`: no BrokenPipeError traceback on stderr."""
+    import subprocess
+
+    lines = (demo_dir / "val.en").read_text(encoding="utf-8").splitlines() * 20
+    src = _write(tmp_path / "in.en", lines)
+    cmd = f"{sys.executable} -m translate.infer --ckpt {trained.ckpt} -i {src} --beam 1 --chunk-size 50 | head -n 1"
+    done = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=300)
+    assert len(done.stdout.splitlines()) == 1
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+
+
 def test_alignments_and_html_report(trained, demo_dir, tmp_path):
     lines = (demo_dir / "test.en").read_text(encoding="utf-8").splitlines()[:3] + ["", "the dog sleeps ."]
     src = _write(tmp_path / "in.en", lines)
