@@ -215,6 +215,8 @@ class TranslationModule(L.LightningModule):
         if split not in self._signature_shown:
             self._signature_shown.add(split)
             rank_zero_info(f"{split} BLEU signature: {signature}")
+            if self.logger is not None:  # beside the metrics it qualifies (CSVLogger: hparams.yaml)
+                self.logger.log_hyperparams({f"{split}_bleu_signature": signature})
         if not self.trainer.sanity_checking:
             rank_zero_info(f"{split} epoch {self.current_epoch}: BLEU {bleu:.2f}, chrF {chrf:.2f} "
                            f"on {len(indices)} of {len(refs)} sentences (beam {self._beam(split)})")

@@ -119,3 +119,16 @@ def test_fit_prints_the_data_counts_on_stderr(demo_dir, tmp_path, monkeypatch, c
     err = capfd.readouterr().err
     assert f"{tmp_path / 'train.en'} / {tmp_path / 'train.de'}: skipped 1 of 200 pairs with a blank side" in err
     assert "train: kept 199 of 199 pairs" in err
+
+
+def test_demo_config_logs_metrics_and_the_signature_to_csv(demo_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    main(["fit", "--config", str(REPO / "configs" / "translate" / "demo.yaml"), *_data(demo_dir), *TINY_MODEL,
+          "--data.cache_dir", str(tmp_path / "spm"), "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2",
+          "--trainer.limit_val_batches", "2", "--trainer.enable_progress_bar", "false",
+          "--trainer.precision", "32-true", "--trainer.num_sanity_val_steps", "0"])
+    (metrics,) = (tmp_path / "runs" / "translate_demo").glob("lightning_logs/version_*/metrics.csv")
+    header, *rows = metrics.read_text().splitlines()
+    assert {"val_bleu", "val_chrf", "val_loss"} <= set(header.split(",")) and rows
+    hparams = metrics.with_name("hparams.yaml").read_text()
+    assert "val_bleu_signature: nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in hparams
