@@ -132,3 +132,16 @@ def test_demo_config_logs_metrics_and_the_signature_to_csv(demo_dir, tmp_path, m
     assert {"val_bleu", "val_chrf", "val_loss"} <= set(header.split(",")) and rows
     hparams = metrics.with_name("hparams.yaml").read_text()
     assert "val_bleu_signature: nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in hparams
+
+
+def test_checkpoint_of_other_data_settings_is_one_line(tiny_ckpt, demo_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    # The checkpoint's own hyperparameters win over --model.*, but the vocabulary sizes are linked from the
+    # data: a data setting other than the checkpoint's (here its sentencepiece size) builds another model.
+    with pytest.raises(SystemExit) as exit_:
+        main(["validate", *_data(demo_dir), "--data.max_len", "32", "--data.max_tokens", "200", *TINY_MODEL,
+              "--data.vocab_size", "300", "--data.cache_dir", str(tmp_path / "spm"),
+              "--ckpt_path", str(tiny_ckpt), "--trainer.logger", "false", "--trainer.enable_progress_bar", "false"])
+    message = str(exit_.value.code)
+    assert message.startswith("error: --ckpt_path: the checkpoint does not fit the model this config builds (")
+    assert "size mismatch" in message and "\n" not in message
