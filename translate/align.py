@@ -107,12 +107,21 @@ def cross_attention(model: Translator, src: Tensor, targets: Sequence[Sequence[i
     return [weights[b, : len(ids)].cpu() for b, ids in enumerate(targets)]
 
 
-def words_of(vocab: SubwordVocab, ids: Sequence[int]) -> tuple[list[str], list[int]]:
-    """The whitespace words of an id sequence and each id's word index (-1 for specials)."""
+def words_of(vocab: SubwordVocab, ids: Sequence[int], text: str | None = None) -> tuple[list[str], list[int]]:
+    """The whitespace words of an id sequence and each id's word index (-1 for specials).
+
+    The words are those of `text` (the original line) or else of the decoded ids, so they read
+    as the input and output lines do: a character the vocabulary lacks stays itself in the source
+    instead of becoming `<unk>`. When the word counts disagree (e.g. the line was truncated, or
+    normalisation turned a character into a space) the pieces' own text is used instead.
+    """
     index = vocab.word_index(ids)
-    pieces = vocab.pieces(ids)
-    words: list[str] = [""] * (max(index, default=-1) + 1)
-    for piece, w in zip(pieces, index, strict=True):
+    n_words = max(index, default=-1) + 1
+    surface = (vocab.decode(ids) if text is None else text).split()
+    if len(surface) == n_words:
+        return surface, index
+    words: list[str] = [""] * n_words
+    for piece, w in zip(vocab.pieces(ids), index, strict=True):
         if w >= 0:
             words[w] += piece.replace(WORD_BOUNDARY, "")
     return words, index
@@ -140,9 +149,9 @@ def to_word_matrix(weights: Tensor, tgt_index: Sequence[int], src_index: Sequenc
 
 
 def word_alignment(weights: Tensor, src_vocab: SubwordVocab, src_ids: Sequence[int], tgt_vocab: SubwordVocab,
-                   tgt_ids: Sequence[int]) -> WordAlignment:
-    """Word alignment of one sentence pair from its (T, S) subword cross-attention."""
-    src_words, src_index = words_of(src_vocab, src_ids)
+                   tgt_ids: Sequence[int], src_text: str | None = None) -> WordAlignment:
+    """Word alignment of one sentence pair from its (T, S) subword cross-attention (`src_text`: the input line)."""
+    src_words, src_index = words_of(src_vocab, src_ids, src_text)
     tgt_words, tgt_index = words_of(tgt_vocab, tgt_ids)
     if not src_words or not tgt_words:
         return WordAlignment(src_words, tgt_words, [[0.0] * len(src_words) for _ in tgt_words], [])
@@ -153,7 +162,8 @@ def word_alignment(weights: Tensor, src_vocab: SubwordVocab, src_ids: Sequence[i
 
 
 def align_batch(model: Translator, src: Tensor, targets: Sequence[Sequence[int]], src_vocab: SubwordVocab,
-                tgt_vocab: SubwordVocab, layer: Layer = DEFAULT_LAYER) -> list[WordAlignment]:
+                tgt_vocab: SubwordVocab, layer: Layer = DEFAULT_LAYER, src_texts: Sequence[str] | None = None,
+                ) -> list[WordAlignment]:
     """Word alignments for a batch of sources and their targets (hypotheses or references).
 
     Args:
@@ -163,10 +173,13 @@ def align_batch(model: Translator, src: Tensor, targets: Sequence[Sequence[int]]
         src_vocab: source vocabulary (for word boundaries).
         tgt_vocab: target vocabulary.
         layer: decoder layer or "mean" (see `cross_attention`).
+        src_texts: the input lines, so that source words are shown as written (default: decoded ids).
     """
     weights = cross_attention(model, src, targets, layer)
     rows = [[i for i in row if i != model.pad_id] for row in src.tolist()]
-    return [word_alignment(w, src_vocab, s, tgt_vocab, t) for w, s, t in zip(weights, rows, targets, strict=True)]
+    texts = [None] * len(rows) if src_texts is None else list(src_texts)
+    return [word_alignment(w, src_vocab, s, tgt_vocab, t, x)
+            for w, s, t, x in zip(weights, rows, targets, texts, strict=True)]
 
 
 def parse_pharaoh(text: str) -> set[tuple[int, int]]:

@@ -185,7 +185,7 @@ def search(model: Translator, src: Tensor, beam: int = 5, alpha: float = 0.6, nb
 
 def translate_ids(translator: LoadedTranslator, sources: Sequence[Sequence[int]], beam: int = 5,
                   alpha: float = 0.6, nbest: int = 1, batch_size: int = 64, align_layer: Layer | None = None,
-                  max_len_a: float = 1.5, max_len_b: int = 10,
+                  max_len_a: float = 1.5, max_len_b: int = 10, source_texts: Sequence[str] | None = None,
                   ) -> tuple[list[list[Hypothesis]], list[WordAlignment] | None]:
     """Translate subword sources, longest first in batches, and return results in input order.
 
@@ -199,6 +199,7 @@ def translate_ids(translator: LoadedTranslator, sources: Sequence[Sequence[int]]
         align_layer: also align each best hypothesis with this decoder layer (None: no alignments).
         max_len_a: output limit, subwords per source subword.
         max_len_b: output limit, subwords added to that.
+        source_texts: the input lines of `sources`, for the alignments' source words.
     """
     device = next(translator.model.parameters()).device
     results: list[list[Hypothesis]] = [[] for _ in sources]
@@ -211,7 +212,9 @@ def translate_ids(translator: LoadedTranslator, sources: Sequence[Sequence[int]]
             results[i] = hyps
         if alignments is not None:
             best = [results[i][0].tokens for i in rows]
-            aligned = align_batch(translator.model, src, best, translator.src_vocab, translator.tgt_vocab, align_layer)
+            texts = None if source_texts is None else [source_texts[i] for i in rows]
+            aligned = align_batch(translator.model, src, best, translator.src_vocab, translator.tgt_vocab, align_layer,
+                                  texts)
             for i, a in zip(rows, aligned, strict=True):
                 alignments[i] = a
     return results, alignments
@@ -316,7 +319,7 @@ def run(args: argparse.Namespace) -> None:
         for lines in read_chunks(stream, args.chunk_size, args.input or "<stdin>"):
             sources = encode_sources(lines, translator.src_vocab, translator.max_src_len, first, warned)
             hyps, aligned = translate_ids(translator, sources, args.beam, args.alpha, args.nbest, args.batch_size,
-                                          layer if want_align else None, args.max_len_a, args.max_len_b)
+                                          layer if want_align else None, args.max_len_a, args.max_len_b, lines)
             out.write("".join(format_line(h, translator.tgt_vocab) + "\n" for h in hyps).encode("utf-8"))
             out.flush()
             if aligned is not None:

@@ -17,6 +17,7 @@ from translate.align import (
     parse_pharaoh,
     to_word_matrix,
     word_alignment,
+    words_of,
     write_html,
 )
 from translate.data import TranslationDataModule
@@ -50,6 +51,21 @@ def test_word_alignment_links_each_target_word_to_its_argmax():
     assert a.src_words == ["the", "dog", "sleeps", "."] and a.tgt_words == ["der", "Hund", "schläft", "."]
     assert a.pharaoh() == "0-0 1-1 2-2 3-3"
     assert torch.allclose(torch.tensor(a.matrix), torch.eye(4))
+
+
+def test_words_read_as_the_lines_even_with_characters_the_vocabulary_lacks():
+    vocab = train_vocab(["the dog sleeps .", "der Hund schläft ."] * 20, 40, cache_dir=None)
+    line = "the Zürich dog sleeps ."  # "Z" and "ü" were never seen: their pieces are <unk>
+    ids = vocab.encode(line)
+    assert "<unk>" in vocab.pieces(ids)
+    words, index = words_of(vocab, ids, line)
+    assert words == line.split()
+    assert sorted(set(index)) == list(range(len(words)))
+    # without the line, the decoded ids give the words; a truncated line falls back to the pieces
+    assert words_of(vocab, vocab.encode("der Hund schläft ."))[0] == ["der", "Hund", "schläft", "."]
+    truncated = ids[: ids.index(vocab.encode("dog")[0])]
+    fallback = words_of(vocab, truncated, line)[0]  # two words, not the line's five
+    assert len(fallback) == 2 and fallback[0] == "the" and "<unk>" in fallback[1]
 
 
 def test_aer_hand_computed():

@@ -163,7 +163,10 @@ def test_reader_closing_the_pipe_ends_quietly(trained, demo_dir, tmp_path):
 
 
 def test_alignments_and_html_report(trained, demo_dir, tmp_path):
-    lines = (demo_dir / "test.en").read_text(encoding="utf-8").splitlines()[:3] + ["", "the dog sleeps ."]
+    lines = (demo_dir / "test.en").read_text(encoding="utf-8").splitlines()[:3] + ["", "the dog sleeps .",
+                                                                                     "the Ωmega dog sleeps ."]
+    vocab = infer.load_translator(trained.ckpt).src_vocab
+    assert "<unk>" in vocab.pieces(vocab.encode(lines[-1]))  # an unseen character: its words still read as written
     src = _write(tmp_path / "in.en", lines)
     align, html = tmp_path / "a.jsonl", tmp_path / "a.html"
     infer.main(["--ckpt", str(trained.ckpt), "-i", str(src), "-o", str(tmp_path / "out"), "--beam", "2",
@@ -179,7 +182,7 @@ def test_alignments_and_html_report(trained, demo_dir, tmp_path):
         links = [tuple(map(int, link.split("-"))) for link in rec["alignment"].split()]
         assert sorted(j for _, j in links) == list(range(len(rec["tgt_words"])))  # one link per target word
     page = html.read_text(encoding="utf-8")
-    assert page.startswith("<!DOCTYPE html>") and page.count("<table>") == 4
+    assert page.startswith("<!DOCTYPE html>") and page.count("<table>") == 5
     assert "http" not in page and "<script" not in page and "src=" not in page  # self-contained
 
 
