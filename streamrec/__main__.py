@@ -6,11 +6,13 @@ LightningCLI over `StreamRecModule` and `StreamRecDataModule`. YAML may interpol
 
 from __future__ import annotations
 
+import logging
 import sys
 
 from lightning.pytorch.cli import LightningCLI
 
 from core.logs import log_info_to_stderr
+from core.precision import cpu_precision_fallback
 from streamrec.data import StreamRecDataModule
 from streamrec.module import StreamRecModule
 
@@ -21,6 +23,13 @@ class StreamRecCLI(LightningCLI):
     def add_arguments_to_parser(self, parser) -> None:
         parser.link_arguments("data.max_len", "model.max_len")
         parser.link_arguments("data.num_items", "model.num_items", apply_on="instantiate")
+
+    def before_instantiate_classes(self) -> None:
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        fallback = cpu_precision_fallback(config.trainer.precision, config.trainer.accelerator)
+        if fallback is not None:
+            config.trainer.precision, reason = fallback
+            logging.getLogger("streamrec").warning(reason)  # shown by log_info_to_stderr
 
 
 def main(args: list[str] | None = None) -> StreamRecCLI:

@@ -9,11 +9,13 @@ shards batches across DDP ranks itself.
 
 from __future__ import annotations
 
+import logging
 import sys
 
 from lightning.pytorch.cli import LightningCLI
 
 from core.logs import log_info_to_stderr
+from core.precision import cpu_precision_fallback
 from translate.data import TranslationDataModule
 from translate.module import TranslationModule
 
@@ -33,6 +35,10 @@ class TranslateCLI(LightningCLI):
             # Equal sizes would hide it: source piece k and target piece k would share one vector.
             raise ValueError("model.share_embeddings: true ties the source embedding to the target one, which needs "
                              "data.joint_vocab: true; set model.share_embeddings: false for separate vocabularies")
+        fallback = cpu_precision_fallback(config.trainer.precision, config.trainer.accelerator)
+        if fallback is not None:
+            config.trainer.precision, reason = fallback
+            logging.getLogger("translate").warning(reason)  # shown by log_info_to_stderr
 
 
 def main(args: list[str] | None = None) -> TranslateCLI:

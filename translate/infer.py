@@ -41,6 +41,7 @@ import torch
 from torch import Tensor
 
 from core.atomic import atomic_path
+from core.precision import cpu_has_fast_bf16
 from translate.align import DEFAULT_LAYER, EMPTY, Layer, WordAlignment, align_batch, write_html
 from translate.model import Translator
 from translate.search import Hypothesis, beam_search, greedy_search
@@ -74,8 +75,8 @@ def load_translator(ckpt: str | Path, device: str | torch.device = "cpu", dtype:
         ckpt: a checkpoint from `python -m translate fit` or `python -m translate.average`.
         device: where to put the model.
         dtype: "float32", or "bfloat16" for weights and activations in bf16 (search still
-            normalises scores in float32): faster on GPUs and CPUs with bf16 units; its BLEU
-            cost is measured in README.md.
+            normalises scores in float32): faster on GPUs and CPUs with bf16 units; float32, with a
+            warning, on a CPU without them (`core.precision`). Its BLEU cost is measured in README.md.
     """
     from translate.average import read_checkpoint
     from translate.module import TranslationModule, vocabs_from_checkpoint
@@ -96,6 +97,10 @@ def load_translator(ckpt: str | Path, device: str | torch.device = "cpu", dtype:
         raise ValueError(f"{path}: weights do not fit the stored hyperparameters ({first})") from None
     if dtype not in DTYPES:
         raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    if dtype == "bfloat16" and torch.device(device).type == "cpu" and not cpu_has_fast_bf16():
+        log.warning("--dtype bfloat16: this CPU has no fast bf16 matmul (no AVX-512/AMX; bf16 would run ~100x "
+                    "slower than float32), so decoding runs in float32")
+        dtype = "float32"
     return LoadedTranslator(module.model.to(device=device, dtype=DTYPES[dtype]).eval(), *vocabs)
 
 
@@ -251,8 +256,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chunk-size", type=int, default=10_000, help="lines sorted and translated together")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (cuda when available)")
     p.add_argument("--dtype", choices=tuple(DTYPES), default="float32",
-                   help="weights and activations: float32 (default) or bfloat16 (faster on bf16 hardware; "
-                        "see README for its BLEU cost)")
+                   help="weights and activations: float32 (default) or bfloat16 (faster on bf16 hardware, "
+                        "float32 with a warning on a CPU without it; see README for its BLEU cost)")
     p.add_argument("--progress", action="store_true", help="show progress on stderr even when it is not a terminal")
     return p
 

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from core import precision
 from streamrec.__main__ import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,6 +32,18 @@ def test_every_config_runs_one_fast_dev_batch(config, tiny_log, tmp_path, monkey
                 "--trainer.accelerator", "cpu", "--trainer.devices", "1"])
     assert cli.model.hparams.num_items == cli.datamodule.num_items  # linked, not typed
     assert cli.model.hparams.max_len == cli.datamodule.max_len
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["slow_bf16_cpu", "fast_bf16_cpu"])
+def test_bf16_trains_in_fp32_where_the_cpu_has_no_fast_bf16(fast, tiny_log, tmp_path, monkeypatch, capfd):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(precision, "cpu_has_fast_bf16", lambda: fast)
+    cli = _run(["fit", "--config", str(REPO / "configs" / "streamrec" / "demo.yaml"), "--data.path", str(tiny_log),
+                "--data.format", "csv", "--trainer.fast_dev_run", "true", "--trainer.enable_progress_bar", "false",
+                "--trainer.accelerator", "cpu", "--trainer.devices", "1", "--trainer.precision", "bf16-mixed"])
+    assert cli.trainer.precision == ("bf16-mixed" if fast else "32-true")
+    warned = "trainer.precision bf16-mixed: this CPU has no fast bf16 matmul" in capfd.readouterr().err
+    assert warned is not fast
 
 
 def test_wrong_config_key_names_the_key(tiny_log, tmp_path, capsys, monkeypatch):

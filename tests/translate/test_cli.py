@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from core import precision
 from translate import average, infer
 from translate.__main__ import main
 
@@ -119,6 +120,19 @@ def test_fit_prints_the_data_counts_on_stderr(demo_dir, tmp_path, monkeypatch, c
     err = capfd.readouterr().err
     assert f"{tmp_path / 'train.en'} / {tmp_path / 'train.de'}: skipped 1 of 200 pairs with a blank side" in err
     assert "train: kept 199 of 199 pairs" in err
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["slow_bf16_cpu", "fast_bf16_cpu"])
+def test_bf16_config_trains_in_fp32_where_the_cpu_has_no_fast_bf16(fast, demo_dir, tmp_path, monkeypatch, capfd):
+    """The configs ask for bf16-mixed; on a CPU whose bf16 matmul is a slow fallback, fit runs in fp32 and says so."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(precision, "cpu_has_fast_bf16", lambda: fast)
+    cli = main(["fit", *_data(demo_dir), *TINY_MODEL, "--data.vocab_size", "120", "--data.cache_dir",
+                str(tmp_path / "spm"), "--trainer.fast_dev_run", "true", "--trainer.enable_progress_bar", "false",
+                "--trainer.accelerator", "cpu", "--trainer.devices", "1", "--trainer.precision", "bf16-mixed"])
+    assert cli.trainer.precision == ("bf16-mixed" if fast else "32-true")
+    warned = "trainer.precision bf16-mixed: this CPU has no fast bf16 matmul" in capfd.readouterr().err
+    assert warned is not fast
 
 
 def test_demo_config_logs_metrics_and_the_signature_to_csv(demo_dir, tmp_path, monkeypatch):

@@ -72,9 +72,10 @@ def test_one_line_per_input_in_order_greedy_equals_beam_one(trained, demo_dir, t
                for r in caplog.records)
 
 
-def test_bfloat16_decoding_keeps_lines_and_mostly_the_fp32_output(trained, demo_dir, tmp_path):
+def test_bfloat16_decoding_keeps_lines_and_mostly_the_fp32_output(trained, demo_dir, tmp_path, monkeypatch):
     """bf16 weights change the arithmetic, not the bookkeeping: same line structure, and on this
     tiny model the same text for most lines (the fp32 run is the reference)."""
+    monkeypatch.setattr(infer, "cpu_has_fast_bf16", lambda: True)  # bf16 even where it is slow: a tiny model
     lines = (demo_dir / "test.en").read_text(encoding="utf-8").splitlines()[:20] + [""]
     src = _write(tmp_path / "in.en", lines)
     for dtype in ("float32", "bfloat16"):
@@ -83,6 +84,14 @@ def test_bfloat16_decoding_keeps_lines_and_mostly_the_fp32_output(trained, demo_
     assert len(bf16) == len(lines) and bf16[-1] == ""
     assert sum(a == b for a, b in zip(fp32, bf16, strict=True)) >= 0.7 * len(lines)
     assert next(infer.load_translator(trained.ckpt, dtype="bfloat16").model.parameters()).dtype == torch.bfloat16
+
+
+def test_bfloat16_on_a_cpu_without_fast_bf16_decodes_in_float32_and_says_so(trained, monkeypatch, caplog):
+    monkeypatch.setattr(infer, "cpu_has_fast_bf16", lambda: False)
+    with caplog.at_level(logging.WARNING, logger="translate.infer"):
+        loaded = infer.load_translator(trained.ckpt, dtype="bfloat16")
+    assert next(loaded.model.parameters()).dtype == torch.float32
+    assert any("--dtype bfloat16: this CPU has no fast bf16 matmul" in r.message for r in caplog.records)
 
 
 def test_unknown_dtype_is_a_one_line_error(trained):
