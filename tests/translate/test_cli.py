@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from core import precision
 from translate import average, infer
@@ -98,6 +102,24 @@ def test_ddp_validation_equals_single_process(tiny_ckpt, demo_dir, tmp_path, mon
     assert ddp["val_bleu"] == pytest.approx(single["val_bleu"], abs=1e-4)
     assert ddp["val_chrf"] == pytest.approx(single["val_chrf"], abs=1e-4)
     assert ddp["val_loss"] == pytest.approx(single["val_loss"], rel=0.05)
+
+
+def test_fit_under_the_ddp_launcher_on_two_cpu_processes(demo_dir, tmp_path):
+    """`fit --trainer.strategy=ddp --trainer.devices=2` as a user runs it (a subprocess: inside pytest the ddp
+    launcher would start pytest again as rank 1). Both ranks train the same steps, one checkpoint is written,
+    and rank-zero-only lines (the BLEU signature) appear once."""
+    args = [sys.executable, "-m", "translate", "fit", *_data(demo_dir), *TINY_MODEL, "--data.vocab_size", "120",
+            "--data.cache_dir", str(tmp_path / "spm"), "--data.max_tokens", "256", "--trainer.strategy", "ddp",
+            "--trainer.devices", "2", "--trainer.accelerator", "cpu", "--trainer.max_steps", "3",
+            "--trainer.limit_val_batches", "2", "--trainer.enable_progress_bar", "false", "--trainer.logger", "false",
+            "--trainer.default_root_dir", str(tmp_path)]
+    run = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stderr.count("val BLEU signature: nrefs:1") == 1  # from the sanity check, rank zero only
+    ckpts = list(tmp_path.glob("checkpoints/*.ckpt"))
+    assert len(ckpts) == 1
+    assert torch.load(ckpts[0], map_location="cpu", weights_only=False)["global_step"] == 3
 
 
 def test_separate_vocabularies_with_shared_embeddings_is_one_line(demo_dir, tmp_path, monkeypatch):
