@@ -27,6 +27,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.atomic import atomic_path
+
 START_TIME = 1_700_000_000  # 2023-11-14, Unix seconds
 MIN_RETURN_GAP = 10  # a "long-range" return goes back at least this many steps
 
@@ -141,7 +143,7 @@ def write_csv(rows: list[tuple[str, str, int]], path: str | Path) -> Path:
     """Write rows as `user_id,item_id,timestamp` CSV (parent folders created)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as f:
+    with atomic_path(path) as tmp, tmp.open("w", newline="") as f:  # an interrupted run leaves no half file
         writer = csv.writer(f)
         writer.writerow(["user_id", "item_id", "timestamp"])
         writer.writerows(rows)
@@ -152,7 +154,7 @@ def write_catalogue(catalogue: list[Item], path: str | Path) -> Path:
     """Write items as `item_id,series,episode,genre` CSV (for explanations and sanity checks)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as f:
+    with atomic_path(path) as tmp, tmp.open("w", newline="") as f:  # an interrupted run leaves no half file
         writer = csv.writer(f)
         writer.writerow(["item_id", "series", "episode", "genre"])
         writer.writerows((it.item_id, it.series, it.episode, f"genre{it.genre:02d}") for it in catalogue)

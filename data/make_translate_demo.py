@@ -33,6 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.atomic import atomic_path
+
 CASES = ("nom", "acc", "dat")
 
 
@@ -562,7 +564,8 @@ def write_corpus(splits: dict[str, list[SentencePair]], out_dir: str | Path) -> 
     for name, pairs in splits.items():
         for suffix, lines in (("en", [p.en for p in pairs]), ("de", [p.de for p in pairs]),
                               ("align", [p.pharaoh() for p in pairs])):
-            (out / f"{name}.{suffix}").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+            with atomic_path(out / f"{name}.{suffix}") as tmp:  # an interrupted run leaves no half file
+                tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> None:
