@@ -107,6 +107,35 @@ def test_stdin_to_stdout(trained, monkeypatch, capsysbinary):
     assert len(out) == 4 and out[1] == "" and out[3] == ""
 
 
+def test_output_streams_chunk_by_chunk(trained, demo_dir, monkeypatch, capsysbinary):
+    """A chunk's translations are written before the next chunk is read, so memory stays bounded whatever
+    the input's length: count the output lines already written each time an input line is read."""
+    lines = (demo_dir / "test.en").read_text(encoding="utf-8").splitlines()[:6]
+    written: list[int] = []
+    output = bytearray()
+
+    def stdin():
+        for line in lines:
+            output.extend(capsysbinary.readouterr().out)
+            written.append(output.count(b"\n"))
+            yield (line + "\n").encode("utf-8")
+
+    monkeypatch.setattr(sys, "stdin", SimpleNamespace(buffer=stdin()))
+    infer.main(["--ckpt", str(trained.ckpt), "--beam", "1", "--chunk-size", "2"])
+    output.extend(capsysbinary.readouterr().out)
+    assert written == [0, 0, 2, 2, 4, 4]
+    assert output.count(b"\n") == len(lines)
+
+
+def test_progress_bar_goes_to_stderr_only(trained, demo_dir, tmp_path, capfd):
+    lines = (demo_dir / "test.en").read_text(encoding="utf-8").splitlines()[:5]
+    src = _write(tmp_path / "in.en", lines)
+    infer.main(["--ckpt", str(trained.ckpt), "-i", str(src), "--beam", "1", "--progress"])
+    captured = capfd.readouterr()
+    assert "translating" in captured.err and "5/5" in captured.err
+    assert len(captured.out.splitlines()) == 5 and "translating" not in captured.out
+
+
 def test_nbest_is_tab_separated_best_first(trained, demo_dir, tmp_path):
     lines = (demo_dir / "val.en").read_text(encoding="utf-8").splitlines()[:5] + [""]
     src = _write(tmp_path / "in.en", lines)
