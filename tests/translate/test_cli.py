@@ -170,6 +170,28 @@ def test_demo_config_logs_metrics_and_the_signature_to_csv(demo_dir, tmp_path, m
     assert "val_bleu_signature: nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in hparams
 
 
+def test_demo_config_keeps_the_best_bleu_checkpoint_and_the_test_command_scores_it(demo_dir, tmp_path, monkeypatch):
+    """best.ckpt is the epoch with the highest validation BLEU in metrics.csv (the first of equals), and
+    `python -m translate test --ckpt_path best.ckpt` decodes the test split with it."""
+    monkeypatch.chdir(tmp_path)
+    common = ["--config", str(REPO / "configs" / "translate" / "demo.yaml"), *_data(demo_dir), *TINY_MODEL,
+              "--data.cache_dir", str(tmp_path / "spm"), "--trainer.enable_progress_bar", "false",
+              "--trainer.precision", "32-true", "--trainer.limit_val_batches", "3", "--trainer.limit_test_batches", "3"]
+    main(["fit", *common, "--trainer.max_epochs", "4", "--trainer.limit_train_batches", "30", "--model.lr", "0.01",
+          "--model.d_model", "64", "--model.d_ff", "128", "--model.warmup_steps", "20",
+          "--trainer.num_sanity_val_steps", "0"])
+    (metrics,) = (tmp_path / "runs" / "translate_demo").glob("lightning_logs/version_*/metrics.csv")
+    header, *rows = (line.split(",") for line in metrics.read_text().splitlines())
+    epoch, val_bleu = header.index("epoch"), header.index("val_bleu")
+    bleu = {int(r[epoch]): float(r[val_bleu]) for r in rows if r[val_bleu]}
+    assert sorted(bleu) == [0, 1, 2, 3]
+    assert len(set(bleu.values())) > 1  # else any epoch would do
+    best = tmp_path / "runs" / "translate_demo" / "checkpoints" / "best.ckpt"
+    assert torch.load(best, weights_only=False)["epoch"] == max(bleu, key=lambda e: (bleu[e], -e))
+    cli = main(["test", *common, "--ckpt_path", str(best)])
+    assert "test_bleu" in cli.trainer.callback_metrics
+
+
 def test_checkpoint_of_other_data_settings_is_one_line(tiny_ckpt, demo_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     # The checkpoint's own hyperparameters win over --model.*, but the vocabulary sizes are linked from the
