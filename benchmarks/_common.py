@@ -20,6 +20,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from core.precision import cpu_has_fast_bf16
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -40,6 +42,13 @@ def ensure_peer_venv(script: str, modules: Sequence[str], venv: str, make_target
             os.execv(str(python), [str(python), script, *sys.argv[1:]])
         sys.exit(f"error: {'/'.join(modules)} not installed here and {venv} is missing; "
                  f"create it with `make {make_target}` (or `bash benchmarks/envs/{make_target.rsplit('-', 1)[-1]}.sh`)")
+
+
+def require_fast_bf16(option: str) -> None:
+    """Exit with one line when asked to time bf16 on a CPU where PyTorch runs it through its slow fallback."""
+    if not cpu_has_fast_bf16():
+        sys.exit(f"error: {option}: this CPU has no fast bf16 matmul (no AVX-512/AMX; core/precision.py), so bf16 "
+                 "timings would measure PyTorch's ~100x slower fallback; time fp32 here, bf16 on a CPU that has it")
 
 
 def time_call(fn: Callable[[], object], sync: Callable[[], None] | None = None, number: int = 1) -> float:

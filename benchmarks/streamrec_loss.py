@@ -23,7 +23,16 @@ import sys
 
 import torch
 import torch.nn.functional as F
-from _common import interleave, median_ratio, peak_rss_bytes, print_table, reset_peak_rss, rss_bytes, write_json
+from _common import (
+    interleave,
+    median_ratio,
+    peak_rss_bytes,
+    print_table,
+    require_fast_bf16,
+    reset_peak_rss,
+    rss_bytes,
+    write_json,
+)
 from rich.console import Console
 
 from streamrec.losses import full_softmax
@@ -52,6 +61,8 @@ def main(argv: list[str] | None = None) -> None:
     items = (torch.randn(args.items + 1, args.d_model, generator=g) * args.d_model**-0.5).requires_grad_()
     targets = torch.randint(1, args.items + 1, (args.positions,), generator=g)
     bf16 = args.precision == "bf16"
+    if bf16:
+        require_fast_bf16("--precision bf16")
 
     def step(loss_fn):
         def run() -> float:
