@@ -20,7 +20,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from core.precision import cpu_has_fast_bf16
+from core.precision import NO_FAST_BF16, cpu_has_fast_bf16
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,8 +47,8 @@ def ensure_peer_venv(script: str, modules: Sequence[str], venv: str, make_target
 def require_fast_bf16(option: str) -> None:
     """Exit with one line when asked to time bf16 on a CPU where PyTorch runs it through its slow fallback."""
     if not cpu_has_fast_bf16():
-        sys.exit(f"error: {option}: this CPU has no fast bf16 matmul (no AVX-512/AMX; core/precision.py), so bf16 "
-                 "timings would measure PyTorch's ~100x slower fallback; time fp32 here, bf16 on a CPU that has it")
+        sys.exit(f"error: {option}: {NO_FAST_BF16}, so bf16 timings would measure PyTorch's fallback, not the "
+                 "hardware; time fp32 here, bf16 on a CPU that has it")
 
 
 def time_call(fn: Callable[[], object], sync: Callable[[], None] | None = None, number: int = 1) -> float:

@@ -29,7 +29,7 @@ from rich.console import Console
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from core.attention import attend
-from core.precision import cpu_has_fast_bf16
+from core.precision import NO_FAST_BF16, cpu_has_fast_bf16
 
 TOKENS = 4096  # queries x batch per call, like a max_tokens 4096 batch
 
@@ -74,8 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     figures: dict[str, float] = {"threads": args.threads, "tokens": TOKENS}
     dtypes = [(torch.float32, "fp32"), (torch.bfloat16, "bf16")]
     if not cpu_has_fast_bf16():
-        console.print("this CPU has no fast bf16 matmul (no AVX-512/AMX; core/precision.py): bf16 is left out, "
-                      "it would time PyTorch's slow fallback")
+        console.print(f"{NO_FAST_BF16}: bf16 is left out, it would time PyTorch's fallback")
         dtypes = dtypes[:1]
     figures["cpu_fast_bf16"] = int(cpu_has_fast_bf16())
     for dtype, dname in dtypes:

@@ -13,6 +13,9 @@ import functools
 
 import torch
 
+# What the CLIs, `translate.infer` and the benchmarks say when they do not use bf16.
+NO_FAST_BF16 = "this CPU has no fast bf16 matmul (no AVX-512/AMX; bf16 would run ~100x slower than fp32)"
+
 
 @functools.cache
 def cpu_has_fast_bf16() -> bool:
@@ -43,6 +46,5 @@ def cpu_precision_fallback(precision: str | int | None, accelerator: str) -> tup
     """
     if not str(precision).startswith("bf16") or not runs_on_cpu(str(accelerator)) or cpu_has_fast_bf16():
         return None
-    return "32-true", (f"trainer.precision {precision}: this CPU has no fast bf16 matmul (no AVX-512/AMX; bf16 "
-                       "would run ~100x slower than fp32), so training runs in 32-true; pass "
-                       "--trainer.precision 32-true to say so yourself")
+    return "32-true", (f"trainer.precision {precision}: {NO_FAST_BF16}, so training runs in 32-true; "
+                       "pass --trainer.precision 32-true to say so yourself")

@@ -41,7 +41,7 @@ import torch
 from torch import Tensor
 
 from core.atomic import atomic_path
-from core.precision import cpu_has_fast_bf16
+from core.precision import NO_FAST_BF16, cpu_has_fast_bf16
 from translate.align import DEFAULT_LAYER, EMPTY, Layer, WordAlignment, align_batch, write_html
 from translate.model import Translator
 from translate.search import Hypothesis, beam_search, greedy_search
@@ -98,8 +98,7 @@ def load_translator(ckpt: str | Path, device: str | torch.device = "cpu", dtype:
     if dtype not in DTYPES:
         raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     if dtype == "bfloat16" and torch.device(device).type == "cpu" and not cpu_has_fast_bf16():
-        log.warning("--dtype bfloat16: this CPU has no fast bf16 matmul (no AVX-512/AMX; bf16 would run ~100x "
-                    "slower than float32), so decoding runs in float32")
+        log.warning("--dtype bfloat16: %s, so decoding runs in float32", NO_FAST_BF16)
         dtype = "float32"
     return LoadedTranslator(module.model.to(device=device, dtype=DTYPES[dtype]).eval(), *vocabs)
 
