@@ -227,23 +227,37 @@ class CrossAttention(_HeadsMixin):
     def forward(self, x: Tensor, memory: Tensor, mask: Tensor | None = None, cache: StaticKV | None = None) -> Tensor:
         """Attend x to memory.
 
+        Memory may hold one row per group of G consecutive query rows (Bm = B / G): beam search
+        keeps each sentence's source once for its G beams. The group's queries then attend as one
+        row of G*T queries: the same result as repeating the memory G times, without reading (or
+        copying) G copies of its keys and values every step.
+
         Args:
             x: (B, T, D) queries.
-            memory: (B, S, D) encoder output; ignored when the cache already holds its K/V.
-            mask: boolean, True = may attend, broadcastable to (B, H, T, S) (source padding).
+            memory: (Bm, S, D) encoder output, Bm dividing B; ignored when the cache already holds its K/V.
+            mask: boolean, True = may attend, broadcastable to (Bm, H, T, S) (source padding).
             cache: stores the memory's keys/values on first use, so later steps skip them.
 
         Returns:
             (B, T, D).
         """
-        q = self._split(self.q(x), self.n_heads)
+        q = self._split(self.q(x), self.n_heads)  # (B, H, T, Dh)
         if cache is not None and cache.is_set:
             k, v = cache.k, cache.v
         else:
             k, v = self.kv(memory).split([self.kv_dim, self.kv_dim], dim=-1)
-            k, v = self._split(k, self.n_kv_heads), self._split(v, self.n_kv_heads)  # (B, Hkv, S, Dh)
+            k, v = self._split(k, self.n_kv_heads), self._split(v, self.n_kv_heads)  # (Bm, Hkv, S, Dh)
             if cache is not None:
                 cache.set(k, v)
         assert k is not None and v is not None
+        b, h, t, dh = q.shape
+        bm = k.shape[0]
+        if b % bm:
+            raise ValueError(f"memory rows ({bm}) must divide query rows ({b}): one memory row per group of queries")
+        g = b // bm
+        q = q.view(bm, g, h, t, dh).transpose(1, 2).reshape(bm, h, g * t, dh)  # (Bm, H, G*T, Dh)
         out = attend(q, k, v, mask, False, None, self._dropout_p(), self.capture)
+        out = out.view(bm, h, g, t, dh).transpose(1, 2).reshape(b, h, t, dh)  # (B, H, T, Dh)
+        if self.capture is not None and g > 1:  # report weights per query row, as without groups
+            self.capture[-1] = self.capture[-1].view(bm, h, g, t, -1).transpose(1, 2).reshape(b, h, t, -1)
         return self.out(self._merge(out))

@@ -1,10 +1,10 @@
 """Greedy and batched beam search over `Translator.encode` / `decode(..., cache)`.
 
 Beam search keeps `beam_size` live hypotheses per sentence in one (B*K)-row batch; the
-encoder output, the first step and the cross-attention keys/values are computed once per
-sentence, each step feeds only the newest token through the KV cache, and the self-attention
-cache rows follow their beams (the cross-attention rows, identical within a sentence, only
-follow sentences that leave the batch). A sentence is done
+encoder output, the first step and the cross-attention keys/values are computed and kept once
+per sentence (the K beams of a sentence attend to its one memory row, see
+`core.CrossAttention`), each step feeds only the newest token through the KV cache, and the
+self-attention cache rows follow their beams. A sentence is done
 when it has `beam_size` finished hypotheses or reaches its length limit
 `max_len_a * source_length + max_len_b`; done sentences leave the batch so later steps
 cost less. Finished hypotheses are ranked by the GNMT length penalty
@@ -111,7 +111,7 @@ def beam_search(
         raise ValueError(f"`nbest` ({nbest}) must be between 1 and `beam_size` ({beam_size})")
     k, n_sent = beam_size, src.shape[0]
     limits = max_output_lengths(src, model.pad_id, max_len_a, max_len_b, _cap(model, max_len))
-    logp, memory, src_mask, cache = _first_step(model, src, bos_id, k)  # (R, V); memory and cache per row
+    logp, memory, src_mask, cache = _first_step(model, src, bos_id, k)  # (R, V); memory per sentence
     tokens = torch.full((n_sent * k, 1), bos_id, dtype=torch.long, device=src.device)  # (R, 1+t)
     scores = torch.full((n_sent, k), float("-inf"), device=src.device)
     scores[:, 0] = 0.0  # all beams start identical: keep one alive so the first step is not duplicated
@@ -137,36 +137,37 @@ def beam_search(
         keep = (counts < k) & (step + 1 < limits[active])
         if not bool(keep.any()):
             break
-        if not bool(keep.all()):  # drop finished sentences from every per-row tensor
+        if not bool(keep.all()):  # drop finished sentences from every per-sentence and per-row tensor
             scores, active = scores[keep], active[keep]
             row = row.view(-1, k)[keep].view(-1)
             tok = tok[keep]
-            kept = torch.arange(keep.numel() * k, device=src.device).view(-1, k)[keep].view(-1)  # their rows
+            kept = keep.nonzero()[:, 0]  # (B_act,) the sentences that stay
             cache.reorder_cross(kept)
             memory, src_mask = memory[kept], src_mask[kept]
-        cache.reorder_self(row)  # the target side follows its beams; the source side needs no copy
+        cache.reorder_self(row)  # the target side follows its beams; the source side is per sentence
         tokens = torch.cat([tokens[row], tok.view(-1, 1)], dim=1)
     return [sorted(hyps, reverse=True)[:nbest] for hyps in finished]
 
 
 def _first_step(model: Translator, src: Tensor, bos_id: int, k: int) -> tuple[Tensor, Tensor, Tensor, DecoderCache]:
-    """Encode, decode BOS once per sentence, then give each sentence K rows (copies).
+    """Encode, decode BOS once per sentence, then give each sentence K target-side rows (copies).
 
-    All beams of a sentence start identical, so step 0 and the cross-attention keys/values (the
-    memory's projection) are computed once per sentence, not K times. With those rows reordered only
-    when sentences leave the batch (`DecoderCache.reorder_cross`; beams swapping leave them alone) this
-    made a beam-5, 20-step search ~10% faster (benchmarks/translate_speed.py); the outputs are unchanged.
+    All beams of a sentence start identical, so step 0 is computed once per sentence, not K times
+    (~10% of a beam-5, 20-step search). The source side (memory, its mask and the cross-attention
+    keys/values) stays one row per sentence for the whole search: `CrossAttention` lets the K beam
+    rows of a sentence share it, so it is neither copied K times nor read K times a step.
 
     Returns:
-        log-probabilities (R, V), memory (R, S, D), source mask (R, 1, 1, S) and the filled cache (R rows).
+        log-probabilities (R, V), memory (B, S, D), source mask (B, 1, 1, S) and the cache (self
+        attention: R rows; cross attention: B rows).
     """
     memory, src_mask = model.encode(src)
     cache = model.new_cache()
     bos = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
     logp = _next_log_probs(model, bos, memory, src_mask, cache, bos_id)  # (B, V)
     rows = torch.arange(src.shape[0], device=src.device).repeat_interleave(k)  # (R,) sentence of each row
-    cache.reorder(rows)
-    return logp[rows], memory[rows], src_mask[rows], cache
+    cache.reorder_self(rows)
+    return logp[rows], memory, src_mask, cache
 
 
 def _next_log_probs(model: Translator, tokens: Tensor, memory: Tensor, src_mask: Tensor, cache: DecoderCache,

@@ -336,6 +336,26 @@ def test_gqa_cross_attention_equals_mha_with_repeated_kv_weights(n_kv_heads: int
     torch.testing.assert_close(gqa(x, memory, mask), full(x, memory, mask), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("n_kv_heads", [None, 2])
+@pytest.mark.parametrize("t", [1, 3])
+def test_cross_attention_with_one_memory_row_per_group_equals_repeated_memory(n_kv_heads: int | None, t: int) -> None:
+    """Beam search keeps one memory row per sentence for its G beams: the same outputs (and captured
+    weights) as repeating each memory row G times, the layout without groups."""
+    g, s = 3, 6
+    ours = CrossAttention(D, H, n_kv_heads=n_kv_heads).eval()
+    _randomise_biases(ours)
+    x, memory = torch.randn(B * g, t, D), torch.randn(B, s, D)
+    mask = lengths_mask(torch.tensor([s, 2]), s)  # (B, 1, 1, S)
+    with AttentionCapture(ours) as grouped_cap:
+        grouped = ours(x, memory, mask)
+    with AttentionCapture(ours) as repeated_cap:
+        repeated = ours(x, memory.repeat_interleave(g, 0), mask.repeat_interleave(g, 0))
+    torch.testing.assert_close(grouped, repeated, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(grouped_cap.weights[""][0], repeated_cap.weights[""][0])
+    with pytest.raises(ValueError, match=r"memory rows \(2\) must divide query rows \(3\)"):
+        ours(torch.randn(3, t, D), memory, mask)
+
+
 # --------------------------------------------------------------------------------------------
 # Invariants of whole stacks
 
