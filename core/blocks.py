@@ -139,8 +139,8 @@ class DecoderLayer(nn.Module):
 
         Args:
             x: target states; with a cache, only the new steps.
-            memory: encoder output.
-            memory_mask: source padding mask, broadcastable to (B, H, T, S).
+            memory: encoder output (B or B / G rows, see `CrossAttention`).
+            memory_mask: source padding mask, broadcastable to (memory rows, H, T, S).
             self_mask: extra target mask (e.g. target padding); causality is always applied.
             rope: rotary table for self-attention.
             bias: additive self-attention bias (ALiBi).

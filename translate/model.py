@@ -80,8 +80,9 @@ class Translator(nn.Module):
 
         Args:
             tgt: (B, T) decoder input ids (BOS first); with a cache, only the new steps.
-            memory: (B, S, D) encoder output.
-            src_mask: (B, 1, 1, S) source padding mask.
+            memory: (B, S, D) encoder output, or (B / G, S, D): one row shared by each G consecutive
+                target rows (beam search's beams of a sentence; see `core.CrossAttention`).
+            src_mask: (B, 1, 1, S) source padding mask, with as many rows as `memory`.
             cache: from `new_cache()`; advanced by this call.
 
         Returns:
