@@ -20,8 +20,6 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from core.precision import NO_FAST_BF16, cpu_has_fast_bf16
-
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -46,6 +44,9 @@ def ensure_peer_venv(script: str, modules: Sequence[str], venv: str, make_target
 
 def require_fast_bf16(option: str) -> None:
     """Exit with one line when asked to time bf16 on a CPU where PyTorch runs it through its slow fallback."""
+    # Imported here: scripts import _common before re-running themselves in a peer venv; that should not wait for torch.
+    from core.precision import NO_FAST_BF16, cpu_has_fast_bf16
+
     if not cpu_has_fast_bf16():
         sys.exit(f"error: {option}: {NO_FAST_BF16}, so bf16 timings would measure PyTorch's fallback, not the "
                  "hardware; time fp32 here, bf16 on a CPU that has it")
