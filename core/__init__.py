@@ -5,6 +5,7 @@ Nothing here imports Lightning, sentencepiece or sacrebleu.
 
 from core.attention import CrossAttention, MultiHeadAttention, attend
 from core.blocks import DecoderLayer, EncoderLayer, FeedForward
+from core.dropout import Dropout, dropout
 from core.explain import AttentionCapture, attention_entropy, attention_rollout, save_attention_json, save_heatmap
 from core.kv_cache import DecoderCache, KVCache, StaticKV
 from core.loss import linear_cross_entropy
@@ -14,10 +15,10 @@ from core.schedule import InverseSqrt, InverseSqrtLR, WarmupCosine, WarmupCosine
 from core.stacks import Decoder, Encoder, TokenEmbedding, init_linear, tie_weights
 
 __all__ = [
-    "ALiBi", "AttentionCapture", "CrossAttention", "Decoder", "DecoderCache", "DecoderLayer", "Encoder",
+    "ALiBi", "AttentionCapture", "CrossAttention", "Decoder", "DecoderCache", "DecoderLayer", "Dropout", "Encoder",
     "EncoderLayer", "FeedForward", "InverseSqrt", "InverseSqrtLR", "KVCache", "LearnedPositions",
     "MultiHeadAttention", "RotaryEmbedding", "SinusoidalPositions", "StaticKV", "TokenEmbedding",
     "WarmupCosine", "WarmupCosineLR", "additive_mask", "alibi_slopes", "apply_rope", "attend", "attention_entropy",
-    "attention_rollout", "causal_mask", "causal_padding_mask", "combine_masks", "init_linear", "linear_cross_entropy",
-    "lengths_mask", "padding_mask", "save_attention_json", "save_heatmap", "tie_weights",
+    "attention_rollout", "causal_mask", "causal_padding_mask", "combine_masks", "dropout", "init_linear",
+    "linear_cross_entropy", "lengths_mask", "padding_mask", "save_attention_json", "save_heatmap", "tie_weights",
 ]

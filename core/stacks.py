@@ -18,6 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from core.blocks import Activation, DecoderLayer, EncoderLayer
+from core.dropout import Dropout
 from core.kv_cache import DecoderCache
 from core.masks import additive_mask, causal_mask, combine_masks
 from core.positions import ALiBi, LearnedPositions, RotaryEmbedding, SinusoidalPositions
@@ -96,7 +97,7 @@ class _Stack(nn.Module):
             self.additive = LearnedPositions(d_model, max_len)
         self.rope = RotaryEmbedding(d_model // n_heads, max_len) if positions == "rope" else None
         self.alibi = ALiBi(n_heads, max_len) if positions == "alibi" else None
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
         self.layers = nn.ModuleList(
             layer(d_model, n_heads, d_ff, dropout, attn_dropout, n_kv_heads, activation, norm_first)
             for _ in range(n_layers)

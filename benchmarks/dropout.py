@@ -1,0 +1,80 @@
+"""Dropout on CPU: `core.dropout` against `F.dropout`, forward and forward + backward.
+
+`F.dropout` draws one Bernoulli sample per element (`bernoulli_`); `core.dropout` takes four
+15-bit uniforms from each 64-bit draw. Shapes are a 4096-token batch at the widths the
+Translate and StreamRec configs use (d_model and d_ff). Interleaved rounds; time = median;
+ratio = median of per-round ratios F.dropout / core (> 1: core is faster).
+
+    python benchmarks/dropout.py --threads 2 --json runs/bench/dropout.json
+
+JSON keys: {fwd,train}_W{width}_{torch_ms,core_ms,speedup}, threads, tokens, p.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from _common import interleave, median_ratio, print_table, write_json
+from rich.console import Console
+
+from core.dropout import dropout
+
+TOKENS = 4096
+
+
+def case(width: int, p: float, train: bool) -> dict[str, Callable[[], None]]:
+    """`F.dropout` and `core.dropout` closures for one (width, train) point."""
+    x = torch.randn(TOKENS, width, requires_grad=train)
+    grad = torch.randn(TOKENS, width)
+
+    def run(fn: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[], None]:
+        def step() -> None:
+            with torch.set_grad_enabled(train):
+                out = fn(x)
+                if train:
+                    out.backward(grad)
+        return step
+
+    return {"torch": run(lambda t: F.dropout(t, p, True)), "core": run(lambda t: dropout(t, p, True))}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--widths", type=int, nargs="+", default=[64, 128, 256, 1024],
+                    help="feature widths (rows: 4096 tokens)")
+    ap.add_argument("--p", type=float, default=0.3, help="drop probability (default 0.3, the Multi30k recipe)")
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    ap.add_argument("--repeats", type=int, default=15, help="interleaved rounds (default 15)")
+    ap.add_argument("--json", metavar="PATH", help="write the figures as one flat JSON object")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    figures: dict[str, float] = {"threads": args.threads, "tokens": TOKENS, "p": args.p}
+    for train in (False, True):
+        mode = "train" if train else "fwd"
+        rows = []
+        for width in args.widths:
+            fns = case(width, args.p, train)
+            for fn in fns.values():  # warm-up
+                fn()
+            times = interleave(fns, args.repeats)
+            ms = {name: statistics.median(t) * 1e3 for name, t in times.items()}
+            ratio = median_ratio(times["torch"], times["core"])
+            key = f"{mode}_W{width}"
+            figures |= {f"{key}_torch_ms": ms["torch"], f"{key}_core_ms": ms["core"], f"{key}_speedup": ratio}
+            rows.append([str(width), f"{ms['torch']:.2f}", f"{ms['core']:.2f}", f"{ratio:.2f}x"])
+        print_table(console, f"dropout p={args.p} {'forward + backward' if train else 'forward'}, "
+                             f"({TOKENS}, width), {args.threads} thread(s)",
+                    ["width", "F.dropout ms", "core.dropout ms", "speed-up"], rows)
+    if args.json:
+        write_json(args.json, figures)
+        console.print(f"figures written to {args.json}")
+
+
+if __name__ == "__main__":
+    main()
