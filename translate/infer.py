@@ -2,7 +2,7 @@
 
     python -m translate.infer --ckpt CKPT [-i in.txt] [-o out.txt] [--beam 5] [--alpha 0.6]
         [--max-len-a 1.5] [--max-len-b 10] [--batch-size 64] [--nbest N] [--alignments out.jsonl]
-        [--html report.html] [--device auto] [--dtype float32|bfloat16]
+        [--html report.html] [--device auto] [--dtype float32|bfloat16|int8]
 
 Exactly one output line per input line, in input order; an empty (or blank) input line gives
 an empty output line. With `--nbest N` (N > 1) each output line holds the N best translations,
@@ -41,7 +41,7 @@ import torch
 from torch import Tensor
 
 from core.atomic import atomic_path
-from core.precision import NO_FAST_BF16, cpu_has_fast_bf16
+from core.precision import NO_FAST_BF16, cpu_has_fast_bf16, quantize_int8
 from translate.align import DEFAULT_LAYER, EMPTY, Layer, WordAlignment, align_batch, write_html
 from translate.model import Translator
 from translate.search import Hypothesis, beam_search, greedy_search
@@ -66,6 +66,7 @@ class LoadedTranslator:
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+INT8 = "int8"  # float32 model with int8 linear layers (core.precision.quantize_int8), CPU only
 
 
 def load_translator(ckpt: str | Path, device: str | torch.device = "cpu", dtype: str = "float32") -> LoadedTranslator:
@@ -76,7 +77,8 @@ def load_translator(ckpt: str | Path, device: str | torch.device = "cpu", dtype:
         device: where to put the model.
         dtype: "float32", or "bfloat16" for weights and activations in bf16 (search still
             normalises scores in float32): faster on GPUs and CPUs with bf16 units; float32, with a
-            warning, on a CPU without them (`core.precision`). Its BLEU cost is measured in README.md.
+            warning, on a CPU without them (`core.precision`); or "int8" for int8 linear layers on the
+            CPU (`core.precision.quantize_int8`). Their BLEU cost is measured in README.md.
     """
     from translate.average import read_checkpoint
     from translate.module import TranslationModule, vocabs_from_checkpoint
@@ -95,9 +97,15 @@ def load_translator(ckpt: str | Path, device: str | torch.device = "cpu", dtype:
     except (RuntimeError, TypeError) as err:
         first = str(err).strip().splitlines()[0]
         raise ValueError(f"{path}: weights do not fit the stored hyperparameters ({first})") from None
-    if dtype not in DTYPES:
-        raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    if dtype == "bfloat16" and torch.device(device).type == "cpu" and not cpu_has_fast_bf16():
+    if dtype not in (*DTYPES, INT8):
+        raise ValueError(f"--dtype must be one of {', '.join((*DTYPES, INT8))}, got {dtype!r}")
+    on_cpu = torch.device(device).type == "cpu"
+    if dtype == INT8:
+        if not on_cpu:
+            raise ValueError(f"--dtype int8 runs on the CPU only, not {device}; use --device cpu, "
+                             "or --dtype bfloat16 on a GPU")
+        return LoadedTranslator(quantize_int8(module.model.eval()), *vocabs)
+    if dtype == "bfloat16" and on_cpu and not cpu_has_fast_bf16():
         log.warning("--dtype bfloat16: %s, so decoding runs in float32", NO_FAST_BF16)
         dtype = "float32"
     return LoadedTranslator(module.model.to(device=device, dtype=DTYPES[dtype]).eval(), *vocabs)
@@ -254,9 +262,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--html-max", type=int, default=100, help="sentences shown in --html (default 100)")
     p.add_argument("--chunk-size", type=int, default=10_000, help="lines sorted and translated together")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (cuda when available)")
-    p.add_argument("--dtype", choices=tuple(DTYPES), default="float32",
-                   help="weights and activations: float32 (default) or bfloat16 (faster on bf16 hardware, "
-                        "float32 with a warning on a CPU without it; see README for its BLEU cost)")
+    p.add_argument("--dtype", choices=(*DTYPES, INT8), default="float32",
+                   help="weights and activations: float32 (default), bfloat16 (faster on bf16 hardware, "
+                        "float32 with a warning on a CPU without it) or int8 (int8 linear layers, CPU only, "
+                        "~1.5x faster); see README for their BLEU cost")
     p.add_argument("--progress", action="store_true", help="show progress on stderr even when it is not a terminal")
     return p
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from core import precision
-from core.precision import cpu_has_fast_bf16, cpu_precision_fallback, runs_on_cpu
+from core.precision import cpu_has_fast_bf16, cpu_precision_fallback, quantize_int8, runs_on_cpu
 
 
 def _cpu_flags() -> set[str] | None:
@@ -61,3 +61,19 @@ def test_gpus_and_fast_cpus_keep_bf16(slow_bf16, monkeypatch):
 def test_runs_on_cpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert runs_on_cpu("cpu") and runs_on_cpu("auto") and not runs_on_cpu("gpu") and not runs_on_cpu("cuda")
+
+
+def test_quantize_int8_replaces_every_linear_and_stays_close_to_float32():
+    """The int8 copy against the float32 original: every nn.Linear replaced, the original untouched,
+    outputs within ~1% of the output scale (int8 per-row weights, per-call activations)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 32)).eval()
+    x = torch.randn(100, 64)
+    quantized = quantize_int8(model)
+    assert not any(type(m) is torch.nn.Linear for m in quantized.modules())
+    assert type(model[0]) is torch.nn.Linear  # a copy: the float model still works as before
+    with torch.no_grad():
+        want, got = model(x), quantized(x)
+    assert got.dtype == torch.float32 and got.shape == want.shape
+    assert (got - want).abs().max() <= 0.02 * want.abs().max()
+    assert (got - want).abs().max() > 0  # really int8 arithmetic, not the float path

@@ -94,6 +94,30 @@ def test_bfloat16_on_a_cpu_without_fast_bf16_decodes_in_float32_and_says_so(trai
     assert any("--dtype bfloat16: this CPU has no fast bf16 matmul" in r.message for r in caplog.records)
 
 
+def test_int8_decoding_keeps_lines_alignments_and_mostly_the_fp32_output(trained, demo_dir, tmp_path):
+    """int8 linear layers change the arithmetic, not the bookkeeping; the fp32 run is the reference."""
+    lines = (demo_dir / "test.en").read_text(encoding="utf-8").splitlines()[:20] + [""]
+    src = _write(tmp_path / "in.en", lines)
+    for dtype in ("float32", "int8"):
+        infer.main(["--ckpt", str(trained.ckpt), "-i", str(src), "-o", str(tmp_path / dtype), "--dtype", dtype,
+                    "--alignments", str(tmp_path / f"{dtype}.jsonl")])
+    fp32, int8 = _lines(tmp_path / "float32"), _lines(tmp_path / "int8")
+    assert len(int8) == len(lines) and int8[-1] == ""
+    assert sum(a == b for a, b in zip(fp32, int8, strict=True)) >= 0.7 * len(lines)
+    rows = [json.loads(r) for r in _lines(tmp_path / "int8.jsonl")]
+    assert len(rows) == len(lines)
+    for row, text in zip(rows, int8, strict=True):
+        assert row["tgt_words"] == text.split()
+        assert len(row["matrix"]) == len(row["tgt_words"])
+    model = infer.load_translator(trained.ckpt, dtype="int8").model
+    assert not any(type(m) is torch.nn.Linear for m in model.modules())  # every linear layer quantised
+
+
+def test_int8_on_a_gpu_is_a_one_line_error(trained):
+    with pytest.raises(ValueError, match="--dtype int8 runs on the CPU only"):
+        infer.load_translator(trained.ckpt, device="cuda", dtype="int8")
+
+
 def test_unknown_dtype_is_a_one_line_error(trained):
     with pytest.raises(ValueError, match="--dtype must be one of"):
         infer.load_translator(trained.ckpt, dtype="float16")
