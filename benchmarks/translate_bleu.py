@@ -20,7 +20,7 @@ and scores its output as it is against `tok/`; cased detokenised BLEU does not a
 
 sacremoses is a benchmark-only dependency: `pip install -c constraints.txt ".[bench]"`.
 
-JSON keys: bleu, chrf, bleu_lc_tok, tok_pipeline_match, lines, beam, alpha, bf16, seconds (no bleu, chrf,
+JSON keys: bleu, chrf, bleu_lc_tok, tok_pipeline_match, lines, beam, alpha, bf16, int8, seconds (no bleu, chrf,
 tok_pipeline_match with --prepared).
 """
 
@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--beam", type=int, default=5, help="beam size (default 5)")
     p.add_argument("--alpha", type=float, default=0.6, help="GNMT length penalty (default 0.6)")
     p.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
-    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32", help="decoding dtype")
+    p.add_argument("--dtype", choices=("float32", "bfloat16", "int8"), default="float32",
+                   help="decoding dtype, as translate.infer --dtype (int8: int8 linear layers)")
     p.add_argument("--out", help="where the translation goes (default: next to the checkpoint, SPLIT.hyp.LANG)")
     p.add_argument("--prepared", metavar="DIR",
                    help="the model was trained on data/prepare_multi30k.py output in DIR: translate DIR's source "
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
 
     bleu_none = sacrebleu.metrics.BLEU(tokenize="none", force=True)  # tokenised on purpose
     figures = {"lines": len(hyps), "beam": args.beam, "alpha": args.alpha, "bf16": int(args.dtype == "bfloat16"),
-               "seconds": seconds}
+               "int8": int(args.dtype == "int8"), "seconds": seconds}
     console.print(f"[bold]{args.split} {args.src_lang}->{args.tgt_lang}[/], {len(hyps)} sentences")
     if args.prepared:  # output is already lowercased and tokenised like tok/
         lc_tok = bleu_none.corpus_score(hyps, [ref_tok])

@@ -22,6 +22,8 @@ feed the padding id 0, whose embedding row is zero, as the start token.
   model with logits + `F.cross_entropy`); Marian: `labels` -> its own loss.
   `--precision bf16`: both under `torch.autocast("cpu", torch.bfloat16)`, and ours is also timed in
   fp32 (what bf16 gains us). Target tokens/s counts non-padding target tokens (EOS included).
+- `--int8`: ours and Marian are also timed with int8 linear layers (`core.precision.quantize_int8`,
+  torch's dynamic quantisation, = `python -m translate.infer --dtype int8`), against CTranslate2 int8.
 - Systems are interleaved per round (A B C D, A B C D, ...); times are medians, ratios the median
   of per-round ratios. Every system uses `--threads` threads (torch.set_num_threads; CTranslate2
   intra_threads, inter_threads 1).
@@ -35,12 +37,15 @@ The peers live in `.venv-translate` (benchmark-only, never a runtime dependency;
     python benchmarks/translate_speed.py --precision bf16        # bf16 autocast for both trainings
     python benchmarks/translate_speed.py --profile               # also profile our decode step
     python benchmarks/translate_speed.py --skip-train            # decoding only
+    python benchmarks/translate_speed.py --skip-train --int8     # also ours and HF with int8 linear layers
 
 Targets (same run, same model, inputs, beam and length): `decode_speedup_vs_hf` >= 2,
 `train_speedup_vs_hf` >= 1.5. The ratios against CTranslate2 are reported, with no target.
 
 JSON keys: {ours,hf,ct2_fp32,ct2_int8}_decode_{s,tok_s}, decode_speedup_vs_hf, ratio_vs_ct2_fp32,
-ratio_vs_ct2_int8, {ours,hf}_train_{s,tok_s}, train_speedup_vs_hf, with bf16 also ours_fp32_train_{s,tok_s}
+ratio_vs_ct2_int8, with --int8 also {ours,hf}_int8_decode_{s,tok_s}, int8_speedup_vs_hf (ours int8 / HF fp32),
+int8_speedup_vs_hf_int8, int8_ratio_vs_ct2_int8, agree_ours_int8_ours, {ours,hf}_train_{s,tok_s},
+train_speedup_vs_hf, with bf16 also ours_fp32_train_{s,tok_s}
 and bf16_speedup_vs_fp32, max_logit_diff, agreement
 figures, plus the setting (threads, sentences, batch_size, beam, tgt_len, d_model, n_layers, ...,
 load_avg_start, load_avg_end).
@@ -75,6 +80,7 @@ from _common import interleave, median_ratio, print_table, require_fast_bf16, wr
 from rich.console import Console
 from torch import Tensor
 
+from core.precision import quantize_int8
 from translate.data import Batch, Example, TokenBatchSampler, collate
 from translate.model import Translator
 from translate.module import translation_loss
@@ -416,6 +422,14 @@ def report(console: Console, f: dict[str, float], decode: bool, train: bool, ct2
             for kind in ("fp32", "int8"):
                 rows.append([f"CTranslate2 {kind}", f"{f[f'ct2_{kind}_decode_s']:.2f}",
                              f"{f[f'ct2_{kind}_decode_tok_s']:.0f}", f"{f[f'ratio_vs_ct2_{kind}']:.2f}x"])
+        if "ours_int8_decode_s" in f:
+            rows.append(["ours int8 (translate.infer --dtype int8)", f"{f['ours_int8_decode_s']:.2f}",
+                         f"{f['ours_int8_decode_tok_s']:.0f}", "ours int8 / theirs:"])
+            rows.append(["  vs HF MarianMTModel.generate (fp32)", "", "", f"{f['int8_speedup_vs_hf']:.2f}x"])
+            rows.append(["  vs HF with the same int8 layers", f"{f['hf_int8_decode_s']:.2f}",
+                         f"{f['hf_int8_decode_tok_s']:.0f}", f"{f['int8_speedup_vs_hf_int8']:.2f}x"])
+            if ct2:
+                rows.append(["  vs CTranslate2 int8", "", "", f"{f['int8_ratio_vs_ct2_int8']:.2f}x"])
         print_table(console, f"beam-{f['beam']:.0f} decoding, {f['sentences']:.0f} sentences x {f['tgt_len']:.0f} "
                     f"target tokens, batch {f['batch_size']:.0f}, {f['threads']:.0f} thread(s)",
                     ["system", "s (median)", "target tok/s", "ours / theirs"], rows)
@@ -461,6 +475,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--decode-dtype", choices=("float32", "bfloat16"), default="float32",
                    help="weights and activations of ours and HF when decoding (CTranslate2 stays fp32/int8); "
                         "bfloat16 = `python -m translate.infer --dtype bfloat16`")
+    p.add_argument("--int8", action="store_true",
+                   help="also decode with ours and HF in int8 linear layers (core.precision.quantize_int8)")
     p.add_argument("--skip-train", action="store_true", help="decoding only")
     p.add_argument("--skip-decode", action="store_true", help="training only")
     p.add_argument("--no-ct2", action="store_true", help="leave CTranslate2 out")
@@ -475,6 +491,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.max_src < args.min_src:
         p.error(f"--max-src ({args.max_src}) must be >= --min-src ({args.min_src})")
+    if args.int8 and args.decode_dtype != "float32":
+        p.error("--int8 quantises the float32 models; leave --decode-dtype at float32")
     if args.vocab <= FIRST_WORD:
         p.error(f"--vocab must be > {FIRST_WORD}, got {args.vocab}")
     args.max_positions = max(256, args.max_src + 1, args.tgt_len + 1)
@@ -491,6 +509,11 @@ def run_decode(console: Console, log: Console, args: argparse.Namespace, ours: T
         "ours": lambda: out.__setitem__("ours", decode_ours(ours, batches, beam, steps)),
         "hf": lambda: out.__setitem__("hf", decode_hf(hf, batches, beam, steps)),
     }
+    models = {"ours": ours, "hf": hf}
+    if args.int8:
+        models |= {"ours_int8": quantize_int8(ours), "hf_int8": quantize_int8(hf)}
+        fns["ours_int8"] = lambda: out.__setitem__("ours_int8", decode_ours(models["ours_int8"], batches, beam, steps))
+        fns["hf_int8"] = lambda: out.__setitem__("hf_int8", decode_hf(models["hf_int8"], batches, beam, steps))
     tmp = None
     if not args.no_ct2:
         import ctranslate2
@@ -508,10 +531,10 @@ def run_decode(console: Console, log: Console, args: argparse.Namespace, ours: T
                 f"ct2_{kind}", decode_ct2(tr, token_batches, beam, steps, index)))
     log.log("warm-up: one batch each")
     for name, fn in fns.items():
-        if name == "ours":
-            decode_ours(ours, batches[:1], beam, steps)
-        elif name == "hf":
-            decode_hf(hf, batches[:1], beam, steps)
+        if name.startswith("ours"):
+            decode_ours(models[name], batches[:1], beam, steps)
+        elif name.startswith("hf"):
+            decode_hf(models[name], batches[:1], beam, steps)
         else:
             fn()  # CTranslate2 loads lazily; one full pass is cheap
     log.log(f"decoding {len(sources)} sentences, {args.repeats} interleaved rounds of {', '.join(fns)}")
@@ -525,6 +548,12 @@ def run_decode(console: Console, log: Console, args: argparse.Namespace, ours: T
     f["ours_short_outputs"] = sum(n != steps - 1 for n in lengths["ours"])  # stopped by an early EOS
     f["hf_short_outputs"] = sum(n != steps for n in lengths["hf"])
     f["agree_ours_hf"] = agreement(out["ours"], out["hf"], steps - 1)
+    if args.int8:
+        f["int8_speedup_vs_hf"] = median_ratio(times["hf"], times["ours_int8"])
+        f["int8_speedup_vs_hf_int8"] = median_ratio(times["hf_int8"], times["ours_int8"])
+        f["agree_ours_int8_ours"] = agreement(out["ours_int8"], out["ours"], steps - 1)
+        if not args.no_ct2:
+            f["int8_ratio_vs_ct2_int8"] = median_ratio(times["ct2_int8"], times["ours_int8"])
     if not args.no_ct2:
         for kind in ("fp32", "int8"):
             f[f"ratio_vs_ct2_{kind}"] = median_ratio(times[f"ct2_{kind}"], times["ours"])
@@ -535,6 +564,7 @@ def run_decode(console: Console, log: Console, args: argparse.Namespace, ours: T
                   f"{f['agree_ours_hf']:.0%} of sentences"
                   + ("" if args.no_ct2 else f"; CTranslate2 fp32/HF on all {steps}: {f['agree_ct2_fp32_hf']:.0%}, "
                      f"int8/HF {f['agree_ct2_int8_hf']:.0%}")
+                  + (f"; ours int8/ours {f['agree_ours_int8_ours']:.0%}" if args.int8 else "")
                   + f"; outputs of the wrong length: ours {f['ours_short_outputs']:.0f}, HF {f['hf_short_outputs']:.0f}"
                   + ("" if args.no_ct2 else f", CTranslate2 {f['ct2_fp32_short_outputs']:.0f}/"
                      f"{f['ct2_int8_short_outputs']:.0f}"))

@@ -30,3 +30,16 @@ def test_attention_quick_writes_flat_json(tmp_path: Path) -> None:
     assert figures["cpu_threads"] == 1
     # At T=512 the explicit path holds (B, H, T, T) matrices that SDPA never builds.
     assert figures["cpu_fp32_T512_mem_ratio"] > 2
+
+
+def test_dropout_benchmark_writes_flat_json(tmp_path: Path) -> None:
+    out = tmp_path / "dropout.json"
+    cmd = [sys.executable, "benchmarks/dropout.py", "--widths", "16", "--repeats", "1", "--json", out]
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    for mode in ("fwd", "train"):
+        for figure in ("torch_ms", "core_ms", "speedup"):
+            value = figures[f"{mode}_W16_{figure}"]
+            assert type(value) is float and math.isfinite(value) and value > 0
+    assert figures["p"] == 0.3 and figures["tokens"] == 4096

@@ -56,6 +56,16 @@ def test_our_decode_runs_exactly_tgt_len_steps(bench: ModuleType) -> None:
     assert all(len(o) <= args.tgt_len - 1 for o in out) and any(len(o) == args.tgt_len - 1 for o in out)
 
 
+def test_our_int8_decode_runs_and_int8_needs_float32(bench: ModuleType) -> None:
+    args = bench.parse_args([*TINY, "--int8"])
+    model = bench.quantize_int8(bench.build_ours(args).eval())
+    batches = bench.source_batches(bench.make_sources(6, args.min_src, args.max_src, args.vocab, 0), 4)
+    out = bench.decode_ours(model, batches, args.beam, args.tgt_len)
+    assert len(out) == 6 and all(len(o) <= args.tgt_len - 1 for o in out)
+    with pytest.raises(SystemExit):
+        bench.parse_args([*TINY, "--int8", "--decode-dtype", "bfloat16"])
+
+
 def test_our_training_step_updates_weights(bench: ModuleType) -> None:
     args = bench.parse_args(TINY)
     model = bench.build_ours(args).train()
