@@ -19,7 +19,8 @@ feed the padding id 0, whose embedding row is zero, as the start token.
 - Training: one step = forward + loss + backward + AdamW on token-count batches (~4096 padded
   tokens, `translate.data.TokenBatchSampler`), dropout 0.1 in both. Ours: `Translator` with
   `translate.module.translation_loss` (eps 0.1, `core.linear_cross_entropy`; also timed: the same
-  model with logits + `F.cross_entropy`); Marian: `labels` -> its own loss.
+  model with logits + `F.cross_entropy`, and with `nn.Dropout` in place of `core.dropout.Dropout`);
+  Marian: `labels` -> its own loss.
   `--precision bf16`: both under `torch.autocast("cpu", torch.bfloat16)`, and ours is also timed in
   fp32 (what bf16 gains us). Target tokens/s counts non-padding target tokens (EOS included).
 - `--int8`: ours and Marian are also timed with int8 linear layers (`core.precision.quantize_int8`,
@@ -45,9 +46,9 @@ Targets (same run, same model, inputs, beam and length): `decode_speedup_vs_hf` 
 JSON keys: {ours,hf,ct2_fp32,ct2_int8}_decode_{s,tok_s}, decode_speedup_vs_hf, ratio_vs_ct2_fp32,
 ratio_vs_ct2_int8, with --int8 also {ours,hf}_int8_decode_{s,tok_s}, int8_speedup_vs_hf (ours int8 / HF fp32),
 int8_speedup_vs_hf_int8, int8_ratio_vs_ct2_int8, agree_ours_int8_ours, {ours,hf}_train_{s,tok_s},
-train_speedup_vs_hf, with bf16 also ours_fp32_train_{s,tok_s}
-and bf16_speedup_vs_fp32, max_logit_diff, agreement
-figures, plus the setting (threads, sentences, batch_size, beam, tgt_len, d_model, n_layers, ...,
+train_speedup_vs_hf, train_speedup_vs_logits_loss, train_speedup_vs_torch_dropout, with bf16 also
+ours_fp32_train_{s,tok_s} and bf16_speedup_vs_fp32, max_logit_diff, agreement figures, plus the setting
+(threads, sentences, batch_size, beam, tgt_len, d_model, n_layers, ...,
 load_avg_start, load_avg_end).
 
 Legend: B batch, S source length, T target length, V vocabulary, K beam.
@@ -80,6 +81,7 @@ from _common import interleave, median_ratio, print_table, require_fast_bf16, wr
 from rich.console import Console
 from torch import Tensor
 
+from core.dropout import Dropout
 from core.precision import quantize_int8
 from translate.data import Batch, Example, TokenBatchSampler, collate
 from translate.model import Translator
@@ -329,6 +331,16 @@ def train_step_hf(model, opt: torch.optim.Optimizer, batch: Batch, bf16: bool) -
     opt.zero_grad(set_to_none=True)
 
 
+def with_torch_dropout(model: Translator) -> Translator:
+    """A copy of `model` whose `core.dropout.Dropout` layers are plain `nn.Dropout` (the baseline mask)."""
+    model = copy.deepcopy(model)
+    for parent in list(model.modules()):
+        for name, child in parent.named_children():
+            if isinstance(child, Dropout):
+                setattr(parent, name, torch.nn.Dropout(child.p))
+    return model
+
+
 def adamw(model: torch.nn.Module) -> torch.optim.Optimizer:
     return torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.98), weight_decay=1e-4)
 
@@ -439,6 +451,8 @@ def report(console: Console, f: dict[str, float], decode: bool, train: bool, ct2
                  f"{f['ours_train_tok_s']:.0f}", "1.00x"],
                 ["ours, logits + F.cross_entropy", f"{f['ours_logits_train_s']:.2f}",
                  f"{f['ours_logits_train_tok_s']:.0f}", f"{f['train_speedup_vs_logits_loss']:.2f}x"],
+                ["ours, F.dropout masks (nn.Dropout)", f"{f['ours_torch_dropout_train_s']:.2f}",
+                 f"{f['ours_torch_dropout_train_tok_s']:.0f}", f"{f['train_speedup_vs_torch_dropout']:.2f}x"],
                 ["HF MarianMTModel(labels=...)", f"{f['hf_train_s']:.2f}", f"{f['hf_train_tok_s']:.0f}",
                  f"{f['train_speedup_vs_hf']:.2f}x"]]
         if "bf16_speedup_vs_fp32" in f:
@@ -577,10 +591,14 @@ def run_train(log: Console, args: argparse.Namespace, ours: Translator, hf, f: d
     opts = {"ours": adamw(ours), "hf": adamw(hf)}
     plain = copy.deepcopy(ours)
     opts["ours_logits"] = adamw(plain)
+    torch_drop = with_torch_dropout(ours)
+    opts["ours_torch_dropout"] = adamw(torch_drop)
     fns = {
         "ours": lambda: [train_step_ours(ours, opts["ours"], b, bf16) for b in batches],
         "ours_logits": lambda: [train_step_ours(plain, opts["ours_logits"], b, bf16, logits_loss=True)
                                 for b in batches],
+        "ours_torch_dropout": lambda: [train_step_ours(torch_drop, opts["ours_torch_dropout"], b, bf16)
+                                       for b in batches],
         "hf": lambda: [train_step_hf(hf, opts["hf"], b, bf16) for b in batches],
     }
     if bf16:
@@ -591,6 +609,7 @@ def run_train(log: Console, args: argparse.Namespace, ours: Translator, hf, f: d
     log.log("warm-up: one training step each")
     train_step_ours(ours, opts["ours"], batches[0], bf16)
     train_step_ours(plain, opts["ours_logits"], batches[0], bf16, logits_loss=True)
+    train_step_ours(torch_drop, opts["ours_torch_dropout"], batches[0], bf16)
     train_step_hf(hf, opts["hf"], batches[0], bf16)
     n_tok = sum(int((b.tgt_out != PAD_ID).sum()) for b in batches)
     log.log(f"training: {len(batches)} batches ({n_tok} target tokens, shapes "
@@ -601,6 +620,7 @@ def run_train(log: Console, args: argparse.Namespace, ours: Translator, hf, f: d
         f[f"{name}_train_tok_s"] = n_tok / f[f"{name}_train_s"]
     f["train_speedup_vs_hf"] = median_ratio(times["hf"], times["ours"])
     f["train_speedup_vs_logits_loss"] = median_ratio(times["ours_logits"], times["ours"])
+    f["train_speedup_vs_torch_dropout"] = median_ratio(times["ours_torch_dropout"], times["ours"])
     if bf16:
         f["bf16_speedup_vs_fp32"] = median_ratio(times["ours_fp32"], times["ours"])
     f["train_batches"], f["train_tokens"] = len(batches), n_tok

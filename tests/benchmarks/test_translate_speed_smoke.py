@@ -74,3 +74,21 @@ def test_our_training_step_updates_weights(bench: ModuleType) -> None:
     before = model.tgt_embed.weight.detach().clone()
     bench.train_step_ours(model, bench.adamw(model), batches[0], bf16=False)
     assert not torch.equal(before, model.tgt_embed.weight)
+
+
+def test_torch_dropout_baseline_swaps_every_core_dropout(bench: ModuleType) -> None:
+    from core.dropout import Dropout
+
+    args = bench.parse_args(TINY)
+    model = bench.build_ours(args)
+    baseline = bench.with_torch_dropout(model)
+    ours_p = [m.p for m in model.modules() if isinstance(m, Dropout)]
+    assert ours_p and [m.p for m in baseline.modules() if type(m) is torch.nn.Dropout] == ours_p
+    assert not any(isinstance(m, Dropout) for m in baseline.modules())
+    assert all(isinstance(m, Dropout) for m in model.modules() if isinstance(m, torch.nn.Dropout))  # untouched
+    torch.testing.assert_close(baseline.eval()(*_pair()), model.eval()(*_pair()))
+
+
+def _pair() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return torch.randint(4, 300, (2, 5), generator=g), torch.randint(4, 300, (2, 4), generator=g)
