@@ -58,9 +58,8 @@ def quantize_int8(model: nn.Module) -> nn.Module:
     Dynamic quantisation: weights are stored in int8 with one scale per output row, activations are
     quantised per call from their own range, and the matmuls run in fbgemm/oneDNN int8 kernels.
     Embeddings, norms and attention stay float32. CPU only; the BLEU cost and the speed-up are
-    measured in README.md. torch.ao's eager quantisation is deprecated in favour of torchao, which
-    needs torch.compile for speed on CPU; with torch pinned at 2.13 it works, and its warnings are
-    silenced here.
+    measured in README.md. torch.ao's eager quantisation is deprecated in favour of torchao (not a
+    dependency here); with torch pinned at 2.13 it works, and its deprecation warnings are silenced.
     """
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
