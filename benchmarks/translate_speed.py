@@ -337,7 +337,7 @@ def with_torch_dropout(model: Translator) -> Translator:
     for parent in list(model.modules()):
         for name, child in parent.named_children():
             if isinstance(child, Dropout):
-                setattr(parent, name, torch.nn.Dropout(child.p))
+                setattr(parent, name, torch.nn.Dropout(child.p, child.inplace).train(child.training))
     return model
 
 

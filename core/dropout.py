@@ -8,7 +8,9 @@ p rounded to a multiple of 1/32768, about 4x faster for forward + backward
 (`python benchmarks/dropout.py`). Other devices keep `F.dropout`, whose CUDA kernel is fused.
 
 `random_` on int64 fills [0, 2**63): the top bit of every word is zero, so each 16-bit lane is
-masked to its low 15 bits, which are uniform in all four lanes.
+masked to its low 15 bits, which are uniform in all four lanes. The mask takes other draws from
+the default generator than `bernoulli_` does, so a seeded run does not repeat one trained with
+`nn.Dropout` draw for draw (it is as reproducible as before from its own seed).
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
     """`F.dropout(x, p, training)`, with the fast mask on CPU (p rounded to a multiple of 1/32768 there)."""
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"dropout probability must be in [0, 1], got {p}")
-    if not training or p == 0.0:
+    if not training or effective_p(p) == 0.0:  # p < 1/65536 rounds to no dropout
         return x
     if x.device.type != "cpu" or effective_p(p) == 1.0:
         return F.dropout(x, p, training)

@@ -52,8 +52,8 @@ def cpu_precision_fallback(precision: str | int | None, accelerator: str) -> tup
                        "pass --trainer.precision 32-true to say so yourself")
 
 
-def quantize_int8(model: nn.Module) -> nn.Module:
-    """A copy of `model` whose `nn.Linear` layers run in int8 on the CPU, for inference.
+def quantize_int8(model: nn.Module, inplace: bool = False) -> nn.Module:
+    """`model` (a copy, unless `inplace`) with its `nn.Linear` layers running in int8 on the CPU, for inference.
 
     Dynamic quantisation: weights are stored in int8 with one scale per output row, activations are
     quantised per call from their own range, and the matmuls run in fbgemm/oneDNN int8 kernels.
@@ -64,5 +64,6 @@ def quantize_int8(model: nn.Module) -> nn.Module:
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return quantize_dynamic(model, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
+        for category in (DeprecationWarning, FutureWarning, UserWarning):  # the deprecation notices
+            warnings.filterwarnings("ignore", ".*deprecat.*", category)
+        return quantize_dynamic(model, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=inplace)

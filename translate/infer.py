@@ -104,7 +104,7 @@ def load_translator(ckpt: str | Path, device: str | torch.device = "cpu", dtype:
         if not on_cpu:
             raise ValueError(f"--dtype int8 runs on the CPU only, not {device}; use --device cpu, "
                              "or --dtype bfloat16 on a GPU")
-        return LoadedTranslator(quantize_int8(module.model.eval()), *vocabs)
+        return LoadedTranslator(quantize_int8(module.model.eval(), inplace=True), *vocabs)
     if dtype == "bfloat16" and on_cpu and not cpu_has_fast_bf16():
         log.warning("--dtype bfloat16: %s, so decoding runs in float32", NO_FAST_BF16)
         dtype = "float32"
@@ -261,7 +261,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--html", help="write a self-contained HTML page of alignment heatmaps here")
     p.add_argument("--html-max", type=int, default=100, help="sentences shown in --html (default 100)")
     p.add_argument("--chunk-size", type=int, default=10_000, help="lines sorted and translated together")
-    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (cuda when available)")
+    p.add_argument("--device", default="auto",
+                   help="cpu, cuda, cuda:N or auto (cuda when available; cpu with --dtype int8)")
     p.add_argument("--dtype", choices=(*DTYPES, INT8), default="float32",
                    help="weights and activations: float32 (default), bfloat16 (faster on bf16 hardware, "
                         "float32 with a warning on a CPU without it) or int8 (int8 linear layers, CPU only, "
@@ -315,7 +316,8 @@ def _check(args: argparse.Namespace) -> Layer:
 def run(args: argparse.Namespace) -> None:
     """Translate `args.input` (or stdin) into `args.output` (or stdout); see the module docstring."""
     layer = _check(args)
-    translator = load_translator(args.ckpt, _device(args.device), args.dtype)
+    device = torch.device("cpu") if args.dtype == INT8 and args.device == "auto" else _device(args.device)
+    translator = load_translator(args.ckpt, device, args.dtype)
     n_layers = len(translator.model.decoder.layers)
     if layer != "mean" and not -n_layers <= layer < n_layers:  # before any output is written
         raise ValueError(f"--align-layer {layer}: the model has {n_layers} decoder layers "

@@ -86,7 +86,10 @@ def test_torch_dropout_baseline_swaps_every_core_dropout(bench: ModuleType) -> N
     assert ours_p and [m.p for m in baseline.modules() if type(m) is torch.nn.Dropout] == ours_p
     assert not any(isinstance(m, Dropout) for m in baseline.modules())
     assert all(isinstance(m, Dropout) for m in model.modules() if isinstance(m, torch.nn.Dropout))  # untouched
-    torch.testing.assert_close(baseline.eval()(*_pair()), model.eval()(*_pair()))
+    torch.testing.assert_close(baseline.eval()(*_pair()), model.eval()(*_pair()))  # the same weights
+    layer = next(m for m in baseline.train().modules() if type(m) is torch.nn.Dropout)
+    dropped = (layer(torch.ones(200, 200)) == 0).float().mean().item()
+    assert abs(dropped - layer.p) < 0.02 and layer.p > 0  # the baseline really drops, in train mode
 
 
 def _pair() -> tuple[torch.Tensor, torch.Tensor]:

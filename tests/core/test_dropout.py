@@ -83,10 +83,28 @@ def test_no_op_and_edge_probabilities():
     x = torch.randn(8, 8)
     assert dropout(x, 0.3, training=False) is x
     assert dropout(x, 0.0) is x
+    assert dropout(x, 1e-6) is x  # rounds to p = 0
     assert torch.equal(dropout(x, 1.0), torch.zeros_like(x))
+    assert torch.equal(dropout(x, 0.99999), torch.zeros_like(x))  # rounds to p = 1: F.dropout's zeros
     for bad in (-0.1, 1.5):
         with pytest.raises(ValueError, match="dropout probability"):
             dropout(x, bad)
+
+
+def test_non_contiguous_input_is_masked_elementwise():
+    x = torch.randn(64, 32).t()  # (32, 64), not contiguous
+    torch.manual_seed(11)
+    out = dropout(x, 0.5)
+    torch.manual_seed(11)
+    keep = dropout_mask(x.shape, 0.5)
+    torch.testing.assert_close(out, x * keep * 2.0, rtol=0, atol=0)
+
+
+def test_inplace_module_zeroes_in_place_like_nn_dropout():
+    x = torch.ones(100, 100)
+    out = Dropout(0.5, inplace=True)(x)
+    assert out.data_ptr() == x.data_ptr()
+    assert set(out.unique().tolist()) == {0.0, 2.0}
 
 
 def test_module_is_a_drop_in_for_nn_dropout():

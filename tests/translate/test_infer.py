@@ -113,9 +113,13 @@ def test_int8_decoding_keeps_lines_alignments_and_mostly_the_fp32_output(trained
     assert not any(type(m) is torch.nn.Linear for m in model.modules())  # every linear layer quantised
 
 
-def test_int8_on_a_gpu_is_a_one_line_error(trained):
+def test_int8_on_a_gpu_is_a_one_line_error_and_auto_picks_the_cpu(trained, demo_dir, tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="--dtype int8 runs on the CPU only"):
         infer.load_translator(trained.ckpt, device="cuda", dtype="int8")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # --device auto would pick the GPU
+    src = _write(tmp_path / "in.en", (demo_dir / "test.en").read_text(encoding="utf-8").splitlines()[:3])
+    infer.main(["--ckpt", str(trained.ckpt), "-i", str(src), "-o", str(tmp_path / "out"), "--dtype", "int8"])
+    assert len(_lines(tmp_path / "out")) == 3
 
 
 def test_unknown_dtype_is_a_one_line_error(trained):
