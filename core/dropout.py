@@ -4,8 +4,9 @@ On CPU `F.dropout` draws its mask with `bernoulli_`, one random number per eleme
 (4096, 256) fp32 tensor on a 2-core EPYC, and 19% of a Multi30k-size training step (profiled with
 torch.profiler). Here one 64-bit draw (`random_`) gives four 15-bit uniform integers, and an
 element is kept when its integer is at least round(p * 2**15): the same Bernoulli(1 - p) mask with
-p rounded to a multiple of 1/32768, about 4x faster for forward + backward
-(`python benchmarks/dropout.py`). Other devices keep `F.dropout`, whose CUDA kernel is fused.
+p rounded to a multiple of 1/32768: 3.5-4.8x faster forward and 2.6-3.2x forward + backward
+(`python benchmarks/dropout.py --threads 2`, widths 64-1024). Other devices keep `F.dropout`,
+whose CUDA kernel is fused.
 
 `random_` on int64 fills [0, 2**63): the top bit of every word is zero, so each 16-bit lane is
 masked to its low 15 bits, which are uniform in all four lanes. The mask takes other draws from
