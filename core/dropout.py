@@ -16,6 +16,8 @@ the default generator than `bernoulli_` does, so a seeded run does not repeat on
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -26,9 +28,7 @@ _LEVELS = 1 << _BITS
 
 def dropout_mask(shape: torch.Size | tuple[int, ...], p: float, device: torch.device | str = "cpu") -> Tensor:
     """A bool tensor that is True (keep) with probability 1 - round(p * 2**15) / 2**15, from the default generator."""
-    n = 1
-    for size in shape:
-        n *= size
+    n = math.prod(shape)
     words = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_()
     lanes = words.view(torch.int16)[:n].view(shape)
     return (lanes & (_LEVELS - 1)) >= round(p * _LEVELS)
@@ -58,11 +58,12 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
     """`F.dropout(x, p, training)`, with the fast mask on CPU (p rounded to a multiple of 1/32768 there)."""
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"dropout probability must be in [0, 1], got {p}")
-    if not training or effective_p(p) == 0.0:  # p < 1/65536 rounds to no dropout
+    q = effective_p(p)
+    if not training or q == 0.0:  # p < 1/65536 rounds to no dropout
         return x
-    if x.device.type != "cpu" or effective_p(p) == 1.0:
+    if x.device.type != "cpu" or q == 1.0:
         return F.dropout(x, p, training)
-    return _KeepScale.apply(x, dropout_mask(x.shape, p), 1.0 / (1.0 - effective_p(p)))
+    return _KeepScale.apply(x, dropout_mask(x.shape, p), 1.0 / (1.0 - q))
 
 
 class Dropout(nn.Dropout):
