@@ -9,8 +9,11 @@ inputs' from a separate pass of each.
 
     python benchmarks/streamrec_loss.py                         # ML-1M at max_len 200: M 25,600, N 3,416
     python benchmarks/streamrec_loss.py --precision bf16 --json runs/loss_bf16.json
+    python benchmarks/streamrec_loss.py --baseline-chunk-elements 1048576   # also time another chunk size
+    python benchmarks/streamrec_loss.py --positions 3500 --items 10000 --d-model 128  # Translate Multi30k shape
 
-JSON keys: {naive,chunked}_{ms,peak_mib}, speedup, memory_ratio, plus the setting.
+JSON keys: {naive,chunked}_{ms,peak_mib}, speedup, memory_ratio, plus the setting; with
+--baseline-chunk-elements also baseline_chunk_ms and speedup_vs_baseline_chunk.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from _common import (
 )
 from rich.console import Console
 
+from core.loss import CHUNK_ELEMENTS
 from streamrec.losses import full_softmax
 
 
@@ -51,8 +55,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--precision", choices=("32", "bf16"), default="32", help="fp32 or bf16 autocast")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     p.add_argument("--repeats", type=int, default=7, help="interleaved rounds (default 7)")
+    p.add_argument("--baseline-chunk-elements", type=int, metavar="N",
+                   help=f"also time the chunked loss at N logits per chunk (the default is {CHUNK_ELEMENTS:,})")
     p.add_argument("--json", metavar="PATH", help="write the figures as one flat JSON object")
     args = p.parse_args(argv)
+    if args.baseline_chunk_elements is not None and args.baseline_chunk_elements < 1:
+        p.error("--baseline-chunk-elements must be positive")
     torch.set_num_threads(args.threads)
     console = Console(width=None if sys.stdout.isatty() else 120)
 
@@ -74,6 +82,8 @@ def main(argv: list[str] | None = None) -> None:
         return run
 
     fns = {"naive": step(naive), "chunked": step(full_softmax)}
+    if args.baseline_chunk_elements:
+        fns["baseline_chunk"] = step(lambda h, t, w: full_softmax(h, t, w, chunk_elements=args.baseline_chunk_elements))
     values = {name: fn() for name, fn in fns.items()}  # warm-up; also the agreement check
     peaks = {}
     for name, fn in fns.items():
@@ -93,12 +103,18 @@ def main(argv: list[str] | None = None) -> None:
         "memory_ratio": peaks["naive"] / max(peaks["chunked"], 1e-9),
         "loss_abs_diff": abs(values["naive"] - values["chunked"]),
     }
+    if args.baseline_chunk_elements:
+        f["baseline_chunk_ms"] = 1e3 * statistics.median(times["baseline_chunk"])
+        f["speedup_vs_baseline_chunk"] = median_ratio(times["baseline_chunk"], times["chunked"])
     rows = [
         ["forward + backward, ms (median)", f"{f['naive_ms']:.0f}", f"{f['chunked_ms']:.0f}", f"{f['speedup']:.2f}x"],
         ["peak memory above inputs, MiB", f"{f['naive_peak_mib']:.0f}", f"{f['chunked_peak_mib']:.0f}",
          f"{f['memory_ratio']:.1f}x"],
         ["loss", f"{values['naive']:.5f}", f"{values['chunked']:.5f}", ""],
     ]
+    if args.baseline_chunk_elements:
+        rows.append([f"chunked at {args.baseline_chunk_elements:,} logits a chunk, ms (ours: {CHUNK_ELEMENTS:,})",
+                     "", f"{f['baseline_chunk_ms']:.0f}", f"{f['speedup_vs_baseline_chunk']:.2f}x"])
     title = (f"full-softmax loss, M {args.positions}, N {args.items}, D {args.d_model}, "
              f"{'bf16 autocast' if bf16 else 'fp32'}, {f['threads']} thread(s), load {f['load_avg']:.1f}")
     print_table(console, title, ["", "F.cross_entropy", "chunked (ours)", "ratio"], rows)

@@ -17,9 +17,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from core import linear_cross_entropy
+from core.loss import CHUNK_ELEMENTS
 
 
-def full_softmax(hidden: Tensor, targets: Tensor, item_vectors: Tensor, chunk_elements: int = 1 << 20) -> Tensor:
+def full_softmax(hidden: Tensor, targets: Tensor, item_vectors: Tensor,
+                 chunk_elements: int = CHUNK_ELEMENTS) -> Tensor:
     """Mean cross-entropy over all N items, without an (M, N) logits tensor (`core.linear_cross_entropy`).
 
     Args:

@@ -1,4 +1,4 @@
-"""Smoke test of benchmarks/attention.py: `--quick` runs end to end and writes flat JSON figures."""
+"""Smoke tests of the benchmark scripts: each runs end to end and writes flat JSON figures."""
 
 from __future__ import annotations
 
@@ -43,3 +43,17 @@ def test_dropout_benchmark_writes_flat_json(tmp_path: Path) -> None:
             value = figures[f"{mode}_W16_{figure}"]
             assert type(value) is float and math.isfinite(value) and value > 0
     assert figures["p"] == 0.3 and figures["tokens"] == 4096
+
+
+def test_loss_benchmark_times_a_baseline_chunk_size(tmp_path: Path) -> None:
+    out = tmp_path / "loss.json"
+    cmd = [sys.executable, "benchmarks/streamrec_loss.py", "--positions", "300", "--items", "500", "--d-model", "16",
+           "--repeats", "1", "--baseline-chunk-elements", "5000", "--json", out]
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    for name in ("naive_ms", "chunked_ms", "baseline_chunk_ms", "speedup", "speedup_vs_baseline_chunk"):
+        assert type(figures[name]) is float and math.isfinite(figures[name]) and figures[name] > 0, name
+    assert figures["loss_abs_diff"] < 1e-4  # the chunked loss is the plain cross-entropy
+    bad = subprocess.run([*cmd[:2], "--baseline-chunk-elements", "0"], cwd=ROOT, capture_output=True, text=True)
+    assert bad.returncode == 2 and "--baseline-chunk-elements must be positive" in bad.stderr
