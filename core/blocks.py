@@ -83,15 +83,18 @@ class EncoderLayer(nn.Module):
         n_kv_heads: key/value heads for grouped-query attention (default n_heads).
         activation: feed-forward activation.
         norm_first: pre-LN (True) or post-LN (False).
+        ff_dropout: dropout after the feed-forward activation (fairseq's `activation_dropout`);
+            None uses `dropout`.
     """
 
     def __init__(
         self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, attn_dropout: float = 0.0,
         n_kv_heads: int | None = None, activation: Activation = "gelu", norm_first: bool = True,
+        ff_dropout: float | None = None,
     ):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, n_kv_heads, attn_dropout)
-        self.ff = FeedForward(d_model, d_ff, activation, dropout)
+        self.ff = FeedForward(d_model, d_ff, activation, dropout if ff_dropout is None else ff_dropout)
         self.attn_block = _Residual(d_model, dropout, norm_first)
         self.ff_block = _Residual(d_model, dropout, norm_first)
 
@@ -117,16 +120,19 @@ class DecoderLayer(nn.Module):
         n_kv_heads: key/value heads for grouped-query attention (default n_heads).
         activation: feed-forward activation.
         norm_first: pre-LN (True) or post-LN (False).
+        ff_dropout: dropout after the feed-forward activation (fairseq's `activation_dropout`);
+            None uses `dropout`.
     """
 
     def __init__(
         self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, attn_dropout: float = 0.0,
         n_kv_heads: int | None = None, activation: Activation = "gelu", norm_first: bool = True,
+        ff_dropout: float | None = None,
     ):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, n_kv_heads, attn_dropout)
         self.cross_attn = CrossAttention(d_model, n_heads, n_kv_heads, attn_dropout)
-        self.ff = FeedForward(d_model, d_ff, activation, dropout)
+        self.ff = FeedForward(d_model, d_ff, activation, dropout if ff_dropout is None else ff_dropout)
         self.self_block = _Residual(d_model, dropout, norm_first)
         self.cross_block = _Residual(d_model, dropout, norm_first)
         self.ff_block = _Residual(d_model, dropout, norm_first)

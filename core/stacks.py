@@ -79,7 +79,7 @@ class _Stack(nn.Module):
     def __init__(
         self, layer: type[EncoderLayer] | type[DecoderLayer], n_layers: int, d_model: int, n_heads: int, d_ff: int,
         dropout: float, attn_dropout: float, n_kv_heads: int | None, activation: Activation, norm_first: bool,
-        positions: Positions, max_len: int,
+        positions: Positions, max_len: int, ff_dropout: float | None = None,
     ):
         super().__init__()
         # Checked here too: RoPE and ALiBi are sized from n_heads before any layer exists.
@@ -99,7 +99,7 @@ class _Stack(nn.Module):
         self.alibi = ALiBi(n_heads, max_len) if positions == "alibi" else None
         self.drop = Dropout(dropout)
         self.layers = nn.ModuleList(
-            layer(d_model, n_heads, d_ff, dropout, attn_dropout, n_kv_heads, activation, norm_first)
+            layer(d_model, n_heads, d_ff, dropout, attn_dropout, n_kv_heads, activation, norm_first, ff_dropout)
             for _ in range(n_layers)
         )
         # Post-LN already normalises each layer's output; pre-LN needs a final norm.
@@ -142,16 +142,18 @@ class Encoder(_Stack):
         positions: "sinusoidal", "learned", "rope", "alibi" or "none".
         max_len: longest sequence supported.
         causal: forbid attending to later positions.
+        ff_dropout: dropout after each feed-forward activation; None uses `dropout`.
     """
 
     def __init__(
         self, n_layers: int, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
         attn_dropout: float = 0.0, n_kv_heads: int | None = None, activation: Activation = "gelu",
         norm_first: bool = True, positions: Positions = "sinusoidal", max_len: int = 512, causal: bool = False,
+        ff_dropout: float | None = None,
     ):
         super().__init__(
             EncoderLayer, n_layers, d_model, n_heads, d_ff, dropout, attn_dropout, n_kv_heads, activation,
-            norm_first, positions, max_len,
+            norm_first, positions, max_len, ff_dropout,
         )
         self.causal = causal
 
@@ -215,16 +217,18 @@ class Decoder(_Stack):
         norm_first: pre-LN (True) or post-LN (False).
         positions: "sinusoidal", "learned", "rope", "alibi" or "none" (self-attention only).
         max_len: longest target sequence supported.
+        ff_dropout: dropout after each feed-forward activation; None uses `dropout`.
     """
 
     def __init__(
         self, n_layers: int, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
         attn_dropout: float = 0.0, n_kv_heads: int | None = None, activation: Activation = "gelu",
         norm_first: bool = True, positions: Positions = "sinusoidal", max_len: int = 512,
+        ff_dropout: float | None = None,
     ):
         super().__init__(
             DecoderLayer, n_layers, d_model, n_heads, d_ff, dropout, attn_dropout, n_kv_heads, activation,
-            norm_first, positions, max_len,
+            norm_first, positions, max_len, ff_dropout,
         )
 
     def new_cache(self) -> DecoderCache:

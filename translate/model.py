@@ -36,6 +36,8 @@ class Translator(nn.Module):
         n_kv_heads: key/value heads for grouped-query attention (default n_heads).
         share_embeddings: one embedding for source, target and output (needs a joint
             vocabulary, i.e. equal sizes); otherwise only target and output are tied.
+        ff_dropout: dropout after the feed-forward activation (fairseq's `activation_dropout`,
+            0 there); None uses `dropout`.
     """
 
     def __init__(
@@ -44,7 +46,7 @@ class Translator(nn.Module):
         attn_dropout: float = 0.0, max_len: int = 256,
         positions: Literal["sinusoidal", "learned", "rope", "alibi", "none"] = "sinusoidal",
         norm_first: bool = True, activation: Activation = "relu", n_kv_heads: int | None = None,
-        share_embeddings: bool = True,
+        share_embeddings: bool = True, ff_dropout: float | None = None,
     ):
         super().__init__()
         if share_embeddings and src_vocab_size != tgt_vocab_size:
@@ -57,7 +59,7 @@ class Translator(nn.Module):
         self.src_embed = self.tgt_embed if share_embeddings else TokenEmbedding(src_vocab_size, d_model, pad_id)
         common = dict(d_model=d_model, n_heads=n_heads, d_ff=d_ff, dropout=dropout, attn_dropout=attn_dropout,
                       n_kv_heads=n_kv_heads, activation=activation, norm_first=norm_first, positions=positions,
-                      max_len=max_len)
+                      max_len=max_len, ff_dropout=ff_dropout)
         self.encoder = Encoder(n_encoder_layers, **common)
         self.decoder = Decoder(n_decoder_layers, **common)
         self.output = nn.Linear(d_model, tgt_vocab_size, bias=False)

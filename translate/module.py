@@ -108,6 +108,8 @@ class TranslationModule(L.LightningModule):
         alpha: GNMT length-penalty exponent for beam search.
         bleu_tokenize: sacreBLEU tokenizer ("13a" is the WMT default; "intl", "char", "none").
         bleu_lowercase: score lowercased BLEU (chrF stays cased).
+        ff_dropout: dropout after the feed-forward activation (fairseq's `activation_dropout`,
+            0 in its recipes); None uses `dropout`.
     """
 
     def __init__(
@@ -120,6 +122,7 @@ class TranslationModule(L.LightningModule):
         betas: tuple[float, float] = (0.9, 0.98), weight_decay: float = 1e-4, warmup_steps: int = 400,
         lr_floor: float = 0.01, val_beam_size: int = 1, test_beam_size: int = 5, alpha: float = 0.6,
         bleu_tokenize: Literal["13a", "intl", "char", "none"] = "13a", bleu_lowercase: bool = False,
+        ff_dropout: float | None = None,
     ):
         super().__init__()
         if not 0.0 <= label_smoothing < 1.0:
@@ -130,6 +133,7 @@ class TranslationModule(L.LightningModule):
         self.model = Translator(
             src_vocab_size, tgt_vocab_size, pad_id, d_model, n_heads, n_encoder_layers, n_decoder_layers, d_ff,
             dropout, attn_dropout, max_len, positions, norm_first, activation, n_kv_heads, share_embeddings,
+            ff_dropout,
         )
         # Set from a checkpoint by `on_load_checkpoint`; a trainer's data module takes precedence.
         self.src_vocab: SubwordVocab | None = None

@@ -12,6 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from core.blocks import DecoderLayer, EncoderLayer, FeedForward
+from core.dropout import effective_p
 from core.stacks import Decoder, Encoder, TokenEmbedding, init_linear, tie_weights
 
 B, T, D, H, FF = 2, 5, 16, 4, 24
@@ -76,6 +77,42 @@ def test_feed_forward_dropout_only_in_training() -> None:
     torch.testing.assert_close(ff(x), ff(x))
     ff.train()
     assert not torch.allclose(ff(x), ff.eval()(x))
+
+
+def _ff_hidden_pairs(stack: nn.Module, *inputs: Tensor) -> list[tuple[Tensor, Tensor]]:
+    """(activation of `ff.up`'s output, input of `ff.down`) for every layer's feed-forward, one train pass."""
+    seen: dict[int, list[Tensor]] = {}
+    hooks = []
+    for i, layer in enumerate(stack.layers):
+        hooks.append(layer.ff.up.register_forward_hook(lambda m, a, out, i=i: seen.setdefault(i, []).append(out)))
+        hooks.append(layer.ff.down.register_forward_pre_hook(lambda m, a, i=i: seen.setdefault(i, []).append(a[0])))
+    stack.train()(*inputs)
+    for h in hooks:
+        h.remove()
+    return [(torch.relu(up), down) for up, down in (seen[i] for i in range(len(stack.layers)))]
+
+
+@pytest.mark.parametrize("kind", ["encoder", "decoder"])
+def test_ff_dropout_sets_the_feed_forward_dropout_apart_from_the_residual_one(kind: str) -> None:
+    """fairseq-style recipes drop sublayer outputs (p 0.3) but not the feed-forward hidden (activation_dropout 0)."""
+    torch.manual_seed(0)
+    x, memory = torch.randn(B, T, D), torch.randn(B, T + 1, D)
+
+    def build(**kw) -> nn.Module:
+        if kind == "encoder":
+            return Encoder(2, D, H, FF, dropout=0.3, activation="relu", **kw)
+        return Decoder(2, D, H, FF, dropout=0.3, activation="relu", **kw)
+
+    args = (x,) if kind == "encoder" else (x, memory)
+    for relu, hidden in _ff_hidden_pairs(build(ff_dropout=0.0), *args):
+        torch.testing.assert_close(hidden, relu)  # the hidden reaches `down` untouched
+    for relu, hidden in _ff_hidden_pairs(build(), *args):  # None: the hidden is dropped with p = dropout
+        kept = hidden != 0
+        dropped = (relu > 0) & ~kept
+        assert 0.15 < dropped.sum() / (relu > 0).sum() < 0.45
+        torch.testing.assert_close(hidden[kept], relu[kept] / (1 - effective_p(0.3)))  # p on a 1/32768 grid
+    stack = build(ff_dropout=0.0).train()
+    assert not torch.allclose(stack(*args), stack(*args))  # the residual dropout still acts
 
 
 # --------------------------------------------------------------------------------------------
