@@ -37,6 +37,7 @@ The peers live in `.venv-translate` (benchmark-only, never a runtime dependency;
     python benchmarks/translate_speed.py --threads 1 --json runs/translate_speed.json
     python benchmarks/translate_speed.py --precision bf16        # bf16 autocast for both trainings
     python benchmarks/translate_speed.py --profile               # also profile our decode step
+    python benchmarks/translate_speed.py --skip-decode --skip-train --profile-train --threads 2  # our training step
     python benchmarks/translate_speed.py --skip-train            # decoding only
     python benchmarks/translate_speed.py --skip-train --int8     # also ours and HF with int8 linear layers
 
@@ -421,6 +422,48 @@ def profile_ours(console: Console, model: Translator, batches: Sequence[Tensor],
                 ["part", "ms", "%"], rows)
 
 
+def profile_train(console: Console, model: Translator, batches: Sequence[Batch]) -> None:
+    """torch.profiler over our training steps: top ops by self time, then inclusive parts of a step."""
+    from torch.profiler import ProfilerActivity, profile
+
+    model = copy.deepcopy(model).train()
+    opt = adamw(model)
+    train_step_ours(model, opt, batches[0], False)  # warm-up
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with torch.profiler.record_function("train_steps"):
+            for batch in batches:
+                train_step_ours(model, opt, batch, False)
+    events = prof.key_averages()
+    by_key = {e.key: e for e in events}
+    total = by_key["train_steps"].cpu_time_total
+    top = sorted((e for e in events if e.key.startswith("aten::")), key=lambda e: -e.self_cpu_time_total)[:12]
+    print_table(console, f"our fp32 training, {len(batches)} steps: top aten ops by self CPU time",
+                ["op", "calls", "self ms", "% of steps"],
+                [[e.key, str(e.count), f"{e.self_cpu_time_total / 1e3:.1f}",
+                  f"{100 * e.self_cpu_time_total / total:.1f}"] for e in top])
+
+    def incl(*keys: str) -> float:
+        return sum(by_key[k].cpu_time_total for k in keys if k in by_key)
+
+    def self_time(*keys: str) -> float:
+        return sum(by_key[k].self_cpu_time_total for k in keys if k in by_key)
+
+    parts = {
+        "output layer + loss, forward and gradients (core.linear_cross_entropy)": incl("_ChunkedCrossEntropy"),
+        "dropout masks and products, forward + backward (core.dropout)": incl("_KeepScale", "_KeepScaleBackward"),
+        "attention kernels, forward + backward (SDPA)": self_time(
+            "aten::_scaled_dot_product_flash_attention_for_cpu",
+            "aten::_scaled_dot_product_flash_attention_for_cpu_backward"),
+        "layer norms, forward + backward": self_time("aten::native_layer_norm", "aten::native_layer_norm_backward"),
+        "AdamW step": incl("Optimizer.step#AdamW.step"),
+        "every matmul (self time, the loss's included)": self_time(*CATEGORIES["matmul (linear/addmm/mm/bmm)"]),
+    }
+    print_table(console, "where a training step goes (inclusive times; rows overlap: the last counts the loss's "
+                "matmuls too)", ["part", "ms", "%"],
+                [[name, f"{t / 1e3:.1f}", f"{100 * t / total:.1f}"] for name, t in parts.items()]
+                + [["whole steps", f"{total / 1e3:.1f}", "100.0"]])
+
+
 # ----------------------------------------------------------------------------- report
 
 
@@ -497,6 +540,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--profile", action="store_true",
                    help="profile our decode (1 thread, --decode-dtype) and print where time goes")
     p.add_argument("--profile-batches", type=int, default=2, help="batches in the profile (default 2)")
+    p.add_argument("--profile-train", action="store_true",
+                   help="profile our fp32 training steps (--threads, the --train-batches batches) and print where "
+                        "time goes")
     p.add_argument("--seed", type=int, default=0, help="seed of weights and inputs (default 0)")
     p.add_argument("--json", metavar="PATH", help="write every figure as one flat JSON object name -> number")
     args = p.parse_args(argv)
@@ -677,6 +723,8 @@ def main(argv: list[str] | None = None) -> None:
         model = copy.deepcopy(ours).bfloat16() if f["decode_bf16"] else ours
         profile_ours(console, model, batches[::step][: args.profile_batches], args.beam, args.tgt_len)
         torch.set_num_threads(threads)
+    if args.profile_train:
+        profile_train(console, ours, training_batches(args))
     if not args.skip_train:
         run_train(log, args, ours, hf, f)
     f["load_avg_start"], f["load_avg_end"] = load_start, os.getloadavg()[0]

@@ -95,3 +95,21 @@ def test_torch_dropout_baseline_swaps_every_core_dropout(bench: ModuleType) -> N
 def _pair() -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(0)
     return torch.randint(4, 300, (2, 5), generator=g), torch.randint(4, 300, (2, 4), generator=g)
+
+
+def test_training_profile_names_the_loss_and_the_dropout(bench: ModuleType) -> None:
+    import io
+
+    from rich.console import Console
+
+    args = bench.parse_args([*TINY, "--profile-train"])
+    assert args.profile_train
+    out = io.StringIO()
+    bench.profile_train(Console(file=out, width=200), bench.build_ours(args), bench.training_batches(args))
+    text = out.getvalue()
+    assert "where a training step goes" in text and "whole steps" in text
+    rows = {line.split("│")[1].strip(): float(line.split("│")[-2]) for line in text.splitlines()
+            if line.count("│") == 4 and "%" not in line.split("│")[-2]}
+    loss = next(v for k, v in rows.items() if k.startswith("output layer + loss"))
+    drop = next(v for k, v in rows.items() if k.startswith("dropout masks"))
+    assert 0 < loss < 100 and 0 < drop < 100  # both ran inside the profiled steps
