@@ -378,6 +378,19 @@ CATEGORIES = {  # aten op -> where its time goes
 }
 
 
+def _print_top_ops(console: Console, prof, label: str, n: int, what: str, whole: str) -> tuple[list, dict, float]:
+    """Print the `n` aten ops with the most self CPU time as a share of the `label` range; return
+    (events, events by name, the range's total time) for further breakdowns."""
+    events = prof.key_averages()
+    by_key = {e.key: e for e in events}
+    total = by_key[label].cpu_time_total
+    top = sorted((e for e in events if e.key.startswith("aten::")), key=lambda e: -e.self_cpu_time_total)[:n]
+    print_table(console, f"{what}: top aten ops by self CPU time", ["op", "calls", "self ms", f"% of {whole}"],
+                [[e.key, str(e.count), f"{e.self_cpu_time_total / 1e3:.1f}",
+                  f"{100 * e.self_cpu_time_total / total:.1f}"] for e in top])
+    return events, by_key, total
+
+
 def profile_ours(console: Console, model: Translator, batches: Sequence[Tensor], beam: int, steps: int) -> None:
     """torch.profiler over our beam search on `batches`: top ops by self time and a breakdown by cause."""
     from torch.profiler import ProfilerActivity, profile
@@ -389,14 +402,8 @@ def profile_ours(console: Console, model: Translator, batches: Sequence[Tensor],
           _labelled(StaticKV, "reorder", "cache.reorder"), profile(activities=[ProfilerActivity.CPU]) as prof):
         with torch.profiler.record_function("beam_search"):
             decode_ours(model, batches, beam, steps)
-    events = prof.key_averages()
-    by_key = {e.key: e for e in events}
-    total = by_key["beam_search"].cpu_time_total
-    top = sorted((e for e in events if e.key.startswith("aten::")), key=lambda e: -e.self_cpu_time_total)[:15]
-    print_table(console, f"our beam-{beam} decode, {len(batches)} batches: top aten ops by self CPU time",
-                ["op", "calls", "self ms", "% of search"],
-                [[e.key, str(e.count), f"{e.self_cpu_time_total / 1e3:.1f}",
-                  f"{100 * e.self_cpu_time_total / total:.1f}"] for e in top])
+    events, by_key, total = _print_top_ops(console, prof, "beam_search", 15,
+                                           f"our beam-{beam} decode, {len(batches)} batches", "search")
     rows = []
     covered = 0.0
     for name, ops in CATEGORIES.items():
@@ -433,14 +440,8 @@ def profile_train(console: Console, model: Translator, batches: Sequence[Batch])
         with torch.profiler.record_function("train_steps"):
             for batch in batches:
                 train_step_ours(model, opt, batch, False)
-    events = prof.key_averages()
-    by_key = {e.key: e for e in events}
-    total = by_key["train_steps"].cpu_time_total
-    top = sorted((e for e in events if e.key.startswith("aten::")), key=lambda e: -e.self_cpu_time_total)[:12]
-    print_table(console, f"our fp32 training, {len(batches)} steps: top aten ops by self CPU time",
-                ["op", "calls", "self ms", "% of steps"],
-                [[e.key, str(e.count), f"{e.self_cpu_time_total / 1e3:.1f}",
-                  f"{100 * e.self_cpu_time_total / total:.1f}"] for e in top])
+    _, by_key, total = _print_top_ops(console, prof, "train_steps", 12, f"our fp32 training, {len(batches)} steps",
+                                      "steps")
 
     def incl(*keys: str) -> float:
         return sum(by_key[k].cpu_time_total for k in keys if k in by_key)

@@ -113,3 +113,16 @@ def test_training_profile_names_the_loss_and_the_dropout(bench: ModuleType) -> N
     loss = next(v for k, v in rows.items() if k.startswith("output layer + loss"))
     drop = next(v for k, v in rows.items() if k.startswith("dropout masks"))
     assert 0 < loss < 100 and 0 < drop < 100  # both ran inside the profiled steps
+
+
+def test_decode_profile_accounts_for_the_whole_search(bench: ModuleType) -> None:
+    import io
+
+    from rich.console import Console
+
+    args = bench.parse_args(TINY)
+    batches = bench.source_batches(bench.make_sources(6, args.min_src, args.max_src, args.vocab, 0), 4)
+    out = io.StringIO()
+    bench.profile_ours(Console(file=out, width=200), bench.build_ours(args).eval(), batches, args.beam, args.tgt_len)
+    text = out.getvalue()
+    assert "top aten ops by self CPU time" in text and "whole search" in text and "cache reorder" in text
