@@ -16,8 +16,8 @@ from torch import Tensor
 
 # Logits held at once: 1M floats (4 MiB). Checked against 512K and 2M on a 2-core AVX2 EPYC, 2 threads,
 # forward + backward of the loss (`benchmarks/streamrec_loss.py --baseline-chunk-elements N`): 512K is
-# 1.13x slower at Translate's Multi30k shape (3,500 x 10,000, D 128); 2M is 0.91-1.01x as fast there
-# and 0.79-0.91x at StreamRec's ML-1M shape, within the noise of repeated runs; so 1M stays.
+# 1.13x slower at Translate's Multi30k shape (3,500 x 10,000, D 128); 2M is 0.99-1.10x as fast there
+# (two runs) but 0.79-0.91x at StreamRec's ML-1M shape and 0.97x at D 256, V 8,000; so 1M stays.
 CHUNK_ELEMENTS = 1 << 20
 
 

@@ -129,6 +129,9 @@ class TranslationModule(L.LightningModule):
             raise ValueError(f"`label_smoothing` ({label_smoothing}) must be in [0, 1)")
         if val_beam_size < 1 or test_beam_size < 1:
             raise ValueError(f"`val_beam_size` ({val_beam_size}) and `test_beam_size` ({test_beam_size}) must be >= 1")
+        for name, p in (("dropout", dropout), ("attn_dropout", attn_dropout), ("ff_dropout", ff_dropout)):
+            if p is not None and not 0.0 <= p <= 1.0:
+                raise ValueError(f"`model.{name}` ({p}) must be a probability in [0, 1]")
         self.save_hyperparameters()
         self.model = Translator(
             src_vocab_size, tgt_vocab_size, pad_id, d_model, n_heads, n_encoder_layers, n_decoder_layers, d_ff,

@@ -118,3 +118,18 @@ def test_vocabularies_are_read_from_the_data_module_key():
     module = _module()
     module.on_load_checkpoint(ckpt)
     assert module.tgt_vocab == vocab
+
+
+@pytest.mark.parametrize("name", ["dropout", "attn_dropout", "ff_dropout"])
+def test_a_dropout_outside_zero_one_is_an_error_naming_its_key(name: str) -> None:
+    with pytest.raises(ValueError, match=rf"`model\.{name}` \(1\.5\) must be a probability in \[0, 1\]"):
+        TranslationModule(**{name: 1.5})
+
+
+def test_ff_dropout_reaches_every_feed_forward_and_defaults_to_dropout() -> None:
+    split = TranslationModule(dropout=0.3, ff_dropout=0.0)
+    same = TranslationModule(dropout=0.3)
+    for module, p in ((split, 0.0), (same, 0.3)):
+        layers = [*module.model.encoder.layers, *module.model.decoder.layers]
+        assert [layer.ff.drop.p for layer in layers] == [p] * len(layers)
+        assert all(layer.ff_block.drop.p == 0.3 for layer in layers)  # the residual dropout stays
