@@ -1,9 +1,14 @@
-"""core.checkpoint: a wrong path or a file that is not a checkpoint is one line naming it."""
+"""core.checkpoint: a wrong path or a file that is not a checkpoint is one line naming it; every config's
+checkpoint callbacks keep a last.ckpt to resume from."""
 
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
+from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch.callbacks import ModelCheckpoint
+from torch.utils.data import DataLoader, TensorDataset
 
 from core.checkpoint import read_checkpoint_file
 
@@ -33,3 +38,46 @@ def test_unreadable_file_is_one_line_naming_it(tmp_path: Path, content: bytes) -
 def test_a_folder_is_not_a_checkpoint(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="checkpoint not found"):
         read_checkpoint_file(tmp_path, written_by="python -m translate fit")
+
+
+CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*/*.yaml"))
+
+
+class _WorseEveryEpoch(LightningModule):
+    """Logs each monitored metric worse every epoch, so a best-metric checkpoint stays at epoch 0."""
+
+    def __init__(self, monitors: dict[str, str]) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(2, 1)
+        self.monitors = monitors
+
+    def training_step(self, batch, batch_idx):
+        return self.layer(batch[0]).square().mean()
+
+    def validation_step(self, batch, batch_idx):
+        for name, mode in self.monitors.items():
+            self.log(name, float(self.current_epoch) * (-1.0 if mode == "max" else 1.0))
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_config_rewrites_last_ckpt_every_epoch(config: Path, tmp_path: Path) -> None:
+    """`fit --ckpt_path .../last.ckpt` must resume from the latest epoch, not the best one: since Lightning 2.6
+    `save_last` on a monitored ModelCheckpoint writes last.ckpt only when that callback saves a new best."""
+    callbacks, monitors = [], {}
+    for spec in yaml.safe_load(config.read_text())["trainer"]["callbacks"]:
+        if spec["class_path"].rsplit(".", 1)[-1] != "ModelCheckpoint":
+            continue
+        args = dict(spec["init_args"], dirpath=str(tmp_path / spec["init_args"]["dirpath"]))
+        if args.get("monitor") not in (None, "step", "epoch"):
+            monitors[args["monitor"]] = args.get("mode", "min")
+        callbacks.append(ModelCheckpoint(**args))
+    assert monitors, f"{config.name}: no best-metric checkpoint"
+    data = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=4)
+    Trainer(max_epochs=3, callbacks=callbacks, logger=False, enable_progress_bar=False, enable_model_summary=False,
+            accelerator="cpu", devices=1, num_sanity_val_steps=0).fit(_WorseEveryEpoch(monitors), data, data)
+    (last,) = tmp_path.rglob("last.ckpt")
+    assert f"--ckpt_path {last.relative_to(tmp_path)}" in config.read_text()  # the resume command the file prints
+    assert torch.load(last, weights_only=False)["epoch"] == 2
