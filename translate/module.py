@@ -31,7 +31,7 @@ import torch.distributed as dist
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
-from core import WarmupCosineLR, linear_cross_entropy
+from core import InverseSqrtLR, WarmupCosineLR, linear_cross_entropy
 from core.blocks import Activation
 from translate.data import Batch, Split, TranslationDataModule
 from translate.model import Translator
@@ -103,6 +103,9 @@ class TranslationModule(L.LightningModule):
         weight_decay: AdamW weight decay.
         warmup_steps: optimizer steps of linear warmup.
         lr_floor: final learning rate as a fraction of the peak (cosine decay over the whole run).
+        schedule: "cosine" (warmup, then cosine decay to `lr_floor` at the run's last step) or
+            "inverse_sqrt" (warmup, then lr * sqrt(warmup_steps / step), fairseq's `inverse_sqrt`; it
+            needs no run length and ignores `lr_floor`).
         val_beam_size: beam width when validating (1 = greedy search, fastest).
         test_beam_size: beam width when testing.
         alpha: GNMT length-penalty exponent for beam search.
@@ -122,7 +125,7 @@ class TranslationModule(L.LightningModule):
         betas: tuple[float, float] = (0.9, 0.98), weight_decay: float = 1e-4, warmup_steps: int = 400,
         lr_floor: float = 0.01, val_beam_size: int = 1, test_beam_size: int = 5, alpha: float = 0.6,
         bleu_tokenize: Literal["13a", "intl", "char", "none"] = "13a", bleu_lowercase: bool = False,
-        ff_dropout: float | None = None,
+        ff_dropout: float | None = None, schedule: Literal["cosine", "inverse_sqrt"] = "cosine",
     ):
         super().__init__()
         if not 0.0 <= label_smoothing < 1.0:
@@ -132,6 +135,10 @@ class TranslationModule(L.LightningModule):
         for name, p in (("dropout", dropout), ("attn_dropout", attn_dropout), ("ff_dropout", ff_dropout)):
             if p is not None and not 0.0 <= p <= 1.0:
                 raise ValueError(f"`model.{name}` ({p}) must be a probability in [0, 1]")
+        if schedule not in ("cosine", "inverse_sqrt"):
+            raise ValueError(f"`model.schedule` ({schedule!r}) must be 'cosine' or 'inverse_sqrt'")
+        if schedule == "inverse_sqrt" and warmup_steps < 1:
+            raise ValueError(f"`model.warmup_steps` ({warmup_steps}) must be >= 1 with the inverse_sqrt schedule")
         self.save_hyperparameters()
         self.model = Translator(
             src_vocab_size, tgt_vocab_size, pad_id, d_model, n_heads, n_encoder_layers, n_decoder_layers, d_ff,
@@ -164,7 +171,10 @@ class TranslationModule(L.LightningModule):
     def configure_optimizers(self) -> dict[str, Any]:
         hp = self.hparams
         opt = torch.optim.AdamW(self.parameters(), lr=hp.lr, betas=tuple(hp.betas), weight_decay=hp.weight_decay)
-        sched = WarmupCosineLR.for_run(opt, hp.warmup_steps, self.trainer.estimated_stepping_batches, hp.lr_floor)
+        if hp.schedule == "inverse_sqrt":
+            sched = InverseSqrtLR(opt, hp.warmup_steps)
+        else:
+            sched = WarmupCosineLR.for_run(opt, hp.warmup_steps, self.trainer.estimated_stepping_batches, hp.lr_floor)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     def _tokens(self, batch: Batch) -> int:

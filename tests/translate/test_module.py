@@ -133,3 +133,25 @@ def test_ff_dropout_reaches_every_feed_forward_and_defaults_to_dropout() -> None
         layers = [*module.model.encoder.layers, *module.model.decoder.layers]
         assert [layer.ff.drop.p for layer in layers] == [p] * len(layers)
         assert all(layer.ff_block.drop.p == 0.3 for layer in layers)  # the residual dropout stays
+
+
+@pytest.mark.parametrize("warmup", [1, 4])
+def test_inverse_sqrt_schedule_is_fairseqs(warmup: int) -> None:
+    """fairseq's inverse_sqrt (warmup_init_lr 0): lr * step / warmup, then lr * sqrt(warmup) * step ** -0.5."""
+    conf = _module(schedule="inverse_sqrt", warmup_steps=warmup, lr=0.005).configure_optimizers()
+    opt, sched = conf["optimizer"], conf["lr_scheduler"]["scheduler"]
+    assert conf["lr_scheduler"]["interval"] == "step"
+    seen = []
+    for _ in range(12):
+        seen.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    decay = 0.005 * warmup**0.5
+    assert seen == pytest.approx([0.005 * s / warmup if s < warmup else decay * s**-0.5 for s in range(12)])
+
+
+@pytest.mark.parametrize(("bad", "key"), [(dict(schedule="linear"), "model.schedule"),
+                                          (dict(schedule="inverse_sqrt", warmup_steps=0), "model.warmup_steps")])
+def test_a_bad_schedule_is_an_error_naming_its_key(bad: dict, key: str) -> None:
+    with pytest.raises(ValueError, match=f"`{key}`"):
+        _module(**bad)
