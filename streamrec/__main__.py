@@ -11,6 +11,7 @@ import sys
 
 from lightning.pytorch.cli import LightningCLI
 
+from core.checkpoint import stale_last_checkpoint_warnings
 from core.logs import log_info_to_stderr
 from core.precision import cpu_precision_fallback
 from streamrec.data import StreamRecDataModule
@@ -30,6 +31,10 @@ class StreamRecCLI(LightningCLI):
         if fallback is not None:
             config.trainer.precision, reason = fallback
             logging.getLogger("streamrec").warning(reason)  # shown by log_info_to_stderr
+
+    def before_fit(self) -> None:
+        for line in stale_last_checkpoint_warnings(self.trainer.callbacks):
+            logging.getLogger("streamrec").warning(line)
 
 
 def main(args: list[str] | None = None) -> StreamRecCLI:

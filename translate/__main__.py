@@ -14,6 +14,7 @@ import sys
 
 from lightning.pytorch.cli import LightningCLI
 
+from core.checkpoint import stale_last_checkpoint_warnings
 from core.logs import log_info_to_stderr
 from core.precision import cpu_precision_fallback
 from translate.data import TranslationDataModule
@@ -39,6 +40,10 @@ class TranslateCLI(LightningCLI):
         if fallback is not None:
             config.trainer.precision, reason = fallback
             logging.getLogger("translate").warning(reason)  # shown by log_info_to_stderr
+
+    def before_fit(self) -> None:
+        for line in stale_last_checkpoint_warnings(self.trainer.callbacks):
+            logging.getLogger("translate").warning(line)
 
 
 def main(args: list[str] | None = None) -> TranslateCLI:

@@ -10,7 +10,7 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader, TensorDataset
 
-from core.checkpoint import read_checkpoint_file
+from core.checkpoint import read_checkpoint_file, stale_last_checkpoint_warnings
 
 
 def test_reads_what_torch_save_wrote(tmp_path: Path) -> None:
@@ -75,9 +75,26 @@ def test_every_config_rewrites_last_ckpt_every_epoch(config: Path, tmp_path: Pat
             monitors[args["monitor"]] = args.get("mode", "min")
         callbacks.append(ModelCheckpoint(**args))
     assert monitors, f"{config.name}: no best-metric checkpoint"
+    assert stale_last_checkpoint_warnings(callbacks) == []
     data = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=4)
     Trainer(max_epochs=3, callbacks=callbacks, logger=False, enable_progress_bar=False, enable_model_summary=False,
             accelerator="cpu", devices=1, num_sanity_val_steps=0).fit(_WorseEveryEpoch(monitors), data, data)
     (last,) = tmp_path.rglob("last.ckpt")
     assert f"--ckpt_path {last.relative_to(tmp_path)}" in config.read_text()  # the resume command the file prints
     assert torch.load(last, weights_only=False)["epoch"] == 2
+
+
+@pytest.mark.parametrize("save_last", [True, "link"])
+def test_the_warning_names_a_callback_whose_last_ckpt_goes_stale(save_last, tmp_path: Path) -> None:
+    callback = ModelCheckpoint(dirpath=tmp_path, monitor="val_bleu", mode="max", save_last=save_last)
+    (line,) = stale_last_checkpoint_warnings([callback, ModelCheckpoint(dirpath=tmp_path, filename="last")])
+    assert "val_bleu" in line and "filename: last" in line and "\n" not in line
+    data = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=4)
+    Trainer(max_epochs=3, callbacks=[callback], logger=False, enable_progress_bar=False, enable_model_summary=False,
+            accelerator="cpu", devices=1, num_sanity_val_steps=0).fit(_WorseEveryEpoch({"val_bleu": "max"}), data, data)
+    assert torch.load(tmp_path / "last.ckpt", weights_only=False)["epoch"] == 0  # what the warning says: stale
+
+
+def test_no_warning_where_every_epoch_is_saved(tmp_path: Path) -> None:
+    assert stale_last_checkpoint_warnings([ModelCheckpoint(dirpath=tmp_path, monitor="step", save_top_k=-1,
+                                                           save_last=True)]) == []

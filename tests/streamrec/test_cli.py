@@ -46,6 +46,17 @@ def test_bf16_trains_in_fp32_where_the_cpu_has_no_fast_bf16(fast, tiny_log, tmp_
     assert warned is not fast
 
 
+def test_fit_warns_when_last_ckpt_would_only_follow_the_best(tiny_log, tmp_path, monkeypatch, capfd):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "old.yaml").write_text(
+        "trainer:\n  callbacks:\n    - class_path: lightning.pytorch.callbacks.ModelCheckpoint\n"
+        "      init_args: {monitor: val_ndcg@10, mode: max, save_last: true}\n")
+    _run(["fit", "--config", str(REPO / "configs" / "streamrec" / "demo.yaml"), "--config", "old.yaml",
+          "--data.path", str(tiny_log), "--data.format", "csv", "--trainer.fast_dev_run", "true",
+          "--trainer.enable_progress_bar", "false", "--trainer.precision", "32-true"])
+    assert "streamrec: ModelCheckpoint(monitor='val_ndcg@10', save_last=true) rewrites" in capfd.readouterr().err
+
+
 def test_wrong_config_key_names_the_key(tiny_log, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exit_:

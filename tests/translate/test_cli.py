@@ -157,6 +157,18 @@ def test_bf16_config_trains_in_fp32_where_the_cpu_has_no_fast_bf16(fast, demo_di
     assert warned is not fast
 
 
+def test_fit_warns_when_last_ckpt_would_only_follow_the_best(demo_dir, tmp_path, monkeypatch, capfd):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "old.yaml").write_text(
+        "trainer:\n  callbacks:\n    - class_path: lightning.pytorch.callbacks.ModelCheckpoint\n"
+        "      init_args: {monitor: val_bleu, mode: max, save_last: true}\n")
+    main(["fit", "--config", str(REPO / "configs" / "translate" / "demo.yaml"), "--config", "old.yaml",
+          *_data(demo_dir), *TINY_MODEL, "--data.vocab_size", "120", "--data.cache_dir", str(tmp_path / "spm"),
+          "--trainer.fast_dev_run", "true", "--trainer.enable_progress_bar", "false", "--trainer.precision", "32-true"])
+    err = capfd.readouterr().err
+    assert "translate: ModelCheckpoint(monitor='val_bleu', save_last=true) rewrites last.ckpt only" in err
+
+
 def test_demo_config_logs_metrics_and_the_signature_to_csv(demo_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     main(["fit", "--config", str(REPO / "configs" / "translate" / "demo.yaml"), *_data(demo_dir), *TINY_MODEL,
