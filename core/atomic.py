@@ -22,12 +22,22 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
 
     The temporary file sits in the same folder, so the rename is atomic on POSIX and Windows.
     Its name is not from `tempfile.mkstemp`, whose 0600 mode would stick to the result: files
-    written here get the usual umask permissions.
+    written here get the usual umask permissions. A symbolic link is written through (its target
+    gets the new file, the link stays); a path that exists but is no regular file (a FIFO,
+    `/dev/stdout`, a terminal) is a stream with nothing to replace, so it is yielded as it is.
 
     Raises:
         FileNotFoundError: the folder of `path` does not exist (named in the message).
+        IsADirectoryError: `path` is a folder.
     """
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"{path}: is a folder; name a file to write")
+    if path.exists() and not path.is_file():
+        yield path
+        return
+    if path.is_symlink():  # replacing the link itself would cut it from the file it names
+        path = Path(os.path.realpath(path))
     if not path.parent.is_dir():
         raise FileNotFoundError(f"{path}: the output folder {path.parent} does not exist")
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{next(_serial)}.tmp")

@@ -13,7 +13,9 @@ Input is read in chunks of `--chunk-size` lines (default 10,000); inside a chunk
 sorted by length so that batches hold similar lengths, translated, put back in order, written
 and flushed: memory stays bounded on any file size. Sources longer than the model's `max_len`
 subwords are truncated, with a warning naming the line. With `-o` the output appears in one
-rename at the end (never half-written); likewise `--alignments` and `--html`.
+rename at the end (never half-written); likewise `--alignments` and `--html`. An output path
+that is a folder or in a missing folder is an error before any work; a symbolic link is written
+through; a FIFO or device (`/dev/stdout`) is written directly.
 
 `--alignments FILE` writes one JSON line per input line ({"src_words", "tgt_words", "matrix",
 "alignment"}, see `translate.align`) for the best translation; `--html FILE` a self-contained
@@ -245,7 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m translate.infer", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ckpt", required=True, help="checkpoint written by `python -m translate fit` (or .average)")
-    p.add_argument("-i", "--input", help="input text, one sentence per line (default: stdin)")
+    p.add_argument("-i", "--input", help="input text, one sentence per line (default or -: stdin)")
     p.add_argument("-o", "--output", help="output file, written atomically (default: stdout)")
     p.add_argument("--beam", type=int, default=5, help="beam width; 1 = greedy search (default 5)")
     p.add_argument("--alpha", type=float, default=0.6, help="GNMT length-penalty exponent (default 0.6)")
@@ -278,11 +280,11 @@ def main(argv: list[str] | None = None) -> None:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
     try:
         run(args)
-    except (ValueError, FileNotFoundError) as err:
-        sys.exit(f"error: {err}")
     except BrokenPipeError:  # the reader went away (`... | head`): stop quietly, as Unix tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
         sys.exit(1)
+    except (ValueError, OSError) as err:  # bad values; missing, unreadable or unwritable files
+        sys.exit(f"error: {err}")
 
 
 def _device(name: str) -> torch.device:
@@ -305,7 +307,9 @@ def _check(args: argparse.Namespace) -> Layer:
         raise ValueError(f"--max-len-a ({args.max_len_a}) must be >= 0 and --max-len-b ({args.max_len_b}) >= 1")
     if not 1 <= args.nbest <= args.beam:
         raise ValueError(f"--nbest ({args.nbest}) must be between 1 and --beam ({args.beam})")
-    if args.input is not None and not Path(args.input).is_file():
+    if args.input == "-":
+        args.input = None  # stdin, as most Unix tools read it
+    if args.input is not None and (not Path(args.input).exists() or Path(args.input).is_dir()):
         raise FileNotFoundError(f"--input {args.input}: no such file")
     try:
         return "mean" if args.align_layer == "mean" else int(args.align_layer)
@@ -328,6 +332,7 @@ def run(args: argparse.Namespace) -> None:
     with AtomicOutputs() as outputs, contextlib.ExitStack() as stack:
         out = outputs.open(args.output) if args.output else sys.stdout.buffer
         align_out = outputs.open(args.alignments) if args.alignments else None
+        html_out = outputs.reserve(args.html) if args.html else None  # a bad path fails now, not after the work
         stream = stack.enter_context(open(args.input, "rb")) if args.input else sys.stdin.buffer
         progress = stack.enter_context(_Progress(args.progress or sys.stderr.isatty(), args.input))
         first = 1
@@ -346,15 +351,15 @@ def run(args: argparse.Namespace) -> None:
             progress.advance(len(lines))
         if warned[0] > MAX_TRUNCATION_WARNINGS:
             log.warning("%d lines in all were truncated to max_len %d", warned[0], translator.max_src_len)
-        if args.html:
-            write_html(outputs.reserve(args.html), [a for _, a in shown], f"Alignments: {args.input or 'stdin'}",
+        if html_out is not None:
+            write_html(html_out, [a for _, a in shown], f"Alignments: {args.input or 'stdin'}",
                        [n for n, _ in shown])
     log.info("translated %d lines", first - 1)
 
 
 def _count_lines(path: str | None) -> int | None:
-    if path is None:
-        return None  # stdin: an open-ended bar
+    if path is None or not Path(path).is_file():
+        return None  # stdin or a pipe: an open-ended bar (counting would consume it)
     with open(path, "rb") as f:
         return sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 20), b""))
 

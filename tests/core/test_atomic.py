@@ -54,3 +54,32 @@ def test_result_gets_umask_permissions_not_0600(tmp_path: Path) -> None:
     finally:
         os.umask(old)
     assert (tmp_path / "out.txt").stat().st_mode & 0o777 == 0o644
+
+
+def test_a_symlink_is_written_through_and_stays_a_link(tmp_path: Path) -> None:
+    real = tmp_path / "real.txt"
+    real.write_text("old")
+    link = tmp_path / "link.txt"
+    link.symlink_to(real.name)
+    with atomic_path(link) as tmp:
+        tmp.write_text("new")
+    assert link.is_symlink() and os.readlink(link) == "real.txt"
+    assert real.read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.txt", "real.txt"]
+
+
+def test_a_fifo_is_written_directly_not_replaced(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with atomic_path(fifo) as tmp:
+        assert tmp == fifo
+    assert fifo.is_fifo()  # still the pipe a reader may be waiting on
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
+
+
+def test_a_folder_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    folder = tmp_path / "sub"
+    folder.mkdir()
+    with pytest.raises(IsADirectoryError, match=r"sub: is a folder"), atomic_path(folder):
+        pytest.fail("the block must not run")
+    assert list(folder.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["sub"]

@@ -193,20 +193,52 @@ def test_max_len_options_bound_every_output(trained, demo_dir, tmp_path):
                     "--max-len-a", "0", "--max-len-b", "3"])
         vocab = infer.load_translator(trained.ckpt).tgt_vocab
         lengths = [len(vocab.encode(line)) for line in _lines(tmp_path / "out")]
-        assert len(lengths) == len(lines) and max(lengths) <= 2  # three steps: two subwords, then EOS
+        assert len(lengths) == len(lines) and max(lengths) <= 3  # three subwords, then EOS
 
 
 @pytest.mark.parametrize("args, match", [
     (["--device", "tpu9"], r"--device 'tpu9': not a device"),
     (["--align-layer", "7", "--alignments", "a.jsonl"], r"--align-layer 7: the model has 2 decoder layers"),
     (["--max-len-b", "0"], r"--max-len-a \(1\.5\) must be >= 0 and --max-len-b \(0\) >= 1"),
+    (["--html", "nope/a.html"], r"nope/a\.html: the output folder nope does not exist"),
+    (["--alignments", "in.en.d"], r"in\.en\.d: is a folder"),
+    (["-o", "in.en.d"], r"in\.en\.d: is a folder"),
+    (["-i", "in.en.d"], r"--input in\.en\.d: no such file"),
 ])
 def test_bad_options_are_one_line_errors_before_any_output(trained, tmp_path, monkeypatch, args, match):
     monkeypatch.chdir(tmp_path)
     src = _write(tmp_path / "in.en", ["the dog sleeps ."])
+    (tmp_path / "in.en.d").mkdir()
     with pytest.raises(SystemExit, match=rf"^error: {match}"):
         infer.main(["--ckpt", str(trained.ckpt), "-i", str(src), "-o", "out.de", *args])
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.en"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.en", "in.en.d"]  # nothing written, nothing left
+    assert list((tmp_path / "in.en.d").iterdir()) == []
+
+
+def test_output_through_a_symlink_keeps_the_link(trained, tmp_path):
+    src = _write(tmp_path / "in.en", ["the dog sleeps .", "", "the man sees the dog ."])
+    real = _write(tmp_path / "real.de", ["old"])
+    (tmp_path / "link.de").symlink_to("real.de")
+    infer.main(["--ckpt", str(trained.ckpt), "-i", str(src), "-o", str(tmp_path / "link.de"), "--beam", "1"])
+    assert (tmp_path / "link.de").is_symlink()
+    assert len(_lines(real)) == 3 and _lines(real)[1] == ""
+
+
+def test_dash_input_reads_stdin(trained, monkeypatch, capsysbinary):
+    monkeypatch.setattr(sys, "stdin", SimpleNamespace(buffer=io.BytesIO(b"the dog sleeps .\n\n")))
+    infer.main(["--ckpt", str(trained.ckpt), "-i", "-", "--beam", "1"])
+    assert capsysbinary.readouterr().out.decode("utf-8").count("\n") == 2
+
+
+def test_nbest_keeps_its_columns_at_the_tightest_length_limit(trained, demo_dir, tmp_path):
+    lines = (demo_dir / "val.en").read_text(encoding="utf-8").splitlines()[:4]
+    src = _write(tmp_path / "in.en", lines)
+    infer.main(["--ckpt", str(trained.ckpt), "-i", str(src), "-o", str(tmp_path / "out"), "--beam", "3",
+                "--nbest", "3", "--max-len-a", "0", "--max-len-b", "1"])
+    rows = [row.split("\t") for row in _lines(tmp_path / "out")]
+    vocab = infer.load_translator(trained.ckpt).tgt_vocab
+    assert len(rows) == 4 and all(len(row) == 3 for row in rows)
+    assert all(len(vocab.encode(text)) <= 1 for row in rows for text in row)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
