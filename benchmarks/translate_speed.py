@@ -13,8 +13,8 @@ feed the padding id 0, whose embedding row is zero, as the start token.
   batches of 32 (the same batches for everyone), beam 5, exactly 20 decoder steps per sentence.
   Marian: `generate(min_new_tokens=max_new_tokens=20)`; CTranslate2: `min_decoding_length =
   max_decoding_length = 20`; both then return 20 non-EOS tokens. Ours: `beam_search` with the
-  output limit fixed at 20 (`max_len_a=0, max_len_b=20`); search.py counts the EOS in that limit,
-  so its 20th step is the forced EOS: the same 20 decoder steps, full vocabulary each. Target
+  output limit fixed at 19 subwords (`max_len_a=0, max_len_b=19`; search.py's limit does not count
+  EOS), so its 20th step is the forced EOS: the same 20 decoder steps, full vocabulary each. Target
   tokens/s = sentences x 20 / seconds, counting the best hypothesis only (not the beam).
 - Training: one step = forward + loss + backward + AdamW on token-count batches (~4096 padded
   tokens, `translate.data.TokenBatchSampler`), dropout 0.1 in both. Ours: `Translator` with
@@ -268,8 +268,8 @@ def decode_ours(model: Translator, batches: Sequence[Tensor], beam: int, steps: 
     """Best hypothesis per sentence after exactly `steps` decoder steps (the last one the forced EOS)."""
     out = []
     for src in batches:
-        hyps = beam_search(model, src, START_ID, EOS_ID, beam_size=beam, max_len_a=0.0, max_len_b=steps,
-                           max_len=steps)
+        hyps = beam_search(model, src, START_ID, EOS_ID, beam_size=beam, max_len_a=0.0, max_len_b=steps - 1,
+                           max_len=steps - 1)
         out += [h[0].tokens for h in hyps]
     return out
 

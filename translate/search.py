@@ -5,8 +5,9 @@ encoder output, the first step and the cross-attention keys/values are computed 
 per sentence (the K beams of a sentence attend to its one memory row, see
 `core.CrossAttention`), each step feeds only the newest token through the KV cache, and the
 self-attention cache rows follow their beams. A sentence is done
-when it has `beam_size` finished hypotheses or reaches its length limit
-`max_len_a * source_length + max_len_b`; done sentences leave the batch so later steps
+when it has `beam_size` finished hypotheses or reaches its length limit of
+`max_len_a * source_length + max_len_b` subwords before EOS (fairseq's definition); done
+sentences leave the batch so later steps
 cost less. Finished hypotheses are ranked by the GNMT length penalty
 score / ((5 + length) / 6) ** alpha (Wu et al., 2016), length counting the EOS.
 
@@ -39,7 +40,7 @@ def length_penalty(length: Tensor | int, alpha: float) -> Tensor | float:
 
 
 def max_output_lengths(src: Tensor, pad_id: int, a: float, b: int, limit: int) -> Tensor:
-    """Per-sentence output length limit a * source_length + b, capped at the model's `limit`. (B,)"""
+    """Per-sentence limit on output subwords (EOS not counted): a * source_length + b, capped at `limit`. (B,)"""
     src_len = (src != pad_id).sum(1)
     return (a * src_len + b).long().clamp(min=1, max=limit)
 
@@ -71,9 +72,9 @@ def greedy_search(
     out = torch.zeros(b, 0, dtype=torch.long, device=src.device)
     log_prob = torch.zeros(b, device=src.device)
     done = torch.zeros(b, dtype=torch.bool, device=src.device)
-    for step in range(int(limits.max())):
+    for step in range(int(limits.max()) + 1):  # `limit` subwords, then EOS
         logp = _next_log_probs(model, token, memory, src_mask, cache, bos_id)  # (B, V)
-        logp = _force_eos(logp, step + 1 >= limits, eos_id)
+        logp = _force_eos(logp, step >= limits, eos_id)
         best_lp, token = logp.max(-1, keepdim=True)  # (B, 1)
         log_prob += torch.where(done, 0.0, best_lp[:, 0])
         out = torch.cat([out, torch.where(done[:, None], eos_id, token)], dim=1)
@@ -118,10 +119,10 @@ def beam_search(
     active = torch.arange(n_sent, device=src.device)  # original index of each sentence still searched
     finished: list[list[Hypothesis]] = [[] for _ in range(n_sent)]
 
-    for step in range(int(limits.max())):
+    for step in range(int(limits.max()) + 1):  # `limit` subwords, then EOS
         if step:
             logp = _next_log_probs(model, tokens[:, -1:], memory, src_mask, cache, bos_id)  # (R, V)
-        at_limit = (step + 1 >= limits[active]).repeat_interleave(k)
+        at_limit = (step >= limits[active]).repeat_interleave(k)
         logp = _force_eos(logp, at_limit, eos_id)
         vocab = logp.shape[-1]
         cand = (scores[:, :, None] + logp.view(-1, k, vocab)).view(-1, k * vocab)  # (B_act, K*V)
@@ -134,7 +135,7 @@ def beam_search(
         beam, tok = top_beam.gather(1, pick), top_tok.gather(1, pick)
         row = (torch.arange(len(active), device=src.device)[:, None] * k + beam).view(-1)  # (R,)
         counts = torch.tensor([len(finished[i]) for i in active.tolist()], device=src.device)
-        keep = (counts < k) & (step + 1 < limits[active])
+        keep = (counts < k) & (step < limits[active])
         if not bool(keep.any()):
             break
         if not bool(keep.all()):  # drop finished sentences from every per-sentence and per-row tensor
@@ -216,7 +217,7 @@ def _force_eos(logp: Tensor, rows: Tensor, eos_id: int) -> Tensor:
 
 
 def _cap(model: Translator, max_len: int | None) -> int:
-    limit = model.decoder.max_len - 1  # BOS takes one position
+    limit = model.decoder.max_len - 1  # the decoder reads BOS + `limit` subwords to predict EOS
     return limit if max_len is None else min(max_len, limit)
 
 

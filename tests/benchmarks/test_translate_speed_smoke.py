@@ -52,7 +52,7 @@ def test_our_decode_runs_exactly_tgt_len_steps(bench: ModuleType) -> None:
     batches = bench.source_batches(bench.make_sources(6, args.min_src, args.max_src, args.vocab, 0), 4)
     out = bench.decode_ours(model, batches, args.beam, args.tgt_len)
     assert len(out) == 6
-    # The output limit counts the EOS: tgt_len - 1 tokens, unless a random EOS ended a sentence sooner.
+    # tgt_len - 1 subwords, then the forced EOS (tgt_len steps), unless a random EOS ended a sentence sooner.
     assert all(len(o) <= args.tgt_len - 1 for o in out) and any(len(o) == args.tgt_len - 1 for o in out)
 
 

@@ -46,11 +46,11 @@ def test_beam_one_equals_greedy():
 @pytest.mark.parametrize("alpha", [0.0, 1.0])
 def test_large_beam_finds_the_exhaustive_best(alpha):
     """Enumerate every output of up to 3 tokens (EOS forced after them) and score it without the cache."""
-    vocab, limit = 6, 4
+    vocab, limit = 6, 3
     model = _model(vocab=vocab, seed=2, eos_scale=0.2)
     src = torch.tensor([[4, 5, 4]])
     best_score, best = float("-inf"), None
-    for n in range(limit):
+    for n in range(limit + 1):
         for body in itertools.product(range(vocab), repeat=n):
             if EOS in body or PAD in body or BOS in body:  # search never emits padding or BOS
                 continue
@@ -59,7 +59,7 @@ def test_large_beam_finds_the_exhaustive_best(alpha):
             if score > best_score:
                 best_score, best = score, list(body)
     assert best, "degenerate case: the empty output wins"
-    beam = vocab ** (limit - 1)  # wide enough to keep every prefix alive
+    beam = vocab**limit  # wide enough to keep every prefix alive
     hyp = beam_search(model, src, BOS, EOS, beam_size=beam, alpha=alpha, max_len_a=0.0, max_len_b=limit)[0][0]
     assert hyp.tokens == best
     assert hyp.score == pytest.approx(best_score, abs=1e-4)
@@ -113,8 +113,28 @@ def test_output_does_not_depend_on_the_rest_of_the_batch():
 def test_length_limit_is_respected():
     model = _model()
     src = torch.tensor([[5, 6]])
-    hyps = beam_search(model, src, BOS, EOS, beam_size=3, max_len_a=0.0, max_len_b=2, nbest=3)[0]
-    assert len(hyps) == 3
+    hyps = beam_search(model, src, BOS, EOS, beam_size=3, max_len_a=0.0, max_len_b=1, nbest=3)[0]
+    assert len(hyps) == 3  # n-best still full at the tightest limit
     for hyp in hyps:
-        assert len(hyp.tokens) <= 1  # two steps: at most one token, then EOS
-    assert len(greedy_search(model, src, BOS, EOS, max_len_a=0.0, max_len_b=2)[0].tokens) <= 1
+        assert len(hyp.tokens) <= 1  # one subword, then EOS
+    assert len(greedy_search(model, src, BOS, EOS, max_len_a=0.0, max_len_b=1)[0].tokens) <= 1
+
+
+def test_outputs_reach_exactly_the_limit_when_eos_is_unlikely(monkeypatch):
+    """The limit counts subwords before EOS, as fairseq's --max-len-a/b do; the default cap is the
+    longest output the decoder's positions can hold (BOS + max_len - 1 subwords), as in training."""
+    model = _model(max_len=16)
+    decode = model.decode
+
+    def eos_last(*args, **kwargs):  # EOS only when forced (a finite penalty: forcing keeps its score)
+        logits = decode(*args, **kwargs).clone()
+        logits[..., EOS] -= 1e4
+        return logits
+
+    monkeypatch.setattr(model, "decode", eos_last)
+    src = torch.tensor([[5, 6, 7], [8, 9, PAD]])
+    for a, b, expected in ((0.0, 2, [2, 2]), (1.0, 1, [4, 3]), (0.0, 100, [15, 15])):
+        greedy = greedy_search(model, src, BOS, EOS, max_len_a=a, max_len_b=b)
+        beams = beam_search(model, src, BOS, EOS, beam_size=3, max_len_a=a, max_len_b=b, nbest=3)
+        assert [len(h.tokens) for h in greedy] == expected
+        assert [[len(h.tokens) for h in hyps] for hyps in beams] == [[n] * 3 for n in expected]
