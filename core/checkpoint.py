@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
 
 
 def read_checkpoint_file(path: str | Path, written_by: str) -> Any:
@@ -41,7 +40,8 @@ def stale_last_checkpoint_warnings(callbacks: Iterable[Any]) -> list[str]:
     """
     lines = []
     for cb in callbacks:
-        if isinstance(cb, ModelCheckpoint) and cb.save_last and cb.monitor and cb.save_top_k != -1:
+        # Read by attribute (a ModelCheckpoint or a subclass), so `core` needs no Lightning import.
+        if getattr(cb, "save_last", None) and getattr(cb, "monitor", None) and getattr(cb, "save_top_k", -1) != -1:
             lines.append(
                 f"ModelCheckpoint(monitor={cb.monitor!r}, save_last=true) rewrites last.ckpt only when "
                 f"{cb.monitor} improves, so resuming from it repeats epochs; drop save_last and add a ModelCheckpoint "

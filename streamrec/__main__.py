@@ -12,6 +12,7 @@ import sys
 from lightning.pytorch.cli import LightningCLI
 
 from core.checkpoint import stale_last_checkpoint_warnings
+from core.cli import OneLineErrorParser
 from core.logs import log_info_to_stderr
 from core.precision import cpu_precision_fallback
 from streamrec.data import StreamRecDataModule
@@ -42,8 +43,9 @@ def main(args: list[str] | None = None) -> StreamRecCLI:
     log_info_to_stderr("streamrec")  # data counts (skipped users and ids, cold starts)
     try:
         return StreamRecCLI(
-            StreamRecModule, StreamRecDataModule, parser_kwargs={"parser_mode": "omegaconf"},
-            save_config_kwargs={"overwrite": True}, args=args,
+            StreamRecModule, StreamRecDataModule,
+            parser_kwargs={"parser_mode": "omegaconf", "prog": "python -m streamrec"},
+            parser_class=OneLineErrorParser, save_config_kwargs={"overwrite": True}, args=args,
         )
     except (ValueError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")

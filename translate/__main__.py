@@ -15,6 +15,7 @@ import sys
 from lightning.pytorch.cli import LightningCLI
 
 from core.checkpoint import stale_last_checkpoint_warnings
+from core.cli import OneLineErrorParser
 from core.logs import log_info_to_stderr
 from core.precision import cpu_precision_fallback
 from translate.data import TranslationDataModule
@@ -51,8 +52,9 @@ def main(args: list[str] | None = None) -> TranslateCLI:
     log_info_to_stderr("translate")  # data counts (skipped blank pairs, length filters), vocabulary cache
     try:
         return TranslateCLI(
-            TranslationModule, TranslationDataModule, parser_kwargs={"parser_mode": "omegaconf"},
-            save_config_kwargs={"overwrite": True}, args=args,
+            TranslationModule, TranslationDataModule,
+            parser_kwargs={"parser_mode": "omegaconf", "prog": "python -m translate"},
+            parser_class=OneLineErrorParser, save_config_kwargs={"overwrite": True}, args=args,
         )
     except (ValueError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")

@@ -61,12 +61,25 @@ def test_every_config_runs_one_fast_dev_batch(config, demo_dir, tmp_path, monkey
     assert "val_bleu" in cli.trainer.callback_metrics
 
 
-def test_wrong_config_key_names_the_key(demo_dir, tmp_path, capsys, monkeypatch):
+def test_wrong_config_key_is_one_line_naming_the_key_and_its_file(demo_dir, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.yaml").write_text("model:\n  d_modle: 32\n")
     with pytest.raises(SystemExit) as exit_:
-        main(["fit", *_data(demo_dir), "--model.d_modle", "32"])
-    assert exit_.value.code != 0
-    assert "d_modle" in capsys.readouterr().err
+        main(["fit", "--config", str(CONFIGS[0]), "--config", "mine.yaml", *_data(demo_dir)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "usage:" not in err and err.count("error:") == 1  # no 80 lines of usage around it
+    err = err[err.index("error:"):]
+    assert err.count("\n") == 1 and "model.d_modle" in err and "(set in mine.yaml)" in err
+    assert "`python -m translate fit --help` lists the accepted keys" in err
+
+
+def test_config_that_is_not_yaml_names_file_and_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.yaml").write_text("model:\n  d_model: [32\n")
+    with pytest.raises(SystemExit, match=r"^error: mine\.yaml:3:1: not valid YAML: ") as exit_:
+        main(["fit", "--config", "mine.yaml"])
+    assert "\n" not in str(exit_.value.code)
 
 
 def test_missing_data_file_is_one_line(tmp_path, monkeypatch):

@@ -1,0 +1,98 @@
+"""What the two apps' LightningCLI entry points share: config mistakes end in one line.
+
+jsonargparse answers a wrong key or value with the whole usage (80+ lines) and names neither the
+YAML file that set it nor, for a syntax error, the file at all ("<unicode string>"). Here a YAML
+file that does not parse is reported as FILE:LINE:COLUMN before the CLI starts, and a rejected
+key or value is one line naming the key and the `--config` file that set it.
+
+Unlike the rest of `core/`, this module needs Lightning and PyYAML (both come with Lightning).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import yaml
+from lightning.pytorch.cli import LightningArgumentParser
+
+_KEY = re.compile(r"""(?:option|key) ["']([\w.]+)["']""", re.IGNORECASE)
+_SUBCOMMAND = re.compile(r"^Subcommand '(\w+)'")
+
+
+def config_files(args: Sequence[str]) -> list[str]:
+    """The files given as `--config FILE`, `--config=FILE` or `-c FILE`, in order."""
+    files = []
+    for i, arg in enumerate(args):
+        if arg in ("--config", "-c") and i + 1 < len(args):
+            files.append(args[i + 1])
+        elif arg.startswith("--config="):
+            files.append(arg.removeprefix("--config="))
+    return files
+
+
+def check_yaml_syntax(files: Sequence[str]) -> None:
+    """Raise ValueError naming FILE:LINE:COLUMN for the first config file that is not valid YAML."""
+    for name in files:
+        path = Path(name)
+        if not path.is_file():
+            continue  # jsonargparse names a missing file itself
+        try:
+            yaml.safe_load(path.read_text(encoding="utf-8"))
+        except yaml.MarkedYAMLError as err:
+            mark = err.problem_mark or err.context_mark
+            where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark else name
+            raise ValueError(f"{where}: not valid YAML: {err.problem or err.context}") from None
+        except (yaml.YAMLError, UnicodeDecodeError) as err:
+            raise ValueError(f"{name}: not a readable YAML file ({type(err).__name__})") from None
+
+
+def file_setting(files: Sequence[str], key: str) -> str | None:
+    """The last of `files` whose YAML sets the dotted `key` (the one that wins), or None."""
+    found = None
+    for name in files:
+        try:
+            node: Any = yaml.safe_load(Path(name).read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError, UnicodeDecodeError):
+            continue
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+            if node is None:
+                break
+        else:
+            found = name
+    return found
+
+
+class OneLineErrorParser(LightningArgumentParser):
+    """A LightningCLI parser whose errors are one line: what is wrong, which key, which file, and where help is.
+
+    `parse_args` first checks the syntax of every `--config` file (ValueError naming
+    FILE:LINE:COLUMN) and remembers the arguments, to name the file or flag that set a bad key.
+    """
+
+    _argv: Sequence[str] = ()
+
+    def parse_args(self, args: Sequence[str] | None = None, *rest: Any, **kwargs: Any) -> Any:
+        self._argv = list(sys.argv[1:] if args is None else args)
+        check_yaml_syntax(config_files(self._argv))
+        return super().parse_args(args, *rest, **kwargs)
+
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:
+        if not self.exit_on_error:  # a parent parser handles it (subcommands) or the caller wants the exception
+            super().error(message, ex)
+        line = " ".join(message.split())
+        key = _KEY.search(message)
+        if key is not None:
+            flag = f"--{key.group(1)}"
+            if any(arg == flag or arg.startswith(f"{flag}=") for arg in self._argv):
+                line += " (given on the command line)"
+            elif (source := file_setting(config_files(self._argv), key.group(1))) is not None:
+                line += f" (set in {source})"
+        prog = self.prog.replace(" [options]", "")
+        if sub := _SUBCOMMAND.search(message):  # raised by the main parser about a subcommand's key
+            prog += f" {sub.group(1)}"
+        self.exit(2, f"error: {line}; `{prog} --help` lists the accepted keys\n")
