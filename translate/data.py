@@ -114,7 +114,7 @@ def drop_blank_pairs(src: Sequence[str], tgt: Sequence[str], name: str = "train"
     if len(keep) < len(src):
         logger.info("%s: skipped %d of %d pairs with a blank side", name, len(src) - len(keep), len(src))
     if not keep:
-        raise ValueError(f"{name}: all {len(src)} pairs have a blank side; nothing to train on")
+        raise ValueError(f"{name}: all {len(src)} pairs (lines 1-{len(src)}) have a blank side; nothing to train on")
     return [src[i] for i in keep], [tgt[i] for i in keep]
 
 

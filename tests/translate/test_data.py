@@ -106,8 +106,8 @@ def test_training_files_of_blank_lines_only_are_one_line_naming_them(tmp_path):
     write(tmp_path / "train.de", ["", "", "\t"])
     with pytest.raises(ValueError) as excinfo:
         TranslationDataModule(str(tmp_path / "train"), str(tmp_path / "train"), None, cache_dir=None)
-    assert one_line_error(excinfo) == (f"{tmp_path / 'train.en'} / {tmp_path / 'train.de'}: all 3 pairs have a "
-                                       "blank side; nothing to train on")
+    assert one_line_error(excinfo) == (f"{tmp_path / 'train.en'} / {tmp_path / 'train.de'}: all 3 pairs (lines 1-3) "
+                                       "have a blank side; nothing to train on")
 
 
 def test_split_path_forms(tmp_path):
