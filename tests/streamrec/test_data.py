@@ -427,10 +427,6 @@ def test_demo_plants_a_series_successor_pattern_that_beats_popularity(demo, tmp_
     assert markov.compute()["hr@10"] > 1.5 * popular.compute()["hr@10"]
 
 
-def test_demo_default_size_is_fast(demo):
-    import time
-
-    start = time.perf_counter()
+def test_demo_default_size_is_as_documented(demo):
     rows = demo.generate()
-    assert time.perf_counter() - start < 5.0
     assert 2000 * 20 <= len(rows) <= 2000 * 60
