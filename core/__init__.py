@@ -11,7 +11,7 @@ from core.kv_cache import DecoderCache, KVCache, StaticKV
 from core.loss import linear_cross_entropy
 from core.masks import additive_mask, causal_mask, causal_padding_mask, combine_masks, lengths_mask, padding_mask
 from core.positions import ALiBi, LearnedPositions, RotaryEmbedding, SinusoidalPositions, alibi_slopes, apply_rope
-from core.schedule import InverseSqrt, InverseSqrtLR, WarmupCosine, WarmupCosineLR
+from core.schedule import InverseSqrt, InverseSqrtLR, WarmupCosine, WarmupCosineLR, stops_on_time
 from core.stacks import Decoder, Encoder, TokenEmbedding, init_linear, tie_weights
 
 __all__ = [
@@ -20,5 +20,6 @@ __all__ = [
     "MultiHeadAttention", "RotaryEmbedding", "SinusoidalPositions", "StaticKV", "TokenEmbedding",
     "WarmupCosine", "WarmupCosineLR", "additive_mask", "alibi_slopes", "apply_rope", "attend", "attention_entropy",
     "attention_rollout", "causal_mask", "causal_padding_mask", "combine_masks", "dropout", "init_linear",
-    "linear_cross_entropy", "lengths_mask", "padding_mask", "save_attention_json", "save_heatmap", "tie_weights",
+    "linear_cross_entropy", "lengths_mask", "padding_mask", "save_attention_json", "save_heatmap", "stops_on_time",
+    "tie_weights",
 ]

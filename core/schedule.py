@@ -12,7 +12,10 @@ and a resumed run continues the same curve.
 from __future__ import annotations
 
 import math
+import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
@@ -84,15 +87,22 @@ class WarmupCosineLR(LambdaLR):
         super().__init__(optimizer, WarmupCosine(warmup_steps, total_steps, floor))
 
     @classmethod
-    def for_run(cls, optimizer: Optimizer, warmup_steps: int, run_steps: float, floor: float = 0.0) -> WarmupCosineLR:
+    def for_run(cls, optimizer: Optimizer, warmup_steps: int, run_steps: float, floor: float = 0.0,
+                stops_on_time: bool = False, advice: str = "") -> WarmupCosineLR:
         """The schedule over a whole training run, e.g. Lightning's `trainer.estimated_stepping_batches`.
 
         A run shorter than the warmup keeps the full warmup (the cosine never starts). An unbounded
         run (`max_epochs: -1` without `max_steps`) is refused with a one-line error: a cosine needs an end.
+        A run that a clock may stop (`stops_on_time`, see `stops_on_time`) gets a warning: the cosine
+        still spans `run_steps`, so the run can end at a high learning rate; `advice` ends the warning.
         """
         if not math.isfinite(run_steps):
             raise ValueError("trainer.max_epochs / trainer.max_steps: the warmup-cosine schedule needs a finite run; "
                              "set one of them (early stopping can still end the run sooner)")
+        if stops_on_time:
+            warnings.warn(f"trainer.max_time: the warmup-cosine schedule spans trainer.max_epochs / max_steps "
+                          f"({int(run_steps)} steps), so a run the clock stops first ends before its learning rate "
+                          f"has decayed; set max_epochs to what fits the time{advice}", stacklevel=2)
         total = max(int(run_steps), warmup_steps, 1)
         return cls(optimizer, warmup_steps, total, floor)
 
@@ -107,3 +117,15 @@ class InverseSqrtLR(LambdaLR):
 
     def __init__(self, optimizer: Optimizer, warmup_steps: int):
         super().__init__(optimizer, InverseSqrt(warmup_steps))
+
+
+def stops_on_time(callbacks: Iterable[Any]) -> bool:
+    """Whether a callback may stop the run on the clock (Lightning's `Timer`, added by `trainer.max_time`).
+
+    Read by attribute, so `core` needs no Lightning import.
+    """
+    for cb in callbacks:
+        remaining = getattr(cb, "time_remaining", None)
+        if callable(remaining) and remaining() is not None:
+            return True
+    return False

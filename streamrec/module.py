@@ -14,7 +14,7 @@ import lightning as L
 import torch
 from torch import Tensor
 
-from core import WarmupCosineLR
+from core import WarmupCosineLR, stops_on_time
 from core.blocks import Activation
 from streamrec import losses
 from streamrec.data import EvalBatch, ItemVocab, TrainBatch
@@ -138,7 +138,8 @@ class StreamRecModule(L.LightningModule):
     def configure_optimizers(self) -> dict[str, Any]:
         hp = self.hparams
         opt = torch.optim.AdamW(self.parameters(), lr=hp.lr, weight_decay=hp.weight_decay)
-        sched = WarmupCosineLR.for_run(opt, hp.warmup_steps, self.trainer.estimated_stepping_batches, hp.lr_floor)
+        sched = WarmupCosineLR.for_run(opt, hp.warmup_steps, self.trainer.estimated_stepping_batches, hp.lr_floor,
+                                       stops_on_time(self.trainer.callbacks))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     # ------------------------------------------------------------------ evaluation

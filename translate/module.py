@@ -31,7 +31,7 @@ import torch.distributed as dist
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
-from core import InverseSqrtLR, WarmupCosineLR, linear_cross_entropy
+from core import InverseSqrtLR, WarmupCosineLR, linear_cross_entropy, stops_on_time
 from core.blocks import Activation
 from translate.data import Batch, Split, TranslationDataModule
 from translate.model import Translator
@@ -174,7 +174,11 @@ class TranslationModule(L.LightningModule):
         if hp.schedule == "inverse_sqrt":
             sched = InverseSqrtLR(opt, hp.warmup_steps)
         else:
-            sched = WarmupCosineLR.for_run(opt, hp.warmup_steps, self.trainer.estimated_stepping_batches, hp.lr_floor)
+            sched = WarmupCosineLR.for_run(
+                opt, hp.warmup_steps, self.trainer.estimated_stepping_batches, hp.lr_floor,
+                stops_on_time(self.trainer.callbacks),
+                advice=", or use model.schedule: inverse_sqrt, which needs no run length",
+            )
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     def _tokens(self, batch: Batch) -> int:

@@ -8,7 +8,7 @@ import pickle
 import pytest
 import torch
 
-from core.schedule import InverseSqrt, InverseSqrtLR, WarmupCosine, WarmupCosineLR
+from core.schedule import InverseSqrt, InverseSqrtLR, WarmupCosine, WarmupCosineLR, stops_on_time
 
 PEAK = 0.5
 
@@ -147,3 +147,18 @@ def test_for_run_refuses_an_unbounded_run() -> None:
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     with pytest.raises(ValueError, match=r"trainer\.max_epochs / trainer\.max_steps: .* needs a finite run"):
         WarmupCosineLR.for_run(opt, warmup_steps=10, run_steps=math.inf)
+
+
+def test_stops_on_time_finds_lightnings_timer_only_when_it_has_a_duration() -> None:
+    from lightning.pytorch.callbacks import ModelCheckpoint, Timer
+
+    assert stops_on_time([ModelCheckpoint(), Timer(duration="00:00:10:00")])
+    assert not stops_on_time([ModelCheckpoint(), Timer(duration=None)])
+    assert not stops_on_time([])
+
+
+def test_for_run_warns_when_a_clock_may_stop_the_run_mid_cosine() -> None:
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    expected = r"trainer\.max_time: .* \(110 steps\), .*; set max_epochs to what fits the time, or X$"
+    with pytest.warns(UserWarning, match=expected):
+        WarmupCosineLR.for_run(opt, warmup_steps=10, run_steps=110.0, stops_on_time=True, advice=", or X")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -180,6 +181,23 @@ def test_fit_warns_when_last_ckpt_would_only_follow_the_best(demo_dir, tmp_path,
           "--trainer.fast_dev_run", "true", "--trainer.enable_progress_bar", "false", "--trainer.precision", "32-true"])
     err = capfd.readouterr().err
     assert "translate: ModelCheckpoint(monitor='val_bleu', save_last=true) rewrites last.ckpt only" in err
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "inverse_sqrt"])
+def test_fit_with_max_time_warns_that_the_cosine_may_not_finish(schedule, demo_dir, tmp_path, monkeypatch):
+    """A run the clock (trainer.max_time) may stop ends anywhere; only inverse_sqrt needs no run length."""
+    monkeypatch.chdir(tmp_path)
+    args = ["fit", *_data(demo_dir), *TINY_MODEL, "--data.vocab_size", "120", "--data.cache_dir", str(tmp_path / "spm"),
+            "--model.schedule", schedule, "--trainer.max_time", "00:01:00:00", "--trainer.max_epochs", "1",
+            "--trainer.limit_train_batches", "1", "--trainer.limit_val_batches", "1", "--trainer.logger", "false",
+            "--trainer.enable_checkpointing", "false", "--trainer.enable_progress_bar", "false",
+            "--trainer.precision", "32-true", "--trainer.num_sanity_val_steps", "0"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        main(args)
+    warned = [str(w.message) for w in caught if "trainer.max_time: the warmup-cosine schedule" in str(w.message)]
+    assert len(warned) == (schedule == "cosine")
+    assert all(w.endswith("or use model.schedule: inverse_sqrt, which needs no run length") for w in warned)
 
 
 def test_demo_config_logs_metrics_and_the_signature_to_csv(demo_dir, tmp_path, monkeypatch):
