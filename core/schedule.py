@@ -88,18 +88,19 @@ class WarmupCosineLR(LambdaLR):
 
     @classmethod
     def for_run(cls, optimizer: Optimizer, warmup_steps: int, run_steps: float, floor: float = 0.0,
-                stops_on_time: bool = False, advice: str = "") -> WarmupCosineLR:
+                clock_limited: bool = False, advice: str = "") -> WarmupCosineLR:
         """The schedule over a whole training run, e.g. Lightning's `trainer.estimated_stepping_batches`.
 
         A run shorter than the warmup keeps the full warmup (the cosine never starts). An unbounded
         run (`max_epochs: -1` without `max_steps`) is refused with a one-line error: a cosine needs an end.
-        A run that a clock may stop (`stops_on_time`, see `stops_on_time`) gets a warning: the cosine
-        still spans `run_steps`, so the run can end at a high learning rate; `advice` ends the warning.
+        A run that a clock may stop (`clock_limited`, e.g. `stops_on_time(trainer.callbacks)`) gets a
+        warning: the cosine still spans `run_steps`, so the run can end at a high learning rate; `advice`
+        ends the warning.
         """
         if not math.isfinite(run_steps):
             raise ValueError("trainer.max_epochs / trainer.max_steps: the warmup-cosine schedule needs a finite run; "
                              "set one of them (early stopping can still end the run sooner)")
-        if stops_on_time:
+        if clock_limited:
             warnings.warn(f"trainer.max_time: the warmup-cosine schedule spans trainer.max_epochs / max_steps "
                           f"({int(run_steps)} steps), so a run the clock stops first ends before its learning rate "
                           f"has decayed; set max_epochs to what fits the time{advice}", stacklevel=2)

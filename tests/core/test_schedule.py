@@ -161,4 +161,4 @@ def test_for_run_warns_when_a_clock_may_stop_the_run_mid_cosine() -> None:
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     expected = r"trainer\.max_time: .* \(110 steps\), .*; set max_epochs to what fits the time, or X$"
     with pytest.warns(UserWarning, match=expected):
-        WarmupCosineLR.for_run(opt, warmup_steps=10, run_steps=110.0, stops_on_time=True, advice=", or X")
+        WarmupCosineLR.for_run(opt, warmup_steps=10, run_steps=110.0, clock_limited=True, advice=", or X")
