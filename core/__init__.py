@@ -8,7 +8,7 @@ from core.blocks import DecoderLayer, EncoderLayer, FeedForward
 from core.dropout import Dropout, dropout
 from core.explain import AttentionCapture, attention_entropy, attention_rollout, save_attention_json, save_heatmap
 from core.kv_cache import DecoderCache, KVCache, StaticKV
-from core.loss import linear_cross_entropy
+from core.loss import linear_cross_entropy, rdrop_cross_entropy
 from core.masks import additive_mask, causal_mask, causal_padding_mask, combine_masks, lengths_mask, padding_mask
 from core.positions import ALiBi, LearnedPositions, RotaryEmbedding, SinusoidalPositions, alibi_slopes, apply_rope
 from core.schedule import InverseSqrt, InverseSqrtLR, WarmupCosine, WarmupCosineLR, stops_on_time
@@ -20,6 +20,6 @@ __all__ = [
     "MultiHeadAttention", "RotaryEmbedding", "SinusoidalPositions", "StaticKV", "TokenEmbedding",
     "WarmupCosine", "WarmupCosineLR", "additive_mask", "alibi_slopes", "apply_rope", "attend", "attention_entropy",
     "attention_rollout", "causal_mask", "causal_padding_mask", "combine_masks", "dropout", "init_linear",
-    "linear_cross_entropy", "lengths_mask", "padding_mask", "save_attention_json", "save_heatmap", "stops_on_time",
-    "tie_weights",
+    "linear_cross_entropy", "lengths_mask", "padding_mask", "rdrop_cross_entropy",
+    "save_attention_json", "save_heatmap", "stops_on_time", "tie_weights",
 ]

@@ -6,6 +6,9 @@ max_len 200, 350 MB each), written and read once and freshly page-faulted every 
 `linear_cross_entropy` computes the loss and both gradients chunk by chunk in the forward
 pass instead; `benchmarks/streamrec_loss.py` measures it against `F.cross_entropy`.
 
+`rdrop_cross_entropy` is R-Drop (Liang et al., 2021): the same rows through two dropout masks,
+cross-entropy on both plus a symmetric KL between the two predicted distributions.
+
 Legend: M rows (positions), D width, V classes.
 """
 
@@ -42,6 +45,91 @@ def linear_cross_entropy(
         raise ValueError(f"`label_smoothing` must be in [0, 1), got {label_smoothing}")
     rows = max(16, chunk_elements // max(weight.shape[0], 1))
     return _ChunkedCrossEntropy.apply(hidden, weight, targets, label_smoothing, rows)
+
+
+def rdrop_cross_entropy(
+    hidden: Tensor, weight: Tensor, targets: Tensor, label_smoothing: float = 0.0, alpha: float = 5.0,
+    chunk_elements: int = CHUNK_ELEMENTS,
+) -> Tensor:
+    """R-Drop loss of two dropout passes over the same rows, in row chunks like `linear_cross_entropy`.
+
+    Per row, as in the paper (its eq. 3 halved, so the cross-entropy stays a mean over both passes
+    and `alpha` means what it means in fairseq's `rdrop_alpha` and the paper's tables, e.g. 5 for
+    IWSLT): (CE(p1) + CE(p2)) / 2 with label smoothing as `linear_cross_entropy`, plus
+    alpha / 4 * (KL(p1 || p2) + KL(p2 || p1)); averaged over rows.
+
+    Args:
+        hidden: (2, M, D) states of the same M rows from two forward passes with dropout.
+        weight: (V, D) output vectors.
+        targets: (M,) class ids.
+        label_smoothing: eps in [0, 1).
+        alpha: weight of the symmetric KL (0 = the mean cross-entropy of the two passes).
+        chunk_elements: logits of one pass held at once (see `CHUNK_ELEMENTS`).
+    """
+    if not 0.0 <= label_smoothing < 1.0:
+        raise ValueError(f"`label_smoothing` must be in [0, 1), got {label_smoothing}")
+    if hidden.dim() != 3 or hidden.shape[0] != 2:
+        raise ValueError(f"`hidden` must be (2, M, D): two passes over the same rows, got {tuple(hidden.shape)}")
+    rows = max(16, chunk_elements // max(weight.shape[0], 1))
+    return _ChunkedRDrop.apply(hidden, weight, targets, label_smoothing, alpha, rows)
+
+
+class _ChunkedRDrop(torch.autograd.Function):
+    """`rdrop_cross_entropy` with its gradients computed chunk by chunk during the forward pass.
+
+    The full-logits version (log_softmax on a (2, M, V) tensor, autograd for the rest) took 1.2 s
+    forward + backward at M 3,000, V 10,000, D 128 on 2 threads, 8x `linear_cross_entropy` on
+    the same 6,000 rows. Per chunk, with l = log p and d = l1 - l2:
+    loss = (ce1 + ce2) / 2 + alpha / 4 * sum(p1 - p2) d,
+    dz1 = (p1 - (1 - eps) onehot - eps / V) / 2 + alpha / 4 * (p1 (d - KL(p1 || p2)) + p1 - p2),
+    and dz2 the same with 1 and 2 swapped.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden: Tensor, weight: Tensor, targets: Tensor, eps: float, alpha: float,
+                rows: int) -> Tensor:
+        need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        acc = torch.promote_types(hidden.dtype, torch.float32)
+        grad_h = torch.empty_like(hidden) if need_h else None
+        grad_w = torch.zeros_like(weight, dtype=acc) if need_w else None
+        w = weight.to(hidden.dtype)
+        n_classes = weight.shape[0]
+        total = hidden.new_zeros((), dtype=acc)
+        for start in range(0, hidden.shape[1], rows):
+            h, t = hidden[:, start : start + rows], targets[start : start + rows]
+            logp = (h @ w.T).log_softmax(dim=-1, dtype=acc)  # (2, m, V)
+            nll = -logp.gather(-1, t.expand(2, -1).unsqueeze(-1)).sum()
+            smooth = -logp.mean(dim=-1).sum()
+            p = logp.exp()
+            diff = logp[0] - logp[1]  # (m, V)
+            kl12 = (p[0] * diff).sum(dim=-1, keepdim=True)  # KL(p1 || p2), (m, 1)
+            kl21 = -(p[1] * diff).sum(dim=-1, keepdim=True)
+            total += 0.5 * ((1.0 - eps) * nll + eps * smooth) + alpha / 4.0 * (kl12 + kl21).sum()
+            if need_h or need_w:
+                k = alpha / 4.0
+                cross = p[0] - p[1]
+                g = torch.empty_like(p)
+                g[0] = 0.5 * p[0] + k * (p[0] * (diff - kl12) + cross)
+                g[1] = 0.5 * p[1] + k * (p[1] * (-diff - kl21) - cross)
+                g[:, torch.arange(len(t), device=t.device), t] -= 0.5 * (1.0 - eps)
+                if eps:
+                    g -= 0.5 * eps / n_classes
+                g = g.to(h.dtype)
+                if need_h:
+                    grad_h[:, start : start + rows] = g @ w
+                if need_w:
+                    grad_w += g[0].T @ h[0] + g[1].T @ h[1]
+        ctx.save_for_backward(grad_h, grad_w)
+        ctx.count, ctx.weight_dtype = hidden.shape[1], weight.dtype
+        return total / max(hidden.shape[1], 1)
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor) -> tuple[Tensor | None, Tensor | None, None, None, None, None]:
+        grad_h, grad_w = ctx.saved_tensors
+        scale = grad_out / max(ctx.count, 1)
+        dh = None if grad_h is None else grad_h * scale.to(grad_h.dtype)
+        dw = None if grad_w is None else (grad_w * scale).to(ctx.weight_dtype)
+        return dh, dw, None, None, None, None
 
 
 class _ChunkedCrossEntropy(torch.autograd.Function):

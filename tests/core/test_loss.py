@@ -1,4 +1,4 @@
-"""`core.linear_cross_entropy` against autograd through `F.cross_entropy` on materialised logits."""
+"""`core.linear_cross_entropy` and `core.rdrop_cross_entropy` against autograd on materialised logits."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from core import linear_cross_entropy
+from core import linear_cross_entropy, rdrop_cross_entropy
 
 M, D, V = 37, 8, 23
 
@@ -46,3 +46,54 @@ def test_bad_label_smoothing_is_rejected():
     hidden, weight, targets = _inputs()
     with pytest.raises(ValueError, match="label_smoothing"):
         linear_cross_entropy(hidden, weight, targets, label_smoothing=1.0)
+
+
+def _rdrop_reference(hidden, weight, targets, eps, alpha):
+    """R-Drop as the paper's code writes it: CE of both passes and F.kl_div both ways, on full logits."""
+    logits = hidden @ weight.T  # (2, M, V)
+    ce = (F.cross_entropy(logits[0], targets, label_smoothing=eps)
+          + F.cross_entropy(logits[1], targets, label_smoothing=eps)) / 2
+    logp = logits.log_softmax(-1)
+    p_loss = F.kl_div(logp[0], logp[1], log_target=True, reduction="sum")  # KL(p2 || p1)
+    q_loss = F.kl_div(logp[1], logp[0], log_target=True, reduction="sum")  # KL(p1 || p2)
+    return ce + alpha * (p_loss + q_loss) / 4 / targets.shape[0]
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+@pytest.mark.parametrize("alpha", [0.0, 1.0, 5.0])
+@pytest.mark.parametrize("chunk_elements", [1, 20 * V, 1 << 20])
+def test_rdrop_value_and_gradients_equal_autograd_on_logits(eps, alpha, chunk_elements):
+    hidden, weight, targets = _inputs()
+    pair = torch.stack([hidden, hidden + 0.3 * torch.randn(M, D, generator=torch.Generator().manual_seed(1),
+                                                           dtype=hidden.dtype)])
+    h1, w1 = pair.clone().requires_grad_(), weight.clone().requires_grad_()
+    h2, w2 = pair.clone().requires_grad_(), weight.clone().requires_grad_()
+    ours = rdrop_cross_entropy(h1, w1, targets, eps, alpha, chunk_elements)
+    reference = _rdrop_reference(h2, w2, targets, eps, alpha)
+    torch.testing.assert_close(ours, reference, atol=1e-12, rtol=1e-12)
+    (2.5 * ours).backward()
+    (2.5 * reference).backward()
+    torch.testing.assert_close(h1.grad, h2.grad, atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close(w1.grad, w2.grad, atol=1e-12, rtol=1e-12)
+
+
+def test_rdrop_of_two_equal_passes_is_the_cross_entropy():
+    hidden, weight, targets = _inputs()
+    ours = rdrop_cross_entropy(torch.stack([hidden, hidden]), weight, targets, 0.1, alpha=5.0)
+    torch.testing.assert_close(ours, linear_cross_entropy(hidden, weight, targets, 0.1), atol=1e-12, rtol=1e-12)
+
+
+def test_rdrop_under_bf16_autocast_is_close_to_fp32():
+    hidden, weight, targets = _inputs(torch.float32)
+    pair = torch.stack([hidden, hidden.flip(0)])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ours = rdrop_cross_entropy(pair, weight, targets, 0.1, 5.0)
+    assert ours.dtype == torch.float32
+    reference = _rdrop_reference(pair.double(), weight.double(), targets, 0.1, 5.0)
+    assert abs(ours.item() - reference.item()) / reference.item() < 2e-2
+
+
+def test_rdrop_needs_two_passes():
+    hidden, weight, targets = _inputs()
+    with pytest.raises(ValueError, match=r"\(2, M, D\)"):
+        rdrop_cross_entropy(hidden, weight, targets)

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from translate.data import Batch
-from translate.module import TranslationModule, corpus_scores, vocabs_from_checkpoint
+from translate.module import TranslationModule, corpus_scores, translation_loss, vocabs_from_checkpoint
 from translate.vocab import train_vocab
 
 PAD, BOS, EOS = 0, 2, 3
@@ -87,7 +87,29 @@ def test_post_ln_and_options_reach_the_model():
     assert post.compute_loss(batch).isfinite()
 
 
-@pytest.mark.parametrize("bad", [dict(label_smoothing=1.0), dict(val_beam_size=0), dict(n_heads=3)])
+def test_rdrop_training_loss_equals_both_passes_scored_by_hand():
+    """With R-Drop the batch runs twice with different dropout masks; the same seed replays them."""
+    module, batch = _module(dropout=0.3, label_smoothing=0.1, rdrop_alpha=5.0).train(), _batch()
+    torch.manual_seed(1)
+    ours = translation_loss(module.model, batch, PAD, 0.1, rdrop_alpha=5.0)
+    torch.manual_seed(1)
+    with torch.no_grad():  # the same masks: dropout draws do not depend on grad mode
+        logits = module.model(batch.src.repeat(2, 1), batch.tgt_in.repeat(2, 1)).double().chunk(2)
+    keep = batch.tgt_out != PAD
+    a, b = logits[0][keep], logits[1][keep]
+    assert not torch.allclose(a, b)  # two dropout masks
+    ce = sum(_hand_loss(x[None], batch.tgt_out[keep][None], 0.1) for x in (a, b)) / 2
+    pa, pb = a.softmax(-1), b.softmax(-1)
+    sym_kl = ((pa * (pa / pb).log()).sum(-1) + (pb * (pb / pa).log()).sum(-1)).mean()
+    assert float(ours) == pytest.approx(ce + 5.0 / 4 * float(sym_kl), rel=1e-5)
+    module.eval()  # no dropout: validation's loss is the plain cross-entropy
+    with torch.no_grad():
+        assert float(module.compute_loss(batch)) == pytest.approx(
+            float(translation_loss(module.model, batch, PAD, 0.1, rdrop_alpha=5.0)), abs=1e-5)
+
+
+@pytest.mark.parametrize("bad", [dict(label_smoothing=1.0), dict(val_beam_size=0), dict(n_heads=3),
+                                 dict(rdrop_alpha=-1.0)])
 def test_bad_settings_are_value_errors(bad):
     with pytest.raises(ValueError):
         _module(**bad)
