@@ -309,7 +309,9 @@ def _check(args: argparse.Namespace) -> Layer:
         raise ValueError(f"--nbest ({args.nbest}) must be between 1 and --beam ({args.beam})")
     if args.input == "-":
         args.input = None  # stdin, as most Unix tools read it
-    if args.input is not None and (not Path(args.input).exists() or Path(args.input).is_dir()):
+    if args.input is not None and Path(args.input).is_dir():
+        raise IsADirectoryError(f"--input {args.input}: is a folder; name a file of source lines")
+    if args.input is not None and not Path(args.input).exists():
         raise FileNotFoundError(f"--input {args.input}: no such file")
     try:
         return "mean" if args.align_layer == "mean" else int(args.align_layer)

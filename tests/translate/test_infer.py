@@ -203,7 +203,8 @@ def test_max_len_options_bound_every_output(trained, demo_dir, tmp_path):
     (["--html", "nope/a.html"], r"nope/a\.html: the output folder nope does not exist"),
     (["--alignments", "in.en.d"], r"in\.en\.d: is a folder"),
     (["-o", "in.en.d"], r"in\.en\.d: is a folder"),
-    (["-i", "in.en.d"], r"--input in\.en\.d: no such file"),
+    (["-i", "in.en.d"], r"--input in\.en\.d: is a folder; name a file of source lines"),
+    (["-i", "missing.en"], r"--input missing\.en: no such file"),
 ])
 def test_bad_options_are_one_line_errors_before_any_output(trained, tmp_path, monkeypatch, args, match):
     monkeypatch.chdir(tmp_path)
