@@ -53,10 +53,9 @@ def rdrop_cross_entropy(
 ) -> Tensor:
     """R-Drop loss of two dropout passes over the same rows, in row chunks like `linear_cross_entropy`.
 
-    Per row, as in the paper (its eq. 3 halved, so the cross-entropy stays a mean over both passes
-    and `alpha` means what it means in fairseq's `rdrop_alpha` and the paper's tables, e.g. 5 for
-    IWSLT): (CE(p1) + CE(p2)) / 2 with label smoothing as `linear_cross_entropy`, plus
-    alpha / 4 * (KL(p1 || p2) + KL(p2 || p1)); averaged over rows.
+    Per row, the paper's eq. 3 halved, so the cross-entropy stays a mean over both passes and the
+    paper's alpha values carry over (5 for IWSLT): (CE(p1) + CE(p2)) / 2 with label smoothing as
+    `linear_cross_entropy`, plus alpha / 4 * (KL(p1 || p2) + KL(p2 || p1)); averaged over rows.
 
     Args:
         hidden: (2, M, D) states of the same M rows from two forward passes with dropout.

@@ -123,8 +123,8 @@ class TranslationModule(L.LightningModule):
         ff_dropout: dropout after the feed-forward activation (fairseq's `activation_dropout`,
             0 in its recipes); None uses `dropout`.
         rdrop_alpha: R-Drop weight (0 = off): each training batch runs through two dropout masks and
-            the loss adds alpha / 4 times the symmetric KL of their predictions (fairseq's
-            `--rdrop-alpha`; 5 in the paper's IWSLT runs). A step costs about twice as much.
+            the loss adds alpha / 4 times the symmetric KL of their predictions (the paper's alpha,
+            5 in its IWSLT runs). A step costs about twice as much.
     """
 
     def __init__(
