@@ -76,9 +76,9 @@ def rdrop_cross_entropy(
 class _ChunkedRDrop(torch.autograd.Function):
     """`rdrop_cross_entropy` with its gradients computed chunk by chunk during the forward pass.
 
-    The full-logits version (log_softmax on a (2, M, V) tensor, autograd for the rest) took 1.2 s
-    forward + backward at M 3,000, V 10,000, D 128 on 2 threads, 8x `linear_cross_entropy` on
-    the same 6,000 rows. Per chunk, with l = log p and d = l1 - l2:
+    Against the loss on materialised (2, M, V) logits with autograd, at Multi30k's shape (M 3,500,
+    V 10,000, D 128, 2 threads): 6.8x faster and 26x less memory under bf16 autocast, 4.7x in fp32
+    (`benchmarks/translate_rdrop_loss.py`). Per chunk, with l = log p and d = l1 - l2:
     loss = (ce1 + ce2) / 2 + alpha / 4 * sum(p1 - p2) d,
     dz1 = (p1 - (1 - eps) onehot - eps / V) / 2 + alpha / 4 * (p1 (d - KL(p1 || p2)) + p1 - p2),
     and dz2 the same with 1 and 2 swapped.

@@ -57,3 +57,17 @@ def test_loss_benchmark_times_a_baseline_chunk_size(tmp_path: Path) -> None:
     assert figures["loss_abs_diff"] < 1e-4  # the chunked loss is the plain cross-entropy
     bad = subprocess.run([*cmd[:2], "--baseline-chunk-elements", "0"], cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode == 2 and "--baseline-chunk-elements must be positive" in bad.stderr
+
+
+def test_rdrop_loss_benchmark_writes_flat_json(tmp_path: Path) -> None:
+    out = tmp_path / "rdrop.json"
+    cmd = [sys.executable, "benchmarks/translate_rdrop_loss.py", "--positions", "300", "--vocab", "500",
+           "--d-model", "16", "--repeats", "1", "--json", out]
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    for name in ("naive_ms", "chunked_ms", "speedup", "memory_ratio"):
+        assert type(figures[name]) is float and math.isfinite(figures[name]) and figures[name] > 0, name
+    assert figures["loss_abs_diff"] < 1e-4  # the chunked loss is the paper's loss on logits
+    bad = subprocess.run([*cmd[:2], "--alpha", "-1"], cwd=ROOT, capture_output=True, text=True)
+    assert bad.returncode == 2 and "--alpha >= 0" in bad.stderr

@@ -1,0 +1,122 @@
+"""Translate's chunked R-Drop loss against the same loss on materialised logits with autograd.
+
+One training step of the loss alone (forward + backward) at a batch's shape: M target tokens
+seen by two dropout passes, D width, V subwords. The baseline is R-Drop as its paper's code
+writes it: (2, M, V) logits, `F.cross_entropy` on both passes and `F.kl_div` both ways, autograd
+for the gradients. Ours (`core.rdrop_cross_entropy`) computes loss and gradients chunk by chunk
+inside the forward pass. Interleaved A B A B; time = median, ratio = median of per-round ratios;
+peak RSS above the inputs' from a separate pass of each.
+
+    python benchmarks/translate_rdrop_loss.py --threads 2 --precision bf16    # Multi30k: M 3,500, V 10,000, D 128
+    python benchmarks/translate_rdrop_loss.py --json runs/bench/rdrop_fp32.json
+
+JSON keys: {naive,chunked}_{ms,peak_mib}, speedup, memory_ratio, loss_abs_diff, plus the setting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+from _common import (
+    interleave,
+    median_ratio,
+    peak_rss_bytes,
+    print_table,
+    require_fast_bf16,
+    reset_peak_rss,
+    rss_bytes,
+    write_json,
+)
+from rich.console import Console
+
+from core import rdrop_cross_entropy
+
+SMOOTHING = 0.1
+
+
+def naive(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, alpha: float) -> torch.Tensor:
+    logits = (hidden @ weight.T.to(hidden.dtype)).float()  # (2, M, V)
+    ce = (F.cross_entropy(logits[0], targets, label_smoothing=SMOOTHING)
+          + F.cross_entropy(logits[1], targets, label_smoothing=SMOOTHING)) / 2
+    logp = logits.log_softmax(-1)
+    kl = (F.kl_div(logp[0], logp[1], log_target=True, reduction="sum")
+          + F.kl_div(logp[1], logp[0], log_target=True, reduction="sum"))
+    return ce + alpha / 4 * kl / targets.shape[0]
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--positions", type=int, default=3_500, help="M target tokens (default 3,500, a Multi30k batch)")
+    p.add_argument("--vocab", type=int, default=10_000, help="V subwords (default 10,000)")
+    p.add_argument("--d-model", type=int, default=128, help="width D (default 128)")
+    p.add_argument("--alpha", type=float, default=5.0, help="R-Drop weight (default 5)")
+    p.add_argument("--precision", choices=("32", "bf16"), default="32", help="fp32 or bf16 autocast")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    p.add_argument("--repeats", type=int, default=7, help="interleaved rounds (default 7)")
+    p.add_argument("--json", metavar="PATH", help="write the figures as one flat JSON object")
+    args = p.parse_args(argv)
+    if min(args.positions, args.vocab, args.d_model, args.repeats) < 1 or args.alpha < 0:
+        p.error("--positions, --vocab, --d-model and --repeats must be positive and --alpha >= 0")
+    torch.set_num_threads(args.threads)
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    bf16 = args.precision == "bf16"
+    if bf16:
+        require_fast_bf16("--precision bf16")
+
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(args.positions, args.d_model, generator=g)
+    hidden = torch.stack([base, base + 0.3 * torch.randn(base.shape, generator=g)]).requires_grad_()  # two passes
+    weight = (torch.randn(args.vocab, args.d_model, generator=g) * args.d_model**-0.5).requires_grad_()
+    targets = torch.randint(0, args.vocab, (args.positions,), generator=g)
+
+    def step(loss_fn):
+        def run() -> float:
+            hidden.grad = weight.grad = None
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                loss = loss_fn(hidden, weight, targets, args.alpha)
+            loss.backward()
+            return loss.item()
+        return run
+
+    fns = {"naive": step(naive), "chunked": step(lambda h, w, t, a: rdrop_cross_entropy(h, w, t, SMOOTHING, a))}
+    values = {name: fn() for name, fn in fns.items()}  # warm-up; also the agreement check
+    peaks = {}
+    for name, fn in fns.items():
+        gc.collect()
+        start = rss_bytes()
+        reset_peak_rss()
+        fn()
+        peaks[name] = (peak_rss_bytes() - start) / 2**20
+    times = interleave(fns, args.repeats)
+
+    f = {
+        "positions": args.positions, "vocab": args.vocab, "d_model": args.d_model, "alpha": args.alpha,
+        "bf16": int(bf16), "threads": torch.get_num_threads(), "load_avg": os.getloadavg()[0],
+        "naive_ms": 1e3 * statistics.median(times["naive"]), "chunked_ms": 1e3 * statistics.median(times["chunked"]),
+        "naive_peak_mib": peaks["naive"], "chunked_peak_mib": peaks["chunked"],
+        "speedup": median_ratio(times["naive"], times["chunked"]),
+        "memory_ratio": peaks["naive"] / max(peaks["chunked"], 1e-9),
+        "loss_abs_diff": abs(values["naive"] - values["chunked"]),
+    }
+    rows = [
+        ["forward + backward, ms (median)", f"{f['naive_ms']:.0f}", f"{f['chunked_ms']:.0f}", f"{f['speedup']:.2f}x"],
+        ["peak memory above inputs, MiB", f"{f['naive_peak_mib']:.0f}", f"{f['chunked_peak_mib']:.0f}",
+         f"{f['memory_ratio']:.1f}x"],
+        ["loss", f"{values['naive']:.5f}", f"{values['chunked']:.5f}", ""],
+    ]
+    title = (f"R-Drop loss (alpha {args.alpha:g}), 2 x M {args.positions}, V {args.vocab}, D {args.d_model}, "
+             f"{'bf16 autocast' if bf16 else 'fp32'}, {f['threads']} thread(s), load {f['load_avg']:.1f}")
+    print_table(console, title, ["", "logits + autograd", "chunked (ours)", "ratio"], rows)
+    if args.json:
+        write_json(args.json, f)
+        console.print(f"figures written to {args.json}")
+
+
+if __name__ == "__main__":
+    main()
