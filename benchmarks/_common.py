@@ -6,6 +6,7 @@ absolute time: the CPUs are shared and one run can be 2x slower than the next.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import math
@@ -147,3 +148,38 @@ def write_json(path: str | Path, figures: dict[str, float]) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(figures, indent=1, sort_keys=True) + "\n")
+
+
+def compare_loss_steps(
+    fns: dict[str, Callable[[], float]], repeats: int,
+) -> tuple[dict[str, float], dict[str, list[float]], list[list[str]]]:
+    """A loss step on materialised logits ("naive") against our chunked one ("chunked"), plus any others.
+
+    Each function runs one forward + backward and returns the loss. One call each warms up and
+    gives the loss values; a separate call each measures peak RSS above the inputs; then
+    `interleave` times them. Returns the naive-vs-chunked figures (ms as medians, speedup as the
+    median of per-round ratios), every function's times (for extra rows), and the table rows.
+    """
+    values = {name: fn() for name, fn in fns.items()}
+    peaks = {}
+    for name, fn in fns.items():
+        gc.collect()
+        start = rss_bytes()
+        reset_peak_rss()
+        fn()
+        peaks[name] = (peak_rss_bytes() - start) / 2**20
+    times = interleave(fns, repeats)
+    f = {
+        "naive_ms": 1e3 * statistics.median(times["naive"]), "chunked_ms": 1e3 * statistics.median(times["chunked"]),
+        "naive_peak_mib": peaks["naive"], "chunked_peak_mib": peaks["chunked"],
+        "speedup": median_ratio(times["naive"], times["chunked"]),
+        "memory_ratio": peaks["naive"] / max(peaks["chunked"], 1e-9),
+        "loss_abs_diff": abs(values["naive"] - values["chunked"]),
+    }
+    rows = [
+        ["forward + backward, ms (median)", f"{f['naive_ms']:.0f}", f"{f['chunked_ms']:.0f}", f"{f['speedup']:.2f}x"],
+        ["peak memory above inputs, MiB", f"{f['naive_peak_mib']:.0f}", f"{f['chunked_peak_mib']:.0f}",
+         f"{f['memory_ratio']:.1f}x"],
+        ["loss", f"{values['naive']:.5f}", f"{values['chunked']:.5f}", ""],
+    ]
+    return f, times, rows

@@ -19,7 +19,6 @@ JSON keys: {naive,chunked}_{ms,peak_mib}, speedup, memory_ratio, plus the settin
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import statistics
 import sys
@@ -27,13 +26,10 @@ import sys
 import torch
 import torch.nn.functional as F
 from _common import (
-    interleave,
+    compare_loss_steps,
     median_ratio,
-    peak_rss_bytes,
     print_table,
     require_fast_bf16,
-    reset_peak_rss,
-    rss_bytes,
     write_json,
 )
 from rich.console import Console
@@ -84,35 +80,14 @@ def main(argv: list[str] | None = None) -> None:
     fns = {"naive": step(naive), "chunked": step(full_softmax)}
     if args.baseline_chunk_elements:
         fns["baseline_chunk"] = step(lambda h, t, w: full_softmax(h, t, w, chunk_elements=args.baseline_chunk_elements))
-    values = {name: fn() for name, fn in fns.items()}  # warm-up; also the agreement check
-    peaks = {}
-    for name, fn in fns.items():
-        gc.collect()
-        base = rss_bytes()
-        reset_peak_rss()
-        fn()
-        peaks[name] = (peak_rss_bytes() - base) / 2**20
-    times = interleave(fns, args.repeats)
-
+    figures, times, rows = compare_loss_steps(fns, args.repeats)
     f = {
         "positions": args.positions, "items": args.items, "d_model": args.d_model, "bf16": int(bf16),
-        "threads": torch.get_num_threads(), "load_avg": os.getloadavg()[0],
-        "naive_ms": 1e3 * statistics.median(times["naive"]), "chunked_ms": 1e3 * statistics.median(times["chunked"]),
-        "naive_peak_mib": peaks["naive"], "chunked_peak_mib": peaks["chunked"],
-        "speedup": median_ratio(times["naive"], times["chunked"]),
-        "memory_ratio": peaks["naive"] / max(peaks["chunked"], 1e-9),
-        "loss_abs_diff": abs(values["naive"] - values["chunked"]),
+        "threads": torch.get_num_threads(), "load_avg": os.getloadavg()[0], **figures,
     }
     if args.baseline_chunk_elements:
         f["baseline_chunk_ms"] = 1e3 * statistics.median(times["baseline_chunk"])
         f["speedup_vs_baseline_chunk"] = median_ratio(times["baseline_chunk"], times["chunked"])
-    rows = [
-        ["forward + backward, ms (median)", f"{f['naive_ms']:.0f}", f"{f['chunked_ms']:.0f}", f"{f['speedup']:.2f}x"],
-        ["peak memory above inputs, MiB", f"{f['naive_peak_mib']:.0f}", f"{f['chunked_peak_mib']:.0f}",
-         f"{f['memory_ratio']:.1f}x"],
-        ["loss", f"{values['naive']:.5f}", f"{values['chunked']:.5f}", ""],
-    ]
-    if args.baseline_chunk_elements:
         rows.append([f"chunked at {args.baseline_chunk_elements:,} logits a chunk, ms (ours: {CHUNK_ELEMENTS:,})",
                      "", f"{f['baseline_chunk_ms']:.0f}", f"{f['speedup_vs_baseline_chunk']:.2f}x"])
     title = (f"full-softmax loss, M {args.positions}, N {args.items}, D {args.d_model}, "

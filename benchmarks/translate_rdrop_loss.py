@@ -16,21 +16,15 @@ JSON keys: {naive,chunked}_{ms,peak_mib}, speedup, memory_ratio, loss_abs_diff, 
 from __future__ import annotations
 
 import argparse
-import gc
 import os
-import statistics
 import sys
 
 import torch
 import torch.nn.functional as F
 from _common import (
-    interleave,
-    median_ratio,
-    peak_rss_bytes,
+    compare_loss_steps,
     print_table,
     require_fast_bf16,
-    reset_peak_rss,
-    rss_bytes,
     write_json,
 )
 from rich.console import Console
@@ -85,31 +79,11 @@ def main(argv: list[str] | None = None) -> None:
         return run
 
     fns = {"naive": step(naive), "chunked": step(lambda h, w, t, a: rdrop_cross_entropy(h, w, t, SMOOTHING, a))}
-    values = {name: fn() for name, fn in fns.items()}  # warm-up; also the agreement check
-    peaks = {}
-    for name, fn in fns.items():
-        gc.collect()
-        start = rss_bytes()
-        reset_peak_rss()
-        fn()
-        peaks[name] = (peak_rss_bytes() - start) / 2**20
-    times = interleave(fns, args.repeats)
-
+    figures, _, rows = compare_loss_steps(fns, args.repeats)
     f = {
         "positions": args.positions, "vocab": args.vocab, "d_model": args.d_model, "alpha": args.alpha,
-        "bf16": int(bf16), "threads": torch.get_num_threads(), "load_avg": os.getloadavg()[0],
-        "naive_ms": 1e3 * statistics.median(times["naive"]), "chunked_ms": 1e3 * statistics.median(times["chunked"]),
-        "naive_peak_mib": peaks["naive"], "chunked_peak_mib": peaks["chunked"],
-        "speedup": median_ratio(times["naive"], times["chunked"]),
-        "memory_ratio": peaks["naive"] / max(peaks["chunked"], 1e-9),
-        "loss_abs_diff": abs(values["naive"] - values["chunked"]),
+        "bf16": int(bf16), "threads": torch.get_num_threads(), "load_avg": os.getloadavg()[0], **figures,
     }
-    rows = [
-        ["forward + backward, ms (median)", f"{f['naive_ms']:.0f}", f"{f['chunked_ms']:.0f}", f"{f['speedup']:.2f}x"],
-        ["peak memory above inputs, MiB", f"{f['naive_peak_mib']:.0f}", f"{f['chunked_peak_mib']:.0f}",
-         f"{f['memory_ratio']:.1f}x"],
-        ["loss", f"{values['naive']:.5f}", f"{values['chunked']:.5f}", ""],
-    ]
     title = (f"R-Drop loss (alpha {args.alpha:g}), 2 x M {args.positions}, V {args.vocab}, D {args.d_model}, "
              f"{'bf16 autocast' if bf16 else 'fp32'}, {f['threads']} thread(s), load {f['load_avg']:.1f}")
     print_table(console, title, ["", "logits + autograd", "chunked (ours)", "ratio"], rows)
