@@ -4,7 +4,8 @@ Pipeline: `read_parallel` (aligned UTF-8 files, strict errors) -> `train_vocab` 
 training split (cached by content hash, see `translate.vocab`) -> `encode_split` (subword
 ids; length and ratio filtering in training, truncation in evaluation) ->
 `TokenBatchSampler` (length-bucketed batches of at most `max_tokens` padded tokens) ->
-`collate` (a `Batch` of padded id tensors).
+`collate` (a `Batch` of padded id tensors). With `subword_sampling`, `SampledSegmentations`
+draws a new segmentation of each training pair per batch (subword regularisation).
 
 Special ids are fixed: pad=0, unk=1, bos=2, eos=3 (`translate.vocab`).
 
@@ -22,6 +23,7 @@ from typing import Any, Literal, NamedTuple
 
 import lightning as L
 import numpy as np
+import sentencepiece as spm
 import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
@@ -189,6 +191,74 @@ class TranslationDataset(Dataset[Example]):
         return [max(len(s), len(t) + 1) for s, t in zip(self.src_ids, self.tgt_ids, strict=True)]
 
 
+class SampledSegmentations(Dataset[Example]):
+    """A training split that draws a new subword segmentation of each pair every time it is fetched.
+
+    Subword regularisation (BPE-dropout, unigram sampling; `SubwordVocab.sample_batch`): the
+    model sees many segmentations of the same words, which helps small corpora. Batches are
+    still planned on the deterministic segmentation (`widths`), so an epoch has the same
+    number of batches every time (Lightning's step counts, LR schedules and DDP ranks rely on
+    it); sampled segmentations are longer (1.4x the subwords at BPE-dropout 0.1 with
+    Multi30k's 10k BPE), so a batch holds that much more than `max_tokens`. A pair whose
+    sample exceeds `max_len` keeps its deterministic ids.
+
+    Args:
+        base: the deterministic training split.
+        src_vocab: source vocabulary.
+        tgt_vocab: target vocabulary.
+        alpha: sentencepiece's sampling parameter (BPE: merge-dropout probability).
+        max_len: longest sequence in subwords, as in `encode_split`.
+        seed: seed of the draws, with `rank` and the DataLoader worker (`reseed`).
+        rank: this process' rank under DDP, so ranks draw differently.
+    """
+
+    def __init__(
+        self, base: TranslationDataset, src_vocab: SubwordVocab, tgt_vocab: SubwordVocab, alpha: float,
+        max_len: int, seed: int = 0, rank: int = 0,
+    ):
+        self.base, self.src_vocab, self.tgt_vocab = base, src_vocab, tgt_vocab
+        self.alpha, self.max_len, self.seed, self.rank = alpha, max_len, seed, rank
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    @property
+    def widths(self) -> list[int]:
+        """The deterministic segmentation's widths, which the batch sampler plans with."""
+        return self.base.widths
+
+    @property
+    def sources(self) -> list[str]:
+        return self.base.sources
+
+    @property
+    def refs(self) -> list[str]:
+        return self.base.refs
+
+    def reseed(self, worker_id: int = -1) -> None:
+        """Restart sentencepiece's generator from (seed, rank, worker); a DataLoader `worker_init_fn`.
+
+        The generator is process-wide, and forked workers would otherwise all continue the
+        parent's stream and draw the same segmentations.
+        """
+        state = np.random.SeedSequence([self.seed, self.rank, worker_id + 1]).generate_state(1)[0]
+        spm.set_random_generator_seed(int(state))
+
+    def __getitems__(self, indices: Sequence[int]) -> list[Example]:
+        # One sentencepiece call per side for the whole batch: the DataLoader's batched fetch.
+        src = self.src_vocab.sample_batch([self.base.sources[i] for i in indices], self.alpha)
+        tgt = self.tgt_vocab.sample_batch([self.base.refs[i] for i in indices], self.alpha)
+        examples = []
+        for i, s, t in zip(indices, src, tgt, strict=True):
+            if len(s) > self.max_len or len(t) + 1 > self.max_len:
+                s, t = self.base.src_ids[i], self.base.tgt_ids[i]
+            examples.append(Example(i, s, t))
+        return examples
+
+    def __getitem__(self, index: int) -> Example:
+        return self.__getitems__([index])[0]
+
+
 def encode_split(
     sources: Sequence[str],
     refs: Sequence[str],
@@ -352,7 +422,12 @@ class TranslationDataModule(L.LightningDataModule):
             subwords of the shorter side.
         character_coverage: sentencepiece character coverage (1.0 keeps every character seen).
         cache_dir: where trained sentencepiece models are cached by content hash (None: no cache).
-        seed: seed of the training batch shuffle.
+        subword_sampling: training only: draw a new segmentation of each training pair every
+            time it is batched (`SampledSegmentations`); 0 turns it off. BPE: the probability
+            of dropping each merge (BPE-dropout; Provilkov et al., 2020, used 0.1); unigram:
+            the sampling alpha (Kudo, 2018, used 0.1-0.2). Validation and test keep the
+            deterministic segmentation.
+        seed: seed of the training batch shuffle and of the segmentation draws.
         num_workers: DataLoader worker processes (0 loads in the main process).
     """
 
@@ -371,6 +446,7 @@ class TranslationDataModule(L.LightningDataModule):
         max_ratio: float = 3.0,
         character_coverage: float = 1.0,
         cache_dir: str | None = ".cache/spm",
+        subword_sampling: float = 0.0,
         seed: int = 0,
         num_workers: int = 0,
     ):
@@ -380,6 +456,11 @@ class TranslationDataModule(L.LightningDataModule):
             raise ValueError(f"`max_len` ({max_len}) must be >= 2: a target needs its token and the bos/eos position")
         if max_tokens < max_len:
             raise ValueError(f"`max_tokens` ({max_tokens}) must be >= `max_len` ({max_len}) so the longest pair fits")
+        if subword_sampling < 0 or (model_type == "bpe" and subword_sampling > 1):
+            raise ValueError(
+                f"`data.subword_sampling` ({subword_sampling}) must be >= 0 (0 turns it off)"
+                + (" and <= 1: with BPE it is a probability (0.1 is usual)" if model_type == "bpe" else "")
+            )
         if max_ratio < 1.0:
             raise ValueError(f"`max_ratio` ({max_ratio}) must be >= 1 (it bounds longer / shorter side)")
         self.paths: dict[str, tuple[Path, Path] | None] = {
@@ -446,16 +527,21 @@ class TranslationDataModule(L.LightningDataModule):
             self.dataset(split)
 
     def _loader(self, split: Split) -> DataLoader:
-        ds = self.dataset(split)
-        trainer = self.trainer
+        ds: TranslationDataset | SampledSegmentations = self.dataset(split)
+        hp, trainer = self.hparams, self.trainer
         rank, world_size = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
         sampler = TokenBatchSampler(
-            ds.widths, self.hparams.max_tokens, shuffle=split == "train", seed=self.hparams.seed,
-            rank=rank, world_size=world_size,
+            ds.widths, hp.max_tokens, shuffle=split == "train", seed=hp.seed, rank=rank, world_size=world_size,
         )
-        workers = self.hparams.num_workers
+        init_worker = None
+        if split == "train" and hp.subword_sampling > 0:
+            ds = SampledSegmentations(ds, self.src_vocab, self.tgt_vocab, hp.subword_sampling, hp.max_len,
+                                      seed=hp.seed, rank=rank)
+            ds.reseed()
+            init_worker = ds.reseed
+        workers = hp.num_workers
         return DataLoader(ds, batch_sampler=sampler, collate_fn=collate, num_workers=workers,
-                          persistent_workers=workers > 0)
+                          persistent_workers=workers > 0, worker_init_fn=init_worker)
 
     def train_dataloader(self) -> DataLoader:
         """Shuffled length-bucketed training batches (a new order each epoch)."""

@@ -20,6 +20,7 @@ from torch import nn
 from translate.data import (
     Batch,
     Example,
+    SampledSegmentations,
     TokenBatchSampler,
     TranslationDataModule,
     collate,
@@ -158,6 +159,28 @@ def test_from_bytes_round_trips_encode_and_decode(model_type):
     assert (vocab.pad_id, vocab.unk_id, vocab.bos_id, vocab.eos_id) == (0, 1, 2, 3)
     assert vocab.pieces([0, 1, 2, 3]) == ["<pad>", "<unk>", "<s>", "</s>"]
     assert restored.vocab_size == vocab.vocab_size <= 60
+
+
+def test_bpe_dropout_extremes_are_the_deterministic_and_the_character_segmentations():
+    vocab = train_vocab(TEXT, vocab_size=60, cache_dir=None)
+    texts = ["der große Hund sieht die Katze .", "today the man sees the dog ."]
+    assert vocab.sample_batch(texts, alpha=0.0) == vocab.encode_batch(texts)
+    # Every merge dropped: one piece per character, spaces as '▁', as sentencepiece writes them.
+    chars = [vocab.pieces(ids) for ids in vocab.sample_batch(texts, alpha=1.0)]
+    assert chars == [["▁" if c == " " else c for c in "▁" + text] for text in texts]
+
+
+@pytest.mark.parametrize("model_type", ["bpe", "unigram"])
+def test_sampled_segmentations_vary_decode_to_the_text_and_replay_with_the_seed(model_type):
+    vocab = train_vocab(TEXT, vocab_size=60, model_type=model_type, cache_dir=None)
+    texts = TEXT[:6] * 4
+    spm.set_random_generator_seed(5)
+    first = vocab.sample_batch(texts, alpha=0.3)
+    again = vocab.sample_batch(texts, alpha=0.3)
+    spm.set_random_generator_seed(5)
+    assert vocab.sample_batch(texts, alpha=0.3) == first
+    assert [vocab.decode(ids) for ids in first + again] == texts + texts
+    assert first != again and first != vocab.encode_batch(texts)
 
 
 def test_decode_stops_at_eos_and_skips_specials():
@@ -402,3 +425,80 @@ def test_lightning_fit_uses_the_sampler_and_reshuffles(demo_dir, tmp_path):
     first, second = model.seen[:per_epoch], model.seen[per_epoch:]
     assert sorted(sum(first, [])) == sorted(sum(second, [])) == list(range(300))
     assert first != second
+
+
+# ----------------------------------------------------------------------------- subword sampling
+
+
+def test_subword_sampling_draws_new_training_segmentations_of_the_same_text(demo_dir, tmp_path):
+    dm = make_module(demo_dir, tmp_path, subword_sampling=0.2, max_len=40)
+    plain = make_module(demo_dir, tmp_path, max_len=40)
+    dm.setup("fit")
+    plain.setup("fit")
+    train = dm.dataset("train")
+    epochs_seen, loader = [], dm.train_dataloader()
+    for _ in range(2):
+        seen = {}
+        for b in loader:
+            assert b.src.shape[1] <= 40 and b.tgt_in.shape[1] <= 40
+            for row, src, i in zip(b.tgt_out, b.src, b.index.tolist(), strict=True):
+                assert dm.tgt_vocab.decode(row) == train.refs[i]
+                assert dm.src_vocab.decode(src) == train.sources[i]
+                seen[i] = row[row != 0].tolist()
+        epochs_seen.append(seen)
+    assert sorted(epochs_seen[0]) == list(range(len(train)))
+    deterministic = {i: [*ids, 3] for i, ids in enumerate(train.tgt_ids)}
+    changed = [sum(seen[i] != deterministic[i] for i in seen) for seen in epochs_seen]
+    assert min(changed) > len(train) // 4  # most pairs get a new segmentation ...
+    assert epochs_seen[0] != epochs_seen[1]  # ... and a different one each epoch
+    # Sampled segmentations are longer; the batches are planned on the deterministic ones.
+    assert sum(map(len, epochs_seen[0].values())) > sum(map(len, deterministic.values()))
+    assert len(dm.train_dataloader()) == len(plain.train_dataloader())
+    # Validation keeps the deterministic segmentation.
+    for b, p in zip(dm.val_dataloader(), plain.val_dataloader(), strict=True):
+        assert torch.equal(b.src, p.src) and torch.equal(b.tgt_out, p.tgt_out)
+
+
+def test_subword_sampling_in_dataloader_workers(demo_dir, tmp_path):
+    # Workers get the dataset pickled and reseed from (seed, rank, worker) as they start.
+    dm = make_module(demo_dir, tmp_path, subword_sampling=0.2, num_workers=2)
+    train = dm.dataset("train")
+    loader = dm.train_dataloader()
+    assert loader.worker_init_fn is not None
+    rows = [(i, row) for b in loader for i, row in zip(b.index.tolist(), b.tgt_out, strict=True)]
+    assert sorted(i for i, _ in rows) == list(range(len(train)))
+    assert all(dm.tgt_vocab.decode(row) == train.refs[i] for i, row in rows)
+    assert sum(row[row != 0].tolist() != [*train.tgt_ids[i], 3] for i, row in rows) > len(train) // 4
+
+
+def test_a_sample_longer_than_max_len_falls_back_to_the_deterministic_ids(demo_dir, tmp_path):
+    dm = make_module(demo_dir, tmp_path, max_len=30)
+    dm.setup("fit")
+    train = dm.dataset("train")
+    # alpha 1 splits into characters, longer than 30 for every demo sentence.
+    chars = SampledSegmentations(train, dm.src_vocab, dm.tgt_vocab, alpha=1.0, max_len=30)
+    assert chars[5] == Example(5, train.src_ids[5], train.tgt_ids[5])
+    long_enough = SampledSegmentations(train, dm.src_vocab, dm.tgt_vocab, alpha=1.0, max_len=1000)
+    assert dm.src_vocab.pieces(long_enough[5].src) == ["▁" if c == " " else c for c in "▁" + train.sources[5]]
+
+
+def test_reseeding_replays_the_draws_and_ranks_and_workers_differ(demo_dir, tmp_path):
+    dm = make_module(demo_dir, tmp_path)
+    train = dm.dataset("train")
+    indices = list(range(40))
+
+    def draw(rank: int, worker: int) -> list[Example]:
+        ds = SampledSegmentations(train, dm.src_vocab, dm.tgt_vocab, alpha=0.3, max_len=128, seed=3, rank=rank)
+        ds.reseed(worker)
+        return ds.__getitems__(indices)
+
+    assert draw(0, -1) == draw(0, -1)
+    assert draw(0, -1) != draw(1, -1) and draw(0, -1) != draw(0, 0) and draw(0, 0) != draw(0, 1)
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.5])
+def test_bad_subword_sampling_is_a_one_line_error(demo_dir, tmp_path, value):
+    with pytest.raises(ValueError, match=r"`data.subword_sampling`") as excinfo:
+        make_module(demo_dir, tmp_path, subword_sampling=value)
+    one_line_error(excinfo)
+    make_module(demo_dir, tmp_path, subword_sampling=1.5, model_type="unigram")  # an exponent there, not a probability
