@@ -245,7 +245,7 @@ class SampledSegmentations(Dataset[Example]):
         spm.set_random_generator_seed(int(state))
 
     def __getitems__(self, indices: Sequence[int]) -> list[Example]:
-        # One sentencepiece call per side for the whole batch: the DataLoader's batched fetch.
+        # The DataLoader's batched fetch (torch calls it with the batch's indices when it exists).
         src = self.src_vocab.sample_batch([self.base.sources[i] for i in indices], self.alpha)
         tgt = self.tgt_vocab.sample_batch([self.base.refs[i] for i in indices], self.alpha)
         examples = []
