@@ -5,6 +5,7 @@ Nothing here imports Lightning, sentencepiece or sacrebleu.
 
 from core.attention import CrossAttention, MultiHeadAttention, attend
 from core.blocks import DecoderLayer, EncoderLayer, FeedForward
+from core.distributed import destroy_process_group_at_exit
 from core.dropout import Dropout, dropout
 from core.explain import AttentionCapture, attention_entropy, attention_rollout, save_attention_json, save_heatmap
 from core.kv_cache import DecoderCache, KVCache, StaticKV
@@ -19,7 +20,8 @@ __all__ = [
     "EncoderLayer", "FeedForward", "InverseSqrt", "InverseSqrtLR", "KVCache", "LearnedPositions",
     "MultiHeadAttention", "RotaryEmbedding", "SinusoidalPositions", "StaticKV", "TokenEmbedding",
     "WarmupCosine", "WarmupCosineLR", "additive_mask", "alibi_slopes", "apply_rope", "attend", "attention_entropy",
-    "attention_rollout", "causal_mask", "causal_padding_mask", "combine_masks", "dropout", "init_linear",
+    "attention_rollout", "causal_mask", "causal_padding_mask", "combine_masks", "destroy_process_group_at_exit",
+    "dropout", "init_linear",
     "linear_cross_entropy", "lengths_mask", "padding_mask", "rdrop_cross_entropy",
     "save_attention_json", "save_heatmap", "stops_on_time", "tie_weights",
 ]

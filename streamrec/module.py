@@ -14,7 +14,7 @@ import lightning as L
 import torch
 from torch import Tensor
 
-from core import WarmupCosineLR, stops_on_time
+from core import WarmupCosineLR, destroy_process_group_at_exit, stops_on_time
 from core.blocks import Activation
 from streamrec import losses
 from streamrec.data import EvalBatch, ItemVocab, TrainBatch
@@ -92,6 +92,7 @@ class StreamRecModule(L.LightningModule):
 
     # ------------------------------------------------------------------ setup and checkpoints
     def setup(self, stage: str) -> None:
+        destroy_process_group_at_exit()  # each DDP rank, once its process group exists
         datamodule = getattr(self.trainer, "datamodule", None)
         if datamodule is None:
             return

@@ -33,6 +33,7 @@ from torch import Tensor
 
 from core import InverseSqrtLR, WarmupCosineLR, linear_cross_entropy, rdrop_cross_entropy, stops_on_time
 from core.blocks import Activation
+from core.distributed import destroy_process_group_at_exit
 from translate.data import Batch, Split, TranslationDataModule
 from translate.model import Translator
 from translate.search import beam_search, greedy_search
@@ -165,6 +166,9 @@ class TranslationModule(L.LightningModule):
         self.tgt_vocab: SubwordVocab | None = None
         self._outputs: list[tuple[int, str]] = []  # (dataset index, hypothesis) decoded on this rank
         self._signature_shown: set[str] = set()
+
+    def setup(self, stage: str) -> None:
+        destroy_process_group_at_exit()  # each DDP rank, once its process group exists
 
     # ------------------------------------------------------------------ checkpoints
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from core import precision
-from streamrec.__main__ import main
+from streamrec.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((REPO / "configs" / "streamrec").glob("*.yaml"))

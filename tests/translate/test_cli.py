@@ -13,7 +13,7 @@ import torch
 
 from core import precision
 from translate import average, infer
-from translate.__main__ import main
+from translate.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((REPO / "configs" / "translate").glob("*.yaml"))
@@ -116,6 +116,19 @@ def test_ddp_validation_equals_single_process(tiny_ckpt, demo_dir, tmp_path, mon
     assert ddp["val_bleu"] == pytest.approx(single["val_bleu"], abs=1e-4)
     assert ddp["val_chrf"] == pytest.approx(single["val_chrf"], abs=1e-4)
     assert ddp["val_loss"] == pytest.approx(single["val_loss"], rel=0.05)
+
+
+def test_ddp_spawn_from_the_command_line(tiny_ckpt, demo_dir, tmp_path):
+    """`python -m translate ... --trainer.strategy ddp_spawn`: the spawned workers unpickle the CLI, so it must
+    live in an importable module (from `translate/__main__.py` they failed and rank 0 waited forever), and every
+    rank exits cleanly (core.distributed)."""
+    args = [sys.executable, "-m", "translate", "validate", *_data(demo_dir), "--data.max_len", "32", *TINY_MODEL,
+            "--ckpt_path", str(tiny_ckpt), "--trainer.logger", "false", "--trainer.enable_progress_bar", "false",
+            "--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "ddp_spawn"]
+    run = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "val_bleu" in run.stdout and "Traceback" not in run.stderr
 
 
 def test_fit_under_the_ddp_launcher_on_two_cpu_processes(demo_dir, tmp_path):

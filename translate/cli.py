@@ -1,0 +1,71 @@
+"""`python -m translate fit|validate|test --config configs/translate/NAME.yaml`
+
+LightningCLI over `TranslationModule` and `TranslationDataModule`. YAML may interpolate
+`${...}` (omegaconf mode). The vocabulary sizes and pad id come from the data module (known
+once it has trained or loaded its sentencepiece model), `model.max_len` from `data.max_len`.
+`trainer.use_distributed_sampler` defaults to false here: the data module's batch sampler
+shards batches across DDP ranks itself.
+
+The CLI lives here, not in `__main__`: `ddp_spawn` pickles it into its worker processes, which
+cannot import a package's `__main__` module.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from lightning.pytorch.cli import LightningCLI
+
+from core.checkpoint import stale_last_checkpoint_warnings
+from core.cli import OneLineErrorParser
+from core.logs import log_info_to_stderr
+from core.precision import cpu_precision_fallback
+from translate.data import TranslationDataModule
+from translate.module import TranslationModule
+
+
+class TranslateCLI(LightningCLI):
+    """Links the values only the data knows into the model's arguments."""
+
+    def add_arguments_to_parser(self, parser) -> None:
+        parser.link_arguments("data.max_len", "model.max_len")
+        for name in ("src_vocab_size", "tgt_vocab_size", "pad_id"):
+            parser.link_arguments(f"data.{name}", f"model.{name}", apply_on="instantiate")
+        parser.set_defaults({"trainer.use_distributed_sampler": False})
+
+    def before_instantiate_classes(self) -> None:
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        if config.model.share_embeddings and not config.data.joint_vocab:
+            # Equal sizes would hide it: source piece k and target piece k would share one vector.
+            raise ValueError("model.share_embeddings: true ties the source embedding to the target one, which needs "
+                             "data.joint_vocab: true; set model.share_embeddings: false for separate vocabularies")
+        fallback = cpu_precision_fallback(config.trainer.precision, config.trainer.accelerator)
+        if fallback is not None:
+            config.trainer.precision, reason = fallback
+            logging.getLogger("translate").warning(reason)  # shown by log_info_to_stderr
+
+    def before_fit(self) -> None:
+        for line in stale_last_checkpoint_warnings(self.trainer.callbacks):
+            logging.getLogger("translate").warning(line)
+
+
+def main(args: list[str] | None = None) -> TranslateCLI:
+    """Run the CLI; a user's mistake (bad file, bad value) ends with one line, not a traceback."""
+    log_info_to_stderr("translate")  # data counts (skipped blank pairs, length filters), vocabulary cache
+    try:
+        return TranslateCLI(
+            TranslationModule, TranslationDataModule,
+            parser_kwargs={"parser_mode": "omegaconf", "prog": "python -m translate"},
+            parser_class=OneLineErrorParser, save_config_kwargs={"overwrite": True}, args=args,
+        )
+    except (ValueError, FileNotFoundError) as err:
+        sys.exit(f"error: {err}")
+    except RuntimeError as err:
+        if "Error(s) in loading state_dict" not in str(err):
+            raise
+        # torch lists every mismatching tensor over many lines; the first one says enough.
+        detail = next((line.strip() for line in str(err).splitlines()[1:] if line.strip()), "")
+        sys.exit(f"error: --ckpt_path: the checkpoint does not fit the model this config builds ({detail}); "
+                 "use the config (model and data settings) it was trained with")
+
