@@ -23,7 +23,8 @@ SCRIPT = textwrap.dedent("""
 
 @pytest.mark.parametrize(("mode", "expected"), [("on", "False"), ("off", "True")])
 def test_group_is_destroyed_at_exit(mode, expected, tmp_path):
-    run = subprocess.run([sys.executable, "-c", SCRIPT, mode, str(tmp_path / "store")], capture_output=True, text=True, timeout=120)
+    args = [sys.executable, "-c", SCRIPT, mode, str(tmp_path / "store")]
+    run = subprocess.run(args, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert run.stdout.splitlines()[-1] == f"initialized at exit: {expected}"
 
