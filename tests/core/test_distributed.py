@@ -6,8 +6,8 @@ import textwrap
 
 import pytest
 
-# Runs in a fresh interpreter: atexit handlers run last-registered first, so `report`, registered
-# before the call under test, sees the group as the other handler left it.
+# Runs in a fresh interpreter: atexit handlers run last-registered first, so the reporting handler,
+# registered before the call under test, sees the group as that call's handler left it.
 SCRIPT = textwrap.dedent("""
     import atexit, sys
     import torch.distributed as dist
@@ -17,7 +17,7 @@ SCRIPT = textwrap.dedent("""
     if sys.argv[1] == "on":
         destroy_process_group_at_exit()
         destroy_process_group_at_exit()  # a second call registers nothing more
-    print("handlers ran", flush=True)
+    print("script done; atexit handlers follow", flush=True)
 """)
 
 
