@@ -1,4 +1,5 @@
-"""What the two apps' LightningCLI entry points share: config mistakes end in one line.
+"""What the two apps' LightningCLI entry points share: config mistakes end in one line, and `AppCLI`'s
+hooks (the CPU precision fallback, stale `last.ckpt` warnings).
 
 jsonargparse answers a wrong key or value with the whole usage (80+ lines) and names neither the
 YAML file that set it nor, for a syntax error, the file at all ("<unicode string>"). Here a YAML
@@ -10,6 +11,7 @@ Unlike the rest of `core/`, this module needs Lightning and PyYAML (both come wi
 
 from __future__ import annotations
 
+import logging
 import re
 import sys
 from collections.abc import Sequence
@@ -17,7 +19,10 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import yaml
-from lightning.pytorch.cli import LightningArgumentParser
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+
+from core.checkpoint import stale_last_checkpoint_warnings
+from core.precision import cpu_precision_fallback
 
 _KEY = re.compile(r"""(?:option|key) ["']([\w.]+)["']""", re.IGNORECASE)
 _SUBCOMMAND = re.compile(r"^Subcommand '(\w+)'")
@@ -96,3 +101,20 @@ class OneLineErrorParser(LightningArgumentParser):
         if sub := _SUBCOMMAND.search(message):  # raised by the main parser about a subcommand's key
             prog += f" {sub.group(1)}"
         self.exit(2, f"error: {line}; `{prog} --help` lists the accepted keys\n")
+
+
+class AppCLI(LightningCLI):
+    """The LightningCLI hooks both apps share; warnings go to the logger named `log_name`."""
+
+    log_name = "core"
+
+    def before_instantiate_classes(self) -> None:
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        fallback = cpu_precision_fallback(config.trainer.precision, config.trainer.accelerator)
+        if fallback is not None:
+            config.trainer.precision, reason = fallback
+            logging.getLogger(self.log_name).warning(reason)  # shown by log_info_to_stderr
+
+    def before_fit(self) -> None:
+        for line in stale_last_checkpoint_warnings(self.trainer.callbacks):
+            logging.getLogger(self.log_name).warning(line)

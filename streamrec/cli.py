@@ -9,36 +9,22 @@ cannot import a package's `__main__` module.
 
 from __future__ import annotations
 
-import logging
 import sys
 
-from lightning.pytorch.cli import LightningCLI
-
-from core.checkpoint import stale_last_checkpoint_warnings
-from core.cli import OneLineErrorParser
+from core.cli import AppCLI, OneLineErrorParser
 from core.logs import log_info_to_stderr
-from core.precision import cpu_precision_fallback
 from streamrec.data import StreamRecDataModule
 from streamrec.module import StreamRecModule
 
 
-class StreamRecCLI(LightningCLI):
+class StreamRecCLI(AppCLI):
     """Links the values only the data knows into the model's arguments."""
+
+    log_name = "streamrec"
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.link_arguments("data.max_len", "model.max_len")
         parser.link_arguments("data.num_items", "model.num_items", apply_on="instantiate")
-
-    def before_instantiate_classes(self) -> None:
-        config = self.config[self.subcommand] if self.subcommand else self.config
-        fallback = cpu_precision_fallback(config.trainer.precision, config.trainer.accelerator)
-        if fallback is not None:
-            config.trainer.precision, reason = fallback
-            logging.getLogger("streamrec").warning(reason)  # shown by log_info_to_stderr
-
-    def before_fit(self) -> None:
-        for line in stale_last_checkpoint_warnings(self.trainer.callbacks):
-            logging.getLogger("streamrec").warning(line)
 
 
 def main(args: list[str] | None = None) -> StreamRecCLI:

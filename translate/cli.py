@@ -12,21 +12,18 @@ cannot import a package's `__main__` module.
 
 from __future__ import annotations
 
-import logging
 import sys
 
-from lightning.pytorch.cli import LightningCLI
-
-from core.checkpoint import stale_last_checkpoint_warnings
-from core.cli import OneLineErrorParser
+from core.cli import AppCLI, OneLineErrorParser
 from core.logs import log_info_to_stderr
-from core.precision import cpu_precision_fallback
 from translate.data import TranslationDataModule
 from translate.module import TranslationModule
 
 
-class TranslateCLI(LightningCLI):
+class TranslateCLI(AppCLI):
     """Links the values only the data knows into the model's arguments."""
+
+    log_name = "translate"
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.link_arguments("data.max_len", "model.max_len")
@@ -40,14 +37,7 @@ class TranslateCLI(LightningCLI):
             # Equal sizes would hide it: source piece k and target piece k would share one vector.
             raise ValueError("model.share_embeddings: true ties the source embedding to the target one, which needs "
                              "data.joint_vocab: true; set model.share_embeddings: false for separate vocabularies")
-        fallback = cpu_precision_fallback(config.trainer.precision, config.trainer.accelerator)
-        if fallback is not None:
-            config.trainer.precision, reason = fallback
-            logging.getLogger("translate").warning(reason)  # shown by log_info_to_stderr
-
-    def before_fit(self) -> None:
-        for line in stale_last_checkpoint_warnings(self.trainer.callbacks):
-            logging.getLogger("translate").warning(line)
+        super().before_instantiate_classes()
 
 
 def main(args: list[str] | None = None) -> TranslateCLI:
