@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from core.attention import CrossAttention, MultiHeadAttention
 from core.dropout import Dropout
 from core.kv_cache import KVCache, StaticKV
+from core.linear import Linear
 from core.positions import RotaryEmbedding
 
 Activation = Literal["gelu", "relu", "swiglu"]
@@ -38,8 +39,8 @@ class FeedForward(nn.Module):
         if activation not in ("gelu", "relu", "swiglu"):
             raise ValueError(f"`activation` must be 'gelu', 'relu' or 'swiglu', got {activation!r}")
         self.activation = activation
-        self.up = nn.Linear(d_model, 2 * d_ff if activation == "swiglu" else d_ff)
-        self.down = nn.Linear(d_ff, d_model)
+        self.up = Linear(d_model, 2 * d_ff if activation == "swiglu" else d_ff)
+        self.down = Linear(d_ff, d_model)
         self.drop = Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:

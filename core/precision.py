@@ -9,6 +9,7 @@ for bf16-mixed would then train ~100x slower, so the CLIs fall back to fp32 ther
 
 from __future__ import annotations
 
+import copy
 import functools
 import warnings
 
@@ -63,7 +64,13 @@ def quantize_int8(model: nn.Module, inplace: bool = False) -> nn.Module:
     """
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
+    from core.linear import as_plain_linear
+
+    if not inplace:
+        model = copy.deepcopy(model)
+
     with warnings.catch_warnings():
         for category in (DeprecationWarning, FutureWarning, UserWarning):  # the deprecation notices
             warnings.filterwarnings("ignore", ".*deprecat.*", category)
-        return quantize_dynamic(model, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=inplace)
+        spec = {nn.Linear: per_channel_dynamic_qconfig}
+        return quantize_dynamic(as_plain_linear(model), spec, dtype=torch.qint8, inplace=True)

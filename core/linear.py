@@ -1,0 +1,111 @@
+"""Dense layers whose fp32 CPU matmuls run in oneDNN rather than MKL.
+
+PyTorch's fp32 `F.linear` on CPU calls MKL's sgemm. On the AMD Zen 5 cores these machines have
+(AVX-512), MKL takes an AVX2 path: ~100 GFLOP/s a core, where oneDNN's GEMM (the op torch's
+inductor calls for frozen CPU linears, `torch.ops.mkldnn._linear_pointwise`) reaches 210-245 at
+the decoder's and training shapes, with MKL's results to ~1e-6 relative (`benchmarks/linear.py`).
+bf16 matmuls already go through oneDNN. So `Linear` sends fp32 CPU inputs there on AVX-512 CPUs,
+the forward and both gradients. Elsewhere (GPUs, autocast, other dtypes, AVX2-only CPUs, where
+this was not measured) it is `F.linear`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+_enabled = True
+
+
+@functools.cache
+def onednn_available() -> bool:
+    """True on CPUs where routing fp32 linears to oneDNN was measured to pay (AVX-512) and the op exists."""
+    return (
+        torch.backends.mkldnn.is_available()
+        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+        and torch.backends.cpu.get_cpu_capability().startswith(("AVX512", "AMX"))
+    )
+
+
+@contextlib.contextmanager
+def onednn_linear(enabled: bool) -> Iterator[None]:
+    """Turn the oneDNN route on or off inside the block (benchmarks and tests compare the two)."""
+    global _enabled
+    before, _enabled = _enabled, enabled
+    try:
+        yield
+    finally:
+        _enabled = before
+
+
+def _uses_onednn(x: Tensor, weight: Tensor) -> bool:
+    return (
+        _enabled
+        and x.device.type == "cpu"
+        and x.dtype == torch.float32
+        and weight.dtype == torch.float32
+        and x.numel() > 0  # oneDNN cannot build the weight gradient's GEMM for zero rows
+        and not torch.is_autocast_enabled("cpu")
+        and onednn_available()
+    )
+
+
+def _onednn(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+class _OneDNNLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return _onednn(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+        x, weight = ctx.saved_tensors
+        grad_x = grad_w = grad_b = None
+        if ctx.needs_input_grad[0]:
+            grad_x = _onednn(grad, weight.t(), None)  # grad @ weight
+        rows = grad.reshape(-1, grad.shape[-1])
+        if ctx.needs_input_grad[1]:  # (x.T @ grad).T: 1.3-2x MKL's grad.T @ x, faster than oneDNN's grad.T @ x
+            grad_w = _onednn(x.reshape(-1, x.shape[-1]).t(), rows.t(), None).t().contiguous()
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_b = rows.sum(0)
+        return grad_x, grad_w, grad_b
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """`F.linear(x, weight, bias)`, through oneDNN where that is faster (module docstring).
+
+    Args:
+        x: (..., K) inputs.
+        weight: (N, K).
+        bias: (N,) or None.
+    """
+    if not _uses_onednn(x, weight):
+        return F.linear(x, weight, bias)
+    needs_grad = torch.is_grad_enabled() and (
+        x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
+    )
+    return _OneDNNLinear.apply(x, weight, bias) if needs_grad else _onednn(x, weight, bias)
+
+
+class Linear(nn.Linear):
+    """`nn.Linear` (same parameters and state dict) computed by `linear`."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return linear(x, self.weight, self.bias)
+
+
+def as_plain_linear(module: nn.Module) -> nn.Module:
+    """Turn every `Linear` in `module` into an `nn.Linear` in place (torch.ao quantisation matches exact types)."""
+    for m in module.modules():
+        if type(m) is Linear:
+            m.__class__ = nn.Linear
+    return module
