@@ -9,7 +9,7 @@ from core.distributed import destroy_process_group_at_exit
 from core.dropout import Dropout, dropout
 from core.explain import AttentionCapture, attention_entropy, attention_rollout, save_attention_json, save_heatmap
 from core.kv_cache import DecoderCache, KVCache, StaticKV
-from core.linear import Linear, linear, onednn_linear
+from core.linear import Linear, onednn_linear
 from core.loss import linear_cross_entropy, rdrop_cross_entropy
 from core.masks import additive_mask, causal_mask, causal_padding_mask, combine_masks, lengths_mask, padding_mask
 from core.positions import ALiBi, LearnedPositions, RotaryEmbedding, SinusoidalPositions, alibi_slopes, apply_rope
@@ -23,6 +23,6 @@ __all__ = [
     "WarmupCosine", "WarmupCosineLR", "additive_mask", "alibi_slopes", "apply_rope", "attend", "attention_entropy",
     "attention_rollout", "causal_mask", "causal_padding_mask", "combine_masks", "destroy_process_group_at_exit",
     "dropout", "init_linear",
-    "linear", "linear_cross_entropy", "onednn_linear", "lengths_mask", "padding_mask", "rdrop_cross_entropy",
+    "linear_cross_entropy", "onednn_linear", "lengths_mask", "padding_mask", "rdrop_cross_entropy",
     "save_attention_json", "save_heatmap", "stops_on_time", "tie_weights",
 ]

@@ -97,7 +97,15 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
 
 
 class Linear(nn.Linear):
-    """`nn.Linear` (same parameters and state dict) computed by `linear`."""
+    """`nn.Linear` (same parameters and state dict) computed by `linear`.
+
+    Args:
+        in_features: input width K.
+        out_features: output width N.
+        bias: whether to add a learned bias.
+        device: where the parameters live.
+        dtype: the parameters' dtype.
+    """
 
     def forward(self, x: Tensor) -> Tensor:
         return linear(x, self.weight, self.bias)
