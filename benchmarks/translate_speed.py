@@ -19,7 +19,8 @@ feed the padding id 0, whose embedding row is zero, as the start token.
 - Training: one step = forward + loss + backward + AdamW on token-count batches (~4096 padded
   tokens, `translate.data.TokenBatchSampler`), dropout 0.1 in both. Ours: `Translator` with
   `translate.module.translation_loss` (eps 0.1, `core.linear_cross_entropy`; also timed: the same
-  model with logits + `F.cross_entropy`, and with `nn.Dropout` in place of `core.dropout.Dropout`);
+  model with logits + `F.cross_entropy`, with `nn.Dropout` in place of `core.dropout.Dropout`, and,
+  on AVX-512 CPUs in fp32, with `core.linear`'s oneDNN GEMM off, i.e. MKL's as in `F.linear`);
   Marian: `labels` -> its own loss.
   `--precision bf16`: both under `torch.autocast("cpu", torch.bfloat16)`, and ours is also timed in
   fp32 (what bf16 gains us). Target tokens/s counts non-padding target tokens (EOS included).
@@ -48,7 +49,9 @@ JSON keys: {ours,hf,ct2_fp32,ct2_int8}_decode_{s,tok_s}, decode_speedup_vs_hf, r
 ratio_vs_ct2_int8, with --int8 also {ours,hf}_int8_decode_{s,tok_s}, int8_speedup_vs_hf (ours int8 / HF fp32),
 int8_speedup_vs_hf_int8, int8_ratio_vs_ct2_int8, agree_ours_int8_ours, {ours,hf}_train_{s,tok_s},
 train_speedup_vs_hf, train_speedup_vs_logits_loss, train_speedup_vs_torch_dropout, with bf16 also
-ours_fp32_train_{s,tok_s} and bf16_speedup_vs_fp32, max_logit_diff, agreement figures, plus the setting
+ours_fp32_train_{s,tok_s} and bf16_speedup_vs_fp32; on AVX-512 CPUs ours_mkl_{decode,train}_{s,tok_s},
+decode_speedup_vs_mkl, train_speedup_vs_mkl (ours with core.linear's oneDNN route off, fp32) and
+agree_ours_mkl_ours; max_logit_diff, agreement figures, plus the setting
 (threads, sentences, batch_size, beam, tgt_len, d_model, n_layers, ...,
 load_avg_start, load_avg_end).
 
@@ -83,6 +86,7 @@ from rich.console import Console
 from torch import Tensor
 
 from core.dropout import Dropout
+from core.linear import onednn_available, onednn_linear
 from core.precision import quantize_int8
 from translate.data import Batch, Example, TokenBatchSampler, collate
 from translate.model import Translator
@@ -342,6 +346,14 @@ def with_torch_dropout(model: Translator) -> Translator:
     return model
 
 
+def with_mkl(fn: Callable[[], object]) -> Callable[[], None]:
+    """`fn` with core.linear's oneDNN route off: every fp32 matmul in MKL, as `F.linear` does."""
+    def run() -> None:
+        with onednn_linear(False):
+            fn()
+    return run
+
+
 def adamw(model: torch.nn.Module) -> torch.optim.Optimizer:
     return torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.98), weight_decay=1e-4)
 
@@ -474,6 +486,9 @@ def report(console: Console, f: dict[str, float], decode: bool, train: bool, ct2
                  "1.00x"],
                 ["HF MarianMTModel.generate", f"{f['hf_decode_s']:.2f}", f"{f['hf_decode_tok_s']:.0f}",
                  f"{f['decode_speedup_vs_hf']:.2f}x"]]
+        if "decode_speedup_vs_mkl" in f:
+            rows.insert(1, ["ours with MKL's GEMM (F.linear)", f"{f['ours_mkl_decode_s']:.2f}",
+                            f"{f['ours_mkl_decode_tok_s']:.0f}", f"{f['decode_speedup_vs_mkl']:.2f}x"])
         if ct2:
             for kind in ("fp32", "int8"):
                 rows.append([f"CTranslate2 {kind}", f"{f[f'ct2_{kind}_decode_s']:.2f}",
@@ -499,6 +514,9 @@ def report(console: Console, f: dict[str, float], decode: bool, train: bool, ct2
                  f"{f['ours_torch_dropout_train_tok_s']:.0f}", f"{f['train_speedup_vs_torch_dropout']:.2f}x"],
                 ["HF MarianMTModel(labels=...)", f"{f['hf_train_s']:.2f}", f"{f['hf_train_tok_s']:.0f}",
                  f"{f['train_speedup_vs_hf']:.2f}x"]]
+        if "train_speedup_vs_mkl" in f:
+            rows.insert(1, ["ours with MKL's GEMM (F.linear)", f"{f['ours_mkl_train_s']:.2f}",
+                            f"{f['ours_mkl_train_tok_s']:.0f}", f"{f['train_speedup_vs_mkl']:.2f}x"])
         if "bf16_speedup_vs_fp32" in f:
             rows.insert(1, ["ours in fp32 (no autocast)", f"{f['ours_fp32_train_s']:.2f}",
                             f"{f['ours_fp32_train_tok_s']:.0f}", f"{f['bf16_speedup_vs_fp32']:.2f}x"])
@@ -571,6 +589,9 @@ def run_decode(console: Console, log: Console, args: argparse.Namespace, ours: T
         "hf": lambda: out.__setitem__("hf", decode_hf(hf, batches, beam, steps)),
     }
     models = {"ours": ours, "hf": hf}
+    if onednn_available():  # what core.linear's oneDNN GEMM gains over MKL's
+        models["ours_mkl"] = ours
+        fns["ours_mkl"] = with_mkl(lambda: out.__setitem__("ours_mkl", decode_ours(ours, batches, beam, steps)))
     if args.int8:
         models |= {"ours_int8": quantize_int8(ours), "hf_int8": quantize_int8(hf)}
         fns["ours_int8"] = lambda: out.__setitem__("ours_int8", decode_ours(models["ours_int8"], batches, beam, steps))
@@ -605,6 +626,9 @@ def run_decode(console: Console, log: Console, args: argparse.Namespace, ours: T
         f[f"{name}_decode_s"] = statistics.median(ts)
         f[f"{name}_decode_tok_s"] = n_tok / f[f"{name}_decode_s"]
     f["decode_speedup_vs_hf"] = median_ratio(times["hf"], times["ours"])
+    if "ours_mkl" in times:
+        f["decode_speedup_vs_mkl"] = median_ratio(times["ours_mkl"], times["ours"])
+        f["agree_ours_mkl_ours"] = agreement(out["ours_mkl"], out["ours"], steps - 1)
     lengths = {name: [len(o) for o in outs] for name, outs in out.items()}
     f["ours_short_outputs"] = sum(n != steps - 1 for n in lengths["ours"])  # stopped by an early EOS
     f["hf_short_outputs"] = sum(n != steps for n in lengths["hf"])
@@ -648,6 +672,12 @@ def run_train(log: Console, args: argparse.Namespace, ours: Translator, hf, f: d
                                        for b in batches],
         "hf": lambda: [train_step_hf(hf, opts["hf"], b, bf16) for b in batches],
     }
+    if onednn_available() and not bf16:
+        mkl = copy.deepcopy(ours)
+        opts["ours_mkl"] = adamw(mkl)
+        fns["ours_mkl"] = with_mkl(lambda: [train_step_ours(mkl, opts["ours_mkl"], b, False) for b in batches])
+        with onednn_linear(False):
+            train_step_ours(mkl, opts["ours_mkl"], batches[0], False)
     if bf16:
         fp32 = copy.deepcopy(ours)
         opts["ours_fp32"] = adamw(fp32)
@@ -670,6 +700,8 @@ def run_train(log: Console, args: argparse.Namespace, ours: Translator, hf, f: d
     f["train_speedup_vs_torch_dropout"] = median_ratio(times["ours_torch_dropout"], times["ours"])
     if bf16:
         f["bf16_speedup_vs_fp32"] = median_ratio(times["ours_fp32"], times["ours"])
+    if "ours_mkl" in times:
+        f["train_speedup_vs_mkl"] = median_ratio(times["ours_mkl"], times["ours"])
     f["train_batches"], f["train_tokens"] = len(batches), n_tok
 
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from core.linear import linear
+
 # Logits held at once: 1M floats (4 MiB). Checked against 512K and 2M on a 2-core AVX2 EPYC, 2 threads,
 # forward + backward of the loss (`benchmarks/streamrec_loss.py --baseline-chunk-elements N`): 512K is
 # 1.13x slower at Translate's Multi30k shape (3,500 x 10,000, D 128); 2M is 0.99-1.10x as fast there
@@ -96,7 +98,7 @@ class _ChunkedRDrop(torch.autograd.Function):
         total = hidden.new_zeros((), dtype=acc)
         for start in range(0, hidden.shape[1], rows):
             h, t = hidden[:, start : start + rows], targets[start : start + rows]
-            logp = (h @ w.T).log_softmax(dim=-1, dtype=acc)  # (2, m, V)
+            logp = linear(h, w).log_softmax(dim=-1, dtype=acc)  # (2, m, V); linear(h, w) = h @ w.T
             nll = -logp.gather(-1, t.expand(2, -1).unsqueeze(-1)).sum()
             smooth = -logp.mean(dim=-1).sum()
             p = logp.exp()
@@ -115,7 +117,7 @@ class _ChunkedRDrop(torch.autograd.Function):
                     g -= 0.5 * eps / n_classes
                 g = g.to(h.dtype)
                 if need_h:
-                    grad_h[:, start : start + rows] = g @ w
+                    grad_h[:, start : start + rows] = linear(g, w.T)  # g @ w
                 if need_w:
                     grad_w += g[0].T @ h[0] + g[1].T @ h[1]
         ctx.save_for_backward(grad_h, grad_w)
@@ -149,7 +151,7 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
         total = hidden.new_zeros((), dtype=acc)
         for start in range(0, hidden.shape[0], rows):
             h, t = hidden[start : start + rows], targets[start : start + rows]
-            logits = h @ w.T  # (m, V), bf16 under autocast
+            logits = linear(h, w)  # (m, V) = h @ w.T, bf16 under autocast
             probs = torch.softmax(logits, dim=1, dtype=acc)  # one fused pass
             # logsumexp = max logit - log(max prob): exact, and the max prob is >= 1/V so it never
             # underflows (a target's own prob can).
@@ -164,9 +166,9 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
                     probs -= eps / weight.shape[0]
                 probs = probs.to(h.dtype)
                 if need_h:
-                    grad_h[start : start + rows] = probs @ w
-                if need_w:
-                    grad_w += probs.T @ h
+                    grad_h[start : start + rows] = linear(probs, w.T)  # probs @ w
+                if need_w:  # MKL: oneDNN's GEMM was no faster here with 2 threads (benchmarks/linear.py)
+                    grad_w.addmm_(probs.T, h)
         ctx.save_for_backward(grad_h, grad_w)
         ctx.count, ctx.weight_dtype = hidden.shape[0], weight.dtype
         return total / max(hidden.shape[0], 1)
