@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from core import Decoder, DecoderCache, Encoder, TokenEmbedding, padding_mask, tie_weights
 from core.blocks import Activation
+from core.linear import Linear
 
 
 class Translator(nn.Module):
@@ -62,7 +63,7 @@ class Translator(nn.Module):
                       max_len=max_len, ff_dropout=ff_dropout)
         self.encoder = Encoder(n_encoder_layers, **common)
         self.decoder = Decoder(n_decoder_layers, **common)
-        self.output = nn.Linear(d_model, tgt_vocab_size, bias=False)
+        self.output = Linear(d_model, tgt_vocab_size, bias=False)
         tie_weights(self.output, self.tgt_embed)
 
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
