@@ -17,12 +17,16 @@ class KVCache:
 
     Storage is preallocated and doubled when full, so appending a step copies only that
     step (torch.cat per step would copy the whole history every time).
+
+    Args:
+        capacity: steps to allocate at first (a search that knows its length limit passes it).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, capacity: int = 16) -> None:
         self._k: Tensor | None = None
         self._v: Tensor | None = None
         self.length = 0
+        self.capacity = capacity
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Add new steps and return all keys and values so far.
@@ -45,7 +49,7 @@ class KVCache:
         return self._k[:, :, :end], self._v[:, :, :end]
 
     def _grow(self, k: Tensor, v: Tensor, needed: int) -> None:
-        capacity = max(needed, 2 * (0 if self._k is None else self._k.shape[2]), 16)
+        capacity = max(needed, 2 * (0 if self._k is None else self._k.shape[2]), self.capacity)
         b, h, _, d = k.shape
         new_k = k.new_empty(b, h, capacity, d)
         new_v = v.new_empty(b, h, capacity, v.shape[-1])
@@ -89,10 +93,11 @@ class DecoderCache:
     Args:
         n_layers: number of layers in the stack.
         cross: whether layers also cross-attend (encoder-decoder) or only self-attend.
+        capacity: steps each self-attention cache allocates at first.
     """
 
-    def __init__(self, n_layers: int, cross: bool = True) -> None:
-        self.self_attn = [KVCache() for _ in range(n_layers)]
+    def __init__(self, n_layers: int, cross: bool = True, capacity: int = 16) -> None:
+        self.self_attn = [KVCache(capacity) for _ in range(n_layers)]
         self.cross_attn = [StaticKV() for _ in range(n_layers)] if cross else None
 
     @property

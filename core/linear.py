@@ -5,7 +5,8 @@ PyTorch's fp32 `F.linear` on CPU calls MKL's sgemm. On the AMD Zen 5 cores these
 inductor calls for frozen CPU linears, `torch.ops.mkldnn._linear_pointwise`) reaches 210-245 at
 the decoder's and training shapes, with MKL's results to ~1e-6 relative (`benchmarks/linear.py`).
 bf16 matmuls already go through oneDNN. So `Linear` sends fp32 CPU inputs there on AVX-512 CPUs,
-the forward and both gradients. Elsewhere (GPUs, autocast, other dtypes, AVX2-only CPUs, where
+the forward, the input gradient and (below `ONEDNN_MAX_GRAD_ROWS` outputs) the weight gradient;
+inference reuses each weight in oneDNN's blocked layout. Elsewhere (GPUs, autocast, other dtypes, AVX2-only CPUs, where
 this was not measured) it is `F.linear`.
 """
 
@@ -18,8 +19,14 @@ from collections.abc import Iterator
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.weak import WeakIdKeyDictionary
 
 _enabled = True
+
+# Widest layer (output features) whose weight gradient goes to oneDNN, as (x.T @ grad).T: 1.3-2x MKL's
+# grad.T @ x up to 1,024 outputs, but 0.89x for the whole forward + backward of an 8,000-way output
+# layer with 2 threads (`benchmarks/linear.py`), so wider layers keep MKL for it.
+ONEDNN_MAX_GRAD_ROWS = 4096
 
 
 @functools.cache
@@ -59,6 +66,31 @@ def _onednn(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
 
+# weight -> (its version counter, data pointer, oneDNN's blocked copy of it). Outside the modules:
+# a blocked tensor can be neither deep-copied nor pickled, and a copied model gets new weights anyway.
+_packed = WeakIdKeyDictionary()  # by identity: a tensor's == compares elements
+
+# Rows oneDNN is told to expect when packing (at least; more when a call has more). Packed for 128,
+# the decoder's layers ran 1.1-1.5x the unpacked speed at 160 rows and up to 3.5x at 5 (2 threads);
+# packed for 1 row, no faster than unpacked (`benchmarks/linear.py --pack-rows N`).
+PACK_ROWS = 128
+
+
+def _packed_weight(weight: Tensor, rows: int) -> Tensor:
+    """`weight` in oneDNN's blocked layout, packed once and reused until the weight changes.
+
+    Inference only (no gradient flows through it). An in-place update bumps the version counter
+    and replacing `.data` moves the pointer, so either repacks.
+    """
+    key = (weight._version, weight.data_ptr())
+    hit = _packed.get(weight)
+    if hit is not None and hit[:2] == key:
+        return hit[2]
+    packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), max(rows, PACK_ROWS))
+    _packed[weight] = (*key, packed)
+    return packed
+
+
 class _OneDNNLinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
@@ -73,8 +105,12 @@ class _OneDNNLinear(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             grad_x = _onednn(grad, weight.t(), None)  # grad @ weight
         rows = grad.reshape(-1, grad.shape[-1])
-        if ctx.needs_input_grad[1]:  # (x.T @ grad).T: 1.3-2x MKL's grad.T @ x, faster than oneDNN's grad.T @ x
-            grad_w = _onednn(x.reshape(-1, x.shape[-1]).t(), rows.t(), None).t().contiguous()
+        if ctx.needs_input_grad[1]:
+            x_rows = x.reshape(-1, x.shape[-1])
+            if weight.shape[0] <= ONEDNN_MAX_GRAD_ROWS:  # (x.T @ grad).T in oneDNN
+                grad_w = _onednn(x_rows.t(), rows.t(), None).t().contiguous()
+            else:
+                grad_w = rows.t() @ x_rows
         if ctx.has_bias and ctx.needs_input_grad[2]:
             grad_b = rows.sum(0)
         return grad_x, grad_w, grad_b
@@ -93,7 +129,9 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     needs_grad = torch.is_grad_enabled() and (
         x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
     )
-    return _OneDNNLinear.apply(x, weight, bias) if needs_grad else _onednn(x, weight, bias)
+    if needs_grad:
+        return _OneDNNLinear.apply(x, weight, bias)
+    return _onednn(x, _packed_weight(weight, x.numel() // x.shape[-1]), bias)
 
 
 class Linear(nn.Linear):

@@ -231,9 +231,9 @@ class Decoder(_Stack):
             norm_first, positions, max_len, ff_dropout,
         )
 
-    def new_cache(self) -> DecoderCache:
-        """An empty cache for incremental decoding with this stack."""
-        return DecoderCache(len(self.layers), cross=True)
+    def new_cache(self, capacity: int = 16) -> DecoderCache:
+        """An empty cache for incremental decoding with this stack, first sized for `capacity` steps."""
+        return DecoderCache(len(self.layers), cross=True, capacity=capacity)
 
     def forward(
         self, x: Tensor, memory: Tensor, memory_mask: Tensor | None = None,

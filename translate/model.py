@@ -94,9 +94,9 @@ class Translator(nn.Module):
         h = self.decoder(self.tgt_embed(tgt), memory, src_mask, cache=cache)
         return self.output(h)
 
-    def new_cache(self) -> DecoderCache:
-        """An empty cache for incremental decoding."""
-        return self.decoder.new_cache()
+    def new_cache(self, capacity: int = 16) -> DecoderCache:
+        """An empty cache for incremental decoding, first sized for `capacity` steps (it grows past them)."""
+        return self.decoder.new_cache(capacity)
 
     def states(self, src: Tensor, tgt: Tensor) -> Tensor:
         """Teacher-forced decoder states (B, T, D), before the output projection `self.output`.

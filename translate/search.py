@@ -66,7 +66,7 @@ def greedy_search(
     """
     limits = max_output_lengths(src, model.pad_id, max_len_a, max_len_b, _cap(model, max_len))
     memory, src_mask = model.encode(src)
-    cache = model.new_cache()
+    cache = model.new_cache(int(limits.max()) + 1)
     b = src.shape[0]
     token = torch.full((b, 1), bos_id, dtype=torch.long, device=src.device)
     out = torch.zeros(b, 0, dtype=torch.long, device=src.device)
@@ -112,7 +112,7 @@ def beam_search(
         raise ValueError(f"`nbest` ({nbest}) must be between 1 and `beam_size` ({beam_size})")
     k, n_sent = beam_size, src.shape[0]
     limits = max_output_lengths(src, model.pad_id, max_len_a, max_len_b, _cap(model, max_len))
-    logp, memory, src_mask, cache = _first_step(model, src, bos_id, k)  # (R, V); memory per sentence
+    logp, memory, src_mask, cache = _first_step(model, src, bos_id, k, int(limits.max()) + 1)  # (R, V)
     tokens = torch.full((n_sent * k, 1), bos_id, dtype=torch.long, device=src.device)  # (R, 1+t)
     scores = torch.full((n_sent, k), float("-inf"), device=src.device)
     scores[:, 0] = 0.0  # all beams start identical: keep one alive so the first step is not duplicated
@@ -125,7 +125,7 @@ def beam_search(
         at_limit = (step >= limits[active]).repeat_interleave(k)
         logp = _force_eos(logp, at_limit, eos_id)
         vocab = logp.shape[-1]
-        cand = (scores[:, :, None] + logp.view(-1, k, vocab)).view(-1, k * vocab)  # (B_act, K*V)
+        cand = logp.view(-1, k, vocab).add_(scores[:, :, None]).view(-1, k * vocab)  # (B_act, K*V), in place
         top_scores, top_idx = cand.topk(min(2 * k, k * vocab), dim=-1)  # (B_act, 2K)
         top_beam, top_tok = top_idx // vocab, top_idx % vocab
         _collect_finished(finished, active, tokens, top_scores, top_beam, top_tok, eos_id, k, step + 1, alpha)
@@ -150,7 +150,9 @@ def beam_search(
     return [sorted(hyps, reverse=True)[:nbest] for hyps in finished]
 
 
-def _first_step(model: Translator, src: Tensor, bos_id: int, k: int) -> tuple[Tensor, Tensor, Tensor, DecoderCache]:
+def _first_step(
+    model: Translator, src: Tensor, bos_id: int, k: int, steps: int,
+) -> tuple[Tensor, Tensor, Tensor, DecoderCache]:
     """Encode, decode BOS once per sentence, then give each sentence K target-side rows (copies).
 
     All beams of a sentence start identical, so step 0 is computed once per sentence, not K times
@@ -163,7 +165,7 @@ def _first_step(model: Translator, src: Tensor, bos_id: int, k: int) -> tuple[Te
         attention: R rows; cross attention: B rows).
     """
     memory, src_mask = model.encode(src)
-    cache = model.new_cache()
+    cache = model.new_cache(steps)  # the most steps this search decodes: the cache never grows
     bos = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
     logp = _next_log_probs(model, bos, memory, src_mask, cache, bos_id)  # (B, V)
     rows = torch.arange(src.shape[0], device=src.device).repeat_interleave(k)  # (R,) sentence of each row
@@ -180,7 +182,7 @@ def _next_log_probs(model: Translator, tokens: Tensor, memory: Tensor, src_mask:
     The other tokens keep their log-probabilities, so scores still equal the model's.
     """
     logp = model.decode(tokens, memory, src_mask, cache)[:, -1].float().log_softmax(-1)
-    logp[:, [model.pad_id, bos_id]] = float("-inf")
+    logp[:, model.pad_id] = logp[:, bos_id] = float("-inf")
     return logp
 
 

@@ -352,6 +352,8 @@ def test_cross_attention_with_one_memory_row_per_group_equals_repeated_memory(n_
         repeated = ours(x, memory.repeat_interleave(g, 0), mask.repeat_interleave(g, 0))
     torch.testing.assert_close(grouped, repeated, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(grouped_cap.weights[""][0], repeated_cap.weights[""][0])
+    # Without capture SDPA runs (for t = 1 with the G queries as heads); the explicit path is the reference.
+    torch.testing.assert_close(ours(x, memory, mask), repeated, atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match=r"memory rows \(2\) must divide query rows \(3\)"):
         ours(torch.randn(3, t, D), memory, mask)
 

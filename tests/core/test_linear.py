@@ -25,7 +25,10 @@ def calls(monkeypatch):
 
 @pytest.mark.parametrize("shape", [(7, 33), (3, 5, 33), (0, 33)])
 @pytest.mark.parametrize("bias", [True, False])
-def test_values_and_gradients_equal_f_linear(shape, bias):
+@pytest.mark.parametrize("wide", [False, True], ids=["onednn_weight_grad", "mkl_weight_grad"])
+def test_values_and_gradients_equal_f_linear(shape, bias, wide, monkeypatch):
+    if wide:  # a layer wider than ONEDNN_MAX_GRAD_ROWS takes its weight gradient from MKL
+        monkeypatch.setattr(linear_mod, "ONEDNN_MAX_GRAD_ROWS", 8)
     torch.manual_seed(0)
     w = torch.randn(19, 33, requires_grad=True)
     b = torch.randn(19, requires_grad=True) if bias else None
@@ -89,3 +92,20 @@ def test_int8_quantisation_replaces_core_linears():
     x = torch.randn(4, 16)
     torch.testing.assert_close(quantized(x), model(x), rtol=0.05, atol=0.05)
     assert type(as_plain_linear(Linear(2, 2))) is nn.Linear
+
+
+@needs_onednn
+def test_inference_reuses_a_packed_weight_until_the_weight_changes(calls):
+    """Repeated no-grad calls hit the cache; an optimizer step or a new `.data` repacks (else: stale results)."""
+    layer = Linear(8, 6)
+    x = torch.randn(5, 8)
+    with torch.no_grad():
+        first = layer(x)
+        torch.testing.assert_close(layer(x), first)
+    assert linear_mod._packed[layer.weight][2] is linear_mod._packed_weight(layer.weight, 5)
+    layer(x).sum().backward()
+    torch.optim.SGD(layer.parameters(), lr=0.5).step()  # in place: bumps the version counter
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
+        layer.weight.data = torch.randn(6, 8)  # a new tensor under the same parameter
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
