@@ -5,8 +5,9 @@ import itertools
 import pytest
 import torch
 
+from translate import search
 from translate.model import Translator
-from translate.search import beam_search, greedy_search, length_penalty
+from translate.search import beam_search, greedy_search, length_penalty, topk_by_blocks
 
 BOS, EOS, PAD = 2, 3, 0
 
@@ -138,3 +139,27 @@ def test_outputs_reach_exactly_the_limit_when_eos_is_unlikely(monkeypatch):
         beams = beam_search(model, src, BOS, EOS, beam_size=3, max_len_a=a, max_len_b=b, nbest=3)
         assert [len(h.tokens) for h in greedy] == expected
         assert [[len(h.tokens) for h in hyps] for hyps in beams] == [[n] * 3 for n in expected]
+
+
+@pytest.mark.parametrize("n", [1000, 40_000, 40_013])  # fewer blocks than k+1 (plain topk), whole blocks, a tail
+def test_topk_by_blocks_equals_torch_topk(n):
+    torch.manual_seed(n)
+    x = torch.randn(6, n)
+    x[0, : n - 3] = float("-inf")  # a row with fewer finite values than k (a beam at its length limit)
+    x[1, -1] = 100.0  # the best value in the tail
+    values, idx = topk_by_blocks(x, 10)
+    ref_values, ref_idx = x.topk(10, dim=-1)
+    torch.testing.assert_close(values, ref_values)
+    finite = torch.isfinite(ref_values)
+    assert torch.equal(idx[finite], ref_idx[finite])  # -inf ties may come from any column
+
+
+def test_beam_search_with_a_large_vocabulary_equals_plain_topk(monkeypatch):
+    """K*V > 128*(2K) columns: the search's block topk runs, and the outputs equal torch.topk's."""
+    model = _model(vocab=400, seed=3)
+    src = torch.tensor([[5, 6, 7, 8], [9, 10, 4, PAD]])
+    ours = beam_search(model, src, BOS, EOS, beam_size=4, nbest=4)
+    monkeypatch.setattr(search, "topk_by_blocks", lambda x, k: x.topk(k, dim=-1))
+    plain = beam_search(model, src, BOS, EOS, beam_size=4, nbest=4)
+    assert [[h.tokens for h in hyps] for hyps in ours] == [[h.tokens for h in hyps] for hyps in plain]
+    assert [h.score for hyps in ours for h in hyps] == pytest.approx([h.score for hyps in plain for h in hyps])
