@@ -1,6 +1,6 @@
 """fp32 linear layers on CPU: `core.linear` (oneDNN's GEMM) against `F.linear` (MKL's), forward and training.
 
-The shapes are the Translate decoder's per-step layers (160 rows = beam 5 x 32 sentences, at the
+The shapes are the Translate decoder's per-step layers (160 rows = beam 5 x 32 sentences, 32 at the first step, at the
 speed benchmark's d_model 256 / FFN 1024 / vocabulary 8,000) and a Multi30k training batch's
 (3,500 tokens, d_model 128, FFN 256, vocabulary 10,000). "train" = forward + backward for the input
 and the weight. The forward is also timed as inference ("packed": no gradient, so `core.linear`
@@ -36,6 +36,7 @@ SHAPES = {
     "decode_ffn_up": (160, 256, 1024),
     "decode_ffn_down": (160, 1024, 256),
     "decode_vocab": (160, 256, 8000),
+    "first_step_vocab": (32, 256, 8000),  # a search's first step: one row per sentence
     "train_qkv": (3500, 128, 384),
     "train_ffn_up": (3500, 128, 256),
     "train_ffn_down": (3500, 256, 128),

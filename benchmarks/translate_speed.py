@@ -38,6 +38,7 @@ The peers live in `.venv-translate` (benchmark-only, never a runtime dependency;
     python benchmarks/translate_speed.py --threads 1 --json runs/translate_speed.json
     python benchmarks/translate_speed.py --precision bf16        # bf16 autocast for both trainings
     python benchmarks/translate_speed.py --profile               # also profile our decode step
+    python benchmarks/translate_speed.py --skip-decode --skip-train --no-ct2 --ablate --threads 2  # parts' shares
     python benchmarks/translate_speed.py --skip-decode --skip-train --profile-train --threads 2  # our training step
     python benchmarks/translate_speed.py --skip-train            # decoding only
     python benchmarks/translate_speed.py --skip-train --int8     # also ours and HF with int8 linear layers
@@ -51,8 +52,8 @@ int8_speedup_vs_hf_int8, int8_ratio_vs_ct2_int8, agree_ours_int8_ours, {ours,hf}
 train_speedup_vs_hf, train_speedup_vs_logits_loss, train_speedup_vs_torch_dropout, with bf16 also
 ours_fp32_train_{s,tok_s} and bf16_speedup_vs_fp32; on AVX-512 CPUs ours_mkl_{decode,train}_{s,tok_s},
 decode_speedup_vs_mkl, train_speedup_vs_mkl (ours with core.linear's oneDNN route off, fp32) and
-agree_ours_mkl_ours; max_logit_diff, agreement figures, plus the setting
-(threads, sentences, batch_size, beam, tgt_len, d_model, n_layers, ...,
+agree_ours_mkl_ours; with --ablate ablate_{matmuls,attention,self_attention}_share; max_logit_diff,
+agreement figures, plus the setting (threads, sentences, batch_size, beam, tgt_len, d_model, n_layers, ...,
 load_avg_start, load_avg_end).
 
 Legend: B batch, S source length, T target length, V vocabulary, K beam.
@@ -380,8 +381,9 @@ def _labelled(obj: object, name: str, label: str) -> Iterator[None]:
             delattr(obj, name)  # the instance attribute; the class's method shows again
 
 
-CATEGORIES = {  # aten op -> where its time goes
-    "matmul (linear/addmm/mm/bmm)": ("aten::addmm", "aten::mm", "aten::bmm", "aten::matmul", "aten::linear"),
+CATEGORIES = {  # op -> where its time goes
+    "matmul (linear/addmm/mm/bmm)": ("aten::addmm", "aten::mm", "aten::bmm", "aten::matmul", "aten::linear",
+                                     "mkldnn::_linear_pointwise"),  # core.linear's oneDNN GEMM
     "attention kernel (SDPA)": ("aten::_scaled_dot_product_flash_attention_for_cpu",
                                 "aten::scaled_dot_product_attention"),
     "log_softmax": ("aten::_log_softmax", "aten::log_softmax"),
@@ -396,7 +398,8 @@ def _print_top_ops(console: Console, prof, label: str, n: int, what: str, whole:
     events = prof.key_averages()
     by_key = {e.key: e for e in events}
     total = by_key[label].cpu_time_total
-    top = sorted((e for e in events if e.key.startswith("aten::")), key=lambda e: -e.self_cpu_time_total)[:n]
+    top = sorted((e for e in events if e.key.startswith(("aten::", "mkldnn::"))),
+                 key=lambda e: -e.self_cpu_time_total)[:n]
     print_table(console, f"{what}: top aten ops by self CPU time", ["op", "calls", "self ms", f"% of {whole}"],
                 [[e.key, str(e.count), f"{e.self_cpu_time_total / 1e3:.1f}",
                   f"{100 * e.self_cpu_time_total / total:.1f}"] for e in top])
@@ -426,7 +429,7 @@ def profile_ours(console: Console, model: Translator, batches: Sequence[Tensor],
     reorder_ops = reorder - by_key["cache.reorder"].self_cpu_time_total
     rows.append(["cache reorder (index_select, all layers; incl.)", f"{reorder / 1e3:.1f}",
                  f"{100 * reorder / total:.1f}"])
-    all_aten = sum(e.self_cpu_time_total for e in events if e.key.startswith("aten::"))
+    all_aten = sum(e.self_cpu_time_total for e in events if e.key.startswith(("aten::", "mkldnn::")))
     rows.append(["other aten ops (copy, index, cat, add, ...)", f"{(all_aten - covered - reorder_ops) / 1e3:.1f}",
                  f"{100 * (all_aten - covered - reorder_ops) / total:.1f}"])
     for label, what in (("model.decode", "python: model/core forward code (outside ops)"),
@@ -439,6 +442,49 @@ def profile_ours(console: Console, model: Translator, batches: Sequence[Tensor],
     rows.append(["whole search", f"{total / 1e3:.1f}", "100.0"])
     print_table(console, "where the decode time goes (profiler self times; the profiler inflates Python overhead)",
                 ["part", "ms", "%"], rows)
+
+
+def ablate_ours(console: Console, model: Translator, batches: Sequence[Tensor], beam: int, steps: int,
+                repeats: int, f: dict[str, float]) -> None:
+    """Wall-clock share of each part of our decode: the search timed with that part replaced by zeros of its
+    output's shape (or, for the cache reorder, skipped). Outputs change; the steps and the rest of the work do
+    not, as every sentence decodes exactly `steps` steps. Unlike profiler self times, nothing is inflated."""
+    from unittest import mock
+
+    import core.linear
+    from core.kv_cache import KVCache
+
+    reorder = KVCache.reorder
+
+    def keep_rows(cache: KVCache, index: Tensor) -> None:  # beams stay where they are; batch changes still apply
+        if cache._k is None or index.shape[0] != cache._k.shape[0]:
+            reorder(cache, index)
+
+    parts = {
+        "matmuls (every linear layer)": mock.patch.object(
+            core.linear, "linear", lambda x, w, b=None: x.new_zeros(*x.shape[:-1], w.shape[0])),
+        "attention kernel (SDPA)": mock.patch.object(
+            F, "scaled_dot_product_attention", lambda q, k, v, **kw: torch.zeros_like(q)),
+        "self-attention cache reorder": mock.patch.object(KVCache, "reorder", keep_rows),
+    }
+    fns: dict[str, Callable[[], object]] = {"whole search": lambda: decode_ours(model, batches, beam, steps)}
+    for name, patch in parts.items():
+        def without(patch=patch) -> None:
+            with patch:
+                decode_ours(model, batches, beam, steps)
+        fns[name] = without
+    for fn in fns.values():  # warm-up
+        fn()
+    times = interleave(fns, repeats)
+    whole = statistics.median(times["whole search"])
+    rows = [["whole search", f"{whole:.2f}", "100.0"]]
+    for name in parts:
+        share = 1.0 - 1.0 / median_ratio(times["whole search"], times[name])
+        f[f"ablate_{name.split()[0].replace('-', '_')}_share"] = share
+        rows.append([f"without {name}", f"{statistics.median(times[name]):.2f}", f"{100 * share:.1f}"])
+    print_table(console, f"where our decode time goes: each part removed in turn ({len(batches)} batches, "
+                f"{torch.get_num_threads()} thread(s), {repeats} rounds)", ["search", "s (median)", "% of the search"],
+                rows)
 
 
 def profile_train(console: Console, model: Translator, batches: Sequence[Batch]) -> None:
@@ -556,6 +602,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--skip-train", action="store_true", help="decoding only")
     p.add_argument("--skip-decode", action="store_true", help="training only")
     p.add_argument("--no-ct2", action="store_true", help="leave CTranslate2 out")
+    p.add_argument("--ablate", action="store_true",
+                   help="time our decode with each part (matmuls, SDPA, cache reorder) removed in turn: its wall-clock "
+                        "share, at --threads")
     p.add_argument("--profile", action="store_true",
                    help="profile our decode (1 thread, --decode-dtype) and print where time goes")
     p.add_argument("--profile-batches", type=int, default=2, help="batches in the profile (default 2)")
@@ -756,6 +805,11 @@ def main(argv: list[str] | None = None) -> None:
         model = copy.deepcopy(ours).bfloat16() if f["decode_bf16"] else ours
         profile_ours(console, model, batches[::step][: args.profile_batches], args.beam, args.tgt_len)
         torch.set_num_threads(threads)
+    if args.ablate:
+        batches = source_batches(make_sources(args.sentences, args.min_src, args.max_src, args.vocab, args.seed),
+                                 args.batch_size)
+        model = copy.deepcopy(ours).bfloat16() if f["decode_bf16"] else ours
+        ablate_ours(console, model, batches, args.beam, args.tgt_len, args.repeats, f)
     if args.profile_train:
         profile_train(console, ours, training_batches(args))
     if not args.skip_train:
