@@ -9,6 +9,7 @@ Legend: B batch (sentences x beams), Hkv key/value heads, T cached steps, Dh hea
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 
@@ -58,11 +59,24 @@ class KVCache:
             new_v[:, :, : self.length] = self._v[:, :, : self.length]
         self._k, self._v = new_k, new_v
 
-    def reorder(self, index: Tensor) -> None:
-        """Keep batch rows `index` (B_new,), in that order, e.g. the surviving beams."""
-        if self._k is not None and self._v is not None:
-            self._k = self._k.index_select(0, index)
-            self._v = self._v.index_select(0, index)
+    def reorder(self, index: Tensor, moved: Tensor | None = None) -> None:
+        """Keep batch rows `index` (B_new,), in that order, e.g. the surviving beams.
+
+        `moved` (rows where index[row] != row, given when B_new = B) copies only those rows, in
+        place: beam search keeps most beams in their rows (`translate.search`), so this moves a
+        fraction of the cache instead of all of it.
+        """
+        if self._k is None or self._v is None:
+            return
+        if moved is not None:
+            if moved.numel():
+                src = index[moved]
+                for buf in (self._k, self._v):
+                    filled = buf[:, :, : self.length]
+                    filled.index_copy_(0, moved, filled.index_select(0, src))  # reads all sources first
+            return
+        self._k = self._k.index_select(0, index)
+        self._v = self._v.index_select(0, index)
 
 
 class StaticKV:
@@ -111,9 +125,17 @@ class DecoderCache:
         self.reorder_cross(index)
 
     def reorder_self(self, index: Tensor) -> None:
-        """Select and reorder the self-attention rows only (beams swapping within a sentence)."""
+        """Select and reorder the self-attention rows only (beams swapping within a sentence).
+
+        When the batch keeps its size and fewer than half the rows change, only those are copied.
+        """
+        moved = None
+        rows = self.self_attn[0]._k.shape[0] if self.self_attn and self.self_attn[0]._k is not None else -1
+        if index.shape[0] == rows:
+            changed = (index != torch.arange(rows, device=index.device)).nonzero()[:, 0]
+            moved = changed if 2 * changed.numel() < rows else None
         for c in self.self_attn:
-            c.reorder(index)
+            c.reorder(index, moved)
 
     def reorder_cross(self, index: Tensor) -> None:
         """Select the cross-attention rows only: the source keys/values, identical for all beams
