@@ -202,6 +202,27 @@ def test_kv_cache_reorder_selects_rows_and_keeps_growing() -> None:
     assert torch.equal(v, expected + 1)
 
 
+@pytest.mark.parametrize("index", [[0, 1, 1, 3, 4, 5], [0, 2, 1, 3, 4, 5], [5, 4, 3, 2, 1, 0], [0, 1, 2, 3, 4, 5]],
+                         ids=["one_row_copied", "two_rows_swapped", "all_moved", "none_moved"])
+def test_same_size_reorder_copies_only_the_changed_rows_in_place(index: list[int]) -> None:
+    """Beam search's reorder: fewer than half the rows changing are copied in place, the rest keeps its
+    memory; the contents equal a plain row selection either way, and appending afterwards still works."""
+    cache = DecoderCache(2, cross=False, capacity=8)
+    steps = [torch.randn(6, 2, 3, 4) for _ in cache.self_attn]
+    for c, x in zip(cache.self_attn, steps, strict=True):
+        c.append(x, x + 1)
+    before = cache.self_attn[0]._k
+    index_t = torch.tensor(index)
+    cache.reorder_self(index_t)
+    changed = sum(i != r for r, i in enumerate(index))
+    assert (cache.self_attn[0]._k is before) == (2 * changed < len(index))
+    for c, x in zip(cache.self_attn, steps, strict=True):
+        new = torch.randn(6, 2, 1, 4)
+        k, v = c.append(new, new + 1)
+        assert torch.equal(k, torch.cat([x[index_t], new], dim=2))
+        assert torch.equal(v, torch.cat([x[index_t] + 1, new + 1], dim=2))
+
+
 def test_empty_caches_reorder_without_error() -> None:
     KVCache().reorder(torch.tensor([0]))
     StaticKV().reorder(torch.tensor([0]))

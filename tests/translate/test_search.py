@@ -163,3 +163,18 @@ def test_beam_search_with_a_large_vocabulary_equals_plain_topk(monkeypatch):
     plain = beam_search(model, src, BOS, EOS, beam_size=4, nbest=4)
     assert [[h.tokens for h in hyps] for hyps in ours] == [[h.tokens for h in hyps] for hyps in plain]
     assert [h.score for hyps in ours for h in hyps] == pytest.approx([h.score for hyps in plain for h in hyps])
+
+
+def test_stable_slots_keep_first_children_in_place_and_fill_free_slots():
+    """Against a per-sentence reference: every slot used once; a parent's first child (in score order)
+    keeps the parent's slot; the other children take the childless parents' slots in order."""
+    torch.manual_seed(0)
+    parents = torch.randint(0, 5, (200, 5))
+    slots = search._stable_slots(parents)
+    for p_row, s_row in zip(parents.tolist(), slots.tolist(), strict=True):
+        assert sorted(s_row) == list(range(5))
+        free = iter(sorted(set(range(5)) - set(p_row)))
+        seen = set()
+        for p, s in zip(p_row, s_row, strict=True):
+            assert s == (next(free) if p in seen else p)
+            seen.add(p)
