@@ -456,9 +456,9 @@ def ablate_ours(console: Console, model: Translator, batches: Sequence[Tensor], 
 
     reorder = KVCache.reorder
 
-    def keep_rows(cache: KVCache, index: Tensor) -> None:  # beams stay where they are; batch changes still apply
-        if cache._k is None or index.shape[0] != cache._k.shape[0]:
-            reorder(cache, index)
+    def keep_rows(cache: KVCache, index: Tensor, moved: Tensor | None = None) -> None:
+        if cache._k is None or index.shape[0] != cache._k.shape[0]:  # beams stay put; batch changes still apply
+            reorder(cache, index, moved)
 
     parts = {
         "matmuls (every linear layer)": mock.patch.object(
