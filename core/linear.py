@@ -6,8 +6,8 @@ inductor calls for frozen CPU linears, `torch.ops.mkldnn._linear_pointwise`) rea
 the decoder's and training shapes, with MKL's results to ~1e-6 relative (`benchmarks/linear.py`).
 bf16 matmuls already go through oneDNN. So `Linear` sends fp32 CPU inputs there on AVX-512 CPUs,
 the forward, the input gradient and (below `ONEDNN_MAX_GRAD_ROWS` outputs) the weight gradient;
-inference reuses each weight in oneDNN's blocked layout. Elsewhere (GPUs, autocast, other dtypes, AVX2-only CPUs, where
-this was not measured) it is `F.linear`.
+inference reuses each weight in oneDNN's blocked layout. Elsewhere (GPUs, autocast, other dtypes,
+AVX2-only CPUs, where this was not measured) it is `F.linear`.
 """
 
 from __future__ import annotations
