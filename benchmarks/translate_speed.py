@@ -639,7 +639,6 @@ def run_decode(console: Console, log: Console, args: argparse.Namespace, ours: T
     }
     models = {"ours": ours, "hf": hf}
     if onednn_available():  # what core.linear's oneDNN GEMM gains over MKL's
-        models["ours_mkl"] = ours
         fns["ours_mkl"] = with_mkl(lambda: out.__setitem__("ours_mkl", decode_ours(ours, batches, beam, steps)))
     if args.int8:
         models |= {"ours_int8": quantize_int8(ours), "hf_int8": quantize_int8(hf)}
@@ -662,7 +661,9 @@ def run_decode(console: Console, log: Console, args: argparse.Namespace, ours: T
                 f"ct2_{kind}", decode_ct2(tr, token_batches, beam, steps, index)))
     log.log("warm-up: one batch each")
     for name, fn in fns.items():
-        if name.startswith("ours"):
+        if name == "ours_mkl":  # warm MKL's path, not oneDNN's
+            with_mkl(lambda: decode_ours(ours, batches[:1], beam, steps))()
+        elif name.startswith("ours"):
             decode_ours(models[name], batches[:1], beam, steps)
         elif name.startswith("hf"):
             decode_hf(models[name], batches[:1], beam, steps)
@@ -796,19 +797,17 @@ def main(argv: list[str] | None = None) -> None:
             run_decode(console, log, args, copy.deepcopy(ours).bfloat16(), copy.deepcopy(hf).bfloat16(), f)
         else:
             run_decode(console, log, args, ours, hf, f)
+    if args.profile or args.ablate:
+        batches = source_batches(make_sources(args.sentences, args.min_src, args.max_src, args.vocab, args.seed),
+                                 args.batch_size)
+        model = copy.deepcopy(ours).bfloat16() if f["decode_bf16"] else ours
     if args.profile:
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
-        batches = source_batches(make_sources(args.sentences, args.min_src, args.max_src, args.vocab, args.seed),
-                                 args.batch_size)
         step = max(1, len(batches) // args.profile_batches)
-        model = copy.deepcopy(ours).bfloat16() if f["decode_bf16"] else ours
         profile_ours(console, model, batches[::step][: args.profile_batches], args.beam, args.tgt_len)
         torch.set_num_threads(threads)
     if args.ablate:
-        batches = source_batches(make_sources(args.sentences, args.min_src, args.max_src, args.vocab, args.seed),
-                                 args.batch_size)
-        model = copy.deepcopy(ours).bfloat16() if f["decode_bf16"] else ours
         ablate_ours(console, model, batches, args.beam, args.tgt_len, args.repeats, f)
     if args.profile_train:
         profile_train(console, ours, training_batches(args))

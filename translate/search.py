@@ -135,7 +135,7 @@ def beam_search(
         scores, pick = live_scores.topk(k, dim=-1)  # (B_act, K)
         beam, tok = top_beam.gather(1, pick), top_tok.gather(1, pick)
         slot = _stable_slots(beam)  # where each new beam lives: most stay in their parent's row
-        order = torch.empty_like(slot).scatter_(1, slot, torch.arange(k, device=slot.device).expand_as(slot))
+        order = slot.argsort(dim=1)  # the beam in each slot: the inverse permutation
         scores, beam, tok = scores.gather(1, order), beam.gather(1, order), tok.gather(1, order)
         row = (torch.arange(len(active), device=src.device)[:, None] * k + beam).view(-1)  # (R,)
         counts = torch.tensor([len(finished[i]) for i in active.tolist()], device=src.device)
