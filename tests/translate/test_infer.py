@@ -321,6 +321,10 @@ def test_average_of_identical_checkpoints_is_the_checkpoint(trained, tmp_path):
     assert b["state_dict"].keys() == a.keys()
     assert all(torch.equal(a[k], b["state_dict"][k]) for k in a)
     assert "optimizer_states" not in b and b["TranslationDataModule"] == trained.dm.state_dict()
+    # tied weights stay one tensor, as in the input: saved once
+    tied = [k for k in a if k.endswith(("src_embed.embedding.weight", "tgt_embed.embedding.weight", "output.weight"))]
+    assert len(tied) == 3 and a[tied[0]].data_ptr() == a[tied[1]].data_ptr() == a[tied[2]].data_ptr()
+    assert len({b["state_dict"][k].data_ptr() for k in tied}) == 1
 
 
 def test_average_of_two_checkpoints_is_the_mean_and_is_usable(trained, tmp_path):
