@@ -13,6 +13,7 @@
         --output runs/multi30k_en_de/avg.ckpt
     python benchmarks/translate_bleu.py --ckpt runs/multi30k_en_de/avg.ckpt --json runs/multi30k_test.json
     python benchmarks/translate_bleu.py --hyp out.de          # score an existing translation
+    python benchmarks/translate_bleu.py --ckpt A.ckpt B.ckpt C.ckpt --out ens.de   # an ensemble
 
 A model trained on the prepared lowercased tokenised text (`data/prepare_multi30k.py`, the
 published systems' protocol) is scored with `--prepared DIR`: it translates DIR's source file
@@ -20,8 +21,8 @@ and scores its output as it is against `tok/`; cased detokenised BLEU does not a
 
 sacremoses is a benchmark-only dependency: `pip install -c constraints.txt ".[bench]"`.
 
-JSON keys: bleu, chrf, bleu_lc_tok, tok_pipeline_match, lines, beam, alpha, bf16, int8, seconds (no bleu, chrf,
-tok_pipeline_match with --prepared).
+JSON keys: bleu, chrf, bleu_lc_tok, tok_pipeline_match, lines, models (0 with --hyp), beam, alpha, bf16, int8,
+seconds (no bleu, chrf, tok_pipeline_match with --prepared).
 """
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ from prepare_multi30k import MULTI30K, moses_lc_tok, read_lines  # noqa: E402  (
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     src_or_hyp = p.add_mutually_exclusive_group(required=True)
-    src_or_hyp.add_argument("--ckpt", help="translate --src with this checkpoint (beam search) and score it")
+    src_or_hyp.add_argument("--ckpt", nargs="+", metavar="CKPT",
+                            help="translate the split's source with this checkpoint (beam search) and score it; "
+                                 "several translate as an ensemble")
     src_or_hyp.add_argument("--hyp", help="score this translation file instead")
     p.add_argument("--split", default="test_2016_flickr", help="Multi30k split name (default test_2016_flickr)")
     p.add_argument("--src-lang", default="en")
@@ -69,13 +72,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.ckpt:
         from translate import infer
 
-        hyp_path = Path(args.out or Path(args.ckpt).with_name(f"{args.split}.hyp.{args.tgt_lang}"))
+        hyp_path = Path(args.out or Path(args.ckpt[0]).with_name(f"{args.split}.hyp.{args.tgt_lang}"))
         start = time.perf_counter()
-        infer.main(["--ckpt", args.ckpt, "-i", str(src), "-o", str(hyp_path), "--beam", str(args.beam),
+        infer.main(["--ckpt", *args.ckpt, "-i", str(src), "-o", str(hyp_path), "--beam", str(args.beam),
                     "--alpha", str(args.alpha), "--batch-size", str(args.batch_size), "--dtype", args.dtype])
         seconds = time.perf_counter() - start
-        console.print(f"translated {src} with beam {args.beam}, alpha {args.alpha}, {args.dtype}, into {hyp_path} "
-                      f"({seconds:.0f} s)")
+        models = f"an ensemble of {len(args.ckpt)} checkpoints" if len(args.ckpt) > 1 else args.ckpt[0]
+        console.print(f"translated {src} with {models}, beam {args.beam}, alpha {args.alpha}, {args.dtype}, "
+                      f"into {hyp_path} ({seconds:.0f} s)")
     else:
         hyp_path = Path(args.hyp)
     hyps = read_lines(hyp_path)
@@ -83,8 +87,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"error: {hyp_path} has {len(hyps)} lines but the references have {len(ref_raw)}")
 
     bleu_none = sacrebleu.metrics.BLEU(tokenize="none", force=True)  # tokenised on purpose
-    figures = {"lines": len(hyps), "beam": args.beam, "alpha": args.alpha, "bf16": int(args.dtype == "bfloat16"),
-               "int8": int(args.dtype == "int8"), "seconds": seconds}
+    figures = {"lines": len(hyps), "models": len(args.ckpt or []), "beam": args.beam, "alpha": args.alpha,
+               "bf16": int(args.dtype == "bfloat16"), "int8": int(args.dtype == "int8"), "seconds": seconds}
     console.print(f"[bold]{args.split} {args.src_lang}->{args.tgt_lang}[/], {len(hyps)} sentences")
     if args.prepared:  # output is already lowercased and tokenised like tok/
         lc_tok = bleu_none.corpus_score(hyps, [ref_tok])

@@ -1,6 +1,6 @@
 """Translate a text file (or stdin) with a checkpoint written by `python -m translate fit`.
 
-    python -m translate.infer --ckpt CKPT [-i in.txt] [-o out.txt] [--beam 5] [--alpha 0.6]
+    python -m translate.infer --ckpt CKPT [CKPT ...] [-i in.txt] [-o out.txt] [--beam 5] [--alpha 0.6]
         [--max-len-a 1.5] [--max-len-b 10] [--batch-size 64] [--nbest N] [--alignments out.jsonl]
         [--html report.html] [--device auto] [--dtype float32|bfloat16|int8]
 
@@ -45,6 +45,7 @@ from torch import Tensor
 from core.atomic import atomic_path
 from core.precision import NO_FAST_BF16, cpu_has_fast_bf16, quantize_int8
 from translate.align import DEFAULT_LAYER, EMPTY, Layer, WordAlignment, align_batch, write_html
+from translate.ensemble import Ensemble
 from translate.model import Translator
 from translate.search import Hypothesis, beam_search, greedy_search
 from translate.vocab import BOS_ID, EOS_ID, PAD_ID, SubwordVocab
@@ -55,37 +56,58 @@ MAX_TRUNCATION_WARNINGS = 20  # then one summary line, so a bad file cannot floo
 
 @dataclass
 class LoadedTranslator:
-    """A translator restored from a checkpoint with its vocabularies."""
+    """A translator (or an ensemble of them) restored from checkpoints, with its vocabularies."""
 
-    model: Translator
+    model: Translator | Ensemble
     src_vocab: SubwordVocab
     tgt_vocab: SubwordVocab
 
     @property
     def max_src_len(self) -> int:
         """Longest source the encoder's positions allow, in subwords."""
-        return self.model.encoder.max_len
+        return self.model.max_src_len
+
+    @property
+    def aligner(self) -> Translator:
+        """The translator whose cross-attention gives the alignments: an ensemble's first member."""
+        return self.model.members[0] if isinstance(self.model, Ensemble) else self.model
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 INT8 = "int8"  # float32 model with int8 linear layers (core.precision.quantize_int8), CPU only
 
 
-def load_translator(ckpt: str | Path, device: str | torch.device = "cpu", dtype: str = "float32") -> LoadedTranslator:
+def load_translator(ckpt: str | Path | Sequence[str | Path], device: str | torch.device = "cpu",
+                    dtype: str = "float32") -> LoadedTranslator:
     """The trained translator (eval mode) and the vocabularies stored in a Translate checkpoint.
 
     Args:
-        ckpt: a checkpoint from `python -m translate fit` or `python -m translate.average`.
+        ckpt: a checkpoint from `python -m translate fit` or `python -m translate.average`; several
+            (a list) make an `Ensemble` of their translators, which must share the vocabularies.
         device: where to put the model.
         dtype: "float32", or "bfloat16" for weights and activations in bf16 (search still
             normalises scores in float32): faster on GPUs and CPUs with bf16 units; float32, with a
             warning, on a CPU without them (`core.precision`); or "int8" for int8 linear layers on the
             CPU (`core.precision.quantize_int8`). Their BLEU cost is measured in README.md.
     """
+    if isinstance(ckpt, (str, Path)):
+        return _load_one(Path(ckpt), device, dtype)
+    if not ckpt:
+        raise ValueError("no checkpoint given; pass --ckpt CKPT [CKPT ...]")
+    loaded = [_load_one(Path(p), device, dtype) for p in ckpt]
+    for path, other in zip(ckpt[1:], loaded[1:], strict=True):
+        if (other.src_vocab, other.tgt_vocab) != (loaded[0].src_vocab, loaded[0].tgt_vocab):
+            raise ValueError(f"{path}: its vocabularies differ from {ckpt[0]}'s; an ensemble needs models trained "
+                             "with one sentencepiece model (the same data, options and sentencepiece version)")
+    if len(loaded) == 1:
+        return loaded[0]
+    return LoadedTranslator(Ensemble([t.model for t in loaded]).eval(), loaded[0].src_vocab, loaded[0].tgt_vocab)
+
+
+def _load_one(path: Path, device: str | torch.device, dtype: str) -> LoadedTranslator:
     from translate.average import read_checkpoint
     from translate.module import TranslationModule, vocabs_from_checkpoint
 
-    path = Path(ckpt)
     state = read_checkpoint(path)  # one-line errors for missing, unreadable or foreign files
     vocabs = vocabs_from_checkpoint(state)
     if "hyper_parameters" not in state:
@@ -185,7 +207,7 @@ def pad_batch(rows: Sequence[Sequence[int]], device: torch.device | str = "cpu")
 
 
 @torch.inference_mode()
-def search(model: Translator, src: Tensor, beam: int = 5, alpha: float = 0.6, nbest: int = 1,
+def search(model: Translator | Ensemble, src: Tensor, beam: int = 5, alpha: float = 0.6, nbest: int = 1,
            max_len_a: float = 1.5, max_len_b: int = 10) -> list[list[Hypothesis]]:
     """The `nbest` best hypotheses per source row; beam 1 runs greedy search.
 
@@ -227,8 +249,8 @@ def translate_ids(translator: LoadedTranslator, sources: Sequence[Sequence[int]]
         if alignments is not None:
             best = [results[i][0].tokens for i in rows]
             texts = None if source_texts is None else [source_texts[i] for i in rows]
-            aligned = align_batch(translator.model, src, best, translator.src_vocab, translator.tgt_vocab, align_layer,
-                                  texts)
+            aligned = align_batch(translator.aligner, src, best, translator.src_vocab, translator.tgt_vocab,
+                                  align_layer, texts)
             for i, a in zip(rows, aligned, strict=True):
                 alignments[i] = a
     return results, alignments
@@ -246,7 +268,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of `python -m translate.infer`."""
     p = argparse.ArgumentParser(prog="python -m translate.infer", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--ckpt", required=True, help="checkpoint written by `python -m translate fit` (or .average)")
+    p.add_argument("--ckpt", required=True, nargs="+", metavar="CKPT",
+                   help="checkpoint written by `python -m translate fit` (or .average); several translate as "
+                        "an ensemble (the mean of their probabilities; alignments come from the first)")
     p.add_argument("-i", "--input", help="input text, one sentence per line (default or -: stdin)")
     p.add_argument("-o", "--output", help="output file, written atomically (default: stdout)")
     p.add_argument("--beam", type=int, default=5, help="beam width; 1 = greedy search (default 5)")
@@ -324,7 +348,7 @@ def run(args: argparse.Namespace) -> None:
     layer = _check(args)
     device = torch.device("cpu") if args.dtype == INT8 and args.device == "auto" else _device(args.device)
     translator = load_translator(args.ckpt, device, args.dtype)
-    n_layers = len(translator.model.decoder.layers)
+    n_layers = len(translator.aligner.decoder.layers)
     if layer != "mean" and not -n_layers <= layer < n_layers:  # before any output is written
         raise ValueError(f"--align-layer {layer}: the model has {n_layers} decoder layers "
                          f"(use 0..{n_layers - 1}, -1 for the last, or mean)")

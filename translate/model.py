@@ -66,6 +66,16 @@ class Translator(nn.Module):
         self.output = Linear(d_model, tgt_vocab_size, bias=False)
         tie_weights(self.output, self.tgt_embed)
 
+    @property
+    def max_src_len(self) -> int:
+        """Longest source the encoder's positions allow, in subwords."""
+        return self.encoder.max_len
+
+    @property
+    def max_tgt_len(self) -> int:
+        """Longest decoder input (BOS included) the decoder's positions allow, in subwords."""
+        return self.decoder.max_len
+
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """Encode source ids.
 

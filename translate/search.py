@@ -1,4 +1,4 @@
-"""Greedy and batched beam search over `Translator.encode` / `decode(..., cache)`.
+"""Greedy and batched beam search over `Translator.encode` / `decode(..., cache)` (or an `Ensemble`'s).
 
 Beam search keeps `beam_size` live hypotheses per sentence in one (B*K)-row batch; the
 encoder output, the first step and the cross-attention keys/values are computed and kept once
@@ -18,12 +18,16 @@ Legend: B sentences, K beam size, S source length, V vocabulary, R = B*K rows.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from core import DecoderCache
 from translate.model import Translator
+
+if TYPE_CHECKING:
+    from translate.ensemble import Ensemble
 
 
 @dataclass(order=True)
@@ -48,7 +52,7 @@ def max_output_lengths(src: Tensor, pad_id: int, a: float, b: int, limit: int) -
 
 @torch.no_grad()
 def greedy_search(
-    model: Translator, src: Tensor, bos_id: int, eos_id: int, max_len_a: float = 1.5, max_len_b: int = 10,
+    model: Translator | Ensemble, src: Tensor, bos_id: int, eos_id: int, max_len_a: float = 1.5, max_len_b: int = 10,
     max_len: int | None = None,
 ) -> list[Hypothesis]:
     """Pick the most likely token at every step.
@@ -89,7 +93,7 @@ def greedy_search(
 
 @torch.no_grad()
 def beam_search(
-    model: Translator, src: Tensor, bos_id: int, eos_id: int, beam_size: int = 5, alpha: float = 0.6,
+    model: Translator | Ensemble, src: Tensor, bos_id: int, eos_id: int, beam_size: int = 5, alpha: float = 0.6,
     max_len_a: float = 1.5, max_len_b: int = 10, nbest: int = 1, max_len: int | None = None,
 ) -> list[list[Hypothesis]]:
     """Batched beam search with a KV cache.
@@ -194,7 +198,7 @@ def topk_by_blocks(x: Tensor, k: int, block: int = 128) -> tuple[Tensor, Tensor]
 
 
 def _first_step(
-    model: Translator, src: Tensor, bos_id: int, k: int, steps: int,
+    model: Translator | Ensemble, src: Tensor, bos_id: int, k: int, steps: int,
 ) -> tuple[Tensor, Tensor, Tensor, DecoderCache]:
     """Encode, decode BOS once per sentence, then give each sentence K target-side rows (copies).
 
@@ -216,7 +220,7 @@ def _first_step(
     return logp[rows], memory, src_mask, cache
 
 
-def _next_log_probs(model: Translator, tokens: Tensor, memory: Tensor, src_mask: Tensor, cache: DecoderCache,
+def _next_log_probs(model: Translator | Ensemble, tokens: Tensor, memory: Tensor, src_mask: Tensor, cache: DecoderCache,
                     bos_id: int) -> Tensor:
     """Log-probabilities (rows, V) of the token after `tokens` (the newest step), in float32.
 
@@ -261,8 +265,8 @@ def _force_eos(logp: Tensor, rows: Tensor, eos_id: int) -> Tensor:
     return torch.where(rows[:, None], forced, logp)
 
 
-def _cap(model: Translator, max_len: int | None) -> int:
-    limit = model.decoder.max_len - 1  # the decoder reads BOS + `limit` subwords to predict EOS
+def _cap(model: Translator | Ensemble, max_len: int | None) -> int:
+    limit = model.max_tgt_len - 1  # the decoder reads BOS + `limit` subwords to predict EOS
     return limit if max_len is None else min(max_len, limit)
 
 
