@@ -22,6 +22,10 @@ through; a FIFO or device (`/dev/stdout`) is written directly.
 page of heatmaps for the first `--html-max` non-empty lines. Progress goes to stderr when it
 is a terminal or with `--progress`.
 
+Several checkpoints (`--ckpt A B ...`) translate as an ensemble (`translate.ensemble`): each step
+scores the mean of their probabilities; they must share the vocabularies, and alignments come from
+the first.
+
 The vocabularies come from the checkpoint (`translate.module.vocabs_from_checkpoint`); no other
 file is read. Only load checkpoints you trust: they are unpickled.
 """
