@@ -7,6 +7,7 @@ write leaves the previous file, if any, exactly as it was.
 
 from __future__ import annotations
 
+import glob
 import itertools
 import os
 from collections.abc import Iterator
@@ -46,3 +47,12 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def stale_temporaries(path: str | Path) -> list[Path]:
+    """The temporary files `atomic_path` left beside `path` when their writer was killed (`kill -9`, power loss).
+
+    Only a caller that holds the output's lock (`core.lock`) may delete them: then no live writer owns one.
+    """
+    path = Path(path)
+    return sorted(path.parent.glob(f".{glob.escape(path.name)}.*.tmp")) if path.parent.is_dir() else []

@@ -1,33 +1,150 @@
-"""Open a checkpoint file a user named, with one-line errors for the usual mistakes; warn about a
-ModelCheckpoint setting that would make last.ckpt a poor resume point."""
+"""Open a checkpoint file a user named, safely: no code in it ever runs.
+
+Every reader of checkpoints in both apps (the CLIs, `--ckpt_path` through `SafeCheckpointIO`,
+averaging, ensembles, the Python API, `load_from_checkpoint`) goes through `load_checkpoint`,
+which unpickles with `torch.load(weights_only=True)`: PyTorch's restricted unpickler builds
+tensors, plain containers and the types in `ALLOWED_GLOBALS`, and refuses any other global
+before calling it. A refused file is one `UnsafeCheckpointError` line naming the file and the
+first global it asked for.
+
+What we write holds only tensors and plain data (numbers, strings, bytes, lists, dicts): the
+vocabularies are stored as lists of ids or sentencepiece protos, the hyper-parameters as
+plain values, RNG states as tensors and ints (`core.resume`). `tests/core/test_checkpoint.py`
+checks that checkpoints written by both apps name no global outside PyTorch's weights-only set,
+so checkpoints written before this loader existed load unchanged.
+"""
 
 from __future__ import annotations
 
+import io
+import pickle
+import pickletools
+import re
+import warnings
+import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from core.errors import InputError, UnsafeCheckpointError
 
-def read_checkpoint_file(path: str | Path, written_by: str) -> Any:
-    """`torch.load` of `path` on CPU; a missing or unreadable file is a ValueError/FileNotFoundError naming it.
+# Types our checkpoints hold beyond what PyTorch's weights-only unpickler accepts by itself
+# (tensors, storages, dtypes, OrderedDict, plain containers). None today: keep it that way, and
+# add a type here only with a test that writes it.
+ALLOWED_GLOBALS: list[Any] = []
+
+MAX_CHECKPOINT_BYTES = 64 << 30  # a bigger file is not one of ours; refuse before reading it
+_GLOBAL = re.compile(r"GLOBAL ([\w.]+)")
+# Globals PyTorch's own checkpoints name, which its restricted unpickler accepts by itself.
+_TORCH_GLOBAL = re.compile(r"^(torch\.|collections\.OrderedDict$|_codecs\.encode$)")
+
+
+def load_checkpoint(path: str | Path, written_by: str) -> Any:
+    """The checkpoint at `path`, on CPU, unpickled with PyTorch's restricted (weights-only) unpickler.
 
     Args:
         path: the file the user passed.
         written_by: the command that writes such checkpoints (`python -m translate fit`), for the hint.
 
+    Raises:
+        FileNotFoundError: no such file.
+        UnsafeCheckpointError: the pickle names a global outside the allow-list (nothing of it ran).
+        InputError: the file is not a readable PyTorch checkpoint.
+
     The caller checks that the content is its own kind of checkpoint: only it knows which keys it needs.
-    `weights_only=False` because Lightning checkpoints hold hyperparameters and vocabularies, not only
-    tensors; load checkpoints you trust.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: checkpoint not found; pass the .ckpt written by `{written_by}`")
+    if path.stat().st_size > MAX_CHECKPOINT_BYTES:
+        raise InputError(f"{path}: {path.stat().st_size:,} bytes, larger than any checkpoint this product writes "
+                         f"({MAX_CHECKPOINT_BYTES:,}); pass the .ckpt written by `{written_by}`")
     try:
-        return torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as err:  # noqa: BLE001 - any unreadable file is the same user mistake
-        raise ValueError(f"{path}: not a readable PyTorch checkpoint ({type(err).__name__})") from None
+        with torch.serialization.safe_globals(ALLOWED_GLOBALS), warnings.catch_warnings():
+            # A raw pickle (not torch.save's) makes torch warn about its protocol before refusing or reading it.
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        if "Weights only load failed" in str(err) and (refused := refusal(path, err, written_by)) is not None:
+            raise refused from None
+        raise InputError(f"{path}: not a readable PyTorch checkpoint (UnpicklingError); "
+                         f"pass the .ckpt written by `{written_by}`") from None
+    except OSError as err:
+        raise InputError(f"{path}: cannot read it ({err.strerror or type(err).__name__})") from None
+    except Exception as err:  # noqa: BLE001 - a corrupt file fails in many ways; all are the same user mistake
+        raise InputError(f"{path}: not a readable PyTorch checkpoint ({type(err).__name__}); "
+                         f"pass the .ckpt written by `{written_by}`") from None
+
+
+# The name the apps used before this loader; kept so older imports keep working.
+read_checkpoint_file = load_checkpoint
+
+
+def refusal(path: str | Path, err: Exception, written_by: str = "python -m <app> fit") -> UnsafeCheckpointError | None:
+    """The one-line refusal of a checkpoint whose pickle names a global the restricted unpickler stopped.
+
+    None when no such global is found: the file is then merely not a checkpoint (text, garbage).
+    """
+    found = _GLOBAL.search(str(err))
+    name = found.group(1) if found else first_foreign_global(path)
+    if name is None:
+        return None
+    return UnsafeCheckpointError(
+        f"{path}: refused: its pickle names the global `{name}`, which is not among the types our checkpoints "
+        f"hold; this product never executes code from checkpoints; use a checkpoint written by `{written_by}`")
+
+
+def first_foreign_global(path: str | Path) -> str | None:
+    """The first global a pickle (plain, or a torch zip's data.pkl) names that PyTorch's own pickles do not.
+
+    Read with `pickletools.genops`, which parses opcodes and calls nothing.
+    """
+    try:
+        data = Path(path).read_bytes()
+        if zipfile.is_zipfile(io.BytesIO(data)):
+            with zipfile.ZipFile(io.BytesIO(data)) as z:
+                data = z.read(next(n for n in z.namelist() if n.endswith("data.pkl")))
+        for name in _pickle_globals(data):
+            if not _TORCH_GLOBAL.match(name):
+                return name
+    except Exception:  # noqa: BLE001 - only for the message; the file is refused either way
+        return None
+    return None
+
+
+def _pickle_globals(data: bytes) -> Iterable[str]:
+    """`module.name` of every GLOBAL / STACK_GLOBAL in the pickles concatenated in `data`."""
+    stream = io.BytesIO(data)
+    while stream.tell() < len(data):
+        strings: list[str] = []
+        for op, arg, _ in pickletools.genops(stream):
+            if op.name in ("GLOBAL", "INST"):
+                yield str(arg).replace(" ", ".")
+            elif op.name == "STACK_GLOBAL" and len(strings) >= 2:
+                yield f"{strings[-2]}.{strings[-1]}"
+            elif isinstance(arg, str):
+                strings.append(arg)
+
+
+class SafeLoadMixin:
+    """Makes a LightningModule's `load_from_checkpoint` use the restricted unpickler with a one-line refusal.
+
+    Lightning's own default may change between versions; ours does not.
+    """
+
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path: str | Path, *args: Any, **kwargs: Any) -> Any:
+        kwargs["weights_only"] = True
+        try:
+            with torch.serialization.safe_globals(ALLOWED_GLOBALS):
+                return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)  # type: ignore[misc]
+        except pickle.UnpicklingError as err:
+            refused = refusal(checkpoint_path, err) if "Weights only load failed" in str(err) else None
+            if refused is None:
+                raise
+            raise refused from None
 
 
 def stale_last_checkpoint_warnings(callbacks: Iterable[Any]) -> list[str]:

@@ -1,5 +1,6 @@
 """What the two apps' LightningCLI entry points share: config mistakes end in one line, and `AppCLI`'s
-hooks (the CPU precision fallback, stale `last.ckpt` warnings).
+hooks (the CPU precision fallback, safe checkpoint reading and atomic writing, exact resume, one
+`fit` per run folder, stale `last.ckpt` warnings).
 
 jsonargparse answers a wrong key or value with the whole usage (80+ lines) and names neither the
 YAML file that set it nor, for a syntax error, the file at all ("<unicode string>"). Here a YAML
@@ -19,10 +20,17 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import yaml
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from lightning.fabric.utilities.rank_zero import rank_zero_only
+from lightning.pytorch import Trainer
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from core.checkpoint import stale_last_checkpoint_warnings
+from core.checkpoint_io import SafeCheckpointIO
+from core.lock import OutputLock
 from core.precision import cpu_precision_fallback
+from core.resume import ExactResume
 
 _KEY = re.compile(r"""(?:option|key) ["']([\w.]+)["']""", re.IGNORECASE)
 _SUBCOMMAND = re.compile(r"^Subcommand '(\w+)'")
@@ -103,10 +111,32 @@ class OneLineErrorParser(LightningArgumentParser):
         self.exit(2, f"error: {line}; `{prog} --help` lists the accepted keys\n")
 
 
+def checkpoints_last_first(callbacks: list) -> list:
+    """`callbacks` with every unmonitored ModelCheckpoint (the every-epoch `last.ckpt`) before the monitored ones.
+
+    Both save at the same hook, in list order: saving `last` first means a kill between the two saves
+    leaves `last.ckpt` newer than `best.ckpt`, never an epoch behind it.
+    """
+    ckpts = [cb for cb in callbacks if isinstance(cb, ModelCheckpoint)]
+    ordered = iter(sorted(ckpts, key=lambda cb: cb.monitor is not None))  # stable: config order otherwise
+    return [next(ordered) if isinstance(cb, ModelCheckpoint) else cb for cb in callbacks]
+
+
 class AppCLI(LightningCLI):
     """The LightningCLI hooks both apps share; warnings go to the logger named `log_name`."""
 
     log_name = "core"
+    written_by = "python -m <app> fit"
+    _run_lock: OutputLock | None = None
+
+    def instantiate_trainer(self, **kwargs) -> Trainer:
+        trainer = super().instantiate_trainer(**kwargs)
+        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # a user's own plugin stays
+            trainer.strategy.checkpoint_io = SafeCheckpointIO(self.written_by)
+        if not any(isinstance(cb, ExactResume) for cb in trainer.callbacks):
+            trainer.callbacks.insert(0, ExactResume())
+        trainer.callbacks[:] = checkpoints_last_first(trainer.callbacks)
+        return trainer
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
@@ -118,3 +148,16 @@ class AppCLI(LightningCLI):
     def before_fit(self) -> None:
         for line in stale_last_checkpoint_warnings(self.trainer.callbacks):
             logging.getLogger(self.log_name).warning(line)
+        if rank_zero_only.rank == 0:  # DDP workers re-run this CLI; the launching process holds the lock
+            root = Path(self.trainer.default_root_dir)
+            root.mkdir(parents=True, exist_ok=True)
+            self._run_lock = OutputLock(root, "fit").acquire()
+            for cb in self.trainer.checkpoint_callbacks:  # temporaries of a killed save: no live writer owns them
+                folder = Path(cb.dirpath) if getattr(cb, "dirpath", None) else None
+                if folder is not None and folder.is_dir():
+                    for tmp in folder.glob(".*.ckpt.*.tmp"):
+                        tmp.unlink(missing_ok=True)
+
+    def after_fit(self) -> None:
+        if self._run_lock is not None:
+            self._run_lock.release()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 
 from core.cli import AppCLI, OneLineErrorParser
+from core.errors import describe_os_error
 from core.logs import log_info_to_stderr
 from streamrec.data import StreamRecDataModule
 from streamrec.module import StreamRecModule
@@ -21,6 +22,7 @@ class StreamRecCLI(AppCLI):
     """Links the values only the data knows into the model's arguments."""
 
     log_name = "streamrec"
+    written_by = "python -m streamrec fit"
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.link_arguments("data.max_len", "model.max_len")
@@ -38,4 +40,6 @@ def main(args: list[str] | None = None) -> StreamRecCLI:
         )
     except (ValueError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")
+    except OSError as err:  # an unwritable run folder, a full disk while saving a checkpoint
+        sys.exit(f"error: {describe_os_error(err)}")
 

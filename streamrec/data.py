@@ -39,6 +39,8 @@ from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from core.resume import EpochRandomSampler
+
 log = logging.getLogger(__name__)
 
 PAD_ID = 0
@@ -724,9 +726,12 @@ class StreamRecDataModule(L.LightningDataModule):
                              f"{len(saved)}; resume with the data file the checkpoint was trained on")
 
     def _loader(self, dataset: Dataset, collate: Callable, shuffle: bool) -> DataLoader:
-        return DataLoader(dataset, batch_size=self.batch_size, shuffle=shuffle, num_workers=self.num_workers,
-                          collate_fn=partial(collate, max_len=self.max_len),
-                          persistent_workers=self.num_workers > 0)
+        # Shuffled from (seed, epoch), and a generator of the loader's own: fetching data draws nothing from
+        # the global generator, so a run resumed from a checkpoint replays the same batches (core.resume).
+        seed = torch.initial_seed() % 2**31  # seed_everything's seed
+        return DataLoader(dataset, batch_size=self.batch_size, sampler=EpochRandomSampler(dataset, seed) if shuffle
+                          else None, num_workers=self.num_workers, collate_fn=partial(collate, max_len=self.max_len),
+                          persistent_workers=self.num_workers > 0, generator=torch.Generator().manual_seed(seed))
 
     def _eval_loader(self, dataset: Dataset) -> DataLoader:
         # Under DDP, Lightning's default sampler pads ranks with repeated cases, which would

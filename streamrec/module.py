@@ -16,6 +16,7 @@ from torch import Tensor
 
 from core import WarmupCosineLR, destroy_process_group_at_exit, stops_on_time
 from core.blocks import Activation
+from core.checkpoint import SafeLoadMixin
 from streamrec import losses
 from streamrec.data import EvalBatch, ItemVocab, TrainBatch
 from streamrec.metrics import RankingMetrics, SampledRankingMetrics, most_popular_scores
@@ -25,7 +26,7 @@ LossName = Literal["full", "sampled", "bce", "gbce"]
 VOCAB_KEY = "streamrec_item_vocab"
 
 
-class StreamRecModule(L.LightningModule):
+class StreamRecModule(SafeLoadMixin, L.LightningModule):
     """Next-item recommender: a causal session transformer trained to predict every next item.
 
     Args:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import sys
 
 from core.cli import AppCLI, OneLineErrorParser
+from core.errors import describe_os_error
 from core.logs import log_info_to_stderr
 from translate.data import TranslationDataModule
 from translate.module import TranslationModule
@@ -24,6 +25,7 @@ class TranslateCLI(AppCLI):
     """Links the values only the data knows into the model's arguments."""
 
     log_name = "translate"
+    written_by = "python -m translate fit"
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.link_arguments("data.max_len", "model.max_len")
@@ -51,6 +53,8 @@ def main(args: list[str] | None = None) -> TranslateCLI:
         )
     except (ValueError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")
+    except OSError as err:  # an unwritable run folder, a full disk while saving a checkpoint
+        sys.exit(f"error: {describe_os_error(err)}")
     except RuntimeError as err:
         if "Error(s) in loading state_dict" not in str(err):
             raise

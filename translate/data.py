@@ -218,6 +218,7 @@ class SampledSegmentations(Dataset[Example]):
     ):
         self.base, self.src_vocab, self.tgt_vocab = base, src_vocab, tgt_vocab
         self.alpha, self.max_len, self.seed, self.rank = alpha, max_len, seed, rank
+        self.epoch = 0
 
     def __len__(self) -> int:
         return len(self.base)
@@ -241,8 +242,18 @@ class SampledSegmentations(Dataset[Example]):
         The generator is process-wide, and forked workers would otherwise all continue the
         parent's stream and draw the same segmentations.
         """
-        state = np.random.SeedSequence([self.seed, self.rank, worker_id + 1]).generate_state(1)[0]
+        entropy = [self.seed, self.rank, worker_id + 1] + ([self.epoch] if self.epoch else [])
+        state = np.random.SeedSequence(entropy).generate_state(1)[0]
         spm.set_random_generator_seed(int(state))
+
+    def set_epoch(self, epoch: int) -> None:
+        """Draw epoch `epoch`'s segmentations from (seed, rank, epoch), so a resumed run draws the same ones.
+
+        `core.resume.ExactResume` calls it before each epoch; it reseeds this process (the
+        segmentations of `num_workers: 0`); workers keep the stream `reseed` started them on.
+        """
+        self.epoch = epoch
+        self.reseed()
 
     def __getitems__(self, indices: Sequence[int]) -> list[Example]:
         # The DataLoader's batched fetch (torch calls it with the batch's indices when it exists).
@@ -370,11 +381,15 @@ class TokenBatchSampler(Sampler[list[int]]):
         self.max_tokens, self.shuffle, self.seed = max_tokens, shuffle, seed
         self.rank, self.world_size = rank, world_size
         self.sizes = batch_sizes(np.sort(self.widths).tolist(), max_tokens)
-        self.epoch = 0
+        self.epoch, self.skip = 0, 0
 
     def set_epoch(self, epoch: int) -> None:
         """Use `epoch` for the next iteration's shuffle."""
         self.epoch = epoch
+
+    def skip_batches(self, n: int) -> None:
+        """Leave out this rank's first `n` batches of the next iteration only (a mid-epoch resume)."""
+        self.skip = n
 
     def __len__(self) -> int:
         return math.ceil(len(self.sizes) / self.world_size)
@@ -392,7 +407,8 @@ class TokenBatchSampler(Sampler[list[int]]):
             batches = [batches[i] for i in rng.permutation(len(batches))]
         missing = len(self) * self.world_size - len(batches)
         batches += [batches[i % len(batches)] for i in range(missing)]
-        for batch in batches[self.rank :: self.world_size]:
+        start, self.skip = self.skip, 0
+        for batch in batches[self.rank :: self.world_size][start:]:
             yield batch.tolist()
 
 
@@ -540,8 +556,10 @@ class TranslationDataModule(L.LightningDataModule):
             ds.reseed()
             init_worker = ds.reseed
         workers = hp.num_workers
+        # A generator of the loader's own: fetching data draws nothing from the global one (core.resume).
         return DataLoader(ds, batch_sampler=sampler, collate_fn=collate, num_workers=workers,
-                          persistent_workers=workers > 0, worker_init_fn=init_worker)
+                          persistent_workers=workers > 0, worker_init_fn=init_worker,
+                          generator=torch.Generator().manual_seed(hp.seed))
 
     def train_dataloader(self) -> DataLoader:
         """Shuffled length-bucketed training batches (a new order each epoch)."""

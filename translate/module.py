@@ -33,6 +33,7 @@ from torch import Tensor
 
 from core import InverseSqrtLR, WarmupCosineLR, linear_cross_entropy, rdrop_cross_entropy, stops_on_time
 from core.blocks import Activation
+from core.checkpoint import SafeLoadMixin
 from core.distributed import destroy_process_group_at_exit
 from translate.data import Batch, Split, TranslationDataModule
 from translate.model import Translator
@@ -87,7 +88,7 @@ def corpus_scores(hypotheses: list[str], references: list[str], tokenize: str = 
     return score, chrf, str(bleu.get_signature())
 
 
-class TranslationModule(L.LightningModule):
+class TranslationModule(SafeLoadMixin, L.LightningModule):
     """Encoder-decoder translator trained with label-smoothed cross-entropy, validated by BLEU.
 
     Args:

@@ -1,0 +1,58 @@
+"""The one error type for a user's bad input, and one-line wording for the OS errors of writing.
+
+Every reader and CLI of both apps raises `InputError` (a `ValueError`, so older `except ValueError`
+code still catches it) with one line that names the file, line or key and says what to do. The
+CLIs print that line and exit non-zero; anything else that escapes a reader is a bug.
+"""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+
+class InputError(ValueError):
+    """A file, line, key or value the product cannot use; the message is one line with the fix."""
+
+
+class UnsafeCheckpointError(InputError):
+    """A checkpoint whose pickle names a global outside our allow-list (it could run code if unpickled)."""
+
+
+class OutputLockedError(InputError):
+    """Another live process is writing the same output."""
+
+
+_FIXES = {
+    errno.ENOSPC: "no space left on the device; free some space and rerun",
+    errno.EDQUOT: "disk quota exceeded; free some space and rerun",
+    errno.EACCES: "permission denied; choose a folder you can write to",
+    errno.EPERM: "operation not permitted; choose a folder you can write to",
+    errno.EROFS: "the file system is read-only; choose a writable folder",
+    errno.ENOENT: "no such file or folder; create the folder first or fix the path",
+    errno.EISDIR: "is a folder; name a file",
+    errno.ENOTDIR: "a part of the path is not a folder; fix the path",
+}
+
+
+def describe_os_error(err: OSError, path: str | Path | None = None) -> str:
+    """One line for an OSError: the file it concerns and what to do (not Python's `[Errno N]` wording)."""
+    where = err.filename if err.filename is not None else path
+    fix = _FIXES.get(err.errno or -1, err.strerror or type(err).__name__)
+    return f"{where}: {fix}" if where is not None else fix
+
+
+def check_text(data: bytes, name: str | Path, offset_line: int = 1) -> None:
+    """Refuse binary input: a NUL byte never occurs in text, so say where the first one is.
+
+    Args:
+        data: the bytes read (a whole file or a line).
+        name: the file, for the message.
+        offset_line: line number of the first line in `data`.
+    """
+    at = data.find(b"\0")
+    if at >= 0:
+        line = offset_line + data.count(b"\n", 0, at)
+        column = at - (data.rfind(b"\n", 0, at) + 1) + 1
+        raise InputError(f"{name}:{line}: NUL byte at column {column}: this is a binary file, not text; "
+                         "pass the text file (UTF-8), or Parquet with a .parquet name")
