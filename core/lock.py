@@ -16,7 +16,9 @@ import fcntl
 import json
 import logging
 import os
+import signal
 import socket
+import threading
 import time
 from pathlib import Path
 from types import TracebackType
@@ -117,3 +119,16 @@ def _describe(holder: dict[str, object]) -> str:
         return "a process that recorded nothing"
     what = f"{holder['what']}, " if holder.get("what") else ""
     return f"{what}pid {holder.get('pid', '?')} on {holder.get('host', '?')}, started {holder.get('started', '?')}"
+
+
+def interrupt_on_sigterm() -> None:
+    """Make SIGTERM (`kill`, a job scheduler's stop) raise KeyboardInterrupt, as Ctrl-C does.
+
+    Python's default for SIGTERM ends the process at once, skipping `finally` blocks: temporary files
+    and lock files would stay. A CLI calls this first and treats both signals as an interruption.
+    """
+    def _raise(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    if threading.current_thread() is threading.main_thread():  # the only thread Python lets set handlers
+        signal.signal(signal.SIGTERM, _raise)

@@ -39,6 +39,7 @@ from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from core.errors import InputError, check_text_file
 from core.resume import EpochRandomSampler
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,7 @@ class _Grouper:
 
     def result(self, path: Path) -> Interactions:
         if not self.items:
-            raise ValueError(f"{path}: no interactions found; the file must hold at least one (user, item) row")
+            raise InputError(f"{path}: no interactions found; the file must hold at least one (user, item) row")
         if self.times is not None:
             for user, times in self.times.items():
                 if any(a > b for a, b in zip(times, times[1:], strict=False)):
@@ -117,11 +118,11 @@ def _existing_file(path: str | Path) -> Path:
 def _resolve_format(path: Path, format: Format) -> str:
     if format != "auto":
         if format not in _FORMATS:
-            raise ValueError(f"`format` must be auto, {', '.join(_FORMATS)}; got {format!r}")
+            raise InputError(f"`format` must be auto, {', '.join(_FORMATS)}; got {format!r}")
         return format
     fmt = _SUFFIXES.get(path.suffix.lower())
     if fmt is None:
-        raise ValueError(f"{path}: cannot tell the format from the extension {path.suffix!r}; "
+        raise InputError(f"{path}: cannot tell the format from the extension {path.suffix!r}; "
                          f"pass format= one of {', '.join(_FORMATS)}")
     return fmt
 
@@ -132,13 +133,13 @@ def _parse_time(value: object, where: str, time_col: str) -> float:
     except (TypeError, ValueError):
         t = math.nan
     if not math.isfinite(t):
-        raise ValueError(f"{where}, column {time_col!r}: timestamp {value!r} is not a finite number; "
+        raise InputError(f"{where}, column {time_col!r}: timestamp {value!r} is not a finite number; "
                          "timestamps must be numeric (e.g. Unix seconds)")
     return t
 
 
-def _missing_column(path: Path, arg: str, col: str, found: Sequence[str]) -> ValueError:
-    return ValueError(f"{path}: no column {col!r} (columns: {', '.join(map(str, found)) or 'none'}); "
+def _missing_column(path: Path, arg: str, col: str, found: Sequence[str]) -> InputError:
+    return InputError(f"{path}: no column {col!r} (columns: {', '.join(map(str, found)) or 'none'}); "
                       f"rename it in the file or pass {arg}=<your column name>")
 
 
@@ -160,7 +161,7 @@ def _read_delimited(path: Path, delimiter: str, user_col: str, item_col: str, ti
         reader = csv.reader(f, delimiter=delimiter)
         header = [h.strip() for h in next(reader, [])]
         if not any(header):
-            raise ValueError(f"{path}: the file is empty; expected a header row such as "
+            raise InputError(f"{path}: the file is empty; expected a header row such as "
                              f"{delimiter.join(c for c in (user_col, item_col, time_col) if c)} and one row per event")
         idx = _column_index(path, header, {"user_col": user_col, "item_col": item_col, "time_col": time_col})
         grouper = _Grouper(timed=time_col is not None)
@@ -169,12 +170,12 @@ def _read_delimited(path: Path, delimiter: str, user_col: str, item_col: str, ti
                 continue  # blank line
             where = f"{path} line {reader.line_num}"
             if len(row) != len(header):
-                raise ValueError(f"{where}: {len(row)} fields but the header has {len(header)}; "
+                raise InputError(f"{where}: {len(row)} fields but the header has {len(header)}; "
                                  f"fix the row (is the delimiter {delimiter!r} right?)")
             user, item = row[idx["user_col"]].strip(), row[idx["item_col"]].strip()
             for col, value in ((user_col, user), (item_col, item)):
                 if not value:
-                    raise ValueError(f"{where}, column {col!r}: empty id; every row needs a user and an item")
+                    raise InputError(f"{where}, column {col!r}: empty id; every row needs a user and an item")
             time = _parse_time(row[idx["time_col"]], where, time_col) if time_col is not None else None
             grouper.add(user, item, time)
     return grouper.result(path)
@@ -194,10 +195,10 @@ def _read_parquet(path: Path, user_col: str, item_col: str, time_col: str | None
         table = pq.read_table(path, columns=[c for c in cols.values() if c is not None])
     except (pa.ArrowException, OSError) as e:
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ValueError(f"{path}: cannot read it as Parquet ({reason}); check the file, "
+        raise InputError(f"{path}: cannot read it as Parquet ({reason}); check the file, "
                          "or pass format='csv'/'tsv' if it is text") from e
     if table.num_rows == 0:
-        raise ValueError(f"{path}: the file has no rows; it must hold one row per (user, item) event")
+        raise InputError(f"{path}: the file has no rows; it must hold one row per (user, item) event")
     columns = []
     for col in (user_col, item_col, time_col):
         if col is None:
@@ -211,7 +212,7 @@ def _read_parquet(path: Path, user_col: str, item_col: str, time_col: str | None
             array = pc.divide(pc.cast(pc.cast(array, pa.int64()), pa.float64()), per_second)
         values = array.to_pylist()
         if None in values:
-            raise ValueError(f"{path} row {values.index(None) + 1}, column {col!r}: missing value; "
+            raise InputError(f"{path} row {values.index(None) + 1}, column {col!r}: missing value; "
                              "every row needs a user, an item and a timestamp")
         columns.append(values)
     grouper = _Grouper(timed=time_col is not None)
@@ -232,15 +233,15 @@ def _read_text(path: Path, fmt: str) -> Interactions:
                 if not fields:
                     continue
                 if fmt == "sasrec" and len(fields) != 2:
-                    raise ValueError(f"{path} line {line_num}: expected 'user item' (2 fields), got {len(fields)}; "
+                    raise InputError(f"{path} line {line_num}: expected 'user item' (2 fields), got {len(fields)}; "
                                      "fix the line, or pass format='lines' for one user per line")
                 if len(fields) < 2:
-                    raise ValueError(f"{path} line {line_num}: expected 'user item [item ...]', got only "
+                    raise InputError(f"{path} line {line_num}: expected 'user item [item ...]', got only "
                                      f"{fields[0]!r}; remove the line or add the user's items")
                 for item in fields[1:]:
                     grouper.add(fields[0], item)
     except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: not UTF-8 text (byte {e.start}); pass format='parquet' if it is Parquet") from e
+        raise InputError(f"{path}: not UTF-8 text (byte {e.start}); pass format='parquet' if it is Parquet") from e
     return grouper.result(path)
 
 
@@ -266,12 +267,15 @@ def read_interactions(
     fmt = _resolve_format(path, format)
     if fmt == "parquet":
         return _read_parquet(path, user_col, item_col, time_col)
+    check_text_file(path)  # a NUL byte: binary data, which the text readers would take as odd ids
     if fmt in ("sasrec", "lines"):
         return _read_text(path, fmt)
     try:
         return _read_delimited(path, "," if fmt == "csv" else "\t", user_col, item_col, time_col)
     except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: not UTF-8 text (byte {e.start}); pass format='parquet' if it is Parquet") from e
+        raise InputError(f"{path}: not UTF-8 text (byte {e.start}); pass format='parquet' if it is Parquet") from e
+    except csv.Error as e:  # e.g. a field over csv's size limit (131,072 characters): not an id
+        raise InputError(f"{path}: not a readable {fmt.upper()} file ({e}); check the file and `format`") from e
 
 
 # ----------------------------------------------------------------------------- vocabulary
@@ -298,7 +302,7 @@ class ItemVocab:
         self.index = {item: k + 1 for k, item in enumerate(self.items)}
         if len(self.index) != len(self.items):
             dup = next(i for i in self.items if self.items.count(i) > 1)
-            raise ValueError(f"item id {dup!r} appears twice in the vocabulary; ids must be unique")
+            raise InputError(f"item id {dup!r} appears twice in the vocabulary; ids must be unique")
 
     @classmethod
     def build(cls, items: Iterable[str]) -> ItemVocab:
@@ -329,7 +333,7 @@ class ItemVocab:
         if unknown and not skip_unknown:
             shown = ", ".join(repr(i) for i in unknown[:5])
             shown += f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
-            raise ValueError(f"unknown item ids {shown} (vocabulary has {len(self)} items); "
+            raise InputError(f"unknown item ids {shown} (vocabulary has {len(self)} items); "
                              "pass skip_unknown=True to drop them")
         if unknown:
             log.warning("skipped %d unknown item ids (e.g. %r)", len(unknown), unknown[0])
@@ -340,7 +344,7 @@ class ItemVocab:
         ids = ids.tolist() if isinstance(ids, Tensor) else list(ids)
         bad = [i for i in ids if not 1 <= i <= len(self.items)]
         if bad:
-            raise ValueError(f"model id {bad[0]} is not an item; ids run 1..{len(self.items)} (0 is padding)")
+            raise InputError(f"model id {bad[0]} is not an item; ids run 1..{len(self.items)} (0 is padding)")
         return [self.items[i - 1] for i in ids]
 
     def to_dict(self) -> dict[str, list[str]]:
@@ -351,7 +355,7 @@ class ItemVocab:
     def from_dict(cls, state: dict[str, list[str]]) -> ItemVocab:
         """Rebuild a vocabulary saved with `to_dict`."""
         if not isinstance(state, dict) or not isinstance(state.get("items"), list):
-            raise ValueError("vocabulary state needs an 'items' list; was it written by ItemVocab.to_dict()?")
+            raise InputError("vocabulary state needs an 'items' list; was it written by ItemVocab.to_dict()?")
         return cls(state["items"])
 
 
@@ -429,7 +433,7 @@ def time_quantiles(timestamps: dict[str, list[float]], quantiles: Sequence[float
         quantiles: values in [0, 1].
     """
     if any(not 0.0 <= q <= 1.0 for q in quantiles):
-        raise ValueError(f"quantiles must lie in [0, 1], got {list(quantiles)}")
+        raise InputError(f"quantiles must lie in [0, 1], got {list(quantiles)}")
     flat = np.fromiter((t for ts in timestamps.values() for t in ts), dtype=np.float64)
     return [float(v) for v in np.quantile(flat, quantiles, method="lower")]
 
@@ -451,7 +455,7 @@ def temporal_split(
         test_cutoff: last validation timestamp (>= valid_cutoff).
     """
     if valid_cutoff > test_cutoff:
-        raise ValueError(f"valid cutoff ({valid_cutoff}) must not exceed the test cutoff ({test_cutoff})")
+        raise InputError(f"valid cutoff ({valid_cutoff}) must not exceed the test cutoff ({test_cutoff})")
     train, valid, test = {}, [], []
     cold = 0
     for user, seq in sequences.items():
@@ -647,9 +651,9 @@ class StreamRecDataModule(L.LightningDataModule):
         for name, value, low in (("max_len", max_len, 1), ("batch_size", batch_size, 1),
                                  ("min_interactions", min_interactions, 1), ("num_workers", num_workers, 0)):
             if value < low:
-                raise ValueError(f"`{name}` must be at least {low}, got {value}")
+                raise InputError(f"`{name}` must be at least {low}, got {value}")
         if split not in ("leave_one_out", "temporal"):
-            raise ValueError(f"`split` must be leave_one_out or temporal, got {split!r}")
+            raise InputError(f"`split` must be leave_one_out or temporal, got {split!r}")
         _existing_file(path)  # fail at construction, not at the first batch
         self.save_hyperparameters()
         self.path, self.format, self.max_len, self.batch_size = path, format, max_len, batch_size
@@ -666,7 +670,7 @@ class StreamRecDataModule(L.LightningDataModule):
         raw = read_interactions(self.path, self.format, **self.columns)
         kept = raw.drop_short_users(self.min_interactions)
         if not kept.items:
-            raise ValueError(f"{self.path}: no user has {self.min_interactions} or more interactions; "
+            raise InputError(f"{self.path}: no user has {self.min_interactions} or more interactions; "
                              "lower `min_interactions`")
         vocab = ItemVocab.build(i for seq in kept.items.values() for i in seq)
         sequences = {u: [vocab.index[i] for i in seq] for u, seq in kept.items.items()}
@@ -678,7 +682,7 @@ class StreamRecDataModule(L.LightningDataModule):
         if self.split_name == "leave_one_out":
             return leave_one_out_split(sequences)
         if timestamps is None:
-            raise ValueError(f"{self.path}: split='temporal' needs timestamps, but this file has none; "
+            raise InputError(f"{self.path}: split='temporal' needs timestamps, but this file has none; "
                              "use split='leave_one_out' or a CSV/TSV/Parquet file with a time column")
         cutoffs = self.temporal_cutoffs or tuple(time_quantiles(timestamps, self.temporal_quantiles))
         log.info("temporal split: train <= %s < valid <= %s < test", *cutoffs)
@@ -722,7 +726,7 @@ class StreamRecDataModule(L.LightningDataModule):
         """Refuse to resume on data whose item ids map differently from the checkpoint's."""
         saved = ItemVocab.from_dict(state_dict["vocab"])
         if saved.items != self.vocab.items:
-            raise ValueError(f"{self.path}: its {len(self.vocab)} items map to different ids than the checkpoint's "
+            raise InputError(f"{self.path}: its {len(self.vocab)} items map to different ids than the checkpoint's "
                              f"{len(saved)}; resume with the data file the checkpoint was trained on")
 
     def _loader(self, dataset: Dataset, collate: Callable, shuffle: bool) -> DataLoader:

@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from core import AttentionCapture, attention_rollout
+from core.errors import InputError
 from streamrec.model import PAD_ID, StreamRecModel
 
 
@@ -165,10 +166,10 @@ def main(argv: list[str] | None = None) -> None:
         model, vocab = load_recommender(args.ckpt)
         interactions = read_interactions(args.input, args.format)
         if args.user not in interactions.items:
-            raise ValueError(f"{args.input}: no user {args.user!r}; pass a user id that appears in the file")
+            raise InputError(f"{args.input}: no user {args.user!r}; pass a user id that appears in the file")
         ids, _ = encode_history(interactions.items[args.user], vocab)
         if not ids:
-            raise ValueError(f"user {args.user!r} has no item known to the checkpoint; nothing to explain")
+            raise InputError(f"user {args.user!r} has no item known to the checkpoint; nothing to explain")
         inputs, items, scores = recommend(model, [ids], args.top_k, args.include_seen)
         att = attention_weights(model, inputs)[0]
         drops = occlusion_drops(model, inputs, items)[0]  # (K, T)

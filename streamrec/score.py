@@ -10,8 +10,12 @@ by the output's extension; `--explain` adds the "because you watched" columns
 Users are scored from the history in the input, so users unseen in training need no
 retraining; history items unknown to the checkpoint are skipped and counted. Results go to
 `OUTPUT.parts/` chunk by chunk, each chunk written atomically; a re-run after an interrupt
-skips the users already there, and the final file appears in one rename at the end, so
-there is never a half-written output or a duplicated or dropped user.
+(Ctrl-C, SIGTERM, kill -9) skips the users already there (`--fresh` starts over instead), and
+the final file appears in one rename at the end, so there is never a half-written output or a
+duplicated or dropped user. One run at a time writes an output: a second exits at once naming
+the holder of `OUTPUT.lock`. A failed run (bad input, full disk, no user scorable) leaves no
+`.parts/` or temporary file behind, and an existing OUTPUT untouched. The output's folder must
+exist.
 
 Legend: B users in a batch, T history length (the model's max_len), K top-K, N items.
 """
@@ -35,9 +39,11 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from torch import Tensor
 
-from core.atomic import atomic_path
+from core.atomic import atomic_path, stale_temporaries
 from core.checkpoint import read_checkpoint_file
-from streamrec.data import ItemVocab, read_interactions
+from core.errors import InputError, check_text, describe_os_error
+from core.lock import OutputLock, interrupt_on_sigterm
+from streamrec.data import Interactions, ItemVocab, read_interactions
 from streamrec.explain import attention_weights, occlusion_drops
 from streamrec.model import PAD_ID, StreamRecModel
 
@@ -51,7 +57,7 @@ def load_recommender(ckpt: str | Path, device: str | torch.device = "cpu") -> tu
     path = Path(ckpt)
     state = read_checkpoint_file(path, written_by="python -m streamrec fit")
     if not isinstance(state, dict) or VOCAB_KEY not in state or "hyper_parameters" not in state:
-        raise ValueError(f"{path}: not a StreamRec checkpoint (no item vocabulary); "
+        raise InputError(f"{path}: not a StreamRec checkpoint (no item vocabulary); "
                          "pass a checkpoint written by `python -m streamrec fit`")
     # LightningCLI stores bookkeeping keys (e.g. `_instantiator`) beside the arguments.
     accepted = inspect.signature(StreamRecModule).parameters
@@ -154,23 +160,36 @@ class ResumableOutput:
     """Chunks of results in `OUTPUT.parts/`, merged into OUTPUT at the end.
 
     A manifest records the arguments that shape the results; parts from a different run
-    are refused rather than mixed in.
+    are refused rather than mixed in. The caller holds the output's lock (`core.lock`), so
+    temporary files found here belong to a killed run and are deleted.
+
+    Args:
+        output: the final .csv or .parquet file.
+        manifest: the arguments that shape the rows.
+        fresh: delete the parts of an earlier interrupted run instead of resuming it.
     """
 
-    def __init__(self, output: Path, manifest: dict[str, object]):
-        if output.suffix not in (".csv", ".parquet"):
-            raise ValueError(f"--output {output}: use a .csv or .parquet file name")
+    def __init__(self, output: Path, manifest: dict[str, object], fresh: bool = False):
         self.output = output
         self.parts = output.with_name(output.name + ".parts")
-        self.parts.mkdir(parents=True, exist_ok=True)
+        if fresh and self.parts.exists():
+            shutil.rmtree(self.parts)
+        self.resumed = self.parts.is_dir()
+        self.parts.mkdir(exist_ok=True)
+        for tmp in self.parts.glob(".*.tmp"):
+            tmp.unlink()
         manifest_path = self.parts / "manifest.json"
         if manifest_path.exists():
-            previous = json.loads(manifest_path.read_text())
+            try:
+                previous = json.loads(manifest_path.read_text(encoding="utf-8"))
+            except (ValueError, UnicodeDecodeError):
+                previous = None
             if previous != manifest:
-                raise ValueError(f"{self.parts} holds partial results of a run with other arguments; "
-                                 "delete it or rerun with the same arguments")
+                raise InputError(f"{self.parts} holds partial results of a run with other arguments; rerun with "
+                                 "those arguments to resume it, or pass --fresh to delete it and start over")
         else:
-            manifest_path.write_text(json.dumps(manifest, indent=1))
+            with atomic_path(manifest_path) as tmp:
+                tmp.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
 
     def done_users(self) -> set[str]:
         """Users already written by an earlier, interrupted run."""
@@ -188,10 +207,21 @@ class ResumableOutput:
         parts = sorted(self.parts.glob("part-*.parquet"))
         table = pa.concat_tables([pq.read_table(p) for p in parts]) if parts else None
         if table is None:
-            raise ValueError("no user could be scored; see the warnings above")
+            raise InputError(f"{self.output}: no user could be scored (no history item is known to the checkpoint; "
+                             "see the warnings above); nothing was written")
         _write_table(table, self.output)
         shutil.rmtree(self.parts)
         return table.num_rows
+
+    def discard(self) -> None:
+        """After a failure: remove what this run created; the parts of an earlier killed run stay resumable."""
+        if not self.parts.exists():
+            return
+        if self.resumed:
+            for tmp in self.parts.glob(".*.tmp"):
+                tmp.unlink(missing_ok=True)
+        else:
+            shutil.rmtree(self.parts, ignore_errors=True)
 
 
 def _rows(users: list[str], vocab: ItemVocab, items: Tensor, scores: Tensor,
@@ -242,22 +272,36 @@ def _in_input_order(table: pa.Table, users: list[str]) -> pa.Table:
     return table.take(pc.sort_indices(keys, sort_keys=[("position", "ascending"), ("rank", "ascending")]))
 
 
+MAX_USERS_FILE_BYTES = 1 << 30
+
+
 def _read_users(path: str) -> list[str]:
     """The user ids listed in `path`, once each, in file order."""
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    file = Path(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"--users {path}: no such file")
+    if file.stat().st_size > MAX_USERS_FILE_BYTES:
+        raise InputError(f"--users {path}: larger than {MAX_USERS_FILE_BYTES:,} bytes; split the user list")
+    data = file.read_bytes()
+    check_text(data, path)
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise InputError(f"--users {path}: not UTF-8 text (byte {err.start}); write one user id per line") from None
+    lines = text.split("\n")
     users = list(dict.fromkeys(line.strip() for line in lines if line.strip()))
     if not users:
-        raise ValueError(f"--users {path}: the file lists no user; write one user id per line")
+        raise InputError(f"--users {path}: the file lists no user; write one user id per line")
     return users
 
 
 def main(argv: list[str] | None = None) -> None:
-    """CLI entry point; user mistakes end with one line on stderr and exit status 1."""
+    """CLI entry point; user mistakes end with one line on stderr and a non-zero exit status."""
     p = argparse.ArgumentParser(prog="python -m streamrec.score", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ckpt", required=True, help="checkpoint written by `python -m streamrec fit`")
     p.add_argument("--input", required=True, help="interaction log with the users' histories (csv/tsv/parquet/txt)")
-    p.add_argument("--output", required=True, help="recommendations file, .csv or .parquet")
+    p.add_argument("--output", required=True, help="recommendations file, .csv or .parquet, in an existing folder")
     p.add_argument("--top-k", type=int, default=10, help="items per user (default 10)")
     p.add_argument("--include-seen", action="store_true", help="allow items already in the user's history")
     p.add_argument("--explain", action="store_true", help="add 'because you watched' columns (slower)")
@@ -266,17 +310,37 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--format", default="auto", help="input format: auto, csv, tsv, parquet, sasrec, lines")
     p.add_argument("--device", default="auto", help="cpu, cuda, or auto (cuda when available)")
     p.add_argument("--chunk-users", type=int, default=20_000, help="users per resumable chunk (default 20,000)")
+    p.add_argument("--fresh", action="store_true",
+                   help="delete OUTPUT.parts/ left by an interrupted run and start over (default: resume it)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    interrupt_on_sigterm()
     try:
         _run(args)
+    except KeyboardInterrupt:
+        sys.exit(f"interrupted: the users scored so far are kept in {args.output}.parts/; rerun the same command "
+                 "to resume, or add --fresh to start over")
     except (ValueError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")
+    except OSError as err:  # an unwritable folder, a full disk
+        sys.exit(f"error: {describe_os_error(err, args.output)}; nothing was written to {args.output}")
+
+
+def _check_output(path: Path) -> None:
+    """Refuse an output that cannot be written before any work is done."""
+    if path.suffix not in (".csv", ".parquet"):
+        raise InputError(f"--output {path}: use a .csv or .parquet file name")
+    if path.is_dir():
+        raise InputError(f"--output {path}: is a folder; name a .csv or .parquet file in it")
+    if not path.parent.is_dir():
+        raise InputError(f"--output {path}: the folder {path.parent} does not exist; create it first")
 
 
 def _run(args: argparse.Namespace) -> None:
     if args.top_k < 1 or args.batch_size < 1 or args.chunk_users < 1:
-        raise ValueError("--top-k, --batch-size and --chunk-users must be positive")
+        raise InputError("--top-k, --batch-size and --chunk-users must be positive")
+    output = Path(args.output)
+    _check_output(output)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     model, vocab = load_recommender(args.ckpt, device)
     interactions = read_interactions(args.input, args.format)
@@ -285,10 +349,25 @@ def _run(args: argparse.Namespace) -> None:
     if missing:
         log.warning("skipped %d users absent from %s (e.g. %r)", len(missing), args.input, missing[0])
     ckpt = Path(args.ckpt)
-    out = ResumableOutput(Path(args.output), {
+    manifest = {
         "ckpt": str(ckpt.resolve()), "ckpt_bytes": ckpt.stat().st_size, "input": str(Path(args.input).resolve()),
         "users": args.users, "top_k": args.top_k, "include_seen": args.include_seen, "explain": args.explain,
-    })
+    }
+    with OutputLock(output, "streamrec.score"):
+        for tmp in stale_temporaries(output):  # a final write cut by kill -9; we hold the lock, so no one owns it
+            tmp.unlink()
+        out = ResumableOutput(output, manifest, fresh=args.fresh)
+        try:
+            _score_all(args, out, users, interactions, model, vocab)
+        except KeyboardInterrupt:
+            raise  # an interruption: the parts stay, the next run resumes them
+        except BaseException:
+            out.discard()
+            raise
+
+
+def _score_all(args: argparse.Namespace, out: ResumableOutput, users: list[str], interactions: Interactions,
+               model: StreamRecModel, vocab: ItemVocab) -> None:
     done = out.done_users()
     todo = [u for u in users if u in interactions.items and u not in done]
     if done:

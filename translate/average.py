@@ -29,6 +29,7 @@ import torch
 
 from core.atomic import atomic_path
 from core.checkpoint import read_checkpoint_file
+from core.errors import InputError
 
 log = logging.getLogger("translate.average")
 AVERAGED_KEY = "averaged_from"
@@ -41,7 +42,7 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     state = read_checkpoint_file(path, written_by="python -m translate fit")
     if not isinstance(state, dict) or "state_dict" not in state or vocabs_from_checkpoint(state) is None:
-        raise ValueError(f"{path}: not a Translate checkpoint (no vocabularies or weights); "
+        raise InputError(f"{path}: not a Translate checkpoint (no vocabularies or weights); "
                          "pass checkpoints written by `python -m translate fit`")
     return state
 
@@ -58,7 +59,7 @@ def average_state_dicts(states: Sequence[dict[str, torch.Tensor]], names: Sequen
     for state, name in zip(states[1:], names[1:], strict=True):
         if state.keys() != first.keys():
             diff = sorted(state.keys() ^ first.keys())
-            raise ValueError(f"{name} and {first_name} hold different weights (e.g. {diff[0]}); "
+            raise InputError(f"{name} and {first_name} hold different weights (e.g. {diff[0]}); "
                              "average checkpoints of one training run")
     seen: dict[tuple, str] = {}
     for key, ref in first.items():
@@ -71,13 +72,13 @@ def average_state_dicts(states: Sequence[dict[str, torch.Tensor]], names: Sequen
         values = [s[key] for s in states]
         for value, name in zip(values, names, strict=True):
             if value.shape != ref.shape:
-                raise ValueError(f"{name}: `{key}` has shape {tuple(value.shape)} but {first_name} has "
+                raise InputError(f"{name}: `{key}` has shape {tuple(value.shape)} but {first_name} has "
                                  f"{tuple(ref.shape)}; average checkpoints of one model")
         if ref.is_floating_point():
             out[key] = (sum(v.double() for v in values) / len(values)).to(ref.dtype)
         else:
             if any(not torch.equal(v, ref) for v in values):
-                raise ValueError(f"`{key}` (a {ref.dtype} tensor) differs between checkpoints; it cannot be averaged")
+                raise InputError(f"`{key}` (a {ref.dtype} tensor) differs between checkpoints; it cannot be averaged")
             out[key] = ref.clone()
     return out
 
@@ -92,13 +93,13 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
     from translate.module import vocabs_from_checkpoint
 
     if not paths:
-        raise ValueError("no checkpoint to average; pass --ckpts A B ... or --dir D --last N")
+        raise InputError("no checkpoint to average; pass --ckpts A B ... or --dir D --last N")
     states = [read_checkpoint(p) for p in paths]
     names = [str(p) for p in paths]
     vocabs = [vocabs_from_checkpoint(s) for s in states]
     for v, name in zip(vocabs[1:], names[1:], strict=True):
         if v != vocabs[0]:
-            raise ValueError(f"{name} and {names[0]} have different vocabularies; average checkpoints of one run")
+            raise InputError(f"{name} and {names[0]} have different vocabularies; average checkpoints of one run")
     result = dict(states[-1])
     result["state_dict"] = average_state_dicts([s["state_dict"] for s in states], names)
     for key in ("optimizer_states", "lr_schedulers"):
@@ -119,7 +120,7 @@ def latest_checkpoints(directory: str | Path, n: int) -> list[Path]:
             continue
         by_step.setdefault(int(state.get("global_step", -1)), path)
     if len(by_step) < n:
-        raise ValueError(f"--dir {directory} holds checkpoints of {len(by_step)} distinct steps, fewer than "
+        raise InputError(f"--dir {directory} holds checkpoints of {len(by_step)} distinct steps, fewer than "
                          f"--last {n}; keep more with ModelCheckpoint(save_top_k=...) or lower --last")
     return [by_step[step] for step in sorted(by_step)[-n:]]
 
@@ -143,7 +144,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     try:
         if args.last < 1:
-            raise ValueError(f"--last must be >= 1, got {args.last}")
+            raise InputError(f"--last must be >= 1, got {args.last}")
         paths = args.ckpts if args.ckpts else latest_checkpoints(args.dir, args.last)
         save_atomic(average_checkpoints(paths), args.output)
     except (ValueError, FileNotFoundError) as err:

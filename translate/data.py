@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from core.errors import InputError, check_text
 from translate.vocab import BOS_ID, EOS_ID, PAD_ID, ModelType, SubwordVocab, train_vocab
 
 logger = logging.getLogger(__name__)
@@ -49,7 +50,7 @@ def resolve_paths(paths: SplitPaths, src_lang: str, tgt_lang: str) -> tuple[Path
     """
     if not isinstance(paths, str):
         if len(paths) != 2:
-            raise ValueError(f"explicit split paths must be a (src_path, tgt_path) pair, got {paths!r}")
+            raise InputError(f"explicit split paths must be a (src_path, tgt_path) pair, got {paths!r}")
         return Path(paths[0]), Path(paths[1])
     if "{lang}" in paths:
         return Path(paths.replace("{lang}", src_lang)), Path(paths.replace("{lang}", tgt_lang))
@@ -69,12 +70,13 @@ def read_lines(path: str | Path) -> list[str]:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file; check the split path and the language suffix")
     data = path.read_bytes()
+    check_text(data, path)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
-        raise ValueError(
+        raise InputError(
             f"{path}:{line}: invalid UTF-8 (byte 0x{data[e.start]:02x} at column {column}); "
             "re-encode the file as UTF-8, e.g. `iconv -f latin1 -t utf-8`"
         ) from None
@@ -94,10 +96,10 @@ def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[list[str]
     src, tgt = read_lines(src_path), read_lines(tgt_path)
     for path, lines in ((src_path, src), (tgt_path, tgt)):
         if not lines:
-            raise ValueError(f"{path}:1: empty file; a split needs one sentence per line")
+            raise InputError(f"{path}:1: empty file; a split needs one sentence per line")
     if len(src) != len(tgt):
         (short, n_short), (long, n_long) = sorted([(src_path, len(src)), (tgt_path, len(tgt))], key=lambda p: p[1])
-        raise ValueError(
+        raise InputError(
             f"{short}:{n_short + 1}: line missing: {short} has {n_short} lines but {long} has {n_long}; "
             "parallel files must hold one sentence per line, aligned"
         )
@@ -116,7 +118,7 @@ def drop_blank_pairs(src: Sequence[str], tgt: Sequence[str], name: str = "train"
     if len(keep) < len(src):
         logger.info("%s: skipped %d of %d pairs with a blank side", name, len(src) - len(keep), len(src))
     if not keep:
-        raise ValueError(f"{name}: all {len(src)} pairs (lines 1-{len(src)}) have a blank side; nothing to train on")
+        raise InputError(f"{name}: all {len(src)} pairs (lines 1-{len(src)}) have a blank side; nothing to train on")
     return [src[i] for i in keep], [tgt[i] for i in keep]
 
 
@@ -176,7 +178,7 @@ class TranslationDataset(Dataset[Example]):
 
     def __init__(self, src_ids: list[list[int]], tgt_ids: list[list[int]], sources: list[str], refs: list[str]):
         if not len(src_ids) == len(tgt_ids) == len(sources) == len(refs):
-            raise ValueError("src_ids, tgt_ids, sources and refs must have one entry per pair")
+            raise InputError("src_ids, tgt_ids, sources and refs must have one entry per pair")
         self.src_ids, self.tgt_ids, self.sources, self.refs = src_ids, tgt_ids, sources, refs
 
     def __len__(self) -> int:
@@ -318,7 +320,7 @@ def encode_split(
         name, len(keep), len(src_ids), too_long, max_len, ratio, max_ratio,
     )
     if not keep:
-        raise ValueError(
+        raise InputError(
             f"{name}: every pair was filtered out; raise `max_len` ({max_len}) or `max_ratio` ({max_ratio})"
         )
     return TranslationDataset(
@@ -371,10 +373,10 @@ class TokenBatchSampler(Sampler[list[int]]):
     ):
         self.widths = np.asarray(widths, dtype=np.int64)
         if not 0 <= rank < world_size:
-            raise ValueError(f"`rank` ({rank}) must be in [0, world_size) with `world_size` ({world_size}) >= 1")
+            raise InputError(f"`rank` ({rank}) must be in [0, world_size) with `world_size` ({world_size}) >= 1")
         if len(self.widths) and self.widths.max() > max_tokens:
             i = int(self.widths.argmax())
-            raise ValueError(
+            raise InputError(
                 f"example {i} is {self.widths[i]} tokens wide but `max_tokens` is {max_tokens}; "
                 "raise `max_tokens` or lower `max_len`"
             )
@@ -469,16 +471,16 @@ class TranslationDataModule(L.LightningDataModule):
         super().__init__()
         self.save_hyperparameters()
         if max_len < 2:
-            raise ValueError(f"`max_len` ({max_len}) must be >= 2: a target needs its token and the bos/eos position")
+            raise InputError(f"`max_len` ({max_len}) must be >= 2: a target needs its token and the bos/eos position")
         if max_tokens < max_len:
-            raise ValueError(f"`max_tokens` ({max_tokens}) must be >= `max_len` ({max_len}) so the longest pair fits")
+            raise InputError(f"`max_tokens` ({max_tokens}) must be >= `max_len` ({max_len}) so the longest pair fits")
         if subword_sampling < 0 or (model_type == "bpe" and subword_sampling > 1):
-            raise ValueError(
+            raise InputError(
                 f"`data.subword_sampling` ({subword_sampling}) must be >= 0 (0 turns it off)"
                 + (" and <= 1: with BPE it is a probability (0.1 is usual)" if model_type == "bpe" else "")
             )
         if max_ratio < 1.0:
-            raise ValueError(f"`max_ratio` ({max_ratio}) must be >= 1 (it bounds longer / shorter side)")
+            raise InputError(f"`max_ratio` ({max_ratio}) must be >= 1 (it bounds longer / shorter side)")
         self.paths: dict[str, tuple[Path, Path] | None] = {
             "train": resolve_paths(train, src_lang, tgt_lang),
             "val": resolve_paths(val, src_lang, tgt_lang),
@@ -525,7 +527,7 @@ class TranslationDataModule(L.LightningDataModule):
         if split not in self._datasets:
             paths = self.paths.get(split)
             if paths is None:
-                raise ValueError(f"no `{split}` files configured; pass `{split}=` to TranslationDataModule")
+                raise InputError(f"no `{split}` files configured; pass `{split}=` to TranslationDataModule")
             if split == "train":
                 sources, refs = self._train_text
             else:

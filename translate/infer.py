@@ -47,6 +47,7 @@ import torch
 from torch import Tensor
 
 from core.atomic import atomic_path
+from core.errors import InputError, check_text
 from core.precision import NO_FAST_BF16, cpu_has_fast_bf16, quantize_int8
 from translate.align import DEFAULT_LAYER, EMPTY, Layer, WordAlignment, align_batch, write_html
 from translate.ensemble import Ensemble
@@ -55,6 +56,7 @@ from translate.search import Hypothesis, beam_search, greedy_search
 from translate.vocab import BOS_ID, EOS_ID, PAD_ID, SubwordVocab
 
 log = logging.getLogger("translate.infer")
+MAX_LINE_BYTES = 1 << 20  # one sentence per line; a longer "line" is a file with no line breaks
 MAX_TRUNCATION_WARNINGS = 20  # then one summary line, so a bad file cannot flood stderr
 
 
@@ -97,11 +99,11 @@ def load_translator(ckpt: str | Path | Sequence[str | Path], device: str | torch
     if isinstance(ckpt, (str, Path)):
         return _load_one(Path(ckpt), device, dtype)
     if not ckpt:
-        raise ValueError("no checkpoint given; pass --ckpt CKPT [CKPT ...]")
+        raise InputError("no checkpoint given; pass --ckpt CKPT [CKPT ...]")
     loaded = [_load_one(Path(p), device, dtype) for p in ckpt]
     for path, other in zip(ckpt[1:], loaded[1:], strict=True):
         if (other.src_vocab, other.tgt_vocab) != (loaded[0].src_vocab, loaded[0].tgt_vocab):
-            raise ValueError(f"{path}: its vocabularies differ from {ckpt[0]}'s; an ensemble needs models trained "
+            raise InputError(f"{path}: its vocabularies differ from {ckpt[0]}'s; an ensemble needs models trained "
                              "with one sentencepiece model (the same data, options and sentencepiece version)")
     if len(loaded) == 1:
         return loaded[0]
@@ -115,7 +117,7 @@ def _load_one(path: Path, device: str | torch.device, dtype: str) -> LoadedTrans
     state = read_checkpoint(path)  # one-line errors for missing, unreadable or foreign files
     vocabs = vocabs_from_checkpoint(state)
     if "hyper_parameters" not in state:
-        raise ValueError(f"{path}: not a Translate checkpoint (no hyperparameters); "
+        raise InputError(f"{path}: not a Translate checkpoint (no hyperparameters); "
                          "pass a checkpoint written by `python -m translate fit`")
     # LightningCLI stores bookkeeping keys (e.g. `_instantiator`) beside the arguments.
     accepted = inspect.signature(TranslationModule).parameters
@@ -124,13 +126,13 @@ def _load_one(path: Path, device: str | torch.device, dtype: str) -> LoadedTrans
         module.load_state_dict(state["state_dict"])
     except (RuntimeError, TypeError) as err:
         first = str(err).strip().splitlines()[0]
-        raise ValueError(f"{path}: weights do not fit the stored hyperparameters ({first})") from None
+        raise InputError(f"{path}: weights do not fit the stored hyperparameters ({first})") from None
     if dtype not in (*DTYPES, INT8):
-        raise ValueError(f"--dtype must be one of {', '.join((*DTYPES, INT8))}, got {dtype!r}")
+        raise InputError(f"--dtype must be one of {', '.join((*DTYPES, INT8))}, got {dtype!r}")
     on_cpu = torch.device(device).type == "cpu"
     if dtype == INT8:
         if not on_cpu:
-            raise ValueError(f"--dtype int8 runs on the CPU only, not {device}; use --device cpu, "
+            raise InputError(f"--dtype int8 runs on the CPU only, not {device}; use --device cpu, "
                              "or --dtype bfloat16 on a GPU")
         return LoadedTranslator(quantize_int8(module.model.eval(), inplace=True), *vocabs)
     if dtype == "bfloat16" and on_cpu and not cpu_has_fast_bf16():
@@ -145,14 +147,19 @@ def _load_one(path: Path, device: str | torch.device, dtype: str) -> LoadedTrans
 def read_chunks(stream: IO[bytes], size: int, name: str = "<stdin>") -> Iterator[list[str]]:
     """Lines of a UTF-8 byte stream, `size` at a time, split on "\\n" only (as `translate.data.read_lines`).
 
-    A byte-order mark and CRLF endings are accepted; invalid UTF-8 raises naming the line.
+    A byte-order mark and CRLF endings are accepted; invalid UTF-8, a NUL byte or a line over
+    `MAX_LINE_BYTES` raises `InputError` naming the line.
     """
     chunk: list[str] = []
     for number, raw in enumerate(stream, start=1):
+        check_text(raw, name, number)
+        if len(raw) > MAX_LINE_BYTES:
+            raise InputError(f"{name}:{number}: a line of {len(raw):,} bytes (the limit is {MAX_LINE_BYTES:,}); "
+                             "put one sentence per line")
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as err:
-            raise ValueError(f"{name}:{number}: invalid UTF-8 (byte 0x{raw[err.start]:02x} at column "
+            raise InputError(f"{name}:{number}: invalid UTF-8 (byte 0x{raw[err.start]:02x} at column "
                              f"{err.start + 1}); re-encode the input as UTF-8") from None
         if number == 1:
             line = line.removeprefix("\ufeff")
@@ -322,19 +329,19 @@ def _device(name: str) -> torch.device:
     try:
         device = torch.device(name)
     except RuntimeError:
-        raise ValueError(f"--device {name!r}: not a device; use cpu, cuda, cuda:N or auto") from None
+        raise InputError(f"--device {name!r}: not a device; use cpu, cuda, cuda:N or auto") from None
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--device {name}: no CUDA GPU is available here; use --device cpu")
+        raise InputError(f"--device {name}: no CUDA GPU is available here; use --device cpu")
     return device
 
 
 def _check(args: argparse.Namespace) -> Layer:
     if args.beam < 1 or args.batch_size < 1 or args.chunk_size < 1 or args.html_max < 0:
-        raise ValueError("--beam, --batch-size and --chunk-size must be positive and --html-max >= 0")
+        raise InputError("--beam, --batch-size and --chunk-size must be positive and --html-max >= 0")
     if args.max_len_a < 0 or args.max_len_b < 1:
-        raise ValueError(f"--max-len-a ({args.max_len_a}) must be >= 0 and --max-len-b ({args.max_len_b}) >= 1")
+        raise InputError(f"--max-len-a ({args.max_len_a}) must be >= 0 and --max-len-b ({args.max_len_b}) >= 1")
     if not 1 <= args.nbest <= args.beam:
-        raise ValueError(f"--nbest ({args.nbest}) must be between 1 and --beam ({args.beam})")
+        raise InputError(f"--nbest ({args.nbest}) must be between 1 and --beam ({args.beam})")
     if args.input == "-":
         args.input = None  # stdin, as most Unix tools read it
     if args.input is not None and Path(args.input).is_dir():
@@ -344,7 +351,7 @@ def _check(args: argparse.Namespace) -> Layer:
     try:
         return "mean" if args.align_layer == "mean" else int(args.align_layer)
     except ValueError:
-        raise ValueError(f"--align-layer must be an integer or 'mean', got {args.align_layer!r}") from None
+        raise InputError(f"--align-layer must be an integer or 'mean', got {args.align_layer!r}") from None
 
 
 def run(args: argparse.Namespace) -> None:
@@ -354,7 +361,7 @@ def run(args: argparse.Namespace) -> None:
     translator = load_translator(args.ckpt, device, args.dtype)
     n_layers = len(translator.aligner.decoder.layers)
     if layer != "mean" and not -n_layers <= layer < n_layers:  # before any output is written
-        raise ValueError(f"--align-layer {layer}: the model has {n_layers} decoder layers "
+        raise InputError(f"--align-layer {layer}: the model has {n_layers} decoder layers "
                          f"(use 0..{n_layers - 1}, -1 for the last, or mean)")
     want_align = args.alignments is not None or args.html is not None
     shown: list[tuple[int, WordAlignment]] = []

@@ -27,6 +27,7 @@ import sentencepiece as spm
 from torch import Tensor
 
 from core.atomic import atomic_path
+from core.errors import InputError
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ class SubwordVocab:
         self._sp = spm.SentencePieceProcessor(model_proto=self._proto)
         found = (self._sp.pad_id(), self._sp.unk_id(), self._sp.bos_id(), self._sp.eos_id())
         if found != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
-            raise ValueError(
+            raise InputError(
                 f"sentencepiece model has (pad, unk, bos, eos) ids {found}, expected (0, 1, 2, 3); "
                 "train it with `translate.vocab.train_vocab` (or pad_id=0 unk_id=1 bos_id=2 eos_id=3)"
             )
@@ -170,11 +171,11 @@ class SubwordVocab:
 def _options(vocab_size: int, model_type: ModelType, character_coverage: float) -> dict[str, object]:
     """sentencepiece trainer options; everything that shapes the model, so it all goes into the hash."""
     if vocab_size <= EOS_ID + 1:
-        raise ValueError(f"`vocab_size` ({vocab_size}) must exceed the 4 special ids (pad, unk, bos, eos)")
+        raise InputError(f"`vocab_size` ({vocab_size}) must exceed the 4 special ids (pad, unk, bos, eos)")
     if model_type not in ("bpe", "unigram"):
-        raise ValueError(f"`model_type` must be 'bpe' or 'unigram', got {model_type!r}")
+        raise InputError(f"`model_type` must be 'bpe' or 'unigram', got {model_type!r}")
     if not 0.0 < character_coverage <= 1.0:
-        raise ValueError(f"`character_coverage` must be in (0, 1], got {character_coverage}")
+        raise InputError(f"`character_coverage` must be in (0, 1], got {character_coverage}")
     return {
         "vocab_size": vocab_size,
         "model_type": model_type,
@@ -223,7 +224,7 @@ def train_vocab(
             logger.info("loaded cached sentencepiece model %s (%d pieces)", path, vocab.vocab_size)
             return vocab
     if not any(s.strip() for s in sentences):
-        raise ValueError("cannot train a sentencepiece model on no text: every training sentence is blank")
+        raise InputError("cannot train a sentencepiece model on no text: every training sentence is blank")
     start = time.perf_counter()
     proto = io.BytesIO()
     spm.SentencePieceTrainer.train(

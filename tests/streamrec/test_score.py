@@ -98,9 +98,10 @@ def test_interrupted_run_resumes_without_duplicates(tiny_ckpt, tiny_log, tmp_pat
         return real(*a, **kw)
 
     monkeypatch.setattr(score, "_score_users", crash_after_some)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(SystemExit, match="interrupted: the users scored so far are kept in .*recs.csv.parts/"):
         score.main([*args, "--output", str(out)])
     assert not out.exists(), "no partial output file may appear"
+    assert not (tmp_path / "recs.csv.lock").exists()
     assert len(list((tmp_path / "recs.csv.parts").glob("part-*.parquet"))) == 2
     monkeypatch.setattr(score, "_score_users", real)
     score.main([*args, "--output", str(out)])
