@@ -28,7 +28,8 @@ import torch
 from torch import Tensor
 
 from core import AttentionCapture, attention_rollout
-from core.errors import InputError
+from core.atomic import atomic_path
+from core.errors import InputError, describe_os_error
 from streamrec.model import PAD_ID, StreamRecModel
 
 
@@ -162,7 +163,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--format", default="auto", help="input format (auto, csv, tsv, parquet, sasrec, lines)")
     p.add_argument("--include-seen", action="store_true", help="allow already-seen items")
     args = p.parse_args(argv)
+    html = Path(args.html)
     try:
+        if html.is_dir() or not html.parent.is_dir():
+            raise InputError(f"--html {html}: " + ("is a folder; name a .html file" if html.is_dir() else
+                                                   f"the folder {html.parent} does not exist; create it first"))
         model, vocab = load_recommender(args.ckpt)
         interactions = read_interactions(args.input, args.format)
         if args.user not in interactions.items:
@@ -184,7 +189,11 @@ def main(argv: list[str] | None = None) -> None:
     because = [(top_att, history[int(d.argmax())], float(d.max())) for d in drops]
     page = render_html(args.user, history, att_real.tolist(), list(zip(rec_ids, scores[0].tolist(), strict=True)),
                        because, drops)
-    Path(args.html).write_text(page, encoding="utf-8")
+    try:
+        with atomic_path(html) as tmp:
+            tmp.write_text(page, encoding="utf-8")
+    except OSError as err:
+        sys.exit(f"error: {describe_os_error(err, html)}; {html} was not written")
     print(f"wrote {args.html}: {len(rec_ids)} recommendations for user {args.user} from {len(history)} history items")
 
 

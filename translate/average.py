@@ -27,9 +27,10 @@ from typing import Any
 
 import torch
 
-from core.atomic import atomic_path
+from core.atomic import atomic_path, stale_temporaries
 from core.checkpoint import read_checkpoint_file
-from core.errors import InputError
+from core.errors import InputError, describe_os_error
+from core.lock import OutputLock, interrupt_on_sigterm
 
 log = logging.getLogger("translate.average")
 AVERAGED_KEY = "averaged_from"
@@ -142,13 +143,25 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--output", required=True, help="the averaged checkpoint to write")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    interrupt_on_sigterm()
     try:
         if args.last < 1:
             raise InputError(f"--last must be >= 1, got {args.last}")
-        paths = args.ckpts if args.ckpts else latest_checkpoints(args.dir, args.last)
-        save_atomic(average_checkpoints(paths), args.output)
+        output = Path(args.output)
+        if output.is_dir() or not output.parent.is_dir():
+            raise InputError(f"--output {output}: " + ("is a folder; name a .ckpt file" if output.is_dir() else
+                                                       f"the folder {output.parent} does not exist; create it first"))
+        with OutputLock(output, "translate.average"):
+            for tmp in stale_temporaries(output):  # left by a run killed with -9; we hold the lock
+                tmp.unlink()
+            paths = args.ckpts if args.ckpts else latest_checkpoints(args.dir, args.last)
+            save_atomic(average_checkpoints(paths), output)
+    except KeyboardInterrupt:
+        sys.exit(f"interrupted: nothing was written to {args.output}")
     except (ValueError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")
+    except OSError as err:  # an unwritable folder, a full disk
+        sys.exit(f"error: {describe_os_error(err, args.output)}; {args.output} was not written")
     log.info("averaged %d checkpoints into %s: %s", len(paths), args.output, ", ".join(map(str, paths)))
 
 

@@ -15,7 +15,10 @@ and flushed: memory stays bounded on any file size. Sources longer than the mode
 subwords are truncated, with a warning naming the line. With `-o` the output appears in one
 rename at the end (never half-written); likewise `--alignments` and `--html`. An output path
 that is a folder or in a missing folder is an error before any work; a symbolic link is written
-through; a FIFO or device (`/dev/stdout`) is written directly.
+through; a FIFO or device (`/dev/stdout`) is written directly. One run at a time writes an `-o`
+file: a second exits at once naming the holder of `OUTPUT.lock`. Input with a NUL byte (a binary
+file) is refused naming the line; a failure or an interruption (Ctrl-C, SIGTERM) leaves no
+temporary file and earlier outputs untouched.
 
 `--alignments FILE` writes one JSON line per input line ({"src_words", "tgt_words", "matrix",
 "alignment"}, see `translate.align`) for the best translation; `--html FILE` a self-contained
@@ -27,7 +30,8 @@ scores the mean of their probabilities; they must share the vocabularies, and al
 the first.
 
 The vocabularies come from the checkpoint (`translate.module.vocabs_from_checkpoint`); no other
-file is read. Only load checkpoints you trust: they are unpickled.
+file is read. Checkpoints are read with PyTorch's restricted unpickler (`core.checkpoint`): one
+that would run code is refused.
 """
 
 from __future__ import annotations
@@ -46,8 +50,9 @@ from typing import IO
 import torch
 from torch import Tensor
 
-from core.atomic import atomic_path
-from core.errors import InputError, check_text
+from core.atomic import atomic_path, stale_temporaries
+from core.errors import InputError, check_text, describe_os_error
+from core.lock import OutputLock, interrupt_on_sigterm
 from core.precision import NO_FAST_BF16, cpu_has_fast_bf16, quantize_int8
 from translate.align import DEFAULT_LAYER, EMPTY, Layer, WordAlignment, align_batch, write_html
 from translate.ensemble import Ensemble
@@ -313,13 +318,19 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
+    interrupt_on_sigterm()
     try:
         run(args)
     except BrokenPipeError:  # the reader went away (`... | head`): stop quietly, as Unix tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
         sys.exit(1)
-    except (ValueError, OSError) as err:  # bad values; missing, unreadable or unwritable files
+    except KeyboardInterrupt:
+        print(f"interrupted: nothing was written to {args.output or 'the named outputs'}", file=sys.stderr)
+        sys.exit(130)
+    except ValueError as err:  # bad values and files
         sys.exit(f"error: {err}")
+    except OSError as err:  # missing, unreadable or unwritable files, a full disk
+        sys.exit(f"error: {err if err.errno is None else describe_os_error(err)}")
 
 
 def _device(name: str) -> torch.device:
@@ -357,6 +368,16 @@ def _check(args: argparse.Namespace) -> Layer:
 def run(args: argparse.Namespace) -> None:
     """Translate `args.input` (or stdin) into `args.output` (or stdout); see the module docstring."""
     layer = _check(args)
+    with contextlib.ExitStack() as locks:
+        if args.output and Path(args.output).parent.is_dir() and not Path(args.output).is_dir():
+            locks.enter_context(OutputLock(args.output, "translate.infer"))  # one writer per output file
+            for path in filter(None, (args.output, args.alignments, args.html)):
+                for tmp in stale_temporaries(path):  # left by a run killed with -9; we hold the lock
+                    tmp.unlink()
+        _translate(args, layer)
+
+
+def _translate(args: argparse.Namespace, layer: Layer) -> None:
     device = torch.device("cpu") if args.dtype == INT8 and args.device == "auto" else _device(args.device)
     translator = load_translator(args.ckpt, device, args.dtype)
     n_layers = len(translator.aligner.decoder.layers)
