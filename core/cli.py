@@ -26,7 +26,7 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
-from core.checkpoint import stale_last_checkpoint_warnings
+from core.checkpoint import load_checkpoint, stale_last_checkpoint_warnings
 from core.checkpoint_io import SafeCheckpointIO
 from core.lock import OutputLock
 from core.precision import cpu_precision_fallback
@@ -158,6 +158,27 @@ class AppCLI(LightningCLI):
                     for tmp in folder.glob(".*.ckpt.*.tmp"):
                         tmp.unlink(missing_ok=True)
 
-    def after_fit(self) -> None:
-        if self._run_lock is not None:
-            self._run_lock.release()
+    def _parse_ckpt_path(self) -> None:
+        """LightningCLI's reading of `--ckpt_path`'s hyper-parameters, through `core.checkpoint.load_checkpoint`.
+
+        Lightning's own version calls `torch.load` directly, so a refused file ended in its traceback.
+        """
+        if not self.config.get("subcommand"):
+            return
+        ckpt_path = self.config[self.config.subcommand].get("ckpt_path")
+        if not ckpt_path or not Path(ckpt_path).is_file():
+            return
+        hparams = load_checkpoint(ckpt_path, self.written_by).get("hyper_parameters", {})
+        hparams = {k: v for k, v in hparams.items() if k != "_instantiator"} if isinstance(hparams, dict) else {}
+        if not hparams:
+            return
+        if "_class_path" in hparams:
+            hparams = {"class_path": hparams.pop("_class_path"), "dict_kwargs": hparams}
+        self.config = self.parser.parse_object({self.config.subcommand: {"model": hparams}}, self.config)
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        try:
+            super()._run_subcommand(subcommand)
+        finally:  # also when fit fails: an in-process caller (tests, notebooks) may fit into the folder again
+            if self._run_lock is not None:
+                self._run_lock.release()

@@ -97,6 +97,11 @@ class OutputLock:
         os.close(fd)
         atexit.unregister(self.release)
 
+    def __getstate__(self) -> dict[str, object]:
+        # A copy in another process (ddp_spawn pickles what the trainer references) holds nothing: a file
+        # descriptor number means another file there.
+        return {**self.__dict__, "_fd": None}
+
     def __enter__(self) -> OutputLock:
         return self.acquire()
 

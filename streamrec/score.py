@@ -341,6 +341,13 @@ def _run(args: argparse.Namespace) -> None:
         raise InputError("--top-k, --batch-size and --chunk-users must be positive")
     output = Path(args.output)
     _check_output(output)
+    with OutputLock(output, "streamrec.score"):  # first: a second writer stops at once, before any work
+        for tmp in stale_temporaries(output):  # a final write cut by kill -9; we hold the lock, so no one owns it
+            tmp.unlink()
+        _score_into(args, output)
+
+
+def _score_into(args: argparse.Namespace, output: Path) -> None:
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     model, vocab = load_recommender(args.ckpt, device)
     interactions = read_interactions(args.input, args.format)
@@ -353,17 +360,14 @@ def _run(args: argparse.Namespace) -> None:
         "ckpt": str(ckpt.resolve()), "ckpt_bytes": ckpt.stat().st_size, "input": str(Path(args.input).resolve()),
         "users": args.users, "top_k": args.top_k, "include_seen": args.include_seen, "explain": args.explain,
     }
-    with OutputLock(output, "streamrec.score"):
-        for tmp in stale_temporaries(output):  # a final write cut by kill -9; we hold the lock, so no one owns it
-            tmp.unlink()
-        out = ResumableOutput(output, manifest, fresh=args.fresh)
-        try:
-            _score_all(args, out, users, interactions, model, vocab)
-        except KeyboardInterrupt:
-            raise  # an interruption: the parts stay, the next run resumes them
-        except BaseException:
-            out.discard()
-            raise
+    out = ResumableOutput(output, manifest, fresh=args.fresh)
+    try:
+        _score_all(args, out, users, interactions, model, vocab)
+    except KeyboardInterrupt:
+        raise  # an interruption: the parts stay, the next run resumes them
+    except BaseException:
+        out.discard()
+        raise
 
 
 def _score_all(args: argparse.Namespace, out: ResumableOutput, users: list[str], interactions: Interactions,

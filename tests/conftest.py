@@ -1,0 +1,65 @@
+"""Fixtures every test folder shares: hostile checkpoints that would run code if unpickled."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+HOSTILE_KINDS = ("zip", "legacy", "in_hparams")
+
+
+class _RunsCode:
+    """Unpickling this calls os.system: the marker file appears only if a loader executed the pickle."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return os.system, (f"touch {shlex.quote(str(self.marker))}",)
+
+
+@pytest.fixture
+def hostile(tmp_path: Path) -> Callable[..., tuple[Path, Path]]:
+    """`(kind, real=None) -> (checkpoint, marker)`: a .ckpt whose pickle would create `marker`.
+
+    kind: "zip" (torch.save's format), "legacy" (the pre-1.6 format), or "in_hparams" (a real checkpoint,
+    `real`, with the payload hidden inside its hyper-parameters dict).
+    """
+
+    def make(kind: str, real: Path | None = None) -> tuple[Path, Path]:
+        marker = tmp_path / f"MARKER_{kind}"
+        payload = _RunsCode(marker)
+        path = tmp_path / f"hostile_{kind}.ckpt"
+        if kind == "zip":
+            torch.save({"state_dict": {}, "hyper_parameters": payload}, path)
+        elif kind == "legacy":
+            torch.save({"state_dict": {}, "x": payload}, path, _use_new_zipfile_serialization=False)
+        elif kind == "in_hparams":
+            assert real is not None, "in_hparams hides the payload inside a real checkpoint"
+            state = torch.load(real, weights_only=True)
+            state["hyper_parameters"] = {**state["hyper_parameters"], "lr": payload}
+            torch.save(state, path)
+        else:
+            raise AssertionError(kind)
+        return path, marker
+
+    return make
+
+
+def _assert_refused(message: str, path: Path, marker: Path) -> None:
+    assert "\n" not in message.strip(), message
+    assert str(path) in message and "refused" in message and "`posix.system`" in message, message
+    assert "never executes code from checkpoints" in message
+    assert not marker.exists(), "the checkpoint's code ran"
+
+
+@pytest.fixture
+def assert_refused() -> Callable[[str, Path, Path], None]:
+    """`(message, checkpoint, marker)`: the refusal is one line naming the file and the global, and nothing ran."""
+    return _assert_refused
