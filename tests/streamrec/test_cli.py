@@ -92,3 +92,21 @@ def test_ddp_validation_equals_single_process(tiny_ckpt, tiny_log, tmp_path, mon
     assert single and set(single) == set(ddp)
     for name in single:
         assert ddp[name] == pytest.approx(single[name], abs=1e-6), name
+
+
+def test_a_second_fit_into_one_run_folder_is_refused(tiny_log, tmp_path, monkeypatch):
+    from core.lock import OutputLock
+
+    monkeypatch.chdir(tmp_path)
+    root = tmp_path / "runs" / "one"
+    root.mkdir(parents=True)
+    args = ["fit", "--config", str(REPO / "configs" / "streamrec" / "demo.yaml"), "--data.path", str(tiny_log),
+            "--trainer.default_root_dir", str(root), "--trainer.fast_dev_run", "true",
+            "--trainer.enable_progress_bar", "false", "--trainer.precision", "32-true"]
+    with OutputLock(root, "fit"), pytest.raises(SystemExit) as exit_:
+        _run(args)
+    message = str(exit_.value.code)
+    assert "another run is writing it (fit, pid" in message and f"lock file {root / 'fit.lock'}" in message
+    assert "\n" not in message
+    _run(args)  # free again: runs, and releases the folder when done
+    assert not (root / "fit.lock").exists()
