@@ -28,6 +28,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from core.checkpoint import load_checkpoint, stale_last_checkpoint_warnings
 from core.checkpoint_io import SafeCheckpointIO
+from core.errors import InputError
 from core.lock import OutputLock
 from core.precision import cpu_precision_fallback
 from core.resume import ExactResume
@@ -58,9 +59,9 @@ def check_yaml_syntax(files: Sequence[str]) -> None:
         except yaml.MarkedYAMLError as err:
             mark = err.problem_mark or err.context_mark
             where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark else name
-            raise ValueError(f"{where}: not valid YAML: {err.problem or err.context}") from None
+            raise InputError(f"{where}: not valid YAML: {err.problem or err.context}") from None
         except (yaml.YAMLError, UnicodeDecodeError) as err:
-            raise ValueError(f"{name}: not a readable YAML file ({type(err).__name__})") from None
+            raise InputError(f"{name}: not a readable YAML file ({type(err).__name__})") from None
 
 
 def file_setting(files: Sequence[str], key: str) -> str | None:
