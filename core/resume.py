@@ -17,7 +17,8 @@ Three things make a resumed run differ, and this module removes each:
 
 Limits: under DDP Lightning replaces the sampler with its `DistributedSampler` (seeded by seed and
 epoch, so epochs still match, but a mid-epoch resume restarts the epoch); DataLoader workers
-(`num_workers > 0`) keep their own random streams, which are not stored.
+(`num_workers > 0`) keep their own random streams, which are not stored; neither is sentencepiece's
+sampling generator (Translate's `data.subword_sampling`), whose draws repeat within a process only.
 
 Unlike most of `core/`, this module needs Lightning (for the callback).
 """

@@ -210,7 +210,9 @@ class SampledSegmentations(Dataset[Example]):
         tgt_vocab: target vocabulary.
         alpha: sentencepiece's sampling parameter (BPE: merge-dropout probability).
         max_len: longest sequence in subwords, as in `encode_split`.
-        seed: seed of the draws, with `rank` and the DataLoader worker (`reseed`).
+        seed: seed of the draws, with `rank` and the DataLoader worker (`reseed`). sentencepiece's draws
+            repeat within a process only: the same seed gave other segmentations in another process
+            (measured with sentencepiece 0.2.3), so a resumed run does not replay them.
         rank: this process' rank under DDP, so ranks draw differently.
     """
 
@@ -220,7 +222,6 @@ class SampledSegmentations(Dataset[Example]):
     ):
         self.base, self.src_vocab, self.tgt_vocab = base, src_vocab, tgt_vocab
         self.alpha, self.max_len, self.seed, self.rank = alpha, max_len, seed, rank
-        self.epoch = 0
 
     def __len__(self) -> int:
         return len(self.base)
@@ -244,18 +245,8 @@ class SampledSegmentations(Dataset[Example]):
         The generator is process-wide, and forked workers would otherwise all continue the
         parent's stream and draw the same segmentations.
         """
-        entropy = [self.seed, self.rank, worker_id + 1] + ([self.epoch] if self.epoch else [])
-        state = np.random.SeedSequence(entropy).generate_state(1)[0]
+        state = np.random.SeedSequence([self.seed, self.rank, worker_id + 1]).generate_state(1)[0]
         spm.set_random_generator_seed(int(state))
-
-    def set_epoch(self, epoch: int) -> None:
-        """Draw epoch `epoch`'s segmentations from (seed, rank, epoch), so a resumed run draws the same ones.
-
-        `core.resume.ExactResume` calls it before each epoch; it reseeds this process (the
-        segmentations of `num_workers: 0`); workers keep the stream `reseed` started them on.
-        """
-        self.epoch = epoch
-        self.reseed()
 
     def __getitems__(self, indices: Sequence[int]) -> list[Example]:
         # The DataLoader's batched fetch (torch calls it with the batch's indices when it exists).
