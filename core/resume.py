@@ -105,7 +105,9 @@ class ExactResume(Callback):
     def state_dict(self) -> dict[str, Any]:
         # Called while the checkpoint is assembled: these are the states the next batch would start from.
         trainer = getattr(self, "_trainer", None)
-        done = trainer.fit_loop.epoch_loop.batch_progress.current.completed if trainer is not None else 0
+        # Batches whose optimizer step the checkpoint holds (at on_train_batch_end the current one is processed,
+        # not yet completed).
+        done = trainer.fit_loop.epoch_loop.batch_progress.current.processed if trainer is not None else 0
         return {"rng": collect_rng_states(), "batches_done": int(done)}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

@@ -93,3 +93,36 @@ def test_without_restored_states_the_resumed_run_differs(tiny_log: Path, tmp_pat
     assert set(state["rng"]) >= {"torch", "numpy", "python"}
     torch.save(state, tmp_path / "s.pt")
     assert load_checkpoint(tmp_path / "s.pt", "fit")["rng"]["numpy"]["pos"] == state["rng"]["numpy"]["pos"]
+
+
+STEP_CKPT = """
+trainer:
+  callbacks+:
+    - class_path: lightning.pytorch.callbacks.ModelCheckpoint
+      init_args: {dirpath: runs/streamrec_demo/checkpoints, filename: step, every_n_train_steps: 5,
+                  enable_version_counter: false}
+"""
+
+
+@pytest.mark.slow
+def test_resume_from_a_mid_epoch_checkpoint_equals_uninterrupted(tiny_log: Path, tmp_path: Path) -> None:
+    """A checkpoint written every 5 steps, mid-epoch: the resumed run skips the batches it already trained on."""
+    (tmp_path / "killer.py").write_text(KILLER)
+    (tmp_path / "step.yaml").write_text(STEP_CKPT)
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    whole.mkdir()
+    killed.mkdir()
+    steps = ["--config", str(tmp_path / "step.yaml")]
+    assert _fit(whole, tiny_log, *steps).returncode == 0
+    crash = _fit(killed, tiny_log, *steps, "--trainer.callbacks+=killer.KillMidEpoch")
+    assert crash.returncode == -signal.SIGKILL
+    step = killed / CKPTS / "step.ckpt"
+    state = load_checkpoint(step, "fit")
+    per_epoch = load_checkpoint(killed / CKPTS / "last.ckpt", "fit")["global_step"] // 2
+    assert state["global_step"] % per_epoch != 0, "the step checkpoint must fall inside an epoch"
+    resumed = _fit(killed, tiny_log, *steps, "--ckpt_path", str(step))
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    a, b = (load_checkpoint(folder / CKPTS / "last.ckpt", "fit") for folder in (whole, killed))
+    assert a["global_step"] == b["global_step"]
+    for key, value in a["state_dict"].items():
+        assert torch.equal(value, b["state_dict"][key]), key
