@@ -110,3 +110,15 @@ def test_a_second_fit_into_one_run_folder_is_refused(tiny_log, tmp_path, monkeyp
     assert "\n" not in message
     _run(args)  # free again: runs, and releases the folder when done
     assert not (root / "fit.lock").exists()
+
+
+def test_trainer_reads_safely_saves_last_first_and_resumes_exactly(tiny_log, tmp_path, monkeypatch):
+    from core.checkpoint_io import SafeCheckpointIO
+    from core.resume import ExactResume
+
+    monkeypatch.chdir(tmp_path)
+    cli = _run(["fit", "--config", str(REPO / "configs" / "streamrec" / "demo.yaml"), "--data.path", str(tiny_log),
+                "--trainer.fast_dev_run", "true", "--trainer.enable_progress_bar", "false"])
+    assert isinstance(cli.trainer.strategy.checkpoint_io, SafeCheckpointIO)
+    assert sum(isinstance(cb, ExactResume) for cb in cli.trainer.callbacks) == 1
+    assert [cb.monitor for cb in cli.trainer.checkpoint_callbacks] == [None, "val_ndcg@10"]  # last.ckpt first
