@@ -63,3 +63,18 @@ def _assert_refused(message: str, path: Path, marker: Path) -> None:
 def assert_refused() -> Callable[[str, Path, Path], None]:
     """`(message, checkpoint, marker)`: the refusal is one line naming the file and the global, and nothing ran."""
     return _assert_refused
+
+
+def _exit_line(main: Callable[[list[str]], object], argv: list[str]) -> str:
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code not in (0, None), "expected a failure exit"
+    message = str(exit_.value.code)
+    assert "\n" not in message.strip(), message
+    return message
+
+
+@pytest.fixture
+def exit_line() -> Callable[[Callable[[list[str]], object], list[str]], str]:
+    """`(main, argv) -> message`: a CLI entry point that must exit non-zero with exactly one line."""
+    return _exit_line

@@ -20,21 +20,14 @@ REPO = Path(__file__).resolve().parents[2]
 KINDS = ("zip", "legacy", "in_hparams")
 
 
-def _exit_message(fn, argv) -> str:
-    with pytest.raises(SystemExit) as exit_:
-        fn(argv)
-    assert exit_.value.code not in (0, None)
-    return str(exit_.value.code)
-
-
 @pytest.mark.parametrize("kind", KINDS)
-def test_score_and_explain_refuse(kind, hostile, assert_refused, tiny_ckpt, tiny_log, tmp_path):
+def test_score_and_explain_refuse(exit_line, kind, hostile, assert_refused, tiny_ckpt, tiny_log, tmp_path):
     bad, marker = hostile(kind, tiny_ckpt)
-    message = _exit_message(score.main, ["--ckpt", str(bad), "--input", str(tiny_log),
+    message = exit_line(score.main, ["--ckpt", str(bad), "--input", str(tiny_log),
                                          "--output", str(tmp_path / "recs.parquet")])
     assert_refused(message, bad, marker)
     assert not (tmp_path / "recs.parquet").exists() and not (tmp_path / "recs.parquet.parts").exists()
-    message = _exit_message(explain.main, ["--ckpt", str(bad), "--input", str(tiny_log), "--user", "u0001",
+    message = exit_line(explain.main, ["--ckpt", str(bad), "--input", str(tiny_log), "--user", "u0001",
                                            "--html", str(tmp_path / "why.html")])
     assert_refused(message, bad, marker)
 
@@ -50,10 +43,10 @@ def test_python_api_refuses(kind, hostile, assert_refused, tiny_ckpt):
 
 @pytest.mark.parametrize("sub", ["fit", "test"])
 @pytest.mark.parametrize("kind", KINDS)
-def test_ckpt_path_refuses(sub, kind, hostile, assert_refused, tiny_ckpt, tiny_log, tmp_path, monkeypatch):
+def test_ckpt_path_refuses(exit_line, sub, kind, hostile, assert_refused, tiny_ckpt, tiny_log, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     bad, marker = hostile(kind, tiny_ckpt)
-    message = _exit_message(cli_main, [
+    message = exit_line(cli_main, [
         sub, "--data.path", str(tiny_log), "--data.max_len", "8", "--model.d_model", "16", "--model.n_heads", "2",
         "--model.n_layers", "1", "--model.d_ff", "32", "--ckpt_path", str(bad), "--trainer.logger", "false",
         "--trainer.enable_progress_bar", "false", "--trainer.max_epochs", "1"])

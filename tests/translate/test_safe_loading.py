@@ -27,35 +27,30 @@ def tiny_ckpt(demo_dir, tmp_path_factory, train_tiny_checkpoint) -> Path:
     return train_tiny_checkpoint(demo_dir, tmp_path_factory.mktemp("safe_ckpt"))[0]
 
 
-def _exit_message(fn, argv) -> str:
-    with pytest.raises(SystemExit) as exit_:
-        fn(argv)
-    assert exit_.value.code not in (0, None)
-    return str(exit_.value.code)
-
-
 @pytest.mark.parametrize("kind", KINDS)
-def test_infer_refuses_alone_and_in_an_ensemble(kind, hostile, assert_refused, tiny_ckpt, demo_dir, tmp_path):
+def test_infer_refuses_alone_and_in_an_ensemble(
+    exit_line, kind, hostile, assert_refused, tiny_ckpt, demo_dir, tmp_path,
+):
     bad, marker = hostile(kind, tiny_ckpt)
     out = tmp_path / "out.de"
     for ckpts in ([bad], [tiny_ckpt, bad]):
-        message = _exit_message(infer.main, ["--ckpt", *map(str, ckpts), "-i", str(demo_dir / "test.en"),
+        message = exit_line(infer.main, ["--ckpt", *map(str, ckpts), "-i", str(demo_dir / "test.en"),
                                              "-o", str(out)])
         assert_refused(message, bad, marker)
         assert not out.exists() and not list(tmp_path.glob(".*.tmp"))
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_average_refuses_listed_and_found_in_a_folder(kind, hostile, assert_refused, tiny_ckpt, tmp_path):
+def test_average_refuses_listed_and_found_in_a_folder(exit_line, kind, hostile, assert_refused, tiny_ckpt, tmp_path):
     bad, marker = hostile(kind, tiny_ckpt)
     out = tmp_path / "avg.ckpt"
-    message = _exit_message(average.main, ["--ckpts", str(tiny_ckpt), str(bad), "--output", str(out)])
+    message = exit_line(average.main, ["--ckpts", str(tiny_ckpt), str(bad), "--output", str(out)])
     assert_refused(message, bad, marker)
     folder = tmp_path / "run"
     folder.mkdir()
     shutil.copy(tiny_ckpt, folder / "a.ckpt")
     shutil.copy(bad, folder / "b.ckpt")
-    message = _exit_message(average.main, ["--dir", str(folder), "--last", "2", "--output", str(out)])
+    message = exit_line(average.main, ["--dir", str(folder), "--last", "2", "--output", str(out)])
     assert_refused(message, folder / "b.ckpt", marker)
     assert not out.exists() and not (tmp_path / "avg.ckpt.lock").exists()
 
@@ -70,11 +65,11 @@ def test_python_api_refuses(kind, hostile, assert_refused, tiny_ckpt):
 
 
 @pytest.mark.parametrize("sub", ["fit", "test"])
-def test_ckpt_path_refuses(sub, hostile, assert_refused, tiny_ckpt, demo_dir, tmp_path, monkeypatch):
+def test_ckpt_path_refuses(exit_line, sub, hostile, assert_refused, tiny_ckpt, demo_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     bad, marker = hostile("in_hparams", tiny_ckpt)
     data = [f"--data.{s}" for s in ("train", "val", "test")]
-    message = _exit_message(cli_main, [
+    message = exit_line(cli_main, [
         sub, data[0], str(demo_dir / "train"), data[1], str(demo_dir / "val"), data[2], str(demo_dir / "test"),
         "--data.max_len", "32", *TINY_MODEL, "--ckpt_path", str(bad), "--trainer.logger", "false",
         "--trainer.enable_progress_bar", "false", "--trainer.max_epochs", "1"])
