@@ -1,45 +1,42 @@
-"""StreamRec against RecTools' SASRecModel: training throughput, scoring time and full-ranking quality, one run.
+"""StreamRec against RecTools' SASRecModel, a fair race: same split, same budget, same search, four data sets.
 
-Both models get the same leave-one-out split (`streamrec.data.leave_one_out_split`: last item
-test, second-to-last validation, the rest training), the same size (d_model 64, 2 blocks,
-1 head, feed-forward width 64 with ReLU: RecTools' SASRec block uses `n_factors` as its FFN
-width; dropout 0.2 on embeddings, attention weights, inside and after the FFN), learned
-positions, tied item embeddings, full-softmax loss, batch 128, max_len and the epoch budget.
-The optimisers stay each library's own recipe (ours: AdamW with warmup-cosine, warmup = 10% of
-the steps up to 100; RecTools: Adam, betas 0.9/0.98, constant lr); both at lr 1e-3 unless `--our-lr`
-gives ours its own peak (our item table starts at std d^-1/2, RecTools' at 1, so ours needs a larger step).
+For every data set, both systems run the same validation-driven search: every learning rate in
+`--lrs` times every loss in `--losses` (softmax = our "full" / RecTools "softmax"; gbce = gSASRec's
+loss with 256 uniform negatives and t = 0.75 on both sides: RecTools' documented best losses). Each
+trial trains up to `--max-epochs` and evaluates validation NDCG@10 after every epoch (full ranking,
+seen items removed, our `RankingMetrics` on both networks' scores); it stops after `--patience`
+epochs without a gain, or when its training time reaches `--trial-minutes` (the same cap for
+both), and keeps its best epoch's weights. The trial with the best validation NDCG is each
+system's pick; only the picks are scored on the test split. Nothing about the test split is
+seen before that.
 
-- Training: sequences/s per epoch, excluding start-up (a callback times on_train_epoch_start ->
-  on_train_epoch_end; neither trainer runs validation). One training sequence per user.
-- Scoring: all test users, top-10, seen items filtered, from in-memory histories = training +
-  validation items (ours: `streamrec.score.recommend` in batches of 256 sorted by history length; theirs:
-  `SASRecModel.recommend(..., filter_viewed=True)`, recommend_batch_size 256, on a RecTools
-  `Dataset` built beforehand). Interleaved A B A B; time = median, ratio = median of per-round ratios.
-- Quality: OUR metric code (`streamrec.metrics.RankingMetrics`) on both models' full (B, N+1)
-  score matrices: full ranking over all N items, seen items removed, ties pessimistic,
-  leave-one-out test, K=10. RecTools' scores come from its own network (`encode_sessions`, last
-  position, dot product with its item embeddings) on the same histories; items RecTools never saw
-  in training score -inf. As a cross-check the same metric is also computed from the timed
-  top-10 lists of both (they differ only when a target repeats a seen item).
+Same for both: the leave-one-out split (`streamrec.data.leave_one_out_split`: last item test,
+second-to-last validation, the rest training, one training sequence per user), the model size
+(d_model 64, 2 blocks, 1 head, feed-forward width 64 with ReLU, as RecTools' block; dropout on
+embeddings, attention weights, inside and after the FFN), learned positions, tied item
+embeddings, batch 128, max_len, precision and threads. The optimisers stay each library's own
+(ours: AdamW with warmup-cosine over `--max-epochs`; RecTools: Adam, constant lr). Users that
+RecTools drops from training (fewer than 2 training items) are still scored
+(`on_unsupported_targets="warn"`); items it never saw score -inf.
 
-Both models run in one process in `.venv-rectools` (RecTools 0.19.0 needs numpy 1.26 and Lightning
-2.5.x, so it cannot live in `.venv`; our package installs there unchanged, torch is the same
-2.13.0 CPU wheel). Started from another interpreter the script re-runs itself there.
+Reported per data set: both picks' test HR@10 / NDCG@10, their validation settings (loss, lr,
+best epoch, epochs run), training sequences/s (median epoch, validation excluded) and the time to
+score every test user top-10 with seen items filtered (median of 3, each in its own trial:
+not interleaved). Every trial is appended to `OUT/trials.jsonl` as it ends; a rerun with the same
+settings skips the trials already there, so an interrupted search resumes trial by trial.
 
-    make bench-env-rectools                                              # once: creates .venv-rectools
-    python benchmarks/streamrec_rectools.py --max-len 200 --epochs 1    # ML-1M prefix file
-    python benchmarks/streamrec_rectools.py --max-len 50 --epochs 1 --json runs/rectools_ml1m_50.json
-    python benchmarks/streamrec_rectools.py --dataset beauty --max-len 50 --epochs 1
-    python benchmarks/streamrec_rectools.py --precision bf16 ...        # bf16-mixed training for both
+    make bench-env-rectools                                    # once: creates .venv-rectools
+    python benchmarks/streamrec_rectools.py --datasets beauty --out runs/rectools_fair --json runs/rectools_fair.json
+    python benchmarks/streamrec_rectools.py --datasets ml-1m beauty sports yelp --threads 1 --trial-minutes 20
+    python benchmarks/streamrec_rectools.py --datasets beauty --lrs 1e-3 --losses softmax --max-epochs 1   # smoke run
 
-Targets (same run, same size, max_len and loss): `train_speedup` >= 4, `score_speedup` >= 3,
-`ndcg_rel_diff` >= 0.03 (ours vs RecTools' NDCG@10, relative).
+Targets per data set: ours test NDCG@10 >= 1.03 x RecTools', training sequences/s >= 4x.
 
-JSON keys: {ours,rectools}_{epoch_s, seq_per_s, fit_s, score_s, ndcg@10, hr@10, list_ndcg@10,
-list_hr@10}, train_speedup, score_speedup, ndcg_rel_diff, plus the setting (max_len, epochs,
-threads, bf16, num_users, num_items, train_sequences, score_repeats, load_avg_start, load_avg_end).
+JSON keys, per data set D: D_{ours,rectools}_{test_ndcg@10, test_hr@10, val_ndcg@10, lr, gbce, best_epoch,
+epochs, seq_per_s, score_s, trials}, D_ndcg_rel_diff, D_train_speedup, D_score_speedup, D_num_users,
+D_num_items, plus the setting (max_len, max_epochs, patience, trial_minutes, threads, bf16, dropout).
 
-Legend: U test users, B batch, T max_len, N items (ours 1..N, 0 = padding), K top-K.
+Legend: U users, B batch, T max_len, N items (ours 1..N, 0 = padding), K top-K.
 """
 
 from __future__ import annotations
@@ -56,11 +53,13 @@ if __name__ == "__main__":
 # ruff: noqa: E402  (imports after the venv check on purpose)
 import argparse
 import ctypes
+import json
 import logging
 import statistics
 import time
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import partial
 
 import lightning as L
@@ -68,7 +67,7 @@ import numpy as np
 import pandas as pd
 import pytorch_lightning as PL
 import torch
-from _common import interleave, median_ratio, print_table, write_json
+from _common import print_table, write_json
 from rectools import Columns
 from rectools.dataset import Dataset
 from rectools.models import SASRecModel
@@ -76,23 +75,30 @@ from rich.console import Console
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from streamrec.data import EvalCase, EvalDataset, StreamRecDataModule, collate_eval
+from streamrec.data import EvalCase, EvalDataset, Split, StreamRecDataModule, collate_eval
 from streamrec.metrics import RankingMetrics
-from streamrec.model import PAD_ID, StreamRecModel
+from streamrec.model import StreamRecModel
 from streamrec.module import StreamRecModule
 from streamrec.score import length_batches, recommend
 
+DATA = ROOT.parent / "shared" / "data"
 DATASETS = {
-    "ml-1m": ROOT.parent / "shared" / "data" / "ml-1m" / "ml-1m.sasrec-prefix.txt",
-    "beauty": ROOT.parent / "shared" / "data" / "amazon-beauty" / "Beauty.txt",
+    "ml-1m": DATA / "ml-1m" / "ml-1m.sasrec-prefix.txt",
+    "beauty": DATA / "amazon-beauty" / "Beauty.txt",
+    "sports": DATA / "amazon-sports" / "Sports_and_Outdoors.txt",
+    "yelp": DATA / "yelp" / "Yelp.txt",
 }
-TARGETS = {"train_speedup": 4.0, "score_speedup": 3.0, "ndcg_rel_diff": 0.03}
+TARGETS = {"ndcg_rel_diff": 0.03, "train_speedup": 4.0}
+LOSSES = {"softmax": {"ours": "full", "rectools": "softmax"}, "gbce": {"ours": "gbce", "rectools": "gBCE"}}
+GBCE_NEGATIVES, GBCE_T = 256, 0.75  # gSASRec's setting, which RecTools' tutorial uses for gBCE
+SYSTEMS = ("ours", "rectools")
 K = 10
 SCORE_BATCH = 256  # users per forward pass when scoring, both libraries (RecTools' default)
+SCORE_REPEATS = 3
 PRECISIONS = {"32": "32-true", "bf16": "bf16-mixed"}
 
 
-# ----------------------------------------------------------------------------- timing
+# ----------------------------------------------------------------------------- timing and early stopping
 
 
 def keep_freed_memory() -> bool:
@@ -110,12 +116,20 @@ def keep_freed_memory() -> bool:
     return all(libc.mallopt(option, value) == 1 for option, value in ((-4, 0), (-1, 2**31 - 1), (-2, 1 << 30)))
 
 
-def epoch_timer(base: type) -> object:
-    """A callback (subclass of `base`, Lightning's or pytorch_lightning's Callback) timing each training epoch."""
+def best_epoch_keeper(base: type, network, validate, patience: int, cap_s: float) -> object:
+    """A callback (subclass of `base`, Lightning's or pytorch_lightning's Callback) shared by both trainers.
 
-    class EpochTimer(base):
+    It times each training epoch, then scores the validation split with `validate(net)` (outside the
+    timed span), keeps the best epoch's weights, and stops training after `patience` epochs without
+    a gain or once the timed epochs add up to `cap_s` seconds. `network(pl_module)` is the nn.Module
+    that scores: ours `module.model`, RecTools' `lightning_model.torch_model`.
+    """
+
+    class BestEpoch(base):
         def __init__(self) -> None:
             self.seconds: list[float] = []
+            self.val: list[float] = []
+            self.best, self.best_epoch, self.best_state, self.stopped_by = -1.0, 0, None, "max_epochs"
             self._start = 0.0
 
         def on_train_epoch_start(self, trainer, pl_module) -> None:
@@ -123,36 +137,132 @@ def epoch_timer(base: type) -> object:
 
         def on_train_epoch_end(self, trainer, pl_module) -> None:
             self.seconds.append(time.perf_counter() - self._start)
+            net = network(pl_module)
+            was_training = net.training
+            net.eval()
+            score = validate(net)
+            net.train(was_training)
+            self.val.append(score)
+            if score > self.best:
+                self.best, self.best_epoch = score, len(self.val)
+                self.best_state = {k: v.detach().clone() for k, v in net.state_dict().items()}
+            elif len(self.val) - self.best_epoch >= patience:
+                trainer.should_stop, self.stopped_by = True, "patience"
+            if sum(self.seconds) >= cap_s and not trainer.should_stop:
+                trainer.should_stop, self.stopped_by = True, "time cap"
 
-    return EpochTimer()
+    return BestEpoch()
 
 
 def trainer_kwargs(args: argparse.Namespace) -> dict[str, object]:
-    """The same trainer settings for both libraries: CPU, no validation, no logging or checkpoints."""
-    return dict(max_epochs=args.epochs, min_epochs=args.epochs, accelerator="cpu", devices=1,
-                precision=PRECISIONS[args.precision], logger=False, enable_checkpointing=False,
-                enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
-                limit_train_batches=args.limit_batches or 1.0)
+    """The same trainer settings for both libraries: CPU, no Lightning validation, no logging or checkpoints."""
+    return dict(max_epochs=args.max_epochs, accelerator="cpu", devices=1, precision=PRECISIONS[args.precision],
+                logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                num_sanity_val_steps=0, limit_val_batches=0, limit_train_batches=args.limit_batches or 1.0)
 
 
-# ----------------------------------------------------------------------------- StreamRec side
+def median_seconds(fn, repeats: int = SCORE_REPEATS) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
-def fit_ours(dm: StreamRecDataModule, args: argparse.Namespace) -> tuple[StreamRecModel, list[float], float]:
-    """Train StreamRec; returns the model (eval mode), epoch seconds and the whole fit's seconds."""
-    steps = args.epochs * (args.limit_batches or -(-len(dm.train_set) // args.batch_size))
+# ----------------------------------------------------------------------------- one trial per system
+
+
+@dataclass
+class Data:
+    """One data set's split, as both systems see it."""
+
+    name: str
+    dm: StreamRecDataModule
+    split: Split
+    num_items: int
+
+
+def trial_ours(data: Data, loss: str, lr: float, args: argparse.Namespace) -> dict[str, object]:
+    """Train StreamRec with early stopping on validation; the best epoch's test metrics and scoring time."""
+    dm = data.dm
+    batches = args.limit_batches or -(-len(dm.train_set) // args.batch_size)
+    steps = args.max_epochs * batches
     L.seed_everything(args.seed, verbose=False)
     module = StreamRecModule(
-        num_items=dm.num_items, max_len=args.max_len, d_model=args.d_model, n_heads=args.n_heads,
-        n_layers=args.n_layers, d_ff=args.d_model, dropout=args.dropout, attn_dropout=args.attn_dropout,
-        activation="relu", loss="full", lr=args.our_lr or args.lr, warmup_steps=min(100, max(1, steps // 10)), ks=(K,),
-        popularity_baseline=False,
+        num_items=data.num_items, max_len=args.max_len, d_model=args.d_model, n_heads=args.n_heads,
+        n_layers=args.n_layers, d_ff=args.d_model, dropout=args.dropout, attn_dropout=args.dropout,
+        activation="relu", loss=LOSSES[loss]["ours"], num_negatives=GBCE_NEGATIVES, gbce_t=GBCE_T, lr=lr,
+        warmup_steps=min(100, max(1, steps // 10)), ks=(K,), popularity_baseline=False,
     )
-    timer = epoch_timer(L.Callback)
-    trainer = L.Trainer(callbacks=[timer], **trainer_kwargs(args))
-    start = time.perf_counter()
+    keeper = best_epoch_keeper(
+        L.Callback, lambda m: m.model, lambda net: evaluate(partial(ours_scores, net), data.split.valid, args.max_len),
+        args.patience, 60 * args.trial_minutes,
+    )
+    trainer = L.Trainer(callbacks=[keeper], **trainer_kwargs(args))
     trainer.fit(module, train_dataloaders=dm.train_dataloader())
-    return module.model.eval(), timer.seconds, time.perf_counter() - start
+    model = module.model.eval()
+    model.load_state_dict(keeper.best_state)
+    cases = data.split.test
+    test = evaluate_full(partial(ours_scores, model), cases, args.max_len)
+    histories = [list(c.history) for c in cases]
+    score_s = median_seconds(lambda: ours_recommend_all(model, histories))
+    return trial_result(keeper, len(dm.train_set), test, score_s, args)
+
+
+def trial_rectools(data: Data, loss: str, lr: float, args: argparse.Namespace) -> dict[str, object]:
+    """Train RecTools' SASRecModel the same way; cold users get recommendations with a warning, not a crash."""
+    rt_loss = LOSSES[loss]["rectools"]
+    model = SASRecModel(
+        n_blocks=args.n_layers, n_heads=args.n_heads, n_factors=args.d_model, dropout_rate=args.dropout,
+        session_max_len=args.max_len, loss=rt_loss, lr=lr, batch_size=args.batch_size, epochs=args.max_epochs,
+        recommend_batch_size=SCORE_BATCH, recommend_torch_device="cpu",
+        **({"n_negatives": GBCE_NEGATIVES, "gbce_t": GBCE_T} if rt_loss == "gBCE" else {}),
+    )
+    scorers: dict[int, RecToolsScorer] = {}  # built once the data preparator knows RecTools' item ids
+
+    def validate(net) -> float:
+        scorer = scorers.setdefault(id(net), RecToolsScorer(model, data.num_items))
+        return evaluate(lambda b: scorer([data.split.valid[int(r)].history for r in b.rows]), data.split.valid,
+                        args.max_len)
+
+    keeper = best_epoch_keeper(PL.Callback, lambda m: m.torch_model, validate, args.patience,
+                               60 * args.trial_minutes)
+    # RecTools deep-copies this trainer into `fit_trainer`; the keeper is read from there.
+    model._trainer = PL.Trainer(callbacks=[keeper], **trainer_kwargs(args))
+    PL.seed_everything(args.seed, verbose=False)
+    model.fit(rectools_dataset(data.split.train))
+    keeper = next(c for c in model.fit_trainer.callbacks if hasattr(c, "best_state"))
+    model.torch_model.load_state_dict(keeper.best_state)
+    model.torch_model.eval()
+    cases = data.split.test
+    scorer = RecToolsScorer(model, data.num_items)
+    test = evaluate_full(lambda b: scorer([cases[int(r)].history for r in b.rows]), cases, args.max_len)
+    users = [c.user for c in cases]
+    recommend_rt = rectools_dataset({c.user: list(c.history) for c in cases})
+    user_array = np.array(users, dtype=object)
+    score_s = median_seconds(lambda: model.recommend(users=user_array, dataset=recommend_rt, k=K, filter_viewed=True,
+                                                     on_unsupported_targets="warn"))
+    n_seq = model.data_preparator.train_dataset.user_id_map.size
+    result = trial_result(keeper, n_seq, test, score_s, args)
+    result["unknown_items"] = scorer.unknown_items
+    return result
+
+
+def trial_result(keeper, n_seq: int, test: dict[str, float], score_s: float, args: argparse.Namespace
+                 ) -> dict[str, object]:
+    epoch_s = statistics.median(keeper.seconds)
+    if args.limit_batches:
+        n_seq = min(n_seq, args.limit_batches * args.batch_size)
+    return {
+        "val_ndcg@10": keeper.best, "best_epoch": keeper.best_epoch, "epochs": len(keeper.seconds),
+        "stopped_by": keeper.stopped_by, "val_curve": [round(v, 5) for v in keeper.val],
+        "epoch_s": epoch_s, "train_s": sum(keeper.seconds), "seq_per_s": n_seq / epoch_s,
+        "test_ndcg@10": test[f"ndcg@{K}"], "test_hr@10": test[f"hr@{K}"], "score_s": score_s,
+    }
+
+
+# ----------------------------------------------------------------------------- StreamRec scoring
 
 
 def ours_recommend_all(model: StreamRecModel, histories: Sequence[Sequence[int]]) -> Tensor:
@@ -183,28 +293,6 @@ def rectools_dataset(histories: dict[str, Sequence[int]]) -> Dataset:
         Columns.Datetime: pd.to_datetime(positions, unit="s"),
     })
     return Dataset.construct(df)
-
-
-def fit_rectools(train: Dataset, args: argparse.Namespace) -> tuple[SASRecModel, list[float], float]:
-    """Train RecTools' SASRecModel; returns the model, epoch seconds and the whole fit's seconds."""
-    model = SASRecModel(
-        n_blocks=args.n_layers, n_heads=args.n_heads, n_factors=args.d_model, dropout_rate=args.dropout,
-        session_max_len=args.max_len, loss="softmax", lr=args.lr, batch_size=args.batch_size, epochs=args.epochs,
-        recommend_batch_size=SCORE_BATCH, recommend_torch_device="cpu",
-    )
-    # A trainer like ours; RecTools deep-copies it into `fit_trainer`, so the timer is read from there.
-    model._trainer = PL.Trainer(callbacks=[epoch_timer(PL.Callback)], **trainer_kwargs(args))
-    PL.seed_everything(args.seed, verbose=False)
-    start = time.perf_counter()
-    model.fit(train)
-    seconds = time.perf_counter() - start
-    timer = next(c for c in model.fit_trainer.callbacks if hasattr(c, "seconds"))
-    return model, timer.seconds, seconds
-
-
-def rectools_recommend_all(model: SASRecModel, dataset: Dataset, users: np.ndarray) -> pd.DataFrame:
-    """RecTools' own top-K with seen items filtered."""
-    return model.recommend(users=users, dataset=dataset, k=K, filter_viewed=True)
 
 
 class RecToolsScorer:
@@ -244,7 +332,7 @@ class RecToolsScorer:
 # ----------------------------------------------------------------------------- evaluation
 
 
-def evaluate(score_fn, cases: Sequence[EvalCase], max_len: int) -> dict[str, float]:
+def evaluate_full(score_fn, cases: Sequence[EvalCase], max_len: int) -> dict[str, float]:
     """Full-ranking HR@K / NDCG@K with our metric code: scores (B, N+1) per `EvalBatch`."""
     metrics = RankingMetrics(ks=(K,), filter_seen=True)
     loader = DataLoader(EvalDataset(cases), batch_size=SCORE_BATCH, collate_fn=partial(collate_eval, max_len=max_len))
@@ -253,91 +341,165 @@ def evaluate(score_fn, cases: Sequence[EvalCase], max_len: int) -> dict[str, flo
     return {name: float(value) for name, value in metrics.compute().items()}
 
 
-def evaluate_lists(tops: Tensor, cases: Sequence[EvalCase], num_items: int) -> dict[str, float]:
-    """The same metric from top-K lists: listed items score K..1, the rest -inf (ties count against the target).
-
-    A target in the list at position p then has rank p; one outside it has rank >= K.
-    """
-    scores = torch.full((tops.shape[0], num_items + 1), float("-inf"))
-    listed = tops != PAD_ID
-    rank_score = torch.arange(K, 0, -1, dtype=torch.float).expand_as(tops)
-    scores.scatter_(1, tops.clamp_min(0), torch.where(listed, rank_score, float("-inf")))
-    targets = torch.tensor([c.target for c in cases])
-    metrics = RankingMetrics(ks=(K,), filter_seen=False)  # the lists are already filtered
-    metrics.update(scores, targets)
-    return {name: float(value) for name, value in metrics.compute().items()}
+def evaluate(score_fn, cases: Sequence[EvalCase], max_len: int) -> float:
+    """Validation NDCG@K, the figure both searches maximise."""
+    return evaluate_full(score_fn, cases, max_len)[f"ndcg@{K}"]
 
 
-def rectools_tops(recs: pd.DataFrame, users: Sequence[str]) -> Tensor:
-    """RecTools' recommendation table -> (U, K) our item ids in rank order (0 where a user got fewer)."""
-    row_of = {u: i for i, u in enumerate(users)}
-    tops = torch.zeros(len(users), K, dtype=torch.long)
-    rows = recs[Columns.User].map(row_of).to_numpy()
-    ranks = recs[Columns.Rank].to_numpy() - 1
-    tops[torch.as_tensor(rows), torch.as_tensor(ranks)] = torch.as_tensor(recs[Columns.Item].to_numpy(np.int64))
-    return tops
+# ----------------------------------------------------------------------------- the search
+
+
+def trial_key(data: Data, system: str, loss: str, lr: float, args: argparse.Namespace) -> dict[str, object]:
+    """Everything that decides a trial's outcome; a stored trial with the same key is not run again."""
+    return {"dataset": data.name, "data": str(args.paths[data.name]), "system": system, "loss": loss, "lr": lr,
+            "max_len": args.max_len, "max_epochs": args.max_epochs, "patience": args.patience,
+            "trial_minutes": args.trial_minutes, "d_model": args.d_model, "n_layers": args.n_layers,
+            "n_heads": args.n_heads, "dropout": args.dropout, "batch_size": args.batch_size, "seed": args.seed,
+            "precision": args.precision, "threads": args.threads, "limit_batches": args.limit_batches or 0}
+
+
+class TrialLog:
+    """`OUT/trials.jsonl`: one line per finished trial, appended and flushed as it ends."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.done: dict[str, dict[str, object]] = {}
+        if path.exists():
+            for n, line in enumerate(path.read_text().splitlines(), start=1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                    self.done[json.dumps(row["key"], sort_keys=True)] = row["result"]
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    sys.exit(f"error: {path} line {n}: not a trial record; move the file away or pass another --out")
+
+    def get(self, key: dict[str, object]) -> dict[str, object] | None:
+        return self.done.get(json.dumps(key, sort_keys=True))
+
+    def add(self, key: dict[str, object], result: dict[str, object]) -> None:
+        self.done[json.dumps(key, sort_keys=True)] = result
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a") as f:
+            f.write(json.dumps({"key": key, "result": result}) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def load_data(name: str, args: argparse.Namespace) -> Data:
+    dm = StreamRecDataModule(str(args.paths[name]), max_len=args.max_len, batch_size=args.batch_size)
+    dm.setup("fit")
+    return Data(name, dm, dm.splits, dm.num_items)
+
+
+def search(data: Data, args: argparse.Namespace, trials: TrialLog, log: Console) -> dict[str, list[dict]]:
+    """Every (system, loss, lr) trial of one data set, run or read from the log."""
+    runs: dict[str, list[dict]] = {system: [] for system in SYSTEMS}
+    run_trial = {"ours": trial_ours, "rectools": trial_rectools}
+    for loss in args.losses:
+        for lr in args.lrs:
+            for system in SYSTEMS:
+                key = trial_key(data, system, loss, lr, args)
+                result = trials.get(key)
+                if result is None:
+                    log.log(f"{data.name}: {system} loss {loss} lr {lr:g} ...")
+                    result = run_trial[system](data, loss, lr, args)
+                    trials.add(key, result)
+                    log.log(f"{data.name}: {system} loss {loss} lr {lr:g}: val NDCG@10 {result['val_ndcg@10']:.4f} "
+                            f"at epoch {result['best_epoch']} of {result['epochs']} ({result['stopped_by']}), "
+                            f"{result['epoch_s']:.1f} s/epoch")
+                runs[system].append({"loss": loss, "lr": lr, **result})
+    return runs
 
 
 # ----------------------------------------------------------------------------- report
 
 
-def _s(x: float) -> str:
-    return f"{x:.2f}" if x < 10 else f"{x:.1f}"
+def figures(name: str, data: Data, runs: dict[str, list[dict]]) -> dict[str, float]:
+    """The picks (best validation NDCG@10 per system) and their ratios, keys prefixed with the data set."""
+    f: dict[str, float] = {f"{name}_num_users": len(data.split.test), f"{name}_num_items": data.num_items}
+    pick = {system: max(runs[system], key=lambda r: r["val_ndcg@10"]) for system in SYSTEMS}
+    for system, r in pick.items():
+        for field in ("test_ndcg@10", "test_hr@10", "val_ndcg@10", "lr", "best_epoch", "epochs", "seq_per_s",
+                      "score_s"):
+            f[f"{name}_{system}_{field}"] = float(r[field])
+        f[f"{name}_{system}_gbce"] = float(r["loss"] == "gbce")
+        f[f"{name}_{system}_trials"] = float(len(runs[system]))
+    f[f"{name}_ndcg_rel_diff"] = f[f"{name}_ours_test_ndcg@10"] / max(f[f"{name}_rectools_test_ndcg@10"], 1e-12) - 1
+    f[f"{name}_train_speedup"] = f[f"{name}_ours_seq_per_s"] / f[f"{name}_rectools_seq_per_s"]
+    f[f"{name}_score_speedup"] = f[f"{name}_rectools_score_s"] / f[f"{name}_ours_score_s"]
+    return f
 
 
-def report(console: Console, f: dict[str, float]) -> None:
+def report(console: Console, name: str, data: Data, runs: dict[str, list[dict]], f: dict[str, float]) -> None:
+    rows = []
+    for loss in dict.fromkeys(r["loss"] for r in runs["ours"]):
+        for lr in dict.fromkeys(r["lr"] for r in runs["ours"]):
+            cells = [f"{loss}, lr {lr:g}"]
+            for system in SYSTEMS:
+                r = next(r for r in runs[system] if r["loss"] == loss and r["lr"] == lr)
+                cells.append(f"{r['val_ndcg@10']:.4f} (epoch {r['best_epoch']}/{r['epochs']}, {r['stopped_by']})")
+            rows.append(cells)
+    print_table(console, f"{name}: validation NDCG@{K} of every trial (best epoch / epochs run, why it stopped)",
+                ["trial", "StreamRec", "RecTools"], rows)
+    o, t = (f"{name}_ours_", f"{name}_rectools_")
+
+    def setting(p: str) -> str:
+        return f"{'gbce' if f[p + 'gbce'] else 'softmax'}, lr {f[p + 'lr']:g}, epoch {f[p + 'best_epoch']:.0f}"
+
     rows = [
-        ["epoch time, s (median)", _s(f["ours_epoch_s"]), _s(f["rectools_epoch_s"]), ""],
-        ["training sequences/s", f"{f['ours_seq_per_s']:.0f}", f"{f['rectools_seq_per_s']:.0f}",
-         f"{f['train_speedup']:.2f}x"],
-        ["whole fit incl. set-up, s", _s(f["ours_fit_s"]), _s(f["rectools_fit_s"]), ""],
-        [f"score all {f['num_users']:.0f} users top-{K}, s", f"{f['ours_score_s']:.2f}", f"{f['rectools_score_s']:.2f}",
-         f"{f['score_speedup']:.2f}x"],
-        [f"NDCG@{K}", f"{f['ours_ndcg@10']:.4f}", f"{f['rectools_ndcg@10']:.4f}", f"{f['ndcg_rel_diff']:+.1%}"],
-        [f"HR@{K}", f"{f['ours_hr@10']:.4f}", f"{f['rectools_hr@10']:.4f}",
-         f"{f['ours_hr@10'] / max(f['rectools_hr@10'], 1e-12) - 1:+.1%}"],
-        [f"NDCG@{K} from the top-{K} lists", f"{f['ours_list_ndcg@10']:.4f}", f"{f['rectools_list_ndcg@10']:.4f}", ""],
-        [f"HR@{K} from the top-{K} lists", f"{f['ours_list_hr@10']:.4f}", f"{f['rectools_list_hr@10']:.4f}", ""],
+        ["pick (by validation NDCG@10)", setting(o), setting(t), ""],
+        [f"validation NDCG@{K}", f"{f[o + 'val_ndcg@10']:.4f}", f"{f[t + 'val_ndcg@10']:.4f}", ""],
+        [f"test NDCG@{K}", f"{f[o + 'test_ndcg@10']:.4f}", f"{f[t + 'test_ndcg@10']:.4f}",
+         f"{f[name + '_ndcg_rel_diff']:+.1%}"],
+        [f"test HR@{K}", f"{f[o + 'test_hr@10']:.4f}", f"{f[t + 'test_hr@10']:.4f}",
+         f"{f[o + 'test_hr@10'] / max(f[t + 'test_hr@10'], 1e-12) - 1:+.1%}"],
+        ["training sequences/s (median epoch)", f"{f[o + 'seq_per_s']:.0f}", f"{f[t + 'seq_per_s']:.0f}",
+         f"{f[name + '_train_speedup']:.2f}x"],
+        [f"score {f[name + '_num_users']:.0f} users top-{K}, s", f"{f[o + 'score_s']:.2f}", f"{f[t + 'score_s']:.2f}",
+         f"{f[name + '_score_speedup']:.2f}x"],
     ]
-    print_table(console, "StreamRec vs RecTools SASRecModel", ["", "StreamRec", "RecTools", "ours/theirs"], rows)
-    for name, floor in TARGETS.items():
-        verdict = "met" if f[name] >= floor else "[red]MISSED[/]"
-        console.print(f"target {name} >= {floor:g}: {f[name]:.3f} {verdict}")
+    print_table(console, f"{name}: {len(data.split.test)} users, {data.num_items} items, full ranking, test split",
+                ["", "StreamRec", "RecTools", "ours/theirs"], rows)
+    for target, floor in TARGETS.items():
+        value = f[f"{name}_{target}"]
+        verdict = "met" if value >= floor else "[red]MISSED[/]"
+        console.print(f"{name}: target {target} >= {floor:g}: {value:.3f} {verdict}")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--dataset", choices=tuple(DATASETS), default="ml-1m", help="named data file (default ml-1m)")
-    p.add_argument("--data", help="interaction file instead of --dataset's (read by streamrec.data.read_interactions)")
-    p.add_argument("--max-len", type=int, default=200, help="history length T for both models (default 200)")
-    p.add_argument("--epochs", type=int, default=1, help="training epochs for both (default 1)")
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--datasets", nargs="+", choices=tuple(DATASETS), default=list(DATASETS),
+                   help="data sets to race on")
+    p.add_argument("--data-dir", type=Path, default=DATA, help="folder holding ml-1m/, amazon-beauty/, ...")
+    p.add_argument("--lrs", nargs="+", type=float, default=[1e-3, 3e-3, 1e-2], help="learning rates, both systems")
+    p.add_argument("--losses", nargs="+", choices=tuple(LOSSES), default=list(LOSSES), help="losses, both systems")
+    p.add_argument("--max-epochs", type=int, default=100, help="epoch budget per trial, both")
+    p.add_argument("--patience", type=int, default=5, help="stop a trial after this many epochs without a gain")
+    p.add_argument("--trial-minutes", type=float, default=30.0, help="training-time cap per trial, both")
+    p.add_argument("--max-len", type=int, default=50, help="history length T for both models")
     p.add_argument("--precision", choices=tuple(PRECISIONS), default="32", help="training precision for both")
-    p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
-    p.add_argument("--batch-size", type=int, default=128, help="training batch size for both (default 128)")
-    p.add_argument("--d-model", type=int, default=64, help="model width = RecTools n_factors = FFN width (default 64)")
-    p.add_argument("--n-layers", type=int, default=2, help="transformer blocks (default 2)")
-    p.add_argument("--n-heads", type=int, default=1, help="attention heads (default 1)")
-    p.add_argument("--dropout", type=float, default=0.2, help="dropout everywhere, both models (default 0.2)")
-    p.add_argument("--attn-dropout", type=float, help="StreamRec's attention-weight dropout (default --dropout, as "
-                   "RecTools' nn.MultiheadAttention; 0 is StreamRec's default and keeps SDPA's fused kernel)")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    p.add_argument("--batch-size", type=int, default=128, help="training batch size for both")
+    p.add_argument("--d-model", type=int, default=64, help="model width = RecTools n_factors = FFN width")
+    p.add_argument("--n-layers", type=int, default=2, help="transformer blocks")
+    p.add_argument("--n-heads", type=int, default=1, help="attention heads")
+    p.add_argument("--dropout", type=float, default=0.2, help="dropout everywhere, both models")
     p.add_argument("--malloc", choices=("default", "keep"), default="default",
                    help="keep: glibc keeps freed memory (no per-step page faults on big tensors), both models")
-    p.add_argument("--lr", type=float, default=1e-3, help="learning rate, both (default 1e-3, RecTools' default)")
-    p.add_argument("--our-lr", type=float, help="StreamRec's peak learning rate instead of --lr (our embeddings start "
-                   "8x smaller than RecTools' N(0, 1), so our recipe wants a larger step; see README)")
-    p.add_argument("--limit-batches", type=int, help="train on only the first N batches an epoch, both (a quick speed "
-                   "check: sequences/s then counts N x batch size; quality is not comparable to published runs)")
-    p.add_argument("--score-repeats", type=int, default=3, help="interleaved scoring rounds (default 3)")
-    p.add_argument("--seed", type=int, default=0, help="seed for both (default 0)")
+    p.add_argument("--limit-batches", type=int, help="train on only the first N batches an epoch (smoke runs only)")
+    p.add_argument("--seed", type=int, default=0, help="seed for both")
+    p.add_argument("--out", type=Path, default=ROOT / "runs" / "rectools_fair", help="folder for trials.jsonl")
     p.add_argument("--json", metavar="PATH", help="write every figure as one flat JSON object name -> number")
     args = p.parse_args(argv)
-    for name in ("max_len", "epochs", "threads", "batch_size", "score_repeats", "limit_batches"):
+    for name in ("max_len", "max_epochs", "patience", "threads", "batch_size", "limit_batches"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    args.data = Path(args.data) if args.data else DATASETS[args.dataset]
-    args.attn_dropout = args.dropout if args.attn_dropout is None else args.attn_dropout
-    if not args.data.is_file():
-        p.error(f"data file {args.data} not found; pass --data PATH")
+    args.paths = {name: args.data_dir / DATASETS[name].relative_to(DATA) for name in args.datasets}
+    for name, path in args.paths.items():
+        if not path.is_file():
+            p.error(f"{name}: data file {path} not found; pass --data-dir")
     return args
 
 
@@ -346,107 +508,46 @@ def main(argv: list[str] | None = None) -> None:
     if args.malloc == "keep" and not keep_freed_memory():
         sys.exit("error: --malloc keep needs glibc's mallopt; run without it")
     torch.set_num_threads(args.threads)
-    # Known, harmless noise from Lightning, pydantic and RecTools on this setting (no features, no validation).
+    # Known, harmless noise from Lightning, pydantic and RecTools on this setting (no features, no validation loop).
     for message in (".*does not have many workers.*", ".*target users were considered cold.*", ".*val_dataloader.*",
                     ".*LeafSpec.*", ".*CatFeaturesItemNet.*", ".*Pydantic serializer.*",
-                    ".*unique with argument that is not.*"):
+                    ".*unique with argument that is not.*", ".*were considered cold.*"):
         warnings.filterwarnings("ignore", message)
     for name in ("lightning", "lightning.pytorch", "pytorch_lightning", "lightning_fabric"):
         logging.getLogger(name).setLevel(logging.WARNING)
     console = Console(width=None if sys.stdout.isatty() else 132)
     log = Console(stderr=True, log_path=False, width=None if sys.stderr.isatty() else 132)
-    load_start = os.getloadavg()[0]
-
-    dm = StreamRecDataModule(str(args.data), max_len=args.max_len, batch_size=args.batch_size)
-    dm.setup("fit")
-    split, num_items = dm.splits, dm.num_items
-    cases = split.test
-    users = [c.user for c in cases]
-    histories = [list(c.history) for c in cases]  # training + validation items
-    repeats = sum(c.target in set(c.history) for c in cases)
 
     import rectools
 
-    console.print(f"[bold]StreamRec vs RecTools {rectools.__version__} SASRecModel[/] on {args.data.name}: "
-                  f"{len(split.train)} users, {num_items} items, {len(dm.train_set)} training sequences")
-    console.print(f"model: d_model {args.d_model}, {args.n_layers} blocks, {args.n_heads} head, "
-                  f"FFN {args.d_model} ReLU, "
-                  f"dropout {args.dropout} (StreamRec attention weights {args.attn_dropout}), max_len {args.max_len}, "
-                  f"full softmax, batch {args.batch_size}, {args.epochs} epoch(s)"
-                  f"{f' of {args.limit_batches} batches' if args.limit_batches else ''}, precision {args.precision}, "
-                  f"lr {args.lr:g} (StreamRec {args.our_lr or args.lr:g}), malloc {args.malloc}")
-    console.print(f"protocol: full ranking over {num_items} items, seen items removed, leave-one-out test "
-                  f"({len(cases)} users; {repeats} targets repeat a seen item), K={K}; our RankingMetrics on both")
+    console.print(f"[bold]StreamRec vs RecTools {rectools.__version__} SASRecModel[/]: the same search for both over "
+                  f"loss {' / '.join(args.losses)} x lr {' / '.join(f'{lr:g}' for lr in args.lrs)}, up to "
+                  f"{args.max_epochs} epochs a trial, patience {args.patience}, {args.trial_minutes:g} min "
+                  "training cap")
+    console.print(f"model: d_model {args.d_model}, {args.n_layers} blocks, {args.n_heads} head, FFN {args.d_model} "
+                  f"ReLU, dropout {args.dropout}, max_len {args.max_len}, batch {args.batch_size}, precision "
+                  f"{args.precision}; gbce = {GBCE_NEGATIVES} uniform negatives, t {GBCE_T}")
+    console.print(f"protocol: leave-one-out; pick by validation NDCG@{K}; test = full ranking over all items, seen "
+                  f"items removed, our RankingMetrics on both networks' scores")
     console.print(f"torch {torch.__version__} | threads {torch.get_num_threads()} | Lightning {L.__version__} | "
-                  f"load average {load_start:.2f} on {os.cpu_count()} cores")
-    if load_start > (os.cpu_count() or 1):
-        console.print(f"[yellow]load average {load_start:.1f} on {os.cpu_count()} cores: other jobs share the CPU, "
-                      "absolute times are inflated; compare the ratios[/]")
-
-    log.log("training StreamRec")
-    ours, ours_epochs, ours_fit = fit_ours(dm, args)
-    log.log(f"StreamRec epochs: {', '.join(f'{s:.1f} s' for s in ours_epochs)}")
-    train_rt = rectools_dataset(split.train)
-    log.log("training RecTools SASRecModel")
-    theirs, rt_epochs, rt_fit = fit_rectools(train_rt, args)
-    log.log(f"RecTools epochs: {', '.join(f'{s:.1f} s' for s in rt_epochs)}")
-    n_seq_rt = theirs.data_preparator.train_dataset.user_id_map.size
-    if n_seq_rt != len(dm.train_set):
-        log.log(f"[yellow]RecTools trains on {n_seq_rt} sequences, StreamRec on {len(dm.train_set)}[/]")
-
-    log.log("scoring all users (interleaved)")
-    recommend_rt = rectools_dataset(dict(zip(users, histories, strict=True)))
-    user_array = np.array(users, dtype=object)
-    out: dict[str, object] = {}  # the last round's top-K of each side, for the list-based cross-check
-
-    def score_ours() -> None:
-        out["ours"] = ours_recommend_all(ours, histories)
-
-    def score_rectools() -> None:
-        out["rectools"] = rectools_recommend_all(theirs, recommend_rt, user_array)
-
-    times = interleave({"ours": score_ours, "rectools": score_rectools}, args.score_repeats)
-
-    log.log("evaluating")
-    scorer = RecToolsScorer(theirs, num_items)
-    q_ours = evaluate(partial(ours_scores, ours), cases, args.max_len)
-    q_rt = evaluate(lambda b: scorer([cases[int(r)].history for r in b.rows]), cases, args.max_len)
-    l_ours = evaluate_lists(out["ours"], cases, num_items)
-    l_rt = evaluate_lists(rectools_tops(out["rectools"], users), cases, num_items)
-
+                  f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores | trials in {args.out}")
+    trials = TrialLog(args.out / "trials.jsonl")
     f: dict[str, float] = {
-        "max_len": args.max_len, "epochs": args.epochs, "lr": args.lr, "our_lr": args.our_lr or args.lr,
-        "threads": torch.get_num_threads(),
-        "bf16": int(args.precision == "bf16"), "malloc_keep": int(args.malloc == "keep"),
-        "attn_dropout": args.attn_dropout, "num_users": len(cases), "num_items": num_items,
-        "train_sequences": len(dm.train_set), "score_repeats": args.score_repeats,
-        "limit_batches": args.limit_batches or 0,
-        "rectools_unknown_items": scorer.unknown_items, "targets_seen_before": repeats,
+        "max_len": args.max_len, "max_epochs": args.max_epochs, "patience": args.patience,
+        "trial_minutes": args.trial_minutes, "threads": torch.get_num_threads(), "dropout": args.dropout,
+        "bf16": int(args.precision == "bf16"), "load_avg_start": os.getloadavg()[0],
     }
-    seq_ours, seq_rt = len(dm.train_set), n_seq_rt
-    if args.limit_batches:
-        seq_ours = min(seq_ours, args.limit_batches * args.batch_size)
-        seq_rt = min(seq_rt, args.limit_batches * args.batch_size)
-    for side, epochs, fit_s, n_seq in (("ours", ours_epochs, ours_fit, seq_ours),
-                                       ("rectools", rt_epochs, rt_fit, seq_rt)):
-        f[f"{side}_epoch_s"] = statistics.median(epochs)
-        f[f"{side}_seq_per_s"] = n_seq / f[f"{side}_epoch_s"]
-        f[f"{side}_fit_s"] = fit_s
-        f[f"{side}_score_s"] = statistics.median(times[side])
-    for side, q, lq in (("ours", q_ours, l_ours), ("rectools", q_rt, l_rt)):
-        for m in ("ndcg", "hr"):
-            f[f"{side}_{m}@{K}"] = q[f"{m}@{K}"]
-            f[f"{side}_list_{m}@{K}"] = lq[f"{m}@{K}"]
-    f["train_speedup"] = f["ours_seq_per_s"] / f["rectools_seq_per_s"]
-    f["score_speedup"] = median_ratio(times["rectools"], times["ours"])
-    f["ndcg_rel_diff"] = f["ours_ndcg@10"] / max(f["rectools_ndcg@10"], 1e-12) - 1
-    f["load_avg_start"], f["load_avg_end"] = load_start, os.getloadavg()[0]
-
-    report(console, f)
-    console.print(f"load average: {f['load_avg_start']:.2f} at the start, {f['load_avg_end']:.2f} at the end; "
-                  f"RecTools knows {num_items - scorer.unknown_items} of {num_items} items")
+    for name in args.datasets:
+        data = load_data(name, args)
+        log.log(f"{name}: {len(data.split.train)} users, {data.num_items} items, {len(data.dm.train_set)} "
+                "training sequences")
+        runs = search(data, args, trials, log)
+        figs = figures(name, data, runs)
+        report(console, name, data, runs, figs)
+        f.update(figs)
+        if args.json:  # after every data set, so a long run leaves its figures so far
+            write_json(args.json, {**f, "load_avg_end": os.getloadavg()[0]})
     if args.json:
-        write_json(args.json, f)
         console.print(f"figures written to {args.json}")
 
 
