@@ -115,16 +115,60 @@ def _existing_file(path: str | Path) -> Path:
     return path
 
 
+_FORMAT_NAMES = {"csv": "CSV", "tsv": "TSV", "parquet": "Parquet", "sasrec": "SASRec 'user item' lines",
+                 "lines": "one line per user ('user item item ...')"}
+_SNIFF_BYTES = 1 << 16
+
+
+def sniff_format(path: Path) -> str | None:
+    """What a file's first 64 KiB look like, whatever its name says.
+
+    Parquet by its magic bytes; TSV or CSV when every sampled line splits into the same number
+    (at least 2) of fields on that delimiter; "lines" when every line has at least two
+    whitespace-separated fields (SASRec's "user item" lines are read the same way); None when
+    nothing fits (empty, binary or one field a line).
+    """
+    with path.open("rb") as f:
+        head = f.read(_SNIFF_BYTES)
+    if head.startswith(b"PAR1"):
+        return "parquet"
+    if b"\0" in head:
+        return None
+    text = head.decode("utf-8", errors="replace").removeprefix("\ufeff")
+    rows = text.splitlines()
+    if len(head) == _SNIFF_BYTES and len(rows) > 1:
+        rows = rows[:-1]  # the last line may be cut off
+    rows = [r for r in rows if r.strip()][:50]
+    if not rows:
+        return None
+    for fmt, delimiter in (("tsv", "\t"), ("csv", ",")):
+        counts = {len(fields) for fields in csv.reader(rows, delimiter=delimiter)}
+        if len(counts) == 1 and counts.pop() >= 2:
+            return fmt
+    if all(len(r.split()) >= 2 for r in rows):
+        return "lines"
+    return None
+
+
 def _resolve_format(path: Path, format: Format) -> str:
     if format != "auto":
         if format not in _FORMATS:
             raise InputError(f"`format` must be auto, {', '.join(_FORMATS)}; got {format!r}")
         return format
-    fmt = _SUFFIXES.get(path.suffix.lower())
+    fmt = sniff_format(path) or _SUFFIXES.get(path.suffix.lower())
     if fmt is None:
-        raise InputError(f"{path}: cannot tell the format from the extension {path.suffix!r}; "
+        raise InputError(f"{path}: cannot tell the format from the content or the extension {path.suffix!r}; "
                          f"pass format= one of {', '.join(_FORMATS)}")
     return fmt
+
+
+def _format_hint(path: Path, fmt: str) -> str | None:
+    """'the file looks like CSV ...' when a forced format failed and the content says another one."""
+    sniffed = sniff_format(path)
+    if sniffed is None or sniffed == fmt or {fmt, sniffed} <= {"sasrec", "lines"}:
+        return None
+    return (f"the file looks like {_FORMAT_NAMES[sniffed]}, not {fmt}: set format: {sniffed} or auto "
+            f"(on the command line --data.format {sniffed})")
 
 
 def _parse_time(value: object, where: str, time_col: str) -> float:
@@ -254,8 +298,8 @@ def read_interactions(
     Args:
         path: the log file.
         format: csv, tsv, parquet, sasrec ("user item" per line, already chronological), lines
-            ("user item item ..." per line), or auto (by extension; .txt/.dat read as lines,
-            which also accepts SASRec files).
+            ("user item item ..." per line), or auto (by content, see `sniff_format`, then by
+            extension). A forced format that does not fit says which one does.
         user_col: user column of a CSV/TSV/Parquet file.
         item_col: item column of a CSV/TSV/Parquet file.
         time_col: numeric timestamp column; None means the file order is chronological.
@@ -265,6 +309,16 @@ def read_interactions(
     """
     path = _existing_file(path)
     fmt = _resolve_format(path, format)
+    try:
+        return _read_as(path, fmt, user_col, item_col, time_col)
+    except InputError as e:
+        hint = _format_hint(path, fmt) if format != "auto" else None
+        if hint is None:
+            raise
+        raise InputError(f"{e}; {hint}") from e
+
+
+def _read_as(path: Path, fmt: str, user_col: str, item_col: str, time_col: str | None) -> Interactions:
     if fmt == "parquet":
         return _read_parquet(path, user_col, item_col, time_col)
     check_text_file(path)  # a NUL byte: binary data, which the text readers would take as odd ids
@@ -625,7 +679,7 @@ class StreamRecDataModule(L.LightningDataModule):
     Args:
         path: interaction log (CSV/TSV/Parquet with user, item, timestamp columns; SASRec
             "user item" lines; or one line per user "user item item ...").
-        format: auto (by extension), csv, tsv, parquet, sasrec or lines.
+        format: auto (by content, then extension), csv, tsv, parquet, sasrec or lines.
         max_len: model context length: the last max_len items are the input.
         batch_size: examples per batch (training and evaluation).
         split: leave_one_out (last item test, second-to-last validation) or temporal (global

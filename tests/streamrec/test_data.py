@@ -28,6 +28,7 @@ from streamrec.data import (
     item_counts,
     leave_one_out_split,
     read_interactions,
+    sniff_format,
     temporal_split,
     time_quantiles,
     training_windows,
@@ -83,6 +84,32 @@ def test_sasrec_and_lines_formats(write):
     assert read_interactions(lines) == Interactions({"u1": ["a", "b", "c"], "u2": ["b"]})
 
 
+@pytest.mark.parametrize("name", ["log.txt", "log.dat", "log", "log.bin"])
+def test_auto_format_reads_the_content_whatever_the_name(write, name, tmp_path):
+    """CSV, TSV, Parquet and per-user lines are recognised by their content; the name only breaks ties."""
+    rows = [("u2", "12", 5), ("u1", "11", 1), ("u2", "10", 3), ("u1", "13", 2)]
+    expected = read_interactions(write("ref.csv", CSV + "".join(f"{u},{i},{t}\n" for u, i, t in rows)))
+    csv_file = write("csv_" + name, CSV + "".join(f"{u},{i},{t}\n" for u, i, t in rows))
+    tsv_file = write("tsv_" + name, CSV.replace(",", "\t") + "".join(f"{u}\t{i}\t{t}\n" for u, i, t in rows))
+    pq_file = tmp_path / ("pq_" + name)
+    pq.write_table(pa.table({"user_id": [r[0] for r in rows], "item_id": [r[1] for r in rows],
+                             "timestamp": [r[2] for r in rows]}), pq_file)
+    for path in (csv_file, tsv_file, pq_file):
+        assert read_interactions(path) == expected, path.name
+    lines_file = write("lines_" + name, "u1 a b c\nu2 b\n")
+    assert read_interactions(lines_file) == Interactions({"u1": ["a", "b", "c"], "u2": ["b"]})
+
+
+def test_sniff_format_against_the_format_each_file_was_written_in(write, tmp_path):
+    cases = {"a.x": (CSV + "u,a,1\n", "csv"), "b.x": ("user_id\titem_id\nu\ta\n", "tsv"),
+             "c.x": ("1 2\n1 3\n", "lines"), "d.x": ("u1 a b c\nu2 d\n", "lines"), "e.x": ("justone\n", None),
+             "f.x": ("", None), "g.x": (b"\x00\x01\x02", None)}
+    for name, (content, fmt) in cases.items():
+        assert sniff_format(write(name, content)) == fmt, name
+    pq.write_table(pa.table({"a": [1]}), tmp_path / "h.x")
+    assert sniff_format(tmp_path / "h.x") == "parquet"
+
+
 def test_no_time_column_keeps_file_order(write):
     path = write("log.csv", "user_id,item_id\nu,b\nu,a\n")
     assert read_interactions(path, time_col=None) == Interactions({"u": ["b", "a"]}, None)
@@ -98,14 +125,18 @@ BAD_INPUTS = [
     ("nan.csv", CSV + "u,a,nan\n", "auto", ["line 2", "'timestamp'"]),
     ("short.csv", CSV + "u,a,1\nu,b\n", "auto", ["line 3", "2 fields", "header has 3"]),
     ("noid.csv", CSV + "u,,1\n", "auto", ["line 2", "'item_id'", "empty id"]),
-    ("commas.tsv", CSV + "u,a,1\n", "auto", ["no column 'user_id'", "user_col="]),
+    ("commas.tsv", CSV + "u,a,1\n", "tsv", ["no column 'user_id'", "user_col=", "looks like CSV", "--data.format csv"]),
     ("latin.csv", (CSV + "u,caf\xe9,1\n").encode("latin-1"), "auto", ["not UTF-8", "format="]),
     ("seq.txt", "1 2\n1 3 4\n", "sasrec", ["line 2", "'user item'", "3", "format='lines'"]),
     ("users.txt", "u1 a b\nu2\n", "auto", ["line 2", "'u2'"]),
     ("blank.txt", "\n \n", "auto", ["no interactions"]),
     ("log.json", "{}", "auto", ["'.json'", "format="]),
     ("log.csv", CSV + "u,a,1\n", "xml", ["`format`", "'xml'"]),
-    ("fake.parquet", CSV + "u,a,1\n", "auto", ["Parquet", "format='csv'"]),
+    ("fake.parquet", CSV + "u,a,1\n", "parquet", ["Parquet", "looks like CSV", "--data.format csv"]),
+    ("log.txt", CSV + "u,a,1\n", "lines", ["line 1", "looks like CSV", "--data.format csv"]),
+    ("seqs.csv", "u1 a b\nu2 b c\n", "csv", ["no column 'user_id'", "looks like one line per user",
+                                              "--data.format lines"]),
+    ("binary.csv", b"PAR1\0\0", "csv", ["NUL byte", "looks like Parquet", "--data.format parquet"]),
 ]
 
 
