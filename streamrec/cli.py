@@ -1,4 +1,4 @@
-"""`python -m streamrec fit|validate|test|predict --config configs/streamrec/NAME.yaml`
+"""`python -m streamrec fit|validate|test|predict --config configs/streamrec/NAME.yaml`; `tune`: `streamrec.tune`
 
 LightningCLI over `StreamRecModule` and `StreamRecDataModule`. YAML may interpolate
 `${...}` (omegaconf mode); `num_items` and `max_len` come from the data module.
@@ -29,15 +29,25 @@ class StreamRecCLI(AppCLI):
         parser.link_arguments("data.num_items", "model.num_items", apply_on="instantiate")
 
 
+def build_cli(args: list[str] | None = None, run: bool = True) -> StreamRecCLI:
+    """The CLI over `args`; with run=False, parse and instantiate only (no subcommand: `tune` builds trials so)."""
+    return StreamRecCLI(
+        StreamRecModule, StreamRecDataModule, run=run,
+        parser_kwargs={"parser_mode": "omegaconf", "prog": "python -m streamrec"},
+        parser_class=OneLineErrorParser, save_config_kwargs={"overwrite": True}, args=args,
+    )
+
+
 def main(args: list[str] | None = None) -> StreamRecCLI:
     """Run the CLI; a user's mistake (bad file, bad value) ends with one line, not a traceback."""
     log_info_to_stderr("streamrec")  # data counts (skipped users and ids, cold starts)
+    args = sys.argv[1:] if args is None else args
+    if args[:1] == ["tune"]:  # not a Lightning subcommand: a search of many fits (streamrec.tune)
+        from streamrec.tune import main as tune
+
+        return tune(args[1:])
     try:
-        return StreamRecCLI(
-            StreamRecModule, StreamRecDataModule,
-            parser_kwargs={"parser_mode": "omegaconf", "prog": "python -m streamrec"},
-            parser_class=OneLineErrorParser, save_config_kwargs={"overwrite": True}, args=args,
-        )
+        return build_cli(args)
     except (ValueError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")
     except OSError as err:  # an unwritable run folder, a full disk while saving a checkpoint

@@ -1,0 +1,160 @@
+"""`python -m streamrec tune`: validation only, resumable, a config `fit` takes, one-line refusals."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+from streamrec.cli import main
+from streamrec.data import StreamRecDataModule
+from streamrec.tune import Budget
+
+BASE = """\
+seed_everything: 0
+trainer:
+  max_epochs: 3
+  accelerator: cpu
+  logger: false
+  enable_progress_bar: false
+data:
+  path: {path}
+  max_len: 8
+  batch_size: 32
+model:
+  d_model: 16
+  n_heads: 2
+  n_layers: 1
+  d_ff: 32
+  popularity_baseline: false
+"""
+FAST = ["--max-epochs", "2", "--startup-trials", "2", "--params", "lr", "dropout", "weight_decay", "loss"]
+
+
+def _config(tmp_path: Path, log: Path, name: str = "base.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(BASE.format(path=log))
+    return path
+
+
+def _trials(out: Path) -> list[dict[str, str]]:
+    with (out / "trials.csv").open() as f:
+        return list(csv.DictReader(f))
+
+
+def _rotate_test_items(log: Path, out: Path) -> Path:
+    """The same log with every user's last item (the leave-one-out test target) taken from the next user.
+
+    The item multiset, every training history and every validation case stay as they are.
+    """
+    with log.open() as f:
+        rows = list(csv.DictReader(f))
+    last = {}
+    for i, row in enumerate(rows):
+        if row["user_id"] not in last or float(row["timestamp"]) >= float(rows[last[row["user_id"]]]["timestamp"]):
+            last[row["user_id"]] = i
+    index = list(last.values())
+    items = [rows[i]["item_id"] for i in index]
+    for i, item in zip(index, items[1:] + items[:1], strict=True):
+        rows[i]["item_id"] = item
+    with out.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return out
+
+
+def test_tune_never_reads_the_test_split(tiny_log, tmp_path, monkeypatch):
+    """Another test split (every user's last item swapped) gives the same trials; the test loader is never built."""
+    other = _rotate_test_items(tiny_log, tmp_path / "other_tests.csv")
+    a, b = StreamRecDataModule(str(tiny_log)), StreamRecDataModule(str(other))
+    assert [c.target for c in a.splits.test] != [c.target for c in b.splits.test]
+    assert [list(c.history) for c in a.splits.valid] == [list(c.history) for c in b.splits.valid]
+
+    def no_test(self):
+        raise AssertionError("tune built the test loader")
+
+    monkeypatch.setattr(StreamRecDataModule, "test_dataloader", no_test)
+    main(["tune", "--config", str(_config(tmp_path, tiny_log, "a.yaml")), "--budget", "3", "--out",
+          str(tmp_path / "a"), *FAST])
+    main(["tune", "--config", str(_config(tmp_path, other, "b.yaml")), "--budget", "3", "--out",
+          str(tmp_path / "b"), *FAST])
+    trials_a, trials_b = _trials(tmp_path / "a"), _trials(tmp_path / "b")
+    assert len(trials_a) == 3
+    drop = ("minutes",)
+    assert [{k: v for k, v in t.items() if k not in drop} for t in trials_a] == \
+        [{k: v for k, v in t.items() if k not in drop} for t in trials_b]
+
+
+def test_best_yaml_is_the_best_trial_and_fit_takes_it(tiny_log, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "search"
+    main(["tune", "--config", str(_config(tmp_path, tiny_log)), "--budget", "3", "--out", str(out), *FAST])
+    rows = [r for r in _trials(out) if r["state"] == "complete"]
+    best = max(rows, key=lambda r: float(r["val_ndcg@10"]))
+    config = yaml.safe_load((out / "best.yaml").read_text())
+    assert config["model"]["lr"] == pytest.approx(float(best["lr"]))
+    assert config["model"]["dropout"] == pytest.approx(float(best["dropout"]))
+    assert config["model"]["loss"] == best["loss"]
+    assert config["model"]["d_model"] == 16 and config["data"]["path"] == str(tiny_log)  # the rest: the user's
+    assert "test split was not read" in (out / "best.yaml").read_text()
+    assert (out / "trials.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    cli = main(["fit", "--config", str(out / "best.yaml"), "--trainer.fast_dev_run", "true"])
+    assert cli.model.hparams.lr == pytest.approx(float(best["lr"]))
+
+
+def test_an_interrupted_search_resumes_and_reruns_the_cut_off_trial(tiny_log, tmp_path):
+    config, out = str(_config(tmp_path, tiny_log)), tmp_path / "search"
+    main(["tune", "--config", config, "--budget", "2", "--out", str(out), *FAST])
+    first = _trials(out)
+    study = optuna.load_study(study_name="streamrec", storage=f"sqlite:///{out / 'study.db'}")
+    cut = study.ask({"lr": optuna.distributions.FloatDistribution(1e-4, 3e-2, log=True)})  # left RUNNING, as by kill
+    cut_lr = cut.params["lr"]
+    main(["tune", "--config", config, "--budget", "4", "--out", str(out), *FAST])
+    rows = _trials(out)
+    assert len(rows) == 4 and rows[:2] == first  # finished trials are kept, not rerun
+    study = optuna.load_study(study_name="streamrec", storage=f"sqlite:///{out / 'study.db'}")
+    assert study.trials[cut.number].state == optuna.trial.TrialState.FAIL
+    assert study.trials[cut.number + 1].params["lr"] == pytest.approx(cut_lr)  # run again first
+    main(["tune", "--config", config, "--budget", "4", "--out", str(out), *FAST])  # budget already met
+    assert len(_trials(out)) == 4
+
+
+def test_a_study_with_other_settings_is_refused_in_one_line(tiny_log, tmp_path):
+    config, out = str(_config(tmp_path, tiny_log)), tmp_path / "search"
+    main(["tune", "--config", config, "--budget", "1", "--out", str(out), *FAST])
+    with pytest.raises(SystemExit, match=r"^error: .*study\.db holds a search with other settings.*another --out"):
+        main(["tune", "--config", config, "--budget", "2", "--out", str(out), *FAST, "--patience", "3"])
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--model.d_modle", "8"], "d_modle"),
+    (["--bogus"], "unknown option --bogus"),
+    (["--model.ks", "[5]"], "keep 10 in model.ks"),
+])
+def test_bad_options_fail_before_any_trial(tiny_log, tmp_path, capsys, args, message):
+    out = tmp_path / "search"
+    with pytest.raises(SystemExit) as exit_:
+        main(["tune", "--config", str(_config(tmp_path, tiny_log)), "--out", str(out), *FAST, *args])
+    said = f"{exit_.value.code}\n{capsys.readouterr().err}"  # sys.exit("error: ...") or the parser's stderr
+    assert exit_.value.code != 0 and message in said
+    assert not (out / "study.db").exists() or not _study_trials(out)
+
+
+def _study_trials(out: Path) -> list:
+    return optuna.load_study(study_name="streamrec", storage=f"sqlite:///{out / 'study.db'}").trials
+
+
+@pytest.mark.parametrize(("text", "trials", "seconds"), [("30", 30, None), ("45m", None, 2700), ("2h", None, 7200),
+                                                         ("90s", None, 90)])
+def test_budget_in_trials_or_time(text, trials, seconds):
+    assert Budget.parse(text) == Budget(trials, seconds)
+
+
+@pytest.mark.parametrize("text", ["0", "1.5", "ten", "-3", "5d"])
+def test_bad_budget_is_refused(text):
+    with pytest.raises(Exception, match="number of trials|whole number"):
+        Budget.parse(text)
