@@ -29,6 +29,8 @@ settings skips the trials already there, so an interrupted search resumes trial 
     python benchmarks/streamrec_rectools.py --datasets beauty --out runs/rectools_fair --json runs/rectools_fair.json
     python benchmarks/streamrec_rectools.py --datasets ml-1m beauty sports yelp --threads 1 --trial-minutes 20
     python benchmarks/streamrec_rectools.py --datasets beauty --lrs 1e-3 --losses softmax --max-epochs 1   # smoke run
+    python benchmarks/streamrec_rectools.py --datasets sports --systems rectools &   # one system per core, then
+    python benchmarks/streamrec_rectools.py --datasets sports --systems ours; ...   # both (reads the trials) for tables
 
 Targets per data set: ours test NDCG@10 >= 1.03 x RecTools', training sequences/s >= 4x.
 
@@ -398,7 +400,7 @@ def search(data: Data, args: argparse.Namespace, trials: TrialLog, log: Console)
     run_trial = {"ours": trial_ours, "rectools": trial_rectools}
     for loss in args.losses:
         for lr in args.lrs:
-            for system in SYSTEMS:
+            for system in args.systems:
                 key = trial_key(data, system, loss, lr, args)
                 result = trials.get(key)
                 if result is None:
@@ -475,6 +477,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--data-dir", type=Path, default=DATA, help="folder holding ml-1m/, amazon-beauty/, ...")
     p.add_argument("--lrs", nargs="+", type=float, default=[1e-3, 3e-3, 1e-2], help="learning rates, both systems")
     p.add_argument("--losses", nargs="+", choices=tuple(LOSSES), default=list(LOSSES), help="losses, both systems")
+    p.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS),
+                   help="run only these systems' trials (e.g. two processes, one per core); the tables need both")
     p.add_argument("--max-epochs", type=int, default=100, help="epoch budget per trial, both")
     p.add_argument("--patience", type=int, default=5, help="stop a trial after this many epochs without a gain")
     p.add_argument("--trial-minutes", type=float, default=30.0, help="training-time cap per trial, both")
@@ -542,6 +546,9 @@ def main(argv: list[str] | None = None) -> None:
         log.log(f"{name}: {len(data.split.train)} users, {data.num_items} items, {len(data.dm.train_set)} "
                 "training sequences")
         runs = search(data, args, trials, log)
+        if set(args.systems) != set(SYSTEMS):
+            log.log(f"{name}: {' and '.join(args.systems)} trials done; rerun with both systems for the tables")
+            continue
         figs = figures(name, data, runs)
         report(console, name, data, runs, figs)
         f.update(figs)

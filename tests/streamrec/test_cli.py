@@ -122,3 +122,24 @@ def test_trainer_reads_safely_saves_last_first_and_resumes_exactly(tiny_log, tmp
     assert isinstance(cli.trainer.strategy.checkpoint_io, SafeCheckpointIO)
     assert sum(isinstance(cb, ExactResume) for cb in cli.trainer.callbacks) == 1
     assert [cb.monitor for cb in cli.trainer.checkpoint_callbacks] == [None, "val_ndcg@10"]  # last.ckpt first
+
+
+def _fit_epochs(tiny_log, *extra):
+    cli = _run(["fit", "--data.path", str(tiny_log), "--data.max_len", "8", "--model.d_model", "16",
+                "--model.n_heads", "2", "--model.n_layers", "1", "--model.d_ff", "32", "--model.lr", "0",
+                "--model.popularity_baseline", "false", "--trainer.max_epochs", "6", "--trainer.logger", "false",
+                "--trainer.enable_checkpointing", "false", "--trainer.enable_progress_bar", "false", *extra])
+    return cli.trainer.current_epoch, [cb for cb in cli.trainer.callbacks if type(cb).__name__ == "EarlyStopping"]
+
+
+def test_fit_stops_early_on_validation_ndcg_by_default(tiny_log, tmp_path, monkeypatch):
+    """lr 0: validation never improves, so fit stops `patience` epochs after the first, unless told otherwise."""
+    monkeypatch.chdir(tmp_path)
+    epochs, stoppers = _fit_epochs(tiny_log, "--early_stopping", "2")
+    assert epochs == 3 and len(stoppers) == 1 and stoppers[0].monitor == "val_ndcg@10"
+    epochs, stoppers = _fit_epochs(tiny_log, "--early_stopping", "0")
+    assert epochs == 6 and not stoppers
+    own = ("--trainer.callbacks+=lightning.pytorch.callbacks.EarlyStopping",
+           "--trainer.callbacks.monitor=val_hr@10", "--trainer.callbacks.patience=1", "--trainer.callbacks.mode=max")
+    epochs, stoppers = _fit_epochs(tiny_log, *own)
+    assert epochs == 2 and [s.monitor for s in stoppers] == ["val_hr@10"]  # the user's replaces the default
