@@ -54,14 +54,9 @@ if __name__ == "__main__":
 
 # ruff: noqa: E402  (imports after the venv check on purpose)
 import argparse
-import ctypes
-import json
 import logging
-import statistics
-import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import partial
 
 import lightning as L
@@ -70,146 +65,55 @@ import pandas as pd
 import pytorch_lightning as PL
 import torch
 from _common import print_table, write_json
+from _streamrec_trials import (
+    DATA,
+    DATASETS,
+    PRECISIONS,
+    SCORE_BATCH,
+    Data,
+    K,
+    TrialLog,
+    best_epoch_keeper,
+    evaluate,
+    evaluate_full,
+    keep_freed_memory,
+    load_data,
+    median_seconds,
+    ours_scores,
+    train_ours,
+    trainer_kwargs,
+    trial_result,
+)
 from rectools import Columns
 from rectools.dataset import Dataset
 from rectools.models import SASRecModel
 from rich.console import Console
 from torch import Tensor
-from torch.utils.data import DataLoader
 
-from streamrec.data import EvalCase, EvalDataset, Split, StreamRecDataModule, collate_eval
-from streamrec.metrics import RankingMetrics
 from streamrec.model import StreamRecModel
-from streamrec.module import StreamRecModule
 from streamrec.score import length_batches, recommend
 
-DATA = ROOT.parent / "shared" / "data"
-DATASETS = {
-    "ml-1m": DATA / "ml-1m" / "ml-1m.sasrec-prefix.txt",
-    "beauty": DATA / "amazon-beauty" / "Beauty.txt",
-    "sports": DATA / "amazon-sports" / "Sports_and_Outdoors.txt",
-    "yelp": DATA / "yelp" / "Yelp.txt",
-}
 TARGETS = {"ndcg_rel_diff": 0.03, "train_speedup": 4.0}
 LOSSES = {"softmax": {"ours": "full", "rectools": "softmax"}, "gbce": {"ours": "gbce", "rectools": "gBCE"}}
 GBCE_NEGATIVES, GBCE_T = 256, 0.75  # gSASRec's setting, which RecTools' tutorial uses for gBCE
 SYSTEMS = ("ours", "rectools")
-K = 10
-SCORE_BATCH = 256  # users per forward pass when scoring, both libraries (RecTools' default)
-SCORE_REPEATS = 3
-PRECISIONS = {"32": "32-true", "bf16": "bf16-mixed"}
-
-
-# ----------------------------------------------------------------------------- timing and early stopping
-
-
-def keep_freed_memory() -> bool:
-    """glibc: serve big blocks from the heap and never trim it, so freed memory is reused without page faults.
-
-    By default every block over 32 MiB (the (M, N) logits and their gradients, ~180 MB at
-    max_len 200) is a fresh mmap, zero-filled page by page on first touch and unmapped on free:
-    that page-faulting cost ~30% of a StreamRec step at max_len 200. mallopt(M_MMAP_MAX=0,
-    M_TRIM_THRESHOLD=2 GiB, M_TOP_PAD=1 GiB); the same as MALLOC_MMAP_MAX_=0 etc. in the environment.
-    """
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return False
-    return all(libc.mallopt(option, value) == 1 for option, value in ((-4, 0), (-1, 2**31 - 1), (-2, 1 << 30)))
-
-
-def best_epoch_keeper(base: type, network, validate, patience: int, cap_s: float) -> object:
-    """A callback (subclass of `base`, Lightning's or pytorch_lightning's Callback) shared by both trainers.
-
-    It times each training epoch, then scores the validation split with `validate(net)` (outside the
-    timed span), keeps the best epoch's weights, and stops training after `patience` epochs without
-    a gain or once the timed epochs add up to `cap_s` seconds. `network(pl_module)` is the nn.Module
-    that scores: ours `module.model`, RecTools' `lightning_model.torch_model`.
-    """
-
-    class BestEpoch(base):
-        def __init__(self) -> None:
-            self.seconds: list[float] = []
-            self.val: list[float] = []
-            self.best, self.best_epoch, self.best_state, self.stopped_by = -1.0, 0, None, "max_epochs"
-            self._start = 0.0
-
-        def on_train_epoch_start(self, trainer, pl_module) -> None:
-            self._start = time.perf_counter()
-
-        def on_train_epoch_end(self, trainer, pl_module) -> None:
-            self.seconds.append(time.perf_counter() - self._start)
-            net = network(pl_module)
-            was_training = net.training
-            net.eval()
-            score = validate(net)
-            net.train(was_training)
-            self.val.append(score)
-            if score > self.best:
-                self.best, self.best_epoch = score, len(self.val)
-                self.best_state = {k: v.detach().clone() for k, v in net.state_dict().items()}
-            elif len(self.val) - self.best_epoch >= patience:
-                trainer.should_stop, self.stopped_by = True, "patience"
-            if sum(self.seconds) >= cap_s and not trainer.should_stop:
-                trainer.should_stop, self.stopped_by = True, "time cap"
-
-    return BestEpoch()
-
-
-def trainer_kwargs(args: argparse.Namespace) -> dict[str, object]:
-    """The same trainer settings for both libraries: CPU, no Lightning validation, no logging or checkpoints."""
-    return dict(max_epochs=args.max_epochs, accelerator="cpu", devices=1, precision=PRECISIONS[args.precision],
-                logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                num_sanity_val_steps=0, limit_val_batches=0, limit_train_batches=args.limit_batches or 1.0)
-
-
-def median_seconds(fn, repeats: int = SCORE_REPEATS) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 # ----------------------------------------------------------------------------- one trial per system
 
 
-@dataclass
-class Data:
-    """One data set's split, as both systems see it."""
-
-    name: str
-    dm: StreamRecDataModule
-    split: Split
-    num_items: int
-
-
 def trial_ours(data: Data, loss: str, lr: float, args: argparse.Namespace) -> dict[str, object]:
     """Train StreamRec with early stopping on validation; the best epoch's test metrics and scoring time."""
-    dm = data.dm
-    batches = args.limit_batches or -(-len(dm.train_set) // args.batch_size)
-    steps = args.max_epochs * batches
-    L.seed_everything(args.seed, verbose=False)
-    module = StreamRecModule(
-        num_items=data.num_items, max_len=args.max_len, d_model=args.d_model, n_heads=args.n_heads,
-        n_layers=args.n_layers, d_ff=args.d_model, dropout=args.dropout, attn_dropout=args.dropout,
-        activation="relu", loss=LOSSES[loss]["ours"], num_negatives=GBCE_NEGATIVES, gbce_t=GBCE_T, lr=lr,
-        warmup_steps=min(100, max(1, steps // 10)), ks=(K,), popularity_baseline=False,
-    )
-    keeper = best_epoch_keeper(
-        L.Callback, lambda m: m.model, lambda net: evaluate(partial(ours_scores, net), data.split.valid, args.max_len),
-        args.patience, 60 * args.trial_minutes,
-    )
-    trainer = L.Trainer(callbacks=[keeper], **trainer_kwargs(args))
-    trainer.fit(module, train_dataloaders=dm.train_dataloader())
-    model = module.model.eval()
-    model.load_state_dict(keeper.best_state)
+    keeper, model = train_ours(data, dict(
+        d_model=args.d_model, n_heads=args.n_heads, n_layers=args.n_layers, d_ff=args.d_model, dropout=args.dropout,
+        attn_dropout=args.dropout, activation="relu", loss=LOSSES[loss]["ours"], num_negatives=GBCE_NEGATIVES,
+        gbce_t=GBCE_T, lr=lr, item_init_std=args.item_init_std,
+    ), args)
     cases = data.split.test
     test = evaluate_full(partial(ours_scores, model), cases, args.max_len)
     histories = [list(c.history) for c in cases]
     score_s = median_seconds(lambda: ours_recommend_all(model, histories))
-    return trial_result(keeper, len(dm.train_set), test, score_s, args)
+    return trial_result(keeper, len(data.dm.train_set), test, score_s, args)
 
 
 def trial_rectools(data: Data, loss: str, lr: float, args: argparse.Namespace) -> dict[str, object]:
@@ -251,19 +155,6 @@ def trial_rectools(data: Data, loss: str, lr: float, args: argparse.Namespace) -
     return result
 
 
-def trial_result(keeper, n_seq: int, test: dict[str, float], score_s: float, args: argparse.Namespace
-                 ) -> dict[str, object]:
-    epoch_s = statistics.median(keeper.seconds)
-    if args.limit_batches:
-        n_seq = min(n_seq, args.limit_batches * args.batch_size)
-    return {
-        "val_ndcg@10": keeper.best, "best_epoch": keeper.best_epoch, "epochs": len(keeper.seconds),
-        "stopped_by": keeper.stopped_by, "val_curve": [round(v, 5) for v in keeper.val],
-        "epoch_s": epoch_s, "train_s": sum(keeper.seconds), "seq_per_s": n_seq / epoch_s,
-        "test_ndcg@10": test[f"ndcg@{K}"], "test_hr@10": test[f"hr@{K}"], "score_s": score_s,
-    }
-
-
 # ----------------------------------------------------------------------------- StreamRec scoring
 
 
@@ -275,11 +166,6 @@ def ours_recommend_all(model: StreamRecModel, histories: Sequence[Sequence[int]]
         tops[batch] = recommend(model, [histories[i] for i in batch], K)[1]
     return tops
 
-
-@torch.no_grad()
-def ours_scores(model: StreamRecModel, batch) -> Tensor:
-    """(B, N+1) float32 scores of one `EvalBatch`."""
-    return model.recommend_scores(batch.inputs).float()
 
 
 # ----------------------------------------------------------------------------- RecTools side
@@ -331,23 +217,6 @@ class RecToolsScorer:
         return scores
 
 
-# ----------------------------------------------------------------------------- evaluation
-
-
-def evaluate_full(score_fn, cases: Sequence[EvalCase], max_len: int) -> dict[str, float]:
-    """Full-ranking HR@K / NDCG@K with our metric code: scores (B, N+1) per `EvalBatch`."""
-    metrics = RankingMetrics(ks=(K,), filter_seen=True)
-    loader = DataLoader(EvalDataset(cases), batch_size=SCORE_BATCH, collate_fn=partial(collate_eval, max_len=max_len))
-    for batch in loader:
-        metrics.update(score_fn(batch), batch.targets, batch.seen)
-    return {name: float(value) for name, value in metrics.compute().items()}
-
-
-def evaluate(score_fn, cases: Sequence[EvalCase], max_len: int) -> float:
-    """Validation NDCG@K, the figure both searches maximise."""
-    return evaluate_full(score_fn, cases, max_len)[f"ndcg@{K}"]
-
-
 # ----------------------------------------------------------------------------- the search
 
 
@@ -357,41 +226,9 @@ def trial_key(data: Data, system: str, loss: str, lr: float, args: argparse.Name
             "max_len": args.max_len, "max_epochs": args.max_epochs, "patience": args.patience,
             "trial_minutes": args.trial_minutes, "d_model": args.d_model, "n_layers": args.n_layers,
             "n_heads": args.n_heads, "dropout": args.dropout, "batch_size": args.batch_size, "seed": args.seed,
-            "precision": args.precision, "threads": args.threads, "limit_batches": args.limit_batches or 0}
-
-
-class TrialLog:
-    """`OUT/trials.jsonl`: one line per finished trial, appended and flushed as it ends."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.done: dict[str, dict[str, object]] = {}
-        if path.exists():
-            for n, line in enumerate(path.read_text().splitlines(), start=1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                    self.done[json.dumps(row["key"], sort_keys=True)] = row["result"]
-                except (json.JSONDecodeError, KeyError, TypeError):
-                    sys.exit(f"error: {path} line {n}: not a trial record; move the file away or pass another --out")
-
-    def get(self, key: dict[str, object]) -> dict[str, object] | None:
-        return self.done.get(json.dumps(key, sort_keys=True))
-
-    def add(self, key: dict[str, object], result: dict[str, object]) -> None:
-        self.done[json.dumps(key, sort_keys=True)] = result
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a") as f:
-            f.write(json.dumps({"key": key, "result": result}) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-
-
-def load_data(name: str, args: argparse.Namespace) -> Data:
-    dm = StreamRecDataModule(str(args.paths[name]), max_len=args.max_len, batch_size=args.batch_size)
-    dm.setup("fit")
-    return Data(name, dm, dm.splits, dm.num_items)
+            "precision": args.precision, "threads": args.threads, "limit_batches": args.limit_batches or 0,
+            # Added later: present only when set, so trials stored before the option still match.
+            **({"item_init_std": args.item_init_std} if args.item_init_std is not None and system == "ours" else {})}
 
 
 def search(data: Data, args: argparse.Namespace, trials: TrialLog, log: Console) -> dict[str, list[dict]]:
@@ -490,6 +327,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--n-layers", type=int, default=2, help="transformer blocks")
     p.add_argument("--n-heads", type=int, default=1, help="attention heads")
     p.add_argument("--dropout", type=float, default=0.2, help="dropout everywhere, both models")
+    p.add_argument("--item-init-std", type=float,
+                   help="ours: standard deviation of the initial item vectors (default: the module's)")
     p.add_argument("--malloc", choices=("default", "keep"), default="default",
                    help="keep: glibc keeps freed memory (no per-step page faults on big tensors), both models")
     p.add_argument("--limit-batches", type=int, help="train on only the first N batches an epoch (smoke runs only)")

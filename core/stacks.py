@@ -33,12 +33,16 @@ class TokenEmbedding(nn.Module):
         num_embeddings: vocabulary size V (items or subwords, padding included).
         d_model: model width D.
         pad_id: id whose vector is zero and receives no gradient (None: no padding).
+        init_std: standard deviation of the initial vectors (None: d_model ** -0.5, so that the
+            scaled input has unit variance).
     """
 
-    def __init__(self, num_embeddings: int, d_model: int, pad_id: int | None = 0):
+    def __init__(self, num_embeddings: int, d_model: int, pad_id: int | None = 0, *, init_std: float | None = None):
         super().__init__()
+        if init_std is not None and init_std <= 0:
+            raise ValueError(f"`init_std` must be > 0, got {init_std}")
         self.embedding = nn.Embedding(num_embeddings, d_model, padding_idx=pad_id)
-        nn.init.normal_(self.embedding.weight, std=d_model**-0.5)
+        nn.init.normal_(self.embedding.weight, std=d_model**-0.5 if init_std is None else init_std)
         if pad_id is not None:
             self.embedding.weight.data[pad_id].zero_()
         self.scale = math.sqrt(d_model)

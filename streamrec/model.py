@@ -49,6 +49,7 @@ class StreamRecModel(nn.Module):
         activation: feed-forward activation.
         n_kv_heads: key/value heads for grouped-query attention (default n_heads).
         tied: score with the item embedding (True) or a separate output table (False).
+        item_init_std: standard deviation of the initial item vectors (None: d_model ** -0.5).
     """
 
     def __init__(
@@ -56,12 +57,13 @@ class StreamRecModel(nn.Module):
         dropout: float = 0.2, attn_dropout: float = 0.0, max_len: int = 200,
         positions: Literal["learned", "sinusoidal", "rope", "alibi", "none"] = "learned",
         activation: Activation = "gelu", n_kv_heads: int | None = None, tied: bool = True,
+        item_init_std: float | None = None,
     ):
         super().__init__()
         if num_items < 1:
             raise ValueError(f"`num_items` must be >= 1, got {num_items}")
         self.num_items = num_items
-        self.item_embedding = TokenEmbedding(num_items + 1, d_model, pad_id=PAD_ID)
+        self.item_embedding = TokenEmbedding(num_items + 1, d_model, pad_id=PAD_ID, init_std=item_init_std)
         self.encoder = Encoder(
             n_layers, d_model, n_heads, d_ff, dropout, attn_dropout, n_kv_heads, activation,
             norm_first=True, positions=positions, max_len=max_len, causal=True,
@@ -69,7 +71,7 @@ class StreamRecModel(nn.Module):
         self.output: nn.Embedding | None = None
         if not tied:
             self.output = nn.Embedding(num_items + 1, d_model, padding_idx=PAD_ID)
-            nn.init.normal_(self.output.weight, std=d_model**-0.5)
+            nn.init.normal_(self.output.weight, std=d_model**-0.5 if item_init_std is None else item_init_std)
 
     @property
     def item_vectors(self) -> Tensor:

@@ -71,3 +71,42 @@ def test_rdrop_loss_benchmark_writes_flat_json(tmp_path: Path) -> None:
     assert figures["loss_abs_diff"] < 1e-4  # the chunked loss is the paper's loss on logits
     bad = subprocess.run([*cmd[:2], "--alpha", "-1"], cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode == 2 and "--alpha >= 0" in bad.stderr
+
+
+def _tiny_sequences(path: Path, users: int = 60, items: int = 25) -> None:
+    """A per-user lines file in the Amazon sets' format: `user item item ...`, each user 5-9 items."""
+    path.parent.mkdir(parents=True)
+    lines = [" ".join([str(u)] + [str((u * 7 + 3 * t) % items + 1) for t in range(5 + u % 5)]) for u in range(1, users)]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_recipe_benchmark_compares_variants_on_validation_and_resumes(tmp_path: Path) -> None:
+    _tiny_sequences(tmp_path / "data" / "amazon-beauty" / "Beauty.txt")
+    _tiny_sequences(tmp_path / "data" / "yelp" / "Yelp.txt", users=40)
+    out = tmp_path / "recipe.json"
+    cmd = [sys.executable, "benchmarks/streamrec_recipe.py", "--data-dir", tmp_path / "data", "--datasets", "beauty",
+           "yelp", "--variants", "base:", "wide:d_model=32,lr=3e-3", "--set", "d_model=16,n_heads=1,d_ff=16",
+           "--max-epochs", "2", "--limit-batches", "2", "--batch-size", "8", "--max-len", "10", "--precision", "32",
+           "--out", tmp_path / "trials", "--json", out]
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    for dataset in ("beauty", "yelp"):
+        for variant in ("base", "wide"):
+            value = figures[f"{dataset}_{variant}_val_ndcg@10"]
+            assert type(value) is float and 0 <= value <= 1
+            assert figures[f"{dataset}_{variant}_epochs"] == 2
+    assert figures["base_geomean_ratio"] == 1.0
+    wide = [figures[f"{d}_wide_val_ndcg@10"] / figures[f"{d}_base_val_ndcg@10"] for d in ("beauty", "yelp")]
+    assert math.isclose(figures["wide_geomean_ratio"], math.sqrt(wide[0] * wide[1]), rel_tol=1e-9)
+    trials = (tmp_path / "trials" / "trials.jsonl").read_text().splitlines()
+    assert len(trials) == 4
+    assert json.loads(trials[1])["key"]["module"] == {"d_model": 32, "n_heads": 1, "d_ff": 16, "lr": 3e-3}
+
+    again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert len((tmp_path / "trials" / "trials.jsonl").read_text().splitlines()) == 4  # nothing trained twice
+    assert json.loads(out.read_text()) == figures
+
+    bad = subprocess.run([*cmd[:2], "--variants", "lr=3e-3"], cwd=ROOT, capture_output=True, text=True)
+    assert bad.returncode == 2 and "NAME:key=value" in bad.stderr

@@ -367,3 +367,14 @@ def test_unknown_activation_raises(activation: str) -> None:
         Encoder(1, D, H, FF, activation=activation)
     with pytest.raises(ValueError, match="`activation`"):
         Decoder(1, D, H, FF, activation=activation)
+
+
+def test_token_embedding_init_std_sets_the_spread_and_keeps_padding_zero():
+    emb = TokenEmbedding(20_000, 32, pad_id=0, init_std=0.01)
+    rows = emb.weight[1:]
+    assert abs(rows.std().item() - 0.01) < 5e-4  # 640k draws: the sample std is within 1% of 0.01
+    assert torch.equal(emb.weight[0], torch.zeros(32))
+    default = TokenEmbedding(20_000, 32, pad_id=0)
+    assert abs(default.weight[1:].std().item() - 32**-0.5) < 5e-3
+    with pytest.raises(ValueError, match="init_std"):
+        TokenEmbedding(10, 4, init_std=0.0)
