@@ -42,6 +42,7 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         activation: feed-forward activation.
         n_kv_heads: key/value heads for grouped-query attention (default n_heads).
         tied: score with the item embedding (True) or a separate output table.
+        item_init_std: standard deviation of the initial item vectors (None: d_model ** -0.5).
         loss: full (softmax over all items), sampled (softmax over shared negatives with
             logQ correction), bce (SASRec: one negative set per position), gbce (gSASRec).
         num_negatives: negatives per step (sampled: shared by the batch; bce/gbce: per position).
@@ -63,7 +64,7 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         d_ff: int = 256, dropout: float = 0.2, attn_dropout: float = 0.0,
         positions: Literal["learned", "sinusoidal", "rope", "alibi", "none"] = "learned",
         activation: Activation = "gelu", n_kv_heads: int | None = None, tied: bool = True,
-        loss: LossName = "full", num_negatives: int = 256,
+        item_init_std: float | None = None, loss: LossName = "full", num_negatives: int = 256,
         negative_sampling: Literal["uniform", "popularity"] = "uniform", gbce_t: float = 0.75,
         lr: float = 1e-3, weight_decay: float = 0.0, warmup_steps: int = 100, lr_floor: float = 0.1,
         ks: tuple[int, ...] = (10, 20), filter_seen: bool = True, sampled_metrics: bool = False,
@@ -79,7 +80,7 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         self.save_hyperparameters()
         self.model = StreamRecModel(
             num_items, d_model, n_heads, n_layers, d_ff, dropout, attn_dropout, max_len, positions, activation,
-            n_kv_heads, tied,
+            n_kv_heads, tied, item_init_std,
         )
         self.val_metrics = RankingMetrics(ks, filter_seen)
         self.test_metrics = RankingMetrics(ks, filter_seen)
