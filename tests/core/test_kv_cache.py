@@ -223,10 +223,19 @@ def test_same_size_reorder_copies_only_the_changed_rows_in_place(index: list[int
         assert torch.equal(v, torch.cat([x[index_t] + 1, new + 1], dim=2))
 
 
-def test_empty_caches_reorder_without_error() -> None:
-    KVCache().reorder(torch.tensor([0]))
-    StaticKV().reorder(torch.tensor([0]))
-    DecoderCache(2).reorder(torch.tensor([0]))
+def test_empty_caches_reorder_and_stay_usable() -> None:
+    """Beam search reorders before the first step; an empty cache must stay empty and accept the first append."""
+    kv = KVCache()
+    kv.reorder(torch.tensor([1, 0]))
+    k = torch.randn(2, 1, 3, 4)
+    got_k, got_v = kv.append(k, k + 1)
+    assert torch.equal(got_k, k) and torch.equal(got_v, k + 1)  # nothing left over from the reorder
+    static = StaticKV()
+    static.reorder(torch.tensor([0]))
+    assert not static.is_set
+    cache = DecoderCache(2)
+    cache.reorder(torch.tensor([0]))
+    assert cache.offset == 0
 
 
 def test_static_kv_set_and_reorder() -> None:

@@ -8,10 +8,26 @@ import torch.nn.functional as F
 from torch import nn
 
 from core import linear as linear_mod
-from core.linear import Linear, as_plain_linear, linear, onednn_available, onednn_linear
+from core.linear import Linear, as_plain_linear, linear, onednn_linear
 from core.precision import quantize_int8
 
-needs_onednn = pytest.mark.skipif(not onednn_available(), reason="the oneDNN route is used on AVX-512 CPUs only")
+ONEDNN_OP = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+needs_onednn = pytest.mark.skipif(not ONEDNN_OP, reason="this torch build has no oneDNN linear op")
+
+
+@pytest.fixture(autouse=True)
+def onednn_route_everywhere(monkeypatch):
+    """Route through oneDNN wherever the op exists, not only on AVX-512 CPUs, so that every comparison with
+    F.linear below compares two implementations (on an AVX2 CPU it would otherwise compare F.linear with itself)."""
+    if ONEDNN_OP:
+        monkeypatch.setattr(linear_mod, "onednn_available", lambda: True)
+
+
+def test_the_onednn_route_is_what_the_comparisons_exercise(calls):
+    if not ONEDNN_OP:
+        pytest.skip("this torch build has no oneDNN linear op")
+    linear(torch.randn(3, 4), torch.randn(2, 4))
+    assert calls == [(3, 4)]
 
 
 @pytest.fixture
