@@ -1,0 +1,117 @@
+"""StreamRecModule against hand-written references: the training loss on padded (trimmed) batches,
+the loss dispatch, validation metrics from a brute-force ranking, the optimiser's schedule and the guards."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from streamrec import losses
+from streamrec.data import EvalBatch, TrainBatch
+from streamrec.module import StreamRecModule
+
+N = 30
+
+
+def make_module(**kw) -> StreamRecModule:
+    torch.manual_seed(0)
+    args = dict(num_items=N, max_len=6, d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.0,
+                popularity_baseline=False, ks=(10,))
+    return StreamRecModule(**{**args, **kw})
+
+
+def padded_batch() -> TrainBatch:
+    # Left padding; the first two columns are padding in every row, so training trims them.
+    inputs = torch.tensor([[0, 0, 0, 3, 7, 9], [0, 0, 5, 6, 2, 8]])
+    targets = torch.tensor([[0, 0, 0, 7, 9, 4], [0, 0, 6, 2, 8, 1]])
+    return TrainBatch(inputs, targets)
+
+
+@pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`")  # no trainer here: logging is not tested
+def test_training_loss_is_cross_entropy_over_the_catalogue_at_non_padding_positions():
+    module = make_module().eval()  # no dropout either way; eval keeps it deterministic
+    batch = padded_batch()
+    got = module.training_step(batch, 0)
+    # Reference: the untrimmed encoder, explicit (M, N) logits, F.cross_entropy over items 1..N.
+    hidden = module.model.encode(batch.inputs)  # (B, T, D), no trimming
+    keep = batch.targets != 0
+    logits = hidden[keep] @ module.model.item_vectors[1:].T  # (M, N)
+    want = F.cross_entropy(logits, batch.targets[keep] - 1)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("loss", ["bce", "gbce", "sampled"])
+def test_each_sampled_loss_is_the_named_function_on_the_same_negatives(loss):
+    module = make_module(loss=loss, num_negatives=5)
+    hidden, targets = torch.randn(4, 16), torch.tensor([1, 5, 9, 30])
+    vectors = module.model.item_vectors
+    torch.manual_seed(3)
+    got = module.compute_loss(hidden, targets)
+    torch.manual_seed(3)
+    if loss == "sampled":
+        neg = torch.randint(1, N + 1, (5,))
+        want = losses.sampled_softmax(hidden, targets, vectors, neg, None)
+    else:
+        neg = torch.randint(1, N + 1, (4, 5))
+        if loss == "bce":
+            want = losses.bce(hidden, targets, vectors, neg)
+        else:
+            want = losses.gbce(hidden, targets, vectors, neg, losses.gbce_beta(5, N, 0.75))
+    torch.testing.assert_close(got, want)
+    # And bce itself, by hand: -log sigmoid(positive) - sum log(1 - sigmoid(negative)), averaged over positions.
+    if loss == "bce":
+        pos = (hidden * vectors[targets]).sum(-1)
+        negs = torch.einsum("md,mkd->mk", hidden, vectors[neg])
+        by_hand = -(F.logsigmoid(pos) + F.logsigmoid(-negs).sum(-1)).mean()
+        torch.testing.assert_close(got, by_hand, rtol=1e-5, atol=1e-5)
+
+
+def test_validation_metrics_equal_a_brute_force_ranking():
+    module = make_module().eval()
+    inputs = torch.tensor([[0, 3, 7, 9], [5, 6, 2, 8], [0, 0, 0, 4]])
+    targets = torch.tensor([11, 2, 20])
+    seen = torch.tensor([[3, 7, 9, 0], [5, 6, 2, 8], [4, 0, 0, 0]])  # row 1's target was seen: a miss
+    batch = EvalBatch(torch.arange(3), inputs, targets, seen)
+    module.validation_step(batch, 0)
+    got = module.val_metrics.compute()
+    # Brute force: rank all items 1..N by score, seen items removed, find the target's rank.
+    scores = module.model.recommend_scores(inputs).float()
+    ndcg, hits = [], []
+    for row in range(3):
+        ranked = [int(i) for i in scores[row, 1:].argsort(descending=True) + 1 if int(i) not in seen[row].tolist()]
+        rank = ranked.index(int(targets[row])) if int(targets[row]) in ranked else None
+        hits.append(float(rank is not None and rank < 10))
+        ndcg.append(1 / math.log2(rank + 2) if rank is not None and rank < 10 else 0.0)
+    assert got["hr@10"].item() == pytest.approx(sum(hits) / 3)
+    assert got["ndcg@10"].item() == pytest.approx(sum(ndcg) / 3, abs=1e-6)
+
+
+def test_optimiser_is_adamw_with_linear_warmup_then_cosine_to_the_floor():
+    module = make_module(lr=2e-3, weight_decay=0.05, warmup_steps=4, lr_floor=0.1)
+    module._trainer = SimpleNamespace(estimated_stepping_batches=20, callbacks=[])  # what the method reads
+    config = module.configure_optimizers()
+    opt, sched = config["optimizer"], config["lr_scheduler"]["scheduler"]
+    assert isinstance(opt, torch.optim.AdamW)
+    assert opt.param_groups[0]["weight_decay"] == 0.05
+    lrs = []
+    for _ in range(20):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert lrs[0] < lrs[1] < lrs[2] < lrs[3] < lrs[4]  # warmup
+    assert lrs[4] == pytest.approx(2e-3)
+    assert all(a >= b for a, b in zip(lrs[4:], lrs[5:], strict=False))  # then never rises
+    assert lrs[-1] >= 2e-4 * 0.999 and lrs[-1] < 2e-3 * 0.5  # towards the floor, not below it
+
+
+def test_bad_loss_settings_name_the_argument():
+    with pytest.raises(ValueError, match="loss"):
+        make_module(loss="softmax")
+    with pytest.raises(ValueError, match="num_negatives"):
+        make_module(loss="gbce", num_negatives=0)
+    with pytest.raises(ValueError, match="negative_sampling"):
+        make_module(loss="full", negative_sampling="popularity")
