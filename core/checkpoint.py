@@ -16,6 +16,7 @@ so checkpoints written before this loader existed load unchanged.
 
 from __future__ import annotations
 
+import inspect
 import io
 import pickle
 import pickletools
@@ -24,9 +25,10 @@ import warnings
 import zipfile
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
+from torch import nn
 
 from core.errors import InputError, UnsafeCheckpointError
 
@@ -80,6 +82,44 @@ def load_checkpoint(path: str | Path, written_by: str) -> Any:
 
 # The name the apps used before this loader; kept so older imports keep working.
 read_checkpoint_file = load_checkpoint
+
+Module = TypeVar("Module", bound=nn.Module)
+
+
+def load_module(cls: type[Module], path: str | Path, written_by: str, app: str,
+                required: Iterable[str] = ()) -> tuple[Module, dict[str, Any]]:
+    """A `cls` rebuilt from a checkpoint's hyper-parameters and weights (eval mode, CPU), and the checkpoint dict.
+
+    The one checkpoint-to-module loader of both apps (their Python APIs, hence their CLIs). `cls` is a
+    LightningModule whose constructor is the config schema; hyper-parameters it does not accept
+    (LightningCLI's bookkeeping such as `_instantiator`) are left out.
+
+    Args:
+        cls: the module class, e.g. `StreamRecModule`.
+        path: the checkpoint the user passed.
+        written_by: the command that writes such checkpoints (`python -m streamrec fit`), for the hints.
+        app: the app's name in messages ("StreamRec").
+        required: keys besides `hyper_parameters` and `state_dict` the checkpoint must hold (a vocabulary).
+
+    Raises:
+        FileNotFoundError, UnsafeCheckpointError, InputError: as `load_checkpoint`; InputError also for a
+        checkpoint of another kind or weights that do not fit its hyper-parameters.
+    """
+    state = load_checkpoint(path, written_by)
+    missing = [key for key in ("hyper_parameters", "state_dict", *required)
+               if not isinstance(state, dict) or key not in state]
+    if missing or not isinstance(state["hyper_parameters"], dict):
+        raise InputError(f"{path}: not a {app} checkpoint (no {(missing or ['hyper_parameters'])[0]}); "
+                         f"pass a checkpoint written by `{written_by}`")
+    accepted = inspect.signature(cls).parameters
+    try:
+        module = cls(**{k: v for k, v in state["hyper_parameters"].items() if k in accepted})
+        module.load_state_dict(state["state_dict"])
+    except (RuntimeError, TypeError, ValueError) as err:  # torch lists every mismatching tensor; one is enough
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise InputError(f"{path}: weights do not fit the stored hyperparameters ({first}); "
+                         f"pass a checkpoint written by `{written_by}`") from None
+    return module.eval(), state
 
 
 def refusal(path: str | Path, err: Exception, written_by: str = "python -m <app> fit") -> UnsafeCheckpointError | None:

@@ -8,7 +8,9 @@ Two views, reported side by side because attention is not proof:
 - occlusion: how much a recommended item's score drops when one history item is removed
   (the rest shifted and re-padded, as a shorter history would be). Specific to each item.
 
-`agreement` measures how often the top-attended item is also the top-occlusion item.
+`agreement` measures how often the top-attended item is also the top-occlusion item;
+`explain_columns` gives the columns of `python -m streamrec.score --explain`. From Python,
+`streamrec.Recommender.explain` returns both views for one history; the page below is drawn from it:
 
     python -m streamrec.explain --ckpt CKPT --input FILE --user U --html out.html
 
@@ -78,6 +80,40 @@ def occlusion_drops(model: StreamRecModel, inputs: Tensor, items: Tensor) -> Ten
     occluded = torch.einsum("tbd,bkd->bkt", hidden, vecs.to(hidden.dtype))  # (B, K, T)
     drops = base[:, :, None] - occluded
     return drops.masked_fill((inputs == PAD_ID)[:, None, :], 0.0)
+
+
+def explain_columns(model: StreamRecModel, inputs: Tensor, items: Tensor,
+                    max_sequences: int = 4096) -> dict[str, Tensor]:
+    """Per recommendation: the top-attended history item and the top-occlusion item, with weights.
+
+    The "because you watched" columns of `python -m streamrec.score --explain`. Runs in sub-batches so
+    that B x T occlusion variants stay under `max_sequences`.
+
+    Args:
+        model: the recommender (eval mode).
+        inputs: (B, T) left-padded histories.
+        items: (B, K) recommended item ids (0 for an empty slot).
+
+    Returns:
+        (B, K) tensors `because_attention`, `attention_weight`, `because_occlusion`, `occlusion_drop`.
+    """
+    parts: list[dict[str, Tensor]] = []
+    step = max(1, max_sequences // inputs.shape[1])
+    for start in range(0, inputs.shape[0], step):
+        x, rec = inputs[start : start + step], items[start : start + step]
+        att = attention_weights(model, x)  # (b, T)
+        drops = occlusion_drops(model, x, rec.clamp_min(1))  # (b, K, T)
+        drops = drops.masked_fill((x == PAD_ID)[:, None, :], float("-inf"))
+        att_w, att_pos = att.max(-1)
+        occ_drop, occ_pos = drops.max(-1)
+        k = rec.shape[1]
+        parts.append({
+            "because_attention": x.gather(1, att_pos[:, None]).expand(-1, k),
+            "attention_weight": att_w[:, None].expand(-1, k),
+            "because_occlusion": x.gather(1, occ_pos),
+            "occlusion_drop": occ_drop,
+        })
+    return {name: torch.cat([p[name] for p in parts]) for name in parts[0]}
 
 
 def agreement(attention: Tensor, drops: Tensor, inputs: Tensor) -> float:
@@ -150,8 +186,8 @@ drop in the item's score when one history item is removed. When they disagree, t
 
 def main(argv: list[str] | None = None) -> None:
     """CLI: explain one user's recommendations as a self-contained HTML page."""
+    from streamrec.api import Recommender  # the page is a client of the API, which builds on the functions above
     from streamrec.data import read_interactions
-    from streamrec.score import encode_history, load_recommender, recommend
 
     p = argparse.ArgumentParser(prog="python -m streamrec.explain", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -168,33 +204,24 @@ def main(argv: list[str] | None = None) -> None:
         if html.is_dir() or not html.parent.is_dir():
             raise InputError(f"--html {html}: " + ("is a folder; name a .html file" if html.is_dir() else
                                                    f"the folder {html.parent} does not exist; create it first"))
-        model, vocab = load_recommender(args.ckpt)
+        rec = Recommender.load(args.ckpt)
         interactions = read_interactions(args.input, args.format)
         if args.user not in interactions.items:
             raise InputError(f"{args.input}: no user {args.user!r}; pass a user id that appears in the file")
-        ids, _ = encode_history(interactions.items[args.user], vocab)
-        if not ids:
+        history = interactions.items[args.user]
+        if not rec.encode(history)[0]:
             raise InputError(f"user {args.user!r} has no item known to the checkpoint; nothing to explain")
-        inputs, items, scores = recommend(model, [ids], args.top_k, args.include_seen)
-        att = attention_weights(model, inputs)[0]
-        drops = occlusion_drops(model, inputs, items)[0]  # (K, T)
+        why = rec.explain(history, args.top_k, exclude_seen=not args.include_seen)
     except (ValueError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")
-    real = inputs[0] != PAD_ID
-    history = vocab.decode(inputs[0][real])
-    drops = drops[:, real]
-    att_real = att[real]
-    rec_ids = vocab.decode(items[0])
-    top_att = history[int(att_real.argmax())]
-    because = [(top_att, history[int(d.argmax())], float(d.max())) for d in drops]
-    page = render_html(args.user, history, att_real.tolist(), list(zip(rec_ids, scores[0].tolist(), strict=True)),
-                       because, drops)
+    page = render_html(args.user, why.history, why.attention, why.recommendations, why.because, why.drops)
     try:
         with atomic_path(html) as tmp:
             tmp.write_text(page, encoding="utf-8")
     except OSError as err:
         sys.exit(f"error: {describe_os_error(err, html)}; {html} was not written")
-    print(f"wrote {args.html}: {len(rec_ids)} recommendations for user {args.user} from {len(history)} history items")
+    print(f"wrote {args.html}: {len(why.recommendations)} recommendations for user {args.user} "
+          f"from {len(why.history)} history items")
 
 
 if __name__ == "__main__":

@@ -17,18 +17,19 @@ the holder of `OUTPUT.lock`. A failed run (bad input, full disk, no user scorabl
 `.parts/` or temporary file behind, and an existing OUTPUT untouched. The output's folder must
 exist.
 
+Built on the Python API (`streamrec.api`: `Recommender.load`, `encode_history`, `recommend`); the
+rows are `streamrec.predict.recommendation_table`'s, as `python -m streamrec predict` writes them.
+
 Legend: B users in a batch, T history length (the model's max_len), K top-K, N items.
 """
 
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import logging
 import shutil
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -37,111 +38,23 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-from torch import Tensor
 
 from core.atomic import atomic_path, stale_temporaries
-from core.checkpoint import read_checkpoint_file
 from core.errors import InputError, check_text, describe_os_error
 from core.lock import OutputLock, interrupt_on_sigterm
+from streamrec.api import Recommender, encode_history, length_batches, recommend
 from streamrec.data import Interactions, ItemVocab, read_interactions
-from streamrec.explain import attention_weights, occlusion_drops
-from streamrec.model import PAD_ID, StreamRecModel
+from streamrec.explain import explain_columns
+from streamrec.model import StreamRecModel
+from streamrec.predict import recommendation_table
 
 log = logging.getLogger(__name__)
 
 
 def load_recommender(ckpt: str | Path, device: str | torch.device = "cpu") -> tuple[StreamRecModel, ItemVocab]:
-    """The trained model (eval mode) and the item vocabulary stored in a StreamRec checkpoint."""
-    from streamrec.module import VOCAB_KEY, StreamRecModule
-
-    path = Path(ckpt)
-    state = read_checkpoint_file(path, written_by="python -m streamrec fit")
-    if not isinstance(state, dict) or VOCAB_KEY not in state or "hyper_parameters" not in state:
-        raise InputError(f"{path}: not a StreamRec checkpoint (no item vocabulary); "
-                         "pass a checkpoint written by `python -m streamrec fit`")
-    # LightningCLI stores bookkeeping keys (e.g. `_instantiator`) beside the arguments.
-    accepted = inspect.signature(StreamRecModule).parameters
-    module = StreamRecModule(**{k: v for k, v in state["hyper_parameters"].items() if k in accepted})
-    module.load_state_dict(state["state_dict"])
-    return module.model.to(device).eval(), ItemVocab.from_dict(state[VOCAB_KEY])
-
-
-def encode_history(items: Sequence[str], vocab: ItemVocab) -> tuple[list[int], int]:
-    """Original ids -> model ids, dropping (and counting) ids the checkpoint never saw."""
-    ids = [vocab.index[i] for i in items if i in vocab.index]
-    return ids, len(items) - len(ids)
-
-
-def left_pad(histories: Sequence[Sequence[int]], max_len: int, device: torch.device | str = "cpu") -> Tensor:
-    """The last `max_len` items of each history, left-padded with 0. (B, T)"""
-    out = torch.zeros(len(histories), max_len, dtype=torch.long)
-    for row, h in enumerate(histories):
-        tail = list(h)[-max_len:]
-        if tail:
-            out[row, max_len - len(tail):] = torch.tensor(tail)
-    return out.to(device)
-
-
-def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
-    """Indices in batches of similar history length, shortest first.
-
-    A batch costs what its longest history costs (`trim_padding`): on Amazon Beauty
-    (histories of 9 items on average, max_len 50) sorting made scoring all users 2.0x faster.
-    """
-    order = sorted(range(len(lengths)), key=lengths.__getitem__)
-    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-
-
-@torch.no_grad()
-def recommend(model: StreamRecModel, histories: Sequence[Sequence[int]], top_k: int,
-              include_seen: bool = False) -> tuple[Tensor, Tensor, Tensor]:
-    """Top-K items for each history.
-
-    Args:
-        model: the recommender (eval mode).
-        histories: model item ids per user, oldest first (may be longer than max_len).
-        top_k: items per user.
-        include_seen: allow items already in the history.
-
-    Returns:
-        inputs (B, T), items (B, K) and scores (B, K); a slot with no eligible item left has
-        item 0 and score -inf (only when a user has seen nearly the whole catalogue).
-    """
-    device = model.item_vectors.device
-    inputs = left_pad(histories, model.encoder.max_len, device)
-    scores = model.recommend_scores(inputs).float()  # (B, N+1), padding already -inf
-    if not include_seen:
-        rows = torch.cat([torch.full((len(h),), r, dtype=torch.long) for r, h in enumerate(histories)])
-        cols = torch.cat([torch.as_tensor(list(h), dtype=torch.long) for h in histories])
-        scores[rows.to(device), cols.to(device)] = float("-inf")  # the whole history, not only the last T
-    top_scores, top_items = scores.topk(min(top_k, scores.shape[1] - 1), dim=-1)
-    top_items = top_items.masked_fill(torch.isinf(top_scores), PAD_ID)
-    return inputs, top_items, top_scores
-
-
-def explain_columns(model: StreamRecModel, inputs: Tensor, items: Tensor,
-                    max_sequences: int = 4096) -> dict[str, Tensor]:
-    """Per recommendation: the top-attended history item and the top-occlusion item, with weights.
-
-    Runs in sub-batches so that B x T occlusion variants stay under `max_sequences`.
-    """
-    parts: list[dict[str, Tensor]] = []
-    step = max(1, max_sequences // inputs.shape[1])
-    for start in range(0, inputs.shape[0], step):
-        x, rec = inputs[start : start + step], items[start : start + step]
-        att = attention_weights(model, x)  # (b, T)
-        drops = occlusion_drops(model, x, rec.clamp_min(1))  # (b, K, T)
-        drops = drops.masked_fill((x == PAD_ID)[:, None, :], float("-inf"))
-        att_w, att_pos = att.max(-1)
-        occ_drop, occ_pos = drops.max(-1)
-        k = rec.shape[1]
-        parts.append({
-            "because_attention": x.gather(1, att_pos[:, None]).expand(-1, k),
-            "attention_weight": att_w[:, None].expand(-1, k),
-            "because_occlusion": x.gather(1, occ_pos),
-            "occlusion_drop": occ_drop,
-        })
-    return {name: torch.cat([p[name] for p in parts]) for name in parts[0]}
+    """The model (eval mode) and item vocabulary of a checkpoint: `Recommender.load`'s parts, for older callers."""
+    rec = Recommender.load(ckpt, device)
+    return rec.model, rec.vocab
 
 
 # ----------------------------------------------------------------------------- output
@@ -224,33 +137,12 @@ class ResumableOutput:
             shutil.rmtree(self.parts, ignore_errors=True)
 
 
-def _rows(users: list[str], vocab: ItemVocab, items: Tensor, scores: Tensor,
-          extra: dict[str, Tensor] | None) -> pa.Table:
-    """One row per (user, rank); slots with no eligible item are left out."""
-    k = items.shape[1]
-    valid = (items != PAD_ID).flatten().tolist()
-    item_ids = items.flatten().tolist()
-    cols: dict[str, list] = {
-        "user_id": [u for u in users for _ in range(k)],
-        "rank": list(range(1, k + 1)) * len(users),
-        "item_id": [vocab.items[i - 1] if i else "" for i in item_ids],
-        "score": scores.flatten().tolist(),
-    }
-    for name, values in (extra or {}).items():
-        flat = values.flatten().tolist()
-        cols[name] = [vocab.items[i - 1] if i else "" for i in flat] if name.startswith("because") else flat
-    cols = {name: [v for v, ok in zip(col, valid, strict=True) if ok] for name, col in cols.items()}
-    types = {"rank": pa.int32(), "score": pa.float32(), "attention_weight": pa.float32(),
-             "occlusion_drop": pa.float32()}
-    return pa.table({name: pa.array(col, type=types.get(name, pa.string())) for name, col in cols.items()})
-
-
-def _score_users(users: list[str], histories: dict[str, list[str]], model: StreamRecModel, vocab: ItemVocab,
+def _score_users(users: list[str], histories: dict[str, list[str]], rec: Recommender,
                  args: argparse.Namespace, counts: dict[str, int]) -> pa.Table | None:
     """Recommendations (and explanations) for one batch of users as output rows."""
     kept, ids = [], []
     for u in users:
-        encoded, skipped = encode_history(histories[u], vocab)
+        encoded, skipped = encode_history(histories[u], rec.vocab)
         counts["unknown_items"] += skipped
         if encoded:
             kept.append(u)
@@ -259,9 +151,9 @@ def _score_users(users: list[str], histories: dict[str, list[str]], model: Strea
             counts["no_history"] += 1
     if not kept:
         return None
-    inputs, items, scores = recommend(model, ids, args.top_k, args.include_seen)
-    extra = explain_columns(model, inputs, items) if args.explain else {}
-    return _rows(kept, vocab, items.cpu(), scores.cpu(), {k: v.cpu() for k, v in extra.items()})
+    inputs, items, scores = recommend(rec.model, ids, args.top_k, args.include_seen)
+    extra = explain_columns(rec.model, inputs, items) if args.explain else {}
+    return recommendation_table(kept, rec.vocab, items.cpu(), scores.cpu(), {k: v.cpu() for k, v in extra.items()})
 
 
 def _in_input_order(table: pa.Table, users: list[str]) -> pa.Table:
@@ -349,7 +241,7 @@ def _run(args: argparse.Namespace) -> None:
 
 def _score_into(args: argparse.Namespace, output: Path) -> None:
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
-    model, vocab = load_recommender(args.ckpt, device)
+    rec = Recommender.load(args.ckpt, device)
     interactions = read_interactions(args.input, args.format)
     users = _read_users(args.users) if args.users else list(interactions.items)
     missing = [u for u in users if u not in interactions.items]
@@ -362,7 +254,7 @@ def _score_into(args: argparse.Namespace, output: Path) -> None:
     }
     out = ResumableOutput(output, manifest, fresh=args.fresh)
     try:
-        _score_all(args, out, users, interactions, model, vocab)
+        _score_all(args, out, users, interactions, rec)
     except KeyboardInterrupt:
         raise  # an interruption: the parts stay, the next run resumes them
     except BaseException:
@@ -371,7 +263,7 @@ def _score_into(args: argparse.Namespace, output: Path) -> None:
 
 
 def _score_all(args: argparse.Namespace, out: ResumableOutput, users: list[str], interactions: Interactions,
-               model: StreamRecModel, vocab: ItemVocab) -> None:
+               rec: Recommender) -> None:
     done = out.done_users()
     todo = [u for u in users if u in interactions.items and u not in done]
     if done:
@@ -383,7 +275,7 @@ def _score_all(args: argparse.Namespace, out: ResumableOutput, users: list[str],
             chunk = todo[chunk_start : chunk_start + args.chunk_users]
             tables = []
             for batch in length_batches([len(interactions.items[u]) for u in chunk], args.batch_size):
-                table = _score_users([chunk[i] for i in batch], interactions.items, model, vocab, args, counts)
+                table = _score_users([chunk[i] for i in batch], interactions.items, rec, args, counts)
                 if table is not None:
                     tables.append(table)
                 bar.advance(task, len(batch))

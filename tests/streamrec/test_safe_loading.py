@@ -12,7 +12,7 @@ import torch
 
 from core.checkpoint import load_checkpoint
 from core.errors import UnsafeCheckpointError
-from streamrec import explain, score
+from streamrec import Recommender, explain, score
 from streamrec.cli import main as cli_main
 from streamrec.module import StreamRecModule
 
@@ -35,7 +35,7 @@ def test_score_and_explain_refuse(exit_line, kind, hostile, assert_refused, tiny
 @pytest.mark.parametrize("kind", KINDS)
 def test_python_api_refuses(kind, hostile, assert_refused, tiny_ckpt):
     bad, marker = hostile(kind, tiny_ckpt)
-    for load in (score.load_recommender, StreamRecModule.load_from_checkpoint):
+    for load in (Recommender.load, score.load_recommender, StreamRecModule.load_from_checkpoint):
         with pytest.raises(UnsafeCheckpointError) as err:
             load(bad)
         assert_refused(str(err.value), bad, marker)

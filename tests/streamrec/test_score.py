@@ -4,18 +4,19 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from streamrec import score
+from streamrec import api, score
 from streamrec.data import read_interactions
 from streamrec.model import PAD_ID
 
 
 @pytest.fixture(scope="module")
 def loaded(tiny_ckpt):
-    return score.load_recommender(tiny_ckpt)
+    rec = api.Recommender.load(tiny_ckpt)
+    return rec.model, rec.vocab
 
 
 def test_left_pad_is_exact():
-    got = score.left_pad([[1, 2, 3, 4, 5], [7], []], max_len=3)
+    got = api.left_pad([[1, 2, 3, 4, 5], [7], []], max_len=3)
     assert got.tolist() == [[3, 4, 5], [0, 0, 7], [0, 0, 0]]
 
 
@@ -23,7 +24,7 @@ def test_left_pad_is_exact():
 def test_recommend_equals_brute_force(loaded, include_seen):
     model, _ = loaded
     histories = [[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11], [5], [3, 3, 9]]
-    inputs, items, scores = score.recommend(model, histories, top_k=5, include_seen=include_seen)
+    inputs, items, scores = api.recommend(model, histories, top_k=5, include_seen=include_seen)
     for row, hist in enumerate(histories):
         x = torch.tensor([[0] * (8 - len(hist[-8:])) + hist[-8:]])
         full = model.score(model.encode(x)[:, -1])[0]
@@ -77,7 +78,7 @@ def test_users_file_scores_each_listed_user_once_in_file_order(tiny_ckpt, tiny_l
 
 def test_length_batches_cover_every_index_once_shortest_first():
     lengths = [5, 1, 9, 3, 3, 7]
-    batches = score.length_batches(lengths, 4)
+    batches = api.length_batches(lengths, 4)
     assert batches == [[1, 3, 4, 0], [5, 2]]
 
 
