@@ -655,6 +655,47 @@ def collate_eval(cases: Sequence[tuple[int, EvalCase]], max_len: int) -> EvalBat
     )
 
 
+class PredictBatch(NamedTuple):
+    """Whole histories to recommend after (`predict`).
+
+    Args:
+        rows: (B,) position of each user in `user_sequences` order.
+        users: the user ids.
+        inputs: (B, T) the last T items of the whole history, left-padded with 0.
+        seen: (B, L) distinct items of the whole history, right-padded with 0.
+    """
+
+    rows: Tensor
+    users: list[str]
+    inputs: Tensor
+    seen: Tensor
+
+
+def user_sequences(split: Split) -> dict[str, Sequence[int]]:
+    """Every user's whole encoded sequence (training part and held-out items), in input order."""
+    sequences: dict[str, Sequence[int]] = dict(split.train)
+    for case in (*split.valid, *split.test):
+        sequences[case.user] = case.items  # a case holds the whole sequence
+    return sequences
+
+
+def collate_predict(rows: Sequence[tuple[int, tuple[str, Sequence[int]]]], max_len: int) -> PredictBatch:
+    """(row, (user, sequence)) pairs -> the last max_len items (left-padded) and the seen items (right-padded).
+
+    Args:
+        rows: from `StreamRecDataModule.predict_dataloader`'s dataset.
+        max_len: model context length T.
+    """
+    seen = [list(dict.fromkeys(seq)) for _, (_, seq) in rows]
+    width = max(len(s) for s in seen)
+    return PredictBatch(
+        rows=torch.tensor([i for i, _ in rows], dtype=torch.long),
+        users=[user for _, (user, _) in rows],
+        inputs=torch.tensor([_left_pad(seq[-max_len:], max_len) for _, (_, seq) in rows], dtype=torch.long),
+        seen=torch.tensor([s + [PAD_ID] * (width - len(s)) for s in seen], dtype=torch.long),  # (B, L)
+    )
+
+
 def item_counts(histories: Iterable[Sequence[int]], num_items: int) -> Tensor:
     """How often each item occurs in the histories, (N + 1,) int64 with 0 at padding.
 
@@ -813,3 +854,10 @@ class StreamRecDataModule(L.LightningDataModule):
     def test_dataloader(self) -> DataLoader:
         """`EvalBatch`es of the test cases, in order."""
         return self._eval_loader(self.test_set)
+
+    def predict_dataloader(self) -> DataLoader:
+        """`PredictBatch`es of every user's whole sequence, in input order (Lightning shards them under DDP)."""
+        rows = list(enumerate(user_sequences(self.splits).items()))
+        return DataLoader(rows, batch_size=self.batch_size, num_workers=self.num_workers,
+                          collate_fn=partial(collate_predict, max_len=self.max_len),
+                          persistent_workers=self.num_workers > 0)

@@ -18,9 +18,10 @@ from core import WarmupCosineLR, destroy_process_group_at_exit, stops_on_time
 from core.blocks import Activation
 from core.checkpoint import SafeLoadMixin
 from streamrec import losses
-from streamrec.data import EvalBatch, ItemVocab, TrainBatch
+from streamrec.data import EvalBatch, ItemVocab, PredictBatch, TrainBatch
 from streamrec.metrics import RankingMetrics, SampledRankingMetrics, most_popular_scores
 from streamrec.model import StreamRecModel
+from streamrec.predict import RankedBatch, top_items
 
 LossName = Literal["full", "sampled", "bce", "gbce"]
 VOCAB_KEY = "streamrec_item_vocab"
@@ -179,3 +180,15 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         metrics.reset()
         for name, value in values.items():
             self.log(f"{prefix}_{name}", value, prog_bar=name == "ndcg@10", sync_dist=False)
+
+    # ------------------------------------------------------------------ prediction
+    # Items per user and seen-item filtering of `predict`; `streamrec.predict.RecommendationWriter` sets them from
+    # its arguments. Not hyper-parameters: when predicting, a checkpoint's would override the command line's.
+    predict_top_k: int = 10
+    predict_exclude_seen: bool = True
+
+    def predict_step(self, batch: PredictBatch, batch_idx: int) -> RankedBatch:
+        """The `predict_top_k` best items after each user's whole history (`StreamRecDataModule.predict_dataloader`)."""
+        scores = self.model.recommend_scores(batch.inputs).float()  # (B, N+1)
+        items, top = top_items(scores, self.predict_top_k, batch.seen if self.predict_exclude_seen else None)
+        return RankedBatch(batch.rows, batch.users, items, top)
