@@ -31,119 +31,31 @@ the first.
 
 The vocabularies come from the checkpoint (`translate.module.vocabs_from_checkpoint`); no other
 file is read. Checkpoints are read with PyTorch's restricted unpickler (`core.checkpoint`): one
-that would run code is refused.
+that would run code is refused. This script is a client of the Python API (`translate.api.Translator`),
+which translates lists of sentences from Python.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import inspect
 import logging
 import os
 import sys
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
 import torch
-from torch import Tensor
 
 from core.atomic import atomic_path, stale_temporaries
 from core.errors import InputError, check_text, describe_os_error
 from core.lock import OutputLock, interrupt_on_sigterm
-from core.precision import NO_FAST_BF16, cpu_has_fast_bf16, quantize_int8
-from translate.align import DEFAULT_LAYER, EMPTY, Layer, WordAlignment, align_batch, write_html
-from translate.ensemble import Ensemble
-from translate.model import Translator
-from translate.search import Hypothesis, beam_search, greedy_search
-from translate.vocab import BOS_ID, EOS_ID, PAD_ID, SubwordVocab
+from translate.align import DEFAULT_LAYER, Layer, WordAlignment, write_html
+from translate.api import DTYPES, INT8, MAX_TRUNCATION_WARNINGS, Translator, format_line
 
 log = logging.getLogger("translate.infer")
 MAX_LINE_BYTES = 1 << 20  # one sentence per line; a longer "line" is a file with no line breaks
-MAX_TRUNCATION_WARNINGS = 20  # then one summary line, so a bad file cannot flood stderr
-
-
-@dataclass
-class LoadedTranslator:
-    """A translator (or an ensemble of them) restored from checkpoints, with its vocabularies."""
-
-    model: Translator | Ensemble
-    src_vocab: SubwordVocab
-    tgt_vocab: SubwordVocab
-
-    @property
-    def max_src_len(self) -> int:
-        """Longest source the encoder's positions allow, in subwords."""
-        return self.model.max_src_len
-
-    @property
-    def aligner(self) -> Translator:
-        """The translator whose cross-attention gives the alignments: an ensemble's first member."""
-        return self.model.members[0] if isinstance(self.model, Ensemble) else self.model
-
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-INT8 = "int8"  # float32 model with int8 linear layers (core.precision.quantize_int8), CPU only
-
-
-def load_translator(ckpt: str | Path | Sequence[str | Path], device: str | torch.device = "cpu",
-                    dtype: str = "float32") -> LoadedTranslator:
-    """The trained translator (eval mode) and the vocabularies stored in a Translate checkpoint.
-
-    Args:
-        ckpt: a checkpoint from `python -m translate fit` or `python -m translate.average`; several
-            (a list) make an `Ensemble` of their translators, which must share the vocabularies.
-        device: where to put the model.
-        dtype: "float32", or "bfloat16" for weights and activations in bf16 (search still
-            normalises scores in float32): faster on GPUs and CPUs with bf16 units; float32, with a
-            warning, on a CPU without them (`core.precision`); or "int8" for int8 linear layers on the
-            CPU (`core.precision.quantize_int8`). Their BLEU cost is measured in README.md.
-    """
-    if isinstance(ckpt, (str, Path)):
-        return _load_one(Path(ckpt), device, dtype)
-    if not ckpt:
-        raise InputError("no checkpoint given; pass --ckpt CKPT [CKPT ...]")
-    loaded = [_load_one(Path(p), device, dtype) for p in ckpt]
-    for path, other in zip(ckpt[1:], loaded[1:], strict=True):
-        if (other.src_vocab, other.tgt_vocab) != (loaded[0].src_vocab, loaded[0].tgt_vocab):
-            raise InputError(f"{path}: its vocabularies differ from {ckpt[0]}'s; an ensemble needs models trained "
-                             "with one sentencepiece model (the same data, options and sentencepiece version)")
-    if len(loaded) == 1:
-        return loaded[0]
-    return LoadedTranslator(Ensemble([t.model for t in loaded]).eval(), loaded[0].src_vocab, loaded[0].tgt_vocab)
-
-
-def _load_one(path: Path, device: str | torch.device, dtype: str) -> LoadedTranslator:
-    from translate.average import read_checkpoint
-    from translate.module import TranslationModule, vocabs_from_checkpoint
-
-    state = read_checkpoint(path)  # one-line errors for missing, unreadable or foreign files
-    vocabs = vocabs_from_checkpoint(state)
-    if "hyper_parameters" not in state:
-        raise InputError(f"{path}: not a Translate checkpoint (no hyperparameters); "
-                         "pass a checkpoint written by `python -m translate fit`")
-    # LightningCLI stores bookkeeping keys (e.g. `_instantiator`) beside the arguments.
-    accepted = inspect.signature(TranslationModule).parameters
-    try:
-        module = TranslationModule(**{k: v for k, v in state["hyper_parameters"].items() if k in accepted})
-        module.load_state_dict(state["state_dict"])
-    except (RuntimeError, TypeError) as err:
-        first = str(err).strip().splitlines()[0]
-        raise InputError(f"{path}: weights do not fit the stored hyperparameters ({first})") from None
-    if dtype not in (*DTYPES, INT8):
-        raise InputError(f"--dtype must be one of {', '.join((*DTYPES, INT8))}, got {dtype!r}")
-    on_cpu = torch.device(device).type == "cpu"
-    if dtype == INT8:
-        if not on_cpu:
-            raise InputError(f"--dtype int8 runs on the CPU only, not {device}; use --device cpu, "
-                             "or --dtype bfloat16 on a GPU")
-        return LoadedTranslator(quantize_int8(module.model.eval(), inplace=True), *vocabs)
-    if dtype == "bfloat16" and on_cpu and not cpu_has_fast_bf16():
-        log.warning("--dtype bfloat16: %s, so decoding runs in float32", NO_FAST_BF16)
-        dtype = "float32"
-    return LoadedTranslator(module.model.to(device=device, dtype=DTYPES[dtype]).eval(), *vocabs)
 
 
 # ----------------------------------------------------------------------------- reading and writing
@@ -188,93 +100,6 @@ class AtomicOutputs(contextlib.ExitStack):
     def open(self, path: str | Path) -> IO[bytes]:
         """A binary file that becomes `path` when the block exits without error."""
         return self.enter_context(open(self.reserve(path), "wb"))  # closed before its rename (LIFO)
-
-
-# ----------------------------------------------------------------------------- translation
-
-
-def encode_sources(lines: Sequence[str], vocab: SubwordVocab, max_len: int, first_line: int = 1,
-                   warned: list[int] | None = None) -> list[list[int]]:
-    """Subword ids per line ([] for a blank line), truncated to `max_len` with a warning naming the line.
-
-    Args:
-        lines: input lines.
-        vocab: source vocabulary.
-        max_len: the model's source limit in subwords.
-        first_line: 1-based number of `lines[0]` in the whole input (for warnings).
-        warned: a one-element counter of warnings already given, shared across chunks.
-    """
-    warned = [0] if warned is None else warned
-    ids = vocab.encode_batch([line if line.strip() else "" for line in lines])
-    for k, row in enumerate(ids):
-        if len(row) > max_len:
-            warned[0] += 1
-            if warned[0] <= MAX_TRUNCATION_WARNINGS:
-                log.warning("line %d: %d subwords, truncated to the model's max_len of %d",
-                            first_line + k, len(row), max_len)
-            ids[k] = row[:max_len]
-    return ids
-
-
-def pad_batch(rows: Sequence[Sequence[int]], device: torch.device | str = "cpu") -> Tensor:
-    """Right-pad id lists into a (B, S) tensor."""
-    width = max(1, max(len(r) for r in rows))
-    return torch.tensor([list(r) + [PAD_ID] * (width - len(r)) for r in rows], dtype=torch.long, device=device)
-
-
-@torch.inference_mode()
-def search(model: Translator | Ensemble, src: Tensor, beam: int = 5, alpha: float = 0.6, nbest: int = 1,
-           max_len_a: float = 1.5, max_len_b: int = 10) -> list[list[Hypothesis]]:
-    """The `nbest` best hypotheses per source row; beam 1 runs greedy search.
-
-    Outputs stop after `max_len_a` x source length + `max_len_b` subwords (fairseq's names).
-    """
-    if beam == 1:
-        return [[h] for h in greedy_search(model, src, BOS_ID, EOS_ID, max_len_a, max_len_b)]
-    return beam_search(model, src, BOS_ID, EOS_ID, beam_size=beam, alpha=alpha, nbest=nbest,
-                       max_len_a=max_len_a, max_len_b=max_len_b)
-
-
-def translate_ids(translator: LoadedTranslator, sources: Sequence[Sequence[int]], beam: int = 5,
-                  alpha: float = 0.6, nbest: int = 1, batch_size: int = 64, align_layer: Layer | None = None,
-                  max_len_a: float = 1.5, max_len_b: int = 10, source_texts: Sequence[str] | None = None,
-                  ) -> tuple[list[list[Hypothesis]], list[WordAlignment] | None]:
-    """Translate subword sources, longest first in batches, and return results in input order.
-
-    Args:
-        translator: model and vocabularies.
-        sources: source ids per sentence; an empty list gives no hypothesis.
-        beam: beam width (1 = greedy).
-        alpha: length-penalty exponent.
-        nbest: hypotheses per sentence.
-        batch_size: sentences per search batch.
-        align_layer: also align each best hypothesis with this decoder layer (None: no alignments).
-        max_len_a: output limit, subwords per source subword.
-        max_len_b: output limit, subwords added to that.
-        source_texts: the input lines of `sources`, for the alignments' source words.
-    """
-    device = next(translator.model.parameters()).device
-    results: list[list[Hypothesis]] = [[] for _ in sources]
-    alignments: list[WordAlignment] | None = None if align_layer is None else [EMPTY] * len(sources)
-    order = sorted((i for i, s in enumerate(sources) if s), key=lambda i: -len(sources[i]))
-    for start in range(0, len(order), batch_size):
-        rows = order[start : start + batch_size]
-        src = pad_batch([sources[i] for i in rows], device)
-        for i, hyps in zip(rows, search(translator.model, src, beam, alpha, nbest, max_len_a, max_len_b), strict=True):
-            results[i] = hyps
-        if alignments is not None:
-            best = [results[i][0].tokens for i in rows]
-            texts = None if source_texts is None else [source_texts[i] for i in rows]
-            aligned = align_batch(translator.aligner, src, best, translator.src_vocab, translator.tgt_vocab,
-                                  align_layer, texts)
-            for i, a in zip(rows, aligned, strict=True):
-                alignments[i] = a
-    return results, alignments
-
-
-def format_line(hyps: Sequence[Hypothesis], vocab: SubwordVocab) -> str:
-    """The output line of one input: its translations, tab-separated (one without --nbest)."""
-    return "\t".join(vocab.decode(h.tokens) for h in hyps)
 
 
 # ----------------------------------------------------------------------------- command line
@@ -379,7 +204,7 @@ def run(args: argparse.Namespace) -> None:
 
 def _translate(args: argparse.Namespace, layer: Layer) -> None:
     device = torch.device("cpu") if args.dtype == INT8 and args.device == "auto" else _device(args.device)
-    translator = load_translator(args.ckpt, device, args.dtype)
+    translator = Translator.load(args.ckpt, device, args.dtype)
     n_layers = len(translator.aligner.decoder.layers)
     if layer != "mean" and not -n_layers <= layer < n_layers:  # before any output is written
         raise InputError(f"--align-layer {layer}: the model has {n_layers} decoder layers "
@@ -395,9 +220,10 @@ def _translate(args: argparse.Namespace, layer: Layer) -> None:
         progress = stack.enter_context(_Progress(args.progress or sys.stderr.isatty(), args.input))
         first = 1
         for lines in read_chunks(stream, args.chunk_size, args.input or "<stdin>"):
-            sources = encode_sources(lines, translator.src_vocab, translator.max_src_len, first, warned)
-            hyps, aligned = translate_ids(translator, sources, args.beam, args.alpha, args.nbest, args.batch_size,
-                                          layer if want_align else None, args.max_len_a, args.max_len_b, lines)
+            sources = translator.encode_sources(lines, first, warned)
+            hyps, aligned = translator.translate_ids(sources, args.beam, args.alpha, args.nbest, args.batch_size,
+                                                     layer if want_align else None, args.max_len_a, args.max_len_b,
+                                                     lines)
             out.write("".join(format_line(h, translator.tgt_vocab) + "\n" for h in hyps).encode("utf-8"))
             out.flush()
             if aligned is not None:

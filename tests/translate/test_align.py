@@ -20,8 +20,8 @@ from translate.align import (
     words_of,
     write_html,
 )
+from translate.api import pad_batch
 from translate.data import TranslationDataModule
-from translate.infer import pad_batch
 from translate.model import Translator
 from translate.module import TranslationModule
 from translate.vocab import train_vocab

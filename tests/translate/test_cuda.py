@@ -12,7 +12,7 @@ import lightning as L
 import pytest
 import torch
 
-from translate import infer
+from translate.api import Translator, pad_batch
 from translate.data import TranslationDataModule
 from translate.module import TranslationModule
 from translate.vocab import BOS_ID, EOS_ID
@@ -45,11 +45,11 @@ def gpu_ckpt(demo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_bf16_training_on_the_gpu_learns(gpu_ckpt: Path, demo_dir: Path) -> None:
     """After 150 bf16 steps the model's teacher-forced loss on held-out pairs is well below the uniform one."""
-    t = infer.load_translator(gpu_ckpt, device="cuda")
+    t = Translator.load(gpu_ckpt, device="cuda")
     src_lines = (demo_dir / "test.en").read_text(encoding="utf-8").splitlines()
     tgt_lines = (demo_dir / "test.de").read_text(encoding="utf-8").splitlines()
-    src = infer.pad_batch([t.src_vocab.encode(s)[:MAX_LEN] for s in src_lines], "cuda")
-    tgt = infer.pad_batch([[BOS_ID, *t.tgt_vocab.encode(s)[: MAX_LEN - 2], EOS_ID] for s in tgt_lines], "cuda")
+    src = pad_batch([t.src_vocab.encode(s)[:MAX_LEN] for s in src_lines], "cuda")
+    tgt = pad_batch([[BOS_ID, *t.tgt_vocab.encode(s)[: MAX_LEN - 2], EOS_ID] for s in tgt_lines], "cuda")
     with torch.no_grad():
         logits = t.model(src, tgt[:, :-1])
     loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), tgt[:, 1:], ignore_index=t.model.pad_id)
@@ -62,9 +62,9 @@ def test_search_and_alignments_on_cuda_equal_the_cpu(gpu_ckpt: Path, demo_dir: P
     lines = (demo_dir / "test.en").read_text(encoding="utf-8").splitlines()
     outputs = {}
     for device in ("cpu", "cuda"):
-        t = infer.load_translator(gpu_ckpt, device=device)
+        t = Translator.load(gpu_ckpt, device=device)
         sources = [t.src_vocab.encode(line)[: t.max_src_len] for line in lines]
-        hyps, aligned = infer.translate_ids(t, sources, beam=beam, batch_size=8, align_layer=-1, source_texts=lines)
+        hyps, aligned = t.translate_ids(sources, beam=beam, batch_size=8, align_layer=-1, source_texts=lines)
         outputs[device] = ([h[0].tokens for h in hyps], aligned)
     cpu_tokens, cpu_align = outputs["cpu"]
     cuda_tokens, cuda_align = outputs["cuda"]
@@ -78,9 +78,9 @@ def test_bf16_decoding_on_cuda_mostly_agrees_with_fp32(gpu_ckpt: Path, demo_dir:
     lines = (demo_dir / "test.en").read_text(encoding="utf-8").splitlines()
     tokens = {}
     for dtype in ("float32", "bfloat16"):
-        t = infer.load_translator(gpu_ckpt, device="cuda", dtype=dtype)
+        t = Translator.load(gpu_ckpt, device="cuda", dtype=dtype)
         sources = [t.src_vocab.encode(line)[: t.max_src_len] for line in lines]
-        hyps, _ = infer.translate_ids(t, sources, beam=4, batch_size=8)
+        hyps, _ = t.translate_ids(sources, beam=4, batch_size=8)
         tokens[dtype] = [h[0].tokens for h in hyps]
     same = sum(a == b for a, b in zip(tokens["float32"], tokens["bfloat16"], strict=True))
     assert same >= 0.8 * len(lines), f"bf16 changed {len(lines) - same} of {len(lines)} translations"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from translate import infer
+from translate import api, infer
 from translate.ensemble import Ensemble
 from translate.model import Translator
 from translate.search import beam_search, greedy_search, length_penalty
@@ -129,10 +129,10 @@ def test_cli_translates_with_an_ensemble_and_aligns_with_its_first_member(two_ck
     got = out.read_text(encoding="utf-8").split("\n")[:-1]
     assert len(got) == 9 and got[4] == ""
     # the same translations as searching the ensemble directly
-    t = infer.load_translator(two_ckpts)
+    t = api.Translator.load(two_ckpts)
     assert isinstance(t.model, Ensemble) and len(t.model.members) == 2
     sources = [t.src_vocab.encode(line) for line in lines]
-    hyps, _ = infer.translate_ids(t, sources, beam=3)
+    hyps, _ = t.translate_ids(sources, beam=3)
     assert [g for i, g in enumerate(got) if i != 4] == [t.tgt_vocab.decode(h[0].tokens) for h in hyps]
     # alignments come from the first member: its last decoder layer (the second has one layer only)
     assert len(align.read_text(encoding="utf-8").splitlines()) == 9

@@ -14,7 +14,8 @@ import lightning as L
 import pytest
 import torch
 
-from translate import average, infer
+from translate import api, average, infer
+from translate.api import Translator
 from translate.module import TranslationModule
 from translate.search import beam_search
 from translate.vocab import BOS_ID, EOS_ID
@@ -41,7 +42,7 @@ def _write(path: Path, lines: list[str]) -> Path:
 
 def _one_by_one_beam1(ckpt: Path, lines: list[str]) -> list[str]:
     """Reference: each line alone (no sorting, no batching) through beam search of width 1."""
-    t = infer.load_translator(ckpt)
+    t = Translator.load(ckpt)
     out = []
     for line in lines:
         ids = t.src_vocab.encode(line)[: t.max_src_len] if line.strip() else []
@@ -68,14 +69,14 @@ def test_one_line_per_input_in_order_greedy_equals_beam_one(trained, demo_dir, t
     assert len(got) == len(lines)
     assert got == _one_by_one_beam1(trained.ckpt, lines)
     assert [g == "" for g in got] == [not line.strip() for line in lines]
-    assert any(f"line 5: {len(infer.load_translator(trained.ckpt).src_vocab.encode(long_line))} subwords" in r.message
+    assert any(f"line 5: {len(Translator.load(trained.ckpt).src_vocab.encode(long_line))} subwords" in r.message
                for r in caplog.records)
 
 
 def test_bfloat16_decoding_keeps_lines_and_mostly_the_fp32_output(trained, demo_dir, tmp_path, monkeypatch):
     """bf16 weights change the arithmetic, not the bookkeeping: same line structure, and on this
     tiny model the same text for most lines (the fp32 run is the reference)."""
-    monkeypatch.setattr(infer, "cpu_has_fast_bf16", lambda: True)  # bf16 even where it is slow: a tiny model
+    monkeypatch.setattr(api, "cpu_has_fast_bf16", lambda: True)  # bf16 even where it is slow: a tiny model
     lines = (demo_dir / "test.en").read_text(encoding="utf-8").splitlines()[:20] + [""]
     src = _write(tmp_path / "in.en", lines)
     for dtype in ("float32", "bfloat16"):
@@ -83,13 +84,13 @@ def test_bfloat16_decoding_keeps_lines_and_mostly_the_fp32_output(trained, demo_
     fp32, bf16 = _lines(tmp_path / "float32"), _lines(tmp_path / "bfloat16")
     assert len(bf16) == len(lines) and bf16[-1] == ""
     assert sum(a == b for a, b in zip(fp32, bf16, strict=True)) >= 0.7 * len(lines)
-    assert next(infer.load_translator(trained.ckpt, dtype="bfloat16").model.parameters()).dtype == torch.bfloat16
+    assert next(Translator.load(trained.ckpt, dtype="bfloat16").model.parameters()).dtype == torch.bfloat16
 
 
 def test_bfloat16_on_a_cpu_without_fast_bf16_decodes_in_float32_and_says_so(trained, monkeypatch, caplog):
-    monkeypatch.setattr(infer, "cpu_has_fast_bf16", lambda: False)
+    monkeypatch.setattr(api, "cpu_has_fast_bf16", lambda: False)
     with caplog.at_level(logging.WARNING, logger="translate.infer"):
-        loaded = infer.load_translator(trained.ckpt, dtype="bfloat16")
+        loaded = Translator.load(trained.ckpt, dtype="bfloat16")
     assert next(loaded.model.parameters()).dtype == torch.float32
     assert any("--dtype bfloat16: this CPU has no fast bf16 matmul" in r.message for r in caplog.records)
 
@@ -109,13 +110,13 @@ def test_int8_decoding_keeps_lines_alignments_and_mostly_the_fp32_output(trained
     for row, text in zip(rows, int8, strict=True):
         assert row["tgt_words"] == text.split()
         assert len(row["matrix"]) == len(row["tgt_words"])
-    model = infer.load_translator(trained.ckpt, dtype="int8").model
+    model = Translator.load(trained.ckpt, dtype="int8").model
     assert not any(type(m) is torch.nn.Linear for m in model.modules())  # every linear layer quantised
 
 
 def test_int8_on_a_gpu_is_a_one_line_error_and_auto_picks_the_cpu(trained, demo_dir, tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="--dtype int8 runs on the CPU only"):
-        infer.load_translator(trained.ckpt, device="cuda", dtype="int8")
+        Translator.load(trained.ckpt, device="cuda", dtype="int8")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # --device auto would pick the GPU
     src = _write(tmp_path / "in.en", (demo_dir / "test.en").read_text(encoding="utf-8").splitlines()[:3])
     infer.main(["--ckpt", str(trained.ckpt), "-i", str(src), "-o", str(tmp_path / "out"), "--dtype", "int8"])
@@ -124,7 +125,7 @@ def test_int8_on_a_gpu_is_a_one_line_error_and_auto_picks_the_cpu(trained, demo_
 
 def test_unknown_dtype_is_a_one_line_error(trained):
     with pytest.raises(ValueError, match="--dtype must be one of"):
-        infer.load_translator(trained.ckpt, dtype="float16")
+        Translator.load(trained.ckpt, dtype="float16")
 
 
 def test_stdin_to_stdout(trained, monkeypatch, capsysbinary):
@@ -191,7 +192,7 @@ def test_max_len_options_bound_every_output(trained, demo_dir, tmp_path):
     for beam in ("1", "3"):
         infer.main(["--ckpt", str(trained.ckpt), "-i", str(src), "-o", str(tmp_path / "out"), "--beam", beam,
                     "--max-len-a", "0", "--max-len-b", "3"])
-        vocab = infer.load_translator(trained.ckpt).tgt_vocab
+        vocab = Translator.load(trained.ckpt).tgt_vocab
         lengths = [len(vocab.encode(line)) for line in _lines(tmp_path / "out")]
         assert len(lengths) == len(lines) and max(lengths) <= 3  # three subwords, then EOS
 
@@ -237,7 +238,7 @@ def test_nbest_keeps_its_columns_at_the_tightest_length_limit(trained, demo_dir,
     infer.main(["--ckpt", str(trained.ckpt), "-i", str(src), "-o", str(tmp_path / "out"), "--beam", "3",
                 "--nbest", "3", "--max-len-a", "0", "--max-len-b", "1"])
     rows = [row.split("\t") for row in _lines(tmp_path / "out")]
-    vocab = infer.load_translator(trained.ckpt).tgt_vocab
+    vocab = Translator.load(trained.ckpt).tgt_vocab
     assert len(rows) == 4 and all(len(row) == 3 for row in rows)
     # At most one subword each: the text of a single piece (a word-inner piece such as "nern" re-encodes as two).
     single = {vocab.decode([i]) for i in range(len(vocab))} | {""}
@@ -266,7 +267,7 @@ def test_reader_closing_the_pipe_ends_quietly(trained, demo_dir, tmp_path):
 def test_alignments_and_html_report(trained, demo_dir, tmp_path):
     lines = (demo_dir / "test.en").read_text(encoding="utf-8").splitlines()[:3] + ["", "the dog sleeps .",
                                                                                      "the Ωmega dog sleeps ."]
-    vocab = infer.load_translator(trained.ckpt).src_vocab
+    vocab = Translator.load(trained.ckpt).src_vocab
     assert "<unk>" in vocab.pieces(vocab.encode(lines[-1]))  # an unseen character: its words still read as written
     src = _write(tmp_path / "in.en", lines)
     align, html = tmp_path / "a.jsonl", tmp_path / "a.html"

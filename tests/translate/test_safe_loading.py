@@ -13,6 +13,7 @@ import torch
 
 from core.errors import UnsafeCheckpointError
 from translate import average, infer
+from translate.api import Translator
 from translate.cli import main as cli_main
 from translate.module import TranslationModule
 
@@ -58,7 +59,7 @@ def test_average_refuses_listed_and_found_in_a_folder(exit_line, kind, hostile, 
 @pytest.mark.parametrize("kind", KINDS)
 def test_python_api_refuses(kind, hostile, assert_refused, tiny_ckpt):
     bad, marker = hostile(kind, tiny_ckpt)
-    for load in (infer.load_translator, TranslationModule.load_from_checkpoint, average.read_checkpoint):
+    for load in (Translator.load, TranslationModule.load_from_checkpoint, average.read_checkpoint):
         with pytest.raises(UnsafeCheckpointError) as err:
             load(bad)
         assert_refused(str(err.value), bad, marker)
@@ -91,4 +92,4 @@ def test_what_fit_writes_needs_no_allow_list(tiny_ckpt, tmp_path):
     out = tmp_path / "avg.ckpt"
     average.main(["--ckpts", str(tiny_ckpt), str(tiny_ckpt), "--output", str(out)])
     assert torch.serialization.get_unsafe_globals_in_checkpoint(out) == []
-    assert infer.load_translator(out).tgt_vocab == infer.load_translator(tiny_ckpt).tgt_vocab
+    assert Translator.load(out).tgt_vocab == Translator.load(tiny_ckpt).tgt_vocab

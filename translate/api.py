@@ -1,0 +1,251 @@
+"""Translate from Python: a trained translator (or an ensemble) with its vocabularies.
+
+    from translate import Translator
+
+    t = Translator.load("runs/translate_demo/checkpoints/best.ckpt")   # several paths: an ensemble
+    t.translate(["the cat sees the dog .", ""])     # ["die katze sieht den hund .", ""]
+    best = t.translate(["the cat sees the dog ."], return_scores=True, return_alignments=True)[0]
+    best.text, best.score, best.alignment.alignment
+
+Sentences are translated each on its own (batched longest first, returned in input order); a blank
+sentence gives "". `python -m translate.infer` is a client of this module (`Translator.load`,
+`encode_sources`, `translate_ids`, `format_line`); `python -m translate predict` decodes with the
+same `translate.search` inside `TranslationModule.predict_step`. Checkpoints are read by
+`core.checkpoint.load_module` (restricted unpickler: no code in them runs), and the vocabularies come
+from the checkpoint itself (`translate.module.vocabs_from_checkpoint`): no other file is read.
+
+Legend: B sentences, S source length, V target vocabulary.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from core.checkpoint import load_module
+from core.errors import InputError
+from core.precision import NO_FAST_BF16, cpu_has_fast_bf16, quantize_int8
+from translate.align import DEFAULT_LAYER, EMPTY, Layer, WordAlignment, align_batch
+from translate.ensemble import Ensemble
+from translate.model import Translator as TranslatorModel
+from translate.module import TranslationModule, vocabs_from_checkpoint
+from translate.search import Hypothesis, beam_search, greedy_search
+from translate.vocab import BOS_ID, EOS_ID, PAD_ID, SubwordVocab
+
+log = logging.getLogger("translate.api")
+WRITTEN_BY = "python -m translate fit"
+MAX_TRUNCATION_WARNINGS = 20  # then one summary line, so a bad file cannot flood stderr
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+INT8 = "int8"  # float32 model with int8 linear layers (core.precision.quantize_int8), CPU only
+
+
+@dataclass(frozen=True)
+class Translation:
+    """One translation of a sentence.
+
+    Attributes:
+        text: the detokenised output ("" for a blank sentence).
+        score: what beam search ranks by: the log-probability divided by the GNMT length penalty
+            (beam 1, greedy search: the log-probability itself).
+        log_prob: the log-probability of the output subwords and EOS.
+        alignment: source-target word alignment of the best translation (`return_alignments`), else None.
+    """
+
+    text: str
+    score: float
+    log_prob: float
+    alignment: WordAlignment | None = None
+
+
+def pad_batch(rows: Sequence[Sequence[int]], device: torch.device | str = "cpu") -> Tensor:
+    """Right-pad id lists into a (B, S) tensor."""
+    width = max(1, max(len(r) for r in rows))
+    return torch.tensor([list(r) + [PAD_ID] * (width - len(r)) for r in rows], dtype=torch.long, device=device)
+
+
+@torch.inference_mode()
+def search(model: TranslatorModel | Ensemble, src: Tensor, beam: int = 5, alpha: float = 0.6, nbest: int = 1,
+           max_len_a: float = 1.5, max_len_b: int = 10) -> list[list[Hypothesis]]:
+    """The `nbest` best hypotheses per source row; beam 1 runs greedy search.
+
+    Outputs stop after `max_len_a` x source length + `max_len_b` subwords (fairseq's names).
+    """
+    if beam == 1:
+        return [[h] for h in greedy_search(model, src, BOS_ID, EOS_ID, max_len_a, max_len_b)]
+    return beam_search(model, src, BOS_ID, EOS_ID, beam_size=beam, alpha=alpha, nbest=nbest,
+                       max_len_a=max_len_a, max_len_b=max_len_b)
+
+
+def format_line(hyps: Sequence[Hypothesis], vocab: SubwordVocab) -> str:
+    """The output line of one input: its translations, tab-separated (one without --nbest)."""
+    return "\t".join(vocab.decode(h.tokens) for h in hyps)
+
+
+class Translator:
+    """A trained translator (or an `Ensemble` of them) with its vocabularies.
+
+    Args:
+        model: the network, in eval mode, on its device and dtype.
+        src_vocab: the source vocabulary it was trained with.
+        tgt_vocab: the target vocabulary.
+    """
+
+    def __init__(self, model: TranslatorModel | Ensemble, src_vocab: SubwordVocab, tgt_vocab: SubwordVocab):
+        self.model, self.src_vocab, self.tgt_vocab = model.eval(), src_vocab, tgt_vocab
+
+    @classmethod
+    def load(cls, ckpt: str | Path | Sequence[str | Path], device: str | torch.device = "cpu",
+             dtype: str = "float32") -> Translator:
+        """The translator stored in a checkpoint, or an ensemble of several.
+
+        Args:
+            ckpt: a checkpoint from `python -m translate fit` or `python -m translate.average`; several
+                (a list) make an `Ensemble` (the mean of their probabilities), which must share the vocabularies.
+            device: where to put the model.
+            dtype: "float32", or "bfloat16" for weights and activations in bf16 (search still
+                normalises scores in float32): faster on GPUs and CPUs with bf16 units; float32, with a
+                warning, on a CPU without them (`core.precision`); or "int8" for int8 linear layers on the
+                CPU (`core.precision.quantize_int8`). Their BLEU cost is measured in docs/results.md.
+        """
+        if isinstance(ckpt, (str, Path)):
+            return _load_one(Path(ckpt), device, dtype)
+        if not ckpt:
+            raise InputError("no checkpoint given; pass --ckpt CKPT [CKPT ...]")
+        loaded = [_load_one(Path(p), device, dtype) for p in ckpt]
+        for path, other in zip(ckpt[1:], loaded[1:], strict=True):
+            if (other.src_vocab, other.tgt_vocab) != (loaded[0].src_vocab, loaded[0].tgt_vocab):
+                raise InputError(f"{path}: its vocabularies differ from {ckpt[0]}'s; an ensemble needs models trained "
+                                 "with one sentencepiece model (the same data, options and sentencepiece version)")
+        if len(loaded) == 1:
+            return loaded[0]
+        return cls(Ensemble([t.model for t in loaded]), loaded[0].src_vocab, loaded[0].tgt_vocab)
+
+    @property
+    def max_src_len(self) -> int:
+        """Longest source the encoder's positions allow, in subwords."""
+        return self.model.max_src_len
+
+    @property
+    def aligner(self) -> TranslatorModel:
+        """The translator whose cross-attention gives the alignments: an ensemble's first member."""
+        return self.model.members[0] if isinstance(self.model, Ensemble) else self.model
+
+    def translate(self, sentences: Sequence[str], beam: int = 5, n_best: int = 1, return_scores: bool = False,
+                  return_alignments: bool = False, alpha: float = 0.6, max_len_a: float = 1.5, max_len_b: int = 10,
+                  batch_size: int = 64, align_layer: Layer = DEFAULT_LAYER,
+                  ) -> list[str] | list[Translation] | list[list[Translation]]:
+        """Translate sentences.
+
+        Args:
+            sentences: source sentences, one per string.
+            beam: beam width; 1 runs greedy search.
+            n_best: translations per sentence (at most `beam`), best first.
+            return_scores: return `Translation`s (text and scores) instead of strings.
+            return_alignments: return `Translation`s whose best one carries its word alignment.
+            alpha: GNMT length-penalty exponent.
+            max_len_a: output limit, subwords per source subword.
+            max_len_b: output limit, subwords added to that.
+            batch_size: sentences per search batch.
+            align_layer: decoder layer whose cross-attention aligns (an index, or "mean").
+
+        Returns:
+            a string per sentence; with `return_scores` or `return_alignments`, a `Translation` per
+            sentence; with `n_best` > 1, a list of `n_best` `Translation`s per sentence ([] for a blank one).
+        """
+        if isinstance(sentences, str):
+            raise InputError("`sentences` takes a list of sentences, not one string; pass [sentence]")
+        if beam < 1 or batch_size < 1 or not 1 <= n_best <= beam:
+            raise InputError(f"`beam` ({beam}) and `batch_size` ({batch_size}) must be >= 1 and `n_best` ({n_best}) "
+                             "between 1 and `beam`")
+        sources = self.encode_sources(sentences)
+        hyps, aligned = self.translate_ids(sources, beam, alpha, n_best, batch_size,
+                                           align_layer if return_alignments else None, max_len_a, max_len_b, sentences)
+        if n_best == 1 and not (return_scores or return_alignments):
+            return [format_line(h, self.tgt_vocab) for h in hyps]
+        results = [[Translation(self.tgt_vocab.decode(h.tokens), h.score, h.log_prob) for h in row] for row in hyps]
+        if aligned is not None:
+            results = [[Translation(r.text, r.score, r.log_prob, a if k == 0 else None) for k, r in enumerate(row)]
+                       for row, a in zip(results, aligned, strict=True)]
+        if n_best > 1:
+            return results
+        blank = Translation("", 0.0, 0.0, EMPTY if aligned is not None else None)
+        return [row[0] if row else blank for row in results]
+
+    def encode_sources(self, lines: Sequence[str], first_line: int = 1, warned: list[int] | None = None,
+                       ) -> list[list[int]]:
+        """Subword ids per line ([] for a blank line), truncated to `max_src_len` with a warning naming the line.
+
+        Args:
+            lines: input lines.
+            first_line: 1-based number of `lines[0]` in the whole input (for warnings).
+            warned: a one-element counter of warnings already given, shared across chunks.
+        """
+        warned = [0] if warned is None else warned
+        ids = self.src_vocab.encode_batch([line if line.strip() else "" for line in lines])
+        for k, row in enumerate(ids):
+            if len(row) > self.max_src_len:
+                warned[0] += 1
+                if warned[0] <= MAX_TRUNCATION_WARNINGS:
+                    log.warning("line %d: %d subwords, truncated to the model's max_len of %d",
+                                first_line + k, len(row), self.max_src_len)
+                ids[k] = row[: self.max_src_len]
+        return ids
+
+    def translate_ids(self, sources: Sequence[Sequence[int]], beam: int = 5, alpha: float = 0.6, nbest: int = 1,
+                      batch_size: int = 64, align_layer: Layer | None = None, max_len_a: float = 1.5,
+                      max_len_b: int = 10, source_texts: Sequence[str] | None = None,
+                      ) -> tuple[list[list[Hypothesis]], list[WordAlignment] | None]:
+        """Translate subword sources, longest first in batches, and return results in input order.
+
+        Args:
+            sources: source ids per sentence; an empty list gives no hypothesis.
+            beam: beam width (1 = greedy).
+            alpha: length-penalty exponent.
+            nbest: hypotheses per sentence.
+            batch_size: sentences per search batch.
+            align_layer: also align each best hypothesis with this decoder layer (None: no alignments).
+            max_len_a: output limit, subwords per source subword.
+            max_len_b: output limit, subwords added to that.
+            source_texts: the input lines of `sources`, for the alignments' source words.
+        """
+        device = next(self.model.parameters()).device
+        results: list[list[Hypothesis]] = [[] for _ in sources]
+        alignments: list[WordAlignment] | None = None if align_layer is None else [EMPTY] * len(sources)
+        order = sorted((i for i, s in enumerate(sources) if s), key=lambda i: -len(sources[i]))
+        for start in range(0, len(order), batch_size):
+            rows = order[start : start + batch_size]
+            src = pad_batch([sources[i] for i in rows], device)
+            for i, hyps in zip(rows, search(self.model, src, beam, alpha, nbest, max_len_a, max_len_b), strict=True):
+                results[i] = hyps
+            if alignments is not None:
+                best = [results[i][0].tokens for i in rows]
+                texts = None if source_texts is None else [source_texts[i] for i in rows]
+                aligned = align_batch(self.aligner, src, best, self.src_vocab, self.tgt_vocab, align_layer, texts)
+                for i, a in zip(rows, aligned, strict=True):
+                    alignments[i] = a
+        return results, alignments
+
+
+def _load_one(path: Path, device: str | torch.device, dtype: str) -> Translator:
+    module, state = load_module(TranslationModule, path, WRITTEN_BY, "Translate")
+    vocabs = vocabs_from_checkpoint(state)
+    if vocabs is None:
+        raise InputError(f"{path}: not a Translate checkpoint (no vocabularies); "
+                         f"pass a checkpoint written by `{WRITTEN_BY}`")
+    if dtype not in (*DTYPES, INT8):
+        raise InputError(f"--dtype must be one of {', '.join((*DTYPES, INT8))}, got {dtype!r}")
+    on_cpu = torch.device(device).type == "cpu"
+    if dtype == INT8:
+        if not on_cpu:
+            raise InputError(f"--dtype int8 runs on the CPU only, not {device}; use --device cpu, "
+                             "or --dtype bfloat16 on a GPU")
+        return Translator(quantize_int8(module.model.eval(), inplace=True), *vocabs)
+    if dtype == "bfloat16" and on_cpu and not cpu_has_fast_bf16():
+        log.warning("--dtype bfloat16: %s, so decoding runs in float32", NO_FAST_BF16)
+        dtype = "float32"
+    return Translator(module.model.to(device=device, dtype=DTYPES[dtype]), *vocabs)
