@@ -438,6 +438,8 @@ class TranslationDataModule(L.LightningDataModule):
             deterministic segmentation.
         seed: seed of the training batch shuffle and of the segmentation draws.
         num_workers: DataLoader worker processes (0 loads in the main process).
+        predict: source sentences for `predict` to translate, one per line (read when predicting);
+            None translates the source side of `test`.
     """
 
     def __init__(
@@ -458,6 +460,7 @@ class TranslationDataModule(L.LightningDataModule):
         subword_sampling: float = 0.0,
         seed: int = 0,
         num_workers: int = 0,
+        predict: str | None = None,
     ):
         super().__init__()
         self.save_hyperparameters()
@@ -529,14 +532,27 @@ class TranslationDataModule(L.LightningDataModule):
             )
         return self._datasets[split]
 
+    def predict_dataset(self) -> TranslationDataset:
+        """The sentences `predict` translates, encoded (built on first use; no references, and none filtered)."""
+        if "predict" not in self._datasets:
+            if self.hparams.predict is None and self.paths["test"] is None:
+                raise InputError("`predict` has nothing to translate: set `data.predict` to a file of source "
+                                 "sentences, one per line")
+            sources = read_lines(self.hparams.predict or self.paths["test"][0])
+            self._datasets["predict"] = encode_split(sources, [""] * len(sources), self.src_vocab, self.tgt_vocab,
+                                                     self.hparams.max_len, train=False, name="predict")
+        return self._datasets["predict"]
+
     def setup(self, stage: str) -> None:
         """Encode the splits the stage needs (fit: train and val; validate: val; test: test)."""
         splits = {"fit": ["train", "val"], "validate": ["val"], "test": ["test"]}.get(stage, [])
         for split in splits:
             self.dataset(split)
 
-    def _loader(self, split: Split) -> DataLoader:
-        ds: TranslationDataset | SampledSegmentations = self.dataset(split)
+    def _loader(self, split: Split | Literal["predict"]) -> DataLoader:
+        ds: TranslationDataset | SampledSegmentations = (
+            self.predict_dataset() if split == "predict" else self.dataset(split)
+        )
         hp, trainer = self.hparams, self.trainer
         rank, world_size = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
         sampler = TokenBatchSampler(
@@ -565,6 +581,10 @@ class TranslationDataModule(L.LightningDataModule):
     def test_dataloader(self) -> DataLoader:
         """Test batches in a fixed length-sorted order; `Batch.index` points into `dataset("test")`."""
         return self._loader("test")
+
+    def predict_dataloader(self) -> DataLoader:
+        """Batches of `predict_dataset()` in a fixed length-sorted order, shared out by rank like `test`'s."""
+        return self._loader("predict")
 
     def state_dict(self) -> dict[str, Any]:
         """The vocabularies as model protos, so a checkpoint restores them with no files."""

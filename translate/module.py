@@ -233,6 +233,23 @@ class TranslationModule(SafeLoadMixin, L.LightningModule):
             return [h.tokens for h in greedy_search(self.model, src, BOS_ID, EOS_ID)]
         return [hyps[0].tokens for hyps in beam_search(self.model, src, BOS_ID, EOS_ID, beam_size, self.hparams.alpha)]
 
+    def predict_step(self, batch: Batch, batch_idx: int) -> list[tuple[int, str]]:
+        """(dataset index, translation) per row, decoded as `test` decodes (`test_beam_size`, `alpha`).
+
+        A blank source gives "" without a search, as `python -m translate.infer` does;
+        `translate.predict.TranslationWriter` writes the pairs in input order.
+        """
+        blank = (batch.src == self.hparams.pad_id).all(1)  # (B,)
+        texts = [""] * len(blank)
+        rows = (~blank).nonzero()[:, 0].tolist()
+        if rows:
+            with torch.autocast("cpu", enabled=False) if self.device.type == "cpu" else nullcontext():  # see _evaluate
+                hypotheses = self.translate_ids(batch.src[rows], self.hparams.test_beam_size)
+            vocab = self._target_vocab()
+            for row, ids in zip(rows, hypotheses, strict=True):
+                texts[row] = vocab.decode(ids)
+        return list(zip(batch.index.tolist(), texts, strict=True))
+
     def on_validation_epoch_end(self) -> None:
         self._score("val")
 
