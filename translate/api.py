@@ -5,7 +5,7 @@
     t = Translator.load("runs/translate_demo/checkpoints/best.ckpt")   # several paths: an ensemble
     t.translate(["the cat sees the dog .", ""])     # ["die katze sieht den hund .", ""]
     best = t.translate(["the cat sees the dog ."], return_scores=True, return_alignments=True)[0]
-    best.text, best.score, best.alignment.alignment
+    best.text, best.score, best.alignment.pharaoh()
 
 Sentences are translated each on its own (batched longest first, returned in input order); a blank
 sentence gives "". `python -m translate.infer` is a client of this module (`Translator.load`,

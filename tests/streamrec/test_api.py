@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,6 +11,8 @@ from core.errors import InputError
 from streamrec import Recommender
 from streamrec.explain import attention_weights, occlusion_drops
 from streamrec.model import PAD_ID
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 
 
 @pytest.fixture(scope="module")
@@ -109,3 +112,14 @@ def test_package_exports_the_api_without_importing_lightning():
     code = ("import sys, streamrec; assert 'lightning' not in sys.modules; "
             "from streamrec import Recommender; assert Recommender.__module__ == 'streamrec.api'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_documented_example_runs(tiny_ckpt, tmp_path):
+    """docs/api.md's StreamRec example, on the tiny checkpoint, in a fresh process as a user would run it."""
+    section = DOC.read_text(encoding="utf-8").split("## StreamRec from Python\n", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    script = tmp_path / "example.py"
+    script.write_text(code.replace("runs/streamrec_demo/checkpoints/best.ckpt", str(tiny_ckpt)), encoding="utf-8")
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+    assert "['not-in-the-catalogue', 'nobody-knows']" in run.stdout and "[2]" in run.stdout

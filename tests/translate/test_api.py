@@ -16,6 +16,8 @@ from translate.ensemble import Ensemble
 from translate.search import beam_search
 from translate.vocab import BOS_ID, EOS_ID
 
+DOC = Path(__file__).resolve().parents[2] / "docs" / "api.md"
+
 
 @pytest.fixture(scope="module")
 def ckpt(demo_dir, tmp_path_factory, train_tiny_checkpoint) -> Path:
@@ -85,3 +87,14 @@ def test_package_exports_the_api_without_importing_lightning():
     code = ("import sys, translate; assert 'lightning' not in sys.modules; "
             "from translate import Translator; assert Translator.__module__ == 'translate.api'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_documented_example_runs(ckpt, tmp_path):
+    """docs/api.md's Translate example, on the tiny checkpoint, in a fresh process as a user would run it."""
+    section = DOC.read_text(encoding="utf-8").split("## Translate from Python\n", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    script = tmp_path / "example.py"
+    script.write_text(code.replace("runs/translate_demo/checkpoints/best.ckpt", str(ckpt)), encoding="utf-8")
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+    assert len(run.stdout.splitlines()) == 1 + 2 + 3  # the list, the best one and its alignment, 3 options
