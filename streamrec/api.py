@@ -37,10 +37,9 @@ from streamrec.predict import top_items
 WRITTEN_BY = "python -m streamrec fit"
 
 
-def encode_history(items: Sequence[str], vocab: ItemVocab) -> tuple[list[int], int]:
-    """Original ids -> model ids, dropping (and counting) ids the checkpoint never saw."""
-    ids = [vocab.index[i] for i in items if i in vocab.index]
-    return ids, len(items) - len(ids)
+def encode_history(items: Sequence[str], vocab: ItemVocab) -> tuple[list[int], list[str]]:
+    """Original ids -> model ids (order kept), and the ids the checkpoint never saw (dropped)."""
+    return [vocab.index[i] for i in items if i in vocab.index], [i for i in items if i not in vocab.index]
 
 
 def left_pad(histories: Sequence[Sequence[int]], max_len: int, device: torch.device | str = "cpu") -> Tensor:
@@ -167,13 +166,13 @@ class Recommender:
 
     @property
     def device(self) -> torch.device:
+        """Where the model runs."""
         return self.model.item_vectors.device
 
     def encode(self, history: Sequence[str]) -> tuple[list[int], list[str]]:
         """Model ids of the known items of `history` (order kept) and the unknown ids (skipped)."""
         _check_ids(history, "history")
-        return [self.vocab.index[i] for i in history if i in self.vocab.index], \
-            [i for i in history if i not in self.vocab.index]
+        return encode_history(history, self.vocab)
 
     def recommend(self, histories: Sequence[Sequence[str]], k: int = 10, exclude_seen: bool = True,
                   items: Iterable[str] | None = None, batch_size: int = 256) -> Recommendations:

@@ -142,8 +142,8 @@ def _score_users(users: list[str], histories: dict[str, list[str]], rec: Recomme
     """Recommendations (and explanations) for one batch of users as output rows."""
     kept, ids = [], []
     for u in users:
-        encoded, skipped = encode_history(histories[u], rec.vocab)
-        counts["unknown_items"] += skipped
+        encoded, unknown = encode_history(histories[u], rec.vocab)
+        counts["unknown_items"] += len(unknown)
         if encoded:
             kept.append(u)
             ids.append(encoded)
