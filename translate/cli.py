@@ -1,10 +1,11 @@
-"""`python -m translate fit|validate|test --config configs/translate/NAME.yaml`
+"""`python -m translate fit|validate|test|predict --config configs/translate/NAME.yaml`
 
 LightningCLI over `TranslationModule` and `TranslationDataModule`. YAML may interpolate
 `${...}` (omegaconf mode). The vocabulary sizes and pad id come from the data module (known
 once it has trained or loaded its sentencepiece model), `model.max_len` from `data.max_len`.
 `trainer.use_distributed_sampler` defaults to false here: the data module's batch sampler
-shards batches across DDP ranks itself.
+shards batches across DDP ranks itself. `predict` writes through `translate.predict.TranslationWriter`
+(`configs/translate/predict_demo.yaml`).
 
 The CLI lives here, not in `__main__`: `ddp_spawn` pickles it into its worker processes, which
 cannot import a package's `__main__` module.
