@@ -90,8 +90,8 @@ from rectools.models import SASRecModel
 from rich.console import Console
 from torch import Tensor
 
+from streamrec.api import length_batches, recommend
 from streamrec.model import StreamRecModel
-from streamrec.score import length_batches, recommend
 
 TARGETS = {"ndcg_rel_diff": 0.03, "train_speedup": 4.0}
 LOSSES = {"softmax": {"ours": "full", "rectools": "softmax"}, "gbce": {"ours": "gbce", "rectools": "gBCE"}}
