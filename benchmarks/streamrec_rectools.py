@@ -19,6 +19,10 @@ embeddings, batch 128, max_len, precision and threads. The optimisers stay each 
 RecTools drops from training (fewer than 2 training items) are still scored
 (`on_unsupported_targets="warn"`); items it never saw score -inf.
 
+`--ours-recipe default` races StreamRec as a new user gets it instead: one trial with
+`StreamRecModule`'s defaults (what `python -m streamrec fit --data.path FILE` trains: its own width,
+heads, feed-forward, dropout, loss and learning rate), no search, against RecTools' full search.
+
 Reported per data set: both picks' test HR@10 / NDCG@10, their validation settings (loss, lr,
 best epoch, epochs run), training sequences/s (median epoch, validation excluded) and the time to
 score every test user top-10 with seen items filtered (median of 3, each in its own trial:
@@ -54,6 +58,7 @@ if __name__ == "__main__":
 
 # ruff: noqa: E402  (imports after the venv check on purpose)
 import argparse
+import inspect
 import logging
 import warnings
 from collections.abc import Sequence
@@ -92,11 +97,19 @@ from torch import Tensor
 
 from streamrec.api import length_batches, recommend
 from streamrec.model import StreamRecModel
+from streamrec.module import StreamRecModule
 
 TARGETS = {"ndcg_rel_diff": 0.03, "train_speedup": 4.0}
 LOSSES = {"softmax": {"ours": "full", "rectools": "softmax"}, "gbce": {"ours": "gbce", "rectools": "gBCE"}}
 GBCE_NEGATIVES, GBCE_T = 256, 0.75  # gSASRec's setting, which RecTools' tutorial uses for gBCE
 SYSTEMS = ("ours", "rectools")
+DEFAULT = "default"  # the loss label of ours' one trial with `--ours-recipe default`
+
+
+def default_recipe() -> dict[str, object]:
+    """StreamRecModule's defaults: what `python -m streamrec fit --data.path FILE` trains (data-linked values aside)."""
+    params = inspect.signature(StreamRecModule.__init__).parameters
+    return {name: p.default for name, p in params.items() if name not in ("self", "num_items", "max_len")}
 
 
 # ----------------------------------------------------------------------------- one trial per system
@@ -109,6 +122,16 @@ def trial_ours(data: Data, loss: str, lr: float, args: argparse.Namespace) -> di
         attn_dropout=args.dropout, activation="relu", loss=LOSSES[loss]["ours"], num_negatives=GBCE_NEGATIVES,
         gbce_t=GBCE_T, lr=lr, item_init_std=args.item_init_std,
     ), args)
+    cases = data.split.test
+    test = evaluate_full(partial(ours_scores, model), cases, args.max_len)
+    histories = [list(c.history) for c in cases]
+    score_s = median_seconds(lambda: ours_recommend_all(model, histories))
+    return trial_result(keeper, len(data.dm.train_set), test, score_s, args)
+
+
+def trial_ours_default(data: Data, args: argparse.Namespace) -> dict[str, object]:
+    """StreamRec with its default recipe, no search: the same early stopping, test metrics and scoring time."""
+    keeper, model = train_ours(data, default_recipe(), args)
     cases = data.split.test
     test = evaluate_full(partial(ours_scores, model), cases, args.max_len)
     histories = [list(c.history) for c in cases]
@@ -228,26 +251,31 @@ def trial_key(data: Data, system: str, loss: str, lr: float, args: argparse.Name
             "n_heads": args.n_heads, "dropout": args.dropout, "batch_size": args.batch_size, "seed": args.seed,
             "precision": args.precision, "threads": args.threads, "limit_batches": args.limit_batches or 0,
             # Added later: present only when set, so trials stored before the option still match.
-            **({"item_init_std": args.item_init_std} if args.item_init_std is not None and system == "ours" else {})}
+            **({"item_init_std": args.item_init_std} if args.item_init_std is not None and system == "ours" else {}),
+            **({"recipe": default_recipe()} if loss == DEFAULT else {})}
 
 
 def search(data: Data, args: argparse.Namespace, trials: TrialLog, log: Console) -> dict[str, list[dict]]:
     """Every (system, loss, lr) trial of one data set, run or read from the log."""
     runs: dict[str, list[dict]] = {system: [] for system in SYSTEMS}
-    run_trial = {"ours": trial_ours, "rectools": trial_rectools}
-    for loss in args.losses:
-        for lr in args.lrs:
-            for system in args.systems:
-                key = trial_key(data, system, loss, lr, args)
-                result = trials.get(key)
-                if result is None:
-                    log.log(f"{data.name}: {system} loss {loss} lr {lr:g} ...")
-                    result = run_trial[system](data, loss, lr, args)
-                    trials.add(key, result)
-                    log.log(f"{data.name}: {system} loss {loss} lr {lr:g}: val NDCG@10 {result['val_ndcg@10']:.4f} "
-                            f"at epoch {result['best_epoch']} of {result['epochs']} ({result['stopped_by']}), "
-                            f"{result['epoch_s']:.1f} s/epoch")
-                runs[system].append({"loss": loss, "lr": lr, **result})
+    plan = [(system, loss, lr) for loss in args.losses for lr in args.lrs for system in args.systems
+            if not (system == "ours" and args.ours_recipe == DEFAULT)]
+    if "ours" in args.systems and args.ours_recipe == DEFAULT:
+        plan.insert(0, ("ours", DEFAULT, default_recipe()["lr"]))
+    for system, loss, lr in plan:
+        key = trial_key(data, system, loss, lr, args)
+        result = trials.get(key)
+        if result is None:
+            log.log(f"{data.name}: {system} loss {loss} lr {lr:g} ...")
+            if loss == DEFAULT:
+                result = trial_ours_default(data, args)
+            else:
+                result = (trial_ours if system == "ours" else trial_rectools)(data, loss, lr, args)
+            trials.add(key, result)
+            log.log(f"{data.name}: {system} loss {loss} lr {lr:g}: val NDCG@10 {result['val_ndcg@10']:.4f} "
+                    f"at epoch {result['best_epoch']} of {result['epochs']} ({result['stopped_by']}), "
+                    f"{result['epoch_s']:.1f} s/epoch")
+        runs[system].append({"loss": loss, "lr": lr, **result})
     return runs
 
 
@@ -263,6 +291,7 @@ def figures(name: str, data: Data, runs: dict[str, list[dict]]) -> dict[str, flo
                       "score_s"):
             f[f"{name}_{system}_{field}"] = float(r[field])
         f[f"{name}_{system}_gbce"] = float(r["loss"] == "gbce")
+        f[f"{name}_{system}_default_recipe"] = float(r["loss"] == DEFAULT)
         f[f"{name}_{system}_trials"] = float(len(runs[system]))
     f[f"{name}_ndcg_rel_diff"] = f[f"{name}_ours_test_ndcg@10"] / max(f[f"{name}_rectools_test_ndcg@10"], 1e-12) - 1
     f[f"{name}_train_speedup"] = f[f"{name}_ours_seq_per_s"] / f[f"{name}_rectools_seq_per_s"]
@@ -272,19 +301,20 @@ def figures(name: str, data: Data, runs: dict[str, list[dict]]) -> dict[str, flo
 
 def report(console: Console, name: str, data: Data, runs: dict[str, list[dict]], f: dict[str, float]) -> None:
     rows = []
-    for loss in dict.fromkeys(r["loss"] for r in runs["ours"]):
-        for lr in dict.fromkeys(r["lr"] for r in runs["ours"]):
-            cells = [f"{loss}, lr {lr:g}"]
-            for system in SYSTEMS:
-                r = next(r for r in runs[system] if r["loss"] == loss and r["lr"] == lr)
-                cells.append(f"{r['val_ndcg@10']:.4f} (epoch {r['best_epoch']}/{r['epochs']}, {r['stopped_by']})")
-            rows.append(cells)
+    for loss, lr in dict.fromkeys((r["loss"], r["lr"]) for system in SYSTEMS for r in runs[system]):
+        cells = [f"{loss} recipe (lr {lr:g})" if loss == DEFAULT else f"{loss}, lr {lr:g}"]
+        for system in SYSTEMS:
+            r = next((r for r in runs[system] if r["loss"] == loss and r["lr"] == lr), None)
+            cells.append("-" if r is None else
+                         f"{r['val_ndcg@10']:.4f} (epoch {r['best_epoch']}/{r['epochs']}, {r['stopped_by']})")
+        rows.append(cells)
     print_table(console, f"{name}: validation NDCG@{K} of every trial (best epoch / epochs run, why it stopped)",
                 ["trial", "StreamRec", "RecTools"], rows)
     o, t = (f"{name}_ours_", f"{name}_rectools_")
 
     def setting(p: str) -> str:
-        return f"{'gbce' if f[p + 'gbce'] else 'softmax'}, lr {f[p + 'lr']:g}, epoch {f[p + 'best_epoch']:.0f}"
+        loss = "default recipe" if f.get(p + "default_recipe") else "gbce" if f[p + "gbce"] else "softmax"
+        return f"{loss}, lr {f[p + 'lr']:g}, epoch {f[p + 'best_epoch']:.0f}"
 
     rows = [
         ["pick (by validation NDCG@10)", setting(o), setting(t), ""],
@@ -327,6 +357,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--n-layers", type=int, default=2, help="transformer blocks")
     p.add_argument("--n-heads", type=int, default=1, help="attention heads")
     p.add_argument("--dropout", type=float, default=0.2, help="dropout everywhere, both models")
+    p.add_argument("--ours-recipe", choices=("matched", DEFAULT), default="matched",
+                   help="matched: ours gets RecTools' block shape and the same loss x lr search; default: ours trains "
+                        "once with StreamRecModule's defaults (what fit gets when only the data is named), no search")
     p.add_argument("--item-init-std", type=float,
                    help="ours: standard deviation of the initial item vectors (default: the module's)")
     p.add_argument("--malloc", choices=("default", "keep"), default="default",
@@ -370,6 +403,10 @@ def main(argv: list[str] | None = None) -> None:
     console.print(f"model: d_model {args.d_model}, {args.n_layers} blocks, {args.n_heads} head, FFN {args.d_model} "
                   f"ReLU, dropout {args.dropout}, max_len {args.max_len}, batch {args.batch_size}, precision "
                   f"{args.precision}; gbce = {GBCE_NEGATIVES} uniform negatives, t {GBCE_T}")
+    if args.ours_recipe == DEFAULT:
+        metrics_only = ("ks", "sampled_metrics", "popularity_baseline")
+        recipe = {k: v for k, v in default_recipe().items() if k not in metrics_only}
+        console.print(f"StreamRec: its default recipe, one trial, no search: {recipe}")
     console.print(f"protocol: leave-one-out; pick by validation NDCG@{K}; test = full ranking over all items, seen "
                   f"items removed, our RankingMetrics on both networks' scores")
     console.print(f"torch {torch.__version__} | threads {torch.get_num_threads()} | Lightning {L.__version__} | "
