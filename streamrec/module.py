@@ -179,7 +179,9 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
             self.baseline_metrics.reset()
         metrics.reset()
         for name, value in values.items():
-            self.log(f"{prefix}_{name}", value, prog_bar=name == "ndcg@10", sync_dist=False)
+            # compute() gave every rank the same value: `max` keeps it exact and silences Lightning's
+            # "use sync_dist in distributed setting" warning (one per metric under DDP).
+            self.log(f"{prefix}_{name}", value, prog_bar=name == "ndcg@10", sync_dist=True, reduce_fx="max")
 
     # ------------------------------------------------------------------ prediction
     # Items per user and seen-item filtering of `predict`; `streamrec.predict.RecommendationWriter` sets them from
