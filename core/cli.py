@@ -1,6 +1,7 @@
 """What the two apps' LightningCLI entry points share: config mistakes end in one line, and `AppCLI`'s
 hooks (the CPU precision fallback, safe checkpoint reading and atomic writing, exact resume, one
-`fit` per run folder, stale `last.ckpt` warnings).
+`fit` per run folder that never overwrites an earlier fit's checkpoints unless told `--overwrite`,
+stale `last.ckpt` warnings, training curves drawn at the end of `fit`).
 
 jsonargparse answers a wrong key or value with the whole usage (80+ lines) and names neither the
 YAML file that set it nor, for a syntax error, the file at all ("<unicode string>"). Here a YAML
@@ -13,26 +14,32 @@ Unlike the rest of `core/`, this module needs Lightning and PyYAML (both come wi
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 import yaml
+from jsonargparse import set_parsing_settings
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.fabric.utilities.rank_zero import rank_zero_only
-from lightning.pytorch import Trainer
+from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from core.checkpoint import load_checkpoint, stale_last_checkpoint_warnings
 from core.checkpoint_io import SafeCheckpointIO
+from core.curves import plot_curves, read_metrics
 from core.errors import InputError
 from core.lock import OutputLock
 from core.precision import cpu_precision_fallback
 from core.resume import ExactResume
 
+RESUME_KEYWORDS = ("last", "hpc")  # `--ckpt_path` values with which Lightning resumes the run's own checkpoints
 _KEY = re.compile(r"""(?:option|key) ["']([\w.]+)["']""", re.IGNORECASE)
 _SUBCOMMAND = re.compile(r"^Subcommand '(\w+)'")
 
@@ -123,6 +130,67 @@ def checkpoints_last_first(callbacks: list) -> list:
     return [next(ordered) if isinstance(cb, ModelCheckpoint) else cb for cb in callbacks]
 
 
+def _shown(path: Path) -> str:
+    """`path` relative to the working folder when it lies under it (as the user typed it), else absolute."""
+    path = Path(os.path.abspath(path))
+    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
+
+
+def overwrite_refusal(folders: Iterable[str | Path], root: str | Path, ckpt_path: str | None) -> str | None:
+    """Why a `fit` into the run folder `root` would replace an earlier fit's checkpoints, in one line; else None.
+
+    Args:
+        folders: where the fit's checkpoint callbacks write (their `dirpath`s).
+        root: the run folder (`trainer.default_root_dir`).
+        ckpt_path: the fit's `--ckpt_path`. A file under `root` or under one of `folders`, or "last", resumes
+            that run: its checkpoints are this fit's own, so replacing them is what the user asked for.
+    """
+    folders = [Path(f) for f in folders]
+    if ckpt_path in RESUME_KEYWORDS:
+        return None
+    resumed = Path(os.path.realpath(ckpt_path)) if ckpt_path else None
+    if resumed is not None and any(resumed.is_relative_to(os.path.realpath(f)) for f in [root, *folders]):
+        return None
+    for folder in folders:
+        found = sorted(p.name for p in folder.glob("*.ckpt")) if folder.is_dir() else []
+        if found:
+            shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+            resume = f", resume it with --ckpt_path {_shown(folder / 'last.ckpt')}" if "last.ckpt" in found else ""
+            return (f"{_shown(folder)} already holds {shown} from an earlier fit; to keep them, fit into another "
+                    f"folder with --trainer.default_root_dir NEW_FOLDER{resume}, or pass --overwrite to replace them")
+    return None
+
+
+class PlotCurves(Callback):
+    """Draws each CSVLogger's metrics.csv to `curves.png` beside it when `fit` ends (`core.curves`).
+
+    Also when `fit` stops on an error or Ctrl-C, so a long run cut short still gets its curves.
+    Rank zero only; without a CSVLogger (`logger: false`, `fast_dev_run`) it does nothing.
+    """
+
+    def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self.draw(trainer)
+
+    def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
+        self.draw(trainer)
+
+    def draw(self, trainer: Trainer) -> None:
+        """Write the curves of every CSVLogger of `trainer`, naming each PNG in an INFO line."""
+        if not trainer.is_global_zero:
+            return
+        for logger in trainer.loggers:
+            if not isinstance(logger, CSVLogger):
+                continue
+            try:
+                logger.save()  # rows still buffered in the logger
+                metrics = Path(logger.experiment.metrics_file_path)
+                curves = read_metrics(metrics) if metrics.is_file() else {}
+                if curves:
+                    rank_zero_info(f"training curves: {plot_curves(curves, metrics.with_name('curves.png'))}")
+            except (ValueError, OSError) as err:  # a finished fit must not fail on its plot
+                rank_zero_warn(f"training curves not drawn: {err}; draw them later with python -m core.curves")
+
+
 class AppCLI(LightningCLI):
     """The LightningCLI hooks both apps share; warnings go to the logger named `log_name`."""
 
@@ -137,7 +205,23 @@ class AppCLI(LightningCLI):
         if not any(isinstance(cb, ExactResume) for cb in trainer.callbacks):
             trainer.callbacks.insert(0, ExactResume())
         trainer.callbacks[:] = checkpoints_last_first(trainer.callbacks)
+        if not any(isinstance(cb, PlotCurves) for cb in trainer.callbacks):
+            trainer.callbacks.append(PlotCurves())
         return trainer
+
+    def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
+        # The configs write `${trainer.default_root_dir}` from the top of a config file, but omegaconf+ mode
+        # (interpolation after the command line) resolves it under the subcommand (`fit.trainer...`): read
+        # such paths as relative to where they stand. A process-wide jsonargparse setting; omegaconf+ only.
+        set_parsing_settings(omegaconf_absolute_to_relative_paths=True)
+        return super().init_parser(**kwargs)
+
+    def add_default_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        super().add_default_arguments_to_parser(parser)
+        parser.add_argument("--overwrite", type=bool, nargs="?", const=True, default=False,
+                            help="fit only: write into a run folder whose checkpoints an earlier fit left, replacing "
+                                 "them (without it that fit stops at once; resuming with --ckpt_path from that folder "
+                                 "needs no --overwrite)")
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
@@ -149,10 +233,17 @@ class AppCLI(LightningCLI):
     def before_fit(self) -> None:
         for line in stale_last_checkpoint_warnings(self.trainer.callbacks):
             logging.getLogger(self.log_name).warning(line)
+        config = self.config[self.subcommand]
+        # Read, then cleared: config.yaml is saved from this namespace; a rerun of it must not inherit the permission.
+        overwrite, config.overwrite = config.get("overwrite", False), False
         if rank_zero_only.rank == 0:  # DDP workers re-run this CLI; the launching process holds the lock
             root = Path(self.trainer.default_root_dir)
             root.mkdir(parents=True, exist_ok=True)
             self._run_lock = OutputLock(root, "fit").acquire()
+            folders = [cb.dirpath for cb in self.trainer.checkpoint_callbacks  # None: Lightning versions it
+                       if getattr(cb, "dirpath", None) and "://" not in str(cb.dirpath)]
+            if not overwrite and (refusal := overwrite_refusal(folders, root, config.get("ckpt_path"))):
+                raise InputError(refusal)
             for cb in self.trainer.checkpoint_callbacks:  # temporaries of a killed save: no live writer owns them
                 folder = Path(cb.dirpath) if getattr(cb, "dirpath", None) else None
                 if folder is not None and folder.is_dir():

@@ -1,7 +1,9 @@
 """`python -m streamrec fit|validate|test|predict --config configs/streamrec/NAME.yaml`; `tune`: `streamrec.tune`
 
 LightningCLI over `StreamRecModule` and `StreamRecDataModule`. YAML may interpolate
-`${...}` (omegaconf mode); `num_items` and `max_len` come from the data module.
+`${...}`, resolved after the command line (omegaconf+ mode: `--trainer.default_root_dir X` moves
+the checkpoints and logs the configs put under `${trainer.default_root_dir}`); `num_items` and
+`max_len` come from the data module.
 
 The CLI lives here, not in `__main__`: `ddp_spawn` pickles it into its worker processes, which
 cannot import a package's `__main__` module.
@@ -53,7 +55,7 @@ def build_cli(args: list[str] | None = None, run: bool = True) -> StreamRecCLI:
     """The CLI over `args`; with run=False, parse and instantiate only (no subcommand: `tune` builds trials so)."""
     return StreamRecCLI(
         StreamRecModule, StreamRecDataModule, run=run,
-        parser_kwargs={"parser_mode": "omegaconf", "prog": "python -m streamrec"},
+        parser_kwargs={"parser_mode": "omegaconf+", "prog": "python -m streamrec"},
         parser_class=OneLineErrorParser, save_config_kwargs={"overwrite": True}, args=args,
     )
 

@@ -1,8 +1,10 @@
 """`python -m translate fit|validate|test|predict --config configs/translate/NAME.yaml`
 
 LightningCLI over `TranslationModule` and `TranslationDataModule`. YAML may interpolate
-`${...}` (omegaconf mode). The vocabulary sizes and pad id come from the data module (known
-once it has trained or loaded its sentencepiece model), `model.max_len` from `data.max_len`.
+`${...}`, resolved after the command line (omegaconf+ mode: `--trainer.default_root_dir X` moves
+the checkpoints and logs the configs put under `${trainer.default_root_dir}`). The vocabulary
+sizes and pad id come from the data module (known once it has trained or loaded its
+sentencepiece model), `model.max_len` from `data.max_len`.
 `trainer.use_distributed_sampler` defaults to false here: the data module's batch sampler
 shards batches across DDP ranks itself. `predict` writes through `translate.predict.TranslationWriter`
 (`configs/translate/predict_demo.yaml`).
@@ -49,7 +51,7 @@ def main(args: list[str] | None = None) -> TranslateCLI:
     try:
         return TranslateCLI(
             TranslationModule, TranslationDataModule,
-            parser_kwargs={"parser_mode": "omegaconf", "prog": "python -m translate"},
+            parser_kwargs={"parser_mode": "omegaconf+", "prog": "python -m translate"},
             parser_class=OneLineErrorParser, save_config_kwargs={"overwrite": True}, args=args,
         )
     except (ValueError, FileNotFoundError) as err:

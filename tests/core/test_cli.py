@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from jsonargparse import ActionConfigFile
 
-from core.cli import OneLineErrorParser, check_yaml_syntax, config_files, file_setting
+from core.cli import OneLineErrorParser, check_yaml_syntax, config_files, file_setting, overwrite_refusal
 
 
 def test_config_files_are_found_in_every_spelling_in_order() -> None:
@@ -65,3 +65,25 @@ def test_an_unknown_key_in_a_file_names_the_file(tmp_path: Path, capsys) -> None
         _parser().parse_args(argv)
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "d_modle" in err and f"(set in {bad})" in err
+
+
+def test_a_fit_into_a_folder_with_checkpoints_is_refused_unless_it_resumes_them(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    root = tmp_path / "runs" / "one"
+    ckpts, recent = root / "checkpoints", root / "checkpoints" / "recent"
+    assert overwrite_refusal([ckpts, recent], root, None) is None  # a new run folder
+    recent.mkdir(parents=True)
+    (ckpts / ".best.ckpt.12.tmp").write_bytes(b"")  # a killed save's temporary is no checkpoint
+    assert overwrite_refusal([ckpts, recent], root, None) is None
+    for name in ("best.ckpt", "last.ckpt"):
+        (ckpts / name).write_bytes(b"x")
+    assert overwrite_refusal([ckpts, recent], root, None) == (
+        "runs/one/checkpoints already holds best.ckpt, last.ckpt from an earlier fit; to keep them, fit into another "
+        "folder with --trainer.default_root_dir NEW_FOLDER, resume it with --ckpt_path runs/one/checkpoints/last.ckpt, "
+        "or pass --overwrite to replace them")
+    for resume in (str(ckpts / "last.ckpt"), "runs/one/checkpoints/best.ckpt", "runs/one/other.ckpt", "last"):
+        assert overwrite_refusal([ckpts, recent], root, resume) is None, resume
+    # a checkpoint from elsewhere starts a new run in this folder: still refused
+    assert "already holds" in overwrite_refusal([ckpts], root, str(tmp_path / "elsewhere" / "best.ckpt"))
+    (ckpts / "last.ckpt").unlink()
+    assert "resume it" not in overwrite_refusal([ckpts], root, None)

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from core import precision
+from core.checkpoint import load_checkpoint
 from streamrec.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -145,3 +146,45 @@ def test_fit_stops_early_on_validation_ndcg_by_default(tiny_log, tmp_path, monke
            "--trainer.callbacks.monitor=val_hr@10", "--trainer.callbacks.patience=1", "--trainer.callbacks.mode=max")
     epochs, stoppers = _fit_epochs(tiny_log, *own)
     assert epochs == 2 and [s.monitor for s in stoppers] == ["val_hr@10"]  # the user's replaces the default
+
+
+def _tiny_fit(tiny_log, *extra):
+    """One short epoch of a tiny model with configs/streamrec/demo.yaml's checkpoints and loggers."""
+    return _run(["fit", "--config", str(REPO / "configs" / "streamrec" / "demo.yaml"), "--data.path", str(tiny_log),
+                 "--data.max_len", "8", "--model.d_model", "16", "--model.n_heads", "2", "--model.n_layers", "1",
+                 "--model.d_ff", "32", "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2",
+                 "--trainer.enable_progress_bar", "false", "--trainer.precision", "32-true", *extra])
+
+
+def test_every_output_of_fit_goes_under_default_root_dir(tiny_log, tmp_path, monkeypatch):
+    """Checkpoints, CSV and TensorBoard logs, config.yaml and curves.png follow `--trainer.default_root_dir`."""
+    monkeypatch.chdir(tmp_path)
+    _tiny_fit(tiny_log, "--trainer.default_root_dir", "other")
+    files = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
+    assert files and all(f.startswith("other/") for f in files), files
+    logs = "other/lightning_logs/version_0"
+    assert {"other/checkpoints/best.ckpt", "other/checkpoints/last.ckpt", f"{logs}/metrics.csv",
+            f"{logs}/config.yaml", f"{logs}/curves.png"} <= set(files)
+    assert any(f.startswith("other/tensorboard/version_0/events.out.tfevents.") for f in files)
+    assert (tmp_path / logs / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_second_fit_keeps_the_first_runs_checkpoints_unless_told_to_overwrite(tiny_log, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    ckpts = Path("runs/streamrec_demo/checkpoints")
+    _tiny_fit(tiny_log)
+    best = (ckpts / "best.ckpt").read_bytes()
+    with pytest.raises(SystemExit) as exit_:
+        _tiny_fit(tiny_log)
+    assert str(exit_.value.code) == (
+        f"error: {ckpts} already holds best.ckpt, last.ckpt from an earlier fit; to keep them, fit into another folder "
+        f"with --trainer.default_root_dir NEW_FOLDER, resume it with --ckpt_path {ckpts / 'last.ckpt'}, "
+        "or pass --overwrite to replace them")
+    assert (ckpts / "best.ckpt").read_bytes() == best
+    assert not Path("runs/streamrec_demo/fit.lock").exists()  # released: the next command may use the folder
+    _tiny_fit(tiny_log, "--ckpt_path", str(ckpts / "last.ckpt"), "--trainer.max_epochs", "2")  # resume: allowed
+    assert load_checkpoint(ckpts / "last.ckpt", "fit")["epoch"] == 1
+    cli = _tiny_fit(tiny_log, "--overwrite")  # a new run from scratch, replacing them
+    assert load_checkpoint(ckpts / "last.ckpt", "fit")["epoch"] == 0
+    saved = Path(cli.trainer.log_dir) / "config.yaml"
+    assert "overwrite: false" in saved.read_text()  # rerunning the saved config must not overwrite silently

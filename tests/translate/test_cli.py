@@ -216,13 +216,22 @@ def test_fit_with_max_time_warns_that_the_cosine_may_not_finish(schedule, demo_d
     assert all(w.endswith("or use model.schedule: inverse_sqrt, which needs no run length") for w in warned)
 
 
-def test_demo_config_logs_metrics_and_the_signature_to_csv(demo_dir, tmp_path, monkeypatch):
+def test_demo_config_logs_metrics_and_the_signature_to_csv_under_default_root_dir(demo_dir, tmp_path, monkeypatch):
+    """Every output of fit (checkpoints, CSV and TensorBoard logs, config.yaml, curves.png) follows
+    `--trainer.default_root_dir`; the BLEU signature sits beside the metrics it qualifies."""
     monkeypatch.chdir(tmp_path)
     main(["fit", "--config", str(REPO / "configs" / "translate" / "demo.yaml"), *_data(demo_dir), *TINY_MODEL,
-          "--data.cache_dir", str(tmp_path / "spm"), "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2",
+          "--data.cache_dir", "spm", "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2",
           "--trainer.limit_val_batches", "2", "--trainer.enable_progress_bar", "false",
-          "--trainer.precision", "32-true", "--trainer.num_sanity_val_steps", "0"])
-    (metrics,) = (tmp_path / "runs" / "translate_demo").glob("lightning_logs/version_*/metrics.csv")
+          "--trainer.precision", "32-true", "--trainer.num_sanity_val_steps", "0",
+          "--trainer.default_root_dir", "other"])
+    files = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
+    assert all(f.startswith(("other/", "spm/")) for f in files), files  # spm/: the vocabulary cache, not the run's
+    logs = "other/lightning_logs/version_0"
+    assert {"other/checkpoints/best.ckpt", "other/checkpoints/last.ckpt", f"{logs}/config.yaml",
+            f"{logs}/curves.png"} <= set(files)
+    assert any(f.startswith("other/tensorboard/version_0/events.out.tfevents.") for f in files)
+    metrics = tmp_path / logs / "metrics.csv"
     header, *rows = metrics.read_text().splitlines()
     assert {"val_bleu", "val_chrf", "val_loss"} <= set(header.split(",")) and rows
     hparams = metrics.with_name("hparams.yaml").read_text()
