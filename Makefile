@@ -29,7 +29,7 @@ demo: $(VENV)/.installed
 	$(PY) benchmarks/seed_pattern.py --epochs 5 --num-sequences 4000
 	@echo "== StreamRec: demo data, training, test (model vs most-popular), batch scoring, explanations =="
 	$(PY) data/make_streamrec_demo.py
-	$(PY) -m streamrec fit --config configs/streamrec/demo.yaml
+	$(PY) -m streamrec fit --config configs/streamrec/demo.yaml --overwrite
 	$(PY) -m streamrec test --config configs/streamrec/demo.yaml --ckpt_path $(SR)/checkpoints/best.ckpt
 	$(PY) -m streamrec.score --ckpt $(SR)/checkpoints/best.ckpt --input data/streamrec_demo/interactions.csv \
 		--output $(SR)/recs.parquet --top-k 10 --explain
@@ -37,7 +37,7 @@ demo: $(VENV)/.installed
 		--user u0001 --html $(SR)/why_u0001.html
 	@echo "== Translate: demo corpus, training, test BLEU (beam 5), inference with alignments =="
 	$(PY) data/make_translate_demo.py
-	$(PY) -m translate fit --config configs/translate/demo.yaml
+	$(PY) -m translate fit --config configs/translate/demo.yaml --overwrite
 	$(PY) -m translate test --config configs/translate/demo.yaml --ckpt_path $(TR)/checkpoints/best.ckpt
 	$(PY) -m translate.infer --ckpt $(TR)/checkpoints/best.ckpt -i data/translate_demo/test.en -o $(TR)/test.out.de \
 		--alignments $(TR)/test.align.jsonl --html $(TR)/alignments.html
