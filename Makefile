@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed
-	$(PIP) -e ".[dev]"
+	$(PIP) -e ".[dev,export]"
 	touch $@
 
 install: $(VENV)/.installed

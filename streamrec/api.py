@@ -28,6 +28,7 @@ from torch import Tensor
 
 from core.checkpoint import load_module
 from core.errors import InputError
+from core.export import is_export_folder, load_folder
 from streamrec.data import ItemVocab
 from streamrec.explain import attention_weights, occlusion_drops
 from streamrec.model import PAD_ID, StreamRecModel
@@ -35,6 +36,7 @@ from streamrec.module import VOCAB_KEY, StreamRecModule
 from streamrec.predict import top_items
 
 WRITTEN_BY = "python -m streamrec fit"
+EXPORTED_BY = "python -m streamrec.export --format safetensors"
 
 
 def encode_history(items: Sequence[str], vocab: ItemVocab) -> tuple[list[int], list[str]]:
@@ -155,12 +157,16 @@ class Recommender:
 
     @classmethod
     def load(cls, ckpt: str | Path, device: str | torch.device = "cpu") -> Recommender:
-        """The recommender stored in a checkpoint written by `python -m streamrec fit`.
+        """The recommender stored in a checkpoint written by `python -m streamrec fit`, or in an export folder.
 
         Args:
-            ckpt: the .ckpt file.
+            ckpt: the .ckpt file, or a folder written by `python -m streamrec.export --format safetensors`
+                (model.safetensors + config.json: read without pickle).
             device: where to run the model ("cpu", "cuda", ...).
         """
+        if is_export_folder(ckpt):
+            module, config = load_folder(StreamRecModule, ckpt, "streamrec", EXPORTED_BY)
+            return cls(module.model.to(device), ItemVocab.from_dict(config))
         module, state = load_module(StreamRecModule, ckpt, WRITTEN_BY, "StreamRec", required=[VOCAB_KEY])
         return cls(module.model.to(device), ItemVocab.from_dict(state[VOCAB_KEY]))
 

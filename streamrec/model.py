@@ -27,10 +27,21 @@ def trim_padding(items: Tensor) -> tuple[Tensor, int]:
     Padding is never attended and the kept items keep their positions (the encoder is given
     the offset), so outputs are unchanged while a batch of short histories costs what its
     longest row costs: Amazon Beauty's histories average 9 items at max_len 50.
+
+    Under `torch.export`, ONNX export or tracing every column is kept (offset 0): the cut depends on the
+    data, which a graph with a dynamic length cannot hold. Padding is masked either way, so the outputs at
+    the non-padding positions are the same (to float rounding).
     """
+    if exporting():
+        return items, 0
     occupied = (items != PAD_ID).any(0).to(torch.uint8)
     start = int(occupied.argmax())  # the first occupied column (argmax returns the first maximum); 0 if none
     return items[:, start:], start
+
+
+def exporting() -> bool:
+    """Whether a graph is being captured for export (torch.export, the ONNX exporters, jit tracing)."""
+    return torch.compiler.is_exporting() or torch.onnx.is_in_onnx_export() or torch.jit.is_tracing()
 
 
 class StreamRecModel(nn.Module):

@@ -1,0 +1,132 @@
+"""Export a trained StreamRec model: safetensors weights, or an ONNX scoring graph.
+
+    python -m streamrec.export --ckpt CKPT --format safetensors --output DIR
+    python -m streamrec.export --ckpt CKPT --format onnx --output DIR
+
+`safetensors` writes DIR/model.safetensors and DIR/config.json (the module's hyper-parameters and the
+item vocabulary); `streamrec.Recommender.load(DIR)` reads it back without pickle (`core.export`).
+
+`onnx` writes DIR/model.onnx, the scoring graph `items (B, T) -> scores (B, N+1)` with a dynamic
+batch B and length T <= max_len (histories left-padded with 0, model ids; score column 0 is padding,
+-inf), and DIR/items.json, the vocabulary: `items[k]` is the original id of model id k + 1. Run it with
+onnxruntime (`pip install -e ".[export]"`); docs/export.md shows how.
+
+Legend: B users, T history length, N items.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from core.atomic import atomic_path
+from core.checkpoint import load_module
+from core.errors import describe_os_error
+from core.export import constructor_arguments, save_folder, write_json
+from core.linear import onednn_linear
+from streamrec.data import ItemVocab
+from streamrec.model import StreamRecModel
+from streamrec.module import VOCAB_KEY, StreamRecModule
+
+WRITTEN_BY = "python -m streamrec fit"
+FORMATS = ("safetensors", "onnx")
+ONNX_FILE = "model.onnx"
+ITEMS_FILE = "items.json"
+OPSET = 18
+
+
+class ScoringGraph(nn.Module):
+    """What the ONNX graph computes: next-item scores after each left-padded history.
+
+    Args:
+        model: the trained network (eval mode).
+    """
+
+    def __init__(self, model: StreamRecModel):
+        super().__init__()
+        self.model = model
+
+    def forward(self, items: Tensor) -> Tensor:
+        """(B, T) model item ids, left-padded with 0 -> (B, N+1) scores, column 0 -inf."""
+        return self.model.score(self.model.last_hidden(items))
+
+
+def load(ckpt: str | Path) -> tuple[StreamRecModule, dict]:
+    """The module and the checkpoint dict of a `python -m streamrec fit` checkpoint (restricted unpickler)."""
+    return load_module(StreamRecModule, ckpt, WRITTEN_BY, "StreamRec", required=[VOCAB_KEY])
+
+
+def export_safetensors(ckpt: str | Path, out: str | Path) -> Path:
+    """Write DIR/model.safetensors and DIR/config.json (hyper-parameters + `items`); returns the folder."""
+    module, state = load(ckpt)
+    vocab = ItemVocab.from_dict(state[VOCAB_KEY])
+    hparams = constructor_arguments(StreamRecModule, state["hyper_parameters"])
+    return save_folder(out, module.model, "streamrec", hparams, {"items": vocab.items})
+
+
+def export_onnx(ckpt: str | Path, out: str | Path, opset: int = OPSET) -> Path:
+    """Write DIR/model.onnx (dynamic batch and length) and DIR/items.json; returns the folder."""
+    module, state = load(ckpt)
+    model = module.model.float().eval()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_onnx(model, out / ONNX_FILE, opset)
+    write_json(out / ITEMS_FILE, ItemVocab.from_dict(state[VOCAB_KEY]).items)
+    return out
+
+
+def example_batch(model: StreamRecModel) -> Tensor:
+    """Two left-padded histories of different lengths, (2, max_len): the example the exporter traces."""
+    t = model.encoder.max_len
+    items = torch.zeros(2, t, dtype=torch.long)
+    items[0, :] = torch.arange(t) % model.num_items + 1
+    items[1, t // 2 :] = torch.arange(t - t // 2) % model.num_items + 1
+    return items
+
+
+def write_onnx(model: StreamRecModel, path: Path, opset: int = OPSET) -> None:
+    """Export `ScoringGraph(model)` to `path` with torch's dynamo-based exporter (dynamic B, T <= max_len).
+
+    `trim_padding` keeps every column while exporting, so the graph holds no data-dependent shape. The
+    TorchScript-based exporter (`dynamo=False`) fails on SDPA's `enable_gqa` flag; the dynamo one needs
+    `onnxscript`. Linears run as plain `F.linear` while exporting: the oneDNN op `core.linear` uses on
+    AVX-512 CPUs has no ONNX form.
+    """
+    graph = ScoringGraph(model).eval()
+    batch, length = torch.export.Dim("batch"), torch.export.Dim("length", max=model.encoder.max_len)
+    with atomic_path(path) as tmp, torch.no_grad(), onednn_linear(False):
+        torch.onnx.export(
+            graph, (example_batch(model),), str(tmp), input_names=["items"], output_names=["scores"],
+            dynamic_shapes={"items": {0: batch, 1: length}}, opset_version=opset, dynamo=True, verbose=False,
+        )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command line: python -m streamrec.export --ckpt CKPT --format {safetensors,onnx} --output DIR."""
+    p = argparse.ArgumentParser(prog="python -m streamrec.export", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ckpt", required=True, help="checkpoint written by `python -m streamrec fit`")
+    p.add_argument("--format", required=True, choices=FORMATS, help="safetensors (weights + config.json) or onnx")
+    p.add_argument("--output", required=True, help="folder to write (created if missing)")
+    p.add_argument("--opset", type=int, default=OPSET, help=f"ONNX opset (default {OPSET})")
+    args = p.parse_args(argv)
+    try:
+        if args.format == "safetensors":
+            out = export_safetensors(args.ckpt, args.output)
+        else:
+            out = export_onnx(args.ckpt, args.output, args.opset)
+    except (ValueError, FileNotFoundError) as err:
+        sys.exit(f"error: {err}")
+    except OSError as err:
+        sys.exit(f"error: {describe_os_error(err, args.output)}")
+    except ModuleNotFoundError as err:
+        sys.exit(f"error: --format {args.format} needs {err.name}; install it with `pip install -e \".[export]\"`")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
