@@ -29,6 +29,7 @@ from torch import Tensor
 
 from core.checkpoint import load_module
 from core.errors import InputError
+from core.export import is_export_folder, load_folder
 from core.precision import NO_FAST_BF16, cpu_has_fast_bf16, quantize_int8
 from translate.align import DEFAULT_LAYER, EMPTY, Layer, WordAlignment, align_batch
 from translate.ensemble import Ensemble
@@ -39,6 +40,7 @@ from translate.vocab import BOS_ID, EOS_ID, PAD_ID, SubwordVocab
 
 log = logging.getLogger("translate.api")
 WRITTEN_BY = "python -m translate fit"
+EXPORTED_BY = "python -m translate.export --format safetensors"
 MAX_TRUNCATION_WARNINGS = 20  # then one summary line, so a bad file cannot flood stderr
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 INT8 = "int8"  # float32 model with int8 linear layers (core.precision.quantize_int8), CPU only
@@ -104,7 +106,8 @@ class Translator:
         """The translator stored in a checkpoint, or an ensemble of several.
 
         Args:
-            ckpt: a checkpoint from `python -m translate fit` or `python -m translate.average`; several
+            ckpt: a checkpoint from `python -m translate fit` or `python -m translate.average`, or a folder
+                from `python -m translate.export --format safetensors` (read without pickle); several
                 (a list) make an `Ensemble` (the mean of their probabilities), which must share the vocabularies.
             device: where to put the model.
             dtype: "float32", or "bfloat16" for weights and activations in bf16 (search still
@@ -232,8 +235,12 @@ class Translator:
 
 
 def _load_one(path: Path, device: str | torch.device, dtype: str) -> Translator:
-    module, state = load_module(TranslationModule, path, WRITTEN_BY, "Translate")
-    vocabs = vocabs_from_checkpoint(state)
+    if is_export_folder(path):  # model.safetensors + config.json + sentencepiece files: no pickle
+        module, config = load_folder(TranslationModule, path, "translate", EXPORTED_BY)
+        vocabs = _folder_vocabs(path, config)
+    else:
+        module, state = load_module(TranslationModule, path, WRITTEN_BY, "Translate")
+        vocabs = vocabs_from_checkpoint(state)
     if vocabs is None:
         raise InputError(f"{path}: not a Translate checkpoint (no vocabularies); "
                          f"pass a checkpoint written by `{WRITTEN_BY}`")
@@ -249,3 +256,12 @@ def _load_one(path: Path, device: str | torch.device, dtype: str) -> Translator:
         log.warning("--dtype bfloat16: %s, so decoding runs in float32", NO_FAST_BF16)
         dtype = "float32"
     return Translator(module.model.to(device=device, dtype=DTYPES[dtype]), *vocabs)
+
+
+def _folder_vocabs(folder: Path, config: dict) -> tuple[SubwordVocab, SubwordVocab] | None:
+    """The (source, target) sentencepiece models an export folder's config.json names, or None."""
+    names = config.get("src_vocab"), config.get("tgt_vocab")
+    if not all(isinstance(n, str) and "/" not in n and "\\" not in n for n in names):
+        return None
+    src = SubwordVocab.from_file(folder / names[0])
+    return src, src if names[1] == names[0] else SubwordVocab.from_file(folder / names[1])

@@ -1,0 +1,103 @@
+"""Translate export: safetensors round trip (no pickle), and the CTranslate2 conversion against our search."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from core.errors import InputError
+from translate import Translator
+from translate.export import export_safetensors, main, transformer_spec
+
+
+def _train(demo_dir: Path, out: Path, steps: int) -> Path:
+    """A small translator trained long enough to end its outputs with EOS (a 20-step one only repeats a word)."""
+    import lightning as L
+
+    from translate.data import TranslationDataModule
+    from translate.module import TranslationModule
+
+    L.seed_everything(0, verbose=False)
+    dm = TranslationDataModule(str(demo_dir / "train"), str(demo_dir / "val"), str(demo_dir / "test"), max_len=32,
+                               max_tokens=1024, cache_dir=str(out / "spm"), vocab_size=400)
+    module = TranslationModule(dm.src_vocab_size, dm.tgt_vocab_size, dm.pad_id, 32, d_model=32, n_heads=2,
+                               n_encoder_layers=1, n_decoder_layers=1, d_ff=64, lr=1e-2, warmup_steps=20, dropout=0.0)
+    trainer = L.Trainer(max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, limit_val_batches=0, use_distributed_sampler=False)
+    trainer.fit(module, dm)
+    trainer.save_checkpoint(out / "small.ckpt")
+    return out / "small.ckpt"
+
+
+@pytest.fixture(scope="module")
+def ckpt(demo_dir, tmp_path_factory) -> Path:
+    return _train(demo_dir, tmp_path_factory.mktemp("export_ckpt"), steps=600)
+
+
+@pytest.fixture(scope="module")
+def test_set(demo_dir) -> tuple[list[str], list[str]]:
+    return ((demo_dir / "test.en").read_text(encoding="utf-8").splitlines(),
+            (demo_dir / "test.de").read_text(encoding="utf-8").splitlines())
+
+
+def test_safetensors_round_trip_gives_identical_translations(ckpt, test_set, tmp_path):
+    out = export_safetensors(ckpt, tmp_path / "st")
+    config = json.loads((out / "config.json").read_text())
+    assert config["format"] == "translate-safetensors" and config["src_vocab"] == "src.model"
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "src.model"]
+    ours, exported = Translator.load(ckpt), Translator.load(out)
+    assert exported.src_vocab == ours.src_vocab and exported.tgt_vocab == ours.tgt_vocab
+    lines = [*test_set[0][:8], ""]
+    for beam in (1, 5):
+        assert exported.translate(lines, beam=beam, return_scores=True) == ours.translate(
+            lines, beam=beam, return_scores=True)
+
+
+def test_ctranslate2_greedy_is_identical_and_beam_bleu_close(ckpt, test_set, tmp_path):
+    pytest.importorskip("ctranslate2", reason="ctranslate2 not installed: pip install -e '.[export]'")
+    import sacrebleu
+
+    from translate.export import CT2Translator
+
+    main(["--ckpt", str(ckpt), "--format", "ctranslate2", "--output", str(tmp_path / "ct2")])
+    ours = Translator.load(ckpt)
+    ct2 = CT2Translator(tmp_path / "ct2", ours.max_src_len)
+    sources, refs = test_set
+    assert ct2.translate(sources, beam=1) == ours.translate(sources, beam=1)
+    # Beam search differs in details (CTranslate2's length penalty and stopping rule), so compare BLEU.
+    bleu = [sacrebleu.corpus_bleu(t.translate(sources, beam=5), [refs]).score for t in (ours, ct2)]
+    assert abs(bleu[0] - bleu[1]) <= 0.3, bleu
+
+
+def test_ctranslate2_int8_quantization_writes_a_model(ckpt, test_set, tmp_path):
+    pytest.importorskip("ctranslate2", reason="ctranslate2 not installed: pip install -e '.[export]'")
+    from translate.export import CT2Translator
+
+    main(["--ckpt", str(ckpt), "--format", "ctranslate2", "--output", str(tmp_path / "q"), "--quantization", "int8"])
+    assert json.loads((tmp_path / "q" / "config.json").read_text())["decoder_start_token"] == "<s>"
+    out = CT2Translator(tmp_path / "q", 32).translate(test_set[0][:5], beam=1)
+    assert len(out) == 5 and all(isinstance(s, str) for s in out)
+
+
+def test_ctranslate2_refuses_what_its_spec_cannot_express():
+    pytest.importorskip("ctranslate2", reason="ctranslate2 not installed: pip install -e '.[export]'")
+    from translate.model import Translator as TranslatorModel
+
+    model = TranslatorModel(8, 8, d_model=8, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_ff=16,
+                            positions="rope")
+    with pytest.raises(InputError, match="positions 'rope'"):
+        transformer_spec(model, {"positions": "rope", "n_heads": 2}, None, None)
+
+
+def test_quantization_needs_the_ctranslate2_format(tmp_path):
+    with pytest.raises(SystemExit):
+        main(["--ckpt", "x.ckpt", "--format", "safetensors", "--output", str(tmp_path), "--quantization", "int8"])
+
+
+def test_model_weights_survive_the_export_unchanged(ckpt, tmp_path):
+    out = export_safetensors(ckpt, tmp_path / "w")
+    a, b = Translator.load(ckpt).model.state_dict(), Translator.load(out).model.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -1,0 +1,266 @@
+"""Export a trained translator: safetensors weights, or a CTranslate2 model.
+
+    python -m translate.export --ckpt CKPT --format safetensors --output DIR
+    python -m translate.export --ckpt CKPT --format ctranslate2 --output DIR [--quantization int8]
+
+`safetensors` writes DIR/model.safetensors, DIR/config.json (the module's hyper-parameters and the names
+of the vocabulary files) and the sentencepiece models (DIR/src.model, and DIR/tgt.model when the target
+vocabulary differs); `translate.Translator.load(DIR)` reads it back without pickle (`core.export`).
+
+`ctranslate2` converts the network to CTranslate2's `TransformerSpec` (`ctranslate2.Translator(DIR)`
+runs it) and copies the sentencepiece models beside it: CTranslate2 reads and writes pieces, so tokenise
+with src.model and detokenise with tgt.model (`translate_pieces` does both). It needs `ctranslate2`
+(`pip install -e ".[export]"`). Mapped: pre-LN or post-LN, fused QKV and KV projections, tied or separate
+embeddings (scaled by sqrt(D)), sinusoidal or learned (or no) positions as a table, final LayerNorm
+(pre-LN), ReLU / GELU / SwiGLU. Not mapped, refused by name: RoPE, ALiBi and grouped-query attention.
+`--quantization int8` stores int8 weights (CTranslate2's own quantisation, not `core.precision`'s).
+
+Legend: S source length, V vocabulary, D model width, F feed-forward width.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from core.checkpoint import load_module
+from core.errors import InputError, describe_os_error
+from core.export import constructor_arguments, save_folder
+from translate.model import Translator as TranslatorModel
+from translate.module import TranslationModule, vocabs_from_checkpoint
+from translate.search import max_output_lengths
+from translate.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, SubwordVocab
+
+WRITTEN_BY = "python -m translate fit"
+FORMATS = ("safetensors", "ctranslate2")
+QUANTIZATIONS = ("int8", "int8_float32", "int16", "float16", "bfloat16", "float32")
+SRC_MODEL, TGT_MODEL = "src.model", "tgt.model"
+LAYER_NORM_EPS = 1e-5  # torch's nn.LayerNorm default; CTranslate2's own default differs
+
+
+def load(ckpt: str | Path) -> tuple[TranslationModule, dict[str, Any], tuple[SubwordVocab, SubwordVocab]]:
+    """The module, checkpoint dict and (source, target) vocabularies of a `python -m translate fit` checkpoint."""
+    module, state = load_module(TranslationModule, ckpt, WRITTEN_BY, "Translate")
+    vocabs = vocabs_from_checkpoint(state)
+    if vocabs is None:
+        raise InputError(f"{ckpt}: not a Translate checkpoint (no vocabularies); pass a checkpoint written by "
+                         f"`{WRITTEN_BY}`")
+    return module, state, vocabs
+
+
+def write_vocabs(out: Path, vocabs: tuple[SubwordVocab, SubwordVocab]) -> dict[str, str]:
+    """Write src.model (and tgt.model when it differs) into `out`; returns config.json's names for them."""
+    src, tgt = vocabs
+    src.save(out / SRC_MODEL)
+    if tgt == src:
+        return {"src_vocab": SRC_MODEL, "tgt_vocab": SRC_MODEL}
+    tgt.save(out / TGT_MODEL)
+    return {"src_vocab": SRC_MODEL, "tgt_vocab": TGT_MODEL}
+
+
+def export_safetensors(ckpt: str | Path, out: str | Path) -> Path:
+    """Write DIR/model.safetensors, DIR/config.json and the sentencepiece models; returns the folder."""
+    module, state, vocabs = load(ckpt)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    names = write_vocabs(out, vocabs)
+    hparams = constructor_arguments(TranslationModule, state["hyper_parameters"])
+    return save_folder(out, module.model, "translate", hparams, names)
+
+
+# ---------------------------------------------------------------------------------------------- CTranslate2
+def transformer_spec(model: TranslatorModel, hparams: dict[str, Any], src: SubwordVocab, tgt: SubwordVocab):
+    """Our network as a `ctranslate2.specs.TransformerSpec`, weights set and vocabularies registered.
+
+    Raises:
+        InputError: a setting CTranslate2's Transformer spec cannot express (RoPE, ALiBi, grouped-query attention).
+    """
+    from ctranslate2.specs import common_spec
+    from ctranslate2.specs import transformer_spec as ts
+
+    positions, activation = hparams.get("positions", "sinusoidal"), hparams.get("activation", "relu")
+    n_heads, n_kv = hparams.get("n_heads", 4), hparams.get("n_kv_heads")
+    if positions in ("rope", "alibi"):
+        raise InputError(f"positions {positions!r}: the CTranslate2 export maps sinusoidal, learned or none only")
+    if n_kv not in (None, n_heads):
+        raise InputError(f"n_kv_heads ({n_kv}) != n_heads ({n_heads}): the CTranslate2 export maps multi-head "
+                         "attention only")
+    act = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU,
+           "swiglu": common_spec.Activation.SWISH}[activation]
+    pre_norm = bool(hparams.get("norm_first", True))
+    spec = ts.TransformerSpec.from_config(
+        (len(model.encoder.layers), len(model.decoder.layers)), n_heads, pre_norm=pre_norm,
+        no_final_norm=not pre_norm, activation=act, ffn_glu=activation == "swiglu",
+    )
+    _set_stack(spec.encoder, model.encoder, model.src_embed.weight, cross=False)
+    _set_stack(spec.decoder, model.decoder, model.tgt_embed.weight, cross=True)
+    _set_linear(spec.decoder.projection, model.output.weight)
+    for vocab, register in ((src, spec.register_source_vocabulary), (tgt, spec.register_target_vocabulary)):
+        register(vocab.pieces(range(vocab.vocab_size)))
+    pieces = tgt.pieces([UNK_ID, BOS_ID, EOS_ID])
+    spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = pieces
+    spec.config.decoder_start_token = pieces[1]
+    spec.config.layer_norm_epsilon = LAYER_NORM_EPS
+    return spec
+
+
+def _np(t: Tensor):
+    return t.detach().float().cpu().numpy()
+
+
+def _set_linear(spec, weight: Tensor, bias: Tensor | None = None) -> None:
+    spec.weight = _np(weight)
+    if bias is not None:
+        spec.bias = _np(bias)
+
+
+def _set_norm(spec, norm: torch.nn.LayerNorm) -> None:
+    spec.gamma, spec.beta = _np(norm.weight), _np(norm.bias)
+
+
+def _set_stack(spec, stack, embedding: Tensor, cross: bool) -> None:
+    """Embedding, position table, layers and final norm of one stack (our Encoder or Decoder)."""
+    embeddings = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings
+    embeddings.weight = _np(embedding)
+    spec.scale_embeddings = True  # ours: embedding x sqrt(D) (core.TokenEmbedding)
+    d_model = embedding.shape[1]
+    table = torch.zeros(stack.max_len, d_model)  # positions "none": a table of zeros
+    if stack.additive is not None:
+        table = stack.additive(torch.zeros(1, stack.max_len, d_model), 0)[0]  # sinusoidal or learned, (T, D)
+    spec.position_encodings.encodings = _np(table)
+    if hasattr(spec, "layer_norm"):
+        _set_norm(spec.layer_norm, stack.norm)
+    for layer_spec, layer in zip(spec.layer, stack.layers, strict=True):
+        attn = layer.self_attn
+        _set_linear(layer_spec.self_attention.linear[0], attn.qkv.weight, attn.qkv.bias)  # rows [q; k; v], as ours
+        _set_linear(layer_spec.self_attention.linear[1], attn.out.weight, attn.out.bias)
+        _set_norm(layer_spec.self_attention.layer_norm, (layer.self_block if cross else layer.attn_block).norm)
+        if cross:
+            c = layer.cross_attn
+            _set_linear(layer_spec.attention.linear[0], c.q.weight, c.q.bias)
+            _set_linear(layer_spec.attention.linear[1], c.kv.weight, c.kv.bias)  # rows [k; v], as ours
+            _set_linear(layer_spec.attention.linear[2], c.out.weight, c.out.bias)
+            _set_norm(layer_spec.attention.layer_norm, layer.cross_block.norm)
+        _set_ffn(layer_spec.ffn, layer.ff, layer.ff_block.norm)
+
+
+def _set_ffn(spec, ff, norm: torch.nn.LayerNorm) -> None:
+    _set_norm(spec.layer_norm, norm)
+    if ff.activation == "swiglu":  # ours: silu(gate) * value with up's rows [gate; value]
+        gate_w, value_w = ff.up.weight.chunk(2, dim=0)
+        gate_b, value_b = (None, None) if ff.up.bias is None else ff.up.bias.chunk(2, dim=0)
+        _set_linear(spec.linear_0, gate_w, gate_b)
+        _set_linear(spec.linear_0_noact, value_w, value_b)
+    else:
+        _set_linear(spec.linear_0, ff.up.weight, ff.up.bias)
+    _set_linear(spec.linear_1, ff.down.weight, ff.down.bias)
+
+
+def export_ctranslate2(ckpt: str | Path, out: str | Path, quantization: str | None = None) -> Path:
+    """Convert a checkpoint to a CTranslate2 model folder (plus src.model / tgt.model); returns the folder."""
+    from ctranslate2.converters import Converter
+
+    module, state, vocabs = load(ckpt)
+    spec = transformer_spec(module.model.float().eval(), state["hyper_parameters"], *vocabs)
+
+    class _Ours(Converter):
+        def _load(self):
+            return spec
+
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--output {out}: is a file; name a folder")
+    _Ours().convert(str(out), quantization=quantization, force=True)
+    write_vocabs(out, vocabs)
+    return out
+
+
+class CT2Translator:
+    """A CTranslate2 export with its sentencepiece models, decoding as our `Translator` does.
+
+    Args:
+        folder: written by `python -m translate.export --format ctranslate2`.
+        max_len: the model's max_len (positions), which caps source and output lengths.
+        compute_type: CTranslate2's compute type ("default": the stored weights' type).
+        threads: intra-op threads.
+    """
+
+    def __init__(self, folder: str | Path, max_len: int, compute_type: str = "default", threads: int = 1):
+        import ctranslate2
+
+        folder = Path(folder)
+        self.translator = ctranslate2.Translator(str(folder), device="cpu", compute_type=compute_type,
+                                                 intra_threads=threads)
+        self.src_vocab = SubwordVocab.from_file(folder / SRC_MODEL)
+        tgt = folder / TGT_MODEL
+        self.tgt_vocab = SubwordVocab.from_file(tgt) if tgt.is_file() else self.src_vocab
+        self.max_len = max_len
+        self._suppress = [[p] for p in self.tgt_vocab.pieces([PAD_ID, BOS_ID])]  # as our search: never generated
+        self._ids = {p: i for i, p in enumerate(self.tgt_vocab.pieces(range(self.tgt_vocab.vocab_size)))}
+
+    def translate_ids(self, sources: Sequence[Sequence[int]], beam: int = 5, alpha: float = 0.6,
+                      max_len_a: float = 1.5, max_len_b: int = 10) -> list[list[int]]:
+        """Output ids per source (ours: `Translator.translate_ids`), with our per-sentence length limit.
+
+        Sentences are grouped by their limit (`max_len_a` x length + `max_len_b`, capped by max_len - 1),
+        since CTranslate2 takes one `max_decoding_length` per call. `alpha` is passed as CTranslate2's
+        `length_penalty`, whose normalisation (length ** alpha) differs from our GNMT penalty.
+        """
+        out: list[list[int]] = [[] for _ in sources]
+        limits: dict[int, list[int]] = {}
+        for i, s in enumerate(sources):
+            if s:
+                row = torch.tensor([list(s)[: self.max_len]])
+                limit = int(max_output_lengths(row, PAD_ID, max_len_a, max_len_b, self.max_len - 1)[0])
+                limits.setdefault(limit, []).append(i)
+        for limit, rows in limits.items():
+            results = self.translator.translate_batch(
+                [self.src_vocab.pieces(list(sources[i])[: self.max_len]) for i in rows], beam_size=beam,
+                max_decoding_length=limit, length_penalty=alpha, suppress_sequences=self._suppress,
+                max_input_length=self.max_len,
+            )
+            for i, r in zip(rows, results, strict=True):
+                out[i] = [self._ids[p] for p in r.hypotheses[0]]
+        return out
+
+    def translate(self, sentences: Sequence[str], beam: int = 5, **kwargs: Any) -> list[str]:
+        """Detokenised translations, one per sentence ("" for a blank one)."""
+        ids = self.src_vocab.encode_batch([s if s.strip() else "" for s in sentences])
+        return [self.tgt_vocab.decode(row) for row in self.translate_ids(ids, beam, **kwargs)]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command line: python -m translate.export --ckpt CKPT --format {safetensors,ctranslate2} --output DIR."""
+    p = argparse.ArgumentParser(prog="python -m translate.export", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ckpt", required=True, help="checkpoint written by `python -m translate fit`")
+    p.add_argument("--format", required=True, choices=FORMATS, help="safetensors (weights + config.json) or "
+                   "ctranslate2")
+    p.add_argument("--output", required=True, help="folder to write (created if missing)")
+    p.add_argument("--quantization", choices=QUANTIZATIONS, help="ctranslate2 only: weight type (default float32)")
+    args = p.parse_args(argv)
+    if args.quantization and args.format != "ctranslate2":
+        p.error("--quantization applies to --format ctranslate2 only")
+    try:
+        if args.format == "safetensors":
+            out = export_safetensors(args.ckpt, args.output)
+        else:
+            out = export_ctranslate2(args.ckpt, args.output, args.quantization)
+    except (ValueError, FileNotFoundError) as err:
+        sys.exit(f"error: {err}")
+    except OSError as err:
+        sys.exit(f"error: {describe_os_error(err, args.output)}")
+    except ModuleNotFoundError as err:
+        sys.exit(f"error: --format {args.format} needs {err.name}; install it with `pip install -e \".[export]\"`")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
+
