@@ -164,10 +164,16 @@ def _set_ffn(spec, ff, norm: torch.nn.LayerNorm) -> None:
 
 def export_ctranslate2(ckpt: str | Path, out: str | Path, quantization: str | None = None) -> Path:
     """Convert a checkpoint to a CTranslate2 model folder (plus src.model / tgt.model); returns the folder."""
+    module, state, vocabs = load(ckpt)
+    return write_ctranslate2(module.model, state["hyper_parameters"], vocabs, out, quantization)
+
+
+def write_ctranslate2(model: TranslatorModel, hparams: dict[str, Any], vocabs: tuple[SubwordVocab, SubwordVocab],
+                      out: str | Path, quantization: str | None = None) -> Path:
+    """Convert `model` (with its module's hyper-parameters and vocabularies) into the folder `out`."""
     from ctranslate2.converters import Converter
 
-    module, state, vocabs = load(ckpt)
-    spec = transformer_spec(module.model.float().eval(), state["hyper_parameters"], *vocabs)
+    spec = transformer_spec(model.float().eval(), hparams, *vocabs)
 
     class _Ours(Converter):
         def _load(self):
@@ -209,7 +215,9 @@ class CT2Translator:
         """Output ids per source (ours: `Translator.translate_ids`), with our per-sentence length limit.
 
         Sentences are grouped by their limit (`max_len_a` x length + `max_len_b`, capped by max_len - 1),
-        since CTranslate2 takes one `max_decoding_length` per call. `alpha` is passed as CTranslate2's
+        since CTranslate2 takes one `max_decoding_length` per call. As in our search, EOS may come first
+        (CTranslate2's `min_decoding_length` defaults to 1) and padding and BOS are never generated (without
+        `suppress_sequences` CTranslate2 may emit BOS). `alpha` is passed as CTranslate2's
         `length_penalty`, whose normalisation (length ** alpha) differs from our GNMT penalty.
         """
         out: list[list[int]] = [[] for _ in sources]
@@ -222,8 +230,8 @@ class CT2Translator:
         for limit, rows in limits.items():
             results = self.translator.translate_batch(
                 [self.src_vocab.pieces(list(sources[i])[: self.max_len]) for i in rows], beam_size=beam,
-                max_decoding_length=limit, length_penalty=alpha, suppress_sequences=self._suppress,
-                max_input_length=self.max_len,
+                max_decoding_length=limit, min_decoding_length=0, length_penalty=alpha,
+                suppress_sequences=self._suppress, max_input_length=self.max_len,
             )
             for i, r in zip(rows, results, strict=True):
                 out[i] = [self._ids[p] for p in r.hypotheses[0]]

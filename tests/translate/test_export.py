@@ -101,3 +101,27 @@ def test_model_weights_survive_the_export_unchanged(ckpt, tmp_path):
     out = export_safetensors(ckpt, tmp_path / "w")
     a, b = Translator.load(ckpt).model.state_dict(), Translator.load(out).model.state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("variant", [
+    dict(norm_first=False, activation="gelu", positions="learned"),
+    dict(activation="swiglu", positions="none", share_embeddings=False),
+])
+def test_ctranslate2_maps_post_ln_gelu_swiglu_learned_and_no_positions(ckpt, test_set, tmp_path, variant):
+    pytest.importorskip("ctranslate2", reason="ctranslate2 not installed: pip install -e '.[export]'")
+    from translate.export import CT2Translator, write_ctranslate2
+    from translate.model import Translator as TranslatorModel
+
+    trained = Translator.load(ckpt)
+    v = trained.src_vocab.vocab_size
+    hparams = dict(d_model=16, n_heads=2, n_encoder_layers=2, n_decoder_layers=2, d_ff=32, max_len=32, **variant)
+    torch.manual_seed(0)
+    model = TranslatorModel(v, v, dropout=0.0, **hparams).eval()
+    with torch.no_grad():  # LayerNorms away from (1, 0) and biases away from 0, so a wrong mapping shows
+        for name, p in model.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                p.add_(0.3 * torch.randn_like(p))
+    write_ctranslate2(model, hparams, (trained.src_vocab, trained.tgt_vocab), tmp_path / "ct2")
+    ours = Translator(model, trained.src_vocab, trained.tgt_vocab)
+    sources = test_set[0][:10]
+    assert CT2Translator(tmp_path / "ct2", 32).translate(sources, beam=1) == ours.translate(sources, beam=1)
