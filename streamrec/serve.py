@@ -1,0 +1,125 @@
+"""Serve a StreamRec checkpoint over HTTP: POST a history, get the top-k items with their scores.
+
+    python -m streamrec.serve --ckpt runs/streamrec_demo/checkpoints/best.ckpt --port 8000
+    curl -s localhost:8000/predict -H 'Content-Type: application/json' \\
+         -d '{"history": ["v0001", "v0002"], "k": 3}'
+    # {"items": [{"item_id": "v0007", "score": 8.1}, ...], "unknown_items": [], "cold": false}
+
+Request (POST /predict, a JSON object; only these fields):
+  history       item ids, oldest first (required; at most 10,000)
+  k             items to return, 1 to min(1000, catalogue size) (default 10)
+  exclude_seen  leave out items already in the history (default true)
+  items         an allow-list: recommend only among these ids (default null: the whole catalogue)
+  explain       add "explanation": attention over the history and, per item, the history item
+                whose removal costs it most (default false; one model call per request, slower)
+
+Requests arriving together (up to --max-batch-size, waiting at most --batch-timeout seconds) are
+scored in one model call (`streamrec.Recommender.recommend`). A malformed or out-of-range request gets
+a 4xx answer {"error": "one line"} and the server goes on serving. GET /health answers 200 "ok" once
+the model is loaded. The server listens on 127.0.0.1 unless --host says otherwise. See docs/serving.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from core.serve import BatchedAPI, Field, check_fields, one_line_errors, run_server, serve_parser, threads_per_worker
+
+MAX_K = 1000
+MAX_HISTORY = 10_000  # items per history; only the last max_len reach the model, the rest only filter seen items
+MAX_ALLOWED = 100_000  # ids in an allow-list
+MAX_ID_CHARS = 256
+
+
+def request_fields(num_items: int) -> dict[str, Field]:
+    """The request schema for a catalogue of `num_items` items."""
+    return {
+        "history": Field(list, item=str, hi=MAX_HISTORY, item_hi=MAX_ID_CHARS),
+        "k": Field(int, 10, lo=1, hi=min(MAX_K, num_items)),
+        "exclude_seen": Field(bool, True),
+        "items": Field(list, None, hi=MAX_ALLOWED, item=str, item_hi=MAX_ID_CHARS),
+        "explain": Field(bool, False),
+    }
+
+
+class StreamRecAPI(BatchedAPI):
+    """Recommendations for a batch of requests: one `Recommender.recommend` call per distinct (exclude_seen, items).
+
+    Args:
+        ckpt: the checkpoint (loaded in each worker process by `setup`).
+        threads: torch threads per worker (0: PyTorch's default).
+        max_batch_size: the most requests answered together.
+        batch_timeout: seconds to wait for a batch to fill.
+    """
+
+    def __init__(self, ckpt: str, threads: int = 0, max_batch_size: int = 1, batch_timeout: float = 0.0):
+        super().__init__(threads, max_batch_size, batch_timeout)
+        self.ckpt = ckpt
+
+    def load(self, device: str) -> None:
+        """Load the recommender onto `device`."""
+        from streamrec.api import Recommender
+
+        self.rec = Recommender.load(self.ckpt, device)
+
+    def predict_many(self, requests: list[dict]) -> list[dict]:
+        """One answer per request; users who share `exclude_seen` and the allow-list are scored together."""
+        answers: list[dict[str, Any]] = [{} for _ in requests]
+        groups: dict[tuple[bool, tuple[str, ...] | None], list[int]] = {}
+        for i, r in enumerate(requests):
+            if r["explain"]:
+                answers[i] = self._explained(r)
+            else:
+                groups.setdefault((r["exclude_seen"], None if r["items"] is None else tuple(r["items"])), []).append(i)
+        for (exclude_seen, items), rows in groups.items():
+            # Each user's top-k is the head of its top-(largest k): one call serves every k.
+            k = max(requests[i]["k"] for i in rows)
+            recs = self.rec.recommend([requests[i]["history"] for i in rows], k=k, exclude_seen=exclude_seen,
+                                      items=items)
+            for i, ranked in zip(rows, recs, strict=True):
+                answers[i] = self._answer(requests[i], ranked[: requests[i]["k"]])
+        return answers
+
+    def _answer(self, request: dict, ranked: list[tuple[str, float]]) -> dict[str, Any]:
+        ids = [*request["history"], *(request["items"] or [])]
+        index = self.rec.vocab.index
+        return {
+            "items": [{"item_id": item, "score": score} for item, score in ranked],
+            "unknown_items": list(dict.fromkeys(i for i in ids if i not in index)),
+            "cold": not any(i in index for i in request["history"]),
+        }
+
+    def _explained(self, request: dict) -> dict[str, Any]:
+        if not any(i in self.rec.vocab.index for i in request["history"]):
+            return {**self._answer(request, []), "explanation": None}
+        why = self.rec.explain(request["history"], request["k"], request["exclude_seen"], request["items"])
+        because = [{"item_id": item, "most_attended": attended, "most_important": removed, "score_drop": drop}
+                   for (item, _), (attended, removed, drop) in zip(why.recommendations, why.because, strict=True)]
+        explanation = {"history": why.history, "attention": why.attention, "because": because}
+        return {**self._answer(request, why.recommendations), "explanation": explanation}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """`python -m streamrec.serve`'s options (those of `core.serve.serve_parser`)."""
+    return serve_parser("python -m streamrec.serve", __doc__, 8000, "a checkpoint written by `python -m streamrec fit`")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """CLI entry point: a bad checkpoint or option ends with one line on stderr and exit status 1."""
+    args = build_parser().parse_args(argv)
+    with one_line_errors():
+        from streamrec.api import Recommender
+
+        # Loaded here once, through the safe loader, so a bad checkpoint stops before any server process starts.
+        num_items = Recommender.load(args.ckpt).vocab.num_items
+        fields = request_fields(num_items)
+        api = StreamRecAPI(args.ckpt, threads_per_worker(args), args.max_batch_size, args.batch_timeout)
+        metadata = {"app": "streamrec", "ckpt": args.ckpt, "num_items": num_items, "max_k": fields["k"].hi,
+                    "max_history": MAX_HISTORY, "max_body_bytes": args.max_body_bytes}
+        run_server(api, lambda payload: check_fields(payload, fields), args, metadata)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""python -m streamrec.serve: a real server on 127.0.0.1 in a subprocess, spoken to over HTTP.
+
+One server per module (small batches, a short batch timeout and a 20,000-byte body limit) answers
+every test; the answers must equal `Recommender.recommend` called directly.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from core.serve import local_server
+from streamrec import Recommender
+from streamrec import serve as streamrec_serve
+
+MAX_BODY = 20_000
+TIMEOUT = 30  # seconds per HTTP request
+
+
+def post(url: str, body: bytes | dict) -> tuple[int, dict]:
+    """POST to /predict; (status, parsed JSON answer), 4xx and 5xx included."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    request = urllib.request.Request(url + "/predict", data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        with err:
+            return err.code, json.loads(err.read())
+
+
+@pytest.fixture(scope="module")
+def rec(tiny_ckpt: Path) -> Recommender:
+    return Recommender.load(tiny_ckpt)
+
+
+@pytest.fixture(scope="module")
+def server(tiny_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+    log = tmp_path_factory.mktemp("serve") / "server.log"
+    args = ["--ckpt", str(tiny_ckpt), "--max-batch-size", "8", "--batch-timeout", "0.05", "--threads", "1",
+            "--max-body-bytes", str(MAX_BODY), "--log-level", "warning"]
+    with local_server("streamrec.serve", args, log) as url:
+        yield url
+
+
+def expected(rec: Recommender, history: list[str], k: int = 10, exclude_seen: bool = True,
+             items: list[str] | None = None) -> list[tuple[str, float]]:
+    return rec.recommend([history], k=k, exclude_seen=exclude_seen, items=items)[0]
+
+
+def assert_same(answer: dict, ranked: list[tuple[str, float]]) -> None:
+    assert [i["item_id"] for i in answer["items"]] == [item for item, _ in ranked]
+    assert [i["score"] for i in answer["items"]] == pytest.approx([s for _, s in ranked], rel=1e-4, abs=1e-5)
+
+
+def test_health_reports_ready(server):
+    with urllib.request.urlopen(server + "/health", timeout=TIMEOUT) as response:
+        assert (response.status, response.read()) == (200, b"ok")
+
+
+def test_answers_equal_the_python_api(server, rec):
+    known = rec.vocab.items
+    status, answer = post(server, {"history": known[:4] + ["not-an-item"], "k": 5})
+    assert status == 200
+    assert_same(answer, expected(rec, known[:4] + ["not-an-item"], 5))
+    assert answer["unknown_items"] == ["not-an-item"] and answer["cold"] is False
+
+    shelf = known[10:20] + ["gone"]
+    status, answer = post(server, {"history": known[10:14], "k": 3, "exclude_seen": False, "items": shelf})
+    assert status == 200
+    assert_same(answer, expected(rec, known[10:14], 3, exclude_seen=False, items=shelf))
+    assert {i["item_id"] for i in answer["items"]} <= set(shelf) and answer["unknown_items"] == ["gone"]
+
+    status, answer = post(server, {"history": ["nobody-knows"]})
+    assert (status, answer) == (200, {"items": [], "unknown_items": ["nobody-knows"], "cold": True})
+
+
+def test_concurrent_requests_are_not_mixed_up(server, rec):
+    known = rec.vocab.items
+    histories = [known[i : i + 1 + i % 5] for i in range(24)]
+    ks = [1 + i % 7 for i in range(24)]
+    with ThreadPoolExecutor(12) as pool:
+        answers = list(pool.map(lambda h, k: post(server, {"history": h, "k": k}), histories, ks))
+    direct = [rec.recommend([h], k=k)[0] for h, k in zip(histories, ks, strict=True)]
+    for (status, answer), ranked in zip(answers, direct, strict=True):
+        assert status == 200
+        assert_same(answer, ranked)
+
+
+def test_explanations_on_request(server, rec):
+    history = rec.vocab.items[:5]
+    status, answer = post(server, {"history": history, "k": 3, "explain": True})
+    assert status == 200
+    why = rec.explain(history, k=3)
+    assert_same(answer, why.recommendations)
+    explanation = answer["explanation"]
+    assert explanation["history"] == why.history
+    assert explanation["attention"] == pytest.approx(why.attention, abs=1e-5)
+    assert [b["item_id"] for b in explanation["because"]] == [item for item, _ in why.recommendations]
+    assert [(b["most_attended"], b["most_important"]) for b in explanation["because"]] == [
+        (a, r) for a, r, _ in why.because]
+    status, answer = post(server, {"history": ["nobody-knows"], "explain": True})
+    assert status == 200 and answer["explanation"] is None and answer["cold"] is True
+
+
+BAD = {
+    "malformed JSON": b'{"history": ["a"',
+    "not an object": b'["a", "b"]',
+    "NaN": b'{"history": ["a"], "k": NaN}',
+    "unknown field": {"history": ["a"], "topk": 3},
+    "missing history": {"k": 3},
+    "history is a string": {"history": "a"},
+    "k is zero": {"history": ["a"], "k": 0},
+    "k above the catalogue": {"history": ["a"], "k": 10_000},
+    "k is a float": {"history": ["a"], "k": 2.5},
+    "k is true": {"history": ["a"], "k": True},
+    "exclude_seen is a string": {"history": ["a"], "exclude_seen": "no"},
+    "a number in the history": {"history": ["a", 3]},
+    "oversize body": {"history": ["x" * 100] * (MAX_BODY // 100)},
+}
+
+
+@pytest.mark.parametrize("body", BAD.values(), ids=BAD.keys())
+def test_bad_requests_get_a_one_line_4xx_and_the_server_keeps_serving(server, rec, body):
+    status, answer = post(server, body)
+    assert 400 <= status < 500, answer
+    assert list(answer) == ["error"] and "\n" not in answer["error"] and answer["error"]
+    history = rec.vocab.items[:3]
+    status, answer = post(server, {"history": history, "k": 2})
+    assert status == 200
+    assert_same(answer, expected(rec, history, 2))
+
+
+def test_errors_name_the_problem(server, rec):
+    assert post(server, {"history": ["a"], "k": 0})[1]["error"] == (
+        f"`k` (0) must be between 1 and {min(1000, rec.vocab.num_items)}")
+    assert "unknown field `topk`" in post(server, {"history": ["a"], "topk": 3})[1]["error"]
+    assert post(server, b"x" * (MAX_BODY + 1))[0] == 413
+    assert post(server, b'{"history": ["a"], "k": 1, "k": 2}')[0] == 400
+    with pytest.raises(urllib.error.HTTPError) as err:  # other routes answer JSON errors too
+        urllib.request.urlopen(server + "/nowhere", timeout=TIMEOUT)
+    assert err.value.code == 404 and json.loads(err.value.read()) == {"error": "Not Found"}
+
+
+def test_bad_checkpoints_stop_with_one_line(exit_line, hostile, assert_refused, tiny_ckpt, tmp_path):
+    message = exit_line(streamrec_serve.main, ["--ckpt", str(tmp_path / "missing.ckpt")])
+    assert "missing.ckpt" in message
+    bad, marker = hostile("in_hparams", tiny_ckpt)
+    assert_refused(exit_line(streamrec_serve.main, ["--ckpt", str(bad)]), bad, marker)
+
+
+def test_help_lists_the_options_and_the_local_default():
+    run = subprocess.run([sys.executable, "-m", "streamrec.serve", "--help"], capture_output=True, text=True,
+                         timeout=60, cwd=Path(__file__).resolve().parents[2])
+    assert run.returncode == 0
+    for option in ("--ckpt", "--host", "--port", "--max-batch-size", "--batch-timeout", "--workers",
+                   "--max-body-bytes", "default 127.0.0.1"):
+        assert option in run.stdout
