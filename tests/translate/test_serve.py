@@ -1,0 +1,162 @@
+"""python -m translate.serve: a real server on 127.0.0.1 in a subprocess, spoken to over HTTP.
+
+One server per module (small batches, a short batch timeout and a 20,000-byte body limit) answers
+every test; the answers must equal `Translator.translate` called directly.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from core.serve import local_server
+from translate import Translator
+from translate import serve as translate_serve
+
+MAX_BODY = 20_000
+TIMEOUT = 60  # seconds per HTTP request
+
+
+def post(url: str, body: bytes | dict) -> tuple[int, dict]:
+    """POST to /predict; (status, parsed JSON answer), 4xx and 5xx included."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    request = urllib.request.Request(url + "/predict", data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        with err:
+            return err.code, json.loads(err.read())
+
+
+@pytest.fixture(scope="module")
+def ckpt(demo_dir, tmp_path_factory, train_tiny_checkpoint) -> Path:
+    return train_tiny_checkpoint(demo_dir, tmp_path_factory.mktemp("serve_ckpt"))[0]
+
+
+@pytest.fixture(scope="module")
+def translator(ckpt) -> Translator:
+    return Translator.load(ckpt)
+
+
+@pytest.fixture(scope="module")
+def lines(demo_dir) -> list[str]:
+    sources = (demo_dir / "test.en").read_text(encoding="utf-8").splitlines()[:6]
+    return [sources[0], "", *sources[1:]]
+
+
+@pytest.fixture(scope="module")
+def server(ckpt, tmp_path_factory) -> str:
+    log = tmp_path_factory.mktemp("serve") / "server.log"
+    args = ["--ckpt", str(ckpt), "--max-batch-size", "8", "--batch-timeout", "0.05", "--threads", "1",
+            "--max-body-bytes", str(MAX_BODY), "--log-level", "warning"]
+    with local_server("translate.serve", args, log) as url:
+        yield url
+
+
+def as_json(t) -> dict:
+    return {"text": t.text, "score": t.score, "log_prob": t.log_prob}
+
+
+def assert_same(got: list, want: list) -> None:
+    """Served translations equal direct ones: the same texts, scores to float32 rounding (batches differ)."""
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        if isinstance(w, list):
+            assert_same(g, w)
+        elif isinstance(w, str):
+            assert g == w
+        else:
+            assert g["text"] == w["text"]
+            assert (g["score"], g["log_prob"]) == pytest.approx((w["score"], w["log_prob"]), rel=1e-4, abs=1e-5)
+
+
+def test_health_reports_ready(server):
+    with urllib.request.urlopen(server + "/health", timeout=TIMEOUT) as response:
+        assert (response.status, response.read()) == (200, b"ok")
+
+
+def test_answers_equal_the_python_api(server, translator, lines):
+    status, answer = post(server, {"sentences": lines, "beam": 3})
+    assert status == 200
+    assert_same(answer["translations"], [as_json(t) for t in translator.translate(lines, beam=3, return_scores=True)])
+    assert answer["translations"][1] == {"text": "", "score": 0.0, "log_prob": 0.0}  # a blank sentence
+
+    status, answer = post(server, {"sentences": lines, "beam": 3, "n_best": 2})
+    want = [[as_json(t) for t in row] for row in translator.translate(lines, beam=3, n_best=2)]
+    assert status == 200 and answer["translations"][1] == []
+    assert_same(answer["translations"], want)
+
+    status, answer = post(server, {"sentences": lines, "beam": 1, "return_scores": False})
+    assert (status, answer) == (200, {"translations": translator.translate(lines, beam=1)})
+
+    status, answer = post(server, {"text": lines[0]})
+    assert status == 200 and list(answer) == ["translation"]
+    assert_same([answer["translation"]], [as_json(translator.translate(lines[:1], return_scores=True)[0])])
+
+
+def test_concurrent_requests_are_not_mixed_up(server, translator, lines):
+    real = [s for s in lines if s]
+    requests = [{"sentences": real[i % len(real):][: 1 + i % 3], "beam": 1 + 2 * (i % 2)} for i in range(12)]
+    with ThreadPoolExecutor(12) as pool:
+        answers = list(pool.map(lambda r: post(server, r), requests))
+    for r, (status, answer) in zip(requests, answers, strict=True):
+        assert status == 200
+        want = translator.translate(r["sentences"], beam=r["beam"], return_scores=True)
+        assert_same(answer["translations"], [as_json(t) for t in want])
+
+
+BAD = {
+    "malformed JSON": b'{"sentences": ["a"',
+    "not an object": b'"a sentence"',
+    "unknown field": {"sentences": ["a"], "beam_size": 3},
+    "neither sentences nor text": {"beam": 3},
+    "both sentences and text": {"sentences": ["a"], "text": "b"},
+    "sentences is a string": {"sentences": "a"},
+    "no sentences": {"sentences": []},
+    "too many sentences": {"sentences": ["a"] * (translate_serve.MAX_SENTENCES + 1)},
+    "a sentence too long": {"text": "a " * translate_serve.MAX_CHARS},
+    "beam zero": {"text": "a", "beam": 0},
+    "beam too wide": {"text": "a", "beam": translate_serve.MAX_BEAM + 1},
+    "n_best above beam": {"text": "a", "beam": 2, "n_best": 3},
+    "return_scores is a number": {"text": "a", "return_scores": 1},
+    "oversize body": {"sentences": ["x" * 900] * 25},
+}
+
+
+@pytest.mark.parametrize("body", BAD.values(), ids=BAD.keys())
+def test_bad_requests_get_a_one_line_4xx_and_the_server_keeps_serving(server, translator, lines, body):
+    status, answer = post(server, body)
+    assert 400 <= status < 500, answer
+    assert list(answer) == ["error"] and "\n" not in answer["error"] and answer["error"]
+    status, answer = post(server, {"sentences": lines[:1], "beam": 1, "return_scores": False})
+    assert (status, answer) == (200, {"translations": translator.translate(lines[:1], beam=1)})
+
+
+def test_errors_name_the_problem(server):
+    error = {"error": "`n_best` (3) must be at most `beam` (2)"}
+    assert post(server, {"text": "a", "beam": 2, "n_best": 3}) == (422, error)
+    assert post(server, {"sentences": ["x" * 900] * 25})[0] == 413
+
+
+def test_bad_checkpoints_stop_with_one_line(exit_line, hostile, assert_refused, ckpt, tmp_path):
+    message = exit_line(translate_serve.main, ["--ckpt", str(tmp_path / "missing.ckpt")])
+    assert "missing.ckpt" in message
+    bad, marker = hostile("in_hparams", ckpt)
+    assert_refused(exit_line(translate_serve.main, ["--ckpt", str(bad)]), bad, marker)
+
+
+def test_help_lists_the_options_and_the_local_default():
+    run = subprocess.run([sys.executable, "-m", "translate.serve", "--help"], capture_output=True, text=True,
+                         timeout=60, cwd=Path(__file__).resolve().parents[2])
+    assert run.returncode == 0
+    for option in ("--ckpt", "--host", "--port", "--max-batch-size", "--batch-timeout", "--workers",
+                   "--max-body-bytes", "--dtype", "default 127.0.0.1"):
+        assert option in run.stdout

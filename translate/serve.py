@@ -1,0 +1,133 @@
+"""Serve a Translate checkpoint over HTTP: POST sentences, get their translations with scores.
+
+    python -m translate.serve --ckpt runs/translate_demo/checkpoints/best.ckpt --port 8001
+    curl -s localhost:8001/predict -H 'Content-Type: application/json' \\
+         -d '{"sentences": ["he can sleep .", "she sees the dog ."], "beam": 5}'
+    # {"translations": [{"text": "er kann schlafen .", "score": -0.41, "log_prob": -0.52}, ...]}
+
+Request (POST /predict, a JSON object; only these fields):
+  sentences      source sentences (1 to 64, each at most 1,000 characters), or
+  text           one source sentence; the answer then has "translation" instead of "translations"
+  beam           beam width, 1 to 16; 1 is greedy search (default 5)
+  n_best         translations per sentence, 1 to beam; above 1 each sentence gets a list, best first
+  return_scores  answer {"text", "score", "log_prob"} objects; false: plain strings (default true)
+
+`score` is what beam search ranks by (the log-probability over the GNMT length penalty), as in
+`translate.Translator.translate`. Sentences of requests arriving together (up to --max-batch-size
+requests, waiting at most --batch-timeout seconds) are decoded in one `Translator.translate` call per
+(beam, n_best). A malformed or out-of-range request gets a 4xx answer {"error": "one line"} and the
+server goes on serving. GET /health answers 200 "ok" once the model is loaded. The server listens on
+127.0.0.1 unless --host says otherwise. See docs/serving.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from core.serve import (
+    BatchedAPI,
+    Field,
+    RequestError,
+    check_fields,
+    one_line_errors,
+    run_server,
+    serve_parser,
+    threads_per_worker,
+)
+
+MAX_SENTENCES = 64  # per request
+MAX_CHARS = 1000  # per sentence; the model truncates sources longer than its max_len (in subwords) anyway
+MAX_BEAM = 16
+
+FIELDS = {
+    "sentences": Field(list, None, lo=1, hi=MAX_SENTENCES, item=str, item_hi=MAX_CHARS),
+    "text": Field(str, None, hi=MAX_CHARS),
+    "beam": Field(int, 5, lo=1, hi=MAX_BEAM),
+    "n_best": Field(int, 1, lo=1, hi=MAX_BEAM),
+    "return_scores": Field(bool, True),
+}
+
+
+def check_request(payload: object) -> dict:
+    """The checked request: `check_fields`, then exactly one of `sentences` and `text`, and `n_best` <= `beam`."""
+    request = check_fields(payload, FIELDS)
+    if (request["sentences"] is None) == (request["text"] is None):
+        raise RequestError("give either `sentences` (a list) or `text` (one sentence), not both or neither")
+    if request["n_best"] > request["beam"]:
+        raise RequestError(f"`n_best` ({request['n_best']}) must be at most `beam` ({request['beam']})")
+    return request
+
+
+class TranslateAPI(BatchedAPI):
+    """Translations for a batch of requests: one `Translator.translate` call per distinct (beam, n_best).
+
+    Args:
+        ckpt: the checkpoint (loaded in each worker process by `setup`).
+        dtype: "float32", "bfloat16" or "int8", as `Translator.load` takes it.
+        threads: torch threads per worker (0: PyTorch's default).
+        max_batch_size: the most requests answered together.
+        batch_timeout: seconds to wait for a batch to fill.
+    """
+
+    def __init__(self, ckpt: str, dtype: str = "float32", threads: int = 0, max_batch_size: int = 1,
+                 batch_timeout: float = 0.0):
+        super().__init__(threads, max_batch_size, batch_timeout)
+        self.ckpt, self.dtype = ckpt, dtype
+
+    def load(self, device: str) -> None:
+        """Load the translator onto `device`."""
+        from translate.api import Translator
+
+        self.translator = Translator.load(self.ckpt, device, self.dtype)
+
+    def predict_many(self, requests: list[dict]) -> list[dict]:
+        """One answer per request; the sentences of requests with the same beam and n_best are decoded together."""
+        sources = [[r["text"]] if r["sentences"] is None else r["sentences"] for r in requests]
+        answers: list[dict[str, Any]] = [{} for _ in requests]
+        groups: dict[tuple[int, int], list[int]] = {}
+        for i, r in enumerate(requests):
+            groups.setdefault((r["beam"], r["n_best"]), []).append(i)
+        for (beam, n_best), rows in groups.items():
+            flat = [s for i in rows for s in sources[i]]
+            done = self.translator.translate(flat, beam=beam, n_best=n_best, return_scores=True)
+            start = 0
+            for i in rows:
+                out = [_encode(t, requests[i]["return_scores"]) for t in done[start : start + len(sources[i])]]
+                start += len(sources[i])
+                answers[i] = {"translations": out} if requests[i]["text"] is None else {"translation": out[0]}
+        return answers
+
+
+def _encode(result: Any, with_scores: bool) -> Any:
+    """A `Translation` (or a list of them, for n_best > 1) as JSON: an object with scores, or the text."""
+    if isinstance(result, list):
+        return [_encode(r, with_scores) for r in result]
+    return {"text": result.text, "score": result.score, "log_prob": result.log_prob} if with_scores else result.text
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """`python -m translate.serve`'s options: those of `core.serve.serve_parser` and --dtype."""
+    p = serve_parser("python -m translate.serve", __doc__, 8001, "a checkpoint written by `python -m translate fit`")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "int8"),
+                   help="weights and activations: float32, bfloat16 (CPUs with bf16 units, GPUs) or int8 (CPU)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    """CLI entry point: a bad checkpoint or option ends with one line on stderr and exit status 1."""
+    args = build_parser().parse_args(argv)
+    with one_line_errors():
+        from translate.api import Translator
+
+        # Loaded here once, through the safe loader, so a bad checkpoint stops before any server process starts.
+        Translator.load(args.ckpt, "cpu", args.dtype if args.dtype != "bfloat16" else "float32")
+        api = TranslateAPI(args.ckpt, args.dtype, threads_per_worker(args), args.max_batch_size, args.batch_timeout)
+        metadata = {"app": "translate", "ckpt": args.ckpt, "max_sentences": MAX_SENTENCES, "max_chars": MAX_CHARS,
+                    "max_beam": MAX_BEAM, "max_body_bytes": args.max_body_bytes}
+        run_server(api, check_request, args, metadata)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
