@@ -3,7 +3,10 @@
 One randomly initialised model of one size for everyone (default d_model 256, 3+3 layers, 4 heads,
 FFN 1024 ReLU, vocabulary 8000, shared embeddings, sinusoidal positions, post-LN). OUR random
 weights are copied into a `MarianMTModel` (`MarianConfig` of that size) and CTranslate2 converts
-that Marian model with its own converter (`TransformersConverter`), loaded as fp32 and as int8.
+that Marian model with its own converter (`TransformersConverter`), loaded as fp32 and as int8. Our
+model is also exported with our own converter (`translate.export`, as `python -m translate.export
+--format ctranslate2 [--quantization int8]` does): `ct2_export_{fp32,int8}`, whose outputs should equal
+CTranslate2's from the Marian conversion (`agree_ct2_export_{fp32,int8}_ct2_{fp32,int8}`).
 Our model gets Marian's sinusoid layout (sines then cosines, not interleaved), so all three
 compute the same function: the teacher-forced logits of ours and Marian are compared (max |diff|).
 Every decoder starts from a zero embedding (CTranslate2's Marian convention): ours and Marian
@@ -47,7 +50,9 @@ Targets (same run, same model, inputs, beam and length): `decode_speedup_vs_hf` 
 `train_speedup_vs_hf` >= 1.5. The ratios against CTranslate2 are reported, with no target.
 
 JSON keys: {ours,hf,ct2_fp32,ct2_int8}_decode_{s,tok_s}, decode_speedup_vs_hf, ratio_vs_ct2_fp32,
-ratio_vs_ct2_int8, with --int8 also {ours,hf}_int8_decode_{s,tok_s}, int8_speedup_vs_hf (ours int8 / HF fp32),
+ratio_vs_ct2_int8, ct2_export_{fp32,int8}_decode_{s,tok_s}, ratio_vs_ct2_export_{fp32,int8} (ours / our
+export in CTranslate2), agree_ct2_export_{fp32,int8}_ct2_{fp32,int8}, with --int8 also
+{ours,hf}_int8_decode_{s,tok_s}, int8_speedup_vs_hf (ours int8 / HF fp32),
 int8_speedup_vs_hf_int8, int8_ratio_vs_ct2_int8, agree_ours_int8_ours, {ours,hf}_train_{s,tok_s},
 train_speedup_vs_hf, train_speedup_vs_logits_loss, train_speedup_vs_torch_dropout, with bf16 also
 ours_fp32_train_{s,tok_s} and bf16_speedup_vs_fp32; on AVX-512 CPUs ours_mkl_{decode,train}_{s,tok_s},
@@ -264,6 +269,17 @@ def convert_ct2(hf, vocab: int, workdir: Path) -> Path:
     finally:
         loaders["MarianConfig"] = stock
     return ct2_dir
+
+
+def export_ct2(ours: Translator, args: argparse.Namespace, workdir: Path, quantization: str | None) -> Path:
+    """Our model through OUR converter (`python -m translate.export --format ctranslate2`'s), not Marian's."""
+    from translate.export import convert_spec, transformer_spec
+
+    tokens = vocab_tokens(args.vocab)
+    hparams = {"positions": "sinusoidal", "activation": "relu", "n_heads": args.n_heads, "norm_first": False}
+    spec = transformer_spec(ours, hparams, tokens, tokens)
+    spec.config.decoder_start_token = tokens[START_ID]  # this benchmark's start token (module docstring)
+    return convert_spec(spec, workdir / f"export_{quantization or 'fp32'}", quantization)
 
 
 # ----------------------------------------------------------------------------- decoding
@@ -539,6 +555,10 @@ def report(console: Console, f: dict[str, float], decode: bool, train: bool, ct2
             for kind in ("fp32", "int8"):
                 rows.append([f"CTranslate2 {kind}", f"{f[f'ct2_{kind}_decode_s']:.2f}",
                              f"{f[f'ct2_{kind}_decode_tok_s']:.0f}", f"{f[f'ratio_vs_ct2_{kind}']:.2f}x"])
+            for kind in ("fp32", "int8"):
+                rows.append([f"CTranslate2 {kind}, ours exported (translate.export)",
+                             f"{f[f'ct2_export_{kind}_decode_s']:.2f}", f"{f[f'ct2_export_{kind}_decode_tok_s']:.0f}",
+                             f"{f[f'ratio_vs_ct2_export_{kind}']:.2f}x"])
         if "ours_int8_decode_s" in f:
             rows.append(["ours int8 (translate.infer --dtype int8)", f"{f['ours_int8_decode_s']:.2f}",
                          f"{f['ours_int8_decode_tok_s']:.0f}", "ours int8 / theirs:"])
@@ -659,6 +679,12 @@ def run_decode(console: Console, log: Console, args: argparse.Namespace, ours: T
                                         intra_threads=args.threads, inter_threads=1)
             fns[f"ct2_{kind}"] = (lambda tr=tr, kind=kind: out.__setitem__(
                 f"ct2_{kind}", decode_ct2(tr, token_batches, beam, steps, index)))
+        log.log("exporting our model with translate.export's converter (fp32 and int8 weights)")
+        for kind, quantization in (("fp32", None), ("int8", "int8")):
+            tr = ctranslate2.Translator(str(export_ct2(ours, args, Path(tmp.name), quantization)), device="cpu",
+                                        intra_threads=args.threads, inter_threads=1)
+            fns[f"ct2_export_{kind}"] = (lambda tr=tr, kind=kind: out.__setitem__(
+                f"ct2_export_{kind}", decode_ct2(tr, token_batches, beam, steps, index)))
     log.log("warm-up: one batch each")
     for name, fn in fns.items():
         if name == "ours_mkl":  # warm MKL's path, not oneDNN's
@@ -694,6 +720,8 @@ def run_decode(console: Console, log: Console, args: argparse.Namespace, ours: T
             f[f"ratio_vs_ct2_{kind}"] = median_ratio(times[f"ct2_{kind}"], times["ours"])
             f[f"ct2_{kind}_short_outputs"] = sum(n != steps for n in lengths[f"ct2_{kind}"])
             f[f"agree_ct2_{kind}_hf"] = agreement(out[f"ct2_{kind}"], out["hf"], steps)
+            f[f"ratio_vs_ct2_export_{kind}"] = median_ratio(times[f"ct2_export_{kind}"], times["ours"])
+            f[f"agree_ct2_export_{kind}_ct2_{kind}"] = agreement(out[f"ct2_export_{kind}"], out[f"ct2_{kind}"], steps)
         tmp.cleanup()
     console.print(f"outputs: ours/HF agree on the first {steps - 1} tokens of the best hypothesis for "
                   f"{f['agree_ours_hf']:.0%} of sentences"

@@ -8,8 +8,10 @@ item vocabulary); `streamrec.Recommender.load(DIR)` reads it back without pickle
 
 `onnx` writes DIR/model.onnx, the scoring graph `items (B, T) -> scores (B, N+1)` with a dynamic
 batch B and length T <= max_len (histories left-padded with 0, model ids; score column 0 is padding,
--inf), and DIR/items.json, the vocabulary: `items[k]` is the original id of model id k + 1. Run it with
-onnxruntime (`pip install -e ".[export]"`); docs/export.md shows how.
+-inf), and DIR/items.json: `max_len` and `items`, the vocabulary (`items[k]` is the original id of model
+id k + 1). Left-pad every history to max_len, as `streamrec.api.left_pad` does: the positions count from
+the first column, so that width gives `Recommender`'s scores. Run it with onnxruntime (`pip install -e
+".[export]"`); docs/export.md shows how.
 
 Legend: B users, T history length, N items.
 """
@@ -75,7 +77,7 @@ def export_onnx(ckpt: str | Path, out: str | Path, opset: int = OPSET) -> Path:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     write_onnx(model, out / ONNX_FILE, opset)
-    write_json(out / ITEMS_FILE, ItemVocab.from_dict(state[VOCAB_KEY]).items)
+    write_json(out / ITEMS_FILE, {"max_len": model.encoder.max_len, **ItemVocab.from_dict(state[VOCAB_KEY]).to_dict()})
     return out
 
 

@@ -75,8 +75,15 @@ def export_safetensors(ckpt: str | Path, out: str | Path) -> Path:
 
 
 # ---------------------------------------------------------------------------------------------- CTranslate2
-def transformer_spec(model: TranslatorModel, hparams: dict[str, Any], src: SubwordVocab, tgt: SubwordVocab):
+def transformer_spec(model: TranslatorModel, hparams: dict[str, Any], src_pieces: Sequence[str],
+                     tgt_pieces: Sequence[str]):
     """Our network as a `ctranslate2.specs.TransformerSpec`, weights set and vocabularies registered.
+
+    Args:
+        model: the network (float32, eval mode).
+        hparams: its module's hyper-parameters (positions, activation, heads, norm_first).
+        src_pieces: the source token of each id, in id order (sentencepiece pieces).
+        tgt_pieces: the target token of each id; ids 1, 2, 3 are unk, BOS (the decoder's start) and EOS.
 
     Raises:
         InputError: a setting CTranslate2's Transformer spec cannot express (RoPE, ALiBi, grouped-query attention).
@@ -101,9 +108,9 @@ def transformer_spec(model: TranslatorModel, hparams: dict[str, Any], src: Subwo
     _set_stack(spec.encoder, model.encoder, model.src_embed.weight, cross=False)
     _set_stack(spec.decoder, model.decoder, model.tgt_embed.weight, cross=True)
     _set_linear(spec.decoder.projection, model.output.weight)
-    for vocab, register in ((src, spec.register_source_vocabulary), (tgt, spec.register_target_vocabulary)):
-        register(vocab.pieces(range(vocab.vocab_size)))
-    pieces = tgt.pieces([UNK_ID, BOS_ID, EOS_ID])
+    spec.register_source_vocabulary(list(src_pieces))
+    spec.register_target_vocabulary(list(tgt_pieces))
+    pieces = [tgt_pieces[i] for i in (UNK_ID, BOS_ID, EOS_ID)]
     spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = pieces
     spec.config.decoder_start_token = pieces[1]
     spec.config.layer_norm_epsilon = LAYER_NORM_EPS
@@ -171,9 +178,17 @@ def export_ctranslate2(ckpt: str | Path, out: str | Path, quantization: str | No
 def write_ctranslate2(model: TranslatorModel, hparams: dict[str, Any], vocabs: tuple[SubwordVocab, SubwordVocab],
                       out: str | Path, quantization: str | None = None) -> Path:
     """Convert `model` (with its module's hyper-parameters and vocabularies) into the folder `out`."""
-    from ctranslate2.converters import Converter
+    src, tgt = vocabs
+    spec = transformer_spec(model.float().eval(), hparams, src.pieces(range(src.vocab_size)),
+                            tgt.pieces(range(tgt.vocab_size)))
+    out = convert_spec(spec, out, quantization)
+    write_vocabs(out, vocabs)
+    return out
 
-    spec = transformer_spec(model.float().eval(), hparams, *vocabs)
+
+def convert_spec(spec, out: str | Path, quantization: str | None = None) -> Path:
+    """Write a CTranslate2 spec as a model folder (model.bin, config.json, vocabulary), replacing one there."""
+    from ctranslate2.converters import Converter
 
     class _Ours(Converter):
         def _load(self):
@@ -183,7 +198,6 @@ def write_ctranslate2(model: TranslatorModel, hparams: dict[str, Any], vocabs: t
     if out.exists() and not out.is_dir():
         raise InputError(f"--output {out}: is a file; name a folder")
     _Ours().convert(str(out), quantization=quantization, force=True)
-    write_vocabs(out, vocabs)
     return out
 
 

@@ -63,7 +63,7 @@ def test_onnx_scores_equal_pytorch(tiny_ckpt, tmp_path):
                         "'.[export]'")
     main(["--ckpt", str(tiny_ckpt), "--format", "onnx", "--output", str(tmp_path / "onnx")])
     rec = Recommender.load(tiny_ckpt)
-    assert json.loads((tmp_path / "onnx" / "items.json").read_text()) == rec.vocab.items
+    assert json.loads((tmp_path / "onnx" / "items.json").read_text()) == {"max_len": 8, "items": rec.vocab.items}
     session = ort.InferenceSession(str(tmp_path / "onnx" / "model.onnx"), providers=["CPUExecutionProvider"])
     for items in _batches(rec.model.num_items, rec.model.encoder.max_len):
         ours = rec.model.recommend_scores(items)

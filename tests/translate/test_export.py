@@ -89,7 +89,7 @@ def test_ctranslate2_refuses_what_its_spec_cannot_express():
     model = TranslatorModel(8, 8, d_model=8, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_ff=16,
                             positions="rope")
     with pytest.raises(InputError, match="positions 'rope'"):
-        transformer_spec(model, {"positions": "rope", "n_heads": 2}, None, None)
+        transformer_spec(model, {"positions": "rope", "n_heads": 2}, [], [])
 
 
 def test_quantization_needs_the_ctranslate2_format(tmp_path):
