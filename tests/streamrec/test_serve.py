@@ -7,6 +7,7 @@ every test; the answers must equal `Recommender.recommend` called directly.
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import urllib.error
@@ -156,6 +157,15 @@ def test_bad_checkpoints_stop_with_one_line(exit_line, hostile, assert_refused, 
     assert_refused(exit_line(streamrec_serve.main, ["--ckpt", str(bad)]), bad, marker)
 
 
+def test_a_port_in_use_stops_with_one_line(exit_line, tiny_ckpt):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        message = exit_line(streamrec_serve.main, ["--ckpt", str(tiny_ckpt), "--port", str(port)])
+    assert f"--port {port}: cannot listen on 127.0.0.1:{port}" in message
+
+
 def test_help_lists_the_options_and_the_local_default():
     run = subprocess.run([sys.executable, "-m", "streamrec.serve", "--help"], capture_output=True, text=True,
                          timeout=60, cwd=Path(__file__).resolve().parents[2])
@@ -163,3 +173,4 @@ def test_help_lists_the_options_and_the_local_default():
     for option in ("--ckpt", "--host", "--port", "--max-batch-size", "--batch-timeout", "--workers",
                    "--max-body-bytes", "default 127.0.0.1"):
         assert option in run.stdout
+    assert streamrec_serve.build_parser().parse_args(["--ckpt", "x"]).host == "127.0.0.1"  # LitServe: 0.0.0.0

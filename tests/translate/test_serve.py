@@ -160,3 +160,4 @@ def test_help_lists_the_options_and_the_local_default():
     for option in ("--ckpt", "--host", "--port", "--max-batch-size", "--batch-timeout", "--workers",
                    "--max-body-bytes", "--dtype", "default 127.0.0.1"):
         assert option in run.stdout
+    assert translate_serve.build_parser().parse_args(["--ckpt", "x"]).host == "127.0.0.1"  # LitServe: 0.0.0.0
