@@ -1,0 +1,172 @@
+"""Load test of the HTTP servers: dynamic batching against batch size 1, measured in the same run.
+
+Starts `python -m APP.serve` on 127.0.0.1 twice, with --max-batch-size 1 and with dynamic batching
+(--max-batch-size 32 --batch-timeout 0.01 by default); each time N clients (threads, one keep-alive
+connection each) send requests back to back for --seconds after a --warmup. Prints req/s and the
+p50/p95/p99 latency of both settings and the throughput ratio; --json writes them as one flat object.
+
+    python benchmarks/serve_load.py --app streamrec --ckpt runs/streamrec_demo/checkpoints/best.ckpt \\
+        --clients 32 --seconds 20 --json runs/serve_load_streamrec.json
+    python benchmarks/serve_load.py --app translate --ckpt runs/translate_demo/checkpoints/best.ckpt \\
+        --clients 32 --seconds 20 --beam 5
+
+Requests: StreamRec, a history of 5-50 random catalogue items and k=10; Translate, one sentence per
+request (lines of --input, or random subwords of the source vocabulary). The clients run on the same
+machine as the server and share its cores, in both settings alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from _common import print_table, write_json
+from rich.console import Console
+
+MAKE_CKPT = {
+    "streamrec": "`make demo` writes runs/streamrec_demo/checkpoints/best.ckpt (or: python data/make_streamrec_demo.py "
+                 "&& python -m streamrec fit --config configs/streamrec/demo.yaml)",
+    "translate": "`make demo` writes runs/translate_demo/checkpoints/best.ckpt (or: python data/make_translate_demo.py "
+                 "&& python -m translate fit --config configs/translate/demo.yaml)",
+}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--app", choices=("streamrec", "translate"), default="streamrec")
+    p.add_argument("--ckpt", help="the checkpoint to serve (see `make demo`)")
+    p.add_argument("--clients", type=int, default=32, help="concurrent clients (default 32)")
+    p.add_argument("--seconds", type=float, default=20.0, help="measured seconds per setting (default 20)")
+    p.add_argument("--warmup", type=float, default=2.0, help="seconds of load before measuring (default 2)")
+    p.add_argument("--max-batch-size", type=int, default=32, help="the dynamic-batching setting (default 32)")
+    p.add_argument("--batch-timeout", type=float, default=0.01, help="its batch timeout, seconds (default 0.01)")
+    p.add_argument("--threads", type=int, default=0, help="server torch threads (default: the server's default)")
+    p.add_argument("--k", type=int, default=10, help="StreamRec: items per request (default 10)")
+    p.add_argument("--beam", type=int, default=5, help="Translate: beam width (default 5)")
+    p.add_argument("--input", help="Translate: a text file, one sentence per line (default: random subwords)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--log-dir", help="keep the servers' logs here (default: a temporary folder)")
+    p.add_argument("--json", metavar="PATH", help="write the figures as one flat JSON object")
+    args = p.parse_args(argv)
+    for name in ("clients", "max_batch_size", "k", "beam"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.seconds <= 0 or args.warmup < 0:
+        p.error("--seconds must be > 0 and --warmup >= 0")
+    if args.ckpt is None:
+        sys.exit(f"error: --ckpt is required; {MAKE_CKPT[args.app]}")
+    if not Path(args.ckpt).is_file():
+        sys.exit(f"error: --ckpt {args.ckpt}: no such file; {MAKE_CKPT[args.app]}")
+    return args
+
+
+def make_requests(args: argparse.Namespace, n: int = 1000) -> list[bytes]:
+    """`n` request bodies, drawn from the checkpoint's own vocabulary (or --input), seeded."""
+    rng = random.Random(args.seed)
+    if args.app == "streamrec":
+        from streamrec import Recommender
+
+        items = Recommender.load(args.ckpt).vocab.items
+        bodies = [{"history": rng.choices(items, k=rng.randint(5, 50)), "k": min(args.k, len(items))}
+                  for _ in range(n)]
+    else:
+        if args.input:
+            lines = [s for s in Path(args.input).read_text(encoding="utf-8").splitlines() if s.strip()]
+        else:
+            from translate import Translator
+
+            vocab = Translator.load(args.ckpt).src_vocab
+            lines = [vocab.decode([rng.randrange(4, len(vocab)) for _ in range(rng.randint(5, 15))]) for _ in range(n)]
+        bodies = [{"text": rng.choice(lines), "beam": args.beam} for _ in range(n)]
+    return [json.dumps(b).encode() for b in bodies]
+
+
+def client(url: str, bodies: list[bytes], start: int, warm_at: float, stop_at: float,
+           latencies: list[float], errors: list[str]) -> None:
+    """Send requests back to back on one keep-alive connection; record latencies finished in [warm_at, stop_at)."""
+    host = urlsplit(url)
+    conn = http.client.HTTPConnection(host.hostname, host.port, timeout=60)
+    i = start
+    try:
+        while (sent := time.perf_counter()) < stop_at:
+            try:
+                conn.request("POST", "/predict", bodies[i % len(bodies)], {"Content-Type": "application/json"})
+                response = conn.getresponse()
+                response.read()
+                status = response.status
+            except (OSError, http.client.HTTPException) as err:
+                conn.close()  # reconnects on the next request
+                status = type(err).__name__
+            done = time.perf_counter()
+            if warm_at <= sent and done < stop_at:
+                if status == 200:
+                    latencies.append(done - sent)
+                else:
+                    errors.append(str(status))
+            i += 1
+    finally:
+        conn.close()
+
+
+def load(url: str, bodies: list[bytes], clients: int, warmup: float, seconds: float) -> dict[str, float]:
+    """Closed-loop load from `clients` threads; req/s over the measured window and latency percentiles (ms)."""
+    latencies: list[float] = []
+    errors: list[str] = []
+    warm_at = time.perf_counter() + warmup
+    stop_at = warm_at + seconds
+    threads = [threading.Thread(target=client, args=(url, bodies, c * 37, warm_at, stop_at, latencies, errors))
+               for c in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=warmup + seconds + 120)
+    if not latencies:
+        raise SystemExit(f"error: no request succeeded ({len(errors)} failed: {sorted(set(errors))[:3]})")
+    ms = sorted(x * 1e3 for x in latencies)
+    q = statistics.quantiles(ms, n=100, method="inclusive")
+    return {"rps": len(ms) / seconds, "p50_ms": q[49], "p95_ms": q[94], "p99_ms": q[98],
+            "requests": len(ms), "errors": len(errors)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    from core.serve import local_server  # after the arguments: LitServe and FastAPI take a while to import
+
+    console = Console()
+    bodies = make_requests(args)
+    settings = {"batch1": ["--max-batch-size", "1"],
+                "dynamic": ["--max-batch-size", str(args.max_batch_size), "--batch-timeout", str(args.batch_timeout)]}
+    figures: dict[str, float] = {"clients": args.clients, "seconds": args.seconds,
+                                 "max_batch_size": args.max_batch_size, "batch_timeout": args.batch_timeout}
+    with tempfile.TemporaryDirectory() as tmp:
+        log_dir = Path(args.log_dir or tmp)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        for name, extra in settings.items():
+            server_args = ["--ckpt", args.ckpt, *extra, "--log-level", "warning", "--threads", str(args.threads)]
+            console.print(f"{name}: starting python -m {args.app}.serve {' '.join(extra)}")
+            with local_server(f"{args.app}.serve", server_args, log_dir / f"{args.app}_{name}.log") as url:
+                result = load(url, bodies, args.clients, args.warmup, args.seconds)
+            figures.update({f"{name}_{key}": value for key, value in result.items()})
+    figures["throughput_ratio"] = figures["dynamic_rps"] / figures["batch1_rps"]
+    labels = {"batch1": "batch size 1",
+              "dynamic": f"dynamic, <= {args.max_batch_size}, {args.batch_timeout * 1e3:g} ms"}
+    rows = [[labels[name], f"{figures[f'{name}_rps']:.1f}", *(f"{figures[f'{name}_{p}_ms']:.0f}"
+             for p in ("p50", "p95", "p99")), str(figures[f"{name}_errors"])] for name in settings]
+    print_table(console, f"{args.app}.serve, {args.clients} clients, {args.seconds:g} s each",
+                ["setting", "req/s", "p50 ms", "p95 ms", "p99 ms", "errors"], rows)
+    console.print(f"dynamic batching: {figures['throughput_ratio']:.2f}x the throughput of batch size 1")
+    if args.json:
+        write_json(args.json, figures)
+
+
+if __name__ == "__main__":
+    main()
