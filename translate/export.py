@@ -118,7 +118,10 @@ def transformer_spec(model: TranslatorModel, hparams: dict[str, Any], src_pieces
 
 
 def _np(t: Tensor):
-    return t.detach().float().cpu().numpy()
+    # A copy: for an fp32 CPU tensor `.numpy()` shares its memory, and CTranslate2's converter edits some
+    # arrays in place, which changed our live model's weights (benchmarks/translate_speed.py: ours/HF beam
+    # agreement fell from 92% to 2% after exporting).
+    return t.detach().float().cpu().numpy().copy()
 
 
 def _set_linear(spec, weight: Tensor, bias: Tensor | None = None) -> None:

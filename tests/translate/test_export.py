@@ -125,3 +125,21 @@ def test_ctranslate2_maps_post_ln_gelu_swiglu_learned_and_no_positions(ckpt, tes
     ours = Translator(model, trained.src_vocab, trained.tgt_vocab)
     sources = test_set[0][:10]
     assert CT2Translator(tmp_path / "ct2", 32).translate(sources, beam=1) == ours.translate(sources, beam=1)
+
+
+@pytest.mark.parametrize("quantization", [None, "int8"])
+def test_ctranslate2_conversion_leaves_the_live_model_untouched(ckpt, tmp_path, quantization):
+    """The converter edits some arrays in place; they must be copies (a shared buffer once rewrote our weights)."""
+    pytest.importorskip("ctranslate2", reason="ctranslate2 not installed: pip install -e '.[export]'")
+    from translate.export import write_ctranslate2
+    from translate.model import Translator as TranslatorModel
+
+    trained = Translator.load(ckpt)
+    v = trained.src_vocab.vocab_size
+    hparams = dict(d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_ff=32, max_len=32)
+    torch.manual_seed(0)
+    model = TranslatorModel(v, v, dropout=0.0, **hparams).eval()
+    before = {k: t.clone() for k, t in model.state_dict().items()}
+    write_ctranslate2(model, hparams, (trained.src_vocab, trained.tgt_vocab), tmp_path / "ct2", quantization)
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
