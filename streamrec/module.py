@@ -49,7 +49,9 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         num_negatives: negatives per step (sampled: shared by the batch; bce/gbce: per position).
         negative_sampling: uniform or popularity (popularity only for `sampled`).
         gbce_t: gSASRec calibration t in [0, 1] (0 = plain BCE).
-        lr: peak learning rate (AdamW).
+        lr: peak learning rate (AdamW). 1e-2 by default: our item vectors enter at unit scale (x sqrt(d_model))
+            and 1e-3 learned several times slower per epoch; picked on validation of Beauty and ML-1M
+            (docs/results.md, "Why short races lost").
         weight_decay: AdamW weight decay.
         warmup_steps: linear warmup steps of the warmup-cosine schedule.
         lr_floor: final learning rate as a fraction of the peak.
@@ -67,7 +69,7 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         activation: Activation = "gelu", n_kv_heads: int | None = None, tied: bool = True,
         item_init_std: float | None = None, loss: LossName = "full", num_negatives: int = 256,
         negative_sampling: Literal["uniform", "popularity"] = "uniform", gbce_t: float = 0.75,
-        lr: float = 1e-3, weight_decay: float = 0.0, warmup_steps: int = 100, lr_floor: float = 0.1,
+        lr: float = 1e-2, weight_decay: float = 0.0, warmup_steps: int = 100, lr_floor: float = 0.1,
         ks: tuple[int, ...] = (10, 20), filter_seen: bool = True, sampled_metrics: bool = False,
         popularity_baseline: bool = True,
     ):
