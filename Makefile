@@ -34,7 +34,7 @@ demo: $(VENV)/.installed
 	$(PY) -m streamrec.score --ckpt $(SR)/checkpoints/best.ckpt --input data/streamrec_demo/interactions.csv \
 		--output $(SR)/recs.parquet --top-k 10 --explain
 	$(PY) -m streamrec.explain --ckpt $(SR)/checkpoints/best.ckpt --input data/streamrec_demo/interactions.csv \
-		--user u0001 --html $(SR)/why_u0001.html
+		--user u0001 --html $(SR)/why_u0001.html --items data/streamrec_demo/items.csv
 	@echo "== Translate: demo corpus, training, test BLEU (beam 5), inference with alignments =="
 	$(PY) data/make_translate_demo.py
 	$(PY) -m translate fit --config configs/translate/demo.yaml --overwrite

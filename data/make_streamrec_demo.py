@@ -49,6 +49,11 @@ class Item:
     episode: int
     genre: int
 
+    @property
+    def title(self) -> str:
+        """The display name explanation pages show, e.g. "Series 12, episode 3"."""
+        return f"Series {self.series}, episode {self.episode}"
+
 
 def make_catalogue(items: int = 500, genres: int = 12, seed: int = 0) -> list[Item]:
     """Items grouped into series of 2..8 episodes, each series in one genre.
@@ -151,13 +156,13 @@ def write_csv(rows: list[tuple[str, str, int]], path: str | Path) -> Path:
 
 
 def write_catalogue(catalogue: list[Item], path: str | Path) -> Path:
-    """Write items as `item_id,series,episode,genre` CSV (for explanations and sanity checks)."""
+    """Write items as `item_id,title,series,episode,genre` CSV (the titles for `streamrec.explain --items`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp, tmp.open("w", newline="") as f:  # an interrupted run leaves no half file
         writer = csv.writer(f)
-        writer.writerow(["item_id", "series", "episode", "genre"])
-        writer.writerows((it.item_id, it.series, it.episode, f"genre{it.genre:02d}") for it in catalogue)
+        writer.writerow(["item_id", "title", "series", "episode", "genre"])
+        writer.writerows((it.item_id, it.title, it.series, it.episode, f"genre{it.genre:02d}") for it in catalogue)
     return path
 
 

@@ -8,6 +8,7 @@
     recs.unknown_items               # ids the checkpoint never saw: skipped, not an error
     rec.similar_items(["i0012"], k=5)[0]
     rec.explain(["i0012", "i0007"], k=3).because
+    Recommender.load(ckpt, items="movies.dat")   # titles and metadata for explanations (`streamrec.items`)
 
 Users need no retraining: a history is read as it is given. The command-line tools are clients of
 this module: `python -m streamrec.score` (a whole log into a file) and `python -m streamrec.explain`
@@ -31,6 +32,7 @@ from core.errors import InputError
 from core.export import is_export_folder, load_folder
 from streamrec.data import ItemVocab
 from streamrec.explain import attention_weights, occlusion_drops
+from streamrec.items import ItemCatalog, read_items
 from streamrec.model import PAD_ID, StreamRecModel
 from streamrec.module import VOCAB_KEY, StreamRecModule
 from streamrec.predict import top_items
@@ -129,6 +131,7 @@ class Explanation:
         recommendations: (item_id, score) pairs, best first.
         drops: (K, T) how much each recommendation's score drops when each history item is removed.
         unknown_items: history ids the checkpoint never saw (skipped).
+        catalog: titles and metadata of the items, when the recommender was loaded with `items=FILE`.
     """
 
     history: list[str]
@@ -136,6 +139,11 @@ class Explanation:
     recommendations: list[tuple[str, float]]
     drops: Tensor
     unknown_items: list[str]
+    catalog: ItemCatalog | None = None
+
+    def title(self, item_id: str) -> str:
+        """The item's title from the items file; the raw id without a file or for an id it does not list."""
+        return item_id if self.catalog is None else self.catalog.title(item_id)
 
     @property
     def because(self) -> list[tuple[str, str, float]]:
@@ -150,25 +158,29 @@ class Recommender:
     Args:
         model: the recommender network (put in eval mode here).
         vocab: the item vocabulary it was trained with.
+        catalog: item titles and metadata for explanations (`streamrec.items.read_items`); None: raw ids.
     """
 
-    def __init__(self, model: StreamRecModel, vocab: ItemVocab):
-        self.model, self.vocab = model.eval(), vocab
+    def __init__(self, model: StreamRecModel, vocab: ItemVocab, catalog: ItemCatalog | None = None):
+        self.model, self.vocab, self.catalog = model.eval(), vocab, catalog
 
     @classmethod
-    def load(cls, ckpt: str | Path, device: str | torch.device = "cpu") -> Recommender:
+    def load(cls, ckpt: str | Path, device: str | torch.device = "cpu", items: str | Path | None = None) -> Recommender:
         """The recommender stored in a checkpoint written by `python -m streamrec fit`, or in an export folder.
 
         Args:
             ckpt: the .ckpt file, or a folder written by `python -m streamrec.export --format safetensors`
                 (model.safetensors + config.json: read without pickle).
             device: where to run the model ("cpu", "cuda", ...).
+            items: an items file (CSV/TSV with `item_id`, `title`, ... columns, or MovieLens' movies.dat) whose
+                titles and metadata `explain` carries; ids it does not list show as themselves.
         """
+        catalog = None if items is None else read_items(items)  # first: a bad file fails before the model loads
         if is_export_folder(ckpt):
             module, config = load_folder(StreamRecModule, ckpt, "streamrec", EXPORTED_BY)
-            return cls(module.model.to(device), ItemVocab.from_dict(config))
+            return cls(module.model.to(device), ItemVocab.from_dict(config), catalog)
         module, state = load_module(StreamRecModule, ckpt, WRITTEN_BY, "StreamRec", required=[VOCAB_KEY])
-        return cls(module.model.to(device), ItemVocab.from_dict(state[VOCAB_KEY]))
+        return cls(module.model.to(device), ItemVocab.from_dict(state[VOCAB_KEY]), catalog)
 
     @property
     def device(self) -> torch.device:
@@ -272,6 +284,7 @@ class Recommender:
             recommendations=self._named(top[0].tolist(), scores[0].tolist()),
             drops=drops.cpu(),
             unknown_items=list(unknown),
+            catalog=self.catalog,
         )
 
     def _allow_list(self, items: Iterable[str], unknown: dict[str, None]) -> Tensor:

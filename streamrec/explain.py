@@ -12,7 +12,10 @@ Two views, reported side by side because attention is not proof:
 `explain_columns` gives the columns of `python -m streamrec.score --explain`. From Python,
 `streamrec.Recommender.explain` returns both views for one history; the page below is drawn from it:
 
-    python -m streamrec.explain --ckpt CKPT --input FILE --user U --html out.html
+    python -m streamrec.explain --ckpt CKPT --input FILE --user U --html out.html [--items items.csv]
+
+With `--items` (see `streamrec.items`: CSV/TSV with item_id,title,... or MovieLens' movies.dat) the page
+shows titles and metadata instead of raw ids. It fits narrow screens (390 px phones) without sideways scrolling.
 
 Legend: B users, T history length, K recommendations per user, N items.
 """
@@ -25,6 +28,7 @@ import html
 import io
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -33,6 +37,9 @@ from core import AttentionCapture, attention_rollout
 from core.atomic import atomic_path
 from core.errors import InputError, describe_os_error
 from streamrec.model import PAD_ID, StreamRecModel
+
+if TYPE_CHECKING:  # the API imports this module; the page only reads its result
+    from streamrec.api import Explanation
 
 
 @torch.no_grad()
@@ -134,6 +141,11 @@ def agreement(attention: Tensor, drops: Tensor, inputs: Tensor) -> float:
 # ----------------------------------------------------------------------------- HTML page
 
 
+def _short(text: str, width: int = 24) -> str:
+    """A heatmap tick label: long titles cut so the figure keeps its size."""
+    return text if len(text) <= width else text[: width - 1] + "\u2026"
+
+
 def _heatmap_png(drops: Tensor, rows: list[str], cols: list[str]) -> str:
     """Occlusion heatmap (recommendations x history) as a base64 PNG."""
     import matplotlib
@@ -141,7 +153,8 @@ def _heatmap_png(drops: Tensor, rows: list[str], cols: list[str]) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(max(5.0, 0.35 * len(cols) + 2), max(3.0, 0.35 * len(rows) + 1.5)))
+    rows, cols = [_short(r) for r in rows], [_short(c) for c in cols]
+    fig, ax = plt.subplots(figsize=(max(5.0, 0.35 * len(cols) + 3), max(3.0, 0.35 * len(rows) + 2.5)))
     im = ax.imshow(drops.float().numpy(), cmap="magma", aspect="auto")
     ax.set_xticks(range(len(cols)), cols, rotation=90, fontsize=7)
     ax.set_yticks(range(len(rows)), rows, fontsize=8)
@@ -156,32 +169,69 @@ def _heatmap_png(drops: Tensor, rows: list[str], cols: list[str]) -> str:
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def render_html(user: str, history: list[str], attention: list[float], recs: list[tuple[str, float]],
-                because: list[tuple[str, str, float]], drops: Tensor) -> str:
-    """A self-contained page: history with attention, recommendations with reasons, heatmap."""
+# Narrow screens: containers cap the width, long words break anywhere, a table turns into one card per
+# row below 40em, and whatever is still too wide (the heatmap) scrolls inside its own box, never the page.
+_STYLE = """*{box-sizing:border-box}
+body{font-family:system-ui,sans-serif;margin:0;padding:1em;line-height:1.4;color:#222}
+main{max-width:60em;margin:0 auto}h1{font-size:1.5em}h1,h2,p,td{overflow-wrap:anywhere}
+.scroll{max-width:100%;overflow-x:auto;margin-bottom:2em}
+table{border-collapse:collapse;width:100%}
+td,th{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}
+th{background:#f4f4f4}td.num{text-align:right;white-space:nowrap}
+.id,.meta{color:#666;font-size:0.85em}.meta{display:block}
+.track{display:inline-block;width:8em;max-width:40%;background:#eee;vertical-align:middle}
+.bar{display:block;height:10px;background:#4a7}img{max-width:100%;height:auto;display:block}
+@media (max-width:40em){thead{display:none}table,tbody,tr,td{display:block;width:100%}
+tr{border:1px solid #ccc;margin-bottom:0.75em;padding:0.25em 0}td,td.num{border:none;padding:2px 8px;text-align:left}
+td[data-label]::before{content:attr(data-label) ": ";font-weight:600;color:#555}}"""
+
+
+def _item(why: Explanation, item: str, details: bool = True) -> str:
+    """An item cell: its title, its id when the title differs, and its metadata."""
+    e = html.escape
+    title = why.title(item)
+    cell = f"<b>{e(title)}</b>" + (f" <span class=id>({e(item)})</span>" if title != item else "")
+    meta = why.catalog.details(item) if details and why.catalog is not None else {}
+    if meta:
+        cell += "<span class=meta>" + " &middot; ".join(f"{e(k)}: {e(v)}" for k, v in meta.items()) + "</span>"
+    return cell
+
+
+def render_html(user: str, why: Explanation) -> str:
+    """A self-contained page (inline CSS and image, no scripts): recommendations with reasons, heatmap, history.
+
+    Args:
+        user: the user id, for the headings.
+        why: `streamrec.Recommender.explain`'s result; items show by title when it carries a catalog.
+    """
     e = html.escape
     hist_rows = "".join(
-        f"<tr><td>{i + 1}</td><td>{e(item)}</td>"
-        f"<td><div class=bar style='width:{200 * w:.0f}px'></div> {w:.3f}</td></tr>"
-        for i, (item, w) in enumerate(zip(history, attention, strict=True))
+        f"<tr><td class=num data-label='#'>{i + 1}</td><td data-label=item>{_item(why, item)}</td>"
+        f"<td class=num data-label=attention><span class=track><span class=bar style='width:{100 * w:.0f}%'>"
+        f"</span></span> {w:.3f}</td></tr>"
+        for i, (item, w) in enumerate(zip(why.history, why.attention, strict=True))
     )
     rec_rows = "".join(
-        f"<tr><td>{r + 1}</td><td>{e(item)}</td><td>{score:.3f}</td>"
-        f"<td>{e(att)}</td><td>{e(occ)} ({drop:+.3f})</td></tr>"
-        for r, ((item, score), (att, occ, drop)) in enumerate(zip(recs, because, strict=True))
+        f"<tr><td class=num data-label=rank>{r + 1}</td><td data-label=item>{_item(why, item)}</td>"
+        f"<td class=num data-label=score>{score:.3f}</td>"
+        f"<td data-label='most attended'>{_item(why, att, details=False)}</td>"
+        f"<td data-label='largest occlusion drop'>{_item(why, occ, details=False)} ({drop:+.3f})</td></tr>"
+        for r, ((item, score), (att, occ, drop)) in enumerate(zip(why.recommendations, why.because, strict=True))
     )
-    png = _heatmap_png(drops, [item for item, _ in recs], history)
-    return f"""<!doctype html><html><head><meta charset="utf-8"><title>StreamRec: why for {e(user)}</title>
-<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;margin-bottom:2em}}
-td,th{{border:1px solid #ccc;padding:3px 8px}}.bar{{display:inline-block;height:10px;background:#4a7}}</style>
-</head><body><h1>Recommendations for user {e(user)}</h1>
+    png = _heatmap_png(why.drops, [why.title(item) for item, _ in why.recommendations],
+                       [why.title(item) for item in why.history])
+    return f"""<!doctype html><html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1"><link rel="icon" href="data:,">
+<title>StreamRec: why for {e(user)}</title><style>{_STYLE}</style></head><body><main>
+<h1>Because you watched: recommendations for user {e(user)}</h1>
 <p>Attention is rolled out from the recommending position over heads and layers; occlusion is the
 drop in the item's score when one history item is removed. When they disagree, trust occlusion.</p>
-<h2>Recommendations</h2><table><tr><th>rank</th><th>item</th><th>score</th>
-<th>most attended</th><th>largest occlusion drop</th></tr>{rec_rows}</table>
-<h2>Occlusion heatmap</h2><img alt="occlusion heatmap" src="data:image/png;base64,{png}">
-<h2>History (attention)</h2><table><tr><th>#</th><th>item</th><th>attention</th></tr>{hist_rows}</table>
-</body></html>"""
+<h2>Recommendations</h2><div class=scroll><table><thead><tr><th>rank</th><th>item</th><th>score</th>
+<th>most attended</th><th>largest occlusion drop</th></tr></thead><tbody>{rec_rows}</tbody></table></div>
+<h2>Occlusion heatmap</h2><div class=scroll><img alt="occlusion heatmap: score drop of each recommendation
+when each history item is removed" src="data:image/png;base64,{png}"></div>
+<h2>History (attention)</h2><div class=scroll><table><thead><tr><th>#</th><th>item</th><th>attention</th></tr>
+</thead><tbody>{hist_rows}</tbody></table></div></main></body></html>"""
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -198,13 +248,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--top-k", type=int, default=10, help="recommendations to explain")
     p.add_argument("--format", default="auto", help="input format (auto, csv, tsv, parquet, sasrec, lines)")
     p.add_argument("--include-seen", action="store_true", help="allow already-seen items")
+    p.add_argument("--items", help="item titles and metadata: CSV/TSV with item_id,title,... or MovieLens' "
+                                   "movies.dat (ids it lacks show as themselves)")
     args = p.parse_args(argv)
     html = Path(args.html)
     try:
         if html.is_dir() or not html.parent.is_dir():
             raise InputError(f"--html {html}: " + ("is a folder; name a .html file" if html.is_dir() else
                                                    f"the folder {html.parent} does not exist; create it first"))
-        rec = Recommender.load(args.ckpt)
+        rec = Recommender.load(args.ckpt, items=args.items)
         interactions = read_interactions(args.input, args.format)
         if args.user not in interactions.items:
             raise InputError(f"{args.input}: no user {args.user!r}; pass a user id that appears in the file")
@@ -214,7 +266,7 @@ def main(argv: list[str] | None = None) -> None:
         why = rec.explain(history, args.top_k, exclude_seen=not args.include_seen)
     except (ValueError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")
-    page = render_html(args.user, why.history, why.attention, why.recommendations, why.because, why.drops)
+    page = render_html(args.user, why)
     try:
         with atomic_path(html) as tmp:
             tmp.write_text(page, encoding="utf-8")

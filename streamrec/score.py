@@ -1,11 +1,13 @@
 """Batch recommendation scoring: top-K items for every user of an interaction log.
 
     python -m streamrec.score --ckpt CKPT --input FILE --output recs.parquet --top-k 10 \\
-        [--include-seen] [--explain] [--batch-size N] [--users FILE]
+        [--include-seen] [--explain] [--batch-size N] [--users FILE] [--items FILE]
 
 Writes rows `user_id, rank, item_id, score` (original ids; rank 1 = best), as CSV or Parquet
 by the output's extension; `--explain` adds the "because you watched" columns
-(`because_attention`, `attention_weight`, `because_occlusion`, `occlusion_drop`).
+(`because_attention`, `attention_weight`, `because_occlusion`, `occlusion_drop`). `--items FILE`
+(see `streamrec.items`) adds a `title` column, and `because_attention_title` and
+`because_occlusion_title` with `--explain`; an id the file lacks is its own title.
 
 Users are scored from the history in the input, so users unseen in training need no
 retraining; history items unknown to the checkpoint are skipped and counted. Results go to
@@ -153,7 +155,18 @@ def _score_users(users: list[str], histories: dict[str, list[str]], rec: Recomme
         return None
     inputs, items, scores = recommend(rec.model, ids, args.top_k, args.include_seen)
     extra = explain_columns(rec.model, inputs, items) if args.explain else {}
-    return recommendation_table(kept, rec.vocab, items.cpu(), scores.cpu(), {k: v.cpu() for k, v in extra.items()})
+    table = recommendation_table(kept, rec.vocab, items.cpu(), scores.cpu(), {k: v.cpu() for k, v in extra.items()})
+    return table if rec.catalog is None else _with_titles(table, rec)
+
+
+def _with_titles(table: pa.Table, rec: Recommender) -> pa.Table:
+    """A title column after each item id column (`--items`)."""
+    for column, title in (("item_id", "title"), ("because_attention", "because_attention_title"),
+                          ("because_occlusion", "because_occlusion_title")):
+        if column in table.column_names:
+            titles = pa.array([rec.catalog.title(i) for i in table.column(column).to_pylist()], pa.string())
+            table = table.add_column(table.column_names.index(column) + 1, title, titles)
+    return table
 
 
 def _in_input_order(table: pa.Table, users: list[str]) -> pa.Table:
@@ -199,6 +212,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--explain", action="store_true", help="add 'because you watched' columns (slower)")
     p.add_argument("--batch-size", type=int, default=256, help="users per forward pass (default 256)")
     p.add_argument("--users", help="file with one user id per line: score only these users")
+    p.add_argument("--items", help="item titles: CSV/TSV with item_id,title,... or MovieLens' movies.dat; "
+                                   "adds title columns")
     p.add_argument("--format", default="auto", help="input format: auto, csv, tsv, parquet, sasrec, lines")
     p.add_argument("--device", default="auto", help="cpu, cuda, or auto (cuda when available)")
     p.add_argument("--chunk-users", type=int, default=20_000, help="users per resumable chunk (default 20,000)")
@@ -241,7 +256,7 @@ def _run(args: argparse.Namespace) -> None:
 
 def _score_into(args: argparse.Namespace, output: Path) -> None:
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
-    rec = Recommender.load(args.ckpt, device)
+    rec = Recommender.load(args.ckpt, device, items=args.items)
     interactions = read_interactions(args.input, args.format)
     users = _read_users(args.users) if args.users else list(interactions.items)
     missing = [u for u in users if u not in interactions.items]
@@ -251,6 +266,7 @@ def _score_into(args: argparse.Namespace, output: Path) -> None:
     manifest = {
         "ckpt": str(ckpt.resolve()), "ckpt_bytes": ckpt.stat().st_size, "input": str(Path(args.input).resolve()),
         "users": args.users, "top_k": args.top_k, "include_seen": args.include_seen, "explain": args.explain,
+        "items": str(Path(args.items).resolve()) if args.items else None,
     }
     out = ResumableOutput(output, manifest, fresh=args.fresh)
     try:

@@ -199,7 +199,11 @@ def alignment_error_rate(predicted: Iterable[set[tuple[int, int]]], sure: Iterab
 
 # ----------------------------------------------------------------------------- HTML report
 
-_STYLE = """body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse;margin:0.5em 0 2em}
+# Narrow screens: the text wraps (long words anywhere) and a sentence's table, if still too wide, scrolls
+# inside its own box (.scroll), never the page.
+_STYLE = """*{box-sizing:border-box}body{font-family:system-ui,sans-serif;margin:0;padding:1em;line-height:1.4}
+main{max-width:60em;margin:0 auto}h1{font-size:1.5em}h1,h3,p{overflow-wrap:anywhere}
+.scroll{max-width:100%;overflow-x:auto;margin:0.5em 0 2em}table{border-collapse:collapse}
 td,th{padding:2px 5px;font-size:12px;text-align:center;border:1px solid #eee}
 th.row{text-align:right}th.col{writing-mode:vertical-rl;transform:rotate(180deg)}
 td.hard{outline:2px solid #d62728;outline-offset:-2px}"""
@@ -228,6 +232,8 @@ def write_html(path: str | Path, alignments: Sequence[WordAlignment], title: str
                line_numbers: Sequence[int] | None = None) -> None:
     """Write one self-contained HTML page (inline CSS, no scripts or external files) of heatmap tables.
 
+    The page fits narrow screens: a table wider than the screen scrolls inside its own box.
+
     Args:
         path: output .html file.
         alignments: the sentences to show.
@@ -235,14 +241,17 @@ def write_html(path: str | Path, alignments: Sequence[WordAlignment], title: str
         line_numbers: 1-based input line of each alignment (for the captions); default 1, 2, ...
     """
     numbers = line_numbers or range(1, len(alignments) + 1)
-    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-             f"<style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
+    parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+             "<meta name='viewport' content='width=device-width, initial-scale=1'><link rel='icon' href='data:,'>"
+             f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body><main>"
+             f"<h1>{html.escape(title)}</h1>"
              "<p>Rows: output words; columns: input words; cell: attention weight x 100 "
              "(summed over an input word's subwords, averaged over an output word's subwords); "
              "red outline: the hard alignment (highest weight in the row).</p>"]
     for n, a in zip(numbers, alignments, strict=True):
         parts.append(f"<h3>line {n}</h3><p>{html.escape(' '.join(a.src_words))}<br>"
                      f"&rarr; {html.escape(' '.join(a.tgt_words))}</p>")
-        parts.append(alignment_table(a) if a.tgt_words and a.src_words else "<p>(empty)</p>")
-    parts.append("</body></html>")
+        parts.append(f"<div class='scroll'>{alignment_table(a)}</div>" if a.tgt_words and a.src_words
+                     else "<p>(empty)</p>")
+    parts.append("</main></body></html>")
     Path(path).write_text("\n".join(parts), encoding="utf-8")

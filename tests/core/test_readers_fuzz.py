@@ -18,6 +18,7 @@ from core.checkpoint import load_checkpoint
 from core.cli import check_yaml_syntax
 from core.errors import InputError
 from streamrec.data import read_interactions
+from streamrec.items import read_items
 from streamrec.score import _read_users
 from translate.data import read_lines, read_parallel
 from translate.infer import read_chunks
@@ -77,6 +78,8 @@ def test_text_readers(data: bytes) -> None:
     _holds(lambda: read_parallel(_file("a.en", data), _file("a.de", data[: len(data) // 2])))
     _holds(lambda: [chunk for chunk in read_chunks(io.BytesIO(data), 3, "stdin")])
     _holds(lambda: check_yaml_syntax([str(_file("config.yaml", data))]))
+    _holds(lambda: read_items(_file("items.csv", data)))
+    _holds(lambda: read_items(_file("movies.dat", b"1::" + data)))
 
 
 @SETTINGS
