@@ -14,6 +14,8 @@ from types import ModuleType
 import pytest
 import torch
 
+pytestmark = pytest.mark.slow  # end-to-end: real processes, servers or training; `pytest -m "not slow"` skips them
+
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--sentences", "6", "--batch-size", "4", "--beam", "3", "--tgt-len", "7", "--d-model", "32", "--n-heads", "2",
         "--n-layers", "1", "--d-ff", "64", "--vocab", "300", "--max-src", "12", "--max-tokens", "128",

@@ -69,6 +69,7 @@ def test_missing_or_unwritable_folder_is_one_line(tmp_path: Path) -> None:
         OutputLock(tmp_path / "file" / "out.txt").acquire()
 
 
+@pytest.mark.slow
 def test_many_processes_racing_get_exactly_one_lock(tmp_path: Path) -> None:
     """Eight processes try at once, each releasing (and deleting the file) as soon as it holds the lock."""
     target = tmp_path / "out.txt"

@@ -84,6 +84,7 @@ def _validate(ckpt, data, devices, strategy="auto"):
     return {k: float(v) for k, v in cli.trainer.callback_metrics.items() if k.startswith("val_")}
 
 
+@pytest.mark.slow
 def test_ddp_validation_equals_single_process(tiny_ckpt, tiny_log, tmp_path, monkeypatch, capfd):
     """Two DDP ranks (ddp_spawn: `ddp` would relaunch pytest itself) must give the single-process
     full-ranking metrics; tolerance 1e-6, since only the order of float sums differs. The metrics are

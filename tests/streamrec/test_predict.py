@@ -48,6 +48,7 @@ def test_predict_writes_what_batch_scoring_writes(exclude_seen, tiny_ckpt, tiny_
     assert sorted(p.name for p in tmp_path.glob("predict.parquet*")) == ["predict.parquet"]  # no part, lock, tmp
 
 
+@pytest.mark.slow
 def test_ddp_predict_merges_the_ranks_parts_into_the_single_process_output(tiny_ckpt, tiny_log, tmp_path, monkeypatch):
     """Two ranks (ddp_spawn; `ddp` would relaunch pytest) on 81 users: each writes its part, rank 0 merges them."""
     monkeypatch.chdir(tmp_path)

@@ -21,6 +21,8 @@ from core.serve import local_server
 from streamrec import Recommender
 from streamrec import serve as streamrec_serve
 
+pytestmark = pytest.mark.slow  # end-to-end: real processes, servers or training; `pytest -m "not slow"` skips them
+
 MAX_BODY = 20_000
 TIMEOUT = 30  # seconds per HTTP request
 

@@ -13,6 +13,8 @@ from streamrec.cli import main
 from streamrec.data import StreamRecDataModule
 from streamrec.tune import Budget
 
+pytestmark = pytest.mark.slow  # end-to-end: real processes, servers or training; `pytest -m "not slow"` skips them
+
 BASE = """\
 seed_everything: 0
 trainer:

@@ -149,6 +149,7 @@ def _aer(trained: SimpleNamespace, layer) -> float:
     return alignment_error_rate(predicted, trained.gold)
 
 
+@pytest.mark.slow
 def test_attention_recovers_the_generators_word_alignment(trained):
     """Forced alignment of the 200 test references (so word positions match the gold `test.align`),
     default layer (the mean of the decoder layers), AER with the gold links as sure links.

@@ -89,6 +89,7 @@ def test_package_exports_the_api_without_importing_lightning():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+@pytest.mark.slow
 def test_the_documented_example_runs(ckpt, tmp_path):
     """docs/api.md's Translate example, on the tiny checkpoint, in a fresh process as a user would run it."""
     section = DOC.read_text(encoding="utf-8").split("## Translate from Python\n", 1)[1]

@@ -103,6 +103,7 @@ def _validate(ckpt: Path, demo_dir: Path, devices: int, strategy: str = "auto") 
     return {k: float(v) for k, v in cli.trainer.callback_metrics.items() if k.startswith("val_")}
 
 
+@pytest.mark.slow
 def test_ddp_validation_equals_single_process(tiny_ckpt, demo_dir, tmp_path, monkeypatch, capfd):
     """Two DDP ranks (ddp_spawn: `ddp` would relaunch pytest itself) must give the single-process BLEU and
     chrF exactly: the hypotheses of both ranks are gathered and the sampler's repeated batches deduplicated
@@ -120,6 +121,7 @@ def test_ddp_validation_equals_single_process(tiny_ckpt, demo_dir, tmp_path, mon
     assert "sync_dist" not in capfd.readouterr().err  # the spawned ranks write to the captured stderr too
 
 
+@pytest.mark.slow
 def test_ddp_spawn_from_the_command_line(tiny_ckpt, demo_dir, tmp_path):
     """`python -m translate ... --trainer.strategy ddp_spawn`: the spawned workers unpickle the CLI, so it must
     live in an importable module (from `translate/__main__.py` they failed and rank 0 waited forever), and every
@@ -133,6 +135,7 @@ def test_ddp_spawn_from_the_command_line(tiny_ckpt, demo_dir, tmp_path):
     assert "val_bleu" in run.stdout and "Traceback" not in run.stderr
 
 
+@pytest.mark.slow
 def test_fit_under_the_ddp_launcher_on_two_cpu_processes(demo_dir, tmp_path):
     """`fit --trainer.strategy=ddp --trainer.devices=2` as a user runs it (a subprocess: inside pytest the ddp
     launcher would start pytest again as rank 1). Both ranks train the same steps, one checkpoint is written,

@@ -12,6 +12,8 @@ from core.errors import InputError
 from translate import Translator
 from translate.export import export_safetensors, main, transformer_spec
 
+pytestmark = pytest.mark.slow  # end-to-end: real processes, servers or training; `pytest -m "not slow"` skips them
+
 
 def _train(demo_dir: Path, out: Path, steps: int) -> Path:
     """A small translator trained long enough to end its outputs with EOS (a 20-step one only repeats a word)."""

@@ -252,6 +252,7 @@ def test_cuda_without_a_gpu_is_a_one_line_error(trained, tmp_path):
         infer.main(["--ckpt", str(trained.ckpt), "-i", str(src), "--device", "cuda"])
 
 
+@pytest.mark.slow
 def test_reader_closing_the_pipe_ends_quietly(trained, demo_dir, tmp_path):
     """`infer ... | head -1`: no BrokenPipeError traceback on stderr."""
     import subprocess

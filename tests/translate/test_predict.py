@@ -48,6 +48,7 @@ def test_predict_writes_what_the_inference_script_writes(trained, demo_dir, tmp_
     assert sorted(p.name for p in tmp_path.glob("out.de*")) == ["out.de"]  # no part, lock or temporary left
 
 
+@pytest.mark.slow
 def test_ddp_predict_merges_the_ranks_parts_in_input_order(trained, demo_dir, tmp_path, monkeypatch):
     """Two ranks (ddp_spawn; `ddp` would relaunch pytest): each writes its part, rank 0 merges, repeats written once."""
     monkeypatch.chdir(tmp_path)

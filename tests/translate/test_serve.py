@@ -20,6 +20,8 @@ from core.serve import local_server
 from translate import Translator
 from translate import serve as translate_serve
 
+pytestmark = pytest.mark.slow  # end-to-end: real processes, servers or training; `pytest -m "not slow"` skips them
+
 MAX_BODY = 20_000
 TIMEOUT = 60  # seconds per HTTP request
 
