@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import inspect
 import json
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from torch import nn
 
 from core.atomic import atomic_path
-from core.errors import InputError
+from core.errors import InputError, describe_os_error
 
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
@@ -134,3 +136,16 @@ def load_folder(cls: type[Module], folder: str | Path, app: str, written_by: str
         raise InputError(f"{folder}: weights do not fit the stored hyper-parameters ({first}); "
                          f"export it again with `{written_by}`") from None
     return module.eval(), config
+
+
+def run_export(write: Callable[[], Path], fmt: str, output: str) -> None:
+    """Run an export command's `write()`; a user's mistake, a full disk or a missing extra ends in one line."""
+    try:
+        out = write()
+    except (ValueError, FileNotFoundError) as err:
+        sys.exit(f"error: {err}")
+    except OSError as err:
+        sys.exit(f"error: {describe_os_error(err, output)}")
+    except ModuleNotFoundError as err:
+        sys.exit(f"error: --format {fmt} needs {err.name}; install it with `pip install -e \".[export]\"`")
+    print(f"wrote {out}")

@@ -19,7 +19,6 @@ Legend: B users, T history length, N items.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import torch
@@ -27,8 +26,7 @@ from torch import Tensor, nn
 
 from core.atomic import atomic_path
 from core.checkpoint import load_module
-from core.errors import describe_os_error
-from core.export import constructor_arguments, save_folder, write_json
+from core.export import constructor_arguments, run_export, save_folder, write_json
 from core.linear import onednn_linear
 from streamrec.data import ItemVocab
 from streamrec.model import StreamRecModel
@@ -116,18 +114,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--output", required=True, help="folder to write (created if missing)")
     p.add_argument("--opset", type=int, default=OPSET, help=f"ONNX opset (default {OPSET})")
     args = p.parse_args(argv)
-    try:
-        if args.format == "safetensors":
-            out = export_safetensors(args.ckpt, args.output)
-        else:
-            out = export_onnx(args.ckpt, args.output, args.opset)
-    except (ValueError, FileNotFoundError) as err:
-        sys.exit(f"error: {err}")
-    except OSError as err:
-        sys.exit(f"error: {describe_os_error(err, args.output)}")
-    except ModuleNotFoundError as err:
-        sys.exit(f"error: --format {args.format} needs {err.name}; install it with `pip install -e \".[export]\"`")
-    print(f"wrote {out}")
+    if args.format == "safetensors":
+        run_export(lambda: export_safetensors(args.ckpt, args.output), args.format, args.output)
+    else:
+        run_export(lambda: export_onnx(args.ckpt, args.output, args.opset), args.format, args.output)
 
 
 if __name__ == "__main__":

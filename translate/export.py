@@ -21,7 +21,6 @@ Legend: S source length, V vocabulary, D model width, F feed-forward width.
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -30,8 +29,8 @@ import torch
 from torch import Tensor
 
 from core.checkpoint import load_module
-from core.errors import InputError, describe_os_error
-from core.export import constructor_arguments, save_folder
+from core.errors import InputError
+from core.export import constructor_arguments, run_export, save_folder
 from translate.model import Translator as TranslatorModel
 from translate.module import TranslationModule, vocabs_from_checkpoint
 from translate.search import max_output_lengths
@@ -272,18 +271,10 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     if args.quantization and args.format != "ctranslate2":
         p.error("--quantization applies to --format ctranslate2 only")
-    try:
-        if args.format == "safetensors":
-            out = export_safetensors(args.ckpt, args.output)
-        else:
-            out = export_ctranslate2(args.ckpt, args.output, args.quantization)
-    except (ValueError, FileNotFoundError) as err:
-        sys.exit(f"error: {err}")
-    except OSError as err:
-        sys.exit(f"error: {describe_os_error(err, args.output)}")
-    except ModuleNotFoundError as err:
-        sys.exit(f"error: --format {args.format} needs {err.name}; install it with `pip install -e \".[export]\"`")
-    print(f"wrote {out}")
+    if args.format == "safetensors":
+        run_export(lambda: export_safetensors(args.ckpt, args.output), args.format, args.output)
+    else:
+        run_export(lambda: export_ctranslate2(args.ckpt, args.output, args.quantization), args.format, args.output)
 
 
 if __name__ == "__main__":
