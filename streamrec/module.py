@@ -50,8 +50,8 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         negative_sampling: uniform or popularity (popularity only for `sampled`).
         gbce_t: gSASRec calibration t in [0, 1] (0 = plain BCE).
         lr: peak learning rate (AdamW). 1e-2 by default: our item vectors enter at unit scale (x sqrt(d_model))
-            and 1e-3 learned several times slower per epoch; picked on validation of Beauty and ML-1M
-            (docs/results.md, "Why short races lost").
+            and 1e-3 learned several times slower per epoch; picked on validation of Beauty, Sports, Yelp
+            and ML-1M (docs/results.md, "Why short races lost").
         weight_decay: AdamW weight decay.
         warmup_steps: linear warmup steps of the warmup-cosine schedule.
         lr_floor: final learning rate as a fraction of the peak.
