@@ -27,12 +27,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import torch
-from lightning.pytorch.callbacks import BasePredictionWriter
 from torch import Tensor
 
-from core.atomic import atomic_path, stale_temporaries
+from core.atomic import atomic_path
 from core.errors import InputError
-from core.lock import OutputLock
+from core.prediction import PartsWriter
 from streamrec.data import ItemVocab
 from streamrec.model import PAD_ID
 
@@ -105,7 +104,7 @@ class RankedBatch(NamedTuple):
     scores: Tensor
 
 
-class RecommendationWriter(BasePredictionWriter):
+class RecommendationWriter(PartsWriter):
     """Writes `predict`'s recommendations to one Parquet file: `user_id, rank, item_id, score`.
 
     Sets the model's `predict_top_k` and `predict_exclude_seen` from its own arguments when predict starts.
@@ -119,33 +118,25 @@ class RecommendationWriter(BasePredictionWriter):
             machines that share no folder.
     """
 
+    part_suffix, written_by = ".parquet", "streamrec predict"
+
     def __init__(self, output: str, top_k: int = 10, exclude_seen: bool = True, merge: bool = True):
-        super().__init__("batch")
+        super().__init__(output, merge)
         if top_k < 1:
             raise InputError(f"RecommendationWriter: `top_k` must be >= 1, got {top_k}")
-        self.output, self.top_k, self.exclude_seen, self.merge = Path(output), top_k, exclude_seen, merge
-        self._tables: list[pa.Table] = []
-        self._lock: OutputLock | None = None
+        self.top_k, self.exclude_seen = top_k, exclude_seen
+        self._vocab: ItemVocab | None = None
 
-    def part(self, rank: int) -> Path:
-        """The file rank `rank` writes its users to."""
-        return self.output.with_name(f"{self.output.name}.rank{rank}.parquet")
-
-    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        if stage != "predict":
-            return
+    def check_output(self) -> None:
         if self.output.suffix != ".parquet" or self.output.is_dir():
             raise InputError(f"RecommendationWriter: output {self.output}: name a .parquet file")
-        if not self.output.parent.is_dir():
-            raise InputError(f"RecommendationWriter: output {self.output}: the folder {self.output.parent} "
-                             "does not exist; create it first")
-        if trainer.is_global_zero:  # the launching rank stands for the run: a second run stops at once
-            self._lock = OutputLock(self.output, "streamrec predict").acquire()
-            for path in (self.output, *(self.part(r) for r in range(trainer.world_size))):
-                for tmp in stale_temporaries(path):  # left by a killed run; we hold the lock, so no one owns them
-                    tmp.unlink()
-        pl_module.predict_top_k, pl_module.predict_exclude_seen = self.top_k, self.exclude_seen
-        self._tables = []
+        super().check_output()
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
+        if stage == "predict":
+            pl_module.predict_top_k, pl_module.predict_exclude_seen = self.top_k, self.exclude_seen
+            self._vocab = pl_module.item_vocab
 
     def write_on_batch_end(self, trainer: Any, pl_module: Any, prediction: RankedBatch, batch_indices: Any,
                            batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
@@ -153,36 +144,22 @@ class RecommendationWriter(BasePredictionWriter):
                                      prediction.scores.cpu())
         position = dict(zip(prediction.users, prediction.rows.tolist(), strict=True))
         rows = pa.array([position[u] for u in table.column("user_id").to_pylist()], type=pa.int64())
-        self._tables.append(table.append_column("row", rows))
+        self._rows.append(table.append_column("row", rows))
 
-    def on_predict_epoch_end(self, trainer: Any, pl_module: Any) -> None:
-        super().on_predict_epoch_end(trainer, pl_module)
-        table = pa.concat_tables(self._tables) if self._tables else self._empty(pl_module.item_vocab)
-        self._tables = []
-        if self.merge and trainer.world_size == 1:
-            _write(_in_user_order(table), self.output)
-            return
-        _write(table, self.part(trainer.global_rank))
-        if not self.merge:
-            return
-        trainer.strategy.barrier()  # every rank's part is complete
-        if trainer.is_global_zero:
-            parts = [self.part(r) for r in range(trainer.world_size)]
-            _write(_in_user_order(pa.concat_tables([pq.read_table(p) for p in parts])), self.output)
-            for p in parts:
-                p.unlink()
+    def write_part(self, rows: list[pa.Table], path: Path) -> None:
+        _write(self._concat(rows), path)
 
-    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        if self._lock is not None:
-            self._lock.release()
-            self._lock = None
+    def read_part(self, path: Path) -> list[pa.Table]:
+        return [pq.read_table(path)]
 
-    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
-        self.teardown(trainer, pl_module, "predict")
+    def write_output(self, rows: list[pa.Table]) -> None:
+        _write(_in_user_order(self._concat(rows)), self.output)
 
-    def _empty(self, vocab: ItemVocab) -> pa.Table:
+    def _concat(self, tables: list[pa.Table]) -> pa.Table:
+        if tables:
+            return pa.concat_tables(tables)
         none = torch.zeros(0, self.top_k, dtype=torch.long)
-        return recommendation_table([], vocab, none, none.float()).append_column("row", pa.array([], pa.int64()))
+        return recommendation_table([], self._vocab, none, none.float()).append_column("row", pa.array([], pa.int64()))
 
 
 def _in_user_order(table: pa.Table) -> pa.Table:

@@ -22,14 +22,11 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from lightning.pytorch.callbacks import BasePredictionWriter
-
-from core.atomic import atomic_path, stale_temporaries
-from core.errors import InputError
-from core.lock import OutputLock
+from core.atomic import atomic_path
+from core.prediction import PartsWriter
 
 
-class TranslationWriter(BasePredictionWriter):
+class TranslationWriter(PartsWriter):
     """Writes `predict`'s translations to one text file, one line per input sentence, in input order.
 
     Args:
@@ -39,61 +36,27 @@ class TranslationWriter(BasePredictionWriter):
             share no folder.
     """
 
-    def __init__(self, output: str, merge: bool = True):
-        super().__init__("batch")
-        self.output, self.merge = Path(output), merge
-        self._pairs: list[tuple[int, str]] = []
-        self._lock: OutputLock | None = None
-
-    def part(self, rank: int) -> Path:
-        """The file rank `rank` writes its translations to."""
-        return self.output.with_name(f"{self.output.name}.rank{rank}.jsonl")
+    part_suffix, written_by, file_kind = ".jsonl", "translate predict", "a text file"
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        if stage != "predict":
-            return
-        if self.output.is_dir() or not self.output.parent.is_dir():
-            raise InputError(f"TranslationWriter: output {self.output}: " + (
-                "is a folder; name a text file" if self.output.is_dir()
-                else f"the folder {self.output.parent} does not exist; create it first"))
-        if trainer.is_global_zero:  # the launching rank stands for the run: a second run stops at once
-            self._lock = OutputLock(self.output, "translate predict").acquire()
-            for path in (self.output, *(self.part(r) for r in range(trainer.world_size))):
-                for tmp in stale_temporaries(path):  # left by a killed run; we hold the lock, so no one owns them
-                    tmp.unlink()
+        super().setup(trainer, pl_module, stage)
         # TokenBatchSampler yields every index (repeats across ranks are dropped when merging); Lightning
         # cannot check that for a batch sampler of its own and would warn on every run.
         warnings.filterwarnings("ignore", message="You are using a custom batch sampler `TokenBatchSampler`")
-        self._pairs = []
 
     def write_on_batch_end(self, trainer: Any, pl_module: Any, prediction: list[tuple[int, str]],
                            batch_indices: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
-        self._pairs.extend(prediction)
+        self._rows.extend(prediction)
 
-    def on_predict_epoch_end(self, trainer: Any, pl_module: Any) -> None:
-        super().on_predict_epoch_end(trainer, pl_module)
-        pairs, self._pairs = self._pairs, []
-        if self.merge and trainer.world_size == 1:
-            self._write_text(pairs)
-            return
-        with atomic_path(self.part(trainer.global_rank)) as tmp:
-            tmp.write_text("".join(json.dumps(p, ensure_ascii=False) + "\n" for p in pairs), encoding="utf-8")
-        if not self.merge:
-            return
-        trainer.strategy.barrier()  # every rank's part is complete
-        if trainer.is_global_zero:
-            parts = [self.part(r) for r in range(trainer.world_size)]
-            self._write_text([tuple(json.loads(line)) for p in parts for line in p.read_text("utf-8").splitlines()])
-            for p in parts:
-                p.unlink()
+    def write_part(self, rows: list[tuple[int, str]], path: Path) -> None:
+        with atomic_path(path) as tmp:
+            tmp.write_text("".join(json.dumps(p, ensure_ascii=False) + "\n" for p in rows), encoding="utf-8")
 
-    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        if self._lock is not None:
-            self._lock.release()
-            self._lock = None
+    def read_part(self, path: Path) -> list[tuple[int, str]]:
+        return [tuple(json.loads(line)) for line in path.read_text("utf-8").splitlines()]
 
-    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
-        self.teardown(trainer, pl_module, "predict")
+    def write_output(self, rows: list[tuple[int, str]]) -> None:
+        self._write_text(rows)
 
     def _write_text(self, pairs: list[tuple[int, str]]) -> None:
         """The translations in index order, each sentence once, one per line."""
