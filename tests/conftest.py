@@ -1,4 +1,5 @@
-"""Fixtures every test folder shares: hostile checkpoints that would run code if unpickled."""
+"""Fixtures every test folder shares: hostile checkpoints that would run code if unpickled, and a headless
+browser for the HTML pages."""
 
 from __future__ import annotations
 
@@ -78,3 +79,61 @@ def _exit_line(main: Callable[[list[str]], object], argv: list[str]) -> str:
 def exit_line() -> Callable[[Callable[[list[str]], object], list[str]], str]:
     """`(main, argv) -> message`: a CLI entry point that must exit non-zero with exactly one line."""
     return _exit_line
+
+
+# ----------------------------------------------------------------------------- a real browser for HTML pages
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _browser_or_skip():
+    """Playwright's sync API and the chromium path; skip (fail under CI) when either is missing."""
+    import shutil
+
+    chromium = shutil.which("chromium")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        sync_playwright = None
+    if chromium and sync_playwright:
+        return sync_playwright, chromium
+    missing = "Debian's chromium (apt-get install chromium)" if not chromium else "playwright (pip install -e .[dev])"
+    if os.environ.get("CI", "").lower() not in ("", "0", "false"):
+        pytest.fail(f"browser test under CI, but {missing} is missing; .ci/run installs chromium")
+    pytest.skip(f"needs {missing}")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Debian chromium through Playwright (skipped without it, failed under CI)."""
+    sync_playwright, chromium = _browser_or_skip()
+    with sync_playwright() as p:
+        # Never `playwright install`: no downloads at test time; --no-sandbox because CI runs as root.
+        b = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def open_page(browser) -> Callable[[Path, int, Path], dict]:
+    """`(path, width, screenshot) -> {text, scroll, inner, errors}`: the page loaded at a viewport `width` px
+    wide, its text, widths and every console or page error; a full-page screenshot is saved. With
+    UPDATE_SCREENSHOTS=1 the screenshot is also copied to docs/screenshots/."""
+
+    def load(path: Path, width: int, screenshot: Path) -> dict:
+        page = browser.new_page(viewport={"width": width, "height": 900})
+        errors: list[str] = []
+        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+        page.on("pageerror", lambda err: errors.append(str(err)))
+        page.goto(path.resolve().as_uri(), wait_until="load")
+        seen = page.evaluate("({text: document.body.innerText, scroll: document.documentElement.scrollWidth,"
+                             " inner: window.innerWidth})")
+        page.screenshot(path=str(screenshot), full_page=True)
+        page.close()
+        if os.environ.get("UPDATE_SCREENSHOTS"):
+            import shutil
+
+            (REPO / "docs" / "screenshots").mkdir(exist_ok=True)
+            shutil.copyfile(screenshot, REPO / "docs" / "screenshots" / screenshot.name)
+        return {**seen, "errors": errors}
+
+    return load
