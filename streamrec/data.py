@@ -41,10 +41,10 @@ from torch.utils.data import DataLoader, Dataset
 
 from core.errors import InputError, check_text_file
 from core.resume import EpochRandomSampler
+from streamrec.constants import PAD_ID
 
 log = logging.getLogger(__name__)
 
-PAD_ID = 0
 Format = Literal["auto", "csv", "tsv", "parquet", "sasrec", "lines"]
 SplitName = Literal["leave_one_out", "temporal"]
 _FORMATS = ("csv", "tsv", "parquet", "sasrec", "lines")

@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-PAD_ID = 0
+from streamrec.constants import PAD_ID
 
 
 def seen_mask(seen: Tensor, num_columns: int) -> Tensor:

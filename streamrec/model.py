@@ -17,8 +17,7 @@ from torch import Tensor, nn
 
 from core import Encoder, TokenEmbedding, causal_padding_mask, padding_mask
 from core.blocks import Activation
-
-PAD_ID = 0
+from streamrec.constants import PAD_ID
 
 
 def trim_padding(items: Tensor) -> tuple[Tensor, int]:
