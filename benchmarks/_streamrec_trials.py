@@ -29,10 +29,12 @@ from _common import ROOT
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from streamrec.data import EvalCase, EvalDataset, Split, StreamRecDataModule, collate_eval
+from streamrec.data import StreamRecDataModule
+from streamrec.datasets import EvalDataset, collate_eval
 from streamrec.metrics import RankingMetrics
 from streamrec.model import StreamRecModel
 from streamrec.module import StreamRecModule
+from streamrec.splits import EvalCase, Split
 
 DATA = ROOT.parent / "shared" / "data"
 DATASETS = {

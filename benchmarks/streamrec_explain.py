@@ -20,9 +20,9 @@ import time
 
 import torch
 
-from streamrec.data import read_interactions
 from streamrec.explain import agreement, attention_weights, occlusion_drops
 from streamrec.model import PAD_ID
+from streamrec.readers import read_interactions
 from streamrec.score import encode_history, load_recommender, recommend
 
 

@@ -10,7 +10,7 @@ both), and keeps its best epoch's weights. The trial with the best validation ND
 system's pick; only the picks are scored on the test split. Nothing about the test split is
 seen before that.
 
-Same for both: the leave-one-out split (`streamrec.data.leave_one_out_split`: last item test,
+Same for both: the leave-one-out split (`streamrec.splits.leave_one_out_split`: last item test,
 second-to-last validation, the rest training, one training sequence per user), the model size
 (d_model 64, 2 blocks, 1 head, feed-forward width 64 with ReLU, as RecTools' block; dropout on
 embeddings, attention weights, inside and after the FFN), learned positions, tied item

@@ -30,12 +30,12 @@ from torch import Tensor
 from core.checkpoint import load_module
 from core.errors import InputError
 from core.export import is_export_folder, load_folder
-from streamrec.data import ItemVocab
 from streamrec.explain import attention_weights, occlusion_drops
 from streamrec.items import ItemCatalog, read_items
 from streamrec.model import PAD_ID, StreamRecModel
 from streamrec.module import VOCAB_KEY, StreamRecModule
 from streamrec.predict import top_items
+from streamrec.vocab import ItemVocab
 
 WRITTEN_BY = "python -m streamrec fit"
 EXPORTED_BY = "python -m streamrec.export --format safetensors"

@@ -237,7 +237,7 @@ when each history item is removed" src="data:image/png;base64,{png}"></div>
 def main(argv: list[str] | None = None) -> None:
     """CLI: explain one user's recommendations as a self-contained HTML page."""
     from streamrec.api import Recommender  # the page is a client of the API, which builds on the functions above
-    from streamrec.data import read_interactions
+    from streamrec.readers import read_interactions
 
     p = argparse.ArgumentParser(prog="python -m streamrec.explain", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -28,9 +28,9 @@ from core.atomic import atomic_path
 from core.checkpoint import load_module
 from core.export import constructor_arguments, run_export, save_folder, write_json
 from core.linear import onednn_linear
-from streamrec.data import ItemVocab
 from streamrec.model import StreamRecModel
 from streamrec.module import VOCAB_KEY, StreamRecModule
+from streamrec.vocab import ItemVocab
 
 WRITTEN_BY = "python -m streamrec fit"
 FORMATS = ("safetensors", "onnx")

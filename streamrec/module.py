@@ -18,10 +18,11 @@ from core import WarmupCosineLR, destroy_process_group_at_exit, stops_on_time
 from core.blocks import Activation
 from core.checkpoint import SafeLoadMixin
 from streamrec import losses
-from streamrec.data import EvalBatch, ItemVocab, PredictBatch, TrainBatch
+from streamrec.datasets import EvalBatch, PredictBatch, TrainBatch
 from streamrec.metrics import RankingMetrics, SampledRankingMetrics, most_popular_scores
 from streamrec.model import StreamRecModel
 from streamrec.predict import RankedBatch, top_items
+from streamrec.vocab import ItemVocab
 
 LossName = Literal["full", "sampled", "bce", "gbce"]
 VOCAB_KEY = "streamrec_item_vocab"

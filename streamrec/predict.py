@@ -32,8 +32,8 @@ from torch import Tensor
 from core.atomic import atomic_path
 from core.errors import InputError
 from core.prediction import PartsWriter
-from streamrec.data import ItemVocab
 from streamrec.model import PAD_ID
+from streamrec.vocab import ItemVocab
 
 
 def top_items(scores: Tensor, k: int, exclude: Tensor | None = None,

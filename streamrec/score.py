@@ -45,10 +45,11 @@ from core.atomic import atomic_path, stale_temporaries
 from core.errors import InputError, check_text, describe_os_error
 from core.lock import OutputLock, interrupt_on_sigterm
 from streamrec.api import Recommender, encode_history, length_batches, recommend
-from streamrec.data import Interactions, ItemVocab, read_interactions
 from streamrec.explain import explain_columns
 from streamrec.model import StreamRecModel
 from streamrec.predict import recommendation_table
+from streamrec.readers import Interactions, read_interactions
+from streamrec.vocab import ItemVocab
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from core.checkpoint import load_checkpoint
 from core.cli import check_yaml_syntax
 from core.errors import InputError
-from streamrec.data import read_interactions
 from streamrec.items import read_items
+from streamrec.readers import read_interactions
 from streamrec.score import _read_users
 from translate.data import read_lines, read_parallel
 from translate.infer import read_chunks

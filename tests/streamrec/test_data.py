@@ -1,5 +1,6 @@
-"""`streamrec.data` against independent references: brute-force splits, hand-written batches,
-a leakage check, and one test per bad-input error (each must name the file and row or column)."""
+"""StreamRec's data pipeline (readers, vocabulary, splits, datasets, DataModule) against independent references:
+brute-force splits, hand-written batches, a leakage check, and one test per bad-input error (each must name the
+file and row or column)."""
 
 from __future__ import annotations
 
@@ -16,24 +17,12 @@ import pytest
 import torch
 from lightning.pytorch.cli import LightningCLI
 
-from streamrec.data import (
-    EvalCase,
-    EvalDataset,
-    Interactions,
-    ItemVocab,
-    StreamRecDataModule,
-    TrainDataset,
-    collate_eval,
-    collate_train,
-    item_counts,
-    leave_one_out_split,
-    read_interactions,
-    sniff_format,
-    temporal_split,
-    time_quantiles,
-    training_windows,
-)
+from streamrec.data import StreamRecDataModule
+from streamrec.datasets import EvalDataset, TrainDataset, collate_eval, collate_train, item_counts, training_windows
 from streamrec.metrics import RankingMetrics, most_popular_scores
+from streamrec.readers import Interactions, read_interactions, sniff_format
+from streamrec.splits import EvalCase, leave_one_out_split, temporal_split, time_quantiles
+from streamrec.vocab import ItemVocab
 
 CSV = "user_id,item_id,timestamp\n"
 
@@ -205,7 +194,7 @@ def test_vocab_unknown_ids_raise_or_are_skipped_and_counted(caplog):
     vocab = ItemVocab(["a", "b"])
     with pytest.raises(ValueError, match=r"unknown item ids 'zz', 'yy' \(vocabulary has 2 items\).*skip_unknown=True"):
         vocab.encode(["a", "zz", "yy"])
-    with caplog.at_level(logging.WARNING, logger="streamrec.data"):
+    with caplog.at_level(logging.WARNING, logger="streamrec"):
         assert vocab.encode(["a", "zz", "b", "yy"], skip_unknown=True) == [1, 2]
     assert "skipped 2 unknown item ids" in caplog.text
     with pytest.raises(ValueError, match="0 is padding"):
@@ -224,7 +213,7 @@ def _random_sequences(num_users: int, seed: int) -> dict[str, list[int]]:
 
 def test_leave_one_out_matches_brute_force(caplog):
     sequences = _random_sequences(40, seed=1)
-    with caplog.at_level(logging.INFO, logger="streamrec.data"):
+    with caplog.at_level(logging.INFO, logger="streamrec"):
         split = leave_one_out_split(sequences)
     short = [u for u, s in sequences.items() if len(s) < 3]
     assert f"{len(short)} users with fewer than 3 interactions are used for training only" in caplog.text
@@ -272,7 +261,7 @@ def test_temporal_split_matches_brute_force_and_never_leaks(write, caplog):
     vocab = ItemVocab.build(i for s in inter.items.values() for i in s)
     sequences = {u: vocab.encode(s) for u, s in inter.items.items()}
     valid_cutoff, test_cutoff = 12, 21
-    with caplog.at_level(logging.INFO, logger="streamrec.data"):
+    with caplog.at_level(logging.INFO, logger="streamrec"):
         split = temporal_split(sequences, inter.timestamps, valid_cutoff, test_cutoff)
 
     # Brute force from the raw rows: a user's events ordered by (time, row number).
@@ -357,7 +346,7 @@ def test_item_counts():
 def test_datamodule_knows_num_items_before_setup_and_serves_batches(write, caplog):
     rows = "u1,a,1\nu1,b,2\nu1,c,3\nu1,d,4\nu2,b,1\nu2,e,2\nu2,a,3\nu3,z,9\nu4,a,1\nu4,c,2\n"
     path = write("log.csv", CSV + rows)
-    with caplog.at_level(logging.INFO, logger="streamrec.data"):
+    with caplog.at_level(logging.INFO, logger="streamrec"):
         dm = StreamRecDataModule(str(path), max_len=3, batch_size=8)
         assert dm.num_items == 5  # u3's only item 'z' is dropped with u3
     assert "skipped 1 of 4 users with fewer than 2 interactions" in caplog.text

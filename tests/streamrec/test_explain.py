@@ -41,7 +41,7 @@ def test_agreement_counts_matching_argmax():
 
 
 def test_explain_cli_writes_a_self_contained_page(tiny_ckpt, tiny_log, tmp_path):
-    from streamrec.data import read_interactions
+    from streamrec.readers import read_interactions
 
     user = next(iter(read_interactions(tiny_log).items))
     page = tmp_path / "why.html"

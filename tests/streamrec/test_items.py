@@ -65,7 +65,7 @@ def test_missing_file_and_size_limit(write, tmp_path, monkeypatch):
 
 
 def test_explanation_carries_titles(tiny_ckpt, tiny_log, write):
-    from streamrec.data import read_interactions
+    from streamrec.readers import read_interactions
 
     history = next(iter(read_interactions(tiny_log).items.values()))
     path = write("items.csv", "item_id,title\n" + f"{history[-1]},The Last One\n")

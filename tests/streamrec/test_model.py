@@ -52,7 +52,7 @@ def test_trimmed_padding_leaves_every_real_state_unchanged(positions):
 
 
 def test_training_loss_is_unchanged_by_trimming():
-    from streamrec.data import TrainBatch
+    from streamrec.datasets import TrainBatch
     from streamrec.losses import full_softmax
     from streamrec.module import StreamRecModule
 

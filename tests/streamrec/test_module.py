@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from streamrec import losses
-from streamrec.data import EvalBatch, TrainBatch
+from streamrec.datasets import EvalBatch, TrainBatch
 from streamrec.module import StreamRecModule
 
 N = 30
