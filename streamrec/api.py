@@ -12,7 +12,9 @@
 
 Users need no retraining: a history is read as it is given. The command-line tools are clients of
 this module: `python -m streamrec.score` (a whole log into a file) and `python -m streamrec.explain`
-(an HTML page); `python -m streamrec predict` ranks with the same `streamrec.predict.top_items`.
+(an HTML page). Ranking walks the catalogue in item chunks (`streamrec.topk.top_k_items`), so memory
+does not grow with the catalogue; ties go to the lower item id. `python -m streamrec predict` ranks a
+full score matrix with `streamrec.predict.top_items`.
 The checkpoint is read by `core.checkpoint.load_module` (restricted unpickler: no code in it runs).
 
 Legend: B users, T history length (the model's max_len), K items per user, N items, D model width.
@@ -34,7 +36,7 @@ from streamrec.explain import attention_weights, occlusion_drops
 from streamrec.items import ItemCatalog, read_items
 from streamrec.model import PAD_ID, StreamRecModel
 from streamrec.module import VOCAB_KEY, StreamRecModule
-from streamrec.predict import top_items
+from streamrec.topk import DEFAULT_ITEM_CHUNK, Precision, top_k_items
 from streamrec.vocab import ItemVocab
 
 WRITTEN_BY = "python -m streamrec fit"
@@ -74,8 +76,9 @@ def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
 
 @torch.no_grad()
 def recommend(model: StreamRecModel, histories: Sequence[Sequence[int]], top_k: int,
-              include_seen: bool = False, allowed: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
-    """Top-K items for each history.
+              include_seen: bool = False, allowed: Tensor | None = None, item_chunk: int = DEFAULT_ITEM_CHUNK,
+              precision: Precision = "fp32") -> tuple[Tensor, Tensor, Tensor]:
+    """Top-K items for each history, the catalogue scored `item_chunk` items at a time (`streamrec.topk`).
 
     Args:
         model: the recommender (eval mode).
@@ -83,6 +86,8 @@ def recommend(model: StreamRecModel, histories: Sequence[Sequence[int]], top_k: 
         top_k: items per user.
         include_seen: allow items already in the history (the whole history, not only the last T).
         allowed: (N+1,) bool, the items that may be recommended; None: every item.
+        item_chunk: items scored at once: memory is about B x item_chunk scores, whatever N is.
+        precision: "fp32" (exact, default) or "bf16" (a bf16 shortlist re-scored in fp32; see `streamrec.topk`).
 
     Returns:
         inputs (B, T), items (B, K) and scores (B, K); a slot with no eligible item left has
@@ -90,9 +95,10 @@ def recommend(model: StreamRecModel, histories: Sequence[Sequence[int]], top_k: 
     """
     device = model.item_vectors.device
     inputs = left_pad(histories, model.encoder.max_len, device)
-    scores = model.recommend_scores(inputs).float()  # (B, N+1), padding already -inf
+    hidden = model.last_hidden(inputs)  # (B, D)
     seen = None if include_seen else right_pad(histories, device)
-    items, top_scores = top_items(scores, top_k, seen, allowed)
+    items, top_scores = top_k_items(hidden, model.item_vectors, top_k, exclude=seen, allowed=allowed,
+                                    item_chunk=item_chunk, precision=precision)
     return inputs, items, top_scores
 
 
@@ -193,7 +199,8 @@ class Recommender:
         return encode_history(history, self.vocab)
 
     def recommend(self, histories: Sequence[Sequence[str]], k: int = 10, exclude_seen: bool = True,
-                  items: Iterable[str] | None = None, batch_size: int = 256) -> Recommendations:
+                  items: Iterable[str] | None = None, batch_size: int = 256,
+                  item_chunk: int = DEFAULT_ITEM_CHUNK) -> Recommendations:
         """The `k` best items for each of many users.
 
         Args:
@@ -202,6 +209,7 @@ class Recommender:
             exclude_seen: leave out items already in the user's history.
             items: an allow-list: recommend only among these ids; None: the whole catalogue.
             batch_size: users per forward pass.
+            item_chunk: items scored at once (memory is about batch_size x item_chunk scores).
 
         Returns:
             `Recommendations`: `result[u]` is user u's (item_id, score) list; a user with no known
@@ -222,13 +230,15 @@ class Recommender:
         warm = [i for i, ids in enumerate(encoded) if ids]
         for batch in length_batches([len(encoded[i]) for i in warm], batch_size):
             rows = [warm[j] for j in batch]
-            _, top, scores = recommend(self.model, [encoded[i] for i in rows], k, not exclude_seen, allowed)
+            _, top, scores = recommend(self.model, [encoded[i] for i in rows], k, not exclude_seen, allowed,
+                                       item_chunk)
             for i, row_items, row_scores in zip(rows, top.tolist(), scores.tolist(), strict=True):
                 ranked[i] = self._named(row_items, row_scores)
         return Recommendations(ranked, list(unknown), [i for i, ids in enumerate(encoded) if not ids])
 
     @torch.no_grad()
-    def similar_items(self, item_ids: Sequence[str], k: int = 10) -> Recommendations:
+    def similar_items(self, item_ids: Sequence[str], k: int = 10,
+                      item_chunk: int = DEFAULT_ITEM_CHUNK) -> Recommendations:
         """The `k` items whose vectors are closest (cosine) to each given item's, the item itself left out.
 
         The vectors are the ones hidden states are scored against: the item embedding (tied, the default).
@@ -236,6 +246,7 @@ class Recommender:
         Args:
             item_ids: the query items.
             k: similar items per query.
+            item_chunk: items compared at once (the catalogue is never normalized as a whole).
 
         Returns:
             `Recommendations` with one list per query; an unknown query is cold and gets [].
@@ -244,9 +255,11 @@ class Recommender:
         known = [i for i in item_ids if i in self.vocab.index]
         ranked: list[list[tuple[str, float]]] = [[] for _ in item_ids]
         if known:
-            vectors = torch.nn.functional.normalize(self.model.item_vectors.float(), dim=-1)  # (N+1, D)
+            vectors = self.model.item_vectors
             query = torch.tensor([self.vocab.index[i] for i in known], device=self.device)
-            top, scores = top_items(vectors[query] @ vectors.T, k, exclude=query[:, None])  # (B, N+1) cosines
+            unit = torch.nn.functional.normalize(vectors[query].float(), dim=-1)  # (B, D)
+            top, scores = top_k_items(unit, vectors, k, exclude=query[:, None], item_chunk=item_chunk,
+                                      normalize=True)  # cosines
             rows = iter(zip(top.tolist(), scores.tolist(), strict=True))
             for pos, item in enumerate(item_ids):
                 if item in self.vocab.index:
