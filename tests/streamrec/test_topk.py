@@ -1,0 +1,89 @@
+"""Chunked top-K against brute force: the full score matrix ranked by plain Python sorting."""
+
+import pytest
+import torch
+
+from streamrec.model import PAD_ID
+from streamrec.topk import brute_force_top_k, top_k_items
+
+
+def _python_top_k(queries, vectors, k, exclude=None, allowed=None):
+    """The rule spelled out: per row, every eligible item sorted by (-score, id), first k; empty slots (0, -inf)."""
+    scores = (queries @ vectors.T).tolist()
+    n_out = min(k, vectors.shape[0] - 1)
+    items, tops = [], []
+    for b, row in enumerate(scores):
+        banned = set() if exclude is None else set(exclude[b].tolist())
+        ok = [i for i in range(1, len(row)) if i not in banned and (allowed is None or bool(allowed[i]))]
+        ranked = sorted(ok, key=lambda i, row=row: (-row[i], i))[:n_out]
+        items.append(ranked + [PAD_ID] * (n_out - len(ranked)))
+        tops.append([row[i] for i in ranked] + [float("-inf")] * (n_out - len(ranked)))
+    return torch.tensor(items), torch.tensor(tops)
+
+
+def _case(seed, n, ties):
+    g = torch.Generator().manual_seed(seed)
+    q, v = torch.randn(6, 8, generator=g), torch.randn(n + 1, 8, generator=g)
+    if ties:  # small integers: many exactly equal scores, and equal vectors
+        q, v = q.round(), (v * 0.6).round()
+        v[n // 2 :: 3] = v[1]
+    return q, v, torch.randint(0, n + 1, (6, 5), generator=g), torch.rand(n + 1, generator=g) < 0.4
+
+
+@pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.parametrize("n,k,chunk", [(50, 5, 7), (97, 20, 8), (31, 40, 4), (64, 3, 64), (10, 10, 1), (200, 12, 1000)])
+def test_chunked_equals_brute_force_with_exclusions_and_allow_lists(n, k, chunk, ties):
+    q, v, exclude, allowed = _case(n * 31 + k, n, ties)
+    for kw in ({}, {"exclude": exclude}, {"allowed": allowed}, {"exclude": exclude, "allowed": allowed}):
+        want_items, want_scores = _python_top_k(q, v, k, **kw)
+        got = top_k_items(q, v, k, item_chunk=chunk, **kw)
+        assert got.items.tolist() == want_items.tolist(), (kw.keys(), chunk)
+        torch.testing.assert_close(got.scores, want_scores, atol=1e-5, rtol=1e-5)
+        ref = brute_force_top_k(q, v, k, **kw)
+        assert torch.equal(ref.items, want_items)
+
+
+def test_ties_go_to_the_lower_id_whatever_the_chunk_size():
+    q = torch.ones(2, 4)
+    v = torch.ones(30, 4)  # every item scores 4: the answer is ids 1..k
+    v[0] = 0
+    for chunk in (1, 3, 7, 29, 64):
+        assert top_k_items(q, v, 5, item_chunk=chunk).items.tolist() == [[1, 2, 3, 4, 5]] * 2
+    exclude = torch.tensor([[2, 0], [1, 3]])
+    assert top_k_items(q, v, 3, exclude=exclude, item_chunk=4).items.tolist() == [[1, 3, 4], [2, 4, 5]]
+
+
+def test_fewer_eligible_items_than_k_leave_empty_slots():
+    q, v, _, _ = _case(0, 12, False)
+    allowed = torch.zeros(13, dtype=torch.bool)
+    allowed[[0, 4, 9]] = True  # padding listed: still never returned
+    got = top_k_items(q, v, 5, allowed=allowed, exclude=torch.full((6, 1), 9), item_chunk=2)
+    assert (got.items[:, 0] == 4).all() and (got.items[:, 1:] == PAD_ID).all()
+    assert torch.isinf(got.scores[:, 1:]).all() and torch.isfinite(got.scores[:, 0]).all()
+    assert top_k_items(q, v, 50, item_chunk=5).items.shape == (6, 12)  # at most N columns
+
+
+def test_normalize_gives_cosine_ranking():
+    q, v, _, _ = _case(3, 40, False)
+    unit_v = torch.nn.functional.normalize(v, dim=-1)
+    unit_q = torch.nn.functional.normalize(q, dim=-1)
+    want_items, want_scores = _python_top_k(unit_q, unit_v, 6)
+    got = top_k_items(unit_q, v * 3.0, 6, item_chunk=9, normalize=True)  # rescaled vectors: same cosines
+    assert got.items.tolist() == want_items.tolist()
+    torch.testing.assert_close(got.scores, want_scores, atol=1e-5, rtol=1e-5)
+
+
+def test_bf16_shortlist_rescored_in_fp32():
+    q, v, exclude, _ = _case(5, 300, False)
+    exact = top_k_items(q, v, 10, exclude=exclude, item_chunk=64)
+    wide = top_k_items(q, v, 10, exclude=exclude, item_chunk=64, precision="bf16", shortlist=64)
+    assert torch.equal(wide.items, exact.items)  # the whole chunk is shortlisted: exact
+    torch.testing.assert_close(wide.scores, exact.scores, atol=1e-5, rtol=1e-5)  # fp32 scores, not bf16
+
+
+def test_bad_arguments_are_one_line_errors():
+    q, v, _, _ = _case(0, 10, False)
+    with pytest.raises(ValueError, match=r"`item_chunk` \(0\) must be >= 1"):
+        top_k_items(q, v, 3, item_chunk=0)
+    with pytest.raises(ValueError, match="`precision` .*'fp32' or 'bf16'"):
+        top_k_items(q, v, 3, precision="int8")
