@@ -8,9 +8,10 @@
     best.text, best.score, best.alignment.pharaoh()
 
 Sentences are translated each on its own (batched longest first, returned in input order); a blank
-sentence gives "". `python -m translate.infer` is a client of this module (`Translator.load`,
-`encode_sources`, `translate_ids`, `format_line`); `python -m translate predict` decodes with the
-same `translate.search` inside `TranslationModule.predict_step`. Checkpoints are read by
+sentence gives "". `translate_iter` does the same for an iterable of any length, a chunk of lines at
+a time, so its memory does not grow with the input. `python -m translate.infer` is a client of this
+module (`Translator.load`, `encode_sources`, `translate_ids`, `format_line`); `python -m translate
+predict` decodes with the same `translate.search` inside `TranslationModule.predict_step`. Checkpoints are read by
 `core.checkpoint.load_module` (restricted unpickler: no code in them runs), and the vocabularies come
 from the checkpoint itself (`translate.module.vocabs_from_checkpoint`): no other file is read.
 
@@ -19,8 +20,9 @@ Legend: B sentences, S source length, V target vocabulary.
 
 from __future__ import annotations
 
+import itertools
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +46,10 @@ EXPORTED_BY = "python -m translate.export --format safetensors"
 MAX_TRUNCATION_WARNINGS = 20  # then one summary line, so a bad file cannot flood stderr
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 INT8 = "int8"  # float32 model with int8 linear layers (core.precision.quantize_int8), CPU only
+# Lines are encoded this many characters at a time and truncated at once: a chunk of long lines encoded
+# whole held every untruncated subword as a Python int (~36 bytes each; 2,000 lines of 5,000 words: ~300 MB).
+ENCODE_CHARS = 1 << 20
+CHUNK_LINES = 2_000  # translate_iter's default chunk; translate.infer's --chunk-lines default
 
 
 @dataclass(frozen=True)
@@ -78,7 +84,7 @@ def search(model: TranslatorModel | Ensemble, src: Tensor, beam: int = 5, alpha:
     Outputs stop after `max_len_a` x source length + `max_len_b` subwords (fairseq's names).
     """
     if beam == 1:
-        return [[h] for h in greedy_search(model, src, BOS_ID, EOS_ID, max_len_a, max_len_b)]
+        return [[h] for h in greedy_search(model, src, BOS_ID, EOS_ID, max_len_a=max_len_a, max_len_b=max_len_b)]
     return beam_search(model, src, BOS_ID, EOS_ID, beam_size=beam, alpha=alpha, nbest=nbest,
                        max_len_a=max_len_a, max_len_b=max_len_b)
 
@@ -160,12 +166,44 @@ class Translator:
             a string per sentence; with `return_scores` or `return_alignments`, a `Translation` per
             sentence; with `n_best` > 1, a list of `n_best` `Translation`s per sentence ([] for a blank one).
         """
-        if isinstance(sentences, str):
-            raise InputError("`sentences` takes a list of sentences, not one string; pass [sentence]")
-        if beam < 1 or batch_size < 1 or not 1 <= n_best <= beam:
-            raise InputError(f"`beam` ({beam}) and `batch_size` ({batch_size}) must be >= 1 and `n_best` ({n_best}) "
-                             "between 1 and `beam`")
-        sources = self.encode_sources(sentences)
+        _check_options(sentences, beam, n_best, batch_size)
+        return self._translate_chunk(sentences, 1, [0], beam, n_best, return_scores, return_alignments, alpha,
+                                     max_len_a, max_len_b, batch_size, align_layer)
+
+    def translate_iter(self, sentences: Iterable[str], beam: int = 5, n_best: int = 1, return_scores: bool = False,
+                       return_alignments: bool = False, alpha: float = 0.6, max_len_a: float = 1.5,
+                       max_len_b: int = 10, batch_size: int = 64, align_layer: Layer = DEFAULT_LAYER,
+                       chunk_lines: int = CHUNK_LINES) -> Iterator[str | Translation | list[Translation]]:
+        """Translate an iterable of sentences lazily: what `translate` returns, one item at a time, in input order.
+
+        `chunk_lines` sentences are read, sorted by length, translated and yielded before the next
+        are read, so memory is bounded by the chunk, not the input (a file object works: its lines'
+        "\\n" endings are stripped). The results equal `translate` on the whole list (tested).
+
+        Args:
+            sentences: source sentences, e.g. an open text file.
+            chunk_lines: sentences translated together (more: better-filled batches, more memory).
+            beam, n_best, return_scores, return_alignments, alpha, max_len_a, max_len_b, batch_size,
+                align_layer: as in `translate`.
+        """
+        _check_options(sentences, beam, n_best, batch_size)  # now, not at the first next()
+        if chunk_lines < 1:
+            raise InputError(f"`chunk_lines` ({chunk_lines}) must be >= 1")
+        options = (beam, n_best, return_scores, return_alignments, alpha, max_len_a, max_len_b, batch_size, align_layer)
+        return self._iter_chunks(iter(sentences), chunk_lines, options)
+
+    def _iter_chunks(self, lines: Iterator[str], chunk_lines: int, options: tuple,
+                     ) -> Iterator[str | Translation | list[Translation]]:
+        first, warned = 1, [0]
+        while chunk := [s.removesuffix("\n").removesuffix("\r") for s in itertools.islice(lines, chunk_lines)]:
+            yield from self._translate_chunk(chunk, first, warned, *options)
+            first += len(chunk)
+
+    def _translate_chunk(self, sentences: Sequence[str], first_line: int, warned: list[int], beam: int, n_best: int,
+                         return_scores: bool, return_alignments: bool, alpha: float, max_len_a: float, max_len_b: int,
+                         batch_size: int, align_layer: Layer,
+                         ) -> list[str] | list[Translation] | list[list[Translation]]:
+        sources = self.encode_sources(sentences, first_line, warned)
         hyps, aligned = self.translate_ids(sources, beam, alpha, n_best, batch_size,
                                            align_layer if return_alignments else None, max_len_a, max_len_b, sentences)
         if n_best == 1 and not (return_scores or return_alignments):
@@ -189,14 +227,16 @@ class Translator:
             warned: a one-element counter of warnings already given, shared across chunks.
         """
         warned = [0] if warned is None else warned
-        ids = self.src_vocab.encode_batch([line if line.strip() else "" for line in lines])
-        for k, row in enumerate(ids):
-            if len(row) > self.max_src_len:
-                warned[0] += 1
-                if warned[0] <= MAX_TRUNCATION_WARNINGS:
-                    log.warning("line %d: %d subwords, truncated to the model's max_len of %d",
-                                first_line + k, len(row), self.max_src_len)
-                ids[k] = row[: self.max_src_len]
+        ids: list[list[int]] = []
+        for start, stop in _spans([len(line) for line in lines], ENCODE_CHARS):
+            for row in self.src_vocab.encode_batch([line if line.strip() else "" for line in lines[start:stop]]):
+                if len(row) > self.max_src_len:
+                    warned[0] += 1
+                    if warned[0] <= MAX_TRUNCATION_WARNINGS:
+                        log.warning("line %d: %d subwords, truncated to the model's max_len of %d",
+                                    first_line + len(ids), len(row), self.max_src_len)
+                    row = row[: self.max_src_len]  # a copy: the untruncated list is freed with its group
+                ids.append(row)
         return ids
 
     def translate_ids(self, sources: Sequence[Sequence[int]], beam: int = 5, alpha: float = 0.6, nbest: int = 1,
@@ -232,6 +272,26 @@ class Translator:
                 for i, a in zip(rows, aligned, strict=True):
                     alignments[i] = a
         return results, alignments
+
+
+def _check_options(sentences: object, beam: int, n_best: int, batch_size: int) -> None:
+    if isinstance(sentences, str):
+        raise InputError("`sentences` takes a list of sentences, not one string; pass [sentence]")
+    if beam < 1 or batch_size < 1 or not 1 <= n_best <= beam:
+        raise InputError(f"`beam` ({beam}) and `batch_size` ({batch_size}) must be >= 1 and `n_best` ({n_best}) "
+                         "between 1 and `beam`")
+
+
+def _spans(lengths: Sequence[int], budget: int) -> Iterator[tuple[int, int]]:
+    """(start, stop) ranges of consecutive items whose lengths sum to at most `budget` (at least one item each)."""
+    start, held = 0, 0
+    for k, n in enumerate(lengths):
+        if k > start and held + n > budget:
+            yield start, k
+            start, held = k, 0
+        held += n
+    if start < len(lengths):
+        yield start, len(lengths)
 
 
 def _load_one(path: Path, device: str | torch.device, dtype: str) -> Translator:

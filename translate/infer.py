@@ -2,16 +2,18 @@
 
     python -m translate.infer --ckpt CKPT [CKPT ...] [-i in.txt] [-o out.txt] [--beam 5] [--alpha 0.6]
         [--max-len-a 1.5] [--max-len-b 10] [--batch-size 64] [--nbest N] [--alignments out.jsonl]
-        [--html report.html] [--device auto] [--dtype float32|bfloat16|int8]
+        [--html report.html] [--chunk-lines 2000] [--device auto] [--dtype float32|bfloat16|int8]
 
 Exactly one output line per input line, in input order; an empty (or blank) input line gives
 an empty output line. With `--nbest N` (N > 1) each output line holds the N best translations,
 best first, separated by tabs, so line counts still match. `--beam 1` runs greedy search,
 which gives the same output as a beam of width 1 (tested).
 
-Input is read in chunks of `--chunk-size` lines (default 10,000); inside a chunk sentences are
-sorted by length so that batches hold similar lengths, translated, put back in order, written
-and flushed: memory stays bounded on any file size. Sources longer than the model's `max_len`
+Input is streamed: it is read in chunks of `--chunk-lines` lines (default 2,000; a chunk also ends
+after 16 MiB of text); inside a chunk sentences are sorted by length so that batches hold similar
+lengths, translated, put back in order, written and flushed before the next chunk is read, so
+memory does not grow with the input (benchmarks/translate_stream_memory.py) and the output equals
+that of one chunk holding the whole file (tested). Sources longer than the model's `max_len`
 subwords are truncated, with a warning naming the line. With `-o` the output appears in one
 rename at the end (never half-written); likewise `--alignments` and `--html`. An output path
 that is a folder or in a missing folder is an error before any work; a symbolic link is written
@@ -52,22 +54,26 @@ from core.atomic import atomic_path, stale_temporaries
 from core.errors import InputError, check_text, describe_os_error
 from core.lock import OutputLock, interrupt_on_sigterm
 from translate.align import DEFAULT_LAYER, Layer, WordAlignment, write_html
-from translate.api import DTYPES, INT8, MAX_TRUNCATION_WARNINGS, Translator, format_line
+from translate.api import CHUNK_LINES, DTYPES, INT8, MAX_TRUNCATION_WARNINGS, Translator, format_line
 
 log = logging.getLogger("translate.infer")
 MAX_LINE_BYTES = 1 << 20  # one sentence per line; a longer "line" is a file with no line breaks
+CHUNK_BYTES = 16 << 20  # a chunk of very long lines ends early: its text, not its line count, bounds memory
 
 
 # ----------------------------------------------------------------------------- reading and writing
 
 
-def read_chunks(stream: IO[bytes], size: int, name: str = "<stdin>") -> Iterator[list[str]]:
+def read_chunks(stream: IO[bytes], size: int, name: str = "<stdin>", max_bytes: int = CHUNK_BYTES,
+                ) -> Iterator[list[str]]:
     """Lines of a UTF-8 byte stream, `size` at a time, split on "\\n" only (as `translate.data.read_lines`).
 
-    A byte-order mark and CRLF endings are accepted; invalid UTF-8, a NUL byte or a line over
+    A chunk ends early once its lines hold `max_bytes` bytes (it holds at least one line). A
+    byte-order mark and CRLF endings are accepted; invalid UTF-8, a NUL byte or a line over
     `MAX_LINE_BYTES` raises `InputError` naming the line.
     """
     chunk: list[str] = []
+    held = 0
     for number, raw in enumerate(stream, start=1):
         check_text(raw, name, number)
         if len(raw) > MAX_LINE_BYTES:
@@ -81,9 +87,10 @@ def read_chunks(stream: IO[bytes], size: int, name: str = "<stdin>") -> Iterator
         if number == 1:
             line = line.removeprefix("\ufeff")
         chunk.append(line.removesuffix("\n").removesuffix("\r"))
-        if len(chunk) == size:
+        held += len(raw)
+        if len(chunk) == size or held >= max_bytes:
             yield chunk
-            chunk = []
+            chunk, held = [], 0
     if chunk:
         yield chunk
 
@@ -127,7 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
                         f"(default {DEFAULT_LAYER}, measured best on the demo corpus)")
     p.add_argument("--html", help="write a self-contained HTML page of alignment heatmaps here")
     p.add_argument("--html-max", type=int, default=100, help="sentences shown in --html (default 100)")
-    p.add_argument("--chunk-size", type=int, default=10_000, help="lines sorted and translated together")
+    p.add_argument("--chunk-lines", "--chunk-size", dest="chunk_lines", type=int, default=CHUNK_LINES,
+                   help=f"lines read, sorted by length and translated together before the next are read (default "
+                        f"{CHUNK_LINES:,}; a chunk also ends after {CHUNK_BYTES >> 20} MiB of text): memory grows "
+                        "with the chunk, not the input")
     p.add_argument("--device", default="auto",
                    help="cpu, cuda, cuda:N or auto (cuda when available; cpu with --dtype int8)")
     p.add_argument("--dtype", choices=(*DTYPES, INT8), default="float32",
@@ -172,8 +182,8 @@ def _device(name: str) -> torch.device:
 
 
 def _check(args: argparse.Namespace) -> Layer:
-    if args.beam < 1 or args.batch_size < 1 or args.chunk_size < 1 or args.html_max < 0:
-        raise InputError("--beam, --batch-size and --chunk-size must be positive and --html-max >= 0")
+    if args.beam < 1 or args.batch_size < 1 or args.chunk_lines < 1 or args.html_max < 0:
+        raise InputError("--beam, --batch-size and --chunk-lines must be positive and --html-max >= 0")
     if args.max_len_a < 0 or args.max_len_b < 1:
         raise InputError(f"--max-len-a ({args.max_len_a}) must be >= 0 and --max-len-b ({args.max_len_b}) >= 1")
     if not 1 <= args.nbest <= args.beam:
@@ -219,11 +229,11 @@ def _translate(args: argparse.Namespace, layer: Layer) -> None:
         stream = stack.enter_context(open(args.input, "rb")) if args.input else sys.stdin.buffer
         progress = stack.enter_context(_Progress(args.progress or sys.stderr.isatty(), args.input))
         first = 1
-        for lines in read_chunks(stream, args.chunk_size, args.input or "<stdin>"):
+        for lines in read_chunks(stream, args.chunk_lines, args.input or "<stdin>", CHUNK_BYTES):
             sources = translator.encode_sources(lines, first, warned)
             hyps, aligned = translator.translate_ids(sources, args.beam, args.alpha, args.nbest, args.batch_size,
                                                      layer if want_align else None, args.max_len_a, args.max_len_b,
-                                                     lines)
+                                                     lines if want_align else None)
             out.write("".join(format_line(h, translator.tgt_vocab) + "\n" for h in hyps).encode("utf-8"))
             out.flush()
             if aligned is not None:

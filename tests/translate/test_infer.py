@@ -64,7 +64,7 @@ def test_one_line_per_input_in_order_greedy_equals_beam_one(trained, demo_dir, t
     out = tmp_path / "out.de"
     with caplog.at_level(logging.WARNING, logger="translate.infer"):
         infer.main(["--ckpt", str(trained.ckpt), "-i", str(src), "-o", str(out), "--beam", "1",
-                    "--batch-size", "2", "--chunk-size", "4"])
+                    "--batch-size", "2", "--chunk-lines", "4"])
     got = _lines(out)
     assert len(got) == len(lines)
     assert got == _one_by_one_beam1(trained.ckpt, lines)
@@ -150,7 +150,7 @@ def test_output_streams_chunk_by_chunk(trained, demo_dir, monkeypatch, capsysbin
             yield (line + "\n").encode("utf-8")
 
     monkeypatch.setattr(sys, "stdin", SimpleNamespace(buffer=stdin()))
-    infer.main(["--ckpt", str(trained.ckpt), "--beam", "1", "--chunk-size", "2"])
+    infer.main(["--ckpt", str(trained.ckpt), "--beam", "1", "--chunk-lines", "2"])
     output.extend(capsysbinary.readouterr().out)
     assert written == [0, 0, 2, 2, 4, 4]
     assert output.count(b"\n") == len(lines)
@@ -181,6 +181,7 @@ def test_output_is_atomic_when_the_input_breaks(trained, tmp_path):
     src = tmp_path / "in.en"
     src.write_bytes(b"the dog sleeps .\nthe cat sleeps .\nthe man sings .\nbad \xff byte\n")
     out = tmp_path / "out.de"
+    # --chunk-size: the old name of --chunk-lines, still accepted
     with pytest.raises(SystemExit, match=r"^error: .*in\.en:4: invalid UTF-8"):
         infer.main(["--ckpt", str(trained.ckpt), "-i", str(src), "-o", str(out), "--chunk-size", "2"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.en"]  # no output, no temporary file left
