@@ -17,6 +17,7 @@ from collections.abc import Callable
 from functools import partial
 
 import lightning as L
+import numpy as np
 import torch
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch import Tensor
@@ -33,7 +34,8 @@ from streamrec.datasets import (
     item_counts,
     user_sequences,
 )
-from streamrec.readers import Format, _existing_file, read_interactions
+from streamrec.encoded import EncodedLog, cache_key
+from streamrec.readers import Format, _existing_path, read_interactions
 from streamrec.splits import Split, SplitName, leave_one_out_split, temporal_split, time_quantiles
 from streamrec.vocab import ItemVocab
 
@@ -63,6 +65,8 @@ class StreamRecDataModule(L.LightningDataModule):
         temporal_cutoffs: (valid, test) timestamps for split=temporal; None uses `temporal_quantiles`.
         temporal_quantiles: (valid, test) quantiles of all timestamps used when no cutoffs are given.
         num_workers: DataLoader worker processes.
+        cache_dir: a folder for the encoded log (.npy, see `streamrec.encoded`); later loads, every DDP rank
+            and DataLoader worker included, memory-map it instead of parsing the log. None: no cache.
     """
 
     def __init__(
@@ -70,7 +74,7 @@ class StreamRecDataModule(L.LightningDataModule):
         split: SplitName = "leave_one_out", min_interactions: int = 2, user_col: str = "user_id",
         item_col: str = "item_id", time_col: str | None = "timestamp", sliding_window: bool = False,
         temporal_cutoffs: tuple[float, float] | None = None, temporal_quantiles: tuple[float, float] = (0.8, 0.9),
-        num_workers: int = 0,
+        num_workers: int = 0, cache_dir: str | None = None,
     ):
         super().__init__()
         for name, value, low in (("max_len", max_len, 1), ("batch_size", batch_size, 1),
@@ -79,39 +83,52 @@ class StreamRecDataModule(L.LightningDataModule):
                 raise InputError(f"`{name}` must be at least {low}, got {value}")
         if split not in ("leave_one_out", "temporal"):
             raise InputError(f"`split` must be leave_one_out or temporal, got {split!r}")
-        _existing_file(path)  # fail at construction, not at the first batch
+        _existing_path(path)  # fail at construction, not at the first batch
         self.save_hyperparameters()
         self.path, self.format, self.max_len, self.batch_size = path, format, max_len, batch_size
         self.split_name, self.min_interactions = split, min_interactions
         self.columns = {"user_col": user_col, "item_col": item_col, "time_col": time_col}
         self.sliding_window, self.num_workers = sliding_window, num_workers
         self.temporal_cutoffs, self.temporal_quantiles = temporal_cutoffs, temporal_quantiles
+        self.cache_dir = cache_dir
+        self._log: EncodedLog | None = None
         self._vocab: ItemVocab | None = None
         self._split: Split | None = None
 
     def _load(self) -> None:
         if self._split is not None:
             return
-        raw = read_interactions(self.path, self.format, **self.columns)
-        kept = raw.drop_short_users(self.min_interactions)
-        if not kept.items:
+        self._log = self._encoded_log()
+        log.info("%s: %d interactions, %d users, %d items", self.path, len(self._log.items), len(self._log.users),
+                 len(self._log.vocab))
+        self._vocab, self._split = self._log.vocab, self._make_split(self._log)
+
+    def _encoded_log(self) -> EncodedLog:
+        key = None
+        if self.cache_dir is not None:
+            key = cache_key(self.path, format=self.format, min_interactions=self.min_interactions, **self.columns)
+            if (cached := EncodedLog.load(self.cache_dir, key)) is not None:
+                log.info("%s: mapped the encoded log cached in %s", self.path, self.cache_dir)
+                return cached
+        kept = read_interactions(self.path, self.format, **self.columns).drop_short_users(self.min_interactions)
+        if not kept.users:
             raise InputError(f"{self.path}: no user has {self.min_interactions} or more interactions; "
                              "lower `min_interactions`")
-        vocab = ItemVocab.build(i for seq in kept.items.values() for i in seq)
-        sequences = {u: [vocab.index[i] for i in seq] for u, seq in kept.items.items()}
-        log.info("%s: %d interactions, %d users, %d items", self.path, kept.num_interactions, len(sequences),
-                 len(vocab))
-        self._vocab, self._split = vocab, self._make_split(sequences, kept.timestamps)
+        encoded = EncodedLog.from_interactions(kept)
+        if key is None:
+            return encoded
+        encoded.save(self.cache_dir, key)
+        return EncodedLog.load(self.cache_dir, key)  # the mapped copy, shared with other processes
 
-    def _make_split(self, sequences: dict[str, list[int]], timestamps: dict[str, list[float]] | None) -> Split:
+    def _make_split(self, encoded: EncodedLog) -> Split:
         if self.split_name == "leave_one_out":
-            return leave_one_out_split(sequences)
-        if timestamps is None:
+            return leave_one_out_split(encoded.sequences())
+        if encoded.times is None:
             raise InputError(f"{self.path}: split='temporal' needs timestamps, but this file has none; "
                              "use split='leave_one_out' or a CSV/TSV/Parquet file with a time column")
-        cutoffs = self.temporal_cutoffs or tuple(time_quantiles(timestamps, self.temporal_quantiles))
+        cutoffs = self.temporal_cutoffs or tuple(time_quantiles(np.asarray(encoded.times), self.temporal_quantiles))
         log.info("temporal split: train <= %s < valid <= %s < test", *cutoffs)
-        return temporal_split(sequences, timestamps, *cutoffs)
+        return temporal_split(encoded.sequences(), encoded.timestamps(), *cutoffs)
 
     @property
     def vocab(self) -> ItemVocab:
@@ -137,11 +154,18 @@ class StreamRecDataModule(L.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         """Read the file (once) and build the datasets."""
         self._load()
-        self.train_set = TrainDataset(self.splits.train.values(), self.max_len, self.sliding_window)
+        self.train_set = self._train_set()
         self.valid_set = EvalDataset(self.splits.valid)
         self.test_set = EvalDataset(self.splits.test)
         log.info("%d training windows, %d validation and %d test cases", len(self.train_set), len(self.valid_set),
                  len(self.test_set))
+
+    def _train_set(self) -> TrainDataset:
+        # Training histories are prefixes of the users' sequences, so they are spans of the (mapped) log.
+        index = {u: k for k, u in enumerate(self._log.users)}
+        starts = np.asarray(self._log.offsets)[:-1][[index[u] for u in self.splits.train]]
+        ends = starts + np.array([len(h) for h in self.splits.train.values()], dtype=np.int64)
+        return TrainDataset.from_spans(self._log.items, starts, ends, self.max_len, self.sliding_window)
 
     def state_dict(self) -> dict[str, dict[str, list[str]]]:
         """The vocabulary, saved by Lightning in every checkpoint."""

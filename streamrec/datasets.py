@@ -14,6 +14,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
+import numpy as np
 import torch
 from torch import Tensor
 from torch.utils.data import Dataset
@@ -45,8 +46,26 @@ def training_windows(history: Sequence[int], max_len: int, sliding_window: bool 
     return windows[::-1]
 
 
-def _left_pad(ids: Sequence[int], length: int) -> list[int]:
-    return [PAD_ID] * (length - len(ids)) + list(ids)
+def _left_padded(rows: Sequence[Sequence[int]], length: int) -> Tensor:
+    """(B, length) int64: each row's last `length` ids, right-aligned, 0 before them."""
+    out = np.full((len(rows), length), PAD_ID, dtype=np.int64)
+    for r, ids in enumerate(rows):
+        ids = np.asarray(ids, dtype=np.int64)[len(ids) - length if len(ids) > length else 0 :]
+        out[r, length - len(ids) :] = ids
+    return torch.from_numpy(out)
+
+
+def _seen(histories: Sequence[Sequence[int]]) -> Tensor:
+    """(B, L) int64: each history's distinct ids in order of first occurrence, right-padded with 0."""
+    seen = []
+    for h in histories:
+        h = np.asarray(h, dtype=np.int64)
+        _, first = np.unique(h, return_index=True)
+        seen.append(h[np.sort(first)])
+    out = np.full((len(seen), max(len(s) for s in seen)), PAD_ID, dtype=np.int64)
+    for r, s in enumerate(seen):
+        out[r, : len(s)] = s
+    return torch.from_numpy(out)
 
 
 class TrainBatch(NamedTuple):
@@ -80,6 +99,9 @@ class EvalBatch(NamedTuple):
 class TrainDataset(Dataset):
     """Training windows of every user with at least two training items.
 
+    The windows are (start, end) spans of one flat int32 array of items, which may be a read-only
+    memory map (`from_spans`): DataLoader workers and DDP ranks on a node then share its pages.
+
     Args:
         histories: encoded training histories, one per user.
         max_len: model context length T.
@@ -87,20 +109,55 @@ class TrainDataset(Dataset):
     """
 
     def __init__(self, histories: Iterable[Sequence[int]], max_len: int, sliding_window: bool = False):
-        self.windows: list[list[int]] = []
-        too_short = 0
-        for history in histories:
-            windows = training_windows(history, max_len, sliding_window)
-            too_short += not windows
-            self.windows.extend(windows)
+        histories = [np.asarray(h, dtype=np.int32) for h in histories]
+        lengths = np.array([len(h) for h in histories], dtype=np.int64)
+        ends = np.cumsum(lengths)
+        flat = np.concatenate(histories) if histories else np.zeros(0, dtype=np.int32)
+        self._init(flat, ends - lengths, ends, max_len, sliding_window)
+
+    @classmethod
+    def from_spans(cls, items: np.ndarray, starts: np.ndarray, ends: np.ndarray, max_len: int,
+                   sliding_window: bool = False) -> TrainDataset:
+        """Histories items[starts[k] : ends[k]] of one flat array, which is kept, not copied.
+
+        Args:
+            items: (E,) encoded items, e.g. `np.load(..., mmap_mode="r")`.
+            starts: (U,) first index of each history.
+            ends: (U,) one past the last index of each history.
+            max_len: model context length T.
+            sliding_window: one window per max_len items instead of only the last one.
+        """
+        dataset = cls.__new__(cls)
+        dataset._init(items, np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64), max_len,
+                      sliding_window)
+        return dataset
+
+    def _init(self, items: np.ndarray, starts: np.ndarray, ends: np.ndarray, max_len: int,
+              sliding_window: bool) -> None:
+        # The windows `training_windows` cuts, for all histories at once: window j (0 = the last) of a
+        # history ends j * max_len items before its end; each history's windows go oldest first.
+        lengths = ends - starts
+        counts = np.where(lengths >= 2, (lengths - 2) // max_len + 1 if sliding_window else 1, 0)
+        too_short = int((lengths < 2).sum())
         if too_short:
             log.info("%d users have fewer than 2 training interactions and give no training example", too_short)
+        history = np.repeat(np.arange(len(lengths)), counts)
+        first = np.cumsum(counts) - counts  # (U,) index of each history's first window
+        j = counts[history] - 1 - (np.arange(len(history)) - first[history])  # counts down to 0 per history
+        self.items = items
+        self.ends = ends[history] - j * max_len
+        self.starts = np.maximum(starts[history], self.ends - max_len - 1)
+
+    @property
+    def windows(self) -> list[list[int]]:
+        """Every window as a list (for inspection; batches read spans of `items`)."""
+        return [self.items[a:b].tolist() for a, b in zip(self.starts.tolist(), self.ends.tolist(), strict=True)]
 
     def __len__(self) -> int:
-        return len(self.windows)
+        return len(self.starts)
 
-    def __getitem__(self, i: int) -> list[int]:
-        return self.windows[i]
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.items[self.starts[i] : self.ends[i]]
 
 
 class EvalDataset(Dataset):
@@ -127,9 +184,7 @@ def collate_train(windows: Sequence[Sequence[int]], max_len: int) -> TrainBatch:
         windows: from `TrainDataset`.
         max_len: model context length T.
     """
-    inputs = [_left_pad(w[:-1][-max_len:], max_len) for w in windows]
-    targets = [_left_pad(w[1:][-max_len:], max_len) for w in windows]
-    return TrainBatch(torch.tensor(inputs, dtype=torch.long), torch.tensor(targets, dtype=torch.long))
+    return TrainBatch(_left_padded([w[:-1] for w in windows], max_len), _left_padded([w[1:] for w in windows], max_len))
 
 
 def collate_eval(cases: Sequence[tuple[int, EvalCase]], max_len: int) -> EvalBatch:
@@ -139,13 +194,12 @@ def collate_eval(cases: Sequence[tuple[int, EvalCase]], max_len: int) -> EvalBat
         cases: (row, case) pairs from `EvalDataset`.
         max_len: model context length T.
     """
-    seen = [list(dict.fromkeys(case.history)) for _, case in cases]
-    width = max(len(s) for s in seen)
+    histories = [case.history for _, case in cases]
     return EvalBatch(
         rows=torch.tensor([i for i, _ in cases], dtype=torch.long),
-        inputs=torch.tensor([_left_pad(case.history[-max_len:], max_len) for _, case in cases], dtype=torch.long),
-        targets=torch.tensor([case.target for _, case in cases], dtype=torch.long),
-        seen=torch.tensor([s + [PAD_ID] * (width - len(s)) for s in seen], dtype=torch.long),  # (B, L)
+        inputs=_left_padded(histories, max_len),
+        targets=torch.tensor([int(case.target) for _, case in cases], dtype=torch.long),
+        seen=_seen(histories),  # (B, L)
     )
 
 
@@ -180,13 +234,12 @@ def collate_predict(rows: Sequence[tuple[int, tuple[str, Sequence[int]]]], max_l
         rows: from `StreamRecDataModule.predict_dataloader`'s dataset.
         max_len: model context length T.
     """
-    seen = [list(dict.fromkeys(seq)) for _, (_, seq) in rows]
-    width = max(len(s) for s in seen)
+    sequences = [seq for _, (_, seq) in rows]
     return PredictBatch(
         rows=torch.tensor([i for i, _ in rows], dtype=torch.long),
         users=[user for _, (user, _) in rows],
-        inputs=torch.tensor([_left_pad(seq[-max_len:], max_len) for _, (_, seq) in rows], dtype=torch.long),
-        seen=torch.tensor([s + [PAD_ID] * (width - len(s)) for s in seen], dtype=torch.long),  # (B, L)
+        inputs=_left_padded(sequences, max_len),
+        seen=_seen(sequences),  # (B, L)
     )
 
 
@@ -197,5 +250,5 @@ def item_counts(histories: Iterable[Sequence[int]], num_items: int) -> Tensor:
         histories: encoded item sequences.
         num_items: N.
     """
-    flat = [i for h in histories for i in h]
-    return torch.bincount(torch.tensor(flat, dtype=torch.long), minlength=num_items + 1)[: num_items + 1]
+    flat = np.concatenate([np.zeros(0, dtype=np.int64), *(np.asarray(h, dtype=np.int64) for h in histories)])
+    return torch.from_numpy(np.bincount(flat, minlength=num_items + 1)[: num_items + 1])

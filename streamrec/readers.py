@@ -1,90 +1,58 @@
-"""Reading interaction logs: CSV, TSV, Parquet, SASRec "user item" lines, or one line per user.
+"""Reading interaction logs: CSV, TSV, Parquet, SASRec "user item" lines, one line per user, or a folder of them.
 
-`read_interactions` reads a log into `Interactions`: user -> item ids in chronological order.
-Ids stay strings; equal timestamps keep file order (stable sort). User mistakes (missing file or
-column, empty file, bad timestamp, malformed line, unreadable Parquet) raise a one-line
-ValueError/FileNotFoundError naming the file, line/row or column and the fix.
+`read_interactions` reads a log into columnar `Interactions` (streamrec.interactions). The work is
+done by pyarrow: CSV/TSV is streamed in blocks (`pyarrow.csv.open_csv`), Parquet read by column,
+text formats split per block with arrow's string kernels, ids dictionary-encoded to int32, and
+every user's events put in time order by one stable numpy sort. Equal timestamps keep file order.
+
+User mistakes (missing file or column, empty file, bad timestamp, malformed line, unreadable
+Parquet) raise a one-line ValueError/FileNotFoundError naming the file, line/row or column and the
+fix. Arrow's own errors name no line, so when arrow rejects a CSV/TSV block (or it holds an empty
+id or a non-finite time) `_scan_delimited` re-reads the file with the csv module only to say
+which line is wrong; a file it finds no fault in (e.g. a quoted newline inside an id) is read again
+with arrow's tolerant options.
 """
 
 from __future__ import annotations
 
 import csv
-import logging
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Literal
 
-from core.errors import InputError, check_text_file
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pa_csv
+import pyarrow.parquet as pq
 
-log = logging.getLogger(__name__)
+from core.errors import InputError, check_text_file
+from streamrec.interactions import Interactions
 
 Format = Literal["auto", "csv", "tsv", "parquet", "sasrec", "lines"]
 _FORMATS = ("csv", "tsv", "parquet", "sasrec", "lines")
 _SUFFIXES = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".parquet": "parquet", ".pq": "parquet",
              ".txt": "lines", ".dat": "lines"}
+_BLOCK = 16 << 20  # bytes per CSV/text block: big enough for arrow's speed, small next to the log
+
+# One parsed block: user ids, item ids (arrow strings), timestamps (float64) or None.
+Chunk = tuple[pa.Array, pa.Array, "np.ndarray | None"]
 
 
-
-@dataclass
-class Interactions:
-    """Per-user chronological item sequences, users in order of first appearance.
-
-    Args:
-        items: user id -> item ids, oldest first.
-        timestamps: user id -> timestamps aligned with `items`; None when the format has none.
-    """
-
-    items: dict[str, list[str]]
-    timestamps: dict[str, list[float]] | None = None
-
-    @property
-    def num_interactions(self) -> int:
-        """Total number of (user, item) events."""
-        return sum(len(seq) for seq in self.items.values())
-
-    def drop_short_users(self, min_interactions: int) -> Interactions:
-        """Users with fewer than `min_interactions` events removed (the count goes to the log)."""
-        keep = [u for u, seq in self.items.items() if len(seq) >= min_interactions]
-        dropped = len(self.items) - len(keep)
-        if dropped:
-            log.info("skipped %d of %d users with fewer than %d interactions", dropped, len(self.items),
-                     min_interactions)
-        times = None if self.timestamps is None else {u: self.timestamps[u] for u in keep}
-        return Interactions({u: self.items[u] for u in keep}, times)
-
-
-class _Grouper:
-    """Collects rows in file order and sorts each user's events by time (stable)."""
-
-    def __init__(self, timed: bool):
-        self.items: dict[str, list[str]] = {}
-        self.times: dict[str, list[float]] | None = {} if timed else None
-
-    def add(self, user: str, item: str, time: float | None = None) -> None:
-        self.items.setdefault(user, []).append(item)
-        if self.times is not None:
-            self.times.setdefault(user, []).append(time)
-
-    def result(self, path: Path) -> Interactions:
-        if not self.items:
-            raise InputError(f"{path}: no interactions found; the file must hold at least one (user, item) row")
-        if self.times is not None:
-            for user, times in self.times.items():
-                if any(a > b for a, b in zip(times, times[1:], strict=False)):
-                    order = sorted(range(len(times)), key=times.__getitem__)  # sorted() is stable
-                    self.times[user] = [times[i] for i in order]
-                    self.items[user] = [self.items[user][i] for i in order]
-        return Interactions(self.items, self.times)
-
-
-def _existing_file(path: str | Path) -> Path:
+def _existing_path(path: str | Path) -> Path:
     path = Path(path)
-    if not path.is_file():
-        what = "is a directory, not a file" if path.is_dir() else "does not exist"
-        raise FileNotFoundError(f"interactions file {str(path)!r} {what}; check `path`")
+    if not (path.is_file() or path.is_dir()):
+        raise FileNotFoundError(f"interactions file {str(path)!r} does not exist; check `path`")
     return path
+
+
+def _folder_files(path: Path) -> list[Path]:
+    """The files of a folder log, in name order (hidden and `_`-prefixed files, e.g. Spark's _SUCCESS, skipped)."""
+    files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith((".", "_")))
+    if not files:
+        raise InputError(f"{path}: the folder holds no files; pass a log file or a folder of log files")
+    return files
 
 
 _FORMAT_NAMES = {"csv": "CSV", "tsv": "TSV", "parquet": "Parquet", "sasrec": "SASRec 'user item' lines",
@@ -124,8 +92,6 @@ def sniff_format(path: Path) -> str | None:
 
 def _resolve_format(path: Path, format: Format) -> str:
     if format != "auto":
-        if format not in _FORMATS:
-            raise InputError(f"`format` must be auto, {', '.join(_FORMATS)}; got {format!r}")
         return format
     fmt = sniff_format(path) or _SUFFIXES.get(path.suffix.lower())
     if fmt is None:
@@ -171,16 +137,63 @@ def _column_index(path: Path, header: list[str], cols: dict[str, str | None]) ->
     return index
 
 
-def _read_delimited(path: Path, delimiter: str, user_col: str, item_col: str, time_col: str | None) -> Interactions:
+def _header(path: Path, delimiter: str, cols: dict[str, str | None]) -> tuple[list[str], dict[str, int]]:
     # utf-8-sig drops the byte-order mark that spreadsheet exports put before the header.
     with path.open(newline="", encoding="utf-8-sig") as f:
+        header = [h.strip() for h in next(csv.reader(f, delimiter=delimiter), [])]
+    if not any(header):
+        raise InputError(f"{path}: the file is empty; expected a header row such as "
+                         f"{delimiter.join(c for c in cols.values() if c)} and one row per event")
+    return header, _column_index(path, header, cols)
+
+
+def _blank_row_handler(delimiter: str) -> Callable[[object], str]:
+    """Arrow's handler for rows with a wrong field count: skip blank ones (as the csv module reader did)."""
+    def handle(row) -> str:
+        fields = next(csv.reader([row.text], delimiter=delimiter), [])
+        return "skip" if not any(v.strip() for v in fields) else "error"
+    return handle
+
+
+class _Suspect(Exception):
+    """A block holds an empty id or a missing/non-finite time: let the csv scan say where."""
+
+
+def _arrow_delimited(path: Path, delimiter: str, width: int, idx: dict[str, int], tolerant: bool) -> Iterator[Chunk]:
+    names = [f"c{i}" for i in range(width)]
+    user, item = names[idx["user_col"]], names[idx["item_col"]]
+    time = names[idx["time_col"]] if "time_col" in idx else None
+    types = {user: pa.string(), item: pa.string()} | ({time: pa.string() if tolerant else pa.float64()} if time else {})
+    reader = pa_csv.open_csv(
+        path, read_options=pa_csv.ReadOptions(column_names=names, skip_rows=1, block_size=_BLOCK),
+        parse_options=pa_csv.ParseOptions(delimiter=delimiter, newlines_in_values=tolerant,
+                                          invalid_row_handler=_blank_row_handler(delimiter)),
+        convert_options=pa_csv.ConvertOptions(include_columns=list(types), column_types=types,
+                                              strings_can_be_null=False))
+    for batch in reader:
+        users, items = (pc.utf8_trim_whitespace(batch.column(c)) for c in (user, item))
+        empty = pc.equal(pc.binary_length(users), 0)
+        if tolerant:  # the scan found no fault, so a row with an empty id is a blank row
+            keep = pc.invert(empty)
+            batch, users, items = batch.filter(keep), users.filter(keep), items.filter(keep)
+        elif pc.any(pc.or_(empty, pc.equal(pc.binary_length(items), 0))).as_py():
+            raise _Suspect
+        times = None
+        if time is not None:
+            column = batch.column(time)
+            times = (np.array([float(v) for v in column.to_pylist()]) if tolerant
+                     else column.to_numpy(zero_copy_only=False))
+            if column.null_count or not np.isfinite(times).all():
+                raise _Suspect
+        yield users, items, times
+
+
+def _scan_delimited(path: Path, delimiter: str, header: list[str], idx: dict[str, int],
+                    cols: dict[str, str | None]) -> None:
+    """Read the file with the csv module only to raise the first fault with its line number."""
+    with path.open(newline="", encoding="utf-8-sig") as f:
         reader = csv.reader(f, delimiter=delimiter)
-        header = [h.strip() for h in next(reader, [])]
-        if not any(header):
-            raise InputError(f"{path}: the file is empty; expected a header row such as "
-                             f"{delimiter.join(c for c in (user_col, item_col, time_col) if c)} and one row per event")
-        idx = _column_index(path, header, {"user_col": user_col, "item_col": item_col, "time_col": time_col})
-        grouper = _Grouper(timed=time_col is not None)
+        next(reader, None)
         for row in reader:
             if not row or not any(v.strip() for v in row):
                 continue  # blank line
@@ -188,23 +201,59 @@ def _read_delimited(path: Path, delimiter: str, user_col: str, item_col: str, ti
             if len(row) != len(header):
                 raise InputError(f"{where}: {len(row)} fields but the header has {len(header)}; "
                                  f"fix the row (is the delimiter {delimiter!r} right?)")
-            user, item = row[idx["user_col"]].strip(), row[idx["item_col"]].strip()
-            for col, value in ((user_col, user), (item_col, item)):
-                if not value:
-                    raise InputError(f"{where}, column {col!r}: empty id; every row needs a user and an item")
-            time = _parse_time(row[idx["time_col"]], where, time_col) if time_col is not None else None
-            grouper.add(user, item, time)
-    return grouper.result(path)
+            for arg in ("user_col", "item_col"):
+                if not row[idx[arg]].strip():
+                    raise InputError(f"{where}, column {cols[arg]!r}: empty id; every row needs a user and an item")
+            if "time_col" in idx:
+                _parse_time(row[idx["time_col"]], where, cols["time_col"])
 
 
-def _read_parquet(path: Path, user_col: str, item_col: str, time_col: str | None) -> Interactions:
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
+def _read_delimited(path: Path, fmt: str, cols: dict[str, str | None]) -> list[Chunk]:
+    delimiter = "," if fmt == "csv" else "\t"
+    header, idx = _header(path, delimiter, cols)
+    try:
+        return list(_arrow_delimited(path, delimiter, len(header), idx, tolerant=False))
+    except (pa.ArrowException, _Suspect):
+        _scan_delimited(path, delimiter, header, idx, cols)
+    try:
+        return list(_arrow_delimited(path, delimiter, len(header), idx, tolerant=True))
+    except (pa.ArrowException, ValueError, _Suspect) as e:
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise InputError(f"{path}: not a readable {fmt.upper()} file ({reason}); check the file and `format`") from e
 
+
+def _as_ids(array: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Ids as strings, as `str(value)` would write them (integers cast in arrow, rarer types in Python)."""
+    kind = array.type
+    if pa.types.is_dictionary(kind):
+        return _as_ids(pc.cast(array, kind.value_type))
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return array
+    if pa.types.is_integer(kind):
+        return pc.cast(array, pa.string())
+    return pa.chunked_array([pa.array([str(v) for v in array.to_pylist()], pa.string())])
+
+
+def _as_seconds(path: Path, array: pa.ChunkedArray, col: str) -> np.ndarray:
+    kind = array.type
+    if pa.types.is_date(kind):
+        array, kind = pc.cast(array, pa.timestamp("s")), pa.timestamp("s")
+    if pa.types.is_timestamp(kind):  # Unix seconds, whatever unit the file stores
+        per_second = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}[kind.unit]
+        values = pc.cast(array, pa.int64()).to_numpy().astype(np.float64) / per_second
+    elif pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):
+        values = pc.cast(array, pa.float64()).to_numpy()
+    else:
+        return np.array([_parse_time(v, f"{path} row {i + 1}", col) for i, v in enumerate(array.to_pylist())])
+    bad = np.flatnonzero(~np.isfinite(values))
+    if len(bad):
+        _parse_time(float(values[bad[0]]), f"{path} row {bad[0] + 1}", col)
+    return values
+
+
+def _read_parquet(path: Path, cols: dict[str, str | None]) -> list[Chunk]:
     try:
         schema = pq.read_schema(path)
-        cols = {"user_col": user_col, "item_col": item_col, "time_col": time_col}
         for arg, col in cols.items():
             if col is not None and col not in schema.names:
                 raise _missing_column(path, arg, col, schema.names)
@@ -215,50 +264,95 @@ def _read_parquet(path: Path, user_col: str, item_col: str, time_col: str | None
                          "or pass format='csv'/'tsv' if it is text") from e
     if table.num_rows == 0:
         raise InputError(f"{path}: the file has no rows; it must hold one row per (user, item) event")
-    columns = []
-    for col in (user_col, item_col, time_col):
-        if col is None:
-            columns.append([None] * table.num_rows)
-            continue
-        array = table.column(col)
-        if pa.types.is_date(array.type):
-            array = pc.cast(array, pa.timestamp("s"))
-        if pa.types.is_timestamp(array.type):  # Unix seconds, whatever unit the file stores
-            per_second = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}[array.type.unit]
-            array = pc.divide(pc.cast(pc.cast(array, pa.int64()), pa.float64()), per_second)
-        values = array.to_pylist()
-        if None in values:
-            raise InputError(f"{path} row {values.index(None) + 1}, column {col!r}: missing value; "
+    for col in cols.values():
+        if col is not None and table.column(col).null_count:
+            row = pc.index(pc.is_null(table.column(col)), True).as_py()
+            raise InputError(f"{path} row {row + 1}, column {col!r}: missing value; "
                              "every row needs a user, an item and a timestamp")
-        columns.append(values)
-    grouper = _Grouper(timed=time_col is not None)
-    for i, (user, item, time) in enumerate(zip(*columns, strict=True)):
-        if time_col is not None:
-            time = _parse_time(time, f"{path} row {i + 1}", time_col)
-        grouper.add(str(user), str(item), time)
-    return grouper.result(path)
-
-
-def _read_text(path: Path, fmt: str) -> Interactions:
-    """SASRec ("user item" per line) or one line per user ("user item item ..."), both chronological."""
-    grouper = _Grouper(timed=False)
     try:
-        with path.open(encoding="utf-8") as f:
-            for line_num, line in enumerate(f, start=1):
-                fields = line.split()
-                if not fields:
-                    continue
-                if fmt == "sasrec" and len(fields) != 2:
-                    raise InputError(f"{path} line {line_num}: expected 'user item' (2 fields), got {len(fields)}; "
-                                     "fix the line, or pass format='lines' for one user per line")
-                if len(fields) < 2:
-                    raise InputError(f"{path} line {line_num}: expected 'user item [item ...]', got only "
-                                     f"{fields[0]!r}; remove the line or add the user's items")
-                for item in fields[1:]:
-                    grouper.add(fields[0], item)
-    except UnicodeDecodeError as e:
-        raise InputError(f"{path}: not UTF-8 text (byte {e.start}); pass format='parquet' if it is Parquet") from e
-    return grouper.result(path)
+        users, items = (_as_ids(table.column(cols[a])) for a in ("user_col", "item_col"))
+    except pa.ArrowException as e:
+        raise InputError(f"{path}: its ids cannot be read as text ({e}); store ids as strings or integers") from e
+    times = None if cols["time_col"] is None else _as_seconds(path, table.column(cols["time_col"]), cols["time_col"])
+    return [(users.combine_chunks(), items.combine_chunks(), times)]
+
+
+def _text_blocks(path: Path) -> Iterator[tuple[int, str]]:
+    """(first line number, text) blocks cut after a newline, decoded as UTF-8."""
+    line, offset = 1, 0
+    with path.open("rb") as f:
+        rest = b""
+        while True:
+            data = f.read(_BLOCK)
+            block = rest + data
+            cut = block.rfind(b"\n") + 1 if data else len(block)
+            block, rest = block[:cut], block[cut:]
+            if not block:
+                break
+            try:
+                text = block.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise InputError(f"{path}: not UTF-8 text (byte {offset + e.start}); "
+                                 "pass format='parquet' if it is Parquet") from e
+            # Python's universal newlines, as reading the file in text mode did: \r\n, \r and \n end a line.
+            text = text.replace("\r\n", "\n").replace("\r", "\n").removesuffix("\n")
+            yield line, text
+            line += text.count("\n") + 1
+            offset += len(block)
+
+
+def _read_text(path: Path, fmt: str) -> Iterator[Chunk]:
+    """SASRec ("user item" per line) or one line per user ("user item item ..."), both chronological."""
+    for first_line, text in _text_blocks(path):
+        lines = pc.split_pattern(pa.array([text], pa.large_string()), "\n").values  # one string per line
+        tokens = pc.utf8_split_whitespace(lines)
+        words, parent = pc.list_flatten(tokens), pc.list_parent_indices(tokens).to_numpy()
+        real = pc.greater(pc.binary_length(words), 0).to_numpy(zero_copy_only=False)
+        words, parent = words.filter(pa.array(real)), parent[real]  # runs of whitespace leave empty tokens
+        counts = np.bincount(parent, minlength=len(lines))
+        bad = np.flatnonzero(counts != 2) if fmt == "sasrec" else np.flatnonzero(counts == 1)
+        bad = bad[counts[bad] > 0]
+        if len(bad):
+            k, n = int(bad[0]), int(counts[bad[0]])
+            if n >= 2:
+                raise InputError(f"{path} line {first_line + k}: expected 'user item' (2 fields), got {n}; "
+                                 "fix the line, or pass format='lines' for one user per line")
+            only = words[int(np.searchsorted(parent, k))].as_py()
+            raise InputError(f"{path} line {first_line + k}: expected 'user item [item ...]', got only "
+                             f"{only!r}; remove the line or add the user's items")
+        first = np.ones(len(parent), dtype=bool)
+        first[1:] = parent[1:] != parent[:-1]  # the first word of a line is its user
+        users = words.filter(pa.array(first)).take(pa.array(np.cumsum(first)[~first] - 1))
+        yield users, words.filter(pa.array(~first)), None
+
+
+def _encode(arrays: list[pa.Array]) -> tuple[np.ndarray, list[str]]:
+    """int32 codes and the distinct values, in order of first appearance (arrow's dictionary encoding)."""
+    encoded = pc.dictionary_encode(pa.chunked_array([pc.cast(a, pa.large_string()) for a in arrays],
+                                                    pa.large_string()))
+    codes = np.concatenate([c.indices.to_numpy() for c in encoded.chunks]).astype(np.int32, copy=False)
+    return codes, encoded.chunks[-1].dictionary.to_pylist()
+
+
+def _assemble(path: Path, chunks: list[Chunk]) -> Interactions:
+    """Chunks -> codes grouped by user (first appearance), each user's events in stable time order."""
+    chunks = [c for c in chunks if len(c[0])]
+    if not chunks:
+        raise InputError(f"{path}: no interactions found; the file must hold at least one (user, item) row")
+    timed = {c[2] is not None for c in chunks}
+    if len(timed) > 1:
+        raise InputError(f"{path}: some files have timestamps and some do not; pass time_col=None "
+                         "or give every file a time column")
+    user_codes, users = _encode([c[0] for c in chunks])
+    item_codes, item_ids = _encode([c[1] for c in chunks])
+    times = np.concatenate([c[2] for c in chunks]) if timed == {True} else None
+    if times is None or (np.diff(times) >= 0).all():
+        order = np.argsort(user_codes, kind="stable")  # time order is file order
+    else:
+        order = np.lexsort((times, user_codes))  # stable: equal times keep file order
+    offsets = np.zeros(len(users) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(user_codes, minlength=len(users)), out=offsets[1:])
+    return Interactions(users, item_ids, item_codes[order], offsets, None if times is None else times[order])
 
 
 def read_interactions(
@@ -268,38 +362,44 @@ def read_interactions(
     """Read an interaction log into per-user chronological sequences.
 
     Args:
-        path: the log file.
+        path: the log file, or a folder of log files read in name order as one log (e.g. a
+            Parquet dataset's part files).
         format: csv, tsv, parquet, sasrec ("user item" per line, already chronological), lines
             ("user item item ..." per line), or auto (by content, see `sniff_format`, then by
-            extension). A forced format that does not fit says which one does.
+            extension; per file in a folder). A forced format that does not fit says which one does.
         user_col: user column of a CSV/TSV/Parquet file.
         item_col: item column of a CSV/TSV/Parquet file.
         time_col: numeric timestamp column; None means the file order is chronological.
 
     Returns:
-        `Interactions`, ids as strings, each user's events sorted by time (ties keep file order).
+        `Interactions`, each user's events sorted by time (ties keep file order).
     """
-    path = _existing_file(path)
-    fmt = _resolve_format(path, format)
-    try:
-        return _read_as(path, fmt, user_col, item_col, time_col)
-    except InputError as e:
-        hint = _format_hint(path, fmt) if format != "auto" else None
-        if hint is None:
-            raise
-        raise InputError(f"{e}; {hint}") from e
+    if format not in ("auto", *_FORMATS):
+        raise InputError(f"`format` must be auto, {', '.join(_FORMATS)}; got {format!r}")
+    path = _existing_path(path)
+    cols = {"user_col": user_col, "item_col": item_col, "time_col": time_col}
+    chunks = []
+    for file in _folder_files(path) if path.is_dir() else [path]:
+        fmt = _resolve_format(file, format)
+        try:
+            chunks.extend(_read_as(file, fmt, cols))
+        except InputError as e:
+            hint = _format_hint(file, fmt) if format != "auto" else None
+            if hint is None:
+                raise
+            raise InputError(f"{e}; {hint}") from e
+    return _assemble(path, chunks)
 
 
-def _read_as(path: Path, fmt: str, user_col: str, item_col: str, time_col: str | None) -> Interactions:
+def _read_as(path: Path, fmt: str, cols: dict[str, str | None]) -> list[Chunk]:
     if fmt == "parquet":
-        return _read_parquet(path, user_col, item_col, time_col)
+        return _read_parquet(path, cols)
     check_text_file(path)  # a NUL byte: binary data, which the text readers would take as odd ids
     if fmt in ("sasrec", "lines"):
-        return _read_text(path, fmt)
+        return list(_read_text(path, fmt))
     try:
-        return _read_delimited(path, "," if fmt == "csv" else "\t", user_col, item_col, time_col)
+        return _read_delimited(path, fmt, cols)
     except UnicodeDecodeError as e:
         raise InputError(f"{path}: not UTF-8 text (byte {e.start}); pass format='parquet' if it is Parquet") from e
     except csv.Error as e:  # e.g. a field over csv's size limit (131,072 characters): not an id
         raise InputError(f"{path}: not a readable {fmt.upper()} file ({e}); check the file and `format`") from e
-

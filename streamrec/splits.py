@@ -6,8 +6,9 @@ user's sequence, its history everything before it. A target is never part of any
 
 from __future__ import annotations
 
+import bisect
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -55,24 +56,25 @@ class Split:
         test: test cases.
     """
 
-    train: dict[str, list[int]]
+    train: dict[str, Sequence[int]]
     valid: list[EvalCase]
     test: list[EvalCase]
 
 
-def leave_one_out_split(sequences: dict[str, list[int]]) -> Split:
+def leave_one_out_split(sequences: Mapping[str, Sequence[int]]) -> Split:
     """Last item = test, second-to-last = validation, the rest = training.
 
     Users with fewer than 3 items have no held-out item and are used only for training.
 
     Args:
-        sequences: user -> encoded chronological items.
+        sequences: user -> encoded chronological items (lists, or views of one numpy array: the
+            training histories and cases then share it, nothing is copied).
     """
     train, valid, test = {}, [], []
     short = 0
     for user, seq in sequences.items():
         if len(seq) < 3:
-            train[user] = list(seq)
+            train[user] = seq[:]
             short += 1
             continue
         train[user] = seq[:-2]
@@ -83,21 +85,23 @@ def leave_one_out_split(sequences: dict[str, list[int]]) -> Split:
     return Split(train, valid, test)
 
 
-def time_quantiles(timestamps: dict[str, list[float]], quantiles: Sequence[float]) -> list[float]:
+def time_quantiles(timestamps: Mapping[str, Sequence[float]] | np.ndarray, quantiles: Sequence[float]) -> list[float]:
     """Global timestamp quantiles over all events (e.g. the cutoffs of a temporal split).
 
     Args:
-        timestamps: user -> timestamps.
+        timestamps: user -> timestamps, or all timestamps in one array.
         quantiles: values in [0, 1].
     """
     if any(not 0.0 <= q <= 1.0 for q in quantiles):
         raise InputError(f"quantiles must lie in [0, 1], got {list(quantiles)}")
-    flat = np.fromiter((t for ts in timestamps.values() for t in ts), dtype=np.float64)
+    flat = (timestamps if isinstance(timestamps, np.ndarray)
+            else np.fromiter((t for ts in timestamps.values() for t in ts), dtype=np.float64))
     return [float(v) for v in np.quantile(flat, quantiles, method="lower")]
 
 
 def temporal_split(
-    sequences: dict[str, list[int]], timestamps: dict[str, list[float]], valid_cutoff: float, test_cutoff: float,
+    sequences: Mapping[str, Sequence[int]], timestamps: Mapping[str, Sequence[float]], valid_cutoff: float,
+    test_cutoff: float,
 ) -> Split:
     """Global time split: train on events at or before `valid_cutoff`, validate on events in
     (valid_cutoff, test_cutoff], test on events after `test_cutoff`.
@@ -118,7 +122,7 @@ def temporal_split(
     cold = 0
     for user, seq in sequences.items():
         times = timestamps[user]
-        n_train = sum(t <= valid_cutoff for t in times)  # times are sorted
+        n_train = bisect.bisect_right(times, valid_cutoff)  # times are sorted
         if n_train:
             train[user] = seq[:n_train]
         for pos in range(n_train, len(seq)):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Sequence
 
+import numpy as np
 from torch import Tensor
 
 from core.errors import InputError
@@ -90,3 +91,20 @@ class ItemVocab:
             raise InputError("vocabulary state needs an 'items' list; was it written by ItemVocab.to_dict()?")
         return cls(state["items"])
 
+
+
+def encode_codes(item_ids: Sequence[str], codes: np.ndarray) -> tuple[ItemVocab, np.ndarray]:
+    """The vocabulary of the items `codes` uses, and `codes` (indices into `item_ids`) as its model ids.
+
+    Args:
+        item_ids: distinct original ids (`Interactions.item_ids`).
+        codes: (E,) int32 indices into `item_ids`.
+
+    Returns:
+        The vocabulary (as `ItemVocab.build` over the used ids) and (E,) int32 model ids 1..N.
+    """
+    used = np.flatnonzero(np.bincount(codes, minlength=len(item_ids))).tolist()  # ids of dropped users go
+    vocab = ItemVocab.build(item_ids[k] for k in used)
+    model_id = np.zeros(len(item_ids), dtype=np.int32)
+    model_id[used] = [vocab.index[item_ids[k]] for k in used]
+    return vocab, model_id[codes]

@@ -19,8 +19,9 @@ from lightning.pytorch.cli import LightningCLI
 
 from streamrec.data import StreamRecDataModule
 from streamrec.datasets import EvalDataset, TrainDataset, collate_eval, collate_train, item_counts, training_windows
+from streamrec.interactions import Interactions
 from streamrec.metrics import RankingMetrics, most_popular_scores
-from streamrec.readers import Interactions, read_interactions, sniff_format
+from streamrec.readers import read_interactions, sniff_format
 from streamrec.splits import EvalCase, leave_one_out_split, temporal_split, time_quantiles
 from streamrec.vocab import ItemVocab
 
@@ -66,11 +67,11 @@ def test_parquet_timestamp_type_is_read_as_numbers(tmp_path):
 
 def test_sasrec_and_lines_formats(write):
     sasrec = write("seq.txt", "1 5\n1 3\n2 5\n\n1 9\n")  # blank lines are skipped
-    assert read_interactions(sasrec, format="sasrec") == Interactions({"1": ["5", "3", "9"], "2": ["5"]})
+    assert read_interactions(sasrec, format="sasrec") == Interactions.from_dict({"1": ["5", "3", "9"], "2": ["5"]})
     # .txt defaults to the per-user format, which also reads SASRec files the same way.
     assert read_interactions(sasrec) == read_interactions(sasrec, format="sasrec")
     lines = write("users.dat", "u1 a b c\nu2 b\n")
-    assert read_interactions(lines) == Interactions({"u1": ["a", "b", "c"], "u2": ["b"]})
+    assert read_interactions(lines) == Interactions.from_dict({"u1": ["a", "b", "c"], "u2": ["b"]})
 
 
 @pytest.mark.parametrize("name", ["log.txt", "log.dat", "log", "log.bin"])
@@ -86,7 +87,7 @@ def test_auto_format_reads_the_content_whatever_the_name(write, name, tmp_path):
     for path in (csv_file, tsv_file, pq_file):
         assert read_interactions(path) == expected, path.name
     lines_file = write("lines_" + name, "u1 a b c\nu2 b\n")
-    assert read_interactions(lines_file) == Interactions({"u1": ["a", "b", "c"], "u2": ["b"]})
+    assert read_interactions(lines_file) == Interactions.from_dict({"u1": ["a", "b", "c"], "u2": ["b"]})
 
 
 def test_sniff_format_against_the_format_each_file_was_written_in(write, tmp_path):
@@ -101,7 +102,7 @@ def test_sniff_format_against_the_format_each_file_was_written_in(write, tmp_pat
 
 def test_no_time_column_keeps_file_order(write):
     path = write("log.csv", "user_id,item_id\nu,b\nu,a\n")
-    assert read_interactions(path, time_col=None) == Interactions({"u": ["b", "a"]}, None)
+    assert read_interactions(path, time_col=None) == Interactions.from_dict({"u": ["b", "a"]}, None)
 
 
 BAD_INPUTS = [
@@ -167,8 +168,10 @@ def test_missing_file_is_file_not_found(tmp_path):
         read_interactions(tmp_path / "nope.csv")
     with pytest.raises(FileNotFoundError, match=r"nope\.csv"):
         StreamRecDataModule(str(tmp_path / "nope.csv"))
-    with pytest.raises(FileNotFoundError, match="directory"):
-        read_interactions(tmp_path)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ValueError, match=r"empty: the folder holds no files"):
+        read_interactions(empty)
 
 
 # ----------------------------------------------------------------------------- vocabulary
