@@ -328,25 +328,26 @@ def _read_text(path: Path, fmt: str) -> Iterator[Chunk]:
 
 def _encode(arrays: list[pa.Array]) -> tuple[np.ndarray, list[str]]:
     """int32 codes and the distinct values, in order of first appearance (arrow's dictionary encoding)."""
-    encoded = pc.dictionary_encode(pa.chunked_array([pc.cast(a, pa.large_string()) for a in arrays],
-                                                    pa.large_string()))
+    kind = arrays[0].type if all(a.type == arrays[0].type for a in arrays) else pa.large_string()
+    encoded = pc.dictionary_encode(pa.chunked_array([a if a.type == kind else pc.cast(a, kind) for a in arrays], kind))
     codes = np.concatenate([c.indices.to_numpy() for c in encoded.chunks]).astype(np.int32, copy=False)
     return codes, encoded.chunks[-1].dictionary.to_pylist()
 
 
 def _assemble(path: Path, chunks: list[Chunk]) -> Interactions:
     """Chunks -> codes grouped by user (first appearance), each user's events in stable time order."""
-    chunks = [c for c in chunks if len(c[0])]
+    chunks[:] = [c for c in chunks if len(c[0])]  # in place: the strings are freed once encoded (below)
     if not chunks:
         raise InputError(f"{path}: no interactions found; the file must hold at least one (user, item) row")
     timed = {c[2] is not None for c in chunks}
     if len(timed) > 1:
         raise InputError(f"{path}: some files have timestamps and some do not; pass time_col=None "
                          "or give every file a time column")
+    times = np.concatenate([c[2] for c in chunks]) if timed == {True} else None
     user_codes, users = _encode([c[0] for c in chunks])
     item_codes, item_ids = _encode([c[1] for c in chunks])
-    times = np.concatenate([c[2] for c in chunks]) if timed == {True} else None
-    if times is None or (np.diff(times) >= 0).all():
+    chunks.clear()
+    if times is None or (times[1:] >= times[:-1]).all():
         order = np.argsort(user_codes, kind="stable")  # time order is file order
     else:
         order = np.lexsort((times, user_codes))  # stable: equal times keep file order
