@@ -208,6 +208,11 @@ class MultiHeadAttention(_HeadsMixin):
 class CrossAttention(_HeadsMixin):
     """Attention from decoder states to an encoder output (memory).
 
+    Shared memory rows: the memory may have fewer rows than the queries (Bm dividing B); each memory
+    row then serves G = B / Bm consecutive query rows, e.g. several decodings of one input. The
+    result equals repeating every memory row G times, but its keys and values are projected, cached
+    and read once per memory row instead of G times.
+
     Args:
         d_model: model width D (of both queries and memory).
         n_heads: query heads H; must divide D.
@@ -228,15 +233,12 @@ class CrossAttention(_HeadsMixin):
     def forward(self, x: Tensor, memory: Tensor, mask: Tensor | None = None, cache: StaticKV | None = None) -> Tensor:
         """Attend x to memory.
 
-        Memory may hold one row per group of G consecutive query rows (Bm = B / G): beam search
-        keeps each sentence's source once for its G beams. The group's queries then attend as one
-        row of G*T queries: the same result as repeating the memory G times, without reading (or
-        copying) G copies of its keys and values every step.
-
         Args:
             x: (B, T, D) queries.
-            memory: (Bm, S, D) encoder output, Bm dividing B; ignored when the cache already holds its K/V.
-            mask: boolean, True = may attend, broadcastable to (Bm, H, T, S) (source padding).
+            memory: (Bm, S, D) encoder output, Bm dividing B (shared memory rows, see the class);
+                ignored when the cache already holds its K/V.
+            mask: boolean, True = may attend, broadcastable to (Bm, H, T, S), e.g. source padding;
+                with shared rows (Bm < B) one row per memory row, (Bm, 1, 1, S).
             cache: stores the memory's keys/values on first use, so later steps skip them.
 
         Returns:
@@ -254,16 +256,18 @@ class CrossAttention(_HeadsMixin):
         b, h, t, dh = q.shape
         bm = k.shape[0]
         if b % bm:
-            raise ValueError(f"memory rows ({bm}) must divide query rows ({b}): one memory row per group of queries")
-        g = b // bm
+            raise ValueError(f"memory rows ({bm}) must divide query rows ({b}): each memory row serves "
+                             "the same number of consecutive query rows")
+        g = b // bm  # query rows per memory row
+        # The G query rows of a memory row attend as one row of G*T queries.
         q = q.view(bm, g, h, t, dh).transpose(1, 2).reshape(bm, h, g * t, dh)  # (Bm, H, G*T, Dh)
         if t == 1 and g > 1:
-            # One step of beam search: the G queries as G heads per key/value head (SDPA's GQA), one
-            # query each. 1.6-1.8x faster SDPA than G queries of one head with 2 threads, and 2.3%
-            # of a whole beam-5 search (benchmarks/translate_speed.py shape); level with 1 thread.
-            q = q.reshape(bm, h * g, 1, dh)
+            # One incremental step: the G queries as G heads per key/value head (SDPA's GQA), one query
+            # each. Measured at a beam-5 search's shape (benchmarks/translate_speed.py): SDPA 1.6-1.8x
+            # faster than G queries of one head with 2 threads, 2.3% of the whole search; level with 1.
+            q = q.reshape(bm, h * g, 1, dh)  # (Bm, H*G, 1, Dh)
         out = attend(q, k, v, mask, False, None, self._dropout_p(), self.capture)
         out = out.view(bm, h, g, t, dh).transpose(1, 2).reshape(b, h, t, dh)  # (B, H, T, Dh)
-        if self.capture is not None and g > 1:  # report weights per query row, as without groups
+        if self.capture is not None and g > 1:  # report weights per query row, as without shared rows
             self.capture[-1] = self.capture[-1].view(bm, h, g, t, -1).transpose(1, 2).reshape(b, h, t, -1)
         return self.out(self._merge(out))

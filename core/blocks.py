@@ -147,7 +147,7 @@ class DecoderLayer(nn.Module):
 
         Args:
             x: target states; with a cache, only the new steps.
-            memory: encoder output (B or B / G rows, see `CrossAttention`).
+            memory: encoder output: B rows, or fewer shared by consecutive rows of x (see `CrossAttention`).
             memory_mask: source padding mask, broadcastable to (memory rows, H, T, S).
             self_mask: extra target mask (e.g. target padding); causality is always applied.
             rope: rotary table for self-attention.

@@ -1,10 +1,11 @@
 """Key/value caches for incremental decoding.
 
 Self-attention appends one step's keys and values per call; cross-attention stores the
-encoder's keys and values once per source. Beam search reorders the batch dimension of
-every cache with `reorder`.
+encoder's keys and values once per input. A search that keeps, drops or duplicates hypotheses
+reorders the batch dimension of every cache with `reorder` (`reorder_self` for the target side
+alone, `reorder_cross` for the input side, which may have fewer rows: see `core.CrossAttention`).
 
-Legend: B batch (sentences x beams), Hkv key/value heads, T cached steps, Dh head width.
+Legend: B batch rows (e.g. inputs x hypotheses), Hkv key/value heads, T cached steps, Dh head width.
 """
 
 from __future__ import annotations
@@ -60,11 +61,11 @@ class KVCache:
         self._k, self._v = new_k, new_v
 
     def reorder(self, index: Tensor, moved: Tensor | None = None) -> None:
-        """Keep batch rows `index` (B_new,), in that order, e.g. the surviving beams.
+        """Keep batch rows `index` (B_new,), in that order, e.g. the surviving hypotheses.
 
         `moved` (rows where index[row] != row, given when B_new = B) copies only those rows, in
-        place: beam search keeps most beams in their rows (`translate.search`), so this moves a
-        fraction of the cache instead of all of it.
+        place: a search that keeps most hypotheses in their rows moves a fraction of the cache
+        instead of all of it.
         """
         if self._k is None or self._v is None:
             return
@@ -120,12 +121,12 @@ class DecoderCache:
         return self.self_attn[0].length
 
     def reorder(self, index: Tensor) -> None:
-        """Select and reorder batch rows in every layer (beam search bookkeeping)."""
+        """Select and reorder batch rows in every layer (a search's bookkeeping)."""
         self.reorder_self(index)
         self.reorder_cross(index)
 
     def reorder_self(self, index: Tensor) -> None:
-        """Select and reorder the self-attention rows only (beams swapping within a sentence).
+        """Select and reorder the self-attention rows only (hypotheses swapping within an input).
 
         When the batch keeps its size and fewer than half the rows change, only those are copied.
         """
@@ -138,7 +139,7 @@ class DecoderCache:
             c.reorder(index, moved)
 
     def reorder_cross(self, index: Tensor) -> None:
-        """Select the cross-attention rows only: the source keys/values, identical for all beams
-        of a sentence, change only when sentences leave the batch."""
+        """Select the cross-attention rows only: the input's keys/values, shared by all hypotheses of
+        an input, change only when inputs leave the batch."""
         for c in self.cross_attn or []:
             c.reorder(index)

@@ -247,7 +247,7 @@ class Decoder(_Stack):
 
         Args:
             x: (B, T, D) embedded targets; with a cache, only the new steps.
-            memory: (B, S, D) encoder output, or (B / G, S, D) shared by each G consecutive rows of x
+            memory: (B, S, D) encoder output, or (B / G, S, D): each row shared by G consecutive rows of x
                 (see `CrossAttention`).
             memory_mask: source padding mask, broadcastable to (memory rows, H, T, S).
             self_mask: extra target mask (causality is always applied).

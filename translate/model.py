@@ -94,7 +94,7 @@ class Translator(nn.Module):
         Args:
             tgt: (B, T) decoder input ids (BOS first); with a cache, only the new steps.
             memory: (B, S, D) encoder output, or (B / G, S, D): one row shared by each G consecutive
-                target rows (beam search's beams of a sentence; see `core.CrossAttention`).
+                target rows (beam search's beams of a sentence; `core.CrossAttention`'s shared memory rows).
             src_mask: (B, 1, 1, S) source padding mask, with as many rows as `memory`.
             cache: from `new_cache()`; advanced by this call.
 

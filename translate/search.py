@@ -2,8 +2,8 @@
 
 Beam search keeps `beam_size` live hypotheses per sentence in one (B*K)-row batch; the
 encoder output, the first step and the cross-attention keys/values are computed and kept once
-per sentence (the K beams of a sentence attend to its one memory row, see
-`core.CrossAttention`), each step feeds only the newest token through the KV cache, and the
+per sentence (the K beams of a sentence attend to its one memory row: `core.CrossAttention`'s
+shared memory rows), each step feeds only the newest token through the KV cache, and the
 self-attention cache rows follow their beams (a beam keeps its parent's row where it can, so only
 the rows whose beam changed are copied). A sentence is done
 when it has `beam_size` finished hypotheses or reaches its length limit of

@@ -338,9 +338,9 @@ def test_gqa_cross_attention_equals_mha_with_repeated_kv_weights(n_kv_heads: int
 
 @pytest.mark.parametrize("n_kv_heads", [None, 2])
 @pytest.mark.parametrize("t", [1, 3])
-def test_cross_attention_with_one_memory_row_per_group_equals_repeated_memory(n_kv_heads: int | None, t: int) -> None:
-    """Beam search keeps one memory row per sentence for its G beams: the same outputs (and captured
-    weights) as repeating each memory row G times, the layout without groups."""
+def test_cross_attention_with_shared_memory_rows_equals_repeated_memory(n_kv_heads: int | None, t: int) -> None:
+    """Each memory row shared by G consecutive query rows (e.g. a search's hypotheses of one input): the
+    same outputs (and captured weights) as repeating each memory row G times."""
     g, s = 3, 6
     ours = CrossAttention(D, H, n_kv_heads=n_kv_heads).eval()
     _randomise_biases(ours)
