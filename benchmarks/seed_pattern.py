@@ -59,7 +59,8 @@ class PatternClassifier(nn.Module):
                  n_layers: int = 3, dropout: float = 0.1, max_len: int = 64):
         super().__init__()
         self.embed = TokenEmbedding(vocab_size, d_model, pad_id=PAD_ID)
-        self.encoder = Encoder(n_layers, d_model, n_heads, d_ff, dropout, positions="sinusoidal", max_len=max_len)
+        self.encoder = Encoder(d_model, n_heads, n_layers=n_layers, d_ff=d_ff, dropout=dropout, max_len=max_len,
+                               positions="sinusoidal")
         self.head = nn.Linear(d_model, num_classes)
 
     def forward(self, ids: Tensor) -> Tensor:
@@ -94,7 +95,7 @@ class PatternModule(L.LightningModule):
 
     def configure_optimizers(self):
         opt = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
-        sched = WarmupCosineLR(opt, self.hparams.warmup_steps, self.hparams.total_steps)
+        sched = WarmupCosineLR(opt, self.hparams.warmup_steps, total_steps=self.hparams.total_steps)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
 

@@ -152,8 +152,9 @@ def build_ours(args: argparse.Namespace) -> Translator:
     """Our translator at the benchmark size: post-LN like Marian, so the weights copy one to one."""
     torch.manual_seed(args.seed)
     return Translator(
-        args.vocab, args.vocab, PAD_ID, args.d_model, args.n_heads, args.n_layers, args.n_layers, args.d_ff,
-        dropout=args.dropout, max_len=args.max_positions, positions="sinusoidal", norm_first=False,
+        args.vocab, args.vocab, pad_id=PAD_ID, d_model=args.d_model, n_heads=args.n_heads,
+        n_encoder_layers=args.n_layers, n_decoder_layers=args.n_layers, d_ff=args.d_ff, dropout=args.dropout,
+        max_len=args.max_positions, positions="sinusoidal", norm_first=False,
         activation="relu", share_embeddings=True,
     )
 

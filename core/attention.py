@@ -48,6 +48,7 @@ def attend(
     k: Tensor,
     v: Tensor,
     mask: Tensor | None = None,
+    *,
     is_causal: bool = False,
     bias: Tensor | None = None,
     dropout_p: float = 0.0,
@@ -159,7 +160,7 @@ class MultiHeadAttention(_HeadsMixin):
     """
 
     def __init__(
-        self, d_model: int, n_heads: int, n_kv_heads: int | None = None, dropout: float = 0.0, bias: bool = True
+        self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, dropout: float = 0.0, bias: bool = True
     ):
         super().__init__()
         self._init_heads(d_model, n_heads, n_kv_heads, dropout)
@@ -170,6 +171,7 @@ class MultiHeadAttention(_HeadsMixin):
         self,
         x: Tensor,
         mask: Tensor | None = None,
+        *,
         is_causal: bool = False,
         rope: RotaryEmbedding | None = None,
         bias: Tensor | None = None,
@@ -201,7 +203,7 @@ class MultiHeadAttention(_HeadsMixin):
             q = q[:, :, -last:]
             mask = mask if mask is None or mask.shape[-2] == 1 else mask[..., -last:, :]
             bias = bias if bias is None or bias.shape[-2] == 1 else bias[..., -last:, :]
-        out = attend(q, k, v, mask, is_causal, bias, self._dropout_p(), self.capture)
+        out = attend(q, k, v, mask, is_causal=is_causal, bias=bias, dropout_p=self._dropout_p(), capture=self.capture)
         return self.out(self._merge(out))
 
 
@@ -222,7 +224,7 @@ class CrossAttention(_HeadsMixin):
     """
 
     def __init__(
-        self, d_model: int, n_heads: int, n_kv_heads: int | None = None, dropout: float = 0.0, bias: bool = True
+        self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, dropout: float = 0.0, bias: bool = True
     ):
         super().__init__()
         self._init_heads(d_model, n_heads, n_kv_heads, dropout)
@@ -230,7 +232,9 @@ class CrossAttention(_HeadsMixin):
         self.kv = Linear(d_model, 2 * self.kv_dim, bias=bias)  # rows: [k; v]
         self.out = Linear(d_model, d_model, bias=bias)
 
-    def forward(self, x: Tensor, memory: Tensor, mask: Tensor | None = None, cache: StaticKV | None = None) -> Tensor:
+    def forward(
+        self, x: Tensor, memory: Tensor, mask: Tensor | None = None, *, cache: StaticKV | None = None
+    ) -> Tensor:
         """Attend x to memory.
 
         Args:
@@ -266,7 +270,7 @@ class CrossAttention(_HeadsMixin):
             # each. Measured at a beam-5 search's shape (benchmarks/translate_speed.py): SDPA 1.6-1.8x
             # faster than G queries of one head with 2 threads, 2.3% of the whole search; level with 1.
             q = q.reshape(bm, h * g, 1, dh)  # (Bm, H*G, 1, Dh)
-        out = attend(q, k, v, mask, False, None, self._dropout_p(), self.capture)
+        out = attend(q, k, v, mask, dropout_p=self._dropout_p(), capture=self.capture)
         out = out.view(bm, h, g, t, dh).transpose(1, 2).reshape(b, h, t, dh)  # (B, H, T, Dh)
         if self.capture is not None and g > 1:  # report weights per query row, as without shared rows
             self.capture[-1] = self.capture[-1].view(bm, h, g, t, -1).transpose(1, 2).reshape(b, h, t, -1)

@@ -29,12 +29,12 @@ class FeedForward(nn.Module):
     Args:
         d_model: model width D.
         d_ff: hidden width F.
+        dropout: dropout after the activation.
         activation: "gelu", "relu", or "swiglu" (Shazeer, 2020: silu(xW) * xV, two input
             projections of width F each).
-        dropout: dropout after the activation.
     """
 
-    def __init__(self, d_model: int, d_ff: int, activation: Activation = "gelu", dropout: float = 0.0):
+    def __init__(self, d_model: int, d_ff: int, *, dropout: float = 0.0, activation: Activation = "gelu"):
         super().__init__()
         if activation not in ("gelu", "relu", "swiglu"):
             raise ValueError(f"`activation` must be 'gelu', 'relu' or 'swiglu', got {activation!r}")
@@ -57,7 +57,7 @@ class FeedForward(nn.Module):
 class _Residual(nn.Module):
     """One sublayer with its norm, dropout and residual connection."""
 
-    def __init__(self, d_model: int, dropout: float, norm_first: bool):
+    def __init__(self, d_model: int, *, dropout: float, norm_first: bool):
         super().__init__()
         self.norm = nn.LayerNorm(d_model)
         self.drop = Dropout(dropout)
@@ -78,34 +78,39 @@ class EncoderLayer(nn.Module):
     Args:
         d_model: model width D.
         n_heads: attention heads.
+        n_kv_heads: key/value heads for grouped-query attention (default n_heads).
         d_ff: feed-forward width.
         dropout: dropout on sublayer outputs and inside the feed-forward.
         attn_dropout: dropout on attention weights.
-        n_kv_heads: key/value heads for grouped-query attention (default n_heads).
-        activation: feed-forward activation.
-        norm_first: pre-LN (True) or post-LN (False).
         ff_dropout: dropout after the feed-forward activation (fairseq's `activation_dropout`);
             None uses `dropout`.
+        activation: feed-forward activation.
+        norm_first: pre-LN (True) or post-LN (False).
     """
 
     def __init__(
-        self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, attn_dropout: float = 0.0,
-        n_kv_heads: int | None = None, activation: Activation = "gelu", norm_first: bool = True,
-        ff_dropout: float | None = None,
+        self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, d_ff: int, dropout: float = 0.0,
+        attn_dropout: float = 0.0, ff_dropout: float | None = None, activation: Activation = "gelu",
+        norm_first: bool = True,
     ):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, n_kv_heads, attn_dropout)
-        self.ff = FeedForward(d_model, d_ff, activation, dropout if ff_dropout is None else ff_dropout)
-        self.attn_block = _Residual(d_model, dropout, norm_first)
-        self.ff_block = _Residual(d_model, dropout, norm_first)
+        attn = dict(n_kv_heads=n_kv_heads, dropout=attn_dropout)
+        ff_p = dropout if ff_dropout is None else ff_dropout
+        res = dict(dropout=dropout, norm_first=norm_first)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, **attn)
+        self.ff = FeedForward(d_model, d_ff, dropout=ff_p, activation=activation)
+        self.attn_block = _Residual(d_model, **res)
+        self.ff_block = _Residual(d_model, **res)
 
     def forward(
-        self, x: Tensor, mask: Tensor | None = None, is_causal: bool = False,
+        self, x: Tensor, mask: Tensor | None = None, *, is_causal: bool = False,
         rope: RotaryEmbedding | None = None, bias: Tensor | None = None, cache: KVCache | None = None,
         last: int | None = None,
     ) -> Tensor:
         """(B, T, D) -> (B, T, D), or (B, last, D) with `last`; arguments as in `MultiHeadAttention.forward`."""
-        x = self.attn_block(x, lambda h: self.self_attn(h, mask, is_causal, rope, bias, cache, last))
+        x = self.attn_block(
+            x, lambda h: self.self_attn(h, mask, is_causal=is_causal, rope=rope, bias=bias, cache=cache, last=last)
+        )
         return self.ff_block(x, self.ff)
 
 
@@ -115,31 +120,34 @@ class DecoderLayer(nn.Module):
     Args:
         d_model: model width D.
         n_heads: attention heads (self and cross).
+        n_kv_heads: key/value heads for grouped-query attention (default n_heads).
         d_ff: feed-forward width.
         dropout: dropout on sublayer outputs and inside the feed-forward.
         attn_dropout: dropout on attention weights.
-        n_kv_heads: key/value heads for grouped-query attention (default n_heads).
-        activation: feed-forward activation.
-        norm_first: pre-LN (True) or post-LN (False).
         ff_dropout: dropout after the feed-forward activation (fairseq's `activation_dropout`);
             None uses `dropout`.
+        activation: feed-forward activation.
+        norm_first: pre-LN (True) or post-LN (False).
     """
 
     def __init__(
-        self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, attn_dropout: float = 0.0,
-        n_kv_heads: int | None = None, activation: Activation = "gelu", norm_first: bool = True,
-        ff_dropout: float | None = None,
+        self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, d_ff: int, dropout: float = 0.0,
+        attn_dropout: float = 0.0, ff_dropout: float | None = None, activation: Activation = "gelu",
+        norm_first: bool = True,
     ):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, n_kv_heads, attn_dropout)
-        self.cross_attn = CrossAttention(d_model, n_heads, n_kv_heads, attn_dropout)
-        self.ff = FeedForward(d_model, d_ff, activation, dropout if ff_dropout is None else ff_dropout)
-        self.self_block = _Residual(d_model, dropout, norm_first)
-        self.cross_block = _Residual(d_model, dropout, norm_first)
-        self.ff_block = _Residual(d_model, dropout, norm_first)
+        attn = dict(n_kv_heads=n_kv_heads, dropout=attn_dropout)
+        ff_p = dropout if ff_dropout is None else ff_dropout
+        res = dict(dropout=dropout, norm_first=norm_first)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, **attn)
+        self.cross_attn = CrossAttention(d_model, n_heads, **attn)
+        self.ff = FeedForward(d_model, d_ff, dropout=ff_p, activation=activation)
+        self.self_block = _Residual(d_model, **res)
+        self.cross_block = _Residual(d_model, **res)
+        self.ff_block = _Residual(d_model, **res)
 
     def forward(
-        self, x: Tensor, memory: Tensor, memory_mask: Tensor | None = None, self_mask: Tensor | None = None,
+        self, x: Tensor, memory: Tensor, memory_mask: Tensor | None = None, *, self_mask: Tensor | None = None,
         rope: RotaryEmbedding | None = None, bias: Tensor | None = None,
         cache: KVCache | None = None, cross_cache: StaticKV | None = None,
     ) -> Tensor:
@@ -155,6 +163,8 @@ class DecoderLayer(nn.Module):
             cache: self-attention KV cache.
             cross_cache: encoder K/V cache.
         """
-        x = self.self_block(x, lambda h: self.self_attn(h, self_mask, True, rope, bias, cache))
-        x = self.cross_block(x, lambda h: self.cross_attn(h, memory, memory_mask, cross_cache))
+        x = self.self_block(
+            x, lambda h: self.self_attn(h, self_mask, is_causal=True, rope=rope, bias=bias, cache=cache)
+        )
+        x = self.cross_block(x, lambda h: self.cross_attn(h, memory, memory_mask, cache=cross_cache))
         return self.ff_block(x, self.ff)

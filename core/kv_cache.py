@@ -111,7 +111,7 @@ class DecoderCache:
         capacity: steps each self-attention cache allocates at first.
     """
 
-    def __init__(self, n_layers: int, cross: bool = True, capacity: int = 16) -> None:
+    def __init__(self, n_layers: int, *, cross: bool = True, capacity: int = 16) -> None:
         self.self_attn = [KVCache(capacity) for _ in range(n_layers)]
         self.cross_attn = [StaticKV() for _ in range(n_layers)] if cross else None
 

@@ -2,7 +2,8 @@
 (RoPE rotates q and k, ALiBi adds a per-head distance bias).
 
 Every variant takes an `offset`: the absolute position of the first token, which is
-the number of positions already in a KV cache during incremental decoding.
+the number of positions already in a KV cache during incremental decoding. Every table needs its
+`max_len`: core has no default length (each app sets its own, and a stack passes it on).
 
 Legend: B batch, T time, D model width, H heads, Dh head width (D / H).
 """
@@ -31,7 +32,7 @@ class SinusoidalPositions(nn.Module):
         max_len: longest sequence the table covers.
     """
 
-    def __init__(self, d_model: int, max_len: int = 512):
+    def __init__(self, d_model: int, max_len: int):
         super().__init__()
         if d_model % 2:
             raise ValueError(f"sinusoidal positions need an even `d_model`, got {d_model}")
@@ -59,7 +60,7 @@ class LearnedPositions(nn.Module):
         max_len: number of positions learned.
     """
 
-    def __init__(self, d_model: int, max_len: int = 512):
+    def __init__(self, d_model: int, max_len: int):
         super().__init__()
         self.max_len = max_len
         self.embedding = nn.Embedding(max_len, d_model)
@@ -84,7 +85,7 @@ class RotaryEmbedding(nn.Module):
         base: frequency base.
     """
 
-    def __init__(self, head_dim: int, max_len: int = 2048, base: float = 10000.0):
+    def __init__(self, head_dim: int, max_len: int, *, base: float = 10000.0):
         super().__init__()
         if head_dim % 2:
             raise ValueError(f"RoPE needs an even head dimension, got {head_dim}; change `d_model` or `n_heads`")
@@ -153,7 +154,7 @@ class ALiBi(nn.Module):
         max_len: longest absolute position supported.
     """
 
-    def __init__(self, n_heads: int, max_len: int = 2048):
+    def __init__(self, n_heads: int, max_len: int):
         super().__init__()
         self.max_len = max_len
         self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)

@@ -83,11 +83,11 @@ class WarmupCosineLR(LambdaLR):
         floor: final LR as a fraction of the peak.
     """
 
-    def __init__(self, optimizer: Optimizer, warmup_steps: int, total_steps: int, floor: float = 0.0):
+    def __init__(self, optimizer: Optimizer, warmup_steps: int, *, total_steps: int, floor: float = 0.0):
         super().__init__(optimizer, WarmupCosine(warmup_steps, total_steps, floor))
 
     @classmethod
-    def for_run(cls, optimizer: Optimizer, warmup_steps: int, run_steps: float, floor: float = 0.0,
+    def for_run(cls, optimizer: Optimizer, warmup_steps: int, *, run_steps: float, floor: float = 0.0,
                 clock_limited: bool = False, advice: str = "") -> WarmupCosineLR:
         """The schedule over a whole training run, e.g. Lightning's `trainer.estimated_stepping_batches`.
 
@@ -105,7 +105,7 @@ class WarmupCosineLR(LambdaLR):
                           f"({int(run_steps)} steps), so a run the clock stops first ends before its learning rate "
                           f"has decayed; set max_epochs to what fits the time{advice}", stacklevel=2)
         total = max(int(run_steps), warmup_steps, 1)
-        return cls(optimizer, warmup_steps, total, floor)
+        return cls(optimizer, warmup_steps, total_steps=total, floor=floor)
 
 
 class InverseSqrtLR(LambdaLR):

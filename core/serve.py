@@ -330,7 +330,7 @@ class BatchedAPI(ls.LitAPI):
         batch_timeout: seconds to wait for a batch to fill.
     """
 
-    def __init__(self, threads: int = 0, max_batch_size: int = 1, batch_timeout: float = 0.0):
+    def __init__(self, threads: int = 0, *, max_batch_size: int = 1, batch_timeout: float = 0.0):
         super().__init__(max_batch_size=max_batch_size, batch_timeout=batch_timeout)
         self.threads = threads
 

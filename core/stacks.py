@@ -32,12 +32,13 @@ class TokenEmbedding(nn.Module):
     Args:
         num_embeddings: vocabulary size V (items or subwords, padding included).
         d_model: model width D.
-        pad_id: id whose vector is zero and receives no gradient (None: no padding).
+        pad_id: id whose vector is zero and receives no gradient (None: no padding); the apps
+            keep theirs (`streamrec.constants.PAD_ID`, `translate.vocab.PAD_ID`).
         init_std: standard deviation of the initial vectors (None: d_model ** -0.5, so that the
             scaled input has unit variance).
     """
 
-    def __init__(self, num_embeddings: int, d_model: int, pad_id: int | None = 0, *, init_std: float | None = None):
+    def __init__(self, num_embeddings: int, d_model: int, *, pad_id: int | None, init_std: float | None = None):
         super().__init__()
         if init_std is not None and init_std <= 0:
             raise ValueError(f"`init_std` must be > 0, got {init_std}")
@@ -81,9 +82,9 @@ class _Stack(nn.Module):
     dropout, `n_layers` layers of one kind, a final norm, and the documented initialisation."""
 
     def __init__(
-        self, layer: type[EncoderLayer] | type[DecoderLayer], n_layers: int, d_model: int, n_heads: int, d_ff: int,
-        dropout: float, attn_dropout: float, n_kv_heads: int | None, activation: Activation, norm_first: bool,
-        positions: Positions, max_len: int, ff_dropout: float | None = None,
+        self, layer: type[EncoderLayer] | type[DecoderLayer], d_model: int, n_heads: int, *, n_kv_heads: int | None,
+        n_layers: int, d_ff: int, dropout: float, attn_dropout: float, ff_dropout: float | None, max_len: int,
+        positions: Positions, activation: Activation, norm_first: bool,
     ):
         super().__init__()
         # Checked here too: RoPE and ALiBi are sized from n_heads before any layer exists.
@@ -103,7 +104,8 @@ class _Stack(nn.Module):
         self.alibi = ALiBi(n_heads, max_len) if positions == "alibi" else None
         self.drop = Dropout(dropout)
         self.layers = nn.ModuleList(
-            layer(d_model, n_heads, d_ff, dropout, attn_dropout, n_kv_heads, activation, norm_first, ff_dropout)
+            layer(d_model, n_heads, n_kv_heads=n_kv_heads, d_ff=d_ff, dropout=dropout, attn_dropout=attn_dropout,
+                  ff_dropout=ff_dropout, activation=activation, norm_first=norm_first)
             for _ in range(n_layers)
         )
         # Post-LN already normalises each layer's output; pre-LN needs a final norm.
@@ -134,30 +136,31 @@ class Encoder(_Stack):
     which can also decode incrementally with a `DecoderCache(n_layers, cross=False)`.
 
     Args:
-        n_layers: number of layers.
         d_model: model width D.
         n_heads: attention heads; must divide D.
+        n_kv_heads: key/value heads (grouped-query attention); default n_heads.
+        n_layers: number of layers.
         d_ff: feed-forward width.
         dropout: dropout on the input and inside each layer.
         attn_dropout: dropout on attention weights.
-        n_kv_heads: key/value heads (grouped-query attention); default n_heads.
+        ff_dropout: dropout after each feed-forward activation; None uses `dropout`.
+        max_len: longest sequence supported (no default: each app sets its own).
+        positions: "sinusoidal", "learned", "rope", "alibi" or "none".
         activation: feed-forward activation ("gelu", "relu", "swiglu").
         norm_first: pre-LN (True) or post-LN (False).
-        positions: "sinusoidal", "learned", "rope", "alibi" or "none".
-        max_len: longest sequence supported.
         causal: forbid attending to later positions.
-        ff_dropout: dropout after each feed-forward activation; None uses `dropout`.
     """
 
     def __init__(
-        self, n_layers: int, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
-        attn_dropout: float = 0.0, n_kv_heads: int | None = None, activation: Activation = "gelu",
-        norm_first: bool = True, positions: Positions = "sinusoidal", max_len: int = 512, causal: bool = False,
-        ff_dropout: float | None = None,
+        self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, n_layers: int, d_ff: int,
+        dropout: float = 0.0, attn_dropout: float = 0.0, ff_dropout: float | None = None, max_len: int,
+        positions: Positions = "sinusoidal", activation: Activation = "gelu", norm_first: bool = True,
+        causal: bool = False,
     ):
         super().__init__(
-            EncoderLayer, n_layers, d_model, n_heads, d_ff, dropout, attn_dropout, n_kv_heads, activation,
-            norm_first, positions, max_len, ff_dropout,
+            EncoderLayer, d_model, n_heads, n_kv_heads=n_kv_heads, n_layers=n_layers, d_ff=d_ff, dropout=dropout,
+            attn_dropout=attn_dropout, ff_dropout=ff_dropout, max_len=max_len, positions=positions,
+            activation=activation, norm_first=norm_first,
         )
         self.causal = causal
 
@@ -168,7 +171,7 @@ class Encoder(_Stack):
         return DecoderCache(len(self.layers), cross=False)
 
     def forward(
-        self, x: Tensor, mask: Tensor | None = None, cache: DecoderCache | None = None, last: int | None = None,
+        self, x: Tensor, mask: Tensor | None = None, *, cache: DecoderCache | None = None, last: int | None = None,
         offset: int = 0,
     ) -> Tensor:
         """Encode embedded inputs.
@@ -202,7 +205,8 @@ class Encoder(_Stack):
         final = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
             layer_cache = None if cache is None else cache.self_attn[i]
-            x = layer(x, mask, causal, self.rope, bias, layer_cache, last if i == final else None)
+            x = layer(x, mask, is_causal=causal, rope=self.rope, bias=bias, cache=layer_cache,
+                      last=last if i == final else None)
         return self.norm(x if last is None else x[:, -last:])
 
 
@@ -210,29 +214,29 @@ class Decoder(_Stack):
     """A stack of decoder layers (causal self-attention + cross-attention) and a final norm (pre-LN only).
 
     Args:
-        n_layers: number of layers.
         d_model: model width D.
         n_heads: attention heads; must divide D.
+        n_kv_heads: key/value heads (grouped-query attention); default n_heads.
+        n_layers: number of layers.
         d_ff: feed-forward width.
         dropout: dropout on the input and inside each layer.
         attn_dropout: dropout on attention weights.
-        n_kv_heads: key/value heads (grouped-query attention); default n_heads.
+        ff_dropout: dropout after each feed-forward activation; None uses `dropout`.
+        max_len: longest target sequence supported (no default: each app sets its own).
+        positions: "sinusoidal", "learned", "rope", "alibi" or "none" (self-attention only).
         activation: feed-forward activation ("gelu", "relu", "swiglu").
         norm_first: pre-LN (True) or post-LN (False).
-        positions: "sinusoidal", "learned", "rope", "alibi" or "none" (self-attention only).
-        max_len: longest target sequence supported.
-        ff_dropout: dropout after each feed-forward activation; None uses `dropout`.
     """
 
     def __init__(
-        self, n_layers: int, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
-        attn_dropout: float = 0.0, n_kv_heads: int | None = None, activation: Activation = "gelu",
-        norm_first: bool = True, positions: Positions = "sinusoidal", max_len: int = 512,
-        ff_dropout: float | None = None,
+        self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, n_layers: int, d_ff: int,
+        dropout: float = 0.0, attn_dropout: float = 0.0, ff_dropout: float | None = None, max_len: int,
+        positions: Positions = "sinusoidal", activation: Activation = "gelu", norm_first: bool = True,
     ):
         super().__init__(
-            DecoderLayer, n_layers, d_model, n_heads, d_ff, dropout, attn_dropout, n_kv_heads, activation,
-            norm_first, positions, max_len, ff_dropout,
+            DecoderLayer, d_model, n_heads, n_kv_heads=n_kv_heads, n_layers=n_layers, d_ff=d_ff, dropout=dropout,
+            attn_dropout=attn_dropout, ff_dropout=ff_dropout, max_len=max_len, positions=positions,
+            activation=activation, norm_first=norm_first,
         )
 
     def new_cache(self, capacity: int = 16) -> DecoderCache:
@@ -240,7 +244,7 @@ class Decoder(_Stack):
         return DecoderCache(len(self.layers), cross=True, capacity=capacity)
 
     def forward(
-        self, x: Tensor, memory: Tensor, memory_mask: Tensor | None = None,
+        self, x: Tensor, memory: Tensor, memory_mask: Tensor | None = None, *,
         self_mask: Tensor | None = None, cache: DecoderCache | None = None,
     ) -> Tensor:
         """Decode embedded targets against the encoder output.
@@ -262,5 +266,6 @@ class Decoder(_Stack):
         for i, layer in enumerate(self.layers):
             self_cache = None if cache is None else cache.self_attn[i]
             cross_cache = None if cache is None or cache.cross_attn is None else cache.cross_attn[i]
-            x = layer(x, memory, memory_mask, self_mask, self.rope, bias, self_cache, cross_cache)
+            x = layer(x, memory, memory_mask, self_mask=self_mask, rope=self.rope, bias=bias, cache=self_cache,
+                      cross_cache=cross_cache)
         return self.norm(x)

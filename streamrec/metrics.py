@@ -191,7 +191,7 @@ class SampledRankingMetrics(RankingMetrics):
     name_prefix = "sampled_"
 
     def __init__(
-        self, num_items: int, ks: Sequence[int] = (10, 20), num_negatives: int = 100,
+        self, num_items: int, ks: Sequence[int] = (10, 20), *, num_negatives: int = 100,
         sampling: Literal["uniform", "popularity"] = "uniform", item_counts: Tensor | None = None,
         filter_seen: bool = True, seed: int = 0,
     ):

@@ -10,14 +10,13 @@ M selected positions.
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 from torch import Tensor, nn
 
 from core import Encoder, TokenEmbedding, causal_padding_mask, padding_mask
 from core.blocks import Activation
-from streamrec.constants import PAD_ID
+from core.stacks import Positions
+from streamrec.constants import MAX_LEN, PAD_ID
 
 
 def trim_padding(items: Tensor) -> tuple[Tensor, int]:
@@ -46,27 +45,28 @@ def exporting() -> bool:
 class StreamRecModel(nn.Module):
     """Item embedding x sqrt(d_model), positions, pre-LN causal blocks, final LayerNorm, dot-product scores.
 
+    Defaults are `StreamRecModule`'s (a test keeps them equal).
+
     Args:
         num_items: catalogue size N; item ids are 1..N and 0 is padding.
         d_model: model width D.
         n_heads: attention heads; must divide d_model.
+        n_kv_heads: key/value heads for grouped-query attention (default n_heads).
         n_layers: transformer blocks.
         d_ff: feed-forward width.
         dropout: dropout on embeddings and inside blocks.
         attn_dropout: dropout on attention weights.
-        max_len: longest history the model reads.
+        max_len: longest history the model reads (`streamrec.constants.MAX_LEN`).
         positions: "learned" (SASRec), "sinusoidal", "rope", "alibi" or "none".
         activation: feed-forward activation.
-        n_kv_heads: key/value heads for grouped-query attention (default n_heads).
         tied: score with the item embedding (True) or a separate output table (False).
         item_init_std: standard deviation of the initial item vectors (None: d_model ** -0.5).
     """
 
     def __init__(
-        self, num_items: int, d_model: int = 64, n_heads: int = 1, n_layers: int = 2, d_ff: int = 256,
-        dropout: float = 0.2, attn_dropout: float = 0.0, max_len: int = 200,
-        positions: Literal["learned", "sinusoidal", "rope", "alibi", "none"] = "learned",
-        activation: Activation = "gelu", n_kv_heads: int | None = None, tied: bool = True,
+        self, num_items: int, *, d_model: int = 64, n_heads: int = 2, n_kv_heads: int | None = None,
+        n_layers: int = 2, d_ff: int = 256, dropout: float = 0.2, attn_dropout: float = 0.0, max_len: int = MAX_LEN,
+        positions: Positions = "learned", activation: Activation = "gelu", tied: bool = True,
         item_init_std: float | None = None,
     ):
         super().__init__()
@@ -75,8 +75,9 @@ class StreamRecModel(nn.Module):
         self.num_items = num_items
         self.item_embedding = TokenEmbedding(num_items + 1, d_model, pad_id=PAD_ID, init_std=item_init_std)
         self.encoder = Encoder(
-            n_layers, d_model, n_heads, d_ff, dropout, attn_dropout, n_kv_heads, activation,
-            norm_first=True, positions=positions, max_len=max_len, causal=True,
+            d_model, n_heads, n_kv_heads=n_kv_heads, n_layers=n_layers, d_ff=d_ff, dropout=dropout,
+            attn_dropout=attn_dropout, max_len=max_len, positions=positions, activation=activation, norm_first=True,
+            causal=True,
         )
         self.output: nn.Embedding | None = None
         if not tied:

@@ -17,7 +17,9 @@ from torch import Tensor
 from core import WarmupCosineLR, destroy_process_group_at_exit, stops_on_time
 from core.blocks import Activation
 from core.checkpoint import SafeLoadMixin
+from core.stacks import Positions
 from streamrec import losses
+from streamrec.constants import MAX_LEN
 from streamrec.datasets import EvalBatch, PredictBatch, TrainBatch
 from streamrec.metrics import RankingMetrics, SampledRankingMetrics, most_popular_scores
 from streamrec.model import StreamRecModel
@@ -33,16 +35,16 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
 
     Args:
         num_items: catalogue size N (linked from the data module).
-        max_len: history length read by the model (linked from the data module).
         d_model: model width.
         n_heads: attention heads.
+        n_kv_heads: key/value heads for grouped-query attention (default n_heads).
         n_layers: transformer blocks.
         d_ff: feed-forward width.
         dropout: dropout on embeddings and in blocks.
         attn_dropout: dropout on attention weights.
+        max_len: history length read by the model (linked from the data module).
         positions: learned (SASRec), sinusoidal, rope, alibi or none.
         activation: feed-forward activation.
-        n_kv_heads: key/value heads for grouped-query attention (default n_heads).
         tied: score with the item embedding (True) or a separate output table.
         item_init_std: standard deviation of the initial item vectors (None: d_model ** -0.5).
         loss: full (softmax over all items), sampled (softmax over shared negatives with
@@ -64,10 +66,9 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
     """
 
     def __init__(
-        self, num_items: int = 1, max_len: int = 50, d_model: int = 64, n_heads: int = 2, n_layers: int = 2,
-        d_ff: int = 256, dropout: float = 0.2, attn_dropout: float = 0.0,
-        positions: Literal["learned", "sinusoidal", "rope", "alibi", "none"] = "learned",
-        activation: Activation = "gelu", n_kv_heads: int | None = None, tied: bool = True,
+        self, num_items: int = 1, *, d_model: int = 64, n_heads: int = 2, n_kv_heads: int | None = None,
+        n_layers: int = 2, d_ff: int = 256, dropout: float = 0.2, attn_dropout: float = 0.0, max_len: int = MAX_LEN,
+        positions: Positions = "learned", activation: Activation = "gelu", tied: bool = True,
         item_init_std: float | None = None, loss: LossName = "full", num_negatives: int = 256,
         negative_sampling: Literal["uniform", "popularity"] = "uniform", gbce_t: float = 0.75,
         lr: float = 1e-2, weight_decay: float = 0.0, warmup_steps: int = 100, lr_floor: float = 0.1,
@@ -83,8 +84,9 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
             raise ValueError("`negative_sampling: popularity` needs `loss: sampled` (it relies on the logQ correction)")
         self.save_hyperparameters()
         self.model = StreamRecModel(
-            num_items, d_model, n_heads, n_layers, d_ff, dropout, attn_dropout, max_len, positions, activation,
-            n_kv_heads, tied, item_init_std,
+            num_items, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads, n_layers=n_layers, d_ff=d_ff,
+            dropout=dropout, attn_dropout=attn_dropout, max_len=max_len, positions=positions, activation=activation,
+            tied=tied, item_init_std=item_init_std,
         )
         self.val_metrics = RankingMetrics(ks, filter_seen)
         self.test_metrics = RankingMetrics(ks, filter_seen)
@@ -145,8 +147,8 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
     def configure_optimizers(self) -> dict[str, Any]:
         hp = self.hparams
         opt = torch.optim.AdamW(self.parameters(), lr=hp.lr, weight_decay=hp.weight_decay)
-        sched = WarmupCosineLR.for_run(opt, hp.warmup_steps, self.trainer.estimated_stepping_batches, hp.lr_floor,
-                                       stops_on_time(self.trainer.callbacks))
+        sched = WarmupCosineLR.for_run(opt, hp.warmup_steps, run_steps=self.trainer.estimated_stepping_batches,
+                                       floor=hp.lr_floor, clock_limited=stops_on_time(self.trainer.callbacks))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     # ------------------------------------------------------------------ evaluation

@@ -7,17 +7,23 @@ Legend: B batch, S source length, T target length, D model width, V target vocab
 
 from __future__ import annotations
 
-from typing import Literal
-
 from torch import Tensor, nn
 
 from core import Decoder, DecoderCache, Encoder, TokenEmbedding, padding_mask, tie_weights
 from core.blocks import Activation
 from core.linear import Linear
+from core.stacks import Positions
+from translate.vocab import PAD_ID
+
+MAX_LEN = 128
+"""Default longest source or target, in subwords (a target counts its BOS/EOS position): the model's
+positions and the data's length filter (`TranslationDataModule.max_len`, linked into the model's by the CLI)."""
 
 
 class Translator(nn.Module):
     """Bidirectional encoder, causal decoder with cross-attention, tied embeddings.
+
+    Defaults are `TranslationModule`'s (a test keeps them equal).
 
     Args:
         src_vocab_size: source vocabulary size.
@@ -25,29 +31,28 @@ class Translator(nn.Module):
         pad_id: padding id in both vocabularies.
         d_model: model width D.
         n_heads: attention heads; must divide d_model.
+        n_kv_heads: key/value heads for grouped-query attention (default n_heads).
         n_encoder_layers: encoder blocks.
         n_decoder_layers: decoder blocks.
         d_ff: feed-forward width.
         dropout: dropout on embeddings and inside blocks.
         attn_dropout: dropout on attention weights.
-        max_len: longest source or target sequence, in subwords.
-        positions: "sinusoidal", "learned", "rope", "alibi" or "none".
-        norm_first: pre-LN (True) or post-LN (False).
-        activation: feed-forward activation.
-        n_kv_heads: key/value heads for grouped-query attention (default n_heads).
-        share_embeddings: one embedding for source, target and output (needs a joint
-            vocabulary, i.e. equal sizes); otherwise only target and output are tied.
         ff_dropout: dropout after the feed-forward activation (fairseq's `activation_dropout`,
             0 there); None uses `dropout`.
+        max_len: longest source or target sequence, in subwords (`MAX_LEN`).
+        positions: "sinusoidal", "learned", "rope", "alibi" or "none".
+        activation: feed-forward activation.
+        norm_first: pre-LN (True) or post-LN (False).
+        share_embeddings: one embedding for source, target and output (needs a joint
+            vocabulary, i.e. equal sizes); otherwise only target and output are tied.
     """
 
     def __init__(
-        self, src_vocab_size: int, tgt_vocab_size: int, pad_id: int = 0, d_model: int = 256, n_heads: int = 4,
-        n_encoder_layers: int = 3, n_decoder_layers: int = 3, d_ff: int = 1024, dropout: float = 0.1,
-        attn_dropout: float = 0.0, max_len: int = 256,
-        positions: Literal["sinusoidal", "learned", "rope", "alibi", "none"] = "sinusoidal",
-        norm_first: bool = True, activation: Activation = "relu", n_kv_heads: int | None = None,
-        share_embeddings: bool = True, ff_dropout: float | None = None,
+        self, src_vocab_size: int, tgt_vocab_size: int, *, pad_id: int = PAD_ID, d_model: int = 256,
+        n_heads: int = 4, n_kv_heads: int | None = None, n_encoder_layers: int = 3, n_decoder_layers: int = 3,
+        d_ff: int = 1024, dropout: float = 0.1, attn_dropout: float = 0.0, ff_dropout: float | None = None,
+        max_len: int = MAX_LEN, positions: Positions = "sinusoidal", activation: Activation = "relu",
+        norm_first: bool = True, share_embeddings: bool = True,
     ):
         super().__init__()
         if share_embeddings and src_vocab_size != tgt_vocab_size:
@@ -56,13 +61,14 @@ class Translator(nn.Module):
                 f"({src_vocab_size} vs {tgt_vocab_size}); set share_embeddings: false"
             )
         self.pad_id = pad_id
-        self.tgt_embed = TokenEmbedding(tgt_vocab_size, d_model, pad_id)
-        self.src_embed = self.tgt_embed if share_embeddings else TokenEmbedding(src_vocab_size, d_model, pad_id)
-        common = dict(d_model=d_model, n_heads=n_heads, d_ff=d_ff, dropout=dropout, attn_dropout=attn_dropout,
-                      n_kv_heads=n_kv_heads, activation=activation, norm_first=norm_first, positions=positions,
-                      max_len=max_len, ff_dropout=ff_dropout)
-        self.encoder = Encoder(n_encoder_layers, **common)
-        self.decoder = Decoder(n_decoder_layers, **common)
+        self.tgt_embed = TokenEmbedding(tgt_vocab_size, d_model, pad_id=pad_id)
+        self.src_embed = (self.tgt_embed if share_embeddings
+                          else TokenEmbedding(src_vocab_size, d_model, pad_id=pad_id))
+        common = dict(n_kv_heads=n_kv_heads, d_ff=d_ff, dropout=dropout, attn_dropout=attn_dropout,
+                      ff_dropout=ff_dropout, max_len=max_len, positions=positions, activation=activation,
+                      norm_first=norm_first)
+        self.encoder = Encoder(d_model, n_heads, n_layers=n_encoder_layers, **common)
+        self.decoder = Decoder(d_model, n_heads, n_layers=n_decoder_layers, **common)
         self.output = Linear(d_model, tgt_vocab_size, bias=False)
         tie_weights(self.output, self.tgt_embed)
 

@@ -35,10 +35,11 @@ from core import InverseSqrtLR, WarmupCosineLR, linear_cross_entropy, rdrop_cros
 from core.blocks import Activation
 from core.checkpoint import SafeLoadMixin
 from core.distributed import destroy_process_group_at_exit
+from core.stacks import Positions
 from translate.data import Batch, Split, TranslationDataModule
-from translate.model import Translator
+from translate.model import MAX_LEN, Translator
 from translate.search import beam_search, greedy_search
-from translate.vocab import BOS_ID, EOS_ID, SubwordVocab
+from translate.vocab import BOS_ID, EOS_ID, PAD_ID, SubwordVocab
 
 VOCAB_KEY = TranslationDataModule.__qualname__  # where Lightning puts the data module's state_dict
 
@@ -95,18 +96,20 @@ class TranslationModule(SafeLoadMixin, L.LightningModule):
         src_vocab_size: source vocabulary size (linked from the data module).
         tgt_vocab_size: target vocabulary size (linked from the data module).
         pad_id: padding id (linked from the data module).
-        max_len: longest source or target in subwords (linked from `data.max_len`).
         d_model: model width.
         n_heads: attention heads; must divide d_model.
+        n_kv_heads: key/value heads for grouped-query attention (default n_heads).
         n_encoder_layers: encoder blocks.
         n_decoder_layers: decoder blocks.
         d_ff: feed-forward width.
         dropout: dropout on embeddings and inside blocks.
         attn_dropout: dropout on attention weights.
+        ff_dropout: dropout after the feed-forward activation (fairseq's `activation_dropout`,
+            0 in its recipes); None uses `dropout`.
+        max_len: longest source or target in subwords (linked from `data.max_len`).
         positions: position encoding (self-attention only).
-        norm_first: pre-LN (True, the default) or post-LN (False, the original Transformer).
         activation: feed-forward activation.
-        n_kv_heads: key/value heads for grouped-query attention (default n_heads).
+        norm_first: pre-LN (True, the default) or post-LN (False, the original Transformer).
         share_embeddings: one embedding for source, target and output (needs a joint vocabulary).
         label_smoothing: eps of the label-smoothed cross-entropy (0 = plain cross-entropy).
         lr: peak learning rate (AdamW).
@@ -122,24 +125,21 @@ class TranslationModule(SafeLoadMixin, L.LightningModule):
         alpha: GNMT length-penalty exponent for beam search.
         bleu_tokenize: sacreBLEU tokenizer ("13a" is the WMT default; "intl", "char", "none").
         bleu_lowercase: score lowercased BLEU (chrF stays cased).
-        ff_dropout: dropout after the feed-forward activation (fairseq's `activation_dropout`,
-            0 in its recipes); None uses `dropout`.
         rdrop_alpha: R-Drop weight (0 = off): each training batch runs through two dropout masks and
             the loss adds alpha / 4 times the symmetric KL of their predictions (the paper's alpha,
             5 in its IWSLT runs). A step costs about twice as much.
     """
 
     def __init__(
-        self, src_vocab_size: int = 8, tgt_vocab_size: int = 8, pad_id: int = 0, max_len: int = 256,
-        d_model: int = 256, n_heads: int = 4, n_encoder_layers: int = 3, n_decoder_layers: int = 3,
-        d_ff: int = 1024, dropout: float = 0.1, attn_dropout: float = 0.0,
-        positions: Literal["sinusoidal", "learned", "rope", "alibi", "none"] = "sinusoidal",
-        norm_first: bool = True, activation: Activation = "relu", n_kv_heads: int | None = None,
-        share_embeddings: bool = True, label_smoothing: float = 0.1, lr: float = 1e-3,
+        self, src_vocab_size: int = 8, tgt_vocab_size: int = 8, *, pad_id: int = PAD_ID, d_model: int = 256,
+        n_heads: int = 4, n_kv_heads: int | None = None, n_encoder_layers: int = 3, n_decoder_layers: int = 3,
+        d_ff: int = 1024, dropout: float = 0.1, attn_dropout: float = 0.0, ff_dropout: float | None = None,
+        max_len: int = MAX_LEN, positions: Positions = "sinusoidal", activation: Activation = "relu",
+        norm_first: bool = True, share_embeddings: bool = True, label_smoothing: float = 0.1, lr: float = 1e-3,
         betas: tuple[float, float] = (0.9, 0.98), weight_decay: float = 1e-4, warmup_steps: int = 400,
         lr_floor: float = 0.01, val_beam_size: int = 1, test_beam_size: int = 5, alpha: float = 0.6,
         bleu_tokenize: Literal["13a", "intl", "char", "none"] = "13a", bleu_lowercase: bool = False,
-        ff_dropout: float | None = None, schedule: Literal["cosine", "inverse_sqrt"] = "cosine",
+        schedule: Literal["cosine", "inverse_sqrt"] = "cosine",
         rdrop_alpha: float = 0.0,
     ):
         super().__init__()
@@ -158,9 +158,10 @@ class TranslationModule(SafeLoadMixin, L.LightningModule):
             raise ValueError(f"`model.warmup_steps` ({warmup_steps}) must be >= 1 with the inverse_sqrt schedule")
         self.save_hyperparameters()
         self.model = Translator(
-            src_vocab_size, tgt_vocab_size, pad_id, d_model, n_heads, n_encoder_layers, n_decoder_layers, d_ff,
-            dropout, attn_dropout, max_len, positions, norm_first, activation, n_kv_heads, share_embeddings,
-            ff_dropout,
+            src_vocab_size, tgt_vocab_size, pad_id=pad_id, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads,
+            n_encoder_layers=n_encoder_layers, n_decoder_layers=n_decoder_layers, d_ff=d_ff, dropout=dropout,
+            attn_dropout=attn_dropout, ff_dropout=ff_dropout, max_len=max_len, positions=positions,
+            activation=activation, norm_first=norm_first, share_embeddings=share_embeddings,
         )
         # Set from a checkpoint by `on_load_checkpoint`; a trainer's data module takes precedence.
         self.src_vocab: SubwordVocab | None = None
@@ -196,8 +197,8 @@ class TranslationModule(SafeLoadMixin, L.LightningModule):
             sched = InverseSqrtLR(opt, hp.warmup_steps)
         else:
             sched = WarmupCosineLR.for_run(
-                opt, hp.warmup_steps, self.trainer.estimated_stepping_batches, hp.lr_floor,
-                stops_on_time(self.trainer.callbacks),
+                opt, hp.warmup_steps, run_steps=self.trainer.estimated_stepping_batches, floor=hp.lr_floor,
+                clock_limited=stops_on_time(self.trainer.callbacks),
                 advice=", or use model.schedule: inverse_sqrt, which needs no run length",
             )
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
@@ -231,7 +232,8 @@ class TranslationModule(SafeLoadMixin, L.LightningModule):
         """Best output ids (no BOS/EOS) for (B, S) source ids; beam 1 runs greedy search."""
         if beam_size == 1:
             return [h.tokens for h in greedy_search(self.model, src, BOS_ID, EOS_ID)]
-        return [hyps[0].tokens for hyps in beam_search(self.model, src, BOS_ID, EOS_ID, beam_size, self.hparams.alpha)]
+        per_sentence = beam_search(self.model, src, BOS_ID, EOS_ID, beam_size=beam_size, alpha=self.hparams.alpha)
+        return [hyps[0].tokens for hyps in per_sentence]
 
     def predict_step(self, batch: Batch, batch_idx: int) -> list[tuple[int, str]]:
         """(dataset index, translation) per row, decoded as `test` decodes (`test_beam_size`, `alpha`).

@@ -52,8 +52,8 @@ def max_output_lengths(src: Tensor, pad_id: int, a: float, b: int, limit: int) -
 
 @torch.no_grad()
 def greedy_search(
-    model: Translator | Ensemble, src: Tensor, bos_id: int, eos_id: int, max_len_a: float = 1.5, max_len_b: int = 10,
-    max_len: int | None = None,
+    model: Translator | Ensemble, src: Tensor, bos_id: int, eos_id: int, *, max_len_a: float = 1.5,
+    max_len_b: int = 10, max_len: int | None = None,
 ) -> list[Hypothesis]:
     """Pick the most likely token at every step.
 
@@ -93,7 +93,7 @@ def greedy_search(
 
 @torch.no_grad()
 def beam_search(
-    model: Translator | Ensemble, src: Tensor, bos_id: int, eos_id: int, beam_size: int = 5, alpha: float = 0.6,
+    model: Translator | Ensemble, src: Tensor, bos_id: int, eos_id: int, *, beam_size: int = 5, alpha: float = 0.6,
     max_len_a: float = 1.5, max_len_b: int = 10, nbest: int = 1, max_len: int | None = None,
 ) -> list[list[Hypothesis]]:
     """Batched beam search with a KV cache.

@@ -73,7 +73,7 @@ class TranslateAPI(BatchedAPI):
 
     def __init__(self, ckpt: str, dtype: str = "float32", threads: int = 0, max_batch_size: int = 1,
                  batch_timeout: float = 0.0):
-        super().__init__(threads, max_batch_size, batch_timeout)
+        super().__init__(threads, max_batch_size=max_batch_size, batch_timeout=batch_timeout)
         self.ckpt, self.dtype = ckpt, dtype
 
     def load(self, device: str) -> None:

@@ -204,7 +204,7 @@ def test_attend_query_with_no_visible_key_outputs_zero(use_bias: bool) -> None:
     """
     q, k, v = qkv(3, 3, H)
     allowed = torch.tensor([[True, True, True], [False, False, False], [True, False, True]])
-    bias = ALiBi(H)(3, 3) if use_bias else None
+    bias = ALiBi(H, max_len=3)(3, 3) if use_bias else None
     fast = attend(q, k, v, mask=allowed, bias=bias)
     captured: list[Tensor] = []
     explicit = attend(q, k, v, mask=allowed, bias=bias, capture=captured)
@@ -363,7 +363,8 @@ def test_cross_attention_with_shared_memory_rows_equals_repeated_memory(n_kv_hea
 
 
 def _encoder(positions: str = "sinusoidal", causal: bool = False, n_kv_heads: int | None = None) -> Encoder:
-    return Encoder(2, D, H, 2 * D, n_kv_heads=n_kv_heads, positions=positions, max_len=32, causal=causal).eval()
+    return Encoder(D, H, n_kv_heads=n_kv_heads, n_layers=2, d_ff=2 * D, max_len=32, positions=positions,
+                   causal=causal).eval()
 
 
 @pytest.mark.parametrize("left_padded", [False, True])
@@ -390,7 +391,7 @@ def test_padded_keys_get_exactly_zero_weight(left_padded: bool, positions: str) 
 
 
 def test_cross_attention_padded_source_gets_exactly_zero_weight() -> None:
-    dec = Decoder(2, D, H, 2 * D, positions="rope", max_len=32).eval()
+    dec = Decoder(D, H, n_layers=2, d_ff=2 * D, positions="rope", max_len=32).eval()
     memory_mask = lengths_mask(torch.tensor([5, 2]), 5)
     with AttentionCapture(dec) as cap:
         dec(torch.randn(B, 4, D), torch.randn(B, 5, D), memory_mask)
@@ -415,7 +416,7 @@ def test_changing_a_future_token_leaves_earlier_outputs_unchanged(positions: str
 @pytest.mark.parametrize("positions", ["sinusoidal", "rope", "alibi"])
 def test_decoder_future_target_token_leaves_earlier_outputs_unchanged(positions: str) -> None:
     t, changed = 6, 3
-    dec = Decoder(2, D, H, 2 * D, positions=positions, max_len=32).eval()
+    dec = Decoder(D, H, n_layers=2, d_ff=2 * D, positions=positions, max_len=32).eval()
     y, memory = torch.randn(B, t, D), torch.randn(B, 5, D)
     y2 = y.clone()
     y2[:, changed] = torch.randn(B, D)

@@ -100,8 +100,8 @@ def test_ff_dropout_sets_the_feed_forward_dropout_apart_from_the_residual_one(ki
 
     def build(**kw) -> nn.Module:
         if kind == "encoder":
-            return Encoder(2, D, H, FF, dropout=0.3, activation="relu", **kw)
-        return Decoder(2, D, H, FF, dropout=0.3, activation="relu", **kw)
+            return Encoder(D, H, n_layers=2, d_ff=FF, max_len=T, dropout=0.3, activation="relu", **kw)
+        return Decoder(D, H, n_layers=2, d_ff=FF, max_len=T, dropout=0.3, activation="relu", **kw)
 
     args = (x,) if kind == "encoder" else (x, memory)
     for relu, hidden in _ff_hidden_pairs(build(ff_dropout=0.0), *args):
@@ -120,7 +120,7 @@ def test_ff_dropout_sets_the_feed_forward_dropout_apart_from_the_residual_one(ki
 
 
 def test_post_ln_encoder_layer_equals_hand_computation() -> None:
-    layer = _randomise(EncoderLayer(D, H, FF, dropout=0.0, norm_first=False)).double().eval()
+    layer = _randomise(EncoderLayer(D, H, d_ff=FF, dropout=0.0, norm_first=False)).double().eval()
     x = torch.randn(B, T, D, dtype=torch.float64)
     mask = torch.tensor([[True] * T, [True] * 3 + [False] * 2])[:, None, None, :]
     h = layer_norm(x + layer.self_attn(x, mask), layer.attn_block.norm)
@@ -130,7 +130,7 @@ def test_post_ln_encoder_layer_equals_hand_computation() -> None:
 
 @pytest.mark.parametrize("is_causal", [False, True])
 def test_pre_ln_encoder_layer_equals_hand_computation(is_causal: bool) -> None:
-    layer = _randomise(EncoderLayer(D, H, FF, dropout=0.0)).double().eval()
+    layer = _randomise(EncoderLayer(D, H, d_ff=FF, dropout=0.0)).double().eval()
     x = torch.randn(B, T, D, dtype=torch.float64)
     h = x + layer.self_attn(layer_norm(x, layer.attn_block.norm), is_causal=is_causal)
     expected = h + layer.ff(layer_norm(h, layer.ff_block.norm))
@@ -139,7 +139,7 @@ def test_pre_ln_encoder_layer_equals_hand_computation(is_causal: bool) -> None:
 
 @pytest.mark.parametrize("norm_first", [True, False])
 def test_decoder_layer_equals_hand_computation(norm_first: bool) -> None:
-    layer = _randomise(DecoderLayer(D, H, FF, dropout=0.0, norm_first=norm_first)).double().eval()
+    layer = _randomise(DecoderLayer(D, H, d_ff=FF, dropout=0.0, norm_first=norm_first)).double().eval()
     x, memory = torch.randn(B, T, D, dtype=torch.float64), torch.randn(B, 7, D, dtype=torch.float64)
     memory_mask = torch.tensor([[True] * 7, [True] * 4 + [False] * 3])[:, None, None, :]
 
@@ -157,7 +157,7 @@ def test_decoder_layer_equals_hand_computation(norm_first: bool) -> None:
 
 
 def test_encoder_equals_its_layers_over_sinusoid_inputs() -> None:
-    enc = _randomise(Encoder(2, D, H, FF, dropout=0.0, positions="sinusoidal")).double().eval()
+    enc = _randomise(Encoder(D, H, n_layers=2, d_ff=FF, max_len=T, positions="sinusoidal")).double().eval()
     x = torch.randn(B, T, D, dtype=torch.float64)
     pos = torch.arange(T, dtype=torch.float64)[:, None]
     i = torch.arange(0, D, 2, dtype=torch.float64)
@@ -180,12 +180,12 @@ def test_causal_encoder_with_padding_equals_its_layers_given_boolean_masks(posit
     """The stack folds causality and padding into one float mask; its layers, given the boolean
     mask and `is_causal`, are the reference."""
     torch.manual_seed(0)
-    enc = _randomise(Encoder(2, D, H, FF, dropout=0.0, positions=positions, max_len=T, causal=True)).double().eval()
+    enc = _randomise(Encoder(D, H, n_layers=2, d_ff=FF, max_len=T, positions=positions, causal=True)).double().eval()
     x, mask = torch.randn(B, T, D, dtype=torch.float64), _left_padded_mask()
     h = x if enc.additive is None else enc.additive(x, 0)
     bias = None if enc.alibi is None else enc.alibi(T, T, device=x.device).double()
     for layer in enc.layers:
-        h = layer(h, mask, True, enc.rope, bias)
+        h = layer(h, mask, is_causal=True, rope=enc.rope, bias=bias)
     real = mask[:, 0, 0, :, None]  # rows of real queries; pad queries see no key in the reference
     torch.testing.assert_close(enc(x, mask) * real, layer_norm(h, enc.norm) * real, atol=1e-9, rtol=1e-9)
 
@@ -197,7 +197,7 @@ def test_encoder_last_positions_equal_the_tail_of_the_full_output(
     positions: str, causal: bool, norm_first: bool, last: int
 ) -> None:
     torch.manual_seed(0)
-    enc = Encoder(2, D, H, FF, dropout=0.0, positions=positions, max_len=T, causal=causal, norm_first=norm_first)
+    enc = Encoder(D, H, n_layers=2, d_ff=FF, max_len=T, positions=positions, causal=causal, norm_first=norm_first)
     enc = _randomise(enc).double().eval()
     x, mask = torch.randn(B, T, D, dtype=torch.float64), _left_padded_mask()
     full = enc(x, mask)
@@ -208,7 +208,7 @@ def test_encoder_last_positions_equal_the_tail_of_the_full_output(
 
 def test_causal_encoder_under_bf16_autocast_tracks_fp32() -> None:
     torch.manual_seed(0)
-    enc = Encoder(2, D, H, FF, dropout=0.0, positions="learned", max_len=T, causal=True).eval()
+    enc = Encoder(D, H, n_layers=2, d_ff=FF, max_len=T, positions="learned", causal=True).eval()
     x, mask = torch.randn(B, T, D), _left_padded_mask()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         low = enc(x, mask).float()
@@ -217,7 +217,7 @@ def test_causal_encoder_under_bf16_autocast_tracks_fp32() -> None:
 
 
 def test_post_ln_stack_has_no_final_norm() -> None:
-    enc = Encoder(2, D, H, FF, dropout=0.0, norm_first=False, positions="none").eval()
+    enc = Encoder(D, H, n_layers=2, d_ff=FF, max_len=T, norm_first=False, positions="none").eval()
     x = torch.randn(B, T, D)
     h = x
     for layer in enc.layers:
@@ -226,7 +226,7 @@ def test_post_ln_stack_has_no_final_norm() -> None:
 
 
 def test_stacks_initialise_linears_xavier_uniform_with_zero_bias() -> None:
-    for stack in (Encoder(2, D, H, FF), Decoder(2, D, H, FF)):
+    for stack in (Encoder(D, H, n_layers=2, d_ff=FF, max_len=T), Decoder(D, H, n_layers=2, d_ff=FF, max_len=T)):
         linears = [m for m in stack.modules() if isinstance(m, nn.Linear)]
         assert linears
         for m in linears:
@@ -269,7 +269,7 @@ def test_token_embedding_init_has_unit_variance_after_scaling() -> None:
 
 
 def test_tie_weights_shares_the_parameter() -> None:
-    emb = TokenEmbedding(11, D)
+    emb = TokenEmbedding(11, D, pad_id=0)
     out = nn.Linear(D, 11, bias=False)
     tie_weights(out, emb)
     assert out.weight is emb.embedding.weight
@@ -285,7 +285,7 @@ def test_tie_weights_shares_the_parameter() -> None:
 @pytest.mark.parametrize("shape", [(D, 12), (D + 1, 11)])
 def test_tie_weights_rejects_shape_mismatch(shape: tuple[int, int]) -> None:
     with pytest.raises(ValueError, match="cannot tie"):
-        tie_weights(nn.Linear(*shape, bias=False), TokenEmbedding(11, D))
+        tie_weights(nn.Linear(*shape, bias=False), TokenEmbedding(11, D, pad_id=0))
 
 
 # --------------------------------------------------------------------------------------------
@@ -293,7 +293,7 @@ def test_tie_weights_rejects_shape_mismatch(shape: tuple[int, int]) -> None:
 
 
 def _stack(kind: str, **kwargs) -> nn.Module:
-    args = {"n_layers": 1, "d_model": D, "n_heads": H, "d_ff": FF} | kwargs
+    args = {"d_model": D, "n_heads": H, "n_layers": 1, "d_ff": FF, "max_len": T} | kwargs
     return Encoder(**args) if kind == "encoder" else Decoder(**args)
 
 
@@ -362,11 +362,11 @@ def test_unknown_activation_raises(activation: str) -> None:
     with pytest.raises(ValueError, match="`activation`"):
         FeedForward(D, FF, activation=activation)
     with pytest.raises(ValueError, match="`activation`"):
-        EncoderLayer(D, H, FF, activation=activation)
+        EncoderLayer(D, H, d_ff=FF, activation=activation)
     with pytest.raises(ValueError, match="`activation`"):
-        Encoder(1, D, H, FF, activation=activation)
+        Encoder(D, H, n_layers=1, d_ff=FF, max_len=T, activation=activation)
     with pytest.raises(ValueError, match="`activation`"):
-        Decoder(1, D, H, FF, activation=activation)
+        Decoder(D, H, n_layers=1, d_ff=FF, max_len=T, activation=activation)
 
 
 def test_token_embedding_init_std_sets_the_spread_and_keeps_padding_zero():
@@ -377,4 +377,4 @@ def test_token_embedding_init_std_sets_the_spread_and_keeps_padding_zero():
     default = TokenEmbedding(20_000, 32, pad_id=0)
     assert abs(default.weight[1:].std().item() - 32**-0.5) < 5e-3
     with pytest.raises(ValueError, match="init_std"):
-        TokenEmbedding(10, 4, init_std=0.0)
+        TokenEmbedding(10, 4, pad_id=0, init_std=0.0)

@@ -97,7 +97,7 @@ def test_padded_bf16_self_attention_stays_on_a_fused_kernel() -> None:
 
 def test_cached_decoding_equals_full_decoding() -> None:
     torch.manual_seed(0)
-    dec = Decoder(2, 64, 4, 128, dropout=0.0, n_kv_heads=2, max_len=64).to(CUDA).eval()
+    dec = Decoder(64, 4, n_kv_heads=2, n_layers=2, d_ff=128, max_len=64).to(CUDA).eval()
     x = torch.randn(3, 20, 64, device=CUDA)
     memory = torch.randn(3, 11, 64, device=CUDA)
     memory_mask = lengths_mask(torch.tensor([11, 4, 7], device=CUDA), 11)

@@ -97,7 +97,8 @@ def test_entropy_by_hand() -> None:
 
 
 def _encoder(positions: str = "rope", causal: bool = False, n_kv_heads: int | None = None) -> Encoder:
-    return Encoder(2, D, H, 2 * D, n_kv_heads=n_kv_heads, positions=positions, max_len=32, causal=causal).eval()
+    return Encoder(D, H, n_kv_heads=n_kv_heads, n_layers=2, d_ff=2 * D, max_len=32, positions=positions,
+                   causal=causal).eval()
 
 
 @pytest.mark.parametrize("n_kv_heads", [None, 2])
@@ -162,7 +163,7 @@ def test_capture_restores_the_fast_path_after_an_exception() -> None:
 
 def test_capture_on_a_decoder_collects_cross_attention() -> None:
     s = 5
-    dec = Decoder(2, D, H, 2 * D, positions="rope", max_len=32).eval()
+    dec = Decoder(D, H, n_layers=2, d_ff=2 * D, positions="rope", max_len=32).eval()
     y, memory = torch.randn(B, T, D), torch.randn(B, s, D)
     memory_mask = lengths_mask(torch.tensor([s, 3]), s)
     fast = dec(y, memory, memory_mask)

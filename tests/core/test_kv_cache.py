@@ -22,12 +22,12 @@ TOL = {"atol": 1e-10, "rtol": 1e-8}  # float64: cached and full paths agree to r
 
 
 def _causal_encoder(positions: str, n_kv_heads: int | None = None) -> Encoder:
-    enc = Encoder(2, D, H, 2 * D, n_kv_heads=n_kv_heads, positions=positions, max_len=64, causal=True)
+    enc = Encoder(D, H, n_kv_heads=n_kv_heads, n_layers=2, d_ff=2 * D, max_len=64, positions=positions, causal=True)
     return enc.double().eval()
 
 
 def _decoder(positions: str, n_kv_heads: int | None = None) -> Decoder:
-    return Decoder(2, D, H, 2 * D, n_kv_heads=n_kv_heads, positions=positions, max_len=64).double().eval()
+    return Decoder(D, H, n_kv_heads=n_kv_heads, n_layers=2, d_ff=2 * D, max_len=64, positions=positions).double().eval()
 
 
 def _decode_in_chunks(step, x: Tensor, chunks: list[int]) -> Tensor:
@@ -60,7 +60,7 @@ def test_causal_encoder_cached_decoding_equals_full(positions: str, chunks: list
 
 def test_bidirectional_encoder_refuses_a_cache() -> None:
     with pytest.raises(ValueError, match="causal"):
-        Encoder(1, D, H, 2 * D).new_cache()
+        Encoder(D, H, n_layers=1, d_ff=2 * D, max_len=8).new_cache()
 
 
 @pytest.mark.parametrize("positions", POSITIONS)

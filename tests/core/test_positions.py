@@ -92,7 +92,7 @@ def test_apply_rope_rotates_queries_and_keys_at_the_same_positions() -> None:
 
 def test_rope_rejects_odd_head_dim() -> None:
     with pytest.raises(ValueError, match="even head dimension"):
-        RotaryEmbedding(3)
+        RotaryEmbedding(3, max_len=8)
 
 
 def test_rope_rejects_positions_past_max_len() -> None:
@@ -122,7 +122,7 @@ def test_sinusoidal_positions_equal_formula(offset: int) -> None:
 
 def test_sinusoidal_positions_reject_odd_d_model_and_long_input() -> None:
     with pytest.raises(ValueError, match="`d_model`"):
-        SinusoidalPositions(5)
+        SinusoidalPositions(5, max_len=8)
     with pytest.raises(ValueError, match="`max_len`"):
         SinusoidalPositions(4, max_len=6)(torch.randn(1, 4, 4), offset=3)
 

@@ -3,6 +3,7 @@ the loss dispatch, validation metrics from a brute-force ranking, the optimiser'
 
 from __future__ import annotations
 
+import inspect
 import math
 from types import SimpleNamespace
 
@@ -10,8 +11,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import streamrec.module
 from streamrec import losses
+from streamrec.constants import MAX_LEN
+from streamrec.data import StreamRecDataModule
 from streamrec.datasets import EvalBatch, TrainBatch
+from streamrec.model import StreamRecModel
 from streamrec.module import StreamRecModule
 
 N = 30
@@ -115,3 +120,26 @@ def test_bad_loss_settings_name_the_argument():
         make_module(loss="gbce", num_negatives=0)
     with pytest.raises(ValueError, match="negative_sampling"):
         make_module(loss="full", negative_sampling="popularity")
+
+
+def test_every_model_argument_reaches_the_model_under_its_own_name(monkeypatch):
+    """The module forwards each `StreamRecModel` argument by keyword; a dropped or renamed one fails here."""
+    seen: dict = {}
+
+    class Spy(StreamRecModel):
+        def __init__(self, num_items, **kwargs):
+            seen.update(num_items=num_items, **kwargs)
+            super().__init__(num_items, **kwargs)
+
+    monkeypatch.setattr(streamrec.module, "StreamRecModel", Spy)
+    module = make_module(n_kv_heads=1, positions="rope", tied=False, item_init_std=0.05, attn_dropout=0.1)
+    assert seen == {name: module.hparams[name] for name in inspect.signature(StreamRecModel).parameters}
+
+
+def test_model_module_and_data_share_their_defaults():
+    """One home for defaults: `streamrec.constants.MAX_LEN`, and the module's defaults are the model's."""
+    model, module = inspect.signature(StreamRecModel).parameters, inspect.signature(StreamRecModule).parameters
+    assert inspect.signature(StreamRecDataModule).parameters["max_len"].default == MAX_LEN
+    assert model["max_len"].default == module["max_len"].default == MAX_LEN
+    shared = [name for name, p in model.items() if p.default is not inspect.Parameter.empty]
+    assert shared and {n: model[n].default for n in shared} == {n: module[n].default for n in shared}

@@ -63,8 +63,9 @@ def _train_tiny_checkpoint(demo_dir: Path, out: Path, max_len: int = 32, n_decod
     L.seed_everything(0, verbose=False)
     dm = TranslationDataModule(str(demo_dir / "train"), str(demo_dir / "val"), str(demo_dir / "test"),
                                max_len=max_len, max_tokens=512, cache_dir=str(out / "spm"))
-    module = TranslationModule(dm.src_vocab_size, dm.tgt_vocab_size, dm.pad_id, max_len, d_model=16, n_heads=2,
-                               n_encoder_layers=1, n_decoder_layers=n_decoder_layers, d_ff=32, lr=3e-3, warmup_steps=5)
+    module = TranslationModule(dm.src_vocab_size, dm.tgt_vocab_size, pad_id=dm.pad_id, max_len=max_len,
+                               d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=n_decoder_layers, d_ff=32,
+                               lr=3e-3, warmup_steps=5)
     trainer = L.Trainer(max_steps=20, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, limit_val_batches=0, use_distributed_sampler=False)
     trainer.fit(module, dm)

@@ -129,8 +129,9 @@ def trained(demo, tmp_path_factory) -> SimpleNamespace:
     L.seed_everything(0, verbose=False)
     dm = TranslationDataModule(str(out / "train"), str(out / "val"), str(out / "test"), max_len=48,
                                max_tokens=1024, cache_dir=None)
-    module = TranslationModule(dm.src_vocab_size, dm.tgt_vocab_size, dm.pad_id, 48, d_model=64, n_heads=4,
-                               n_encoder_layers=1, n_decoder_layers=2, d_ff=128, dropout=0.1, lr=3e-3, warmup_steps=50)
+    module = TranslationModule(dm.src_vocab_size, dm.tgt_vocab_size, pad_id=dm.pad_id, max_len=48,
+                               d_model=64, n_heads=4, n_encoder_layers=1, n_decoder_layers=2, d_ff=128, dropout=0.1,
+                               lr=3e-3, warmup_steps=50)
     trainer = L.Trainer(max_steps=500, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, limit_val_batches=0, use_distributed_sampler=False,
                         gradient_clip_val=1.0)

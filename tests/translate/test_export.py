@@ -25,8 +25,9 @@ def _train(demo_dir: Path, out: Path, steps: int) -> Path:
     L.seed_everything(0, verbose=False)
     dm = TranslationDataModule(str(demo_dir / "train"), str(demo_dir / "val"), str(demo_dir / "test"), max_len=32,
                                max_tokens=1024, cache_dir=str(out / "spm"), vocab_size=400)
-    module = TranslationModule(dm.src_vocab_size, dm.tgt_vocab_size, dm.pad_id, 32, d_model=32, n_heads=2,
-                               n_encoder_layers=1, n_decoder_layers=1, d_ff=64, lr=1e-2, warmup_steps=20, dropout=0.0)
+    module = TranslationModule(dm.src_vocab_size, dm.tgt_vocab_size, pad_id=dm.pad_id, max_len=32,
+                               d_model=32, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_ff=64, lr=1e-2,
+                               warmup_steps=20, dropout=0.0)
     trainer = L.Trainer(max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, limit_val_batches=0, use_distributed_sampler=False)
     trainer.fit(module, dm)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 import torch.nn.functional as F
 
-from translate.data import Batch
+import translate.module
+from translate.data import Batch, TranslationDataModule
+from translate.model import MAX_LEN, Translator
 from translate.module import TranslationModule, corpus_scores, translation_loss, vocabs_from_checkpoint
-from translate.vocab import train_vocab
+from translate.vocab import PAD_ID, train_vocab
 
 PAD, BOS, EOS = 0, 2, 3
 
@@ -177,3 +181,29 @@ def test_inverse_sqrt_schedule_is_fairseqs(warmup: int) -> None:
 def test_a_bad_schedule_is_an_error_naming_its_key(bad: dict, key: str) -> None:
     with pytest.raises(ValueError, match=f"`{key}`"):
         _module(**bad)
+
+
+def test_every_model_argument_reaches_the_model_under_its_own_name(monkeypatch) -> None:
+    """The module forwards each `Translator` argument by keyword; a dropped or renamed one fails here."""
+    seen: dict = {}
+
+    class Spy(Translator):
+        def __init__(self, src_vocab_size, tgt_vocab_size, **kwargs):
+            seen.update(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, **kwargs)
+            super().__init__(src_vocab_size, tgt_vocab_size, **kwargs)
+
+    monkeypatch.setattr(translate.module, "Translator", Spy)
+    module = _module(n_kv_heads=1, positions="rope", norm_first=False, activation="gelu", ff_dropout=0.0,
+                     attn_dropout=0.1, share_embeddings=False, tgt_vocab_size=12)
+    assert seen == {name: module.hparams[name] for name in inspect.signature(Translator).parameters}
+
+
+def test_model_module_and_data_share_their_defaults() -> None:
+    """One home for defaults: `translate.model.MAX_LEN` (the data's `max_len` is linked into the model's),
+    `translate.vocab.PAD_ID`, and the module's defaults are the model's."""
+    model, module = inspect.signature(Translator).parameters, inspect.signature(TranslationModule).parameters
+    assert inspect.signature(TranslationDataModule).parameters["max_len"].default == MAX_LEN
+    assert model["max_len"].default == module["max_len"].default == MAX_LEN
+    assert model["pad_id"].default == module["pad_id"].default == PAD_ID
+    shared = [name for name, p in model.items() if p.default is not inspect.Parameter.empty]
+    assert shared and {n: model[n].default for n in shared} == {n: module[n].default for n in shared}
