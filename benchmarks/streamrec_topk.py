@@ -1,0 +1,126 @@
+"""Top-K over big catalogues: the full score matrix (scoring before issue 25) against item chunks, in one run.
+
+For each catalogue size N, random item vectors (N+1, D) and random user states are ranked two ways,
+with each user's 20 "seen" items excluded, in batches of --batch-size users:
+  full     the (B, N+1) score matrix, then `streamrec.predict.top_items` (what `recommend` did before)
+  chunked  `streamrec.topk.top_k_items`: --item-chunk items at a time with a running top-K merge
+  bf16     (with --bf16) the chunked walk with bf16 matmuls and a shortlist re-scored in fp32
+Users/s are medians over interleaved rounds (full, chunked, full, ...); the speedup is the median of the
+per-round ratios. Peak RSS is the whole process's high-water mark during one pass (item table included;
+`table_mib` is the table alone), reset before each pass. Agreement: the share of users whose top-K item
+lists are identical to the full path's (`same_topk_*`), and bf16's recall@K against exact.
+
+    python benchmarks/streamrec_topk.py                           # 100k, 1M, 5M items (about 3 minutes)
+    python benchmarks/streamrec_topk.py --items 100000 --users 256 --json out.json
+
+Random vectors are enough: the cost of ranking depends on N, D, B and K, not on training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _common import interleave, median_ratio, peak_rss_bytes, print_table, reset_peak_rss, write_json  # noqa: E402
+from rich.console import Console  # noqa: E402
+
+from streamrec.predict import top_items  # noqa: E402
+from streamrec.topk import DEFAULT_ITEM_CHUNK, top_k_items  # noqa: E402
+
+SEEN = 20  # excluded items per user
+
+
+def full_matrix(queries: torch.Tensor, vectors: torch.Tensor, k: int, seen: torch.Tensor) -> torch.Tensor:
+    """Scoring before issue 25: `StreamRecModel.score` (the full matrix) then `top_items`."""
+    scores = queries @ vectors.T  # (B, N+1)
+    scores[:, 0] = float("-inf")
+    return top_items(scores, k, seen)[0]
+
+
+def run_size(n_items: int, args: argparse.Namespace) -> tuple[dict[str, float], list[list[str]]]:
+    g = torch.Generator().manual_seed(n_items)
+    vectors = torch.randn(n_items + 1, args.d_model, generator=g) * args.d_model**-0.5  # (N+1, D)
+    users = torch.randn(args.users, args.d_model, generator=g)  # (U, D)
+    seen = torch.randint(1, n_items + 1, (args.users, SEEN), generator=g)
+    batches = [(users[i : i + args.batch_size], seen[i : i + args.batch_size])
+               for i in range(0, args.users, args.batch_size)]
+    paths: dict[str, Callable[[], list[torch.Tensor]]] = {
+        "full": lambda: [full_matrix(q, vectors, args.top_k, s) for q, s in batches],
+        "chunked": lambda: [top_k_items(q, vectors, args.top_k, exclude=s, item_chunk=args.item_chunk).items
+                            for q, s in batches],
+    }
+    if args.bf16:
+        paths["bf16"] = lambda: [top_k_items(q, vectors, args.top_k, exclude=s, item_chunk=args.item_chunk,
+                                             precision="bf16").items for q, s in batches]
+    results, peaks = {}, {}
+    for name, fn in paths.items():  # one pass each: the results, and the peak RSS of that pass alone
+        gc.collect()
+        reset_peak_rss()
+        results[name] = torch.cat(fn())
+        peaks[name] = peak_rss_bytes() / 2**20
+    times = interleave(paths, args.repeats)
+    ups = {name: args.users / statistics.median(t) for name, t in times.items()}
+    tag = f"N{n_items}"
+    f = {f"{tag}_table_mib": vectors.numel() * 4 / 2**20}
+    rows = []
+    for name in paths:
+        f[f"{tag}_{name}_users_per_s"] = ups[name]
+        f[f"{tag}_{name}_peak_rss_mib"] = peaks[name]
+        if name != "full":
+            f[f"{tag}_{name}_speedup"] = median_ratio(times["full"], times[name])
+            f[f"{tag}_{name}_rss_ratio"] = peaks["full"] / peaks[name]
+            f[f"{tag}_{name}_same_topk_share"] = float((results[name] == results["full"]).all(1).float().mean())
+        rows.append([f"{n_items:,} items, {name}", f"{ups[name]:.0f}", f"{peaks[name]:.0f}",
+                     "1.00x" if name == "full" else f"{f[f'{tag}_{name}_speedup']:.2f}x",
+                     "1.00x" if name == "full" else f"{f[f'{tag}_{name}_rss_ratio']:.2f}x",
+                     "" if name == "full" else f"{f[f'{tag}_{name}_same_topk_share']:.4f}"])
+    if args.bf16:
+        hits = sum(len(set(a.tolist()) & set(b.tolist())) for a, b in zip(results["bf16"], results["full"],
+                                                                           strict=True))
+        f[f"{tag}_bf16_recall"] = hits / results["full"].numel()
+    gc.collect()
+    return f, rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--items", default="100000,1000000,5000000", help="catalogue sizes, comma-separated")
+    p.add_argument("--users", type=int, default=512, help="users ranked per pass")
+    p.add_argument("--batch-size", type=int, default=128, help="users per matrix (default 128)")
+    p.add_argument("--d-model", type=int, default=64)
+    p.add_argument("--top-k", type=int, default=10)
+    p.add_argument("--item-chunk", type=int, default=DEFAULT_ITEM_CHUNK)
+    p.add_argument("--repeats", type=int, default=3, help="timed rounds per size")
+    p.add_argument("--threads", type=int, default=2, help="torch threads")
+    p.add_argument("--bf16", action="store_true", help="also time the bf16 shortlist and its recall")
+    p.add_argument("--json", metavar="PATH", help="write the figures as one flat JSON object")
+    args = p.parse_args()
+    sizes = [int(s) for s in args.items.split(",")]
+    if min(sizes) < 1 or args.users < 1 or args.batch_size < 1 or args.item_chunk < 1 or args.repeats < 1:
+        p.error("--items, --users, --batch-size, --item-chunk and --repeats must be positive")
+    torch.set_num_threads(args.threads)
+    figures: dict[str, float] = {"users": args.users, "batch_size": args.batch_size, "d_model": args.d_model,
+                                 "top_k": args.top_k, "item_chunk": args.item_chunk, "threads": args.threads}
+    rows = []
+    for n in sizes:
+        f, r = run_size(n, args)
+        figures.update(f)
+        rows += r
+    print_table(Console(), f"top-{args.top_k} of {args.users} users, batches of {args.batch_size}, d_model "
+                f"{args.d_model}, item chunk {args.item_chunk:,}",
+                ["catalogue, path", "users/s", "peak RSS MiB", "speed vs full", "RSS full/this", "same top-K"], rows)
+    if args.json:
+        write_json(args.json, figures)
+
+
+if __name__ == "__main__":
+    main()
