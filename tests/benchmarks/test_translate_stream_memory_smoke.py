@@ -1,0 +1,64 @@
+"""Smoke test of benchmarks/translate_stream_memory.py: tiny inputs end to end, flat JSON, identical outputs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    sys.path.insert(0, str(ROOT / "benchmarks"))  # the script imports `_common` from its own folder
+    try:
+        spec = importlib.util.spec_from_file_location("translate_stream_memory",
+                                                      ROOT / "benchmarks" / "translate_stream_memory.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    return module
+
+
+def test_inputs_and_old_modules(bench: ModuleType, tmp_path: Path) -> None:
+    path = bench.write_input(tmp_path / "in.en", 3, 4, ["a", "b"], seed=1)
+    rows = path.read_text(encoding="utf-8").split("\n")
+    assert rows[-1] == "" and len(rows) == 4 and all(len(r.split()) == 4 and set(r.split()) <= {"a", "b"}
+                                                        for r in rows[:-1])
+    folder = bench.old_modules(bench.BASELINE, tmp_path / "old")
+    old_infer = (folder / "old_infer.py").read_text()
+    assert "from old_api import" in old_infer and "from translate.api import" not in old_infer
+    old_api = (folder / "old_api.py").read_text()
+    assert "--chunk-size" in old_infer and "def encode_sources" in old_api
+    assert not any(old in old_api for old in bench.COMPAT)  # calls rewritten for today's keyword-only signatures
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--lines", "0"])
+
+
+@pytest.mark.slow
+def test_tiny_run_writes_flat_json(tmp_path: Path) -> None:
+    out = tmp_path / "stream.json"
+    cmd = [sys.executable, "benchmarks/translate_stream_memory.py", "--lines", "20", "50", "--words", "30",
+           "--max-len", "16", "--chunk-lines", "8", "--workdir", str(tmp_path), "--json", str(out)]
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    for name, value in figures.items():
+        assert type(value) in (int, float) and math.isfinite(value), (name, value)
+    for n in (20, 50):
+        assert figures[f"outputs_equal_{n}"] == 1.0  # the old and the new script wrote the same translations
+        for path in ("old", "new"):
+            assert figures[f"{path}_{n}_peak_mib"] >= figures[f"{path}_floor_mib"] > 50  # torch alone is more
+        assert figures[f"peak_ratio_{n}"] == pytest.approx(figures[f"old_{n}_peak_mib"] / figures[f"new_{n}_peak_mib"])
+    assert figures["new_growth"] == pytest.approx(figures["new_50_peak_mib"] / figures["new_20_peak_mib"])
+    assert (figures["smallest_lines"], figures["largest_lines"], figures["words"]) == (20, 50, 30)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["stream.json"]  # its temporary folder is gone
