@@ -1,6 +1,6 @@
-"""Dropout on CPU: `core.dropout` against `F.dropout`, forward and forward + backward.
+"""Dropout on CPU: `core.cpu_fastpath.dropout` against `F.dropout`, forward and forward + backward.
 
-`F.dropout` draws one Bernoulli sample per element (`bernoulli_`); `core.dropout` takes four
+`F.dropout` draws one Bernoulli sample per element (`bernoulli_`); the fast path's `dropout` takes four
 15-bit uniforms from each 64-bit draw. Shapes are a 4096-token batch at the widths the
 Translate and StreamRec configs use (d_model and d_ff). Interleaved rounds; time = median;
 ratio = median of per-round ratios F.dropout / core (> 1: core is faster).
@@ -22,13 +22,13 @@ import torch.nn.functional as F
 from _common import interleave, median_ratio, print_table, write_json
 from rich.console import Console
 
-from core.dropout import dropout
+from core.cpu_fastpath import dropout
 
 TOKENS = 4096
 
 
 def case(width: int, p: float, train: bool) -> dict[str, Callable[[], None]]:
-    """`F.dropout` and `core.dropout` closures for one (width, train) point."""
+    """`F.dropout` and fast-path `dropout` closures for one (width, train) point."""
     x = torch.randn(TOKENS, width, requires_grad=train)
     grad = torch.randn(TOKENS, width)
 
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
             rows.append([str(width), f"{ms['torch']:.2f}", f"{ms['core']:.2f}", f"{ratio:.2f}x"])
         print_table(console, f"dropout p={args.p} {'forward + backward' if train else 'forward'}, "
                              f"({TOKENS}, width), {args.threads} thread(s)",
-                    ["width", "F.dropout ms", "core.dropout ms", "speed-up"], rows)
+                    ["width", "F.dropout ms", "fast dropout ms", "speed-up"], rows)
     if args.json:
         write_json(args.json, figures)
         console.print(f"figures written to {args.json}")

@@ -1,18 +1,16 @@
-"""fp32 linear layers on CPU: `core.linear` (oneDNN's GEMM) against `F.linear` (MKL's), forward and training.
+"""fp32 linear layers on CPU: `core.cpu_fastpath.linear` (oneDNN's GEMM) against `F.linear` (MKL's).
 
 The shapes are the Translate decoder's per-step layers (160 rows = beam 5 x 32 sentences, 32 at the first step, at the
 speed benchmark's d_model 256 / FFN 1024 / vocabulary 8,000) and a Multi30k training batch's
-(3,500 tokens, d_model 128, FFN 256, vocabulary 10,000). "train" = forward + backward for the input
-and the weight. The forward is also timed as inference ("packed": no gradient, so `core.linear`
-reuses the weight in oneDNN's blocked layout, packed for `--pack-rows` rows). Interleaved rounds;
-time = median; ratio = median of per-round ratios F.linear / core.linear (> 1: core is faster);
-GFLOP/s from the median times. On a CPU where `core.linear` keeps `F.linear` (no AVX-512) the
-columns time the same thing and the script says so.
+(3,500 tokens, d_model 128, FFN 256, vocabulary 10,000). "fwd" = inference (no gradient); "train" = forward +
+backward for the input and the weight. Interleaved rounds; time = median; ratio = median of per-round ratios
+F.linear / fast path (> 1: the fast path is faster); GFLOP/s from the median times. Where this torch has no
+oneDNN linear op both columns time `F.linear` and the script says so. `benchmarks/cpu_fastpath.py` times whole
+training steps with the switch off and on.
 
     python benchmarks/linear.py --threads 1 --json runs/bench/linear_t1.json
 
-JSON keys: {fwd,train}_{name}_{mkl,onednn}_gflops, {fwd,train}_{name}_speedup, fwd_{name}_packed_gflops,
-fwd_{name}_packed_speedup, threads, onednn, pack_rows.
+JSON keys: {fwd,train}_{name}_{mkl,onednn}_gflops, {fwd,train}_{name}_speedup, threads, onednn.
 """
 
 from __future__ import annotations
@@ -27,8 +25,7 @@ import torch.nn.functional as F
 from _common import interleave, median_ratio, print_table, write_json
 from rich.console import Console
 
-import core.linear
-from core.linear import linear, onednn_available
+from core.cpu_fastpath import linear, onednn_available
 
 # name -> (rows, in features, out features)
 SHAPES = {
@@ -57,10 +54,7 @@ def case(rows: int, k: int, n: int, train: bool) -> dict[str, Callable[[], None]
                     torch.autograd.grad(out, (x, w, b), grad)
         return step
 
-    fns = {"mkl": run(F.linear, w, b), "onednn": run(linear, w, b)}
-    if not train:  # weights that need no gradient: the packed path
-        fns["packed"] = run(linear, w.detach().clone(), b.detach().clone())
-    return fns
+    return {"mkl": run(F.linear, w, b), "onednn": run(linear, w, b)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -68,17 +62,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     ap.add_argument("--repeats", type=int, default=15, help="interleaved rounds (default 15)")
     ap.add_argument("--number", type=int, default=20, help="calls per timing (default 20)")
-    ap.add_argument("--pack-rows", type=int, default=core.linear.PACK_ROWS,
-                    help=f"rows oneDNN packs the weight for (default core.linear.PACK_ROWS = {core.linear.PACK_ROWS})")
     ap.add_argument("--json", metavar="PATH", help="write the figures as one flat JSON object")
     args = ap.parse_args(argv)
-    core.linear.PACK_ROWS = args.pack_rows
     torch.set_num_threads(args.threads)
     console = Console(width=None if sys.stdout.isatty() else 120)
     if not onednn_available():
-        console.print("[yellow]core.linear uses F.linear on this CPU (no AVX-512): both columns time MKL[/]")
-    figures: dict[str, float] = {"threads": args.threads, "onednn": int(onednn_available()),
-                                 "pack_rows": args.pack_rows}
+        console.print("[yellow]this torch has no oneDNN linear op: both columns time F.linear[/]")
+    figures: dict[str, float] = {"threads": args.threads, "onednn": int(onednn_available())}
     for train in (False, True):
         mode = "train" if train else "fwd"
         table = []
@@ -93,15 +83,8 @@ def main(argv: list[str] | None = None) -> None:
             key = f"{mode}_{name}"
             figures |= {f"{key}_mkl_gflops": gflops["mkl"], f"{key}_onednn_gflops": gflops["onednn"],
                         f"{key}_speedup": ratio}
-            row = [name, f"{rows}x{k}x{n}", f"{gflops['mkl']:.0f}", f"{gflops['onednn']:.0f}", f"{ratio:.2f}x"]
-            if not train:
-                packed = median_ratio(times["mkl"], times["packed"])
-                figures |= {f"{key}_packed_gflops": gflops["packed"], f"{key}_packed_speedup": packed}
-                row += [f"{gflops['packed']:.0f}", f"{packed:.2f}x"]
-            table.append(row)
-        columns = ["layer", "rows x in x out", "F.linear GFLOP/s", "core.linear GFLOP/s", "speed-up"]
-        if not train:
-            columns += ["packed GFLOP/s", "packed speed-up"]
+            table.append([name, f"{rows}x{k}x{n}", f"{gflops['mkl']:.0f}", f"{gflops['onednn']:.0f}", f"{ratio:.2f}x"])
+        columns = ["layer", "rows x in x out", "F.linear GFLOP/s", "fast path GFLOP/s", "speed-up"]
         print_table(console, f"fp32 linear {'forward + backward' if train else 'forward'}, {args.threads} thread(s)",
                     columns, table)
     if args.json:

@@ -19,11 +19,12 @@ feed the padding id 0, whose embedding row is zero, as the start token.
   output limit fixed at 19 subwords (`max_len_a=0, max_len_b=19`; search.py's limit does not count
   EOS), so its 20th step is the forced EOS: the same 20 decoder steps, full vocabulary each. Target
   tokens/s = sentences x 20 / seconds, counting the best hypothesis only (not the beam).
+- Ours runs with `model.cpu_fastpath` on (`core.cpu_fastpath`: oneDNN fp32 linears, the cheap dropout mask).
 - Training: one step = forward + loss + backward + AdamW on token-count batches (~4096 padded
   tokens, `translate.data.TokenBatchSampler`), dropout 0.1 in both. Ours: `Translator` with
   `translate.module.translation_loss` (eps 0.1, `core.linear_cross_entropy`; also timed: the same
-  model with logits + `F.cross_entropy`, with `nn.Dropout` in place of `core.dropout.Dropout`, and,
-  on AVX-512 CPUs in fp32, with `core.linear`'s oneDNN GEMM off, i.e. MKL's as in `F.linear`);
+  model with logits + `F.cross_entropy`, with `nn.Dropout` in place of `FastDropout`, and,
+  where torch has oneDNN's linear op, in fp32 with `nn.Linear` in place of `FastLinear`, i.e. MKL's GEMM);
   Marian: `labels` -> its own loss.
   `--precision bf16`: both under `torch.autocast("cpu", torch.bfloat16)`, and ours is also timed in
   fp32 (what bf16 gains us). Target tokens/s counts non-padding target tokens (EOS included).
@@ -56,7 +57,7 @@ export in CTranslate2), agree_ct2_export_{fp32,int8}_ct2_{fp32,int8}, with --int
 int8_speedup_vs_hf_int8, int8_ratio_vs_ct2_int8, agree_ours_int8_ours, {ours,hf}_train_{s,tok_s},
 train_speedup_vs_hf, train_speedup_vs_logits_loss, train_speedup_vs_torch_dropout, with bf16 also
 ours_fp32_train_{s,tok_s} and bf16_speedup_vs_fp32; on AVX-512 CPUs ours_mkl_{decode,train}_{s,tok_s},
-decode_speedup_vs_mkl, train_speedup_vs_mkl (ours with core.linear's oneDNN route off, fp32) and
+decode_speedup_vs_mkl, train_speedup_vs_mkl (ours with plain nn.Linear, fp32) and
 agree_ours_mkl_ours; with --ablate ablate_{matmuls,attention,self_attention}_share; max_logit_diff,
 agreement figures, plus the setting (threads, sentences, batch_size, beam, tgt_len, d_model, n_layers, ...,
 load_avg_start, load_avg_end).
@@ -91,8 +92,7 @@ from _common import interleave, median_ratio, print_table, require_fast_bf16, wr
 from rich.console import Console
 from torch import Tensor
 
-from core.dropout import Dropout
-from core.linear import onednn_available, onednn_linear
+from core.cpu_fastpath import FastDropout, FastLinear, enable_cpu_fastpath, onednn_available
 from core.precision import quantize_int8
 from translate.data import Batch, Example, TokenBatchSampler, collate
 from translate.model import Translator
@@ -355,21 +355,22 @@ def train_step_hf(model, opt: torch.optim.Optimizer, batch: Batch, bf16: bool) -
 
 
 def with_torch_dropout(model: Translator) -> Translator:
-    """A copy of `model` whose `core.dropout.Dropout` layers are plain `nn.Dropout` (the baseline mask)."""
+    """A copy of `model` whose `FastDropout` layers are plain `nn.Dropout` (the baseline mask)."""
     model = copy.deepcopy(model)
     for parent in list(model.modules()):
         for name, child in parent.named_children():
-            if isinstance(child, Dropout):
+            if isinstance(child, FastDropout):
                 setattr(parent, name, torch.nn.Dropout(child.p, child.inplace).train(child.training))
     return model
 
 
-def with_mkl(fn: Callable[[], object]) -> Callable[[], None]:
-    """`fn` with core.linear's oneDNN route off: every fp32 matmul in MKL, as `F.linear` does."""
-    def run() -> None:
-        with onednn_linear(False):
-            fn()
-    return run
+def with_mkl(model: Translator) -> Translator:
+    """A copy of `model` whose `FastLinear` layers are plain `nn.Linear`: every fp32 matmul in MKL's GEMM."""
+    model = copy.deepcopy(model)
+    for m in model.modules():
+        if type(m) is FastLinear:
+            m.__class__ = torch.nn.Linear
+    return model
 
 
 def adamw(model: torch.nn.Module) -> torch.optim.Optimizer:
@@ -400,7 +401,7 @@ def _labelled(obj: object, name: str, label: str) -> Iterator[None]:
 
 CATEGORIES = {  # op -> where its time goes
     "matmul (linear/addmm/mm/bmm)": ("aten::addmm", "aten::mm", "aten::bmm", "aten::matmul", "aten::linear",
-                                     "mkldnn::_linear_pointwise"),  # core.linear's oneDNN GEMM
+                                     "mkldnn::_linear_pointwise"),  # FastLinear's oneDNN GEMM
     "attention kernel (SDPA)": ("aten::_scaled_dot_product_flash_attention_for_cpu",
                                 "aten::scaled_dot_product_attention"),
     "log_softmax": ("aten::_log_softmax", "aten::log_softmax"),
@@ -468,7 +469,7 @@ def ablate_ours(console: Console, model: Translator, batches: Sequence[Tensor], 
     not, as every sentence decodes exactly `steps` steps. Unlike profiler self times, nothing is inflated."""
     from unittest import mock
 
-    import core.linear
+    import core.cpu_fastpath
     from core.kv_cache import KVCache
 
     reorder = KVCache.reorder
@@ -479,7 +480,7 @@ def ablate_ours(console: Console, model: Translator, batches: Sequence[Tensor], 
 
     parts = {
         "matmuls (every linear layer)": mock.patch.object(
-            core.linear, "linear", lambda x, w, b=None: x.new_zeros(*x.shape[:-1], w.shape[0])),
+            core.cpu_fastpath, "linear", lambda x, w, b=None: x.new_zeros(*x.shape[:-1], w.shape[0])),
         "attention kernel (SDPA)": mock.patch.object(
             F, "scaled_dot_product_attention", lambda q, k, v, **kw: torch.zeros_like(q)),
         "self-attention cache reorder": mock.patch.object(KVCache, "reorder", keep_rows),
@@ -526,7 +527,7 @@ def profile_train(console: Console, model: Translator, batches: Sequence[Batch])
 
     parts = {
         "output layer + loss, forward and gradients (core.linear_cross_entropy)": incl("_ChunkedCrossEntropy"),
-        "dropout masks and products, forward + backward (core.dropout)": incl("_KeepScale", "_KeepScaleBackward"),
+        "dropout masks and products, forward + backward (FastDropout)": incl("_KeepScale", "_KeepScaleBackward"),
         "attention kernels, forward + backward (SDPA)": self_time(
             "aten::_scaled_dot_product_flash_attention_for_cpu",
             "aten::_scaled_dot_product_flash_attention_for_cpu_backward"),
@@ -659,8 +660,9 @@ def run_decode(console: Console, log: Console, args: argparse.Namespace, ours: T
         "hf": lambda: out.__setitem__("hf", decode_hf(hf, batches, beam, steps)),
     }
     models = {"ours": ours, "hf": hf}
-    if onednn_available():  # what core.linear's oneDNN GEMM gains over MKL's
-        fns["ours_mkl"] = with_mkl(lambda: out.__setitem__("ours_mkl", decode_ours(ours, batches, beam, steps)))
+    if onednn_available():  # what FastLinear's oneDNN GEMM gains over MKL's
+        models["ours_mkl"] = with_mkl(ours)
+        fns["ours_mkl"] = lambda: out.__setitem__("ours_mkl", decode_ours(models["ours_mkl"], batches, beam, steps))
     if args.int8:
         models |= {"ours_int8": quantize_int8(ours), "hf_int8": quantize_int8(hf)}
         fns["ours_int8"] = lambda: out.__setitem__("ours_int8", decode_ours(models["ours_int8"], batches, beam, steps))
@@ -688,9 +690,7 @@ def run_decode(console: Console, log: Console, args: argparse.Namespace, ours: T
                 f"ct2_export_{kind}", decode_ct2(tr, token_batches, beam, steps, index)))
     log.log("warm-up: one batch each")
     for name, fn in fns.items():
-        if name == "ours_mkl":  # warm MKL's path, not oneDNN's
-            with_mkl(lambda: decode_ours(ours, batches[:1], beam, steps))()
-        elif name.startswith("ours"):
+        if name.startswith("ours"):
             decode_ours(models[name], batches[:1], beam, steps)
         elif name.startswith("hf"):
             decode_hf(models[name], batches[:1], beam, steps)
@@ -752,11 +752,10 @@ def run_train(log: Console, args: argparse.Namespace, ours: Translator, hf, f: d
         "hf": lambda: [train_step_hf(hf, opts["hf"], b, bf16) for b in batches],
     }
     if onednn_available() and not bf16:
-        mkl = copy.deepcopy(ours)
+        mkl = with_mkl(ours)
         opts["ours_mkl"] = adamw(mkl)
-        fns["ours_mkl"] = with_mkl(lambda: [train_step_ours(mkl, opts["ours_mkl"], b, False) for b in batches])
-        with onednn_linear(False):
-            train_step_ours(mkl, opts["ours_mkl"], batches[0], False)
+        fns["ours_mkl"] = lambda: [train_step_ours(mkl, opts["ours_mkl"], b, False) for b in batches]
+        train_step_ours(mkl, opts["ours_mkl"], batches[0], False)
     if bf16:
         fp32 = copy.deepcopy(ours)
         opts["ours_fp32"] = adamw(fp32)
@@ -810,6 +809,7 @@ def main(argv: list[str] | None = None) -> None:
                       "absolute numbers are inflated; compare the ratios[/]")
 
     ours = build_ours(args).eval()
+    enable_cpu_fastpath(ours)  # as a run with `model.cpu_fastpath: true` trains and decodes
     hf = build_marian(args).eval()
     copy_weights(ours, hf)
     check = training_batches(SimpleNamespace(**{**vars(args), "train_batches": 1, "max_tokens": 512}))[0]

@@ -5,11 +5,10 @@ Nothing here imports Lightning, sentencepiece or sacrebleu.
 
 from core.attention import CrossAttention, MultiHeadAttention, attend
 from core.blocks import DecoderLayer, EncoderLayer, FeedForward
+from core.cpu_fastpath import FastDropout, FastLinear, disable_cpu_fastpath, enable_cpu_fastpath
 from core.distributed import destroy_process_group_at_exit
-from core.dropout import Dropout, dropout
 from core.explain import AttentionCapture, attention_entropy, attention_rollout, save_attention_json, save_heatmap
 from core.kv_cache import DecoderCache, KVCache, StaticKV
-from core.linear import Linear, onednn_linear
 from core.loss import linear_cross_entropy, rdrop_cross_entropy
 from core.masks import additive_mask, causal_mask, causal_padding_mask, combine_masks, lengths_mask, padding_mask
 from core.positions import ALiBi, LearnedPositions, RotaryEmbedding, SinusoidalPositions, alibi_slopes, apply_rope
@@ -17,12 +16,11 @@ from core.schedule import InverseSqrt, InverseSqrtLR, WarmupCosine, WarmupCosine
 from core.stacks import Decoder, Encoder, TokenEmbedding, init_linear, tie_weights
 
 __all__ = [
-    "ALiBi", "AttentionCapture", "CrossAttention", "Decoder", "DecoderCache", "DecoderLayer", "Dropout", "Encoder",
-    "EncoderLayer", "FeedForward", "InverseSqrt", "InverseSqrtLR", "KVCache", "LearnedPositions", "Linear",
-    "MultiHeadAttention", "RotaryEmbedding", "SinusoidalPositions", "StaticKV", "TokenEmbedding",
+    "ALiBi", "AttentionCapture", "CrossAttention", "Decoder", "DecoderCache", "DecoderLayer", "Encoder",
+    "EncoderLayer", "FastDropout", "FastLinear", "FeedForward", "InverseSqrt", "InverseSqrtLR", "KVCache",
+    "LearnedPositions", "MultiHeadAttention", "RotaryEmbedding", "SinusoidalPositions", "StaticKV", "TokenEmbedding",
     "WarmupCosine", "WarmupCosineLR", "additive_mask", "alibi_slopes", "apply_rope", "attend", "attention_entropy",
     "attention_rollout", "causal_mask", "causal_padding_mask", "combine_masks", "destroy_process_group_at_exit",
-    "dropout", "init_linear",
-    "linear_cross_entropy", "onednn_linear", "lengths_mask", "padding_mask", "rdrop_cross_entropy",
-    "save_attention_json", "save_heatmap", "stops_on_time", "tie_weights",
+    "disable_cpu_fastpath", "enable_cpu_fastpath", "init_linear", "lengths_mask", "linear_cross_entropy",
+    "padding_mask", "rdrop_cross_entropy", "save_attention_json", "save_heatmap", "stops_on_time", "tie_weights",
 ]

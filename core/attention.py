@@ -23,7 +23,6 @@ from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from core.kv_cache import KVCache, StaticKV
-from core.linear import Linear
 from core.masks import causal_mask, combine_masks
 from core.positions import RotaryEmbedding, apply_rope
 
@@ -164,8 +163,8 @@ class MultiHeadAttention(_HeadsMixin):
     ):
         super().__init__()
         self._init_heads(d_model, n_heads, n_kv_heads, dropout)
-        self.qkv = Linear(d_model, d_model + 2 * self.kv_dim, bias=bias)  # rows: [q; k; v]
-        self.out = Linear(d_model, d_model, bias=bias)
+        self.qkv = nn.Linear(d_model, d_model + 2 * self.kv_dim, bias=bias)  # rows: [q; k; v]
+        self.out = nn.Linear(d_model, d_model, bias=bias)
 
     def forward(
         self,
@@ -228,9 +227,9 @@ class CrossAttention(_HeadsMixin):
     ):
         super().__init__()
         self._init_heads(d_model, n_heads, n_kv_heads, dropout)
-        self.q = Linear(d_model, d_model, bias=bias)
-        self.kv = Linear(d_model, 2 * self.kv_dim, bias=bias)  # rows: [k; v]
-        self.out = Linear(d_model, d_model, bias=bias)
+        self.q = nn.Linear(d_model, d_model, bias=bias)
+        self.kv = nn.Linear(d_model, 2 * self.kv_dim, bias=bias)  # rows: [k; v]
+        self.out = nn.Linear(d_model, d_model, bias=bias)
 
     def forward(
         self, x: Tensor, memory: Tensor, mask: Tensor | None = None, *, cache: StaticKV | None = None

@@ -15,9 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from core.attention import CrossAttention, MultiHeadAttention
-from core.dropout import Dropout
 from core.kv_cache import KVCache, StaticKV
-from core.linear import Linear
 from core.positions import RotaryEmbedding
 
 Activation = Literal["gelu", "relu", "swiglu"]
@@ -39,9 +37,9 @@ class FeedForward(nn.Module):
         if activation not in ("gelu", "relu", "swiglu"):
             raise ValueError(f"`activation` must be 'gelu', 'relu' or 'swiglu', got {activation!r}")
         self.activation = activation
-        self.up = Linear(d_model, 2 * d_ff if activation == "swiglu" else d_ff)
-        self.down = Linear(d_ff, d_model)
-        self.drop = Dropout(dropout)
+        self.up = nn.Linear(d_model, 2 * d_ff if activation == "swiglu" else d_ff)
+        self.down = nn.Linear(d_ff, d_model)
+        self.drop = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         """(B, T, D) -> (B, T, D)."""
@@ -60,7 +58,7 @@ class _Residual(nn.Module):
     def __init__(self, d_model: int, *, dropout: float, norm_first: bool):
         super().__init__()
         self.norm = nn.LayerNorm(d_model)
-        self.drop = Dropout(dropout)
+        self.drop = nn.Dropout(dropout)
         self.norm_first = norm_first
 
     def forward(self, x: Tensor, fn: Callable[[Tensor], Tensor]) -> Tensor:

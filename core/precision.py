@@ -64,7 +64,7 @@ def quantize_int8(model: nn.Module, inplace: bool = False) -> nn.Module:
     """
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
-    from core.linear import as_plain_linear
+    from core.cpu_fastpath import disable_cpu_fastpath
 
     if not inplace:
         model = copy.deepcopy(model)
@@ -73,4 +73,5 @@ def quantize_int8(model: nn.Module, inplace: bool = False) -> nn.Module:
         for category in (DeprecationWarning, FutureWarning, UserWarning):  # the deprecation notices
             warnings.filterwarnings("ignore", ".*deprecat.*", category)
         spec = {nn.Linear: per_channel_dynamic_qconfig}
-        return quantize_dynamic(as_plain_linear(model), spec, dtype=torch.qint8, inplace=True)
+        disable_cpu_fastpath(model)  # quantize_dynamic matches exact types: FastLinear would stay float
+        return quantize_dynamic(model, spec, dtype=torch.qint8, inplace=True)

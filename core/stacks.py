@@ -18,7 +18,6 @@ import torch
 from torch import Tensor, nn
 
 from core.blocks import Activation, DecoderLayer, EncoderLayer
-from core.dropout import Dropout
 from core.kv_cache import DecoderCache
 from core.masks import additive_mask, causal_mask, combine_masks
 from core.positions import ALiBi, LearnedPositions, RotaryEmbedding, SinusoidalPositions
@@ -102,7 +101,7 @@ class _Stack(nn.Module):
             self.additive = LearnedPositions(d_model, max_len)
         self.rope = RotaryEmbedding(d_model // n_heads, max_len) if positions == "rope" else None
         self.alibi = ALiBi(n_heads, max_len) if positions == "alibi" else None
-        self.drop = Dropout(dropout)
+        self.drop = nn.Dropout(dropout)
         self.layers = nn.ModuleList(
             layer(d_model, n_heads, n_kv_heads=n_kv_heads, d_ff=d_ff, dropout=dropout, attn_dropout=attn_dropout,
                   ff_dropout=ff_dropout, activation=activation, norm_first=norm_first)

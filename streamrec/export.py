@@ -26,8 +26,8 @@ from torch import Tensor, nn
 
 from core.atomic import atomic_path
 from core.checkpoint import load_module
+from core.cpu_fastpath import cpu_fastpath_disabled
 from core.export import constructor_arguments, run_export, save_folder, write_json
-from core.linear import onednn_linear
 from streamrec.model import StreamRecModel
 from streamrec.module import VOCAB_KEY, StreamRecModule
 from streamrec.vocab import ItemVocab
@@ -93,12 +93,12 @@ def write_onnx(model: StreamRecModel, path: Path, opset: int = OPSET) -> None:
 
     `trim_padding` keeps every column while exporting, so the graph holds no data-dependent shape. The
     TorchScript-based exporter (`dynamo=False`) fails on SDPA's `enable_gqa` flag; the dynamo one needs
-    `onnxscript`. Linears run as plain `F.linear` while exporting: the oneDNN op `core.linear` uses on
-    AVX-512 CPUs has no ONNX form.
+    `onnxscript`. Layers run as plain `nn.Linear` / `nn.Dropout` while exporting: the oneDNN op of
+    `core.cpu_fastpath` (`model.cpu_fastpath: true`) has no ONNX form.
     """
     graph = ScoringGraph(model).eval()
     batch, length = torch.export.Dim("batch"), torch.export.Dim("length", max=model.encoder.max_len)
-    with atomic_path(path) as tmp, torch.no_grad(), onednn_linear(False):
+    with atomic_path(path) as tmp, torch.no_grad(), cpu_fastpath_disabled(model):
         torch.onnx.export(
             graph, (example_batch(model),), str(tmp), input_names=["items"], output_names=["scores"],
             dynamic_shapes={"items": {0: batch, 1: length}}, opset_version=opset, dynamo=True, verbose=False,

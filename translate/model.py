@@ -11,7 +11,6 @@ from torch import Tensor, nn
 
 from core import Decoder, DecoderCache, Encoder, TokenEmbedding, padding_mask, tie_weights
 from core.blocks import Activation
-from core.linear import Linear
 from core.stacks import Positions
 from translate.vocab import PAD_ID
 
@@ -69,7 +68,7 @@ class Translator(nn.Module):
                       norm_first=norm_first)
         self.encoder = Encoder(d_model, n_heads, n_layers=n_encoder_layers, **common)
         self.decoder = Decoder(d_model, n_heads, n_layers=n_decoder_layers, **common)
-        self.output = Linear(d_model, tgt_vocab_size, bias=False)
+        self.output = nn.Linear(d_model, tgt_vocab_size, bias=False)
         tie_weights(self.output, self.tgt_embed)
 
     @property

@@ -79,10 +79,11 @@ def test_our_training_step_updates_weights(bench: ModuleType) -> None:
 
 
 def test_torch_dropout_baseline_swaps_every_core_dropout(bench: ModuleType) -> None:
-    from core.dropout import Dropout
+    from core.cpu_fastpath import FastDropout as Dropout
 
     args = bench.parse_args(TINY)
     model = bench.build_ours(args)
+    assert bench.enable_cpu_fastpath(model) > 0  # as main() runs ours
     baseline = bench.with_torch_dropout(model)
     ours_p = [m.p for m in model.modules() if isinstance(m, Dropout)]
     assert ours_p and [m.p for m in baseline.modules() if type(m) is torch.nn.Dropout] == ours_p
@@ -92,6 +93,18 @@ def test_torch_dropout_baseline_swaps_every_core_dropout(bench: ModuleType) -> N
     layer = next(m for m in baseline.train().modules() if type(m) is torch.nn.Dropout)
     dropped = (layer(torch.ones(200, 200)) == 0).float().mean().item()
     assert abs(dropped - layer.p) < 0.02 and layer.p > 0  # the baseline really drops, in train mode
+
+
+def test_mkl_baseline_swaps_every_fast_linear(bench: ModuleType) -> None:
+    from core.cpu_fastpath import FastLinear
+
+    model = bench.build_ours(bench.parse_args(TINY)).eval()
+    bench.enable_cpu_fastpath(model)
+    baseline = bench.with_mkl(model)
+    assert not any(isinstance(m, FastLinear) for m in baseline.modules())
+    assert sum(type(m) is torch.nn.Linear for m in baseline.modules()) == sum(
+        type(m) is FastLinear for m in model.modules()) > 0  # the original keeps its fast layers
+    torch.testing.assert_close(baseline(*_pair()), model(*_pair()), rtol=1e-5, atol=1e-5)
 
 
 def _pair() -> tuple[torch.Tensor, torch.Tensor]:
@@ -107,7 +120,9 @@ def test_training_profile_names_the_loss_and_the_dropout(bench: ModuleType) -> N
     args = bench.parse_args([*TINY, "--profile-train"])
     assert args.profile_train
     out = io.StringIO()
-    bench.profile_train(Console(file=out, width=200), bench.build_ours(args), bench.training_batches(args))
+    model = bench.build_ours(args)
+    bench.enable_cpu_fastpath(model)  # as main() runs ours: the dropout row counts FastDropout's ops
+    bench.profile_train(Console(file=out, width=200), model, bench.training_batches(args))
     text = out.getvalue()
     assert "where a training step goes" in text and "whole steps" in text
     rows = {line.split("│")[1].strip(): float(line.split("│")[-2]) for line in text.splitlines()

@@ -1,4 +1,4 @@
-"""core.dropout against what a Bernoulli(1 - p) mask and `F.dropout` must give.
+"""`core.cpu_fastpath`'s dropout against what a Bernoulli(1 - p) mask and `F.dropout` must give.
 
 Rates are checked with binomial bounds (5 standard deviations), per 16-bit lane of the
 64-bit draws as well as overall, so a lane with a biased bit cannot hide in the average.
@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from core.dropout import Dropout, dropout, dropout_mask, effective_p
+from core.cpu_fastpath import FastDropout, dropout, dropout_mask, effective_p
 
 
 def _within(frac: float, prob: float, n: int, sigmas: float = 5.0) -> bool:
@@ -102,17 +102,27 @@ def test_non_contiguous_input_is_masked_elementwise():
 
 def test_inplace_module_zeroes_in_place_like_nn_dropout():
     x = torch.ones(100, 100)
-    out = Dropout(0.5, inplace=True)(x)
+    out = FastDropout(0.5, inplace=True)(x)
     assert out.data_ptr() == x.data_ptr()
     assert set(out.unique().tolist()) == {0.0, 2.0}
 
 
 def test_module_is_a_drop_in_for_nn_dropout():
-    ours, theirs = Dropout(0.25), nn.Dropout(0.25)
-    assert repr(ours) == repr(theirs) and ours.state_dict() == theirs.state_dict() == {}
+    ours, theirs = FastDropout(0.25), nn.Dropout(0.25)
+    assert ours.extra_repr() == theirs.extra_repr() and ours.state_dict() == theirs.state_dict() == {}
     x = torch.randn(16, 16, dtype=torch.bfloat16)
     assert ours.eval()(x) is x
     y = ours.train()(x)
     assert y.dtype == torch.bfloat16 and y.shape == x.shape
     kept = y != 0
     torch.testing.assert_close(y[kept], x[kept] * (1 / (1 - effective_p(0.25))), rtol=1e-2, atol=0)
+
+
+def test_other_devices_keep_f_dropout(monkeypatch):
+    """Off the CPU the fast mask is not used: F.dropout runs (here on the meta device, which has no data)."""
+    seen = []
+    monkeypatch.setattr(F, "dropout", lambda x, p, training: seen.append(x.device.type) or x)
+    x = torch.empty(8, 8, device="meta")
+    assert dropout(x, 0.3) is x and seen == ["meta"]
+    dropout(torch.ones(8, 8), 0.3)  # the CPU takes the fast mask
+    assert seen == ["meta"]

@@ -1,0 +1,223 @@
+"""Opt-in CPU fast paths: oneDNN's GEMM for fp32 linear layers, and a cheaper dropout mask.
+
+Off by default: every layer in `core` is a plain `nn.Linear` / `nn.Dropout`. `enable_cpu_fastpath(model)`
+turns those layers of a built model into `FastLinear` / `FastDropout` in place (same parameters and state
+dict, so checkpoints load either way; the model's repr names them); `disable_cpu_fastpath(model)` turns
+them back. Both apps expose it as one hyperparameter, `model.cpu_fastpath`. `benchmarks/cpu_fastpath.py`
+times a training step of each app with it off and on in one run: on 2 loaded Zen 5 cores (2026-11-25)
+1.02-1.13x faster on, Translate's beam search 0.95x, so no shipped config turns it on.
+
+Linear: PyTorch's fp32 `F.linear` on CPU calls MKL's sgemm. On AMD Zen 5 (AVX-512) MKL takes an AVX2
+path, ~100 GFLOP/s a core, where oneDNN's GEMM (the op torch's inductor calls for frozen CPU linears,
+`torch.ops.mkldnn._linear_pointwise`) reaches 210-245, with MKL's results to ~1e-6 relative
+(`benchmarks/linear.py`). `FastLinear` sends fp32 CPU inputs there outside autocast: the forward, the
+input gradient and, below `ONEDNN_MAX_GRAD_ROWS` outputs, the weight gradient. Everything else (GPUs,
+autocast, bf16, a torch build without the op) is `F.linear`. Only AVX-512 CPUs were measured; the
+benchmark says what it gains elsewhere.
+
+Dropout: `F.dropout` on CPU draws one random number per element (`bernoulli_`; 19% of a Multi30k-size
+step, torch.profiler). `dropout_mask` takes four 15-bit uniform integers from each 64-bit draw and keeps
+an element when its integer is at least round(p * 2**15): the same Bernoulli(1 - p) mask with p rounded
+to a multiple of 1/32768, 3.5-4.8x faster forward, 2.6-3.2x forward + backward (`benchmarks/dropout.py`).
+`random_` on int64 fills [0, 2**63): the top bit of every word is zero, so each 16-bit lane is masked to
+its low 15 bits. The mask takes other draws than `bernoulli_`, so a seeded run is reproducible from its
+own seed but not draw for draw equal to one with the switch off. Off the CPU it is `F.dropout`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+from collections.abc import Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+# Widest layer (output features) whose weight gradient goes to oneDNN, as (x.T @ grad).T: 1.3-2x MKL's
+# grad.T @ x up to 1,024 outputs, but 0.89x for the whole forward + backward of an 8,000-way output
+# layer with 2 threads (`benchmarks/linear.py`), so wider layers keep MKL for it.
+ONEDNN_MAX_GRAD_ROWS = 4096
+
+_BITS = 15
+_LEVELS = 1 << _BITS
+
+
+# ----------------------------------------------------------------------------- switch
+
+
+def enable_cpu_fastpath(model: nn.Module) -> int:
+    """Turn every plain `nn.Linear` / `nn.Dropout` in `model` into `FastLinear` / `FastDropout` in place.
+
+    Exact types only (subclasses such as `nn.MultiheadAttention`'s projection are left alone). The
+    parameters stay the same objects, so an optimizer built before still holds them. Returns how many
+    layers were swapped.
+    """
+    return _swap(model, {nn.Linear: FastLinear, nn.Dropout: FastDropout})
+
+
+def disable_cpu_fastpath(model: nn.Module) -> int:
+    """The inverse of `enable_cpu_fastpath`: plain `nn.Linear` / `nn.Dropout` again, in place; returns the count.
+
+    Needed where exact types matter (torch.ao's int8 quantisation) or oneDNN's op cannot go (ONNX export).
+    """
+    return _swap(model, {FastLinear: nn.Linear, FastDropout: nn.Dropout})
+
+
+@contextlib.contextmanager
+def cpu_fastpath_disabled(model: nn.Module) -> Iterator[nn.Module]:
+    """`model` with plain layers inside the block and its fast ones restored after (the ONNX exporter traces it)."""
+    fast = [m for m in model.modules() if type(m) in (FastLinear, FastDropout)]
+    disable_cpu_fastpath(model)
+    try:
+        yield model
+    finally:
+        for m in fast:
+            m.__class__ = FastLinear if isinstance(m, nn.Linear) else FastDropout
+
+
+def _swap(model: nn.Module, classes: dict[type, type]) -> int:
+    swapped = 0
+    for m in model.modules():
+        new = classes.get(type(m))
+        if new is not None:
+            m.__class__ = new  # no new state on either side: the same module, another forward
+            swapped += 1
+    return swapped
+
+
+# ----------------------------------------------------------------------------- linear
+
+
+@functools.cache
+def onednn_available() -> bool:
+    """True where this torch build has oneDNN's fp32 linear op (else `FastLinear` is `nn.Linear`)."""
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+def _uses_onednn(x: Tensor, weight: Tensor) -> bool:
+    return (
+        x.device.type == "cpu"
+        and x.dtype == torch.float32
+        and weight.dtype == torch.float32
+        and x.numel() > 0  # oneDNN cannot build the weight gradient's GEMM for zero rows
+        and not torch.is_autocast_enabled("cpu")
+        and onednn_available()
+    )
+
+
+def _onednn(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+class _OneDNNLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return _onednn(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+        x, weight = ctx.saved_tensors
+        grad_x = grad_w = grad_b = None
+        if ctx.needs_input_grad[0]:
+            grad_x = _onednn(grad, weight.t(), None)  # grad @ weight
+        rows = grad.reshape(-1, grad.shape[-1])
+        if ctx.needs_input_grad[1]:
+            x_rows = x.reshape(-1, x.shape[-1])
+            if weight.shape[0] <= ONEDNN_MAX_GRAD_ROWS:  # (x.T @ grad).T in oneDNN
+                grad_w = _onednn(x_rows.t(), rows.t(), None).t().contiguous()
+            else:
+                grad_w = rows.t() @ x_rows
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_b = rows.sum(0)
+        return grad_x, grad_w, grad_b
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """`F.linear(x, weight, bias)`, through oneDNN for fp32 CPU inputs outside autocast (module docstring).
+
+    Args:
+        x: (..., K) inputs.
+        weight: (N, K).
+        bias: (N,) or None.
+    """
+    if not _uses_onednn(x, weight):
+        return F.linear(x, weight, bias)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
+        return _OneDNNLinear.apply(x, weight, bias)
+    return _onednn(x, weight, bias)
+
+
+class FastLinear(nn.Linear):
+    """`nn.Linear` (same arguments, parameters and state dict) computed by `linear` above.
+
+    Args:
+        in_features: input width K.
+        out_features: output width N.
+        bias: whether to add a learned bias.
+        device: where the parameters live.
+        dtype: the parameters' dtype.
+    """
+
+    def forward(self, x: Tensor) -> Tensor:
+        return linear(x, self.weight, self.bias)
+
+
+# ----------------------------------------------------------------------------- dropout
+
+
+def dropout_mask(shape: torch.Size | tuple[int, ...], p: float, device: torch.device | str = "cpu") -> Tensor:
+    """A bool tensor that is True (keep) with probability 1 - round(p * 2**15) / 2**15, from the default generator."""
+    n = math.prod(shape)
+    words = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_()
+    lanes = words.view(torch.int16)[:n].view(shape)
+    return (lanes & (_LEVELS - 1)) >= round(p * _LEVELS)
+
+
+def effective_p(p: float) -> float:
+    """The drop probability `dropout_mask` realises for `p`."""
+    return round(p * _LEVELS) / _LEVELS
+
+
+class _KeepScale(torch.autograd.Function):
+    """y = x * keep * scale, saving the bool mask (1 byte an element) for the backward pass."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, keep: Tensor, scale: float) -> Tensor:
+        ctx.save_for_backward(keep)
+        ctx.scale = scale
+        return torch.mul(x, keep).mul_(scale)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:
+        (keep,) = ctx.saved_tensors
+        return torch.mul(grad, keep).mul_(ctx.scale), None, None
+
+
+def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
+    """`F.dropout(x, p, training)`, with the fast mask on CPU (p rounded to a multiple of 1/32768 there)."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability must be in [0, 1], got {p}")
+    q = effective_p(p)
+    if not training or q == 0.0:  # p < 1/65536 rounds to no dropout
+        return x
+    if x.device.type != "cpu" or q == 1.0:
+        return F.dropout(x, p, training)
+    return _KeepScale.apply(x, dropout_mask(x.shape, p), 1.0 / (1.0 - q))
+
+
+class FastDropout(nn.Dropout):
+    """`nn.Dropout` (same arguments and state) computed by `dropout` above.
+
+    Args:
+        p: probability of zeroing an element (on CPU rounded to a multiple of 1/32768).
+        inplace: zero in place (PyTorch's own in-place kernel; the fast mask is out of place).
+    """
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.inplace:
+            return super().forward(x)
+        return dropout(x, self.p, self.training)
