@@ -4,8 +4,8 @@ Off by default: every layer in `core` is a plain `nn.Linear` / `nn.Dropout`. `en
 turns those layers of a built model into `FastLinear` / `FastDropout` in place (same parameters and state
 dict, so checkpoints load either way; the model's repr names them); `disable_cpu_fastpath(model)` turns
 them back. Both apps expose it as one hyperparameter, `model.cpu_fastpath`. `benchmarks/cpu_fastpath.py`
-times a training step of each app with it off and on in one run: on 2 loaded Zen 5 cores (2026-11-25)
-1.02-1.13x faster on, Translate's beam search 0.95x, so no shipped config turns it on.
+times a training step of each app with it off and on in one run: on 2 loaded Zen 5 cores (2026-11-25, two
+runs) 1.02-1.17x faster on, Translate's beam search 0.95-1.06x; the ML-1M, Beauty and Multi30k configs turn it on.
 
 Linear: PyTorch's fp32 `F.linear` on CPU calls MKL's sgemm. On AMD Zen 5 (AVX-512) MKL takes an AVX2
 path, ~100 GFLOP/s a core, where oneDNN's GEMM (the op torch's inductor calls for frozen CPU linears,
