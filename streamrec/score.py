@@ -1,7 +1,8 @@
 """Batch recommendation scoring: top-K items for every user of an interaction log.
 
     python -m streamrec.score --ckpt CKPT --input FILE --output recs.parquet --top-k 10 \\
-        [--include-seen] [--explain] [--batch-size N] [--users FILE] [--items FILE]
+        [--include-seen] [--explain] [--batch-size N] [--users FILE] [--items FILE] [--item-chunk N] \\
+        [--shard I/N] [--engine local|ray --workers N]
 
 Writes rows `user_id, rank, item_id, score` (original ids; rank 1 = best), as CSV or Parquet
 by the output's extension; `--explain` adds the "because you watched" columns
@@ -19,6 +20,13 @@ the holder of `OUTPUT.lock`. A failed run (bad input, full disk, no user scorabl
 `.parts/` or temporary file behind, and an existing OUTPUT untouched. The output's folder must
 exist.
 
+At scale: the catalogue is ranked `--item-chunk` items at a time (`streamrec.topk`), so memory does
+not grow with the number of items. `--shard I/N` scores only the users of shard I of N (a stable hash
+of the user id) for job arrays; `python -m streamrec.shards merge DIR --output FILE` checks and joins
+the shards. `--engine ray` scores on Ray Data (`streamrec.ray_engine`; the `scale` extra): the model
+is loaded once per worker. A Parquet output carries its provenance (checkpoint sha256, top-k,
+exclude-seen, shard, created time, version) in its schema metadata (`streamrec.shards.read_provenance`).
+
 Built on the Python API (`streamrec.api`: `Recommender.load`, `encode_history`, `recommend`); the
 rows are `streamrec.predict.recommendation_table`'s, as `python -m streamrec predict` writes them.
 
@@ -32,6 +40,7 @@ import json
 import logging
 import shutil
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import pyarrow as pa
@@ -49,6 +58,8 @@ from streamrec.explain import explain_columns
 from streamrec.model import StreamRecModel
 from streamrec.predict import recommendation_table
 from streamrec.readers import Interactions, read_interactions
+from streamrec.shards import checkpoint_sha256, parse_shard, provenance, shard_users, with_provenance
+from streamrec.topk import DEFAULT_ITEM_CHUNK
 from streamrec.vocab import ItemVocab
 
 log = logging.getLogger(__name__)
@@ -70,6 +81,32 @@ def _write_table(table: pa.Table, path: Path) -> None:
             pacsv.write_csv(table, tmp)
         else:
             pq.write_table(table, tmp)
+
+
+def write_tables(tables: Iterable[pa.Table], path: Path, prov: dict[str, object] | None = None) -> int:
+    """Stream tables of one schema into `path` atomically, one in memory at a time; returns the rows written.
+
+    A Parquet file gets `prov` (`streamrec.shards.provenance`) in its schema metadata; CSV has no place for it.
+    """
+    writer, rows = None, 0
+    with atomic_path(path) as tmp:
+        try:
+            for table in tables:
+                if writer is None:
+                    schema = table.schema.remove_metadata()
+                    if path.suffix == ".csv":
+                        writer = pacsv.CSVWriter(tmp, schema)
+                    else:
+                        writer = pq.ParquetWriter(tmp, schema if prov is None else with_provenance(schema, prov))
+                writer.write_table(table.replace_schema_metadata(None))
+                rows += table.num_rows
+        finally:
+            if writer is not None:
+                writer.close()
+        if writer is None:
+            raise InputError(f"{path}: no user could be scored (no history item is known to the checkpoint; "
+                             "see the warnings above); nothing was written")
+    return rows
 
 
 class ResumableOutput:
@@ -118,16 +155,12 @@ class ResumableOutput:
         n = len(list(self.parts.glob("part-*.parquet")))
         _write_table(table, self.parts / f"part-{n:05d}.parquet")
 
-    def finish(self) -> int:
-        """Merge the parts into the output in one atomic write; returns the number of rows."""
+    def finish(self, prov: dict[str, object] | None = None) -> int:
+        """Merge the parts into the output in one atomic write, a part at a time; returns the number of rows."""
         parts = sorted(self.parts.glob("part-*.parquet"))
-        table = pa.concat_tables([pq.read_table(p) for p in parts]) if parts else None
-        if table is None:
-            raise InputError(f"{self.output}: no user could be scored (no history item is known to the checkpoint; "
-                             "see the warnings above); nothing was written")
-        _write_table(table, self.output)
+        rows = write_tables((pq.read_table(p) for p in parts), self.output, prov)
         shutil.rmtree(self.parts)
-        return table.num_rows
+        return rows
 
     def discard(self) -> None:
         """After a failure: remove what this run created; the parts of an earlier killed run stay resumable."""
@@ -154,7 +187,7 @@ def _score_users(users: list[str], histories: dict[str, list[str]], rec: Recomme
             counts["no_history"] += 1
     if not kept:
         return None
-    inputs, items, scores = recommend(rec.model, ids, args.top_k, args.include_seen)
+    inputs, items, scores = recommend(rec.model, ids, args.top_k, args.include_seen, item_chunk=args.item_chunk)
     extra = explain_columns(rec.model, inputs, items) if args.explain else {}
     table = recommendation_table(kept, rec.vocab, items.cpu(), scores.cpu(), {k: v.cpu() for k, v in extra.items()})
     return table if rec.catalog is None else _with_titles(table, rec)
@@ -220,6 +253,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--chunk-users", type=int, default=20_000, help="users per resumable chunk (default 20,000)")
     p.add_argument("--fresh", action="store_true",
                    help="delete OUTPUT.parts/ left by an interrupted run and start over (default: resume it)")
+    p.add_argument("--item-chunk", type=int, default=DEFAULT_ITEM_CHUNK,
+                   help=f"items ranked at once; memory is about batch-size x item-chunk scores (default "
+                        f"{DEFAULT_ITEM_CHUNK:,})")
+    p.add_argument("--shard", help="I/N: score only shard I of N of the users (a stable hash of the user id); "
+                                   "merge the N outputs with python -m streamrec.shards merge")
+    p.add_argument("--engine", choices=("local", "ray"), default="local",
+                   help="local (this process, resumable) or ray (Ray Data workers; pip install -e '.[scale]')")
+    p.add_argument("--workers", type=int, default=2, help="--engine ray: model replicas (default 2)")
+    p.add_argument("--cpus-per-worker", type=float, default=1.0,
+                   help="--engine ray: CPUs each replica reserves, also its torch threads (default 1)")
+    p.add_argument("--ray-address", help="--engine ray: a running cluster (default: start a local one)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     interrupt_on_sigterm()
@@ -245,8 +289,11 @@ def _check_output(path: Path) -> None:
 
 
 def _run(args: argparse.Namespace) -> None:
-    if args.top_k < 1 or args.batch_size < 1 or args.chunk_users < 1:
-        raise InputError("--top-k, --batch-size and --chunk-users must be positive")
+    if args.top_k < 1 or args.batch_size < 1 or args.chunk_users < 1 or args.item_chunk < 1:
+        raise InputError("--top-k, --batch-size, --chunk-users and --item-chunk must be positive")
+    if args.workers < 1 or args.cpus_per_worker <= 0:
+        raise InputError("--workers and --cpus-per-worker must be positive")
+    args.shard_index = None if args.shard is None else parse_shard(args.shard)
     output = Path(args.output)
     _check_output(output)
     with OutputLock(output, "streamrec.score"):  # first: a second writer stops at once, before any work
@@ -263,11 +310,21 @@ def _score_into(args: argparse.Namespace, output: Path) -> None:
     missing = [u for u in users if u not in interactions.items]
     if missing:
         log.warning("skipped %d users absent from %s (e.g. %r)", len(missing), args.input, missing[0])
+    users = shard_users(users, args.shard_index)
     ckpt = Path(args.ckpt)
+    args.provenance = provenance(checkpoint_sha256(ckpt), args.top_k, not args.include_seen, args.shard_index,
+                                 explain=args.explain, titles=args.items is not None)
+    if args.engine == "ray":
+        from streamrec.ray_engine import score_with_ray  # ray is an optional extra
+
+        todo = [u for u in users if u in interactions.items]
+        rows = score_with_ray(args, todo, interactions, output)
+        log.info("wrote %d rows for %d users to %s", rows, len(todo), output)
+        return
     manifest = {
         "ckpt": str(ckpt.resolve()), "ckpt_bytes": ckpt.stat().st_size, "input": str(Path(args.input).resolve()),
         "users": args.users, "top_k": args.top_k, "include_seen": args.include_seen, "explain": args.explain,
-        "items": str(Path(args.items).resolve()) if args.items else None,
+        "items": str(Path(args.items).resolve()) if args.items else None, "shard": args.shard_index,
     }
     out = ResumableOutput(output, manifest, fresh=args.fresh)
     try:
@@ -303,7 +360,7 @@ def _score_all(args: argparse.Namespace, out: ResumableOutput, users: list[str],
         log.warning("skipped %d history items unknown to the checkpoint", unknown_items)
     if no_history:
         log.warning("skipped %d users with no item known to the checkpoint", no_history)
-    rows = out.finish()
+    rows = out.finish(args.provenance)
     log.info("wrote %d rows for %d users to %s", rows, len(done) + len(todo) - no_history, args.output)
 
 

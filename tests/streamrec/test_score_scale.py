@@ -1,0 +1,154 @@
+"""Scoring at scale: chunked ranking in the CLI, shards and their merge, provenance, the Ray engine."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from core.errors import InputError
+from streamrec import score, shards
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _rows(path):
+    """The output as a set of (user, rank, item) rows."""
+    return {(r["user_id"], r["rank"], r["item_id"]) for r in pq.read_table(path).to_pylist()}
+
+
+def _assert_same_rows(a, b):
+    """The same rows in any order (one per user and rank), scores equal to float rounding."""
+    ta, tb = pq.read_table(a).to_pylist(), pq.read_table(b).to_pylist()
+    assert len(ta) == len(tb) and _rows(a) == _rows(b)
+    scores = {(r["user_id"], r["rank"]): r["score"] for r in tb}
+    assert [r["score"] for r in ta] == pytest.approx([scores[r["user_id"], r["rank"]] for r in ta], abs=1e-5)
+
+
+def _score(ckpt, log, out, *extra):
+    score.main(["--ckpt", str(ckpt), "--input", str(log), "--output", str(out), "--top-k", "5", *extra])
+
+
+@pytest.fixture(scope="module")
+def whole(tiny_ckpt, tiny_log, tmp_path_factory):
+    out = tmp_path_factory.mktemp("whole") / "recs.parquet"
+    _score(tiny_ckpt, tiny_log, out)
+    return out
+
+
+def test_shard_of_is_a_stable_partition():
+    users = [f"u{i:05d}" for i in range(2000)]
+    parts = [shards.shard_users(users, (i, 7)) for i in range(7)]
+    assert sorted(u for p in parts for u in p) == users  # disjoint and covering
+    assert min(map(len, parts)) > 200  # spread, not all in one shard
+    # The same assignment in a fresh interpreter with another hash seed: not Python's salted hash().
+    code = "from streamrec.shards import shard_of; print([shard_of(f'u{i:05d}', 7) for i in range(50)])"
+    env = {**os.environ, "PYTHONHASHSEED": "123"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, check=True)
+    assert json.loads(out.stdout) == [shards.shard_of(f"u{i:05d}", 7) for i in range(50)]
+
+
+@pytest.mark.parametrize("text", ["3/3", "1", "a/4", "-1/4", "2/0"])
+def test_bad_shard_is_one_line(text):
+    with pytest.raises(InputError, match=r"write I/N with 0 <= I < N"):
+        shards.parse_shard(text)
+
+
+def test_small_item_chunks_give_the_same_rows_and_provenance(tiny_ckpt, tiny_log, whole, tmp_path):
+    out = tmp_path / "chunked.parquet"
+    _score(tiny_ckpt, tiny_log, out, "--item-chunk", "7")  # 40 items: chunks that do not divide N
+    _assert_same_rows(out, whole)
+    prov = shards.read_provenance(out)
+    assert prov["checkpoint_sha256"] == shards.checkpoint_sha256(tiny_ckpt) and len(prov["checkpoint_sha256"]) == 64
+    assert prov["top_k"] == 5 and prov["exclude_seen"] is True and prov["shard"] is None
+    assert prov["created"] and prov["version"]
+
+
+def test_shards_merge_to_the_unsharded_output(tiny_ckpt, tiny_log, whole, tmp_path):
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    for i in range(3):
+        _score(tiny_ckpt, tiny_log, folder / f"part-{i}.parquet", "--shard", f"{i}/3")
+        assert shards.read_provenance(folder / f"part-{i}.parquet")["shard"] == f"{i}/3"
+    users = [set(pq.read_table(folder / f"part-{i}.parquet").column("user_id").to_pylist()) for i in range(3)]
+    assert not (users[0] & users[1]) and not (users[1] & users[2]) and all(users)
+    merged = tmp_path / "merged.parquet"
+    shards.main(["merge", str(folder), "--output", str(merged)])
+    _assert_same_rows(merged, whole)
+    assert shards.read_provenance(merged)["merged_shards"] == 3
+
+
+def _merge_error(folder):
+    with pytest.raises(SystemExit) as exit_:
+        shards.main(["merge", str(folder), "--output", str(folder.parent / "m.parquet")])
+    assert not list(folder.parent.glob("*m.parquet*"))  # nothing written, no temporary left
+    err = str(exit_.value.code)
+    assert "\n" not in err
+    return err
+
+
+def test_merge_refuses_missing_mixed_and_duplicated_shards(tiny_ckpt, tiny_log, tmp_path):
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    for i in (0, 2):
+        _score(tiny_ckpt, tiny_log, folder / f"p{i}.parquet", "--shard", f"{i}/4")
+    assert "missing shards 1, 3 of 4" in _merge_error(folder)
+    _score(tiny_ckpt, tiny_log, folder / "p1.parquet", "--shard", "1/4")
+    _score(tiny_ckpt, tiny_log, folder / "p3.parquet", "--shard", "3/4", "--top-k", "3")
+    assert "top_k is 3 but p0.parquet has 5" in _merge_error(folder)
+    _score(tiny_ckpt, tiny_log, folder / "p3.parquet", "--shard", "3/4")
+    (folder / "again.parquet").write_bytes((folder / "p1.parquet").read_bytes())
+    assert "shard 1/4 twice: again.parquet and p1.parquet" in _merge_error(folder)
+    (folder / "again.parquet").unlink()
+    table = pq.read_table(folder / "p3.parquet")
+    other = pq.read_table(folder / "p0.parquet")
+    pq.write_table(pa.concat_tables([table, other]), folder / "p3.parquet")  # p0's users twice
+    assert "is in both p0.parquet and p3.parquet" in _merge_error(folder)
+    moved = other.column("user_id")[0].as_py()
+    keep = pc.not_equal(other.column("user_id"), moved)
+    pq.write_table(other.filter(keep), folder / "p0.parquet")  # one of p0's users moved to p3
+    pq.write_table(pa.concat_tables([table, other.filter(pc.invert(keep))]), folder / "p3.parquet")
+    assert f"p3.parquet: user '{moved}' belongs to shard 0/4, not 3/4" in _merge_error(folder)
+
+
+def test_merge_refuses_another_checkpoint(tiny_ckpt, tiny_log, tmp_path):
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    other = tmp_path / "other.ckpt"
+    other.write_bytes(tiny_ckpt.read_bytes())
+    _score(tiny_ckpt, tiny_log, folder / "a.parquet", "--shard", "0/2")
+    _score(other, tiny_log, folder / "b.parquet", "--shard", "1/2")  # same bytes: same sha256, merge accepted
+    shards.main(["merge", str(folder), "--output", str(tmp_path / "ok.parquet")])
+    import torch
+
+    state = torch.load(other, weights_only=False)
+    state["epoch"] = 99
+    torch.save(state, other)
+    _score(other, tiny_log, folder / "b.parquet", "--shard", "1/2", "--fresh")
+    err = _merge_error(folder)
+    assert err.startswith("error: b.parquet: checkpoint_sha256 is") and "a.parquet has" in err
+
+
+@pytest.mark.slow
+def test_ray_engine_equals_the_local_scorer(tiny_ckpt, tiny_log, whole, tmp_path):
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
+    try:
+        out = tmp_path / "ray.parquet"
+        _score(tiny_ckpt, tiny_log, out, "--engine", "ray", "--workers", "2", "--cpus-per-worker", "0.5",
+               "--chunk-users", "20")
+        _assert_same_rows(out, whole)
+        assert shards.read_provenance(out)["checkpoint_sha256"] == shards.checkpoint_sha256(tiny_ckpt)
+        sharded = tmp_path / "ray-shard.parquet"
+        _score(tiny_ckpt, tiny_log, sharded, "--engine", "ray", "--workers", "2", "--cpus-per-worker", "0.5",
+               "--shard", "1/2")
+        local = tmp_path / "local-shard.parquet"
+        _score(tiny_ckpt, tiny_log, local, "--shard", "1/2")
+        _assert_same_rows(sharded, local)
+        assert not list(tmp_path.glob(".*"))  # Ray's parts folder is gone
+    finally:
+        ray.shutdown()
