@@ -198,6 +198,7 @@ class Translator:
         while chunk := [s.removesuffix("\n").removesuffix("\r") for s in itertools.islice(lines, chunk_lines)]:
             yield from self._translate_chunk(chunk, first, warned, *options)
             first += len(chunk)
+            chunk = []  # freed before the next chunk is read
 
     def _translate_chunk(self, sentences: Sequence[str], first_line: int, warned: list[int], beam: int, n_best: int,
                          return_scores: bool, return_alignments: bool, alpha: float, max_len_a: float, max_len_b: int,

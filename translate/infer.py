@@ -243,6 +243,7 @@ def _translate(args: argparse.Namespace, layer: Layer) -> None:
                 shown += [(first + k, a) for k, a in enumerate(aligned) if a.tgt_words][: max(room, 0)]
             first += len(lines)
             progress.advance(len(lines))
+            del lines, sources, hyps, aligned  # else this chunk stays alive while the next one is read and encoded
         if warned[0] > MAX_TRUNCATION_WARNINGS:
             log.warning("%d lines in all were truncated to max_len %d", warned[0], translator.max_src_len)
         if html_out is not None:
