@@ -114,14 +114,27 @@ def test_full_disk_at_any_write_is_one_line_and_leaves_nothing(fail_at, tiny_ckp
     out.write_bytes(b"an earlier run's output")
     real, calls = pq.write_table, {"n": 0}
 
-    def write_table(table, where, **kw):
+    def full_disk(where):
         calls["n"] += 1
         if calls["n"] == fail_at:
             Path(where).write_bytes(b"PAR1 half a file")
             raise OSError(errno.ENOSPC, "No space left on device", str(where))
+
+    def write_table(table, where, **kw):  # the parts
+        full_disk(where)
         return real(table, where, **kw)
 
+    class Writer(pq.ParquetWriter):  # the final file, streamed a part at a time
+        def __init__(self, where, *a, **kw):
+            super().__init__(where, *a, **kw)
+            self.where = where
+
+        def write_table(self, table, *a, **kw):
+            full_disk(self.where)
+            return super().write_table(table, *a, **kw)
+
     monkeypatch.setattr(score.pq, "write_table", write_table)
+    monkeypatch.setattr(score.pq, "ParquetWriter", Writer)
     message = _fails(_args(tiny_ckpt, tiny_log, out))
     assert "no space left on the device; free some space and rerun" in message
     assert out.read_bytes() == b"an earlier run's output"
