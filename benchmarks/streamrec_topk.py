@@ -6,9 +6,11 @@ with each user's 20 "seen" items excluded, in batches of --batch-size users:
   chunked  `streamrec.topk.top_k_items`: --item-chunk items at a time with a running top-K merge
   bf16     (with --bf16) the chunked walk with bf16 matmuls and a shortlist re-scored in fp32
 Users/s are medians over interleaved rounds (full, chunked, full, ...); the speedup is the median of the
-per-round ratios. Peak RSS is the whole process's high-water mark during one pass (item table included;
-`table_mib` is the table alone), reset before each pass. Agreement: the share of users whose top-K item
-lists are identical to the full path's (`same_topk_*`), and bf16's recall@K against exact.
+per-round ratios; "CPU time full/this" compares the process CPU seconds of one pass each (less
+sensitive to other jobs on shared cores than wall time). Peak RSS is the whole process's high-water
+mark during one pass (item table included; `table_mib` is the table alone), reset before each pass.
+Agreement: the share of users whose top-K item lists are identical to the full path's
+(`same_topk_*`), and bf16's recall@K against exact.
 
     python benchmarks/streamrec_topk.py                           # 100k, 1M, 5M items (about 3 minutes)
     python benchmarks/streamrec_topk.py --items 100000 --users 256 --json out.json
@@ -22,6 +24,7 @@ import argparse
 import gc
 import statistics
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -61,11 +64,13 @@ def run_size(n_items: int, args: argparse.Namespace) -> tuple[dict[str, float], 
     if args.bf16:
         paths["bf16"] = lambda: [top_k_items(q, vectors, args.top_k, exclude=s, item_chunk=args.item_chunk,
                                              precision="bf16").items for q, s in batches]
-    results, peaks = {}, {}
-    for name, fn in paths.items():  # one pass each: the results, and the peak RSS of that pass alone
+    results, peaks, cpu = {}, {}, {}
+    for name, fn in paths.items():  # one pass each: the results, the peak RSS and CPU time of that pass alone
         gc.collect()
         reset_peak_rss()
+        start = time.process_time()
         results[name] = torch.cat(fn())
+        cpu[name] = time.process_time() - start
         peaks[name] = peak_rss_bytes() / 2**20
     times = interleave(paths, args.repeats)
     ups = {name: args.users / statistics.median(t) for name, t in times.items()}
@@ -75,12 +80,15 @@ def run_size(n_items: int, args: argparse.Namespace) -> tuple[dict[str, float], 
     for name in paths:
         f[f"{tag}_{name}_users_per_s"] = ups[name]
         f[f"{tag}_{name}_peak_rss_mib"] = peaks[name]
+        f[f"{tag}_{name}_users_per_cpu_s"] = args.users / cpu[name]
         if name != "full":
             f[f"{tag}_{name}_speedup"] = median_ratio(times["full"], times[name])
             f[f"{tag}_{name}_rss_ratio"] = peaks["full"] / peaks[name]
+            f[f"{tag}_{name}_cpu_speedup"] = cpu["full"] / cpu[name]
             f[f"{tag}_{name}_same_topk_share"] = float((results[name] == results["full"]).all(1).float().mean())
         rows.append([f"{n_items:,} items, {name}", f"{ups[name]:.0f}", f"{peaks[name]:.0f}",
                      "1.00x" if name == "full" else f"{f[f'{tag}_{name}_speedup']:.2f}x",
+                     "1.00x" if name == "full" else f"{f[f'{tag}_{name}_cpu_speedup']:.2f}x",
                      "1.00x" if name == "full" else f"{f[f'{tag}_{name}_rss_ratio']:.2f}x",
                      "" if name == "full" else f"{f[f'{tag}_{name}_same_topk_share']:.4f}"])
     if args.bf16:
@@ -117,7 +125,8 @@ def main() -> None:
         rows += r
     print_table(Console(), f"top-{args.top_k} of {args.users} users, batches of {args.batch_size}, d_model "
                 f"{args.d_model}, item chunk {args.item_chunk:,}",
-                ["catalogue, path", "users/s", "peak RSS MiB", "speed vs full", "RSS full/this", "same top-K"], rows)
+                ["catalogue, path", "users/s", "peak RSS MiB", "speed vs full", "CPU time full/this", "RSS full/this",
+                 "same top-K"], rows)
     if args.json:
         write_json(args.json, figures)
 
