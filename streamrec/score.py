@@ -187,7 +187,8 @@ def _score_users(users: list[str], histories: dict[str, list[str]], rec: Recomme
             counts["no_history"] += 1
     if not kept:
         return None
-    inputs, items, scores = recommend(rec.model, ids, args.top_k, args.include_seen, item_chunk=args.item_chunk)
+    inputs, items, scores = recommend(rec.model, ids, args.top_k, args.include_seen, item_chunk=args.item_chunk,
+                                      precision=args.precision)
     extra = explain_columns(rec.model, inputs, items) if args.explain else {}
     table = recommendation_table(kept, rec.vocab, items.cpu(), scores.cpu(), {k: v.cpu() for k, v in extra.items()})
     return table if rec.catalog is None else _with_titles(table, rec)
@@ -256,6 +257,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--item-chunk", type=int, default=DEFAULT_ITEM_CHUNK,
                    help=f"items ranked at once; memory is about batch-size x item-chunk scores (default "
                         f"{DEFAULT_ITEM_CHUNK:,})")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                   help="fp32 (exact, default) or bf16: a bf16 shortlist per item chunk re-scored in fp32, exact "
+                        "only when bf16 rounding keeps every true top-K item on it (see streamrec.topk)")
     p.add_argument("--shard", help="I/N: score only shard I of N of the users (a stable hash of the user id); "
                                    "merge the N outputs with python -m streamrec.shards merge")
     p.add_argument("--engine", choices=("local", "ray"), default="local",
@@ -313,7 +317,7 @@ def _score_into(args: argparse.Namespace, output: Path) -> None:
     users = shard_users(users, args.shard_index)
     ckpt = Path(args.ckpt)
     args.provenance = provenance(checkpoint_sha256(ckpt), args.top_k, not args.include_seen, args.shard_index,
-                                 explain=args.explain, titles=args.items is not None)
+                                 explain=args.explain, titles=args.items is not None, precision=args.precision)
     if args.engine == "ray":
         from streamrec.ray_engine import score_with_ray  # ray is an optional extra
 
@@ -325,6 +329,7 @@ def _score_into(args: argparse.Namespace, output: Path) -> None:
         "ckpt": str(ckpt.resolve()), "ckpt_bytes": ckpt.stat().st_size, "input": str(Path(args.input).resolve()),
         "users": args.users, "top_k": args.top_k, "include_seen": args.include_seen, "explain": args.explain,
         "items": str(Path(args.items).resolve()) if args.items else None, "shard": args.shard_index,
+        "precision": args.precision,
     }
     out = ResumableOutput(output, manifest, fresh=args.fresh)
     try:
