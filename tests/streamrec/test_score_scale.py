@@ -162,3 +162,18 @@ def test_ray_engine_equals_the_local_scorer(tiny_ckpt, tiny_log, whole, tmp_path
     _assert_same_rows(sharded, local)
     assert shards.read_provenance(sharded)["shard"] == "1/2"
     assert not list(tmp_path.glob(".*"))  # Ray's parts folder is gone
+
+
+@pytest.mark.parametrize("argv", [["-h"], ["merge", "-h"]])
+def test_shards_help(argv, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        shards.main(argv)
+    assert exit_.value.code == 0 and "usage: python -m streamrec.shards" in capsys.readouterr().out
+
+
+def test_score_help_lists_the_scale_options(capsys):
+    with pytest.raises(SystemExit):
+        score.main(["--help"])
+    out = capsys.readouterr().out
+    for option in ("--item-chunk", "--shard", "--engine", "--workers", "--precision", "streamrec.shards merge"):
+        assert option in out
