@@ -58,7 +58,7 @@ class OutputLock:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                holder = _describe(_read_holder(fd))
+                holder = _describe(_wait_for_record(fd))
                 os.close(fd)
                 raise OutputLockedError(
                     f"{self.target}: another run is writing it ({holder}; lock file {self.path}); "
@@ -78,8 +78,9 @@ class OutputLock:
                         self.target, self.path, _describe(previous))
         me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
               "what": self.what}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(me).encode(), 0)
+        record = json.dumps(me).encode()
+        os.pwrite(fd, record, 0)  # write, then cut what a longer earlier record left: never an empty file
+        os.ftruncate(fd, len(record))
         self._fd = fd
         atexit.register(self.release)
         return self
@@ -117,6 +118,14 @@ def _read_holder(fd: int) -> dict[str, object]:
     except (OSError, ValueError):
         return {"pid": "?"}
     return holder if isinstance(holder, dict) else {"pid": "?"}
+
+
+def _wait_for_record(fd: int, seconds: float = 1.0) -> dict[str, object]:
+    """The holder's record; a holder that has just taken the lock may not have written it yet."""
+    deadline = time.monotonic() + seconds
+    while not (holder := _read_holder(fd)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return holder
 
 
 def _describe(holder: dict[str, object]) -> str:

@@ -83,3 +83,24 @@ def test_many_processes_racing_get_exactly_one_lock(tmp_path: Path) -> None:
     codes = [p.wait(timeout=60) for p in procs]
     assert 4 not in codes, "two processes held the lock at once"
     assert codes.count(0) >= 1 and set(codes) <= {0, 3}
+
+
+def test_refusal_names_a_holder_that_writes_its_record_just_after_locking(tmp_path: Path) -> None:
+    # The holder takes the flock before it writes who it is; a contender arriving in between once
+    # read an empty file and said "a process that recorded nothing".
+    import fcntl
+    import json
+    import threading
+
+    target = tmp_path / "out.txt"
+    fd = os.open(lock_path(target), os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    late = threading.Timer(0.2, os.pwrite, (fd, json.dumps({"pid": 4242, "host": "h", "what": "late"}).encode(), 0))
+    late.start()
+    try:
+        with pytest.raises(OutputLockedError) as err:
+            OutputLock(target).acquire()
+    finally:
+        late.join()
+        os.close(fd)
+    assert "late, pid 4242 on h" in str(err.value)
