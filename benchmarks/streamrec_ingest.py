@@ -23,9 +23,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -35,8 +37,9 @@ from rich.console import Console
 BASELINE_COMMIT = "323717e6fe19ce35b9556d1a8243b5d891a7519a"  # the last commit with the csv-module reader
 
 
-def generate(folder: Path, rows: int, users: int, items: int, seed: int) -> None:
-    """log.csv and log.parquet: user_id u<n>, item_id i<n> (popularity skewed), integer timestamps in file order."""
+def generate(folder: Path, rows: int, users: int, items: int, seed: int,
+             formats: tuple[str, ...] = ("csv", "parquet")) -> None:
+    """log.csv and/or log.parquet: user_id u<n>, item_id i<n> (popularity skewed), integer timestamps in file order."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.csv as pa_csv
@@ -47,8 +50,10 @@ def generate(folder: Path, rows: int, users: int, items: int, seed: int) -> None
     item = np.minimum(rng.zipf(1.3, rows), items) - 1
     stamp = 1_600_000_000 + np.sort(rng.integers(0, 10**8, rows))
     table = pa.table({"user_id": pc_prefix("u", user), "item_id": pc_prefix("i", item), "timestamp": stamp})
-    pa_csv.write_csv(table, folder / "log.csv")
-    pq.write_table(table, folder / "log.parquet")
+    if "csv" in formats:
+        pa_csv.write_csv(table, folder / "log.csv")
+    if "parquet" in formats:
+        pq.write_table(table, folder / "log.parquet")
 
 
 def pc_prefix(prefix: str, numbers) -> object:
@@ -111,21 +116,36 @@ def child(args: argparse.Namespace) -> None:
     print(json.dumps({"s": seconds, "above_imports_mib": above / 2**20, "check": check}))
 
 
-def measure(kind: str, stage: str, data: Path, module: Path) -> dict:
-    """Run one child; its wall time and peak above imports from itself, its peak RSS from `os.wait4`."""
-    cmd = [sys.executable, __file__, "--child", kind, "--stage", stage, "--data", str(data), "--module", str(module)]
+def run_child(cmd: list[str], what: str, timeout_s: float | None = None) -> dict | None:
+    """Run `cmd`, a child that prints its figures as JSON on its last stdout line; add its peak RSS from `os.wait4`.
+
+    Returns None when the child ran past `timeout_s` (it is killed); exits with its stderr when it fails.
+    """
     with tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True)
+        timer = threading.Timer(timeout_s, proc.kill) if timeout_s else None
+        if timer:
+            timer.start()
         out = proc.stdout.read()
         _, status, usage = os.wait4(proc.pid, 0)  # reaped here, so the rusage is this child's alone
+        if timer:
+            timer.cancel()
         proc.returncode = os.waitstatus_to_exitcode(status)
         proc.stdout.close()
+        if timeout_s and proc.returncode == -signal.SIGKILL:
+            return None
         if proc.returncode:
             err.seek(0)
-            sys.exit(f"error: the {kind} {stage} run on {data.name} failed:\n{err.read()[-2000:]}")
+            sys.exit(f"error: the {what} failed:\n{err.read()[-2000:]}")
     figures = json.loads(out.strip().splitlines()[-1])
     figures["peak_mib"] = usage.ru_maxrss / 1024  # KiB on Linux
     return figures
+
+
+def measure(kind: str, stage: str, data: Path, module: Path) -> dict:
+    """Run one child; its wall time and peak above imports from itself, its peak RSS from `os.wait4`."""
+    cmd = [sys.executable, __file__, "--child", kind, "--stage", stage, "--data", str(data), "--module", str(module)]
+    return run_child(cmd, f"{kind} {stage} run on {data.name}")
 
 
 def main(argv: list[str] | None = None) -> None:
