@@ -47,15 +47,17 @@ class EncodedLog:
 
     def sequences(self) -> dict[str, np.ndarray]:
         """user -> that user's items (views of `items`, nothing copied)."""
-        o = self.offsets.tolist()
-        return {u: self.items[o[k] : o[k + 1]] for k, u in enumerate(self.users)}
+        # Views of the plain ndarray over the map, not of the np.memmap: a memmap view carries a __dict__
+        # (~490 bytes against ~120), and every DDP rank holds a few views per user (the split's histories, cases).
+        items, o = np.asarray(self.items), self.offsets.tolist()
+        return {u: items[o[k] : o[k + 1]] for k, u in enumerate(self.users)}
 
     def timestamps(self) -> dict[str, np.ndarray] | None:
         """user -> that user's timestamps (views), or None."""
         if self.times is None:
             return None
-        o = self.offsets.tolist()
-        return {u: self.times[o[k] : o[k + 1]] for k, u in enumerate(self.users)}
+        times, o = np.asarray(self.times), self.offsets.tolist()  # plain views, as in `sequences`
+        return {u: times[o[k] : o[k + 1]] for k, u in enumerate(self.users)}
 
     def save(self, folder: str | Path, key: str) -> None:
         """Write the arrays, then `key.json` last: a reader that finds the json finds whole arrays."""
