@@ -87,7 +87,8 @@ def recommend(model: StreamRecModel, histories: Sequence[Sequence[int]], top_k: 
         include_seen: allow items already in the history (the whole history, not only the last T).
         allowed: (N+1,) bool, the items that may be recommended; None: every item.
         item_chunk: items scored at once: memory is about B x item_chunk scores, whatever N is.
-        precision: "fp32" (exact, default) or "bf16" (a bf16 shortlist re-scored in fp32; see `streamrec.topk`).
+        precision: "fp32" (default) or "bf16": a bf16 scan whose possible top-K items are re-scored in fp32,
+            the same items, faster (see `streamrec.topk`).
 
     Returns:
         inputs (B, T), items (B, K) and scores (B, K); a slot with no eligible item left has

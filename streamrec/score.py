@@ -258,8 +258,9 @@ def main(argv: list[str] | None = None) -> None:
                    help=f"items ranked at once; memory is about batch-size x item-chunk scores (default "
                         f"{DEFAULT_ITEM_CHUNK:,})")
     p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
-                   help="fp32 (exact, default) or bf16: a bf16 shortlist per item chunk re-scored in fp32, exact "
-                        "only when bf16 rounding keeps every true top-K item on it (see streamrec.topk)")
+                   help="fp32 (default) or bf16: each item chunk scanned in bf16 and the items that can reach "
+                        "the top K (a proven bound on bf16 rounding) re-scored in fp32: the same items, faster on "
+                        "CPUs with AVX512-BF16 (see streamrec.topk)")
     p.add_argument("--shard", help="I/N: score only shard I of N of the users (a stable hash of the user id); "
                                    "merge the N outputs with python -m streamrec.shards merge")
     p.add_argument("--engine", choices=("local", "ray"), default="local",

@@ -11,10 +11,17 @@ Ranking rule, the same as a stable sort of the full score matrix: higher score f
 scores the lower item id first. `torch.topk` leaves the order of ties unspecified, so ties that
 cross the K-th place of a chunk are settled by a stable sort of just those rows.
 
-`precision="bf16"` scores each chunk in bfloat16 (about 4x the fp32 matmul speed on AVX512-BF16
-CPUs), keeps a shortlist of `k + shortlist` candidates per chunk and re-scores them in fp32; the
-result is exact only when bf16 rounding never pushes a true top-K item below the shortlist, so fp32
-is the default and `benchmarks/streamrec_topk.py` measures the agreement.
+`precision="bf16"` is exact too, and faster: each chunk is scored in bfloat16 (about 4x the fp32
+matmul on AVX512-BF16 CPUs) and only the items whose bf16 score could still reach the running K-th
+best are re-scored in fp32. The bf16 score of item v for query q is within
+`BF16_ERROR * |q| * |v|` of its fp32 score (inputs rounded to 8 bits, products summed in fp32, the
+sum rounded to bf16: under 3.1 * 2^-8 relative to |q||v| by Cauchy-Schwarz; 4 * 2^-8 plus the fp32
+rounding of both sides is used), so an item whose bf16 score is below (K-th best fp32 score) - that
+bound cannot enter and is skipped. A row whose best bf16 score in a chunk is below its threshold
+costs one `amax`, not a `topk`. The first chunk, and any chunk where too many items pass (a
+degenerate catalogue with near-equal scores), are scored in fp32 as before. `scan_table` keeps the
+bf16 copy and row norms of a catalogue so the scan never reads the fp32 table; the fp32 rows are
+read only for re-scoring, so that table may be memory-mapped (only the touched pages are loaded).
 
 Legend: B queries (users), D width, N items (ids 1..N, 0 = padding), C items in a chunk, K top-K,
 L excluded ids per query, M allowed items.
@@ -31,9 +38,17 @@ from torch import Tensor
 from streamrec.constants import PAD_ID
 
 DEFAULT_ITEM_CHUNK = 65_536  # 128 users x 64k items = 32 MiB of scores; 8k chunks were 3x slower on 2 CPUs
-DEFAULT_SHORTLIST = 64  # extra bf16 candidates per chunk re-scored in fp32
+SCAN_GROUP = 64  # items per group maximum in the bf16 scan
+BF16_ERROR = 4 * 2**-8  # |bf16 score - fp32 score| <= BF16_ERROR |q||v| (plus D 2^-23 for fp32 sums)
 Precision = Literal["fp32", "bf16"]
 NEG_INF = float("-inf")
+
+
+class ScanTable(NamedTuple):
+    """The catalogue as the bf16 scan reads it: bf16 rows (N+1, D) and fp32 row norms (N+1,) for the error bound."""
+
+    values: Tensor
+    norms: Tensor
 
 
 class TopK(NamedTuple):
@@ -46,19 +61,21 @@ class TopK(NamedTuple):
 @torch.no_grad()
 def top_k_items(queries: Tensor, vectors: Tensor, k: int, *, exclude: Tensor | None = None,
                 allowed: Tensor | None = None, item_chunk: int = DEFAULT_ITEM_CHUNK, normalize: bool = False,
-                precision: Precision = "fp32", shortlist: int = DEFAULT_SHORTLIST) -> TopK:
+                precision: Precision = "fp32", scan: ScanTable | None = None) -> TopK:
     """The `k` items with the highest dot product with each query, never building the (B, N+1) matrix.
 
     Args:
         queries: (B, D) user states (or normalized item vectors for cosine similarity).
-        vectors: (N+1, D) item vectors; row 0 is padding and never returned.
+        vectors: (N+1, D) item vectors; row 0 is padding and never returned. With a `scan` table only
+            the re-scored rows are read, so a memory-mapped table stays mostly on disk.
         k: items per query; min(k, N) columns are returned.
         exclude: (B, L) item ids to leave out of each row (0 = nothing), e.g. the items already seen.
         allowed: (N+1,) bool, the items that may be returned (an allow-list); None: every item.
         item_chunk: items scored at once; memory is about B x item_chunk floats, whatever N is.
         normalize: L2-normalize each chunk of item vectors first (cosine similarity; normalize the queries too).
-        precision: "fp32" (exact) or "bf16" (a bf16 shortlist of `k + shortlist` per chunk, re-scored in fp32).
-        shortlist: extra bf16 candidates per chunk.
+        precision: "fp32" (fp32 matmuls) or "bf16" (a bf16 scan, the items that can reach the top K
+            re-scored in fp32: the same result, faster).
+        scan: `scan_table(vectors)`, read by the bf16 scan instead of converting each chunk.
 
     Returns:
         `TopK`: items (B, K) and scores (B, K), ranked by score, then lower item id; a slot with no
@@ -68,6 +85,9 @@ def top_k_items(queries: Tensor, vectors: Tensor, k: int, *, exclude: Tensor | N
         raise ValueError(f"`k` ({k}) and `item_chunk` ({item_chunk}) must be >= 1")
     if precision not in ("fp32", "bf16"):
         raise ValueError(f"`precision` ({precision!r}) must be 'fp32' or 'bf16'")
+    if scan is not None and (precision != "bf16" or normalize or scan.values.shape != vectors.shape):
+        raise ValueError(f"`scan` (shape {tuple(scan.values.shape)}) is read only with precision='bf16' and "
+                         f"normalize=False, and must be scan_table(vectors) (shape {tuple(vectors.shape)})")
     queries = queries.float()
     n_out = min(k, vectors.shape[0] - 1)
     best = TopK(torch.full((queries.shape[0], n_out), PAD_ID, dtype=torch.long, device=queries.device),
@@ -75,20 +95,37 @@ def top_k_items(queries: Tensor, vectors: Tensor, k: int, *, exclude: Tensor | N
     candidates = _candidates(vectors.shape[0], allowed, queries.device)
     exclude = None if exclude is None else exclude.to(queries.device)
     buffer = torch.empty(queries.shape[0], item_chunk, device=queries.device)  # reused: no page faults per chunk
+    bounded = _BoundedQueries(queries) if precision == "bf16" else None
     for start in range(0, candidates.numel() if candidates is not None else vectors.shape[0] - 1, item_chunk):
         if candidates is None:  # the whole catalogue: a slice of the table, no copy
             lo, hi = 1 + start, min(1 + start + item_chunk, vectors.shape[0])
-            ids, chunk = lo, vectors[lo:hi]  # ids lo..hi-1, kept as the first one
+            ids, rows = lo, slice(lo, hi)  # ids lo..hi-1, kept as the first one
         else:
-            ids = candidates[start : start + item_chunk]
-            chunk = vectors[ids]
-        chunk = F.normalize(chunk.float(), dim=-1) if normalize else chunk
-        if precision == "bf16":
-            top = _chunk_top_bf16(queries, chunk, ids, n_out, exclude, shortlist)
-        else:
-            top = _chunk_top(queries, chunk, ids, n_out, exclude, buffer)
-        best = _merge(best, top)
+            ids = rows = candidates[start : start + item_chunk]
+        if bounded is not None and start > 0:  # the first chunk is scored in fp32: it sets the K-th best
+            best = _scan_chunk(bounded, vectors, scan, rows, ids, best, exclude, normalize, buffer)
+            continue
+        chunk = _fp32_rows(vectors, rows, normalize)
+        best = _merge(best, _chunk_top(queries, chunk, ids, n_out, exclude, buffer))
     return TopK(best.items.masked_fill(best.scores == NEG_INF, PAD_ID), best.scores)
+
+
+@torch.no_grad()
+def scan_table(vectors: Tensor, item_chunk: int = DEFAULT_ITEM_CHUNK, out: Tensor | None = None) -> ScanTable:
+    """The bf16 copy and fp32 row norms that `top_k_items(precision="bf16", scan=...)` scans, a chunk at a time.
+
+    Args:
+        vectors: (N+1, D) fp32 item vectors; read once, a chunk at a time (no fp32 temporary of the table).
+        item_chunk: rows converted at once.
+        out: (N+1, D) bf16 tensor to fill (e.g. a memory-mapped file); default a new one.
+    """
+    values = torch.empty(vectors.shape, dtype=torch.bfloat16, device=vectors.device) if out is None else out
+    norms = torch.empty(vectors.shape[0], device=vectors.device)
+    for lo in range(0, vectors.shape[0], item_chunk):
+        chunk = vectors[lo : lo + item_chunk].float()
+        values[lo : lo + item_chunk] = chunk
+        norms[lo : lo + item_chunk] = chunk.norm(dim=1)
+    return ScanTable(values, norms)
 
 
 def _candidates(rows: int, allowed: Tensor | None, device: torch.device) -> Tensor | None:
@@ -112,17 +149,84 @@ def _chunk_top(queries: Tensor, chunk: Tensor, ids: Tensor | int, k: int, exclud
     return _ordered(top, _item_ids(ids, pos))
 
 
-def _chunk_top_bf16(queries: Tensor, chunk: Tensor, ids: Tensor | int, k: int, exclude: Tensor | None,
-                    shortlist: int) -> TopK:
-    """A bf16 shortlist of the chunk, re-scored in fp32, cut to min(k, C)."""
-    rough = queries.bfloat16() @ chunk.bfloat16().T  # (B, C)
-    _mask_excluded(rough, ids, exclude)
-    rough_top, pos = rough.topk(min(k + shortlist, rough.shape[1]), dim=1)  # (B, S)
-    pos = pos.sort(dim=1).values  # id order, so a stable sort below prefers lower ids
-    exact = torch.einsum("bd,bsd->bs", queries, chunk.float()[pos])  # (B, S): fp32 dot products
-    exact.masked_fill_(rough.gather(1, pos) == NEG_INF, NEG_INF)
-    top, sub = _top_settled(exact, min(k, exact.shape[1]))
-    return _ordered(top, _item_ids(ids, pos.gather(1, sub)))
+class _BoundedQueries:
+    """Queries in fp32 and bf16, and the per-row factor of the bf16 error bound (B,)."""
+
+    def __init__(self, queries: Tensor):
+        self.fp32, self.bf16 = queries, queries.bfloat16()
+        # fp32 sums of D products (the re-score and the K-th best) add D 2^-24 each; 2^-23 D covers both.
+        self.error = (BF16_ERROR + queries.shape[1] * 2**-23) * queries.norm(dim=1)
+
+
+def _fp32_rows(vectors: Tensor, rows: slice | Tensor, normalize: bool) -> Tensor:
+    chunk = vectors[rows].float()
+    return F.normalize(chunk, dim=-1) if normalize else chunk
+
+
+def _scan_chunk(q: _BoundedQueries, vectors: Tensor, scan: ScanTable | None, rows: slice | Tensor,
+                ids: Tensor | int, best: TopK, exclude: Tensor | None, normalize: bool, buffer: Tensor) -> TopK:
+    """Merge one chunk into `best`: a bf16 scan, and fp32 scores for the items that can reach the K-th best."""
+    if scan is not None:
+        rough_v, v_max = scan.values[rows], scan.norms[rows].max()
+    else:
+        chunk = _fp32_rows(vectors, rows, normalize)
+        rough_v, v_max = chunk.bfloat16(), chunk.norm(dim=1).max()
+    # Below this an item's fp32 score is below the K-th best so far (-inf while a row holds fewer than K).
+    threshold = best.scores[:, -1] - q.error * v_max  # (B,)
+    row, pos = _passing(rough_v @ q.bf16.T, threshold)  # (C, B) bf16: item-major, so group maxima vectorize over B
+    if row.numel() == 0:
+        return best
+    item = _item_ids(ids, pos)
+    if exclude is not None:
+        keep = ~(exclude[row] == item[:, None]).any(dim=1)
+        row, item, pos = row[keep], item[keep], pos[keep]
+    active, row = torch.unique(row, return_inverse=True)  # (R,) rows with a possible entrant; row indexes it
+    queries, n_out = q.fp32[active], best.scores.shape[1]
+    if row.numel() > max(rough_v.shape[0] // 4, 1024):  # near-equal scores: the fp32 matmul is cheaper
+        top = _chunk_top(queries, _fp32_rows(vectors, rows, normalize), ids, n_out,
+                         None if exclude is None else exclude[active], buffer[: active.numel()])
+    else:
+        top = _rescored(queries, vectors, normalize, row, item, active.numel())
+    part = _merge(TopK(best.items[active], best.scores[active]), top)
+    best.items[active], best.scores[active] = part.items, part.scores
+    return best
+
+
+def _passing(rough: Tensor, threshold: Tensor, group: int = SCAN_GROUP) -> tuple[Tensor, Tensor]:
+    """(row, chunk position) of the bf16 scores (C, B) at or above their row's threshold (B,), in row-major order.
+
+    The maxima of groups of `group` items are compared first, so only the groups that hold a passing
+    score are read again: one pass over the (C, B) scores, not a `topk` or a `nonzero` of all of them.
+    """
+    c, b = rough.shape
+    whole = c - c % group
+    blocks = rough[:whole].view(whole // group, group, b)  # (G, g, B)
+    maxima = blocks.amax(dim=1)  # (G, B)
+    if whole < c:  # the chunk's tail: one shorter group
+        blocks = None if whole == 0 else blocks
+        maxima = torch.cat([maxima, rough[whole:].amax(dim=0, keepdim=True)])
+    grp, row = (maxima.float() >= threshold).nonzero().unbind(1)  # (Pg,)
+    lo = grp * group
+    span = torch.arange(group, device=rough.device)  # (g,)
+    pos = (lo[:, None] + span).clamp_(max=c - 1)  # (Pg, g); the tail's extra places repeat its last item
+    scores = rough[pos, row[:, None]].float()  # (Pg, g)
+    hit = (scores >= threshold[row, None]) & (scores > NEG_INF) & (lo[:, None] + span < c)
+    sel_row, sel_pos = row[:, None].expand_as(pos)[hit], pos[hit]  # (P,)
+    order = torch.argsort(sel_row * c + sel_pos)  # row-major, positions in id order within a row
+    return sel_row[order], sel_pos[order]
+
+
+def _rescored(queries: Tensor, vectors: Tensor, normalize: bool, row: Tensor, item: Tensor, n_rows: int) -> TopK:
+    """fp32 scores of the (row, item) pairs (P,), laid out as (R, most pairs of a row), padded with (0, -inf)."""
+    rows32 = vectors[item].float()  # (P, D): only these rows of a memory-mapped table are read
+    rows32 = F.normalize(rows32, dim=-1) if normalize else rows32
+    exact = (queries[row] * rows32).sum(dim=1)  # (P,)
+    counts = torch.bincount(row, minlength=n_rows)
+    col = torch.arange(row.numel(), device=row.device) - (counts.cumsum(0) - counts)[row]  # place within its row
+    scores = torch.full((n_rows, int(counts.max())), NEG_INF, device=row.device)
+    items = torch.full_like(scores, PAD_ID, dtype=torch.long)
+    scores[row, col], items[row, col] = exact, item
+    return _ordered(scores, items)
 
 
 def _item_ids(ids: Tensor | int, pos: Tensor) -> Tensor:

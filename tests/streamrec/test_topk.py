@@ -3,8 +3,9 @@
 import pytest
 import torch
 
+from streamrec import topk
 from streamrec.model import PAD_ID
-from streamrec.topk import brute_force_top_k, top_k_items
+from streamrec.topk import brute_force_top_k, scan_table, top_k_items
 
 
 def _python_top_k(queries, vectors, k, exclude=None, allowed=None):
@@ -30,13 +31,15 @@ def _case(seed, n, ties):
     return q, v, torch.randint(0, n + 1, (6, 5), generator=g), torch.rand(n + 1, generator=g) < 0.4
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "bf16+scan"])
 @pytest.mark.parametrize("ties", [False, True])
 @pytest.mark.parametrize("n,k,chunk", [(50, 5, 7), (97, 20, 8), (31, 40, 4), (64, 3, 64), (10, 10, 1), (200, 12, 1000)])
-def test_chunked_equals_brute_force_with_exclusions_and_allow_lists(n, k, chunk, ties):
+def test_chunked_equals_brute_force_with_exclusions_and_allow_lists(n, k, chunk, ties, precision):
     q, v, exclude, allowed = _case(n * 31 + k, n, ties)
+    opts = {"precision": precision[:4], "scan": scan_table(v, item_chunk=3) if "scan" in precision else None}
     for kw in ({}, {"exclude": exclude}, {"allowed": allowed}, {"exclude": exclude, "allowed": allowed}):
         want_items, want_scores = _python_top_k(q, v, k, **kw)
-        got = top_k_items(q, v, k, item_chunk=chunk, **kw)
+        got = top_k_items(q, v, k, item_chunk=chunk, **kw, **opts)
         assert got.items.tolist() == want_items.tolist(), (kw.keys(), chunk)
         torch.testing.assert_close(got.scores, want_scores, atol=1e-5, rtol=1e-5)
         ref = brute_force_top_k(q, v, k, **kw)
@@ -73,12 +76,53 @@ def test_normalize_gives_cosine_ranking():
     torch.testing.assert_close(got.scores, want_scores, atol=1e-5, rtol=1e-5)
 
 
-def test_bf16_shortlist_rescored_in_fp32():
-    q, v, exclude, _ = _case(5, 300, False)
-    exact = top_k_items(q, v, 10, exclude=exclude, item_chunk=64)
-    wide = top_k_items(q, v, 10, exclude=exclude, item_chunk=64, precision="bf16", shortlist=64)
-    assert torch.equal(wide.items, exact.items)  # the whole chunk is shortlisted: exact
-    torch.testing.assert_close(wide.scores, exact.scores, atol=1e-5, rtol=1e-5)  # fp32 scores, not bf16
+def _close_scores(seed, n, d=8):
+    """Items whose scores differ by far less than bf16 resolves (2^-8 relative): bf16 alone ranks them wrongly."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(6, d, generator=g)
+    v = torch.randn(1, d, generator=g) + 1e-3 * torch.randn(n + 1, d, generator=g)
+    return q, v, torch.randint(0, n + 1, (6, 5), generator=g)
+
+
+def _counting(monkeypatch, name):
+    calls = []
+    real = getattr(topk, name)
+    monkeypatch.setattr(topk, name, lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    return calls
+
+
+@pytest.mark.parametrize("use_scan", [False, True])
+def test_bf16_scan_is_exact_where_bf16_rounding_reorders_items(monkeypatch, use_scan):
+    q, v, exclude = _close_scores(5, 1500)
+    rough = (q.bfloat16() @ v.bfloat16().T).float()  # what a bf16-only ranking sees
+    rough[:, PAD_ID] = float("-inf")
+    want_items, want_scores = _python_top_k(q, v, 10, exclude=exclude)
+    rough.scatter_(1, exclude, float("-inf"))
+    bf16_only = rough.sort(dim=1, descending=True, stable=True).indices[:, :10]
+    assert not torch.equal(bf16_only, want_items)  # the case is hard: bf16 scores alone get the top 10 wrong
+    rescored = _counting(monkeypatch, "_rescored")
+    got = top_k_items(q, v, 10, exclude=exclude, item_chunk=100, precision="bf16",
+                      scan=scan_table(v, item_chunk=7) if use_scan else None)
+    assert rescored  # the bound-based re-scoring ran (not only the fp32 fallback)
+    assert got.items.tolist() == want_items.tolist()
+    torch.testing.assert_close(got.scores, want_scores, atol=1e-5, rtol=1e-5)  # fp32 scores, not bf16
+
+
+def test_bf16_scan_falls_back_to_fp32_when_too_many_items_pass(monkeypatch):
+    q, v, exclude = _close_scores(6, 3000)
+    v[1:] = v[1]  # every item scores the same: all pass the bound, ties go to the lower id
+    fallback = _counting(monkeypatch, "_chunk_top")
+    got = top_k_items(q, v, 4, exclude=exclude, item_chunk=1500, precision="bf16")
+    assert len(fallback) == 2  # the first chunk and the degenerate second one
+    assert got.items.tolist() == _python_top_k(q, v, 4, exclude=exclude)[0].tolist()
+
+
+def test_bf16_scan_with_cosine_similarity():
+    q, v, _ = _close_scores(7, 400)
+    unit_q = torch.nn.functional.normalize(q, dim=-1)
+    want_items, _ = _python_top_k(unit_q, torch.nn.functional.normalize(v, dim=-1), 6)
+    got = top_k_items(unit_q, v * 3.0, 6, item_chunk=50, normalize=True, precision="bf16")
+    assert got.items.tolist() == want_items.tolist()
 
 
 def test_bad_arguments_are_one_line_errors():
@@ -87,3 +131,7 @@ def test_bad_arguments_are_one_line_errors():
         top_k_items(q, v, 3, item_chunk=0)
     with pytest.raises(ValueError, match="`precision` .*'fp32' or 'bf16'"):
         top_k_items(q, v, 3, precision="int8")
+    with pytest.raises(ValueError, match="`scan` .* precision='bf16'"):
+        top_k_items(q, v, 3, scan=scan_table(v))
+    with pytest.raises(ValueError, match=r"must be scan_table\(vectors\)"):
+        top_k_items(q, v, 3, precision="bf16", scan=scan_table(v[:5]))
