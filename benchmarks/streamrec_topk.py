@@ -4,11 +4,15 @@ For each catalogue size N, random item vectors (N+1, D) and random user states a
 with each user's 20 "seen" items excluded, in batches of --batch-size users:
   full     the (B, N+1) score matrix, then `streamrec.predict.top_items` (what `recommend` did before)
   chunked  `streamrec.topk.top_k_items`: --item-chunk items at a time with a running top-K merge
-  bf16     (with --bf16) the chunked walk with bf16 matmuls and a shortlist re-scored in fp32
+  bf16     (with --bf16) the exact bf16 scan: `precision="bf16"` with a `scan_table` (bf16 copy of the
+           table, built before its pass), fp32 re-scoring of the items that can reach the top K
 Users/s are medians over interleaved rounds (full, chunked, full, ...); the speedup is the median of the
-per-round ratios; "CPU time full/this" compares the process CPU seconds of one pass each (less
+per-round ratios; "CPU time full/this" compares the median process CPU seconds of the same rounds (less
 sensitive to other jobs on shared cores than wall time). Peak RSS is the whole process's high-water
 mark during one pass (item table included; `table_mib` is the table alone), reset before each pass.
+With --table-file the fp32 table lives in a file, as a table read from disk would: full and chunked
+map it into memory (they read all of it), bf16 reads only the rows it needs (`streamrec.topk.FileRows`);
+the mapped pages are dropped from the process before each RSS pass, so a pass counts what it reads.
 Agreement: the share of users whose top-K item lists are identical to the full path's
 (`same_topk_*`), and bf16's recall@K against exact.
 
@@ -22,8 +26,10 @@ from __future__ import annotations
 
 import argparse
 import gc
+import mmap
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,7 +43,7 @@ from _common import interleave, median_ratio, peak_rss_bytes, print_table, reset
 from rich.console import Console  # noqa: E402
 
 from streamrec.predict import top_items  # noqa: E402
-from streamrec.topk import DEFAULT_ITEM_CHUNK, top_k_items  # noqa: E402
+from streamrec.topk import DEFAULT_ITEM_CHUNK, FileRows, scan_table, top_k_items  # noqa: E402
 
 SEEN = 20  # excluded items per user
 
@@ -49,9 +55,23 @@ def full_matrix(queries: torch.Tensor, vectors: torch.Tensor, k: int, seen: torc
     return top_items(scores, k, seen)[0]
 
 
+def mapped_table(vectors: torch.Tensor, path: Path) -> tuple[torch.Tensor, mmap.mmap]:
+    """`vectors` written to `path` and mapped back copy-on-write: only the pages read become resident."""
+    vectors.numpy().tofile(path)
+    with path.open("r+b") as f:
+        mapping = mmap.mmap(f.fileno(), 0, flags=mmap.MAP_PRIVATE)
+    return torch.frombuffer(mapping, dtype=torch.float32).view(vectors.shape), mapping
+
+
 def run_size(n_items: int, args: argparse.Namespace) -> tuple[dict[str, float], list[list[str]]]:
     g = torch.Generator().manual_seed(n_items)
     vectors = torch.randn(n_items + 1, args.d_model, generator=g) * args.d_model**-0.5  # (N+1, D)
+    mapping, tables = None, {}
+    if args.table_file:
+        folder = tempfile.TemporaryDirectory()
+        path = Path(folder.name) / "items.f32"
+        vectors, mapping = mapped_table(vectors, path)
+        tables["rows"] = FileRows(path, tuple(vectors.shape))
     users = torch.randn(args.users, args.d_model, generator=g)  # (U, D)
     seen = torch.randint(1, n_items + 1, (args.users, SEEN), generator=g)
     batches = [(users[i : i + args.batch_size], seen[i : i + args.batch_size])
@@ -62,17 +82,22 @@ def run_size(n_items: int, args: argparse.Namespace) -> tuple[dict[str, float], 
                             for q, s in batches],
     }
     if args.bf16:
-        paths["bf16"] = lambda: [top_k_items(q, vectors, args.top_k, exclude=s, item_chunk=args.item_chunk,
-                                             precision="bf16").items for q, s in batches]
-    results, peaks, cpu = {}, {}, {}
-    for name, fn in paths.items():  # one pass each: the results, the peak RSS and CPU time of that pass alone
+        paths["bf16"] = lambda: [top_k_items(q, tables.get("rows", vectors), args.top_k, exclude=s,
+                                             item_chunk=args.item_chunk, precision="bf16", scan=tables["scan"]).items
+                                 for q, s in batches]
+    results, peaks = {}, {}
+    for name, fn in paths.items():  # one pass each: the results and the peak RSS of that pass alone
+        if name == "bf16":  # built here: the other passes' peaks do not hold it
+            tables["scan"] = scan_table(vectors, args.item_chunk)
+        if mapping is not None:
+            mapping.madvise(mmap.MADV_DONTNEED)  # the table's pages leave this process; the next read maps them again
         gc.collect()
         reset_peak_rss()
-        start = time.process_time()
         results[name] = torch.cat(fn())
-        cpu[name] = time.process_time() - start
         peaks[name] = peak_rss_bytes() / 2**20
-    times = interleave(paths, args.repeats)
+    cpu_rounds: dict[str, list[float]] = {name: [] for name in paths}
+    times = interleave({name: _cpu_timed(fn, cpu_rounds[name]) for name, fn in paths.items()}, args.repeats)
+    cpu = {name: statistics.median(t) for name, t in cpu_rounds.items()}
     ups = {name: args.users / statistics.median(t) for name, t in times.items()}
     tag = f"N{n_items}"
     f = {f"{tag}_table_mib": vectors.numel() * 4 / 2**20}
@@ -99,6 +124,16 @@ def run_size(n_items: int, args: argparse.Namespace) -> tuple[dict[str, float], 
     return f, rows
 
 
+def _cpu_timed(fn: Callable[[], object], seconds: list[float]) -> Callable[[], object]:
+    """`fn` that appends the process CPU seconds of each call to `seconds`."""
+    def timed() -> object:
+        start = time.process_time()
+        out = fn()
+        seconds.append(time.process_time() - start)
+        return out
+    return timed
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--items", default="100000,1000000,5000000", help="catalogue sizes, comma-separated")
@@ -109,7 +144,9 @@ def main() -> None:
     p.add_argument("--item-chunk", type=int, default=DEFAULT_ITEM_CHUNK)
     p.add_argument("--repeats", type=int, default=3, help="timed rounds per size")
     p.add_argument("--threads", type=int, default=2, help="torch threads")
-    p.add_argument("--bf16", action="store_true", help="also time the bf16 shortlist and its recall")
+    p.add_argument("--bf16", action="store_true", help="also time the exact bf16 scan and its recall")
+    p.add_argument("--table-file", action="store_true",
+                   help="keep the fp32 table in a file (mapped by full/chunked, rows read by bf16); see above")
     p.add_argument("--json", metavar="PATH", help="write the figures as one flat JSON object")
     args = p.parse_args()
     sizes = [int(s) for s in args.items.split(",")]
@@ -117,7 +154,8 @@ def main() -> None:
         p.error("--items, --users, --batch-size, --item-chunk and --repeats must be positive")
     torch.set_num_threads(args.threads)
     figures: dict[str, float] = {"users": args.users, "batch_size": args.batch_size, "d_model": args.d_model,
-                                 "top_k": args.top_k, "item_chunk": args.item_chunk, "threads": args.threads}
+                                 "top_k": args.top_k, "item_chunk": args.item_chunk, "threads": args.threads,
+                                 "table_file": int(args.table_file)}
     rows = []
     for n in sizes:
         f, r = run_size(n, args)

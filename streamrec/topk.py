@@ -29,6 +29,11 @@ L excluded ids per query, M allowed items.
 
 from __future__ import annotations
 
+import os
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Literal, NamedTuple
 
 import torch
@@ -51,6 +56,49 @@ class ScanTable(NamedTuple):
     norms: Tensor
 
 
+class FileRows:
+    """An (N+1, D) fp32 table in a file, read with `os.pread`: only the rows asked for enter memory.
+
+    For `top_k_items(precision="bf16", scan=...)`, which reads fp32 rows only for the first chunk and
+    for re-scoring (a memory map maps whole pages and page-cache folios around each row read, so a
+    few thousand scattered rows map most of the table). The file holds the rows back to back,
+    little-endian fp32, from byte `offset` (e.g. where a tensor starts in a safetensors file).
+
+    Args:
+        path: the file.
+        shape: (N+1, D).
+        offset: byte offset of row 0.
+    """
+
+    def __init__(self, path: str | Path, shape: tuple[int, int], offset: int = 0):
+        self.path, self.shape, self.offset = Path(path), torch.Size(shape), offset
+        self._fd = os.open(self.path, os.O_RDONLY)
+        weakref.finalize(self, os.close, self._fd)
+        need = offset + self.shape.numel() * 4
+        if os.fstat(self._fd).st_size < need:
+            raise ValueError(f"{path}: {os.fstat(self._fd).st_size:,} bytes, too short for an fp32 table of shape "
+                             f"{tuple(shape)} at offset {offset:,} ({need:,} bytes); check the shape and offset")
+
+    def __getitem__(self, rows: slice | Tensor) -> Tensor:
+        """Rows `lo:hi` (one read) or the rows of a 1-D id tensor, as a new (R, D) fp32 tensor."""
+        row_bytes = self.shape[1] * 4
+        if isinstance(rows, slice):
+            lo, hi, step = rows.indices(self.shape[0])
+            assert step == 1, "FileRows reads contiguous slices only"
+            spans = [(self.offset + lo * row_bytes, max(hi - lo, 0) * row_bytes)]
+        else:
+            spans = [(self.offset + i * row_bytes, row_bytes) for i in rows.tolist()]
+        data = bytearray(sum(n for _, n in spans))
+        if not data:
+            return torch.empty(0, self.shape[1])
+        view, at = memoryview(data), 0
+        for start, n in spans:
+            if n and os.preadv(self._fd, [view[at : at + n]], start) != n:
+                raise OSError(f"{self.path}: short read at byte {start:,}; the file changed while in use")
+            at += n
+        return torch.frombuffer(data, dtype=torch.float32).view(-1, self.shape[1])
+
+
 class TopK(NamedTuple):
     """Items (B, K) best first and their scores (B, K); an empty slot holds item 0 and score -inf."""
 
@@ -59,7 +107,7 @@ class TopK(NamedTuple):
 
 
 @torch.no_grad()
-def top_k_items(queries: Tensor, vectors: Tensor, k: int, *, exclude: Tensor | None = None,
+def top_k_items(queries: Tensor, vectors: Tensor | FileRows, k: int, *, exclude: Tensor | None = None,
                 allowed: Tensor | None = None, item_chunk: int = DEFAULT_ITEM_CHUNK, normalize: bool = False,
                 precision: Precision = "fp32", scan: ScanTable | None = None) -> TopK:
     """The `k` items with the highest dot product with each query, never building the (B, N+1) matrix.
@@ -67,7 +115,7 @@ def top_k_items(queries: Tensor, vectors: Tensor, k: int, *, exclude: Tensor | N
     Args:
         queries: (B, D) user states (or normalized item vectors for cosine similarity).
         vectors: (N+1, D) item vectors; row 0 is padding and never returned. With a `scan` table only
-            the re-scored rows are read, so a memory-mapped table stays mostly on disk.
+            the first chunk and the re-scored rows are read, so the table may stay on disk (`FileRows`).
         k: items per query; min(k, N) columns are returned.
         exclude: (B, L) item ids to leave out of each row (0 = nothing), e.g. the items already seen.
         allowed: (N+1,) bool, the items that may be returned (an allow-list); None: every item.
@@ -94,8 +142,17 @@ def top_k_items(queries: Tensor, vectors: Tensor, k: int, *, exclude: Tensor | N
                 torch.full((queries.shape[0], n_out), NEG_INF, device=queries.device))
     candidates = _candidates(vectors.shape[0], allowed, queries.device)
     exclude = None if exclude is None else exclude.to(queries.device)
-    buffer = torch.empty(queries.shape[0], item_chunk, device=queries.device)  # reused: no page faults per chunk
     bounded = _BoundedQueries(queries) if precision == "bf16" else None
+    with _fp32_sums(queries.device):
+        _walk(best, queries, vectors, n_out, candidates, exclude, item_chunk, normalize, bounded, scan)
+    return TopK(best.items.masked_fill(best.scores == NEG_INF, PAD_ID), best.scores)
+
+
+def _walk(best: TopK, queries: Tensor, vectors: Tensor | FileRows, n_out: int, candidates: Tensor | None,
+          exclude: Tensor | None, item_chunk: int, normalize: bool, bounded: _BoundedQueries | None,
+          scan: ScanTable | None) -> None:
+    """Merge every chunk into `best` (updated in place)."""
+    buffer = torch.empty(queries.shape[0], item_chunk, device=queries.device)  # reused: no page faults per chunk
     for start in range(0, candidates.numel() if candidates is not None else vectors.shape[0] - 1, item_chunk):
         if candidates is None:  # the whole catalogue: a slice of the table, no copy
             lo, hi = 1 + start, min(1 + start + item_chunk, vectors.shape[0])
@@ -103,15 +160,31 @@ def top_k_items(queries: Tensor, vectors: Tensor, k: int, *, exclude: Tensor | N
         else:
             ids = rows = candidates[start : start + item_chunk]
         if bounded is not None and start > 0:  # the first chunk is scored in fp32: it sets the K-th best
-            best = _scan_chunk(bounded, vectors, scan, rows, ids, best, exclude, normalize, buffer)
+            _scan_chunk(bounded, vectors, scan, rows, ids, best, exclude, normalize, buffer)
             continue
         chunk = _fp32_rows(vectors, rows, normalize)
-        best = _merge(best, _chunk_top(queries, chunk, ids, n_out, exclude, buffer))
-    return TopK(best.items.masked_fill(best.scores == NEG_INF, PAD_ID), best.scores)
+        merged = _merge(best, _chunk_top(queries, chunk, ids, n_out, exclude, buffer))
+        best.items.copy_(merged.items)
+        best.scores.copy_(merged.scores)
+
+
+@contextmanager
+def _fp32_sums(device: torch.device) -> Iterator[None]:
+    """The bf16 error bound needs products summed in fp32: CUDA may sum split-K partials in bf16 unless told not to."""
+    if device.type != "cuda":
+        yield
+        return
+    allowed = torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = allowed
 
 
 @torch.no_grad()
-def scan_table(vectors: Tensor, item_chunk: int = DEFAULT_ITEM_CHUNK, out: Tensor | None = None) -> ScanTable:
+def scan_table(vectors: Tensor | FileRows, item_chunk: int = DEFAULT_ITEM_CHUNK,
+               out: Tensor | None = None) -> ScanTable:
     """The bf16 copy and fp32 row norms that `top_k_items(precision="bf16", scan=...)` scans, a chunk at a time.
 
     Args:
@@ -119,8 +192,9 @@ def scan_table(vectors: Tensor, item_chunk: int = DEFAULT_ITEM_CHUNK, out: Tenso
         item_chunk: rows converted at once.
         out: (N+1, D) bf16 tensor to fill (e.g. a memory-mapped file); default a new one.
     """
-    values = torch.empty(vectors.shape, dtype=torch.bfloat16, device=vectors.device) if out is None else out
-    norms = torch.empty(vectors.shape[0], device=vectors.device)
+    device = vectors.device if isinstance(vectors, Tensor) else torch.device("cpu")
+    values = torch.empty(vectors.shape, dtype=torch.bfloat16, device=device) if out is None else out
+    norms = torch.empty(vectors.shape[0], device=device)
     for lo in range(0, vectors.shape[0], item_chunk):
         chunk = vectors[lo : lo + item_chunk].float()
         values[lo : lo + item_chunk] = chunk
@@ -158,14 +232,14 @@ class _BoundedQueries:
         self.error = (BF16_ERROR + queries.shape[1] * 2**-23) * queries.norm(dim=1)
 
 
-def _fp32_rows(vectors: Tensor, rows: slice | Tensor, normalize: bool) -> Tensor:
+def _fp32_rows(vectors: Tensor | FileRows, rows: slice | Tensor, normalize: bool) -> Tensor:
     chunk = vectors[rows].float()
     return F.normalize(chunk, dim=-1) if normalize else chunk
 
 
-def _scan_chunk(q: _BoundedQueries, vectors: Tensor, scan: ScanTable | None, rows: slice | Tensor,
-                ids: Tensor | int, best: TopK, exclude: Tensor | None, normalize: bool, buffer: Tensor) -> TopK:
-    """Merge one chunk into `best`: a bf16 scan, and fp32 scores for the items that can reach the K-th best."""
+def _scan_chunk(q: _BoundedQueries, vectors: Tensor | FileRows, scan: ScanTable | None, rows: slice | Tensor,
+                ids: Tensor | int, best: TopK, exclude: Tensor | None, normalize: bool, buffer: Tensor) -> None:
+    """Merge one chunk into `best` (in place): a bf16 scan, fp32 scores for the items that can reach the K-th best."""
     if scan is not None:
         rough_v, v_max = scan.values[rows], scan.norms[rows].max()
     else:
@@ -175,7 +249,7 @@ def _scan_chunk(q: _BoundedQueries, vectors: Tensor, scan: ScanTable | None, row
     threshold = best.scores[:, -1] - q.error * v_max  # (B,)
     row, pos = _passing(rough_v @ q.bf16.T, threshold)  # (C, B) bf16: item-major, so group maxima vectorize over B
     if row.numel() == 0:
-        return best
+        return
     item = _item_ids(ids, pos)
     if exclude is not None:
         keep = ~(exclude[row] == item[:, None]).any(dim=1)
@@ -189,7 +263,6 @@ def _scan_chunk(q: _BoundedQueries, vectors: Tensor, scan: ScanTable | None, row
         top = _rescored(queries, vectors, normalize, row, item, active.numel())
     part = _merge(TopK(best.items[active], best.scores[active]), top)
     best.items[active], best.scores[active] = part.items, part.scores
-    return best
 
 
 def _passing(rough: Tensor, threshold: Tensor, group: int = SCAN_GROUP) -> tuple[Tensor, Tensor]:
@@ -216,9 +289,10 @@ def _passing(rough: Tensor, threshold: Tensor, group: int = SCAN_GROUP) -> tuple
     return sel_row[order], sel_pos[order]
 
 
-def _rescored(queries: Tensor, vectors: Tensor, normalize: bool, row: Tensor, item: Tensor, n_rows: int) -> TopK:
+def _rescored(queries: Tensor, vectors: Tensor | FileRows, normalize: bool, row: Tensor, item: Tensor,
+              n_rows: int) -> TopK:
     """fp32 scores of the (row, item) pairs (P,), laid out as (R, most pairs of a row), padded with (0, -inf)."""
-    rows32 = vectors[item].float()  # (P, D): only these rows of a memory-mapped table are read
+    rows32 = vectors[item].float()  # (P, D): only these rows of a table on disk (`FileRows`) are read
     rows32 = F.normalize(rows32, dim=-1) if normalize else rows32
     exact = (queries[row] * rows32).sum(dim=1)  # (P,)
     counts = torch.bincount(row, minlength=n_rows)

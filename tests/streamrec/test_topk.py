@@ -5,7 +5,7 @@ import torch
 
 from streamrec import topk
 from streamrec.model import PAD_ID
-from streamrec.topk import brute_force_top_k, scan_table, top_k_items
+from streamrec.topk import FileRows, brute_force_top_k, scan_table, top_k_items
 
 
 def _python_top_k(queries, vectors, k, exclude=None, allowed=None):
@@ -123,6 +123,19 @@ def test_bf16_scan_with_cosine_similarity():
     want_items, _ = _python_top_k(unit_q, torch.nn.functional.normalize(v, dim=-1), 6)
     got = top_k_items(unit_q, v * 3.0, 6, item_chunk=50, normalize=True, precision="bf16")
     assert got.items.tolist() == want_items.tolist()
+
+
+def test_bf16_scan_reads_the_fp32_table_from_a_file(tmp_path, monkeypatch):
+    q, v, exclude = _close_scores(8, 700)
+    path = tmp_path / "items.f32"
+    path.write_bytes(b"header" + v.numpy().tobytes())
+    rows = FileRows(path, tuple(v.shape), offset=6)
+    assert torch.equal(rows[3:9], v[3:9]) and torch.equal(rows[torch.tensor([5, 0, 700])], v[[5, 0, 700]])
+    read = _counting(monkeypatch, "_rescored")
+    got = top_k_items(q, rows, 10, exclude=exclude, item_chunk=64, precision="bf16", scan=scan_table(rows, 50))
+    assert read and got.items.tolist() == _python_top_k(q, v, 10, exclude=exclude)[0].tolist()
+    with pytest.raises(ValueError, match="too short for an fp32 table of shape"):
+        FileRows(path, (702, 8))
 
 
 def test_bad_arguments_are_one_line_errors():
