@@ -20,6 +20,12 @@ users with the same top-K lists is checked (`..._same_topk_share`, ties aside 1.
     python benchmarks/streamrec_scale.py --items 100000,1000000 --rows 200000 --users 1000   # about 2 minutes
     python benchmarks/streamrec_scale.py --json runs/scale.json --plot runs/scale.png         # the issue's grid
 
+--train-items measures training instead (issue 25 item 4): for each N, a child builds the model with
+`loss: sampled` (256 shared negatives) and runs 3 steps of AdamW on random (128, 50) batches; figures are
+its peak RSS above the built model (`train_N{n}_peak_above_model_mib`) and, between the smallest and
+largest N, how many item tables (N x D fp32) each extra item costs (`train_tables_per_table`: the dense
+gradient, AdamW's two states and the backward's dense gradient buffers are each N x D).
+
 Targets (issue 25) at 5M items: new peak RSS <= 1.5 GB and >= 3x the old users/s. JSON keys:
 N{items}_R{rows}_{old,new,bf16}_{users_per_s,peak_rss_mib,total_s,score_s}; new against old:
 N{items}_R{rows}_{speedup,rss_ratio,same_topk_share}, bf16 the same as N{items}_R{rows}_bf16_{...}.
@@ -98,6 +104,55 @@ def child_score(args: argparse.Namespace) -> None:
     total = time.perf_counter() - start
     logging.shutdown()
     print(json.dumps({"total_s": total, "score_s": timed["score_s"]}))
+
+
+def child_train(args: argparse.Namespace) -> None:
+    """Peak RSS of sampled-softmax training steps above the built model; prints JSON."""
+    sys.path.insert(0, str(ROOT))
+    import torch
+    from _common import peak_rss_bytes, reset_peak_rss, rss_bytes
+
+    from streamrec.module import StreamRecModule
+
+    torch.manual_seed(args.seed)
+    n = int(args.items)
+    module = StreamRecModule(num_items=n, max_len=50, d_model=args.d_model, n_heads=2, n_layers=2,
+                             d_ff=4 * args.d_model, loss="sampled", num_negatives=256, popularity_baseline=False)
+    opt = torch.optim.AdamW(module.parameters(), lr=1e-3)
+    inputs, targets = torch.randint(1, n + 1, (128, 50)), torch.randint(1, n + 1, (128, 50))  # (B, T)
+    base = rss_bytes()
+    reset_peak_rss()
+    start = time.perf_counter()
+    for _ in range(3):  # the first step allocates AdamW's states; later ones show the steady peak
+        hidden = module.model.encode(inputs)  # (B, T, D)
+        module.compute_loss(hidden.reshape(-1, args.d_model), targets.reshape(-1)).backward()
+        opt.step()
+        opt.zero_grad()
+    table = module.model.item_vectors.numel() * 4
+    print(json.dumps({"peak_above_model_mib": (peak_rss_bytes() - base) / 2**20, "table_mib": table / 2**20,
+                      "s_per_step": (time.perf_counter() - start) / 3}))
+
+
+def run_train(args: argparse.Namespace) -> tuple[dict[str, float], list[list[str]]]:
+    figures, table = {}, []
+    for n in ints(args.train_items):
+        cmd = [sys.executable, __file__, "--child-train", "--items", str(n), "--d-model", str(args.d_model),
+               "--seed", str(args.seed)]
+        f = run_child(cmd, f"training run at {n:,} items", args.budget)
+        if f is None:
+            figures[f"train_N{n}_timed_out"] = 1
+            table.append([f"{n:,} items", "timed out", "", "", "", ""])
+            continue
+        for key in ("peak_above_model_mib", "table_mib", "s_per_step", "peak_mib"):
+            figures[f"train_N{n}_{key.replace('peak_mib', 'peak_rss_mib')}"] = f[key]
+        table.append([f"{n:,} items", f"{f['table_mib']:.0f}", f"{f['peak_above_model_mib']:.0f}",
+                      f"{f['peak_mib']:.0f}", f"{f['s_per_step']:.2f}"])
+    done = [n for n in ints(args.train_items) if f"train_N{n}_table_mib" in figures]
+    if len(done) >= 2 and min(done) != max(done):
+        lo, hi = f"train_N{min(done)}", f"train_N{max(done)}"
+        extra = figures[f"{hi}_peak_above_model_mib"] - figures[f"{lo}_peak_above_model_mib"]
+        figures["train_tables_per_table"] = extra / (figures[f"{hi}_table_mib"] - figures[f"{lo}_table_mib"])
+    return figures, table
 
 
 def same_topk_share(a: Path, b: Path) -> float:
@@ -247,7 +302,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tmp", help="folder for the logs and checkpoints (default: the system's; 10M items ~2.6 GB)")
     p.add_argument("--json", metavar="PATH", help="write the figures as one flat JSON object")
     p.add_argument("--plot", metavar="PATH", help="write a PNG: users/s and peak RSS against catalogue size")
+    p.add_argument("--train-items", metavar="SIZES",
+                   help="measure sampled-softmax training memory at these catalogue sizes instead of scoring")
     p.add_argument("--child", choices=PATHS, help=argparse.SUPPRESS)
+    p.add_argument("--child-train", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--tree", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--ckpt", help=argparse.SUPPRESS)
     p.add_argument("--log", help=argparse.SUPPRESS)
@@ -258,6 +316,19 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     if args.child:
         return child_score(args)
+    if args.child_train:
+        return child_train(args)
+    if args.train_items:
+        figures, table = run_train(args)
+        print_table(Console(width=150), f"sampled-softmax training (256 negatives, AdamW, batch 128 x 50), d_model "
+                    f"{args.d_model}", ["catalogue", "item table MiB", "peak above model MiB", "peak RSS MiB",
+                                        "s/step"], table)
+        if "train_tables_per_table" in figures:
+            print(f"each item table's worth of items adds {figures['train_tables_per_table']:.1f} item tables of "
+                  "peak memory above the model (the model holds one more)")
+        if args.json:
+            write_json(args.json, figures)
+        return None
     if args.generate:
         rows = int(args.rows)
         return generate(args.generate, rows, max(1, rows // 40), args.log_items, args.seed, formats=("parquet",))

@@ -52,3 +52,16 @@ def test_the_old_tree_is_the_baseline_commits(tmp_path: Path) -> None:
     old_score = (tree / "streamrec" / "score.py").read_text()
     assert "--item-chunk" not in old_score and "--item-chunk" in (ROOT / "streamrec" / "score.py").read_text()
     assert (tree / "core" / "__init__.py").is_file()
+
+
+def test_training_memory_mode_writes_flat_json(tmp_path: Path) -> None:
+    out = tmp_path / "train.json"
+    cmd = [sys.executable, "benchmarks/streamrec_scale.py", "--train-items", "1000,40000", "--d-model", "16",
+           "--json", str(out)]
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    assert figures["train_N40000_table_mib"] == pytest.approx(40001 * 16 * 4 / 2**20)
+    for n in (1000, 40000):
+        assert figures[f"train_N{n}_peak_above_model_mib"] > 0 and figures[f"train_N{n}_s_per_step"] > 0
+    assert math.isfinite(figures["train_tables_per_table"])
