@@ -11,17 +11,20 @@ Ranking rule, the same as a stable sort of the full score matrix: higher score f
 scores the lower item id first. `torch.topk` leaves the order of ties unspecified, so ties that
 cross the K-th place of a chunk are settled by a stable sort of just those rows.
 
-`precision="bf16"` is exact too, and faster: each chunk is scored in bfloat16 (about 4x the fp32
-matmul on AVX512-BF16 CPUs) and only the items whose bf16 score could still reach the running K-th
-best are re-scored in fp32. The bf16 score of item v for query q is within
-`BF16_ERROR * |q| * |v|` of its fp32 score (inputs rounded to 8 bits, products summed in fp32, the
-sum rounded to bf16: under 3.1 * 2^-8 relative to |q||v| by Cauchy-Schwarz; 4 * 2^-8 plus the fp32
-rounding of both sides is used), so an item whose bf16 score is below (K-th best fp32 score) - that
-bound cannot enter and is skipped. A row whose best bf16 score in a chunk is below its threshold
-costs one `amax`, not a `topk`. The first chunk, and any chunk where too many items pass (a
-degenerate catalogue with near-equal scores), are scored in fp32 as before. `scan_table` keeps the
-bf16 copy and row norms of a catalogue so the scan never reads the fp32 table; the fp32 rows are
-read only for re-scoring, so that table may be memory-mapped (only the touched pages are loaded).
+`precision="bf16"` gives the same items, faster: each chunk is scored in bfloat16 (about 4x the
+fp32 matmul on AVX512-BF16 CPUs) and only the items whose bf16 score can still reach the running
+K-th best are re-scored in fp32. Why that is exact: with inputs rounded to bf16 (relative error
+u = 2^-8 each; their products are exact in fp32), products summed in fp32 and the sum rounded to
+bf16, |bf16 score - fp32 score| <= (3u + O(u^2)) sum|q_i v_i| <= (3u + O(u^2)) |q| |v| (Cauchy-Schwarz).
+`BF16_ERROR` = 4u, plus D 2^-23 for the fp32 sums of the re-score and of the K-th best, times |q|
+and the largest |v| of the chunk, is the threshold's margin; an item below (K-th best) - margin
+cannot enter. Maxima of groups of `SCAN_GROUP` items are compared first, so a chunk costs a bf16
+matmul and one `amax` pass, not a `topk`. The first chunk (it sets the K-th best), and any chunk
+where too many items pass (near-equal scores), are scored in fp32 as before. On CUDA the split-K
+reductions in bf16 that PyTorch allows by default are turned off for the call, as the bound needs
+fp32 sums. `scan_table` keeps the bf16 copy and row norms of a catalogue, so the scan never reads
+the fp32 table: it may stay in a file (`FileRows`), read only for the first chunk and the re-scored
+rows (a memory map would not do: the kernel maps whole pages and folios around each row read).
 
 Legend: B queries (users), D width, N items (ids 1..N, 0 = padding), C items in a chunk, K top-K,
 L excluded ids per query, M allowed items.
@@ -276,7 +279,6 @@ def _passing(rough: Tensor, threshold: Tensor, group: int = SCAN_GROUP) -> tuple
     blocks = rough[:whole].view(whole // group, group, b)  # (G, g, B)
     maxima = blocks.amax(dim=1)  # (G, B)
     if whole < c:  # the chunk's tail: one shorter group
-        blocks = None if whole == 0 else blocks
         maxima = torch.cat([maxima, rough[whole:].amax(dim=0, keepdim=True)])
     grp, row = (maxima.float() >= threshold).nonzero().unbind(1)  # (Pg,)
     lo = grp * group

@@ -138,6 +138,17 @@ def test_bf16_scan_reads_the_fp32_table_from_a_file(tmp_path, monkeypatch):
         FileRows(path, (702, 8))
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_bf16_scan_on_cuda_sums_in_fp32_and_restores_the_setting():
+    q, v, exclude = _close_scores(9, 3000)
+    flags = torch.backends.cuda.matmul
+    before = flags.allow_bf16_reduced_precision_reduction
+    got = top_k_items(q.cuda(), v.cuda(), 10, exclude=exclude.cuda(), item_chunk=256, precision="bf16")
+    assert got.items.cpu().tolist() == _python_top_k(q, v, 10, exclude=exclude)[0].tolist()
+    assert flags.allow_bf16_reduced_precision_reduction == before
+
+
 def test_bad_arguments_are_one_line_errors():
     q, v, _, _ = _case(0, 10, False)
     with pytest.raises(ValueError, match=r"`item_chunk` \(0\) must be >= 1"):
