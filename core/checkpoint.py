@@ -16,6 +16,7 @@ so checkpoints written before this loader existed load unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import io
 import pickle
@@ -23,7 +24,7 @@ import pickletools
 import re
 import warnings
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -113,13 +114,53 @@ def load_module(cls: type[Module], path: str | Path, written_by: str, app: str,
                          f"pass a checkpoint written by `{written_by}`")
     accepted = inspect.signature(cls).parameters
     try:
-        module = cls(**{k: v for k, v in state["hyper_parameters"].items() if k in accepted})
-        module.load_state_dict(state["state_dict"])
+        with _skip_weight_init():
+            module = cls(**{k: v for k, v in state["hyper_parameters"].items() if k in accepted})
+        _assign_weights(module, state["state_dict"])
     except (RuntimeError, TypeError, ValueError) as err:  # torch lists every mismatching tensor; one is enough
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise InputError(f"{path}: weights do not fit the stored hyperparameters ({first}); "
                          f"pass a checkpoint written by `{written_by}`") from None
     return module.eval(), state
+
+
+_INIT_FUNCTIONS = ("uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_", "eye_",
+                   "xavier_uniform_", "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "orthogonal_")
+
+
+@contextlib.contextmanager
+def _skip_weight_init() -> Iterator[None]:
+    """Build a module whose weights are about to be replaced without drawing random ones.
+
+    Random initialisation writes every page of every weight; a 5M-item table (1.2 GB) was then held
+    twice, the random one and the checkpoint's. Left uninitialised (`torch.empty`), those pages are
+    never touched. Buffers computed in constructors (position tables) are unaffected.
+    """
+    saved = {name: getattr(nn.init, name) for name in _INIT_FUNCTIONS}
+    for name in saved:
+        setattr(nn.init, name, lambda tensor, *args, **kwargs: tensor)
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(nn.init, name, fn)
+
+
+def _assign_weights(module: nn.Module, state_dict: dict[str, torch.Tensor]) -> None:
+    """`load_state_dict(strict=True)` that takes the checkpoint's tensors instead of copying them.
+
+    Assigning keeps one copy of each weight in memory; parameters the module shares under several
+    names (tied embeddings) are re-tied afterwards, since assignment gives each name its own Parameter.
+    """
+    shared: dict[int, list[str]] = {}
+    for name, param in module.named_parameters(remove_duplicate=False):
+        shared.setdefault(id(param), []).append(name)
+    module.load_state_dict(state_dict, assign=True)
+    for first, *others in (names for names in shared.values() if len(names) > 1):
+        param = module.get_parameter(first)
+        for name in others:
+            owner, _, leaf = name.rpartition(".")
+            setattr(module.get_submodule(owner), leaf, param)
 
 
 def refusal(path: str | Path, err: Exception, written_by: str = "python -m <app> fit") -> UnsafeCheckpointError | None:

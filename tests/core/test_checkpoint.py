@@ -102,3 +102,42 @@ def test_the_warning_names_a_callback_whose_last_ckpt_goes_stale(save_last, tmp_
 def test_no_warning_where_every_epoch_is_saved(tmp_path: Path) -> None:
     assert stale_last_checkpoint_warnings([ModelCheckpoint(dirpath=tmp_path, monitor="step", save_top_k=-1,
                                                            save_last=True)]) == []
+
+
+class _Tied(LightningModule):
+    """A module with a tied weight, a computed buffer and a checkpoint-only buffer, like our two apps."""
+
+    def __init__(self, vocab: int = 11, width: int = 6):
+        super().__init__()
+        self.save_hyperparameters()
+        self.embed = torch.nn.Embedding(vocab, width)
+        self.norm = torch.nn.LayerNorm(width)
+        self.out = torch.nn.Linear(width, vocab, bias=False)
+        self.out.weight = self.embed.weight
+        self.register_buffer("table", torch.arange(vocab, dtype=torch.float32).sin(), persistent=False)
+        self.register_buffer("counts", torch.zeros(vocab))
+
+
+def test_load_module_equals_building_and_copying_and_keeps_ties(tmp_path: Path) -> None:
+    from core.checkpoint import load_module
+
+    torch.manual_seed(0)
+    trained = _Tied()
+    with torch.no_grad():
+        for p in trained.parameters():
+            p.add_(torch.randn_like(p))
+        trained.counts.add_(3)
+    path = tmp_path / "m.ckpt"
+    torch.save({"hyper_parameters": dict(trained.hparams), "state_dict": trained.state_dict()}, path)
+
+    loaded, _ = load_module(_Tied, path, "python -m tied fit", "Tied")
+    reference = _Tied()  # the plain way: random init, then copy
+    reference.load_state_dict(torch.load(path, weights_only=True)["state_dict"])
+    for (name, a), (_, b) in zip(loaded.state_dict(keep_vars=True).items(), reference.state_dict().items(),
+                                 strict=True):
+        assert torch.equal(a, b), name
+    assert torch.equal(loaded.table, reference.table)  # computed in the constructor, not in the checkpoint
+    assert loaded.out.weight is loaded.embed.weight  # still one Parameter
+    assert not loaded.training
+    # The initialisers are restored after loading.
+    assert not torch.equal(torch.nn.init.normal_(torch.zeros(4)), torch.zeros(4))
