@@ -6,6 +6,8 @@ with each user's 20 "seen" items excluded, in batches of --batch-size users:
   chunked  `streamrec.topk.top_k_items`: --item-chunk items at a time with a running top-K merge
   bf16     (with --bf16) the exact bf16 scan: `precision="bf16"` with a `scan_table` (bf16 copy of the
            table, built before its pass), fp32 re-scoring of the items that can reach the top K
+  bf16_convert  (with --bf16) the same without a scan table: each fp32 chunk converted to bf16 on the way
+           (what `python -m streamrec.score --precision bf16` does: the model's fp32 table stays in memory)
 Users/s are medians over interleaved rounds (full, chunked, full, ...); the speedup is the median of the
 per-round ratios; "CPU time full/this" compares the median process CPU seconds of the same rounds (less
 sensitive to other jobs on shared cores than wall time). Peak RSS is the whole process's high-water
@@ -81,7 +83,9 @@ def run_size(n_items: int, args: argparse.Namespace) -> tuple[dict[str, float], 
         "chunked": lambda: [top_k_items(q, vectors, args.top_k, exclude=s, item_chunk=args.item_chunk).items
                             for q, s in batches],
     }
-    if args.bf16:
+    if args.bf16:  # bf16_convert first: its RSS pass must not hold bf16's scan table
+        paths["bf16_convert"] = lambda: [top_k_items(q, vectors, args.top_k, exclude=s, item_chunk=args.item_chunk,
+                                                     precision="bf16").items for q, s in batches]
         paths["bf16"] = lambda: [top_k_items(q, tables.get("rows", vectors), args.top_k, exclude=s,
                                              item_chunk=args.item_chunk, precision="bf16", scan=tables["scan"]).items
                                  for q, s in batches]

@@ -261,6 +261,9 @@ def main(argv: list[str] | None = None) -> None:
                    help="fp32 (default) or bf16: each item chunk scanned in bf16 and the items that can reach "
                         "the top K (a proven bound on bf16 rounding) re-scored in fp32: the same items, faster on "
                         "CPUs with AVX512-BF16 (see streamrec.topk)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch threads of the local engine (default 0: one per core); 1 where other jobs keep the "
+                        "cores busy: waiting for a second thread then costs more than it gives")
     p.add_argument("--shard", help="I/N: score only shard I of N of the users (a stable hash of the user id); "
                                    "merge the N outputs with python -m streamrec.shards merge")
     p.add_argument("--engine", choices=("local", "ray"), default="local",
@@ -296,8 +299,8 @@ def _check_output(path: Path) -> None:
 def _run(args: argparse.Namespace) -> None:
     if args.top_k < 1 or args.batch_size < 1 or args.chunk_users < 1 or args.item_chunk < 1:
         raise InputError("--top-k, --batch-size, --chunk-users and --item-chunk must be positive")
-    if args.workers < 1 or args.cpus_per_worker <= 0:
-        raise InputError("--workers and --cpus-per-worker must be positive")
+    if args.workers < 1 or args.cpus_per_worker <= 0 or args.threads < 0:
+        raise InputError("--workers and --cpus-per-worker must be positive, --threads 0 or more")
     args.shard_index = None if args.shard is None else parse_shard(args.shard)
     output = Path(args.output)
     _check_output(output)
@@ -326,6 +329,8 @@ def _score_into(args: argparse.Namespace, output: Path) -> None:
         rows = score_with_ray(args, todo, interactions, output)
         log.info("wrote %d rows for %d users to %s", rows, len(todo), output)
         return
+    if args.threads:
+        torch.set_num_threads(args.threads)
     manifest = {
         "ckpt": str(ckpt.resolve()), "ckpt_bytes": ckpt.stat().st_size, "input": str(Path(args.input).resolve()),
         "users": args.users, "top_k": args.top_k, "include_seen": args.include_seen, "explain": args.explain,
