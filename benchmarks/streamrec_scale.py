@@ -9,7 +9,7 @@ minutes.
   old   the tree at --baseline-commit (323717e: the full (B, N+1) score matrix, the csv-module reader),
         extracted with `git archive` into a temporary folder and imported from there
   new   today's tree (item chunks, the columnar reader), --item-chunk items at a time
-  bf16  (with --bf16) today's tree with `--precision bf16` (a bf16 shortlist per chunk re-scored in fp32)
+  bf16  (with --bf16) today's tree with `--precision bf16` (exact bf16 scan, fp32 re-scoring)
 users/s = users scored / seconds inside `_score_all` (ranking and writing; both trees have it), total_s
 the whole run (checkpoint load and log read included). Peak RSS is the child's whole-process high-water
 mark (`os.wait4`, imports and the item table included; `table_mib` is the fp32 table alone). A point that

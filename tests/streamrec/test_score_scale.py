@@ -68,9 +68,9 @@ def test_small_item_chunks_give_the_same_rows_and_provenance(tiny_ckpt, tiny_log
     assert prov["created"] and prov["version"]
 
 
-def test_bf16_precision_is_recorded_and_exact_when_the_shortlist_holds_the_chunk(tiny_ckpt, tiny_log, whole, tmp_path):
+def test_bf16_precision_is_recorded_and_gives_the_fp32_rows(tiny_ckpt, tiny_log, whole, tmp_path):
     out = tmp_path / "bf16.parquet"
-    _score(tiny_ckpt, tiny_log, out, "--precision", "bf16")  # 40 items < k + shortlist: every item re-scored
+    _score(tiny_ckpt, tiny_log, out, "--precision", "bf16")  # exact: fp32 re-scoring
     _assert_same_rows(out, whole)
     assert shards.read_provenance(out)["precision"] == "bf16" and shards.read_provenance(whole)["precision"] == "fp32"
 
