@@ -5,17 +5,20 @@ folder as CSV and Parquet. Each measurement runs in a fresh child process: the o
 `streamrec/data.py` at the commit before the columnar change (`git show`, imported from a temporary
 module, so the product keeps one reader), the new one is today's tree. Two stages:
 `read` = `read_interactions` alone; `setup` = `StreamRecDataModule(path).setup("fit")` (read,
-vocabulary, leave-one-out split, training windows). Wall time inside the child; peak RSS of the
-child from `os.wait4`'s rusage (whole process, imports included) and its peak above the RSS after
-imports (VmHWM after a reset). Both paths' results are checked equal (a digest of every user's
-sequence). Figures vary with load on shared cores: compare ratios, and only within one run.
+vocabulary, leave-one-out split, training windows). Each child imports what its stage needs: the
+old reader lives in a module that imports torch and Lightning; today's `read` stage imports only
+`streamrec.readers` (numpy and pyarrow, no torch), its `setup` stage the DataModule (torch). Wall
+time inside the child; peak RSS of the child from `os.wait4`'s rusage (whole process, imports
+included), its RSS after imports, and its peak above that (VmHWM after a reset), so the comparison
+can be read with and without the imports. Both paths' results are checked equal (a digest of every
+user's sequence). Figures vary with load on shared cores: compare ratios, and only within one run.
 
     python benchmarks/streamrec_ingest.py                      # 2M rows, 50k users
     python benchmarks/streamrec_ingest.py --rows 20000000 --json runs/ingest_20m.json
     python benchmarks/streamrec_ingest.py --rows 20000 --stages read   # seconds
 
-JSON keys: {stage}_{format}_{old,new}_{s,peak_mib,above_imports_mib}, {stage}_{format}_{speedup,memory_ratio},
-rows, users, items.
+JSON keys: {stage}_{format}_{old,new}_{s,peak_mib,imports_mib,above_imports_mib,torch}, {stage}_{format}_{speedup,
+memory_ratio,above_imports_ratio}, rows, users, items (torch: 1.0 when the child had torch imported).
 """
 
 from __future__ import annotations
@@ -89,11 +92,10 @@ def child(args: argparse.Namespace) -> None:
     if args.path_kind == "old":
         mod = __import__(Path(args.module).stem)
         read, datamodule = mod.read_interactions, mod.StreamRecDataModule
+    elif args.stage == "read":  # what a read step needs: no DataModule, so no torch
+        from streamrec.readers import read_interactions as read
     else:
         from streamrec.data import StreamRecDataModule as datamodule
-        from streamrec.readers import read_interactions as read
-    if args.stage == "setup":
-        import torch  # noqa: F401  (the DataModule's; imported before the baseline RSS)
     import logging
 
     logging.disable(logging.INFO)
@@ -113,7 +115,8 @@ def child(args: argparse.Namespace) -> None:
         split = result.splits
         check = digest(list(split.train), {u: [int(i) for i in h] for u, h in split.train.items()})
         check += f"/{len(result.train_set)}/{sum(int(c.target) for c in split.test)}/{result.num_items}"
-    print(json.dumps({"s": seconds, "above_imports_mib": above / 2**20, "check": check}))
+    print(json.dumps({"s": seconds, "imports_mib": before / 2**20, "above_imports_mib": above / 2**20,
+                      "torch": float("torch" in sys.modules), "check": check}))
 
 
 def run_child(cmd: list[str], what: str, timeout_s: float | None = None) -> dict | None:
@@ -188,7 +191,7 @@ def main(argv: list[str] | None = None) -> None:
                     sys.exit(f"error: {stage} {fmt}: old and new results differ ({old['check']} != {new['check']})")
                 name = f"{stage}_{fmt}"
                 for kind, f in (("old", old), ("new", new)):
-                    for key in ("s", "peak_mib", "above_imports_mib"):
+                    for key in ("s", "peak_mib", "imports_mib", "above_imports_mib", "torch"):
                         figures[f"{name}_{kind}_{key}"] = f[key]
                 figures[f"{name}_speedup"] = old["s"] / new["s"]
                 figures[f"{name}_memory_ratio"] = old["peak_mib"] / new["peak_mib"]
@@ -196,10 +199,11 @@ def main(argv: list[str] | None = None) -> None:
                 rows.append([f"{stage} {fmt}", f"{old['s']:.2f}", f"{new['s']:.2f}", f"{old['s'] / new['s']:.1f}x",
                              f"{old['peak_mib']:.0f}", f"{new['peak_mib']:.0f}",
                              f"{old['peak_mib'] / new['peak_mib']:.1f}x",
+                             f"{old['imports_mib']:.0f} / {new['imports_mib']:.0f}",
                              f"{old['above_imports_mib']:.0f} / {new['above_imports_mib']:.0f}"])
     print_table(console, f"StreamRec ingestion, {args.rows:,} rows, {users:,} users (old = {args.baseline_commit[:7]})",
                 ["stage", "old s", "new s", "speedup", "old peak MiB", "new peak MiB", "memory ratio",
-                 "above imports old / new MiB"], rows)
+                 "imports old / new MiB", "above imports old / new MiB"], rows)
     if args.json:
         write_json(args.json, figures)
 

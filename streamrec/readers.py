@@ -1,9 +1,11 @@
 """Reading interaction logs: CSV, TSV, Parquet, SASRec "user item" lines, one line per user, or a folder of them.
 
 `read_interactions` reads a log into columnar `Interactions` (streamrec.interactions). The work is
-done by pyarrow: CSV/TSV is streamed in blocks (`pyarrow.csv.open_csv`), Parquet read by column,
-text formats split per block with arrow's string kernels, ids dictionary-encoded to int32, and
-every user's events put in time order by one stable numpy sort. Equal timestamps keep file order.
+done by pyarrow: CSV/TSV is streamed in 256 KiB blocks (`pyarrow.csv.open_csv`, which reads up to 32
+blocks ahead), Parquet in record batches, text formats split per block with arrow's string kernels.
+Each block goes to `InteractionsBuilder` (streamrec.columnar), which dictionary-encodes the ids to
+int32 a group at a time and groups them by user, so the log's id strings are never all held at
+once. Equal timestamps keep file order. Importing this module does not import torch.
 
 User mistakes (missing file or column, empty file, bad timestamp, malformed line, unreadable
 Parquet) raise a one-line ValueError/FileNotFoundError naming the file, line/row or column and the
@@ -18,6 +20,7 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
@@ -28,13 +31,16 @@ import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
 from core.errors import InputError, check_text_file
+from streamrec.columnar import InteractionsBuilder, as_arrow, as_numpy
 from streamrec.interactions import Interactions
 
 Format = Literal["auto", "csv", "tsv", "parquet", "sasrec", "lines"]
 _FORMATS = ("csv", "tsv", "parquet", "sasrec", "lines")
 _SUFFIXES = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".parquet": "parquet", ".pq": "parquet",
              ".txt": "lines", ".dat": "lines"}
-_BLOCK = 16 << 20  # bytes per CSV/text block: big enough for arrow's speed, small next to the log
+_BLOCK = 1 << 18  # bytes per CSV/text block: arrow's CSV reader reads up to 32 blocks ahead
+_TOLERANT_BLOCK = 16 << 20  # the rare second CSV pass: room for long quoted fields
+_PARQUET_BATCH = 1 << 16  # rows per Parquet record batch
 
 # One parsed block: user ids, item ids (arrow strings), timestamps (float64) or None.
 Chunk = tuple[pa.Array, pa.Array, "np.ndarray | None"]
@@ -165,25 +171,27 @@ def _arrow_delimited(path: Path, delimiter: str, width: int, idx: dict[str, int]
     time = names[idx["time_col"]] if "time_col" in idx else None
     types = {user: pa.string(), item: pa.string()} | ({time: pa.string() if tolerant else pa.float64()} if time else {})
     reader = pa_csv.open_csv(
-        path, read_options=pa_csv.ReadOptions(column_names=names, skip_rows=1, block_size=_BLOCK),
+        path, read_options=pa_csv.ReadOptions(column_names=names, skip_rows=1,
+                                              block_size=_TOLERANT_BLOCK if tolerant else _BLOCK),
         parse_options=pa_csv.ParseOptions(delimiter=delimiter, newlines_in_values=tolerant,
                                           invalid_row_handler=_blank_row_handler(delimiter)),
         convert_options=pa_csv.ConvertOptions(include_columns=list(types), column_types=types,
                                               strings_can_be_null=False))
     for batch in reader:
         users, items = (pc.utf8_trim_whitespace(batch.column(c)) for c in (user, item))
-        empty = pc.equal(pc.binary_length(users), 0)
+        empty = as_numpy(pc.binary_length(users)) == 0  # numpy, not arrow's to_numpy: see `as_numpy`
         if tolerant:  # the scan found no fault, so a row with an empty id is a blank row
-            keep = pc.invert(empty)
-            batch, users, items = batch.filter(keep), users.filter(keep), items.filter(keep)
-        elif pc.any(pc.or_(empty, pc.equal(pc.binary_length(items), 0))).as_py():
+            keep = as_arrow(np.flatnonzero(~empty))
+            batch, users, items = batch.take(keep), users.take(keep), items.take(keep)
+        elif empty.any() or (as_numpy(pc.binary_length(items)) == 0).any():
             raise _Suspect
         times = None
         if time is not None:
             column = batch.column(time)
-            times = (np.array([float(v) for v in column.to_pylist()]) if tolerant
-                     else column.to_numpy(zero_copy_only=False))
-            if column.null_count or not np.isfinite(times).all():
+            if column.null_count:
+                raise _Suspect
+            times = np.array([float(v) for v in column.to_pylist()]) if tolerant else as_numpy(column)
+            if not np.isfinite(times).all():
                 raise _Suspect
         yield users, items, times
 
@@ -208,21 +216,29 @@ def _scan_delimited(path: Path, delimiter: str, header: list[str], idx: dict[str
                 _parse_time(row[idx["time_col"]], where, cols["time_col"])
 
 
-def _read_delimited(path: Path, fmt: str, cols: dict[str, str | None]) -> list[Chunk]:
+def _read_delimited(path: Path, fmt: str, cols: dict[str, str | None], builder: InteractionsBuilder) -> None:
     delimiter = "," if fmt == "csv" else "\t"
     header, idx = _header(path, delimiter, cols)
+    with path.open("rb") as f:
+        head = f.read(_SNIFF_BYTES)
+    builder.expect(int(path.stat().st_size * (head.count(b"\n") + 1) / max(len(head), 1) * 1.05))  # rows, about
+    start = builder.mark()
     try:
-        return list(_arrow_delimited(path, delimiter, len(header), idx, tolerant=False))
+        for chunk in _arrow_delimited(path, delimiter, len(header), idx, tolerant=False):
+            builder.add(*chunk)
+        return
     except (pa.ArrowException, _Suspect):
+        builder.rollback(start)  # the blocks before the fault are read again below
         _scan_delimited(path, delimiter, header, idx, cols)
     try:
-        return list(_arrow_delimited(path, delimiter, len(header), idx, tolerant=True))
+        for chunk in _arrow_delimited(path, delimiter, len(header), idx, tolerant=True):
+            builder.add(*chunk)
     except (pa.ArrowException, ValueError, _Suspect) as e:
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise InputError(f"{path}: not a readable {fmt.upper()} file ({reason}); check the file and `format`") from e
 
 
-def _as_ids(array: pa.ChunkedArray) -> pa.ChunkedArray:
+def _as_ids(array: pa.Array) -> pa.Array:
     """Ids as strings, as `str(value)` would write them (integers cast in arrow, rarer types in Python)."""
     kind = array.type
     if pa.types.is_dictionary(kind):
@@ -231,50 +247,63 @@ def _as_ids(array: pa.ChunkedArray) -> pa.ChunkedArray:
         return array
     if pa.types.is_integer(kind):
         return pc.cast(array, pa.string())
-    return pa.chunked_array([pa.array([str(v) for v in array.to_pylist()], pa.string())])
+    return pa.array([str(v) for v in array.to_pylist()], pa.string())  # imports pandas: rare types only
 
 
-def _as_seconds(path: Path, array: pa.ChunkedArray, col: str) -> np.ndarray:
+def _as_seconds(path: Path, array: pa.Array, col: str, first_row: int) -> np.ndarray:
+    """Unix seconds as float64; `first_row` (0-based) numbers the rows in errors."""
     kind = array.type
     if pa.types.is_date(kind):
         array, kind = pc.cast(array, pa.timestamp("s")), pa.timestamp("s")
     if pa.types.is_timestamp(kind):  # Unix seconds, whatever unit the file stores
         per_second = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}[kind.unit]
-        values = pc.cast(array, pa.int64()).to_numpy().astype(np.float64) / per_second
+        values = as_numpy(pc.cast(array, pa.int64())).astype(np.float64) / per_second
     elif pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):
-        values = pc.cast(array, pa.float64()).to_numpy()
+        values = as_numpy(pc.cast(array, pa.float64()))
     else:
-        return np.array([_parse_time(v, f"{path} row {i + 1}", col) for i, v in enumerate(array.to_pylist())])
+        return np.array([_parse_time(v, f"{path} row {first_row + i + 1}", col)
+                         for i, v in enumerate(array.to_pylist())], dtype=np.float64)
     bad = np.flatnonzero(~np.isfinite(values))
     if len(bad):
-        _parse_time(float(values[bad[0]]), f"{path} row {bad[0] + 1}", col)
+        _parse_time(float(values[bad[0]]), f"{path} row {first_row + bad[0] + 1}", col)
     return values
 
 
-def _read_parquet(path: Path, cols: dict[str, str | None]) -> list[Chunk]:
+def _parquet_batches(path: Path, cols: dict[str, str | None], builder: InteractionsBuilder,
+                     ) -> Iterator[pa.RecordBatch]:
+    """The file's record batches; a file arrow cannot read (at open or mid-way) is a one-line error."""
     try:
-        schema = pq.read_schema(path)
-        for arg, col in cols.items():
-            if col is not None and col not in schema.names:
-                raise _missing_column(path, arg, col, schema.names)
-        table = pq.read_table(path, columns=[c for c in cols.values() if c is not None])
+        with pq.ParquetFile(path) as file:
+            for arg, col in cols.items():
+                if col is not None and col not in file.schema_arrow.names:
+                    raise _missing_column(path, arg, col, file.schema_arrow.names)
+            if file.metadata.num_rows == 0:
+                raise InputError(f"{path}: the file has no rows; it must hold one row per (user, item) event")
+            builder.expect(file.metadata.num_rows)
+            yield from file.iter_batches(batch_size=_PARQUET_BATCH, columns=[c for c in cols.values() if c])
     except (pa.ArrowException, OSError) as e:
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise InputError(f"{path}: cannot read it as Parquet ({reason}); check the file, "
                          "or pass format='csv'/'tsv' if it is text") from e
-    if table.num_rows == 0:
-        raise InputError(f"{path}: the file has no rows; it must hold one row per (user, item) event")
-    for col in cols.values():
-        if col is not None and table.column(col).null_count:
-            row = pc.index(pc.is_null(table.column(col)), True).as_py()
-            raise InputError(f"{path} row {row + 1}, column {col!r}: missing value; "
-                             "every row needs a user, an item and a timestamp")
-    try:
-        users, items = (_as_ids(table.column(cols[a])) for a in ("user_col", "item_col"))
-    except pa.ArrowException as e:
-        raise InputError(f"{path}: its ids cannot be read as text ({e}); store ids as strings or integers") from e
-    times = None if cols["time_col"] is None else _as_seconds(path, table.column(cols["time_col"]), cols["time_col"])
-    return [(users.combine_chunks(), items.combine_chunks(), times)]
+
+
+def _read_parquet(path: Path, cols: dict[str, str | None], builder: InteractionsBuilder) -> Iterator[Chunk]:
+    columns = [c for c in cols.values() if c is not None]
+    first_row = 0
+    for batch in _parquet_batches(path, cols, builder):
+        for col in columns:
+            if batch.column(col).null_count:
+                row = first_row + pc.index(pc.is_null(batch.column(col)), True).as_py()
+                raise InputError(f"{path} row {row + 1}, column {col!r}: missing value; "
+                                 "every row needs a user, an item and a timestamp")
+        try:
+            users, items = (_as_ids(batch.column(cols[a])) for a in ("user_col", "item_col"))
+        except pa.ArrowException as e:
+            raise InputError(f"{path}: its ids cannot be read as text ({e}); store ids as strings or integers") from e
+        time_col = cols["time_col"]
+        times = None if time_col is None else _as_seconds(path, batch.column(time_col), time_col, first_row)
+        yield users, items, times
+        first_row += batch.num_rows
 
 
 def _text_blocks(path: Path) -> Iterator[tuple[int, str]]:
@@ -304,11 +333,14 @@ def _text_blocks(path: Path) -> Iterator[tuple[int, str]]:
 def _read_text(path: Path, fmt: str) -> Iterator[Chunk]:
     """SASRec ("user item" per line) or one line per user ("user item item ..."), both chronological."""
     for first_line, text in _text_blocks(path):
-        lines = pc.split_pattern(pa.array([text], pa.large_string()), "\n").values  # one string per line
+        data = text.encode()
+        block = pa.Array.from_buffers(pa.large_string(), 1, [None, pa.py_buffer(np.array([0, len(data)], np.int64)),
+                                                             pa.py_buffer(data)])
+        lines = pc.split_pattern(block, "\n").values  # one string per line
         tokens = pc.utf8_split_whitespace(lines)
-        words, parent = pc.list_flatten(tokens), pc.list_parent_indices(tokens).to_numpy()
-        real = pc.greater(pc.binary_length(words), 0).to_numpy(zero_copy_only=False)
-        words, parent = words.filter(pa.array(real)), parent[real]  # runs of whitespace leave empty tokens
+        words, parent = pc.list_flatten(tokens), as_numpy(pc.list_parent_indices(tokens))
+        real = np.flatnonzero(as_numpy(pc.binary_length(words)) > 0)  # runs of whitespace leave empty tokens
+        words, parent = words.take(as_arrow(real)), parent[real]
         counts = np.bincount(parent, minlength=len(lines))
         bad = np.flatnonzero(counts != 2) if fmt == "sasrec" else np.flatnonzero(counts == 1)
         bad = bad[counts[bad] > 0]
@@ -322,38 +354,9 @@ def _read_text(path: Path, fmt: str) -> Iterator[Chunk]:
                              f"{only!r}; remove the line or add the user's items")
         first = np.ones(len(parent), dtype=bool)
         first[1:] = parent[1:] != parent[:-1]  # the first word of a line is its user
-        users = words.filter(pa.array(first)).take(pa.array(np.cumsum(first)[~first] - 1))
-        yield users, words.filter(pa.array(~first)), None
-
-
-def _encode(arrays: list[pa.Array]) -> tuple[np.ndarray, list[str]]:
-    """int32 codes and the distinct values, in order of first appearance (arrow's dictionary encoding)."""
-    kind = arrays[0].type if all(a.type == arrays[0].type for a in arrays) else pa.large_string()
-    encoded = pc.dictionary_encode(pa.chunked_array([a if a.type == kind else pc.cast(a, kind) for a in arrays], kind))
-    codes = np.concatenate([c.indices.to_numpy() for c in encoded.chunks]).astype(np.int32, copy=False)
-    return codes, encoded.chunks[-1].dictionary.to_pylist()
-
-
-def _assemble(path: Path, chunks: list[Chunk]) -> Interactions:
-    """Chunks -> codes grouped by user (first appearance), each user's events in stable time order."""
-    chunks[:] = [c for c in chunks if len(c[0])]  # in place: the strings are freed once encoded (below)
-    if not chunks:
-        raise InputError(f"{path}: no interactions found; the file must hold at least one (user, item) row")
-    timed = {c[2] is not None for c in chunks}
-    if len(timed) > 1:
-        raise InputError(f"{path}: some files have timestamps and some do not; pass time_col=None "
-                         "or give every file a time column")
-    times = np.concatenate([c[2] for c in chunks]) if timed == {True} else None
-    user_codes, users = _encode([c[0] for c in chunks])
-    item_codes, item_ids = _encode([c[1] for c in chunks])
-    chunks.clear()
-    if times is None or (times[1:] >= times[:-1]).all():
-        order = np.argsort(user_codes, kind="stable")  # time order is file order
-    else:
-        order = np.lexsort((times, user_codes))  # stable: equal times keep file order
-    offsets = np.zeros(len(users) + 1, dtype=np.int64)
-    np.cumsum(np.bincount(user_codes, minlength=len(users)), out=offsets[1:])
-    return Interactions(users, item_ids, item_codes[order], offsets, None if times is None else times[order])
+        heads, rest = np.flatnonzero(first), np.flatnonzero(~first)
+        users = words.take(as_arrow(heads[np.cumsum(first)[rest] - 1]))
+        yield users, words.take(as_arrow(rest)), None
 
 
 def read_interactions(
@@ -379,27 +382,46 @@ def read_interactions(
         raise InputError(f"`format` must be auto, {', '.join(_FORMATS)}; got {format!r}")
     path = _existing_path(path)
     cols = {"user_col": user_col, "item_col": item_col, "time_col": time_col}
-    chunks = []
-    for file in _folder_files(path) if path.is_dir() else [path]:
-        fmt = _resolve_format(file, format)
-        try:
-            chunks.extend(_read_as(file, fmt, cols))
-        except InputError as e:
-            hint = _format_hint(file, fmt) if format != "auto" else None
-            if hint is None:
-                raise
-            raise InputError(f"{e}; {hint}") from e
-    return _assemble(path, chunks)
+    builder = InteractionsBuilder(path)
+    with _malloc_pool():
+        for file in _folder_files(path) if path.is_dir() else [path]:
+            fmt = _resolve_format(file, format)
+            try:
+                _read_as(file, fmt, cols, builder)
+            except InputError as e:
+                hint = _format_hint(file, fmt) if format != "auto" else None
+                if hint is None:
+                    raise
+                raise InputError(f"{e}; {hint}") from e
+        return builder.build()
 
 
-def _read_as(path: Path, fmt: str, cols: dict[str, str | None]) -> list[Chunk]:
-    if fmt == "parquet":
-        return _read_parquet(path, cols)
-    check_text_file(path)  # a NUL byte: binary data, which the text readers would take as odd ids
-    if fmt in ("sasrec", "lines"):
-        return list(_read_text(path, fmt))
+@contextmanager
+def _malloc_pool() -> Iterator[None]:
+    """Arrow allocates from the C library's malloc while a log is read, then from its default pool again.
+
+    The default (mimalloc) keeps the blocks arrow frees for reuse: ~50 MiB of transient CSV buffers
+    and strings stayed resident next to the codes (benchmarks/streamrec_ingest.py); malloc gives
+    them back as they are freed.
+    """
+    previous = pa.default_memory_pool()
+    pa.set_memory_pool(pa.system_memory_pool())
     try:
-        return _read_delimited(path, fmt, cols)
+        yield
+    finally:
+        pa.set_memory_pool(previous)
+
+
+def _read_as(path: Path, fmt: str, cols: dict[str, str | None], builder: InteractionsBuilder) -> None:
+    if fmt in ("parquet", "sasrec", "lines"):
+        if fmt != "parquet":
+            check_text_file(path)  # a NUL byte: binary data, which the text readers would take as odd ids
+        for chunk in _read_parquet(path, cols, builder) if fmt == "parquet" else _read_text(path, fmt):
+            builder.add(*chunk)
+        return
+    check_text_file(path)
+    try:
+        _read_delimited(path, fmt, cols, builder)
     except UnicodeDecodeError as e:
         raise InputError(f"{path}: not UTF-8 text (byte {e.start}); pass format='parquet' if it is Parquet") from e
     except csv.Error as e:  # e.g. a field over csv's size limit (131,072 characters): not an id
