@@ -3,17 +3,37 @@
 Nothing here imports Lightning, sentencepiece or sacrebleu.
 """
 
-from core.attention import CrossAttention, MultiHeadAttention, attend
-from core.blocks import DecoderLayer, EncoderLayer, FeedForward
-from core.cpu_fastpath import FastDropout, FastLinear, disable_cpu_fastpath, enable_cpu_fastpath
-from core.distributed import destroy_process_group_at_exit
-from core.explain import AttentionCapture, attention_entropy, attention_rollout, save_attention_json, save_heatmap
-from core.kv_cache import DecoderCache, KVCache, StaticKV
-from core.loss import linear_cross_entropy, rdrop_cross_entropy
-from core.masks import additive_mask, causal_mask, causal_padding_mask, combine_masks, lengths_mask, padding_mask
-from core.positions import ALiBi, LearnedPositions, RotaryEmbedding, SinusoidalPositions, alibi_slopes, apply_rope
-from core.schedule import InverseSqrt, InverseSqrtLR, WarmupCosine, WarmupCosineLR, stops_on_time
-from core.stacks import Decoder, Encoder, TokenEmbedding, init_linear, tie_weights
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from core.attention import CrossAttention, MultiHeadAttention, attend
+    from core.blocks import DecoderLayer, EncoderLayer, FeedForward
+    from core.cpu_fastpath import FastDropout, FastLinear, disable_cpu_fastpath, enable_cpu_fastpath
+    from core.distributed import destroy_process_group_at_exit
+    from core.explain import AttentionCapture, attention_entropy, attention_rollout, save_attention_json, save_heatmap
+    from core.kv_cache import DecoderCache, KVCache, StaticKV
+    from core.loss import linear_cross_entropy, rdrop_cross_entropy
+    from core.masks import additive_mask, causal_mask, causal_padding_mask, combine_masks, lengths_mask, padding_mask
+    from core.positions import ALiBi, LearnedPositions, RotaryEmbedding, SinusoidalPositions, alibi_slopes, apply_rope
+    from core.schedule import InverseSqrt, InverseSqrtLR, WarmupCosine, WarmupCosineLR, stops_on_time
+    from core.stacks import Decoder, Encoder, TokenEmbedding, init_linear, tie_weights
+
+_SUBMODULES = ("attention", "blocks", "cpu_fastpath", "distributed", "explain", "kv_cache", "loss", "masks",
+               "positions", "schedule", "stacks")
+
+
+def __getattr__(name: str) -> Any:
+    """The public names, imported on first use: `core.errors` alone (the readers) then imports no torch."""
+    if name in __all__:
+        import importlib
+
+        for module in _SUBMODULES:
+            value = getattr(importlib.import_module(f"core.{module}"), name, None)
+            if value is not None:
+                globals()[name] = value
+                return value
+    raise AttributeError(f"module 'core' has no attribute {name!r}")
+
 
 __all__ = [
     "ALiBi", "AttentionCapture", "CrossAttention", "Decoder", "DecoderCache", "DecoderLayer", "Encoder",
