@@ -130,10 +130,12 @@ class InteractionsBuilder:
             parts = ([] if known is None else [known]) + [p[col] for p in self.pending]
             encoded = pc.dictionary_encode(pa.chunked_array(parts, pa.large_string()))
             self.ids[key] = encoded.chunks[-1].dictionary  # the known ids first, then the new ones
-            start = self.encoded_rows
-            for chunk in encoded.chunks[0 if known is None else 1 :]:
-                out.write(start, as_numpy(chunk.indices))
-                start += len(chunk)
+            skip, start = 0 if known is None else len(known), self.encoded_rows  # the known ids' own codes
+            for chunk in encoded.chunks:  # not one chunk per part: arrow drops empty ones
+                codes = as_numpy(chunk.indices)[skip:]
+                skip = max(0, skip - len(chunk))
+                out.write(start, codes)
+                start += len(codes)
         self.pending, self.encoded_rows = [], self.rows
         pa.default_memory_pool().release_unused()  # the strings, freed: with malloc (readers) a trim
 

@@ -2,7 +2,9 @@
 
 Small generated files with the edge cases real exports have (quoted fields, blank and whitespace-only
 lines, CRLF, a byte-order mark, ties in time, extra columns, a quoted newline), read whole and in
-many tiny blocks (so every block boundary is crossed), as one file and as a folder of files.
+many tiny blocks (so every block boundary is crossed), as one file and as a folder of files; and
+with `InteractionsBuilder`'s groups, sort steps and time stretches shrunk to a few rows, so ids are
+unified across many encoded groups and every step boundary is crossed too.
 """
 
 from __future__ import annotations
@@ -10,17 +12,27 @@ from __future__ import annotations
 import csv
 import io
 import random
+import subprocess
+import sys
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from streamrec import readers
+from streamrec import columnar, readers
 from streamrec.interactions import Interactions
 from streamrec.readers import read_interactions
 
 CSV = "user_id,item_id,timestamp\n"
+
+
+@pytest.fixture
+def tiny_groups(monkeypatch):
+    """Encode ids every 7 rows, place them 5 at a time, sort times 3 events at a time."""
+    monkeypatch.setattr(columnar, "_GROUP_ROWS", 7)
+    monkeypatch.setattr(columnar, "_DEST_ROWS", 5)
+    monkeypatch.setattr(columnar, "_SORT_ROWS", 3)
 
 
 def reference(text: str, delimiter: str = ",", time_col: str | None = "timestamp") -> tuple[dict, dict | None]:
@@ -58,10 +70,13 @@ def random_csv(rng: random.Random, rows: int, delimiter: str = ",") -> str:
     return "\n".join(lines) + "\n"
 
 
+@pytest.mark.parametrize("groups", ["default", "tiny"])
 @pytest.mark.parametrize("block", [readers._BLOCK, 64])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_random_csv_and_tsv_equal_the_csv_module_reference(write, monkeypatch, block, seed):
+def test_random_csv_and_tsv_equal_the_csv_module_reference(write, monkeypatch, request, block, seed, groups):
     monkeypatch.setattr(readers, "_BLOCK", block)  # 64 bytes: dozens of blocks, every boundary crossed
+    if groups == "tiny":
+        request.getfixturevalue("tiny_groups")
     rng = random.Random(seed)
     for name, delimiter in (("log.csv", ","), ("log.tsv", "\t")):
         text = random_csv(rng, 200, delimiter)
@@ -166,3 +181,52 @@ def test_from_dict_and_drop_short_users_keep_order_and_alignment():
     assert dict(kept.items) == {"a": ["x", "y"], "c": ["y", "x", "w"]} and list(kept.items) == ["a", "c"]
     assert dict(kept.timestamps) == {"a": [1.0, 2.0], "c": [4.0, 5.0, 6.0]}
     assert "b" not in kept.items and kept.num_interactions == 5 and kept.offsets.tolist() == [0, 2, 5]
+
+
+def test_a_fault_after_many_encoded_groups_is_read_again_from_the_start(write, monkeypatch, tiny_groups):
+    # Blocks of 64 bytes and groups of 7 rows: dozens of groups are encoded before arrow meets the quoted
+    # newline near the end; the tolerant second pass must give those rows' ids the same codes again.
+    monkeypatch.setattr(readers, "_BLOCK", 64)
+    rng = random.Random(7)
+    rows = [f"u{rng.randint(0, 30)},i{rng.randint(0, 50)},{rng.randint(0, 9)}" for _ in range(300)]
+    text = CSV + "\n".join(rows) + '\nu999,"new\nline",5\nu1,late,3\n'
+    same(read_interactions(write("log.csv", text)), *reference(text))
+
+
+def test_tiny_groups_across_a_folder_and_text_formats(write, tmp_path, tiny_groups):
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    rng = random.Random(3)
+    texts = [random_csv(rng, 40) for _ in range(3)]
+    for k, text in enumerate(texts):
+        (folder / f"part-{k}.csv").write_text(text)
+    body = "".join(t.split("\n", 1)[1] for t in texts)
+    same(read_interactions(folder), *reference(texts[0].split("\n", 1)[0] + "\n" + body))
+    lines = "".join(f"u{k % 4} " + " ".join(f"i{(k * j) % 11}" for j in range(k % 5 + 1)) + "\n" for k in range(40))
+    expected: dict[str, list[str]] = {}
+    for line in lines.splitlines():
+        expected.setdefault(line.split()[0], []).extend(line.split()[1:])
+    same(read_interactions(write("users.txt", lines), format="lines"), expected, None)
+
+
+def test_reading_imports_neither_torch_nor_pandas(write):
+    # torch (~190 MiB) and pandas (~50 MiB, which arrow imports on its first `to_numpy` or Python
+    # scalar) would be most of a read step's memory: the readers avoid both (see columnar.as_numpy).
+    csv_path = write("log.csv", CSV + "u1,a,2\nu2,b,1\nu1,c,1\n")
+    parquet_path = csv_path.with_suffix(".parquet")
+    pq.write_table(pa.table({"user_id": ["u1"], "item_id": ["a"], "timestamp": [1]}), parquet_path)
+    code = ("import sys\nfrom streamrec.readers import read_interactions\n"
+            f"for path in ({str(csv_path)!r}, {str(parquet_path)!r}):\n    read_interactions(path)\n"
+            "print(sorted(m for m in ('torch', 'pandas') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=columnar.__file__.rsplit("/streamrec/", 1)[0])
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_as_numpy_and_as_arrow_share_memory_and_keep_values():
+    values = np.array([3, -1, 7, 2**40], dtype=np.int64)
+    array = columnar.as_arrow(values)
+    assert array.type == pa.int64() and array.to_pylist() == values.tolist()
+    view = columnar.as_numpy(array.slice(1, 2))  # an offset into the buffer
+    assert view.tolist() == [-1, 7] and np.shares_memory(view, values)
+    assert columnar.as_numpy(pa.array([1.5, 2.5])).dtype == np.float64
