@@ -2,11 +2,13 @@
 
 Optuna's TPE sampler proposes learning rate, weight decay, dropout, d_model, max_len and loss
 (`--params` picks a subset); each trial trains with `fit`'s data and model settings plus the
-proposal, early-stops on validation NDCG@10, and is pruned (median rule) when its validation
+proposal, early-stops on validation NDCG@10 (and stops at the config's `trainer.max_time`, a
+per-trial time cap), and is pruned (median rule) when its validation
 NDCG@10 after an epoch falls below the median of earlier trials at that epoch. The study lives
 in SQLite (`OUT/study.db`): stopping the search and running the same command again resumes it;
 a trial cut off mid-way is run again first. `--budget` counts finished trials (`30`) or time
-(`90m`, `2h`).
+(`90m`, `2h`). The first trial of a new study trains the config's own values (where they lie in the
+space), so the search starts from what `fit` would have trained.
 
 It never reads the test split: trials call `fit` and validation only, and the objective is the
 best validation NDCG@10 (`tests/streamrec/test_tune.py` proves it with a log whose test items
@@ -73,14 +75,35 @@ class Budget:
 def suggest(trial, params: tuple[str, ...], n_heads: int) -> dict[str, Any]:
     """The trial's proposal for each searched parameter."""
     space = {
-        "lr": lambda: trial.suggest_float("lr", 1e-4, 3e-2, log=True),
-        "weight_decay": lambda: trial.suggest_float("weight_decay", 1e-4, 1.0, log=True),
-        "dropout": lambda: trial.suggest_float("dropout", 0.0, 0.7),
+        "lr": lambda: trial.suggest_float("lr", *RANGES["lr"], log=True),
+        "weight_decay": lambda: trial.suggest_float("weight_decay", *RANGES["weight_decay"], log=True),
+        "dropout": lambda: trial.suggest_float("dropout", *RANGES["dropout"]),
         "d_model": lambda: trial.suggest_categorical("d_model", [d for d in D_MODELS if d % n_heads == 0]),
         "max_len": lambda: trial.suggest_categorical("max_len", list(MAX_LENS)),
         "loss": lambda: trial.suggest_categorical("loss", list(LOSSES)),
     }
     return {name: space[name]() for name in params}
+
+
+RANGES = {"lr": (1e-4, 3e-2), "weight_decay": (1e-4, 1.0), "dropout": (0.0, 0.7)}
+CHOICES = {"d_model": D_MODELS, "max_len": MAX_LENS, "loss": LOSSES}
+
+
+def starting_point(config: dict[str, Any], params: tuple[str, ...]) -> dict[str, Any]:
+    """The config's own values of the searched parameters that lie in the space (`suggest`): trial 0 trains
+    them, so the search starts from what the user would have trained (the default recipe when the config
+    names only data) and its best can only be at least that on validation. Values outside the space
+    (weight decay 0, loss "sampled") are left to the sampler."""
+    point = {}
+    for name in params:
+        value = config[name]
+        if name in RANGES:
+            low, high = RANGES[name]
+            if low <= value <= high:
+                point[name] = float(value)
+        elif value in CHOICES[name]:
+            point[name] = value
+    return point
 
 
 def overrides(values: dict[str, Any]) -> list[str]:
@@ -157,7 +180,8 @@ def run_trial(trial, args: argparse.Namespace, progress) -> float:
     base = cli.config["trainer"]
     report, callbacks = _callbacks(trial, args.patience, progress)
     trainer = L.Trainer(
-        max_epochs=args.max_epochs or base.max_epochs or 100, accelerator=base.accelerator, devices=1,
+        max_epochs=args.max_epochs or base.max_epochs or 100, max_time=base.max_time, accelerator=base.accelerator,
+        devices=1,
         precision=cli.trainer.precision, callbacks=callbacks, logger=False, enable_checkpointing=False,
         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
         limit_train_batches=base.limit_train_batches, limit_val_batches=base.limit_val_batches,
@@ -298,7 +322,8 @@ def fingerprint(args: argparse.Namespace) -> str:
     return h.hexdigest()[:16]
 
 
-def open_study(args: argparse.Namespace):
+def open_study(args: argparse.Namespace, start: dict[str, Any]):
+    """The study in OUT/study.db; a new one gets `start` (the config's values) as its first trial."""
     import optuna
 
     storage = f"sqlite:///{(args.out / 'study.db').resolve()}"
@@ -310,6 +335,8 @@ def open_study(args: argparse.Namespace):
     if stored is None:
         study.set_user_attr("fingerprint", fingerprint(args))
         study.set_user_attr("command", " ".join(sys.argv))
+        if start and not study.trials:
+            study.enqueue_trial(start)
     elif stored != fingerprint(args):
         raise InputError(f"{args.out / 'study.db'} holds a search with other settings "
                          f"({study.user_attrs.get('command', 'another command')}); pass another --out, "
@@ -343,8 +370,11 @@ def search(args: argparse.Namespace) -> None:
     if 10 not in base.model.hparams.ks:
         raise InputError(f"tune maximises {METRIC}; keep 10 in model.ks (got {list(base.model.hparams.ks)})")
     args.n_heads = base.model.hparams.n_heads
+    hp = base.model.hparams
+    start = starting_point({"lr": hp.lr, "weight_decay": hp.weight_decay, "dropout": hp.dropout, "d_model": hp.d_model,
+                            "loss": hp.loss, "max_len": base.datamodule.max_len}, args.params)
     del base
-    study = open_study(args)
+    study = open_study(args, start)
     done_before = finished(study)
     n_trials = None if args.budget.trials is None else max(0, args.budget.trials - done_before)
     print(f"tune: {METRIC} on the validation split over {', '.join(args.params)}; budget {args.budget} "

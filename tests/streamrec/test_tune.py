@@ -160,3 +160,31 @@ def test_budget_in_trials_or_time(text, trials, seconds):
 def test_bad_budget_is_refused(text):
     with pytest.raises(Exception, match="number of trials|whole number"):
         Budget.parse(text)
+
+
+def test_the_first_trial_is_the_config_and_max_time_caps_every_trial(tiny_log, tmp_path, monkeypatch):
+    import functools
+
+    import lightning
+
+    caps = []
+    real = lightning.Trainer.__init__
+
+    @functools.wraps(real)  # the CLI reads the Trainer's options from this signature
+    def spy(self, *args, **kwargs):
+        if kwargs.get("enable_checkpointing") is False:  # a trial's trainer (the CLI's keep the config's)
+            caps.append(kwargs.get("max_time"))
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(lightning.Trainer, "__init__", spy)
+    config = tmp_path / "start.yaml"
+    text = BASE.format(path=tiny_log).replace("trainer:\n", 'trainer:\n  max_time: "00:00:10:00"\n')
+    config.write_text(text + "  lr: 0.004\n  dropout: 0.35\n  loss: full\n"
+                      "  weight_decay: 0.0\n")  # weight decay 0 lies outside the log-scale space
+    out = tmp_path / "search"
+    main(["tune", "--config", str(config), "--budget", "2", "--out", str(out), *FAST])
+    first, second = _trials(out)
+    assert float(first["lr"]) == pytest.approx(0.004) and float(first["dropout"]) == pytest.approx(0.35)
+    assert first["loss"] == "full" and 1e-4 <= float(first["weight_decay"]) <= 1.0  # sampled
+    assert float(second["lr"]) != pytest.approx(0.004)
+    assert caps == ["00:00:10:00"] * 2
