@@ -164,6 +164,8 @@ class InteractionsBuilder:
             times[dest] = self.times.data[: self.rows]
             self.times = None
             _sort_by_time(codes, times, offsets)
+        del dest
+        pa.default_memory_pool().release_unused()  # and the counting sort's temporaries
         return Interactions(users, item_ids, codes, offsets, times)
 
 
