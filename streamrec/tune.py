@@ -13,7 +13,8 @@ space), so the search starts from what `fit` would have trained.
 It never reads the test split: trials call `fit` and validation only, and the objective is the
 best validation NDCG@10 (`tests/streamrec/test_tune.py` proves it with a log whose test items
 differ). Outputs in OUT: `best.yaml` (the config with the winning values: `python -m streamrec
-fit --config OUT/best.yaml`), `trials.csv`, `trials.png`, and a table of the best trials.
+fit --config OUT/best.yaml`), `best.ckpt` (the best trial's best epoch: `test --ckpt_path` it),
+`trials.csv`, `trials.png`, and a table of the best trials.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ import hashlib
 import json
 import logging
 import math
+import os
 import re
+import shutil
 import sys
 import time
 import warnings
@@ -172,6 +175,7 @@ def _callbacks(trial, patience: int, progress):
 def run_trial(trial, args: argparse.Namespace, progress) -> float:
     """Train one proposal with `fit`'s settings; the best validation NDCG@10 over its epochs."""
     import lightning as L
+    from lightning.pytorch.callbacks import ModelCheckpoint
 
     from streamrec.cli import build_cli
 
@@ -179,10 +183,12 @@ def run_trial(trial, args: argparse.Namespace, progress) -> float:
     cli = build_cli([*args.config_args, *overrides(values)], run=False)
     base = cli.config["trainer"]
     report, callbacks = _callbacks(trial, args.patience, progress)
+    keep = ModelCheckpoint(dirpath=trial_dir(args, trial.number), filename="best", monitor=METRIC, mode="max",
+                           save_weights_only=True, enable_version_counter=False)
     trainer = L.Trainer(
         max_epochs=args.max_epochs or base.max_epochs or 100, max_time=base.max_time, accelerator=base.accelerator,
         devices=1,
-        precision=cli.trainer.precision, callbacks=callbacks, logger=False, enable_checkpointing=False,
+        precision=cli.trainer.precision, callbacks=[*callbacks, keep], logger=False,
         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
         limit_train_batches=base.limit_train_batches, limit_val_batches=base.limit_val_batches,
     )
@@ -200,6 +206,22 @@ def run_trial(trial, args: argparse.Namespace, progress) -> float:
 
 
 # ----------------------------------------------------------------------------- outputs
+
+
+def trial_dir(args: argparse.Namespace, number: int) -> Path:
+    """Where a running trial keeps its best epoch's weights until `keep_if_best` moves or deletes them."""
+    return args.out / "trials" / str(number)
+
+
+def keep_if_best(study, trial, args: argparse.Namespace) -> None:
+    """The best trial's weights become OUT/best.ckpt (test them without training again); others are deleted."""
+    import optuna
+
+    folder = trial_dir(args, trial.number)
+    ckpt = folder / "best.ckpt"
+    if trial.state == optuna.trial.TrialState.COMPLETE and study.best_trial.number == trial.number and ckpt.is_file():
+        os.replace(ckpt, args.out / "best.ckpt")  # one rename on the same disk: never half-written
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _trial_rows(study) -> list[dict[str, Any]]:
@@ -393,6 +415,7 @@ def search(args: argparse.Namespace) -> None:
                                                   {"completed": min(total, time.monotonic() - start)}))
 
         def after_trial(study, trial) -> None:
+            keep_if_best(study, trial, args)
             if n_trials is not None:
                 bar.advance(task)
             if trial.state == optuna.trial.TrialState.FAIL:
@@ -431,8 +454,9 @@ def write_outputs(study, args: argparse.Namespace) -> None:
     best = study.best_trial
     header = (f"Written by `python -m streamrec tune` (study {args.out / 'study.db'}): trial {best.number} of "
               f"{len(rows)},\n{METRIC} {best.value:.4f} at epoch {best.user_attrs.get('best_epoch')} on the "
-              f"validation split; the test split was not read.\nTrain it: python -m streamrec fit --config "
-              f"{args.out / 'best.yaml'}")
+              f"validation split; the test split was not read.\nIts weights: {args.out / 'best.ckpt'} (python -m "
+              f"streamrec test --config {args.out / 'best.yaml'} --ckpt_path {args.out / 'best.ckpt'}).\nTrain it "
+              f"again: python -m streamrec fit --config {args.out / 'best.yaml'}")
     with atomic_path(args.out / "best.yaml") as tmp:
         tmp.write_text(best_config(args.config, best.params, header), encoding="utf-8")
     print(f"tune: best {METRIC} {best.value:.4f} (trial {best.number}: "

@@ -106,6 +106,10 @@ def test_best_yaml_is_the_best_trial_and_fit_takes_it(tiny_log, tmp_path, monkey
     assert (out / "trials.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     cli = main(["fit", "--config", str(out / "best.yaml"), "--trainer.fast_dev_run", "true"])
     assert cli.model.hparams.lr == pytest.approx(float(best["lr"]))
+    # The best trial's weights are kept: validating them gives the value the study recorded; no other trial's are.
+    assert not (out / "trials").exists() or not any((out / "trials").iterdir())
+    cli = main(["validate", "--config", str(out / "best.yaml"), "--ckpt_path", str(out / "best.ckpt")])
+    assert float(cli.trainer.callback_metrics["val_ndcg@10"]) == pytest.approx(float(best["val_ndcg@10"]), abs=1e-4)
 
 
 def test_an_interrupted_search_resumes_and_reruns_the_cut_off_trial(tiny_log, tmp_path):
@@ -172,7 +176,7 @@ def test_the_first_trial_is_the_config_and_max_time_caps_every_trial(tiny_log, t
 
     @functools.wraps(real)  # the CLI reads the Trainer's options from this signature
     def spy(self, *args, **kwargs):
-        if kwargs.get("enable_checkpointing") is False:  # a trial's trainer (the CLI's keep the config's)
+        if kwargs.get("enable_model_summary") is False:  # a trial's trainer (the CLI's keep the config's)
             caps.append(kwargs.get("max_time"))
         real(self, *args, **kwargs)
 
