@@ -13,6 +13,8 @@ supplies the rest:
 - `serve_parser` and `run_server`: the common command line (`--ckpt`, `--host` 127.0.0.1 by
   default, `--port`, `--max-batch-size`, `--batch-timeout`, `--workers`, `--max-body-bytes`, ...)
   and the LitServer set-up. `one_line_errors` turns a bad checkpoint into one line and exit status 1.
+- `PipeLitServer`: LitServer with pipe queues between its processes instead of `multiprocessing.Manager`
+  proxies (the per-request cost that bounded dynamic batching; see docs/serving.md, "Load test").
 - `local_server`: a server in a subprocess on a free port of 127.0.0.1, for tests and benchmarks.
 
 This is one of the core modules that import more than PyTorch (LitServe, FastAPI); `import core`
@@ -26,6 +28,7 @@ import http.client
 import json
 import logging
 import math
+import multiprocessing as mp
 import os
 import signal
 import socket
@@ -41,7 +44,8 @@ from typing import Any
 
 import litserve as ls
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from litserve.transport.process_transport import MPQueueTransport
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from core.errors import InputError, describe_os_error
@@ -132,6 +136,9 @@ def _check_value(name: str, value: Any, field: Field) -> None:
             limits = f"at least {_num(field.lo)}" if field.lo is not None else f"at most {_num(field.hi)}"
         raise RequestError(f"{shown} must be {limits}{unit}")
     if field.kind is list and field.item is not None:
+        if field.item is str and all(type(e) is str for e in value) and (  # the common case, without a Python loop
+                field.item_hi is None or not value or max(map(len, value)) <= field.item_hi):
+            return
         for i, element in enumerate(value):
             if not _is(element, field.item):
                 raise RequestError(f"`{name}[{i}]` must be {_JSON_NAMES[field.item]}, got {json.dumps(element)[:40]}")
@@ -320,9 +327,10 @@ class BatchedAPI(ls.LitAPI):
     """A LitAPI whose subclasses answer a list of checked requests at once (`predict_many`).
 
     LitServe hands `predict` a list of requests when `max_batch_size` > 1 and a single request
-    otherwise; both reach `predict_many` as a list. `decode_request`, `batch`, `unbatch` and
-    `encode_response` keep LitServe's defaults: the requests arrive as checked dicts (`JSONGate`),
-    and each answer is a JSON-ready dict.
+    otherwise; both reach `predict_many` as a list. `decode_request`, `batch` and `unbatch` keep
+    LitServe's defaults: the requests arrive as checked dicts (`JSONGate`). `encode_response` renders
+    each answer to JSON bytes here, in the worker, so the HTTP process passes the response through
+    instead of walking it with FastAPI's `jsonable_encoder`.
 
     Args:
         threads: torch intra-op threads of the worker process (0: leave PyTorch's default).
@@ -350,9 +358,55 @@ class BatchedAPI(ls.LitAPI):
         """One answer per request: a list for a batch, a single answer otherwise."""
         return self.predict_many(x) if self.max_batch_size > 1 else self.predict_many([x])[0]
 
+    def encode_response(self, output: dict) -> Response:
+        """One answer as a rendered JSON response; a value JSON cannot hold (NaN) fails this request only."""
+        try:
+            return JSONResponse(output)
+        except (TypeError, ValueError) as err:  # LitServe would fail the whole batch with a plain-text 500
+            log.error("encoding an answer failed: %s", err)
+            return JSONResponse({"error": "Internal server error: the answer could not be encoded as JSON"}, 500)
+
     def predict_many(self, requests: list[dict]) -> list[dict]:
         """One JSON-ready answer per checked request, in order."""
         raise NotImplementedError
+
+
+class PipeLitServer(ls.LitServer):
+    """A LitServer whose processes talk through pipes (`multiprocessing.Queue`), not Manager proxies.
+
+    LitServe 0.2.19 passes every request and every answer through queues of a `multiprocessing.Manager`:
+    each put and each get is a round trip to the Manager's own process, and the worker fetches a batch
+    one request at a time, so dynamic batching saved only the model's share of a request. Its
+    `fast_queue=True` (ZeroMQ) does not help: the flag is ignored (Lightning-AI/LitServe#751), and when
+    wired by hand its PUB/SUB sockets dropped the first answers under load, so those requests never
+    returned. Pipe queues are LitServe's own `MPQueueTransport` with `multiprocessing.Queue`s in it:
+    the same interface, no third process, nothing dropped. Measured in docs/serving.md ("Load test").
+    """
+
+    def _init_manager(self, num_api_servers: int) -> Any:
+        manager = super()._init_manager(num_api_servers)
+        if not isinstance(getattr(self, "litapi_request_queues", None), dict) or not hasattr(self, "_transport"):
+            log.warning("this LitServe version changed its queues; keeping its Manager queues")
+            return manager
+        for path in self.litapi_request_queues:
+            self.litapi_request_queues[path] = _pipe_queue()
+        self._transport = MPQueueTransport(manager, [_pipe_queue() for _ in range(num_api_servers)])
+        return manager
+
+
+def _pipe_queue() -> Any:
+    """A `multiprocessing.Queue` for spawned workers and forked HTTP processes alike.
+
+    A process that ends does not wait for its queue's feeder thread: at shutdown the reader may be gone.
+    """
+    queue = mp.get_context("spawn").Queue()
+    queue.cancel_join_thread()
+    return queue
+
+
+async def _no_auth() -> None:
+    """Let every request in, on the event loop: LitServe's default is a sync FastAPI dependency, which
+    FastAPI runs in a thread pool, a thread hand-off per request."""
 
 
 # --- the command line ---------------------------------------------------------------------------------------------
@@ -413,8 +467,10 @@ def run_server(api: BatchedAPI, validate: Validate, args: argparse.Namespace, me
         raise InputError(f"--batch-timeout ({args.batch_timeout}) must be less than --timeout ({args.timeout})")
     _check_port(args.host, args.port)
     gate = (JSONGate, {"path": api.api_path, "max_body_bytes": args.max_body_bytes, "validate": validate})
-    server = ls.LitServer(api, accelerator=args.accelerator, workers_per_device=args.workers, timeout=args.timeout,
-                          model_metadata=metadata, middlewares=[gate])
+    if not os.environ.get("LIT_SERVER_API_KEY") and not hasattr(api, "authorize"):  # keep LitServe's key check
+        api.authorize = _no_auth
+    server = PipeLitServer(api, accelerator=args.accelerator, workers_per_device=args.workers, timeout=args.timeout,
+                           model_metadata=metadata, middlewares=[gate])
     install_error_handler(server.app)
     _stop_on_sigterm()
     # LitServer.run would write a client.py into the working directory unless told not to.

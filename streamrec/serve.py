@@ -83,12 +83,13 @@ class StreamRecAPI(BatchedAPI):
         return answers
 
     def _answer(self, request: dict, ranked: list[tuple[str, float]]) -> dict[str, Any]:
-        ids = [*request["history"], *(request["items"] or [])]
-        index = self.rec.vocab.index
+        known, unknown = self.rec.encode(request["history"])  # one vocabulary look-up per history item
+        if request["items"]:
+            unknown += [i for i in request["items"] if i not in self.rec.vocab.index]
         return {
             "items": [{"item_id": item, "score": score} for item, score in ranked],
-            "unknown_items": list(dict.fromkeys(i for i in ids if i not in index)),
-            "cold": not any(i in index for i in request["history"]),
+            "unknown_items": list(dict.fromkeys(unknown)),
+            "cold": not known,
         }
 
     def _explained(self, request: dict) -> dict[str, Any]:
