@@ -6,9 +6,11 @@ of the dictionaries so far) arrow's `dictionary_encode` runs over [known ids] + 
 known ids keep their codes, new ids get the next ones in order of first appearance, and the strings
 are freed. Only the codes (int32) and times (float64) of the whole log are ever held.
 
-`build` then groups the events by user with a counting sort (offsets from the per-user counts, each
-group scattered straight into place), so no (E,) int64 sort order is materialised, and sorts by
-time only the stretches of users whose times go backwards (a log exported in time order has none).
+`build` then groups the events by user with a counting sort (offsets from the per-user counts, the
+events placed straight into their slots, `_DEST_ROWS` at a time), so no (E,) int64 sort order is
+materialised, and sorts by time only the stretches of users whose times go backwards (a log
+exported in time order has none). At 20M rows the peak is the codes and times twice (before and
+after placing), ~0.5 GB, against ~1.5 GB when the strings of the whole log were held.
 Legend: E events, U users.
 """
 
@@ -38,6 +40,8 @@ def as_numpy(array: pa.Array) -> np.ndarray:
     """
     assert array.null_count == 0, "as_numpy takes arrays without nulls"
     dtype = np.dtype(_NUMPY_TYPES[array.type])
+    if not len(array):
+        return np.empty(0, dtype)  # an empty array may have no data buffer
     return np.frombuffer(array.buffers()[1], dtype, count=len(array), offset=array.offset * dtype.itemsize)
 
 
