@@ -65,7 +65,7 @@ def export_safetensors(ckpt: str | Path, out: str | Path) -> Path:
     module, state = load(ckpt)
     vocab = ItemVocab.from_dict(state[VOCAB_KEY])
     hparams = constructor_arguments(StreamRecModule, state["hyper_parameters"])
-    return save_folder(out, module.model, "streamrec", hparams, {"items": vocab.items})
+    return save_folder(out, module.model, "streamrec", hparams, vocab.to_dict())  # {"items": [...]}
 
 
 def export_onnx(ckpt: str | Path, out: str | Path, opset: int = OPSET) -> Path:
