@@ -44,12 +44,14 @@ _GLOBAL = re.compile(r"GLOBAL ([\w.]+)")
 _TORCH_GLOBAL = re.compile(r"^(torch\.|collections\.OrderedDict$|_codecs\.encode$)")
 
 
-def load_checkpoint(path: str | Path, written_by: str) -> Any:
+def load_checkpoint(path: str | Path, written_by: str, mmap: bool = False) -> Any:
     """The checkpoint at `path`, on CPU, unpickled with PyTorch's restricted (weights-only) unpickler.
 
     Args:
         path: the file the user passed.
         written_by: the command that writes such checkpoints (`python -m translate fit`), for the hint.
+        mmap: map the tensors from the file (copy-on-write) instead of reading them: only the pages a
+            reader touches enter memory (a 5M-item table, or optimizer states nobody reads, stay on disk).
 
     Raises:
         FileNotFoundError: no such file.
@@ -68,7 +70,7 @@ def load_checkpoint(path: str | Path, written_by: str) -> Any:
         with torch.serialization.safe_globals(ALLOWED_GLOBALS), warnings.catch_warnings():
             # A raw pickle (not torch.save's) makes torch warn about its protocol before refusing or reading it.
             warnings.filterwarnings("ignore", message="Detected pickle protocol")
-            return torch.load(path, map_location="cpu", weights_only=True)
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as err:
         if "Weights only load failed" in str(err) and (refused := refusal(path, err, written_by)) is not None:
             raise refused from None
@@ -88,7 +90,7 @@ Module = TypeVar("Module", bound=nn.Module)
 
 
 def load_module(cls: type[Module], path: str | Path, written_by: str, app: str,
-                required: Iterable[str] = ()) -> tuple[Module, dict[str, Any]]:
+                required: Iterable[str] = (), mmap: bool = False) -> tuple[Module, dict[str, Any]]:
     """A `cls` rebuilt from a checkpoint's hyper-parameters and weights (eval mode, CPU), and the checkpoint dict.
 
     The one checkpoint-to-module loader of both apps (their Python APIs, hence their CLIs). `cls` is a
@@ -101,12 +103,13 @@ def load_module(cls: type[Module], path: str | Path, written_by: str, app: str,
         written_by: the command that writes such checkpoints (`python -m streamrec fit`), for the hints.
         app: the app's name in messages ("StreamRec").
         required: keys besides `hyper_parameters` and `state_dict` the checkpoint must hold (a vocabulary).
+        mmap: the weights stay mapped from the file (`load_checkpoint`); the file must not change while in use.
 
     Raises:
         FileNotFoundError, UnsafeCheckpointError, InputError: as `load_checkpoint`; InputError also for a
         checkpoint of another kind or weights that do not fit its hyper-parameters.
     """
-    state = load_checkpoint(path, written_by)
+    state = load_checkpoint(path, written_by, mmap=mmap)
     missing = [key for key in ("hyper_parameters", "state_dict", *required)
                if not isinstance(state, dict) or key not in state]
     if missing or not isinstance(state["hyper_parameters"], dict):

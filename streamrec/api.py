@@ -36,7 +36,7 @@ from streamrec.explain import attention_weights, occlusion_drops
 from streamrec.items import ItemCatalog, read_items
 from streamrec.model import PAD_ID, StreamRecModel
 from streamrec.module import VOCAB_KEY, StreamRecModule
-from streamrec.topk import DEFAULT_ITEM_CHUNK, Precision, top_k_items
+from streamrec.topk import DEFAULT_ITEM_CHUNK, FileRows, Precision, ScanTable, top_k_items
 from streamrec.vocab import ItemVocab
 
 WRITTEN_BY = "python -m streamrec fit"
@@ -77,7 +77,8 @@ def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
 @torch.no_grad()
 def recommend(model: StreamRecModel, histories: Sequence[Sequence[int]], top_k: int,
               include_seen: bool = False, allowed: Tensor | None = None, item_chunk: int = DEFAULT_ITEM_CHUNK,
-              precision: Precision = "fp32") -> tuple[Tensor, Tensor, Tensor]:
+              precision: Precision = "fp32", vectors: Tensor | FileRows | None = None,
+              scan: ScanTable | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """Top-K items for each history, the catalogue scored `item_chunk` items at a time (`streamrec.topk`).
 
     Args:
@@ -89,6 +90,8 @@ def recommend(model: StreamRecModel, histories: Sequence[Sequence[int]], top_k: 
         item_chunk: items scored at once: memory is about B x item_chunk scores, whatever N is.
         precision: "fp32" (default) or "bf16": a bf16 scan whose possible top-K items are re-scored in fp32,
             the same items, faster (see `streamrec.topk`).
+        vectors: where the item vectors are read (e.g. `FileRows` of the checkpoint); None: the model's.
+        scan: the bf16 scan table of the item vectors (`streamrec.topk.scan_table`), with precision "bf16".
 
     Returns:
         inputs (B, T), items (B, K) and scores (B, K); a slot with no eligible item left has
@@ -98,8 +101,9 @@ def recommend(model: StreamRecModel, histories: Sequence[Sequence[int]], top_k: 
     inputs = left_pad(histories, model.encoder.max_len, device)
     hidden = model.last_hidden(inputs)  # (B, D)
     seen = None if include_seen else right_pad(histories, device)
-    items, top_scores = top_k_items(hidden, model.item_vectors, top_k, exclude=seen, allowed=allowed,
-                                    item_chunk=item_chunk, precision=precision)
+    vectors = model.item_vectors if vectors is None else vectors
+    items, top_scores = top_k_items(hidden, vectors, top_k, exclude=seen, allowed=allowed, item_chunk=item_chunk,
+                                    precision=precision, scan=scan)
     return inputs, items, top_scores
 
 
@@ -172,7 +176,8 @@ class Recommender:
         self.model, self.vocab, self.catalog = model.eval(), vocab, catalog
 
     @classmethod
-    def load(cls, ckpt: str | Path, device: str | torch.device = "cpu", items: str | Path | None = None) -> Recommender:
+    def load(cls, ckpt: str | Path, device: str | torch.device = "cpu", items: str | Path | None = None,
+             mmap: bool = False) -> Recommender:
         """The recommender stored in a checkpoint written by `python -m streamrec fit`, or in an export folder.
 
         Args:
@@ -181,12 +186,13 @@ class Recommender:
             device: where to run the model ("cpu", "cuda", ...).
             items: an items file (CSV/TSV with `item_id`, `title`, ... columns, or MovieLens' movies.dat) whose
                 titles and metadata `explain` carries; ids it does not list show as themselves.
+            mmap: a .ckpt's weights stay mapped from the file, read as used (`core.checkpoint.load_module`).
         """
         catalog = None if items is None else read_items(items)  # first: a bad file fails before the model loads
         if is_export_folder(ckpt):
             module, config = load_folder(StreamRecModule, ckpt, "streamrec", EXPORTED_BY)
             return cls(module.model.to(device), ItemVocab.from_dict(config), catalog)
-        module, state = load_module(StreamRecModule, ckpt, WRITTEN_BY, "StreamRec", required=[VOCAB_KEY])
+        module, state = load_module(StreamRecModule, ckpt, WRITTEN_BY, "StreamRec", required=[VOCAB_KEY], mmap=mmap)
         return cls(module.model.to(device), ItemVocab.from_dict(state[VOCAB_KEY]), catalog)
 
     @property

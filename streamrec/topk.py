@@ -83,6 +83,33 @@ class FileRows:
             raise ValueError(f"{path}: {os.fstat(self._fd).st_size:,} bytes, too short for an fp32 table of shape "
                              f"{tuple(shape)} at offset {offset:,} ({need:,} bytes); check the shape and offset")
 
+    @classmethod
+    def mapped(cls, table: Tensor, path: str | Path) -> FileRows | None:
+        """The rows of `table`, a tensor that `torch.load(path, mmap=True)` mapped from `path`, read from that file.
+
+        So a checkpoint's table is read row by row (`core.checkpoint.load_module(mmap=True)`) without
+        ever being mapped whole. Its place in the file is where the mapping that holds it starts
+        (/proc/self/maps) plus its distance from there; the first and last rows read back are checked
+        against the tensor's. None where that cannot be told (no /proc, a tensor that is not a mapped
+        contiguous (N+1, D) fp32 table of `path`): the caller then reads `table` itself.
+        """
+        if table.dtype != torch.float32 or table.device.type != "cpu" or table.dim() != 2 or not table.is_contiguous():
+            return None
+        try:
+            maps = Path("/proc/self/maps").read_text()
+        except OSError:
+            return None
+        start, end, real = table.data_ptr(), table.data_ptr() + table.numel() * 4, os.path.realpath(path)
+        for line in maps.splitlines():
+            fields = line.split(maxsplit=5)  # address range, perms, file offset, device, inode, path
+            if len(fields) == 6 and fields[5] == real:
+                lo, hi = (int(a, 16) for a in fields[0].split("-"))
+                if lo <= start and end <= hi:
+                    rows = cls(path, (table.shape[0], table.shape[1]), start - lo + int(fields[2], 16))
+                    ends = torch.tensor([0, table.shape[0] - 1])
+                    return rows if torch.equal(rows[ends], table[ends]) else None
+        return None
+
     def __getitem__(self, rows: slice | Tensor) -> Tensor:
         """Rows `lo:hi` (one read) or the rows of a 1-D id tensor, as a new (R, D) fp32 tensor."""
         row_bytes = self.shape[1] * 4

@@ -141,3 +141,24 @@ def test_load_module_equals_building_and_copying_and_keeps_ties(tmp_path: Path) 
     assert not loaded.training
     # The initialisers are restored after loading.
     assert not torch.equal(torch.nn.init.normal_(torch.zeros(4)), torch.zeros(4))
+
+
+def test_load_module_with_mmap_maps_the_weights_from_the_file(tmp_path: Path) -> None:
+    """The same module, its weights backed by the checkpoint file (pages read when touched), ties kept."""
+    import os
+
+    from core.checkpoint import load_module
+
+    torch.manual_seed(0)
+    path = tmp_path / "m.ckpt"
+    torch.save({"hyper_parameters": {"vocab": 50, "width": 4}, "state_dict": _Tied(50, 4).state_dict()}, path)
+    plain, _ = load_module(_Tied, path, "python -m tied fit", "Tied")
+    mapped, _ = load_module(_Tied, path, "python -m tied fit", "Tied", mmap=True)
+    for (name, a), (_, b) in zip(mapped.state_dict().items(), plain.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+    assert mapped.out.weight is mapped.embed.weight
+    if os.path.exists("/proc/self/maps"):  # Linux: the weight's address lies in a mapping of the file
+        ptr, real = mapped.embed.weight.data_ptr(), os.path.realpath(path)
+        spans = [line.split()[0].split("-") for line in open("/proc/self/maps") if line.rstrip().endswith(real)]
+        assert any(int(lo, 16) <= ptr < int(hi, 16) for lo, hi in spans)
+        assert not any(int(lo, 16) <= plain.embed.weight.data_ptr() < int(hi, 16) for lo, hi in spans)

@@ -13,6 +13,8 @@ import pytest
 from core.errors import InputError
 from streamrec import score, shards
 
+item_table = score.item_table
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -73,6 +75,51 @@ def test_bf16_precision_is_recorded_and_gives_the_fp32_rows(tiny_ckpt, tiny_log,
     _score(tiny_ckpt, tiny_log, out, "--precision", "bf16")  # exact: fp32 re-scoring
     _assert_same_rows(out, whole)
     assert shards.read_provenance(out)["precision"] == "bf16" and shards.read_provenance(whole)["precision"] == "fp32"
+
+
+def _brute_force_rows(ckpt, log, k):
+    """Every user's top-k the plain way: in-memory model, dict vocabulary, full score matrix, stable sort."""
+    import torch
+
+    from streamrec.api import Recommender
+    from streamrec.readers import read_interactions
+
+    rec = Recommender.load(ckpt)
+    items = rec.vocab.to_dict()["items"]
+    index = {item: n + 1 for n, item in enumerate(items)}
+    rows = set()
+    t = rec.model.encoder.max_len
+    for user, history in read_interactions(log).items.items():
+        ids = [index[i] for i in history if i in index]
+        x = torch.tensor([[0] * (t - len(ids[-t:])) + ids[-t:]])  # (1, T) left-padded
+        with torch.no_grad():
+            full = rec.model.score(rec.model.last_hidden(x))[0].tolist()
+        ranked = sorted((i for i in range(1, len(full)) if i not in ids), key=lambda i: (-full[i], i))
+        rows |= {(user, rank + 1, items[i - 1]) for rank, i in enumerate(ranked[:k])}
+    return rows
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_cli_reads_the_item_table_from_the_checkpoint_file_and_ranks_as_brute_force(
+        tiny_ckpt, tiny_log, tmp_path, monkeypatch, precision):
+    import torch
+
+    from streamrec.topk import FileRows
+
+    built = []
+    monkeypatch.setattr(score, "item_table", lambda *a: built.append(item_table(*a)) or built[-1])
+    out = tmp_path / "recs.parquet"
+    _score(tiny_ckpt, tiny_log, out, "--precision", precision, "--item-chunk", "7")
+    assert _rows(out) == _brute_force_rows(tiny_ckpt, tiny_log, 5)
+    (vectors, scan), = built
+    if os.path.exists("/proc/self/maps"):  # Linux: the rows are read from the file, never mapped whole
+        assert isinstance(vectors, FileRows) and vectors.path == tiny_ckpt
+    model_table = score.Recommender.load(tiny_ckpt).model.item_vectors
+    assert torch.equal(vectors[0 : model_table.shape[0]], model_table)
+    if precision == "bf16":
+        assert torch.equal(scan.values, model_table.bfloat16()) and torch.allclose(scan.norms, model_table.norm(dim=1))
+    else:
+        assert scan is None
 
 
 def test_shards_merge_to_the_unsharded_output(tiny_ckpt, tiny_log, whole, tmp_path):

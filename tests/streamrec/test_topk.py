@@ -1,5 +1,7 @@
 """Chunked top-K against brute force: the full score matrix ranked by plain Python sorting."""
 
+import os
+
 import pytest
 import torch
 
@@ -136,6 +138,26 @@ def test_bf16_scan_reads_the_fp32_table_from_a_file(tmp_path, monkeypatch):
     assert read and got.items.tolist() == _python_top_k(q, v, 10, exclude=exclude)[0].tolist()
     with pytest.raises(ValueError, match="too short for an fp32 table of shape"):
         FileRows(path, (702, 8))
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="finds mappings in /proc/self/maps (Linux)")
+def test_file_rows_of_a_table_mapped_from_a_checkpoint(tmp_path):
+    """`FileRows.mapped` finds where torch.save put the table: the offset torch itself reports, the same rows."""
+    g = torch.Generator().manual_seed(3)
+    table, other = torch.randn(301, 8, generator=g), torch.randn(301, 8, generator=g)  # same size: a decoy
+    path = tmp_path / "m.ckpt"
+    torch.save({"a": torch.arange(5.0), "state_dict": {"other": other, "table": table}, "vocab": ["x"] * 9}, path)
+    loaded = torch.load(path, mmap=True, weights_only=True)
+    mapped = loaded["state_dict"]
+    rows = FileRows.mapped(mapped["table"], path)
+    meta = torch.load(path, map_location="meta", weights_only=True)["state_dict"]["table"]
+    assert rows is not None and rows.offset == meta.untyped_storage()._checkpoint_offset  # torch's own record offset
+    ids = torch.tensor([0, 300, 7, 7, 150])
+    assert torch.equal(rows[ids], table[ids]) and torch.equal(rows[10:40], table[10:40])
+    assert torch.equal(FileRows.mapped(mapped["other"], path)[ids], other[ids])
+    assert FileRows.mapped(table, path) is None  # in memory, not a mapping of the file
+    assert FileRows.mapped(mapped["table"], tmp_path / "elsewhere.ckpt") is None
+    assert FileRows.mapped(mapped["table"].T, path) is None and FileRows.mapped(loaded["a"], path) is None
 
 
 @pytest.mark.gpu
