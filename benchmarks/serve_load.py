@@ -1,9 +1,16 @@
 """Load test of the HTTP servers: dynamic batching against batch size 1, measured in the same run.
 
 Starts `python -m APP.serve` on 127.0.0.1 twice, with --max-batch-size 1 and with dynamic batching
-(--max-batch-size 32 --batch-timeout 0.01 by default); each time N clients (threads, one keep-alive
-connection each) send requests back to back for --seconds after a --warmup. Prints req/s and the
-p50/p95/p99 latency of both settings and the throughput ratio; --json writes them as one flat object.
+(--max-batch-size 32 --batch-timeout 0.01 by default); each time N closed-loop clients (one keep-alive
+connection each, the next request sent when the last is answered) send requests for --seconds after a
+--warmup. Prints req/s and the p50/p95/p99 latency of both settings and the throughput ratio, and the
+CPU time per request of the server's processes and of the clients (from /proc and getrusage), which
+says where a request's cost goes; --json writes them as one flat object.
+
+The clients share the server's cores, so they must cost little: by default (--client async) all N
+connections are driven by one asyncio thread with pre-encoded requests (~0.05 ms of CPU a request).
+--client threads runs one http.client thread per connection (~0.3 ms a request); both settings
+always use the same client.
 
     python benchmarks/serve_load.py --app streamrec --ckpt runs/streamrec_demo/checkpoints/best.ckpt \\
         --clients 32 --seconds 20 --json runs/serve_load_streamrec.json
@@ -18,9 +25,12 @@ machine as the server and share its cores, in both settings alike.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import http.client
 import json
+import os
 import random
+import resource
 import statistics
 import sys
 import tempfile
@@ -53,6 +63,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--k", type=int, default=10, help="StreamRec: items per request (default 10)")
     p.add_argument("--beam", type=int, default=5, help="Translate: beam width (default 5)")
     p.add_argument("--input", help="Translate: a text file, one sentence per line (default: random subwords)")
+    p.add_argument("--client", choices=("async", "threads"), default="async",
+                   help="async: one asyncio thread drives every connection (default); threads: a thread each")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-dir", help="keep the servers' logs here (default: a temporary folder)")
     p.add_argument("--json", metavar="PATH", help="write the figures as one flat JSON object")
@@ -117,24 +129,131 @@ def client(url: str, bodies: list[bytes], start: int, warm_at: float, stop_at: f
         conn.close()
 
 
-def load(url: str, bodies: list[bytes], clients: int, warmup: float, seconds: float) -> dict[str, float]:
-    """Closed-loop load from `clients` threads; req/s over the measured window and latency percentiles (ms)."""
+class AsyncClient(asyncio.Protocol):
+    """One closed-loop client on one keep-alive connection, driven by the event loop (no thread of its own).
+
+    Requests are pre-encoded bytes; a response is complete when its Content-Length bytes have arrived.
+    """
+
+    def __init__(self, requests: list[bytes], start: int, warm_at: float, stop_at: float,
+                 latencies: list[float], errors: list[str], done: asyncio.Future):
+        self.requests, self.i, self.warm_at, self.stop_at = requests, start, warm_at, stop_at
+        self.latencies, self.errors, self.done = latencies, errors, done
+        self.buffer, self.end, self.status, self.sent = b"", -1, 0, 0.0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        self.send_next()
+
+    def send_next(self) -> None:
+        self.sent = time.perf_counter()
+        if self.sent >= self.stop_at:
+            self.transport.close()
+            return
+        self.transport.write(self.requests[self.i % len(self.requests)])
+        self.i += 1
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        if self.end < 0:
+            head_end = self.buffer.find(b"\r\n\r\n")
+            if head_end < 0:
+                return
+            head = self.buffer[:head_end].lower()
+            self.status = int(head[9:12])  # "HTTP/1.1 200 OK"
+            at = head.find(b"\ncontent-length:")
+            length = int(head[at + 16 : head.find(b"\r", at + 1)]) if at >= 0 else 0
+            self.end = head_end + 4 + length
+        if len(self.buffer) < self.end:
+            return
+        done = time.perf_counter()
+        if self.warm_at <= self.sent and done < self.stop_at:
+            if self.status == 200:
+                self.latencies.append(done - self.sent)
+            else:
+                self.errors.append(str(self.status))
+        self.buffer, self.end = self.buffer[self.end :], -1
+        self.send_next()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
+        if exc is not None or time.perf_counter() < self.stop_at:
+            self.errors.append(type(exc).__name__ if exc else "connection closed")
+
+
+async def drive(url: str, bodies: list[bytes], clients: int, warm_at: float, stop_at: float,
+                latencies: list[float], errors: list[str]) -> None:
+    """`clients` AsyncClients until `stop_at`."""
+    host = urlsplit(url)
+    requests = [b"POST /predict HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (host.hostname.encode(), host.port, len(b), b) for b in bodies]
+    loop = asyncio.get_running_loop()
+    dones = []
+    for c in range(clients):
+        done = loop.create_future()
+        await loop.create_connection(lambda c=c, done=done: AsyncClient(requests, c * 37, warm_at, stop_at, latencies,
+                                                                        errors, done), host.hostname, host.port)
+        dones.append(done)
+    await asyncio.wait_for(asyncio.gather(*dones), stop_at - time.perf_counter() + 120)
+
+
+def load(url: str, bodies: list[bytes], clients: int, warmup: float, seconds: float,
+         kind: str = "async") -> dict[str, float]:
+    """Closed-loop load from `clients` clients; req/s over the measured window and latency percentiles (ms)."""
     latencies: list[float] = []
     errors: list[str] = []
     warm_at = time.perf_counter() + warmup
     stop_at = warm_at + seconds
-    threads = [threading.Thread(target=client, args=(url, bodies, c * 37, warm_at, stop_at, latencies, errors))
-               for c in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=warmup + seconds + 120)
+    if kind == "async":
+        asyncio.run(drive(url, bodies, clients, warm_at, stop_at, latencies, errors))
+    else:
+        threads = [threading.Thread(target=client, args=(url, bodies, c * 37, warm_at, stop_at, latencies, errors))
+                   for c in range(clients)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=warmup + seconds + 120)
     if not latencies:
         raise SystemExit(f"error: no request succeeded ({len(errors)} failed: {sorted(set(errors))[:3]})")
     ms = sorted(x * 1e3 for x in latencies)
     q = statistics.quantiles(ms, n=100, method="inclusive")
     return {"rps": len(ms) / seconds, "p50_ms": q[49], "p95_ms": q[94], "p99_ms": q[98],
             "requests": len(ms), "errors": len(errors)}
+
+
+def process_tree(pid: int) -> list[int]:
+    """`pid` and all its descendants (Linux /proc; [] elsewhere)."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return []
+    return [pid, *(p for c in children for p in process_tree(int(c)))]
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds of `pids` so far (processes that ended are skipped)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime in clock ticks
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def measured(url: str, bodies: list[bytes], args: argparse.Namespace) -> dict[str, float]:
+    """`load` after a warm-up, with the server's and the clients' CPU ms per answered request over the window."""
+    load(url, bodies, args.clients, 0.0, args.warmup, args.client)
+    pids = process_tree(os.getpid())[1:]  # the server is this process's only child
+    server0, client0 = cpu_seconds(pids), resource.getrusage(resource.RUSAGE_SELF)
+    result = load(url, bodies, args.clients, 0.0, args.seconds, args.client)
+    server1, client1 = cpu_seconds(pids), resource.getrusage(resource.RUSAGE_SELF)
+    client_s = (client1.ru_utime + client1.ru_stime) - (client0.ru_utime + client0.ru_stime)
+    result["server_cpu_ms"] = 1e3 * (server1 - server0) / result["requests"]
+    result["client_cpu_ms"] = 1e3 * client_s / result["requests"]
+    return result
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -146,6 +265,7 @@ def main(argv: list[str] | None = None) -> None:
     settings = {"batch1": ["--max-batch-size", "1"],
                 "dynamic": ["--max-batch-size", str(args.max_batch_size), "--batch-timeout", str(args.batch_timeout)]}
     figures: dict[str, float] = {"clients": args.clients, "seconds": args.seconds,
+                                 "async_client": int(args.client == "async"),  # 0: a thread per client
                                  "max_batch_size": args.max_batch_size, "batch_timeout": args.batch_timeout}
     with tempfile.TemporaryDirectory() as tmp:
         log_dir = Path(args.log_dir or tmp)
@@ -153,17 +273,21 @@ def main(argv: list[str] | None = None) -> None:
         for name, extra in settings.items():
             server_args = ["--ckpt", args.ckpt, *extra, "--log-level", "warning", "--threads", str(args.threads)]
             console.print(f"{name}: starting python -m {args.app}.serve {' '.join(extra)}")
-            with local_server(f"{args.app}.serve", server_args, log_dir / f"{args.app}_{name}.log") as url:
-                result = load(url, bodies, args.clients, args.warmup, args.seconds)
+            with local_server(f"{args.app}.serve", server_args, log_dir / f"{args.app}_{name}.log", ready_s=300) as url:
+                result = measured(url, bodies, args)
             figures.update({f"{name}_{key}": value for key, value in result.items()})
     figures["throughput_ratio"] = figures["dynamic_rps"] / figures["batch1_rps"]
     labels = {"batch1": "batch size 1",
               "dynamic": f"dynamic, <= {args.max_batch_size}, {args.batch_timeout * 1e3:g} ms"}
+    figures["server_cpu_ratio"] = figures["batch1_server_cpu_ms"] / figures["dynamic_server_cpu_ms"]
     rows = [[labels[name], f"{figures[f'{name}_rps']:.1f}", *(f"{figures[f'{name}_{p}_ms']:.0f}"
-             for p in ("p50", "p95", "p99")), str(figures[f"{name}_errors"])] for name in settings]
-    print_table(console, f"{args.app}.serve, {args.clients} clients, {args.seconds:g} s each",
-                ["setting", "req/s", "p50 ms", "p95 ms", "p99 ms", "errors"], rows)
-    console.print(f"dynamic batching: {figures['throughput_ratio']:.2f}x the throughput of batch size 1")
+             for p in ("p50", "p95", "p99")), str(figures[f"{name}_errors"]),
+             f"{figures[f'{name}_server_cpu_ms']:.2f}", f"{figures[f'{name}_client_cpu_ms']:.2f}"] for name in settings]
+    print_table(console, f"{args.app}.serve, {args.clients} clients ({args.client}), {args.seconds:g} s each",
+                ["setting", "req/s", "p50 ms", "p95 ms", "p99 ms", "errors", "server CPU ms/req",
+                 "client CPU ms/req"], rows)
+    console.print(f"dynamic batching: {figures['throughput_ratio']:.2f}x the throughput of batch size 1; "
+                  f"{figures['server_cpu_ratio']:.2f}x less server CPU per request")
     if args.json:
         write_json(args.json, figures)
 

@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = ("batch1", "dynamic")
-FIGURES = ("rps", "p50_ms", "p95_ms", "p99_ms", "requests", "errors")
+FIGURES = ("rps", "p50_ms", "p95_ms", "p99_ms", "requests", "errors", "server_cpu_ms", "client_cpu_ms")
 
 
 @pytest.fixture(scope="module")
@@ -43,10 +43,11 @@ def tiny_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.slow
-def test_both_settings_write_flat_json(tiny_ckpt: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("client", ["async", "threads"])
+def test_both_settings_write_flat_json(tiny_ckpt: Path, tmp_path: Path, client: str) -> None:
     out = tmp_path / "serve_load.json"
     cmd = [sys.executable, "benchmarks/serve_load.py", "--app", "streamrec", "--ckpt", str(tiny_ckpt), "--clients", "4",
-           "--seconds", "3", "--warmup", "0.5", "--threads", "1", "--k", "5", "--json", str(out)]
+           "--seconds", "3", "--warmup", "0.5", "--threads", "1", "--k", "5", "--client", client, "--json", str(out)]
     res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert res.returncode == 0, res.stderr[-3000:]
     figures = json.loads(out.read_text())
@@ -57,7 +58,9 @@ def test_both_settings_write_flat_json(tiny_ckpt: Path, tmp_path: Path) -> None:
     for s in SETTINGS:
         assert figures[f"{s}_errors"] == 0 and figures[f"{s}_requests"] > 0
         assert figures[f"{s}_p50_ms"] <= figures[f"{s}_p95_ms"] <= figures[f"{s}_p99_ms"]
+        assert figures[f"{s}_server_cpu_ms"] > 0 and figures[f"{s}_client_cpu_ms"] >= 0
     assert figures["throughput_ratio"] == pytest.approx(figures["dynamic_rps"] / figures["batch1_rps"])
+    assert figures["async_client"] == (client == "async")
     assert "dynamic batching:" in res.stdout
 
 

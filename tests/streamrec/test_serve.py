@@ -152,6 +152,30 @@ def test_errors_name_the_problem(server, rec):
     assert err.value.code == 404 and json.loads(err.value.read()) == {"error": "Not Found"}
 
 
+def test_list_errors_name_the_element(server):
+    # The checker's fast path (every element a short string) must fall back to naming the bad element.
+    assert post(server, {"history": ["a", "b", 3]})[1]["error"] == "`history[2]` must be a string, got 3"
+    long_id = "x" * (streamrec_serve.MAX_ID_CHARS + 1)
+    assert post(server, {"history": ["a", long_id]})[1]["error"] == (
+        f"`history[1]` has {len(long_id)} characters; must be at most {streamrec_serve.MAX_ID_CHARS}")
+
+
+def test_unknown_items_and_cold_per_request(server, rec):
+    known = rec.vocab.items[:2]
+    status, answer = post(server, {"history": ["zz1", known[0], "zz1", "zz2"], "items": [known[1], "zz3", "zz2"]})
+    assert status == 200 and answer["unknown_items"] == ["zz1", "zz2", "zz3"] and answer["cold"] is False
+    status, answer = post(server, {"history": ["zz1"], "items": [known[1]]})
+    assert status == 200 and answer["unknown_items"] == ["zz1"] and answer["cold"] is True and answer["items"] == []
+
+
+def test_an_answer_json_cannot_hold_fails_alone():
+    api = streamrec_serve.StreamRecAPI("unused.ckpt")
+    ok = api.encode_response({"items": [{"item_id": "é", "score": 1.5}]})
+    assert ok.status_code == 200 and json.loads(ok.body) == {"items": [{"item_id": "é", "score": 1.5}]}
+    bad = api.encode_response({"items": [{"item_id": "a", "score": float("nan")}]})
+    assert bad.status_code == 500 and list(json.loads(bad.body)) == ["error"] and b"\n" not in bad.body
+
+
 def test_bad_checkpoints_stop_with_one_line(exit_line, hostile, assert_refused, tiny_ckpt, tmp_path):
     message = exit_line(streamrec_serve.main, ["--ckpt", str(tmp_path / "missing.ckpt")])
     assert "missing.ckpt" in message
