@@ -8,11 +8,14 @@ read, so its size counts in memory and time; only --users users are ranked, so a
 minutes.
   old   the tree at --baseline-commit (323717e: the full (B, N+1) score matrix, the csv-module reader),
         extracted with `git archive` into a temporary folder and imported from there
-  new   today's tree (item chunks, the columnar reader), --item-chunk items at a time
-  bf16  (with --bf16) today's tree with `--precision bf16` (exact bf16 scan, fp32 re-scoring)
+  new   today's tree (item chunks, the columnar reader), --item-chunk items at a time; the checkpoint
+        memory-mapped, the fp32 item table read from the file chunk by chunk (`streamrec.score.item_table`)
+  bf16  (with --bf16) today's tree with `--precision bf16` (exact bf16 scan of a bf16 copy held in memory,
+        fp32 rows read from the file only for the re-scored items)
 users/s = users scored / seconds inside `_score_all` (ranking and writing; both trees have it), total_s
 the whole run (checkpoint load and log read included). Peak RSS is the child's whole-process high-water
-mark (`os.wait4`, imports and the item table included; `table_mib` is the fp32 table alone). A point that
+mark (`os.wait4`, imports and the item table included; `table_mib` is the fp32 table alone); file pages
+the new path reads with `pread` sit in the kernel's page cache, shared and reclaimable, not in the RSS. A point that
 runs past --budget seconds is killed and recorded as `..._timed_out`; the old path is not run above
 --skip-old-above items (its score matrix alone is batch-size x N x 4 bytes). Where both ran, the share of
 users with the same top-K lists is checked (`..._same_topk_share`, ties aside 1.0).
@@ -95,6 +98,10 @@ def child_score(args: argparse.Namespace) -> None:
         timed["score_s"] = time.perf_counter() - start
 
     score._score_all = score_all
+    if args.threads:  # before main: the old tree has no --threads option
+        import torch
+
+        torch.set_num_threads(args.threads)
     argv = ["--ckpt", args.ckpt, "--input", args.log, "--output", args.output, "--users", args.users_file,
             "--top-k", str(args.top_k), "--batch-size", str(args.batch_size), "--device", "cpu"]
     if args.child != "old":
@@ -180,7 +187,7 @@ def measure_point(kind: str, tree: Path, ckpt: Path, log: Path, users_file: Path
                   args: argparse.Namespace) -> dict | None:
     cmd = [sys.executable, __file__, "--child", kind, "--tree", str(tree), "--ckpt", str(ckpt), "--log", str(log),
            "--users-file", str(users_file), "--output", str(out), "--top-k", str(args.top_k), "--batch-size",
-           str(args.batch_size), "--item-chunk", str(args.item_chunk)]
+           str(args.batch_size), "--item-chunk", str(args.item_chunk), "--threads", str(args.threads)]
     figures = run_child(cmd, f"{kind} scoring of {ckpt.name} on {log.name}", args.budget)
     if figures is not None:
         figures["users"] = scored_users(out)
@@ -235,7 +242,8 @@ def run(args: argparse.Namespace) -> tuple[dict[str, float], list[list[str]]]:
     sizes, row_counts = ints(args.items), ints(args.rows)
     figures: dict[str, float] = {"users": args.users, "batch_size": args.batch_size, "d_model": args.d_model,
                                  "top_k": args.top_k, "item_chunk": args.item_chunk, "log_items": args.log_items,
-                                 "skip_old_above": args.skip_old_above, "budget_s": args.budget}
+                                 "skip_old_above": args.skip_old_above, "budget_s": args.budget,
+                                 "threads": args.threads}
     table = []
     paths = [k for k in PATHS if k != "bf16" or args.bf16]
     with tempfile.TemporaryDirectory(prefix="streamrec_scale_", dir=args.tmp) as tmp:
@@ -294,6 +302,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--top-k", type=int, default=10)
     p.add_argument("--d-model", type=int, default=64)
     p.add_argument("--bf16", action="store_true", help="also time today's scorer with --precision bf16")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch threads of every scoring child, old and new (default 0: torch's default, the cores); "
+                        "1 where other jobs keep the cores busy")
     p.add_argument("--log-items", type=int, default=100_000, help="distinct items the log draws from")
     p.add_argument("--skip-old-above", type=int, default=5_000_000, help="no old run above this many items")
     p.add_argument("--budget", type=float, default=900, help="seconds per measurement before it is killed")

@@ -18,13 +18,14 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_scale_benchmark_compares_old_and_new_and_writes_json_and_plot(tmp_path: Path) -> None:
     out, png = tmp_path / "scale.json", tmp_path / "scale.png"
     cmd = [sys.executable, "benchmarks/streamrec_scale.py", "--items", "3000,20000", "--rows", "8000", "--users", "150",
-           "--log-items", "1000", "--item-chunk", "1000", "--skip-old-above", "10000", "--bf16", "--json", str(out),
-           "--plot", str(png)]
+           "--log-items", "1000", "--item-chunk", "1000", "--skip-old-above", "10000", "--bf16", "--threads", "1",
+           "--json", str(out), "--plot", str(png)]
     res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     figures = json.loads(out.read_text())
     for name, value in figures.items():
         assert type(value) in (int, float) and math.isfinite(value), (name, value)
+    assert figures["threads"] == 1
     for key in ("users_per_s", "peak_rss_mib", "total_s", "score_s"):
         for kind in ("old", "new"):
             assert figures[f"N3000_R8000_{kind}_{key}"] > 0, (kind, key)
