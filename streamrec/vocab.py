@@ -59,10 +59,22 @@ def _strings(values: Sequence[object] | pa.Array, convert: bool) -> tuple[pa.Arr
         strings = pa.array(values, pa.large_string())
         if not strings.null_count:
             return strings, np.fromiter(map(_hash, values), np.int64, count=len(strings))
-    except (pa.ArrowTypeError, pa.ArrowInvalid):
+    except (pa.ArrowTypeError, pa.ArrowInvalid, UnicodeEncodeError):  # non-strings, lone surrogates
         pass
-    return _strings(pa.array([v if isinstance(v, str) else str(v) if convert else None for v in values],
-                             pa.large_string()), convert)
+    return _strings(pa.array([_text(v, convert) for v in values], pa.large_string()), convert)
+
+
+def _text(value: object, convert: bool) -> str | None:
+    """A value as an id: its text (`convert`), else None (never found) unless it is a string arrow can hold."""
+    if isinstance(value, str):
+        try:
+            value.encode()
+            return value
+        except UnicodeEncodeError:  # a lone surrogate: no item id read from a file has one
+            if convert:
+                raise InputError(f"item id {value!r} is not valid UTF-8 text; ids must be UTF-8") from None
+            return None
+    return str(value) if convert else None
 
 
 class ItemIds(Sequence):
@@ -155,9 +167,9 @@ class ItemVocab:
         shared[1:] |= equal
         shared[:-1] |= equal
         positions = self._order[shared]
-        counts = Counter(self._ids.take(positions).to_pylist())
-        dups = [int(p) for p, item in zip(positions, self._ids.take(positions).to_pylist(), strict=True)
-                if counts[item] > 1]
+        shared_ids = self._ids.take(positions).to_pylist()
+        counts = Counter(shared_ids)
+        dups = [int(p) for p, item in zip(positions, shared_ids, strict=True) if counts[item] > 1]
         if dups:
             raise InputError(f"item id {self.items[min(dups)]!r} appears twice in the vocabulary; ids must be unique")
 
@@ -193,7 +205,7 @@ class ItemVocab:
         if found is not None:
             return found
         h, found = _hash(item), 0
-        at, key = int(self._sorted.searchsorted(h)), item.encode()
+        at, key = int(self._sorted.searchsorted(h)), item.encode(errors="surrogatepass")  # never matches bad UTF-8
         while at < len(self._sorted) and self._sorted.item(at) == h:
             p = self._order.item(at)
             if self._bytes[self._offsets.item(p) : self._offsets.item(p + 1)] == key:

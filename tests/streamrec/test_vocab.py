@@ -121,6 +121,13 @@ def test_non_strings_become_their_text_as_before_and_are_never_found() -> None:
         [] in ours.index  # unhashable, as for the dict  # noqa: B015
 
 
+def test_a_string_that_is_not_utf8_is_never_found_and_no_id() -> None:
+    vocab = ItemVocab(["a"])
+    assert "\ud800" not in vocab and vocab.lookup(["a", "\ud800"]).tolist() == [1, 0]
+    with pytest.raises(ValueError, match="is not valid UTF-8 text"):
+        ItemVocab(["a", "\ud800"])
+
+
 def test_items_is_a_read_only_list() -> None:
     vocab = ItemVocab(["c", "a", "b"])
     assert vocab.items[0] == "c" and vocab.items[-1] == "b" and vocab.items[1:] == ["a", "b"]
