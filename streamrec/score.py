@@ -64,7 +64,7 @@ from streamrec.model import StreamRecModel
 from streamrec.predict import recommendation_table
 from streamrec.readers import Interactions, read_interactions
 from streamrec.shards import checkpoint_sha256, parse_shard, provenance, shard_users, with_provenance
-from streamrec.topk import DEFAULT_ITEM_CHUNK, FileRows, ScanTable, scan_table
+from streamrec.topk import DEFAULT_ITEM_CHUNK, SCAN_CHUNK, FileRows, ScanTable, scan_table
 from streamrec.vocab import ItemVocab
 
 log = logging.getLogger(__name__)
@@ -198,7 +198,7 @@ def item_table(rec: Recommender, ckpt: str | Path, precision: str, item_chunk: i
     vectors = table if rows is None else rows
     if precision != "bf16" or table.device.type != "cpu":
         return ItemTable(vectors, None)
-    return ItemTable(vectors, scan_table(vectors, item_chunk))
+    return ItemTable(vectors, scan_table(vectors, min(item_chunk, SCAN_CHUNK)))  # 4 MB reads: little for malloc to keep
 
 
 def _encoded(users: list[str], histories: Mapping[str, list[str]], vocab: ItemVocab) -> tuple[list[list[int]], int]:
@@ -351,6 +351,7 @@ def _score_into(args: argparse.Namespace, output: Path) -> None:
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     rec = Recommender.load(args.ckpt, device, items=args.items, mmap=True)  # the weights stay in the file until read
     interactions = read_interactions(args.input, args.format)
+    pa.default_memory_pool().release_unused()  # the reader's freed blocks, which arrow's pool would keep
     users = _read_users(args.users) if args.users else list(interactions.items)
     missing = [u for u in users if u not in interactions.items]
     if missing:
