@@ -66,6 +66,8 @@ def load_checkpoint(path: str | Path, written_by: str, mmap: bool = False) -> An
     if path.stat().st_size > MAX_CHECKPOINT_BYTES:
         raise InputError(f"{path}: {path.stat().st_size:,} bytes, larger than any checkpoint this product writes "
                          f"({MAX_CHECKPOINT_BYTES:,}); pass the .ckpt written by `{written_by}`")
+    # torch maps only its zip format; a legacy or raw pickle is read instead, so it is refused or read as without mmap.
+    mmap = mmap and zipfile.is_zipfile(path)
     try:
         with torch.serialization.safe_globals(ALLOWED_GLOBALS), warnings.catch_warnings():
             # A raw pickle (not torch.save's) makes torch warn about its protocol before refusing or reading it.
