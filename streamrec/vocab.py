@@ -204,14 +204,9 @@ class ItemVocab:
         found = self._cache.get(item)
         if found is not None:
             return found
-        h, found = _hash(item), 0
-        at, key = int(self._sorted.searchsorted(h)), item.encode(errors="surrogatepass")  # never matches bad UTF-8
-        while at < len(self._sorted) and self._sorted.item(at) == h:
-            p = self._order.item(at)
-            if self._bytes[self._offsets.item(p) : self._offsets.item(p + 1)] == key:
-                found = p + 1
-                break
-            at += 1
+        h = _hash(item)
+        lo, hi = int(self._sorted.searchsorted(h, "left")), int(self._sorted.searchsorted(h, "right"))
+        found = self._match(item.encode(errors="surrogatepass"), lo, hi)  # never matches bad UTF-8
         if len(self._cache) >= _CACHE:
             self._cache.clear()
         self._cache[item] = found
@@ -228,13 +223,19 @@ class ItemVocab:
         pos = self._order[np.minimum(lo, len(self._order) - 1)]  # the first id with that hash
         same = pc.equal(self._ids.take(pos), query).fill_null(False).to_numpy(zero_copy_only=False)
         out[(hi - lo >= 1) & same] = pos[(hi - lo >= 1) & same] + 1
-        for j in np.flatnonzero((hi - lo > 1) & ~same):  # another id with the same hash: compare each
-            wanted = query[int(j)].as_py()
-            for p in self._order[lo[j] + 1 : hi[j]].tolist():
-                if self._ids[p].as_py() == wanted:
-                    out[j] = p + 1
-                    break
+        for j in np.flatnonzero((hi - lo > 1) & ~same).tolist():  # another id with the same hash: compare each
+            out[j] = self._match(query[j].as_py().encode(), int(lo[j]) + 1, int(hi[j]))
         return out
+
+    def _match(self, key: bytes, lo: int, hi: int) -> int:
+        """The model id of the id whose UTF-8 bytes are `key` among sorted hashes lo..hi-1 (all one hash), else 0.
+
+        Ids that share a hash are told apart here, for `_find` and `lookup` alike.
+        """
+        for p in self._order[lo:hi].tolist():
+            if self._bytes[self._offsets.item(p) : self._offsets.item(p + 1)] == key:
+                return p + 1
+        return 0
 
     def encode(self, items: Iterable[str], skip_unknown: bool = False) -> list[int]:
         """Original ids -> model ids.
