@@ -56,16 +56,23 @@ def _strings(values: Sequence[object] | pa.Array, convert: bool) -> tuple[pa.Arr
             out[lo : lo + len(block)] = np.fromiter(map(_hash, block), np.int64, count=len(block))
         return strings, out
     try:
-        strings = pa.array(values, pa.large_string())
-        if not strings.null_count:
-            return strings, np.fromiter(map(_hash, values), np.int64, count=len(strings))
+        # Looked-up values get their type inferred: given large_string, arrow would take bytes as text (and
+        # hash(b"x") == hash("x")), so b"x" would be found where `b"x" in vocab` is False.
+        strings = pa.array(values, pa.large_string() if convert else None)
+        if isinstance(strings, pa.ChunkedArray):  # inferred strings past 2 GB
+            strings = strings.cast(pa.large_string()).combine_chunks()
+        if not strings.null_count and (pa.types.is_string(strings.type) or pa.types.is_large_string(strings.type)):
+            return strings.cast(pa.large_string()), np.fromiter(map(_hash, values), np.int64, count=len(strings))
     except (pa.ArrowTypeError, pa.ArrowInvalid, UnicodeEncodeError):  # non-strings, lone surrogates
         pass
     return _strings(pa.array([_text(v, convert) for v in values], pa.large_string()), convert)
 
 
 def _text(value: object, convert: bool) -> str | None:
-    """A value as an id: its text (`convert`), else None (never found) unless it is a string arrow can hold."""
+    """A value as an id: its text (`convert`), else None (never found) unless it is a string arrow can hold.
+
+    An unhashable value raises TypeError when looked up, as it does in `in`, `index` and the dict they replaced.
+    """
     if isinstance(value, str):
         try:
             value.encode()
@@ -74,7 +81,10 @@ def _text(value: object, convert: bool) -> str | None:
             if convert:
                 raise InputError(f"item id {value!r} is not valid UTF-8 text; ids must be UTF-8") from None
             return None
-    return str(value) if convert else None
+    if convert:
+        return str(value)
+    hash(value)
+    return None
 
 
 class ItemIds(Sequence):

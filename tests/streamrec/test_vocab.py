@@ -119,6 +119,11 @@ def test_non_strings_become_their_text_as_before_and_are_never_found() -> None:
     assert 1 not in ours and "1" in ours and ours.lookup([1, "1"]).tolist() == [0, 1]
     with pytest.raises(TypeError):
         [] in ours.index  # unhashable, as for the dict  # noqa: B015
+    with pytest.raises(TypeError, match="unhashable"):
+        ours.lookup(["a", []])  # as `in` and the dict: lookup and `in` never disagree
+    # Bytes are no id (and hash(b"a") == hash("a")): arrow must not read them as text in lookup either.
+    assert b"a" not in ours and b"a" not in ref.index and ours.lookup([b"a", "a", b"1"]).tolist() == [0, 3, 0]
+    assert ours.lookup([b"a"]).tolist() == [0]
 
 
 def test_a_string_that_is_not_utf8_is_never_found_and_no_id() -> None:
