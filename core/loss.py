@@ -132,6 +132,14 @@ class _ChunkedRDrop(torch.autograd.Function):
         return dh, dw, None, None, None, None
 
 
+def _matmul_dtype(x: Tensor) -> torch.dtype:
+    """The dtype `linear` computes in for `x`: autocast's lower precision where it is on for x's device."""
+    device = x.device.type
+    if x.is_floating_point() and x.dtype != torch.float64 and torch.is_autocast_enabled(device):  # autocast skips fp64
+        return torch.get_autocast_dtype(device)
+    return x.dtype
+
+
 class _ChunkedCrossEntropy(torch.autograd.Function):
     """Mean softmax cross-entropy whose gradients are computed chunk by chunk during the forward pass.
 
@@ -146,11 +154,14 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
         acc = torch.promote_types(hidden.dtype, torch.float32)  # bf16 inputs, fp32 softmax and sums
         grad_h = torch.empty_like(hidden) if need_h else None
         grad_w = torch.zeros_like(weight, dtype=acc) if need_w else None
-        w = weight.to(hidden.dtype)
+        # The matmuls' dtype: autocast's (bf16) when it is on, as `linear` would pick. Both operands are cast once,
+        # not in every chunk's `linear` (ML-1M's shape, 307-row chunks: 0.84 -> 0.64 ms a chunk, 1 thread, Zen 5).
+        low = _matmul_dtype(hidden)
+        h_low, w = hidden.to(low), weight.to(low)
         total = hidden.new_zeros((), dtype=acc)
         for start in range(0, hidden.shape[0], rows):
-            h, t = hidden[start : start + rows], targets[start : start + rows]
-            logits = linear(h, w)  # (m, V) = h @ w.T, bf16 under autocast
+            h, t = h_low[start : start + rows], targets[start : start + rows]
+            logits = linear(h, w)  # (m, V) = h @ w.T
             probs = torch.softmax(logits, dim=1, dtype=acc)  # one fused pass
             # logsumexp = max logit - log(max prob): exact, and the max prob is >= 1/V so it never
             # underflows (a target's own prob can).
@@ -165,9 +176,11 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
                     probs -= eps / weight.shape[0]
                 probs = probs.to(h.dtype)
                 if need_h:
-                    grad_h[start : start + rows] = linear(probs, w.T)  # probs @ w
-                if need_w:  # MKL: (h.T @ probs).T in oneDNN ran 0.64-1.7x this at chunk shapes, 2 threads
+                    grad_h[start : start + rows] = probs @ w
+                if need_w and low == acc:  # MKL: (h.T @ probs).T in oneDNN ran 0.64-1.7x this at chunk shapes
                     grad_w.addmm_(probs.T, h)
+                elif need_w:  # a bf16 product added in fp32 (autocast's own weight gradient is all bf16): 1.70 ->
+                    grad_w += probs.T @ h  # 0.76 ms a chunk against the fp32 addmm_ of the fp32 probs (ML-1M shape)
         ctx.save_for_backward(grad_h, grad_w)
         ctx.count, ctx.weight_dtype = hidden.shape[0], weight.dtype
         return total / max(hidden.shape[0], 1)

@@ -77,6 +77,26 @@ def test_rdrop_value_and_gradients_equal_autograd_on_logits(eps, alpha, chunk_el
         lambda h, w: _rdrop_reference(h, w, targets, eps, alpha), pair, weight)
 
 
+@pytest.mark.parametrize("autocast", [True, False])
+def test_bf16_matmuls_are_close_to_float64(autocast):
+    """Under bf16 autocast (fp32 states, as a LayerNorm hands them over) or with bf16 states and no autocast, the
+    loss and both gradients stay within bf16 rounding of the float64 reference, in 16-row chunks."""
+    hidden, weight, targets = _inputs(torch.float32)
+    h = hidden.clone().requires_grad_() if autocast else hidden.bfloat16().requires_grad_()
+    w = weight.clone().requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        ours = linear_cross_entropy(h, w, targets, 0.1, chunk_elements=1)
+    assert ours.dtype == torch.float32
+    ours.backward()
+    h2, w2 = hidden.double().requires_grad_(), weight.double().requires_grad_()
+    reference = F.cross_entropy(h2 @ w2.T, targets, label_smoothing=0.1)
+    reference.backward()
+    assert abs(ours.item() - reference.item()) / reference.item() < 2e-2
+    for grad, ref in ((h.grad, h2.grad), (w.grad, w2.grad)):
+        assert grad.dtype == (torch.float32 if grad is w.grad or autocast else torch.bfloat16)
+        assert (grad.double() - ref).norm() / ref.norm() < 3e-2
+
+
 def test_rdrop_of_two_equal_passes_is_the_cross_entropy():
     hidden, weight, targets = _inputs()
     ours = rdrop_cross_entropy(torch.stack([hidden, hidden]), weight, targets, 0.1, alpha=5.0)
