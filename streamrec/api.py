@@ -24,8 +24,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -43,9 +45,34 @@ WRITTEN_BY = "python -m streamrec fit"
 EXPORTED_BY = "python -m streamrec.export --format safetensors"
 
 
+def encode_histories(histories: Sequence[Sequence[str]], vocab: ItemVocab) -> tuple[list[list[int]], list[list[str]]]:
+    """`encode_history` of many histories at once: one `ItemVocab.lookup` for all their items.
+
+    Args:
+        histories: original item ids per user, oldest first.
+        vocab: the item vocabulary of the checkpoint.
+
+    Returns:
+        Per history, its model ids (order kept), and per history the ids the checkpoint never saw (dropped), in order.
+    """
+    flat: list[str] = []
+    bounds = [0]  # history u is flat[bounds[u] : bounds[u + 1]]
+    for h in histories:
+        flat.extend(h)
+        bounds.append(len(flat))
+    ids = vocab.lookup(flat)  # (sum of lengths,) 0 for an unknown id
+    known = [part[part != 0].tolist() for part in (ids[lo:hi] for lo, hi in pairwise(bounds))]
+    unknown: list[list[str]] = [[] for _ in known]
+    missing = np.flatnonzero(ids == 0)
+    for j, user in zip(missing.tolist(), (np.searchsorted(bounds, missing, side="right") - 1).tolist(), strict=True):
+        unknown[user].append(flat[j])
+    return known, unknown
+
+
 def encode_history(items: Sequence[str], vocab: ItemVocab) -> tuple[list[int], list[str]]:
     """Original ids -> model ids (order kept), and the ids the checkpoint never saw (dropped)."""
-    return [vocab.index[i] for i in items if i in vocab.index], [i for i in items if i not in vocab.index]
+    known, unknown = encode_histories([items], vocab)
+    return known[0], unknown[0]
 
 
 def left_pad(histories: Sequence[Sequence[int]], max_len: int, device: torch.device | str = "cpu") -> Tensor:
@@ -226,12 +253,8 @@ class Recommender:
             raise InputError("`histories` takes one list of item ids per user; for one user pass [history]")
         if k < 1 or batch_size < 1:
             raise InputError(f"`k` ({k}) and `batch_size` ({batch_size}) must be >= 1")
-        unknown: dict[str, None] = {}
-        encoded = []
-        for history in histories:
-            ids, missing = self.encode(history)
-            encoded.append(ids)
-            unknown.update(dict.fromkeys(missing))
+        encoded, missing = encode_histories(histories, self.vocab)
+        unknown = dict.fromkeys(i for m in missing for i in m)
         allowed = None if items is None else self._allow_list(items, unknown)
         ranked: list[list[tuple[str, float]]] = [[] for _ in encoded]
         warm = [i for i, ids in enumerate(encoded) if ids]
@@ -259,19 +282,18 @@ class Recommender:
             `Recommendations` with one list per query; an unknown query is cold and gets [].
         """
         _check_ids(item_ids, "item_ids")
-        known = [i for i in item_ids if i in self.vocab.index]
+        found = self.vocab.lookup(item_ids)  # (B,) 0 for an unknown id
         ranked: list[list[tuple[str, float]]] = [[] for _ in item_ids]
-        if known:
+        if found.any():
             vectors = self.model.item_vectors
-            query = torch.tensor([self.vocab.index[i] for i in known], device=self.device)
+            query = torch.tensor(found[found != 0].tolist(), device=self.device)
             unit = torch.nn.functional.normalize(vectors[query].float(), dim=-1)  # (B, D)
             top, scores = top_k_items(unit, vectors, k, exclude=query[:, None], item_chunk=item_chunk,
                                       normalize=True)  # cosines
-            rows = iter(zip(top.tolist(), scores.tolist(), strict=True))
-            for pos, item in enumerate(item_ids):
-                if item in self.vocab.index:
-                    ranked[pos] = self._named(*next(rows))
-        cold = [pos for pos, item in enumerate(item_ids) if item not in self.vocab.index]
+            for pos, row in zip(np.flatnonzero(found).tolist(), zip(top.tolist(), scores.tolist(), strict=True),
+                                strict=True):
+                ranked[pos] = self._named(*row)
+        cold = np.flatnonzero(found == 0).tolist()
         return Recommendations(ranked, list(dict.fromkeys(item_ids[i] for i in cold)), cold)
 
     @torch.no_grad()
@@ -310,10 +332,10 @@ class Recommender:
     def _allow_list(self, items: Iterable[str], unknown: dict[str, None]) -> Tensor:
         """(N+1,) bool mask of the known ids of `items`; the unknown ones are added to `unknown`."""
         _check_ids(items, "items")
-        items = list(items)
+        known, missing = encode_history(list(items), self.vocab)
         allowed = torch.zeros(self.vocab.num_items + 1, dtype=torch.bool)
-        allowed[[self.vocab.index[i] for i in items if i in self.vocab.index]] = True
-        unknown.update(dict.fromkeys(i for i in items if i not in self.vocab.index))
+        allowed[known] = True
+        unknown.update(dict.fromkeys(missing))
         return allowed.to(self.device)
 
     def _named(self, items: list[int], scores: list[float]) -> list[tuple[str, float]]:

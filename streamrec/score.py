@@ -29,7 +29,7 @@ on Ray Data (`streamrec.ray_engine`; the `scale` extra): the model is loaded onc
 output carries its provenance (checkpoint sha256, top-k, exclude-seen, shard, created time, version)
 in its schema metadata (`streamrec.shards.read_provenance`).
 
-Built on the Python API (`streamrec.api`: `Recommender.load`, `recommend`; `ItemVocab.lookup`); the
+Built on the Python API (`streamrec.api`: `Recommender.load`, `encode_histories`, `recommend`); the
 rows are `streamrec.predict.recommendation_table`'s, as `python -m streamrec predict` writes them.
 
 Legend: B users in a batch, T history length (the model's max_len), K top-K, N items.
@@ -46,7 +46,6 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
@@ -58,7 +57,7 @@ from torch import Tensor
 from core.atomic import atomic_path, stale_temporaries
 from core.errors import InputError, check_text, describe_os_error
 from core.lock import OutputLock, interrupt_on_sigterm
-from streamrec.api import Recommender, length_batches, recommend
+from streamrec.api import Recommender, encode_histories, length_batches, recommend
 from streamrec.explain import explain_columns
 from streamrec.model import StreamRecModel
 from streamrec.predict import recommendation_table
@@ -201,20 +200,12 @@ def item_table(rec: Recommender, ckpt: str | Path, precision: str, item_chunk: i
     return ItemTable(vectors, scan_table(vectors, min(item_chunk, SCAN_CHUNK)))  # 4 MB reads: little for malloc to keep
 
 
-def _encoded(users: list[str], histories: Mapping[str, list[str]], vocab: ItemVocab) -> tuple[list[list[int]], int]:
-    """Each user's history as model ids (unknown items dropped, order kept), in one lookup; and the unknown count."""
-    lists = [histories[u] for u in users]
-    ids = vocab.lookup([i for h in lists for i in h])
-    ends = np.cumsum([len(h) for h in lists])
-    return [part[part != 0].tolist() for part in np.split(ids, ends[:-1])], int((ids == 0).sum())
-
-
 def _score_users(users: list[str], histories: Mapping[str, list[str]], rec: Recommender,
                  args: argparse.Namespace, counts: dict[str, int], table: ItemTable | None = None) -> pa.Table | None:
     """Recommendations (and explanations) for one batch of users as output rows."""
     kept, ids = [], []
-    encoded, unknown = _encoded(users, histories, rec.vocab)
-    counts["unknown_items"] += unknown
+    encoded, unknown = encode_histories([histories[u] for u in users], rec.vocab)  # one vocabulary lookup
+    counts["unknown_items"] += sum(map(len, unknown))
     for u, history in zip(users, encoded, strict=True):
         if history:
             kept.append(u)

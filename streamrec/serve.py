@@ -83,9 +83,9 @@ class StreamRecAPI(BatchedAPI):
         return answers
 
     def _answer(self, request: dict, ranked: list[tuple[str, float]]) -> dict[str, Any]:
-        known, unknown = self.rec.encode(request["history"])  # one vocabulary look-up per history item
+        known, unknown = self.rec.encode(request["history"])  # one vocabulary lookup per list
         if request["items"]:
-            unknown += [i for i in request["items"] if i not in self.rec.vocab.index]
+            unknown += self.rec.encode(request["items"])[1]
         return {
             "items": [{"item_id": item, "score": score} for item, score in ranked],
             "unknown_items": list(dict.fromkeys(unknown)),
@@ -93,7 +93,7 @@ class StreamRecAPI(BatchedAPI):
         }
 
     def _explained(self, request: dict) -> dict[str, Any]:
-        if not any(i in self.rec.vocab.index for i in request["history"]):
+        if not self.rec.encode(request["history"])[0]:
             return {**self._answer(request, []), "explanation": None}
         why = self.rec.explain(request["history"], request["k"], request["exclude_seen"], request["items"])
         because = [{"item_id": item, "most_attended": attended, "most_important": removed, "score_drop": drop}

@@ -7,10 +7,13 @@ from pathlib import Path
 import pytest
 import torch
 
+import streamrec.vocab as vocab_module
 from core.errors import InputError
 from streamrec import Recommender
+from streamrec.api import encode_histories, encode_history
 from streamrec.explain import attention_weights, occlusion_drops
 from streamrec.model import PAD_ID
+from streamrec.vocab import ItemVocab
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 
@@ -94,6 +97,26 @@ def test_explain_reuses_the_explanation_views(rec):
     assert [b[1] for b in why.because] == [why.history[int(d.argmax())] for d in why.drops]
     with pytest.raises(InputError, match="nothing to explain"):
         rec.explain(["unknown"])
+
+
+def _hash_by_length(s: object) -> int:
+    """A hash under which ids of one length collide: the vocabulary tells them apart by comparing them."""
+    return 0 if s is None else len(s) % 3
+
+
+@pytest.mark.parametrize("hash_fn", [hash, _hash_by_length])
+def test_encode_histories_equals_a_lookup_per_item(monkeypatch, hash_fn):
+    monkeypatch.setattr(vocab_module, "_hash", hash_fn)
+    vocab = ItemVocab(["a", "bb", "cc", "ddd", "e"])
+    histories = [["cc", "x", "a", "x", "bb"], [], ["yy"], ["ddd", None, 7, b"a", "\ud800"], ("e", "ee"), ["a"]]
+    known, unknown = encode_histories(histories, vocab)
+    assert known == [[vocab.index[i] for i in h if i in vocab.index] for h in histories]  # the per-item form
+    assert unknown == [[i for i in h if i not in vocab.index] for h in histories]
+    assert known == [[3, 1, 2], [], [], [4], [5], [1]] and unknown[0] == ["x", "x"] and unknown[3][1:3] == [7, b"a"]
+    assert [encode_history(h, vocab) for h in histories] == list(zip(known, unknown, strict=True))
+    assert encode_histories([], vocab) == ([], [])
+    with pytest.raises(TypeError, match="unhashable"):  # as `[] in vocab.index` raises
+        encode_history(["a", []], vocab)
 
 
 @pytest.mark.parametrize("call", [

@@ -118,16 +118,19 @@ def test_parts_from_another_run_are_refused(tiny_ckpt, tiny_log, tmp_path):
         score.main(["--ckpt", str(tiny_ckpt), "--input", str(tiny_log), "--output", str(out)])
 
 
-def test_unknown_items_are_skipped_and_new_users_scored(tiny_ckpt, tmp_path, loaded):
+def test_unknown_items_are_skipped_and_new_users_scored(tiny_ckpt, tmp_path, loaded, caplog):
     _, vocab = loaded
     log = tmp_path / "new.csv"
     known = vocab.items[:3]
     log.write_text("user_id,item_id,timestamp\n" + "".join(
-        f"newbie,{item},{t}\n" for t, item in enumerate([known[0], "never-seen", known[1], known[2]])))
+        f"newbie,{item},{t}\n" for t, item in enumerate([known[0], "never-seen", known[1], known[2]]))
+        + "stranger,never-seen,9\nstranger,nor-this,10\n")
     out = tmp_path / "recs.csv"
     score.main(["--ckpt", str(tiny_ckpt), "--input", str(log), "--output", str(out), "--top-k", "2"])
     lines = out.read_text().splitlines()
     assert len(lines) == 3 and all(line.startswith('"newbie"') for line in lines[1:])
+    assert "skipped 3 history items unknown to the checkpoint" in caplog.text
+    assert "skipped 1 users with no item known to the checkpoint" in caplog.text
 
 
 def test_explain_columns_are_history_items(tiny_ckpt, tiny_log, tmp_path):
