@@ -18,21 +18,39 @@ if TYPE_CHECKING:
     from core.schedule import InverseSqrt, InverseSqrtLR, WarmupCosine, WarmupCosineLR, stops_on_time
     from core.stacks import Decoder, Encoder, TokenEmbedding, init_linear, tie_weights
 
-_SUBMODULES = ("attention", "blocks", "cpu_fastpath", "distributed", "explain", "kv_cache", "loss", "masks",
-               "positions", "schedule", "stacks")
+# Where each public name is defined: `from core import X` imports that one module, on first use.
+_MODULE_OF = {
+    name: module
+    for module, names in {
+        "attention": ("CrossAttention", "MultiHeadAttention", "attend"),
+        "blocks": ("DecoderLayer", "EncoderLayer", "FeedForward"),
+        "cpu_fastpath": ("FastDropout", "FastLinear", "disable_cpu_fastpath", "enable_cpu_fastpath"),
+        "distributed": ("destroy_process_group_at_exit",),
+        "explain": ("AttentionCapture", "attention_entropy", "attention_rollout", "save_attention_json",
+                    "save_heatmap"),
+        "kv_cache": ("DecoderCache", "KVCache", "StaticKV"),
+        "loss": ("linear_cross_entropy", "rdrop_cross_entropy"),
+        "masks": ("additive_mask", "causal_mask", "causal_padding_mask", "combine_masks", "lengths_mask",
+                  "padding_mask"),
+        "positions": ("ALiBi", "LearnedPositions", "RotaryEmbedding", "SinusoidalPositions", "alibi_slopes",
+                      "apply_rope"),
+        "schedule": ("InverseSqrt", "InverseSqrtLR", "WarmupCosine", "WarmupCosineLR", "stops_on_time"),
+        "stacks": ("Decoder", "Encoder", "TokenEmbedding", "init_linear", "tie_weights"),
+    }.items()
+    for name in names
+}
 
 
 def __getattr__(name: str) -> Any:
     """The public names, imported on first use: `core.errors` alone (the readers) then imports no torch."""
-    if name in __all__:
-        import importlib
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'core' has no attribute {name!r}")
+    import importlib
 
-        for module in _SUBMODULES:
-            value = getattr(importlib.import_module(f"core.{module}"), name, None)
-            if value is not None:
-                globals()[name] = value
-                return value
-    raise AttributeError(f"module 'core' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"core.{module}"), name)
+    globals()[name] = value  # found once: later uses are plain attribute reads
+    return value
 
 
 __all__ = [
