@@ -7,10 +7,17 @@
 - `gbce`: BCE with the positive's probability raised to beta (Petrov & Macdonald, 2023), which
   undoes the overconfidence that negative sampling causes.
 
+The three sampled losses read only the rows they score. With `sparse=True` they gather those rows with
+`F.embedding(..., sparse=True)` and cast only them to the states' dtype (bf16 under autocast): the
+table's gradient is then (rows read, D) sparse, for a row-wise optimizer (`core.optim`). Without it the
+table is cast whole and its gradient is dense (N+1, D), as `torch.optim.AdamW` needs.
+
 Legend: M positions, D model width, N items (1..N; 0 = padding), K negatives.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -53,8 +60,24 @@ def sample_negatives(
     return torch.multinomial(probs[1:], k, replacement=True, generator=generator) + 1
 
 
+def item_rows(item_vectors: Tensor, dtype: torch.dtype, sparse: bool = False) -> Callable[[Tensor], Tensor]:
+    """A lookup `ids -> item_vectors[ids]` in `dtype`, for the losses below.
+
+    Args:
+        item_vectors: (N+1, D) table.
+        dtype: dtype of the returned rows (the hidden states').
+        sparse: gather with a sparse gradient and cast only the gathered rows; otherwise the table is cast
+            once (a no-op in fp32) and indexed, and its gradient is dense.
+    """
+    if sparse:
+        return lambda ids: F.embedding(ids, item_vectors, sparse=True).to(dtype)
+    table = item_vectors.to(dtype)
+    return lambda ids: table[ids]
+
+
 def sampled_softmax(
-    hidden: Tensor, targets: Tensor, item_vectors: Tensor, neg_ids: Tensor, log_q: Tensor | None = None
+    hidden: Tensor, targets: Tensor, item_vectors: Tensor, neg_ids: Tensor, log_q: Tensor | None = None,
+    sparse: bool = False,
 ) -> Tensor:
     """Softmax over [positive, K shared negatives] with the logQ correction.
 
@@ -65,12 +88,13 @@ def sampled_softmax(
         neg_ids: (K,) sampled negative ids, shared by all positions.
         log_q: (N+1,) log sampling probability of each item; None for uniform sampling,
             where the correction is a constant shift and cancels.
+        sparse: sparse gradient for `item_vectors`, only the scored rows cast (`item_rows`).
 
     A negative equal to the row's positive is masked out (an accidental hit, not a negative).
     """
-    w = item_vectors.to(hidden.dtype)
-    pos = (hidden * w[targets]).sum(-1, keepdim=True).float()  # (M, 1)
-    neg = (hidden @ w[neg_ids].T).float()  # (M, K)
+    rows = item_rows(item_vectors, hidden.dtype, sparse)
+    pos = (hidden * rows(targets)).sum(-1, keepdim=True).float()  # (M, 1)
+    neg = (hidden @ rows(neg_ids).T).float()  # (M, K)
     if log_q is not None:
         log_q = log_q.float()
         pos = pos - log_q[targets][:, None]
@@ -80,7 +104,7 @@ def sampled_softmax(
     return F.cross_entropy(logits, torch.zeros_like(targets))
 
 
-def bce(hidden: Tensor, targets: Tensor, item_vectors: Tensor, neg_ids: Tensor) -> Tensor:
+def bce(hidden: Tensor, targets: Tensor, item_vectors: Tensor, neg_ids: Tensor, sparse: bool = False) -> Tensor:
     """Binary cross-entropy: positive vs its own K negatives.
 
     Args:
@@ -88,8 +112,9 @@ def bce(hidden: Tensor, targets: Tensor, item_vectors: Tensor, neg_ids: Tensor) 
         targets: (M,) positive item ids.
         item_vectors: (N+1, D).
         neg_ids: (M, K) negative ids per position.
+        sparse: sparse gradient for `item_vectors`, only the scored rows cast (`item_rows`).
     """
-    return gbce(hidden, targets, item_vectors, neg_ids, beta=1.0)
+    return gbce(hidden, targets, item_vectors, neg_ids, beta=1.0, sparse=sparse)
 
 
 def gbce_beta(num_negatives: int, num_items: int, t: float) -> float:
@@ -101,7 +126,8 @@ def gbce_beta(num_negatives: int, num_items: int, t: float) -> float:
     return alpha * (t * (1 - 1 / alpha) + 1 / alpha)
 
 
-def gbce(hidden: Tensor, targets: Tensor, item_vectors: Tensor, neg_ids: Tensor, beta: float) -> Tensor:
+def gbce(hidden: Tensor, targets: Tensor, item_vectors: Tensor, neg_ids: Tensor, beta: float,
+         sparse: bool = False) -> Tensor:
     """Generalised BCE: -log sigmoid(s+)^beta - sum log(1 - sigmoid(s-)), averaged over positions.
 
     Args:
@@ -110,9 +136,10 @@ def gbce(hidden: Tensor, targets: Tensor, item_vectors: Tensor, neg_ids: Tensor,
         item_vectors: (N+1, D).
         neg_ids: (M, K) negative ids per position.
         beta: power on the positive probability (see `gbce_beta`).
+        sparse: sparse gradient for `item_vectors`, only the scored rows cast (`item_rows`).
     """
-    w = item_vectors.to(hidden.dtype)
-    pos = (hidden * w[targets]).sum(-1).float()  # (M,)
-    neg = torch.einsum("md,mkd->mk", hidden, w[neg_ids]).float()  # (M, K)
+    rows = item_rows(item_vectors, hidden.dtype, sparse)
+    pos = (hidden * rows(targets)).sum(-1).float()  # (M,)
+    neg = torch.einsum("md,mkd->mk", hidden, rows(neg_ids)).float()  # (M, K)
     # -log sigmoid(x) = softplus(-x); -log(1 - sigmoid(x)) = softplus(x)
     return (beta * F.softplus(-pos) + F.softplus(neg).sum(-1)).mean()

@@ -110,3 +110,43 @@ def test_full_softmax_without_grad_computes_no_gradients(batch):
     with torch.no_grad():
         loss = full_softmax(hidden, targets, items)
     assert not loss.requires_grad
+
+
+def _loss_and_grads(name, hidden, targets, items, sparse, log_q=None):
+    hidden, items = hidden.clone().requires_grad_(), items.clone().requires_grad_()
+    if name == "sampled":
+        loss = sampled_softmax(hidden, targets, items, torch.tensor([3, 5, 5, 7, 12]), log_q, sparse=sparse)
+    else:
+        neg = torch.randint(1, N + 1, (M, 3), generator=torch.Generator().manual_seed(1))
+        loss = bce(hidden, targets, items, neg, sparse=sparse) if name == "bce" else \
+            gbce(hidden, targets, items, neg, 0.3, sparse=sparse)
+    loss.backward()
+    return loss, hidden.grad, items.grad
+
+
+@pytest.mark.parametrize("name", ["sampled", "sampled_logq", "bce", "gbce"])
+def test_sparse_gathering_gives_the_dense_loss_and_gradients(batch, name):
+    """`sparse=True` (row-wise optimizer) against today's dense path: the same loss, the same gradients, but the
+    table's gradient is sparse and names only the scored rows (targets and negatives, duplicates included)."""
+    hidden, targets, items = batch
+    log_q = torch.rand(N + 1, dtype=torch.float64).log() if name == "sampled_logq" else None
+    name = name.removesuffix("_logq")
+    dense = _loss_and_grads(name, hidden, targets, items, sparse=False, log_q=log_q)
+    sparse = _loss_and_grads(name, hidden, targets, items, sparse=True, log_q=log_q)
+    assert not dense[2].is_sparse and sparse[2].is_sparse
+    torch.testing.assert_close(sparse[0], dense[0])
+    torch.testing.assert_close(sparse[1], dense[1])
+    torch.testing.assert_close(sparse[2].to_dense(), dense[2])
+    touched = set(sparse[2].coalesce().indices()[0].tolist())
+    assert 0 not in touched and touched <= set(range(1, N + 1))
+
+
+def test_sparse_gathering_casts_rows_not_the_table_under_bf16(batch):
+    """bf16 states: the same loss as casting the whole table (the cast is elementwise), gradients to bf16 rounding."""
+    hidden, targets, items = batch
+    hidden, items = hidden.bfloat16(), items.float()
+    dense = _loss_and_grads("sampled", hidden, targets, items, sparse=False)
+    sparse = _loss_and_grads("sampled", hidden, targets, items, sparse=True)
+    assert torch.equal(sparse[0], dense[0])
+    assert sparse[2].dtype == torch.float32  # the table's own dtype: rows come back through the cast
+    torch.testing.assert_close(sparse[2].to_dense(), dense[2], rtol=2e-2, atol=2e-3)
