@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import streamrec.module
+from core.optim import RowwiseAdagradAdamW
 from streamrec import losses
 from streamrec.constants import MAX_LEN
 from streamrec.data import StreamRecDataModule
@@ -120,6 +121,47 @@ def test_bad_loss_settings_name_the_argument():
         make_module(loss="gbce", num_negatives=0)
     with pytest.raises(ValueError, match="negative_sampling"):
         make_module(loss="full", negative_sampling="popularity")
+    with pytest.raises(ValueError, match="item_optimizer"):
+        make_module(loss="sampled", item_optimizer="sparse_adam")
+    with pytest.raises(ValueError, match="item_optimizer: rowwise_adagrad. needs a sampled loss"):
+        make_module(loss="full", item_optimizer="rowwise_adagrad")  # every row has a gradient anyway
+    with pytest.raises(ValueError, match="item_lr"):
+        make_module(loss="sampled", item_optimizer="rowwise_adagrad", item_lr=0.0)
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_rowwise_adagrad_is_one_optimizer_with_the_item_tables_in_a_rowwise_group(tied):
+    module = make_module(loss="sampled", item_optimizer="rowwise_adagrad", lr=2e-3, item_lr=0.05, weight_decay=0.01,
+                         warmup_steps=4, tied=tied)
+    module._trainer = SimpleNamespace(estimated_stepping_batches=20, callbacks=[])
+    config = module.configure_optimizers()
+    opt, sched = config["optimizer"], config["lr_scheduler"]["scheduler"]
+    assert isinstance(opt, RowwiseAdagradAdamW)
+    dense, rows = opt.param_groups
+    tables = [module.model.item_embedding.weight] + ([] if tied else [module.model.output.weight])
+    assert [id(p) for p in rows["params"]] == [id(t) for t in tables] and rows["rowwise"] and not dense["rowwise"]
+    assert sorted(map(id, dense["params"] + rows["params"])) == sorted(map(id, module.parameters()))  # each once
+    assert dense["weight_decay"] == rows["weight_decay"] == 0.01
+    for _ in range(10):  # the schedule scales both peaks by the same factor
+        assert rows["lr"] == pytest.approx(dense["lr"] * 25)
+        opt.step()
+        sched.step()
+
+
+@pytest.mark.parametrize("loss", ["bce", "gbce", "sampled"])
+def test_rowwise_adagrad_losses_equal_the_dense_ones_with_sparse_table_gradients(loss):
+    dense, sparse = make_module(loss=loss, num_negatives=5), make_module(loss=loss, num_negatives=5,
+                                                                         item_optimizer="rowwise_adagrad")
+    hidden, targets = torch.randn(4, 16), torch.tensor([1, 5, 9, 30])
+    got, values = [], []
+    for module in (dense, sparse):
+        torch.manual_seed(3)
+        values.append(module.compute_loss(hidden, targets))
+        values[-1].backward()
+        got.append(module.model.item_vectors.grad)
+    assert torch.equal(values[0], values[1])
+    assert not got[0].is_sparse and got[1].is_sparse
+    torch.testing.assert_close(got[1].to_dense(), got[0])
 
 
 def test_every_model_argument_reaches_the_model_under_its_own_name(monkeypatch):
