@@ -23,11 +23,17 @@ users with the same top-K lists is checked (`..._same_topk_share`, ties aside 1.
     python benchmarks/streamrec_scale.py --items 100000,1000000 --rows 200000 --users 1000   # about 2 minutes
     python benchmarks/streamrec_scale.py --json runs/scale.json --plot runs/scale.png         # the issue's grid
 
---train-items measures training instead (issue 25 item 4): for each N, a child builds the model with
-`loss: sampled` (256 shared negatives) and runs 3 steps of AdamW on random (128, 50) batches; figures are
-its peak RSS above the built model (`train_N{n}_peak_above_model_mib`) and, between the smallest and
-largest N, how many item tables (N x D fp32) each extra item costs (`train_tables_per_table`: the dense
-gradient, AdamW's two states and the backward's dense gradient buffers are each N x D).
+--train-items measures training instead (issue 25 item 4): for each N and each item optimizer, a child
+builds the model with `loss: sampled` (256 shared negatives) and runs --train-steps steps on random
+(128, 50) batches with the optimizer `StreamRecModule.make_optimizer` builds:
+  adamw            (old, the default) AdamW on everything: a dense item gradient and two N x D states
+  rowwise_adagrad  (new) sparse item gradients (the rows a step reads) and row-wise AdaGrad, one
+                   accumulator per row; AdamW on the rest
+Figures per optimizer: peak RSS above the built model (`train_N{n}_{opt}_peak_above_model_mib`), seconds
+per step after the first (`..._s_per_step`; the first allocates the optimizer's states) and, between the
+smallest and largest N, how many item tables (N x D fp32) each extra table's worth of items adds to the
+peak (`train_{opt}_tables_per_table`; the model holds one more). --train-bf16 runs the steps under bf16
+autocast, where the old path also casts the whole table every step.
 
 Targets (issue 25) at 5M items: new peak RSS <= 1.5 GB and >= 3x the old users/s. JSON keys:
 N{items}_R{rows}_{old,new,bf16}_{users_per_s,peak_rss_mib,total_s,score_s}; new against old:
@@ -114,51 +120,78 @@ def child_score(args: argparse.Namespace) -> None:
 
 
 def child_train(args: argparse.Namespace) -> None:
-    """Peak RSS of sampled-softmax training steps above the built model; prints JSON."""
+    """Peak RSS and seconds per step of sampled-softmax training above the built model; prints JSON."""
     sys.path.insert(0, str(ROOT))
+    import contextlib
+
     import torch
     from _common import peak_rss_bytes, reset_peak_rss, rss_bytes
 
     from streamrec.module import StreamRecModule
 
     torch.manual_seed(args.seed)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     n = int(args.items)
     module = StreamRecModule(num_items=n, max_len=50, d_model=args.d_model, n_heads=2, n_layers=2,
-                             d_ff=4 * args.d_model, loss="sampled", num_negatives=256, popularity_baseline=False)
-    opt = torch.optim.AdamW(module.parameters(), lr=1e-3)
+                             d_ff=4 * args.d_model, loss="sampled", num_negatives=256, popularity_baseline=False,
+                             item_optimizer=args.item_optimizer)
+    opt = module.make_optimizer()
     inputs, targets = torch.randint(1, n + 1, (128, 50)), torch.randint(1, n + 1, (128, 50))  # (B, T)
+    autocast = torch.autocast("cpu", torch.bfloat16) if args.train_bf16 else contextlib.nullcontext()
     base = rss_bytes()
     reset_peak_rss()
-    start = time.perf_counter()
-    for _ in range(3):  # the first step allocates AdamW's states; later ones show the steady peak
-        hidden = module.model.encode(inputs)  # (B, T, D)
-        module.compute_loss(hidden.reshape(-1, args.d_model), targets.reshape(-1)).backward()
+    times = []
+    for _ in range(args.train_steps):  # the first step allocates the optimizer's states; later ones are steady
+        start = time.perf_counter()
+        with autocast:
+            hidden = module.model.encode(inputs)  # (B, T, D)
+            loss = module.compute_loss(hidden.reshape(-1, args.d_model), targets.reshape(-1))
+        loss.backward()
         opt.step()
         opt.zero_grad()
+        times.append(time.perf_counter() - start)
     table = module.model.item_vectors.numel() * 4
+    steady = times[1:] or times
     print(json.dumps({"peak_above_model_mib": (peak_rss_bytes() - base) / 2**20, "table_mib": table / 2**20,
-                      "s_per_step": (time.perf_counter() - start) / 3}))
+                      "s_per_step": sum(steady) / len(steady), "first_step_s": times[0]}))
+
+
+TRAIN_OPTIMIZERS = ("adamw", "rowwise_adagrad")  # old (the default), new
 
 
 def run_train(args: argparse.Namespace) -> tuple[dict[str, float], list[list[str]]]:
-    figures, table = {}, []
+    figures: dict[str, float] = {"d_model": args.d_model, "train_steps": args.train_steps,
+                                 "train_bf16": int(args.train_bf16), "threads": args.threads}
+    table = []
     for n in ints(args.train_items):
-        cmd = [sys.executable, __file__, "--child-train", "--items", str(n), "--d-model", str(args.d_model),
-               "--seed", str(args.seed)]
-        f = run_child(cmd, f"training run at {n:,} items", args.budget)
-        if f is None:
-            figures[f"train_N{n}_timed_out"] = 1
-            table.append([f"{n:,} items", "timed out", "", "", "", ""])
-            continue
-        for key in ("peak_above_model_mib", "table_mib", "s_per_step", "peak_mib"):
-            figures[f"train_N{n}_{key.replace('peak_mib', 'peak_rss_mib')}"] = f[key]
-        table.append([f"{n:,} items", f"{f['table_mib']:.0f}", f"{f['peak_above_model_mib']:.0f}",
-                      f"{f['peak_mib']:.0f}", f"{f['s_per_step']:.2f}"])
-    done = [n for n in ints(args.train_items) if f"train_N{n}_table_mib" in figures]
-    if len(done) >= 2 and min(done) != max(done):
-        lo, hi = f"train_N{min(done)}", f"train_N{max(done)}"
-        extra = figures[f"{hi}_peak_above_model_mib"] - figures[f"{lo}_peak_above_model_mib"]
-        figures["train_tables_per_table"] = extra / (figures[f"{hi}_table_mib"] - figures[f"{lo}_table_mib"])
+        for name in TRAIN_OPTIMIZERS:
+            cmd = [sys.executable, __file__, "--child-train", "--items", str(n), "--d-model", str(args.d_model),
+                   "--seed", str(args.seed), "--item-optimizer", name, "--train-steps", str(args.train_steps),
+                   "--threads", str(args.threads), *(["--train-bf16"] if args.train_bf16 else [])]
+            f = run_child(cmd, f"{name} training run at {n:,} items", args.budget)
+            tag = f"train_N{n}_{name}"
+            if f is None:
+                figures[f"{tag}_timed_out"] = 1
+                table.append([f"{n:,} items", name, "timed out", "", "", "", ""])
+                continue
+            for key in ("peak_above_model_mib", "s_per_step", "first_step_s", "peak_mib"):
+                figures[f"{tag}_{key.replace('peak_mib', 'peak_rss_mib')}"] = f[key]
+            figures[f"train_N{n}_table_mib"] = f["table_mib"]
+            old = figures.get(f"train_N{n}_adamw_s_per_step")
+            if name != "adamw" and old:
+                figures[f"{tag}_step_speedup"] = old / f["s_per_step"]
+            tables = f["peak_above_model_mib"] / f["table_mib"]
+            table.append([f"{n:,} items", name, f"{f['table_mib']:.0f}", f"{f['peak_above_model_mib']:.0f}",
+                          f"{tables:.2f}", f"{f['peak_mib']:.0f}", f"{f['s_per_step']:.3f}"])
+    for name in TRAIN_OPTIMIZERS:
+        done = [n for n in ints(args.train_items) if f"train_N{n}_{name}_peak_above_model_mib" in figures]
+        if len(done) >= 2 and min(done) != max(done):
+            lo, hi = min(done), max(done)
+            extra = (figures[f"train_N{hi}_{name}_peak_above_model_mib"]
+                     - figures[f"train_N{lo}_{name}_peak_above_model_mib"])
+            figures[f"train_{name}_tables_per_table"] = extra / (figures[f"train_N{hi}_table_mib"]
+                                                                 - figures[f"train_N{lo}_table_mib"])
     return figures, table
 
 
@@ -315,6 +348,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--plot", metavar="PATH", help="write a PNG: users/s and peak RSS against catalogue size")
     p.add_argument("--train-items", metavar="SIZES",
                    help="measure sampled-softmax training memory at these catalogue sizes instead of scoring")
+    p.add_argument("--train-steps", type=int, default=4,
+                   help="--train-items: steps per run; s/step averages all but the first (default 4)")
+    p.add_argument("--train-bf16", action="store_true", help="--train-items: run the steps under bf16 autocast")
+    p.add_argument("--item-optimizer", choices=TRAIN_OPTIMIZERS, help=argparse.SUPPRESS)
     p.add_argument("--child", choices=PATHS, help=argparse.SUPPRESS)
     p.add_argument("--child-train", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--tree", type=Path, help=argparse.SUPPRESS)
@@ -330,13 +367,17 @@ def main(argv: list[str] | None = None) -> None:
     if args.child_train:
         return child_train(args)
     if args.train_items:
+        if args.train_steps < 1:
+            p.error(f"--train-steps must be >= 1, got {args.train_steps}")
         figures, table = run_train(args)
-        print_table(Console(width=150), f"sampled-softmax training (256 negatives, AdamW, batch 128 x 50), d_model "
-                    f"{args.d_model}", ["catalogue", "item table MiB", "peak above model MiB", "peak RSS MiB",
-                                        "s/step"], table)
-        if "train_tables_per_table" in figures:
-            print(f"each item table's worth of items adds {figures['train_tables_per_table']:.1f} item tables of "
-                  "peak memory above the model (the model holds one more)")
+        print_table(Console(width=150), f"sampled-softmax training (256 negatives, batch 128 x 50, "
+                    f"{'bf16 autocast' if args.train_bf16 else 'fp32'}), d_model {args.d_model}",
+                    ["catalogue", "item optimizer", "item table MiB", "peak above model MiB",
+                     "peak above model / table", "peak RSS MiB", "s/step"], table)
+        for name in TRAIN_OPTIMIZERS:
+            if f"train_{name}_tables_per_table" in figures:
+                print(f"{name}: each item table's worth of items adds {figures[f'train_{name}_tables_per_table']:.2f} "
+                      "item tables of peak memory above the model (the model holds one more)")
         if args.json:
             write_json(args.json, figures)
         return None

@@ -55,14 +55,21 @@ def test_the_old_tree_is_the_baseline_commits(tmp_path: Path) -> None:
     assert (tree / "core" / "__init__.py").is_file()
 
 
-def test_training_memory_mode_writes_flat_json(tmp_path: Path) -> None:
+def test_training_memory_mode_measures_both_item_optimizers_and_writes_flat_json(tmp_path: Path) -> None:
     out = tmp_path / "train.json"
     cmd = [sys.executable, "benchmarks/streamrec_scale.py", "--train-items", "1000,40000", "--d-model", "16",
-           "--json", str(out)]
+           "--train-steps", "2", "--threads", "1", "--json", str(out)]
     res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     figures = json.loads(out.read_text())
+    for name, value in figures.items():
+        assert type(value) in (int, float) and math.isfinite(value), (name, value)
     assert figures["train_N40000_table_mib"] == pytest.approx(40001 * 16 * 4 / 2**20)
     for n in (1000, 40000):
-        assert figures[f"train_N{n}_peak_above_model_mib"] > 0 and figures[f"train_N{n}_s_per_step"] > 0
-    assert math.isfinite(figures["train_tables_per_table"])
+        for opt in ("adamw", "rowwise_adagrad"):
+            assert figures[f"train_N{n}_{opt}_peak_above_model_mib"] > 0, (n, opt)
+            assert figures[f"train_N{n}_{opt}_s_per_step"] > 0 and figures[f"train_N{n}_{opt}_first_step_s"] > 0
+        assert figures[f"train_N{n}_rowwise_adagrad_step_speedup"] > 0
+    assert math.isfinite(figures["train_adamw_tables_per_table"])
+    assert math.isfinite(figures["train_rowwise_adagrad_tables_per_table"])
+    assert "rowwise_adagrad: each item table" in res.stdout
