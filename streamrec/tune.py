@@ -431,9 +431,19 @@ def search(args: argparse.Namespace) -> None:
                               + ", ".join(f"{k} {_fmt(v)}" for k, v in trial.params.items())
                               + (f" | best {best.value:.4f} (trial {best.number})" if best else ""))
 
+        def objective(trial) -> float:
+            try:
+                return run_trial(trial, args, progress)
+            except BaseException:
+                # Optuna calls no callback (keep_if_best) for a trial that fails, so its weights go here (a
+                # pruned one's would go there anyway). One cut off by Ctrl-C is run again from the start under
+                # a new number: its weights are no use either.
+                shutil.rmtree(trial_dir(args, trial.number), ignore_errors=True)
+                raise
+
         if n_trials != 0:
-            study.optimize(lambda trial: run_trial(trial, args, progress), n_trials=n_trials,
-                           timeout=args.budget.seconds, callbacks=[after_trial], catch=())
+            study.optimize(objective, n_trials=n_trials, timeout=args.budget.seconds, callbacks=[after_trial],
+                           catch=())
     write_outputs(study, args)
 
 

@@ -129,6 +129,27 @@ def test_an_interrupted_search_resumes_and_reruns_the_cut_off_trial(tiny_log, tm
     assert len(_trials(out)) == 4
 
 
+def test_a_trial_that_raises_leaves_no_weights_behind(tiny_log, tmp_path, monkeypatch):
+    """Optuna calls no callback for a failed trial: its folder (weights of its best epoch so far) must go too."""
+    from streamrec.module import StreamRecModule
+
+    out, seen = tmp_path / "search", []
+    real = StreamRecModule.training_step
+
+    def fails_in_epoch_two(self, *args, **kwargs):
+        if self.current_epoch == 1:
+            seen.append((out / "trials" / "0" / "best.ckpt").is_file())  # epoch 1's weights were written
+            raise RuntimeError("boom in epoch 2")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(StreamRecModule, "training_step", fails_in_epoch_two)
+    with pytest.raises(RuntimeError, match="boom in epoch 2"):  # the error still propagates
+        main(["tune", "--config", str(_config(tmp_path, tiny_log)), "--budget", "2", "--out", str(out), *FAST])
+    assert seen == [True]
+    assert not (out / "trials" / "0").exists()
+    assert _study_trials(out)[0].state == optuna.trial.TrialState.FAIL
+
+
 def test_a_study_with_other_settings_is_refused_in_one_line(tiny_log, tmp_path):
     config, out = str(_config(tmp_path, tiny_log)), tmp_path / "search"
     main(["tune", "--config", config, "--budget", "1", "--out", str(out), *FAST])
