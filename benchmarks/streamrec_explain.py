@@ -20,10 +20,11 @@ import time
 
 import torch
 
+from streamrec.api import encode_history, recommend
 from streamrec.explain import agreement, attention_weights, occlusion_drops
 from streamrec.model import PAD_ID
 from streamrec.readers import read_interactions
-from streamrec.score import encode_history, load_recommender, recommend
+from streamrec.score import load_recommender
 
 
 def main() -> None:
