@@ -165,7 +165,7 @@ def run_train(args: argparse.Namespace) -> tuple[dict[str, float], list[list[str
                                  "train_bf16": int(args.train_bf16), "threads": args.threads}
     table = []
     for n in ints(args.train_items):
-        for name in TRAIN_OPTIMIZERS:
+        for name in args.train_optimizers.split(","):
             cmd = [sys.executable, __file__, "--child-train", "--items", str(n), "--d-model", str(args.d_model),
                    "--seed", str(args.seed), "--item-optimizer", name, "--train-steps", str(args.train_steps),
                    "--threads", str(args.threads), *(["--train-bf16"] if args.train_bf16 else [])]
@@ -351,6 +351,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--train-steps", type=int, default=4,
                    help="--train-items: steps per run; s/step averages all but the first (default 4)")
     p.add_argument("--train-bf16", action="store_true", help="--train-items: run the steps under bf16 autocast")
+    p.add_argument("--train-optimizers", default=",".join(TRAIN_OPTIMIZERS),
+                   help="--train-items: item optimizers to run, comma-separated (default both: adamw,rowwise_adagrad)")
     p.add_argument("--item-optimizer", choices=TRAIN_OPTIMIZERS, help=argparse.SUPPRESS)
     p.add_argument("--child", choices=PATHS, help=argparse.SUPPRESS)
     p.add_argument("--child-train", action="store_true", help=argparse.SUPPRESS)
@@ -369,6 +371,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.train_items:
         if args.train_steps < 1:
             p.error(f"--train-steps must be >= 1, got {args.train_steps}")
+        if not set(args.train_optimizers.split(",")) <= set(TRAIN_OPTIMIZERS):
+            p.error(f"--train-optimizers takes {', '.join(TRAIN_OPTIMIZERS)}, got {args.train_optimizers!r}")
         figures, table = run_train(args)
         print_table(Console(width=150), f"sampled-softmax training (256 negatives, batch 128 x 50, "
                     f"{'bf16 autocast' if args.train_bf16 else 'fp32'}), d_model {args.d_model}",
