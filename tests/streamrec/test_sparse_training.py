@@ -144,3 +144,31 @@ def test_resumed_fit_equals_uninterrupted(tiny_log, tmp_path):
     torch.save(state, ckpt)
     fresh, _ = fit(tiny_log, tmp_path / "fresh", ckpt=str(ckpt))
     assert not torch.equal(fresh.model.item_vectors, whole.model.item_vectors)
+
+
+class SaveWeights(L.Callback):
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def on_train_end(self, trainer, pl_module):
+        torch.save(pl_module.state_dict(), self.folder / f"rank{trainer.global_rank}.pt")
+
+
+@pytest.mark.slow  # two spawned processes, each importing torch and Lightning
+@pytest.mark.parametrize("tied", [True, False])
+def test_two_gloo_ranks_all_reduce_the_sparse_gradients_and_end_equal(tiny_log, tmp_path, tied):
+    """DDP on CPU (gloo) all-reduces sparse gradients: the ranks end with the same tables (NCCL cannot)."""
+    L.seed_everything(0, verbose=False)
+    data = StreamRecDataModule(str(tiny_log), max_len=8, batch_size=16)
+    module = StreamRecModule(num_items=40, max_len=8, d_model=16, n_heads=2, n_layers=1, d_ff=32, loss="sampled",
+                             num_negatives=16, item_optimizer="rowwise_adagrad", tied=tied, popularity_baseline=False)
+    start = {k: v.clone() for k, v in module.state_dict().items()}
+    trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp_spawn", max_epochs=1, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        limit_val_batches=0, callbacks=[SaveWeights(tmp_path)], gradient_clip_val=1.0)
+    trainer.fit(module, data)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    for name in start:
+        assert torch.equal(ranks[0][name], ranks[1][name]), name
+    tables = ["model.item_embedding.embedding.weight"] + ([] if tied else ["model.output.weight"])
+    assert all(not torch.equal(ranks[0][t], start[t]) for t in tables)  # they trained
