@@ -31,6 +31,7 @@ import shutil
 import sys
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,16 +119,58 @@ def overrides(values: dict[str, Any]) -> list[str]:
     return out
 
 
-def best_config(config_files: list[str], values: dict[str, Any], header: str) -> str:
-    """The user's config (files merged, later wins) with the winning values; comments first."""
+def best_config(config_files: list[str], values: dict[str, Any], header: str,
+                command_line: Sequence[str] = ()) -> str:
+    """The user's config (files merged, later wins, then tune's --section.key overrides) with the winning values.
+
+    Args:
+        config_files: the --config files, in order.
+        values: the winning trial's values, by search name.
+        header: comment lines put first.
+        command_line: the overrides every trial got (`--data.path X` or `--data.path=X`), so `fit` and `test`
+            on the written file see the same data and settings as the trials did.
+    """
     merged: dict[str, Any] = {}
     for name in config_files:
         _merge(merged, yaml.safe_load(Path(name).read_text(encoding="utf-8")) or {})
+    for key, value in _override_pairs(command_line):
+        *sections, last = key.split(".")
+        node = merged
+        for section in sections:
+            if not isinstance(node.get(section), dict):
+                node[section] = {}
+            node = node[section]
+        node[last] = _typed(value)
     for name, value in values.items():
         section, key = CONFIG_KEYS[name]
         merged.setdefault(section, {})[key] = value
     body = yaml.safe_dump(merged, sort_keys=False, default_flow_style=False)
     return "".join(f"# {line}\n" for line in header.splitlines()) + body
+
+
+def _typed(value: str) -> Any:
+    """A command-line value as YAML holds it: 3e-3 a number (YAML 1.1 reads it as text), true, null; 00:08:00 text
+    (YAML 1.1 would read it as a base-60 number)."""
+    if not value or ":" in value:
+        return value
+    if re.fullmatch(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+", value):
+        return float(value)
+    return yaml.safe_load(value)
+
+
+def _override_pairs(command_line: Sequence[str]) -> list[tuple[str, str]]:
+    """("data.path", "X") for each `--data.path X` or `--data.path=X`."""
+    pairs, i = [], 0
+    while i < len(command_line):
+        arg = command_line[i]
+        i += 1
+        if not arg.startswith("--"):
+            continue
+        key, eq, value = arg[2:].partition("=")
+        if not eq and i < len(command_line) and not command_line[i].startswith("--"):
+            value, i = command_line[i], i + 1
+        pairs.append((key, value))
+    return pairs
 
 
 def _merge(into: dict[str, Any], new: dict[str, Any]) -> None:
@@ -468,7 +511,7 @@ def write_outputs(study, args: argparse.Namespace) -> None:
               f"streamrec test --config {args.out / 'best.yaml'} --ckpt_path {args.out / 'best.ckpt'}).\nTrain it "
               f"again: python -m streamrec fit --config {args.out / 'best.yaml'}")
     with atomic_path(args.out / "best.yaml") as tmp:
-        tmp.write_text(best_config(args.config, best.params, header), encoding="utf-8")
+        tmp.write_text(best_config(args.config, best.params, header, args.overrides), encoding="utf-8")
     print(f"tune: best {METRIC} {best.value:.4f} (trial {best.number}: "
           + ", ".join(f"{k} {_fmt(v)}" for k, v in best.params.items())
           + f"); config {args.out / 'best.yaml'}, table {args.out / 'trials.csv'}, plot {args.out / 'trials.png'}")

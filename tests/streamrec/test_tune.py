@@ -11,7 +11,7 @@ import yaml
 
 from streamrec.cli import main
 from streamrec.data import StreamRecDataModule
-from streamrec.tune import Budget
+from streamrec.tune import Budget, best_config
 
 pytestmark = pytest.mark.slow  # end-to-end: real processes, servers or training; `pytest -m "not slow"` skips them
 
@@ -94,14 +94,19 @@ def test_tune_never_reads_the_test_split(tiny_log, tmp_path, monkeypatch):
 def test_best_yaml_is_the_best_trial_and_fit_takes_it(tiny_log, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "search"
-    main(["tune", "--config", str(_config(tmp_path, tiny_log)), "--budget", "3", "--out", str(out), *FAST])
+    # The config names a log that is not there; the command line gives the real one (both forms of an override),
+    # as a user tuning another data set with a shipped config does: best.yaml must carry them.
+    config = _config(tmp_path, tmp_path / "not_here.csv")
+    main(["tune", "--config", str(config), "--data.path", str(tiny_log), "--model.d_ff=24", "--budget", "3",
+          "--out", str(out), *FAST])
     rows = [r for r in _trials(out) if r["state"] == "complete"]
     best = max(rows, key=lambda r: float(r["val_ndcg@10"]))
     config = yaml.safe_load((out / "best.yaml").read_text())
     assert config["model"]["lr"] == pytest.approx(float(best["lr"]))
     assert config["model"]["dropout"] == pytest.approx(float(best["dropout"]))
     assert config["model"]["loss"] == best["loss"]
-    assert config["model"]["d_model"] == 16 and config["data"]["path"] == str(tiny_log)  # the rest: the user's
+    assert config["model"]["d_model"] == 16 and config["data"]["max_len"] == 8  # the rest: the user's
+    assert config["data"]["path"] == str(tiny_log) and config["model"]["d_ff"] == 24  # and the command line's
     assert "test split was not read" in (out / "best.yaml").read_text()
     assert (out / "trials.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     cli = main(["fit", "--config", str(out / "best.yaml"), "--trainer.fast_dev_run", "true"])
@@ -110,6 +115,20 @@ def test_best_yaml_is_the_best_trial_and_fit_takes_it(tiny_log, tmp_path, monkey
     assert not (out / "trials").exists() or not any((out / "trials").iterdir())
     cli = main(["validate", "--config", str(out / "best.yaml"), "--ckpt_path", str(out / "best.ckpt")])
     assert float(cli.trainer.callback_metrics["val_ndcg@10"]) == pytest.approx(float(best["val_ndcg@10"]), abs=1e-4)
+
+
+def test_best_config_applies_overrides_typed_as_the_command_line_types_them(tmp_path):
+    base = tmp_path / "base.yaml"
+    base.write_text("trainer:\n  max_epochs: 3\ndata:\n  path: a.csv\nmodel:\n  lr: 0.1\n")
+    text = best_config([str(base)], {"dropout": 0.25}, "header", [
+        "--data.path", "b.csv", "--trainer.precision=bf16-mixed", "--trainer.max_time", "00:00:08:00",
+        "--model.weight_decay", "1e-4", "--trainer.logger", "false", "--seed_everything", "7"])
+    config = yaml.safe_load(text)
+    assert text.startswith("# header\n")
+    assert config == {"trainer": {"max_epochs": 3, "precision": "bf16-mixed", "max_time": "00:00:08:00",
+                                  "logger": False},
+                      "data": {"path": "b.csv"}, "model": {"lr": 0.1, "weight_decay": 1e-4, "dropout": 0.25},
+                      "seed_everything": 7}
 
 
 def test_an_interrupted_search_resumes_and_reruns_the_cut_off_trial(tiny_log, tmp_path):
