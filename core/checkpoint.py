@@ -24,7 +24,7 @@ import pickletools
 import re
 import warnings
 import zipfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -231,6 +231,33 @@ class SafeLoadMixin:
             if refused is None:
                 raise
             raise refused from None
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Refuse in one line a checkpoint whose tensors do not fit this module (other data or settings).
+
+        `test --ckpt_path` on the wrong data builds the module from the data, so Lightning's `load_state_dict`
+        would fail with a size-mismatch traceback listing every tensor. Lightning calls this hook first.
+        """
+        super().on_load_checkpoint(checkpoint)  # type: ignore[misc]
+        trainer = getattr(self, "_trainer", None)
+        problem = shape_mismatch(self.state_dict(), checkpoint.get("state_dict", {}),  # type: ignore[attr-defined]
+                                 getattr(trainer, "ckpt_path", None))
+        if problem is not None:
+            raise ValueError(problem)
+
+
+def shape_mismatch(ours: Mapping[str, Any], theirs: Mapping[str, Any], path: str | Path | None = None) -> str | None:
+    """One line naming the first tensor whose shape differs between two state dicts, or None if all shared ones fit."""
+    bad = [k for k, v in theirs.items() if k in ours and hasattr(v, "shape") and tuple(v.shape) != tuple(ours[k].shape)]
+    if not bad:
+        return None
+    def dims(t: Any) -> str:
+        return " x ".join(map(str, t.shape)) or "a scalar"
+
+    more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+    where = f"checkpoint {path}" if path else "the checkpoint"
+    return (f"{where} does not fit this model: {bad[0]} is {dims(theirs[bad[0]])} there but {dims(ours[bad[0]])} "
+            f"here{more}; it was trained on other data or settings: pass the config and data it was trained with")
 
 
 def stale_last_checkpoint_warnings(callbacks: Iterable[Any]) -> list[str]:

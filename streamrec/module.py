@@ -148,6 +148,7 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
             checkpoint[VOCAB_KEY] = self.item_vocab.to_dict()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_load_checkpoint(checkpoint)  # refuses a checkpoint that does not fit
         if VOCAB_KEY in checkpoint:
             self.item_vocab = ItemVocab.from_dict(checkpoint[VOCAB_KEY])
 

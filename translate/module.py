@@ -180,6 +180,7 @@ class TranslationModule(SafeLoadMixin, L.LightningModule):
 
     # ------------------------------------------------------------------ checkpoints
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_load_checkpoint(checkpoint)  # refuses a checkpoint that does not fit
         # `load_from_checkpoint` outside a trainer still knows how to detokenise.
         vocabs = vocabs_from_checkpoint(checkpoint)
         if vocabs is not None:

@@ -1,5 +1,6 @@
 """The `python -m streamrec` CLI: help, every YAML config, user errors, and DDP parity."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,19 @@ def _validate(ckpt, data, devices, strategy="auto"):
                 "--ckpt_path", str(ckpt), "--trainer.logger", "false", "--trainer.enable_progress_bar", "false",
                 "--trainer.accelerator", "cpu", "--trainer.devices", str(devices), "--trainer.strategy", strategy])
     return {k: float(v) for k, v in cli.trainer.callback_metrics.items() if k.startswith("val_")}
+
+
+def test_a_checkpoint_trained_on_other_data_is_one_line(tiny_ckpt, demo, tmp_path, monkeypatch, exit_line):
+    """The data decides the item table's size: a checkpoint of another catalogue is refused naming the tensor."""
+    monkeypatch.chdir(tmp_path)
+    other = tmp_path / "other.csv"
+    demo.write_csv(demo.generate(users=30, items=55, seed=2, min_len=5, max_len=9), other)
+    message = exit_line(main, ["test", "--data.path", str(other), "--data.max_len", "8", "--model.d_model", "16",
+                               "--model.n_heads", "2", "--model.n_layers", "1", "--model.d_ff", "32",
+                               "--ckpt_path", str(tiny_ckpt), "--trainer.logger", "false"])
+    assert message.startswith(f"error: checkpoint {tiny_ckpt} does not fit this model: ")
+    assert re.search(r"model\.item_embedding\.embedding\.weight is 41 x 16 there but (\d+) x 16 here", message)
+    assert "trained on other data or settings" in message
 
 
 @pytest.mark.slow
