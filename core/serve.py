@@ -24,7 +24,6 @@ does not load it. See docs/serving.md.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import http.client
 import json
 import logging
@@ -41,7 +40,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from queue import Empty
 from typing import Any
 
 import litserve as ls
@@ -392,47 +390,8 @@ class PipeLitServer(ls.LitServer):
             return manager
         for path in self.litapi_request_queues:
             self.litapi_request_queues[path] = _pipe_queue()
-        self._transport = LoopPipeTransport(manager, [_pipe_queue() for _ in range(num_api_servers)])
+        self._transport = MPQueueTransport(manager, [_pipe_queue() for _ in range(num_api_servers)])
         return manager
-
-
-class LoopPipeTransport(MPQueueTransport):
-    """LitServe's pipe transport with answers read on the HTTP process's event loop, not in a thread.
-
-    `MPQueueTransport.areceive` runs each blocking `Queue.get` through `asyncio.to_thread`: a thread-pool
-    hand-off and two wake-ups per answer, about a quarter of the HTTP process's CPU under load (py-spy,
-    docs/serving.md "Load test"). Here the loop watches the queue's pipe (`add_reader`, registered once per
-    process) and takes every answer already there with `get_nowait`; a wait that times out returns None, as
-    LitServe's own does. Sending is unchanged (the queue's feeder thread never blocks the loop).
-    """
-
-    def __init__(self, manager: Any, queues: list[Any]):
-        super().__init__(manager, queues)
-        self._readable: dict[int, asyncio.Event] = {}  # per consumer, in the process that reads
-
-    async def areceive(self, consumer_id: int, timeout: float | None = None, block: bool = True) -> Any:
-        queue = self._queues[consumer_id]
-        while not self._closed:
-            try:
-                return queue.get_nowait()
-            except Empty:
-                pass
-            readable = self._watch(consumer_id)
-            readable.clear()
-            try:  # the reader callback fires on every loop turn while data waits: no wake-up is lost
-                await asyncio.wait_for(readable.wait(), 1.0 if timeout is None else min(timeout, 1.0))
-            except asyncio.TimeoutError:  # the builtin TimeoutError only from Python 3.11
-                return None
-        raise asyncio.CancelledError("Transport closed")
-
-    def _watch(self, consumer_id: int) -> asyncio.Event:
-        if (event := self._readable.get(consumer_id)) is None:
-            event = self._readable[consumer_id] = asyncio.Event()
-            asyncio.get_running_loop().add_reader(self._queues[consumer_id]._reader.fileno(), event.set)
-        return event
-
-    def __reduce__(self) -> tuple[type, tuple[None, list[Any]]]:
-        return (LoopPipeTransport, (None, self._queues))
 
 
 def _pipe_queue() -> Any:
