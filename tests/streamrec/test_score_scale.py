@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from core.errors import InputError
+from core.precision import cpu_has_fast_bf16
 from streamrec import score, shards
 
 item_table = score.item_table
@@ -38,7 +39,7 @@ def _score(ckpt, log, out, *extra):
 @pytest.fixture(scope="module")
 def whole(tiny_ckpt, tiny_log, tmp_path_factory):
     out = tmp_path_factory.mktemp("whole") / "recs.parquet"
-    _score(tiny_ckpt, tiny_log, out)
+    _score(tiny_ckpt, tiny_log, out, "--precision", "fp32")
     return out
 
 
@@ -75,6 +76,15 @@ def test_bf16_precision_is_recorded_and_gives_the_fp32_rows(tiny_ckpt, tiny_log,
     _score(tiny_ckpt, tiny_log, out, "--precision", "bf16")  # exact: fp32 re-scoring
     _assert_same_rows(out, whole)
     assert shards.read_provenance(out)["precision"] == "bf16" and shards.read_provenance(whole)["precision"] == "fp32"
+
+
+def test_the_default_precision_is_bf16_where_bf16_is_fast_and_gives_the_fp32_rows(tiny_ckpt, tiny_log, whole,
+                                                                                   tmp_path):
+    out = tmp_path / "default.parquet"
+    _score(tiny_ckpt, tiny_log, out)
+    _assert_same_rows(out, whole)
+    assert shards.read_provenance(out)["precision"] == ("bf16" if cpu_has_fast_bf16() else "fp32")
+    assert score.scan_precision("auto", "cuda") == "fp32" and score.scan_precision("bf16", "cuda") == "bf16"
 
 
 def _brute_force_rows(ckpt, log, k):
