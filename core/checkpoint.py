@@ -235,29 +235,46 @@ class SafeLoadMixin:
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Refuse in one line a checkpoint whose tensors do not fit this module (other data or settings).
 
-        `test --ckpt_path` on the wrong data builds the module from the data, so Lightning's `load_state_dict`
-        would fail with a size-mismatch traceback listing every tensor. Lightning calls this hook first.
+        `test --ckpt_path` on other data builds the module from the data, so Lightning's `load_state_dict`
+        would fail with a traceback listing every tensor. Lightning calls this hook just before it.
         """
         super().on_load_checkpoint(checkpoint)  # type: ignore[misc]
         trainer = getattr(self, "_trainer", None)
-        problem = shape_mismatch(self.state_dict(), checkpoint.get("state_dict", {}),  # type: ignore[attr-defined]
-                                 getattr(trainer, "ckpt_path", None))
+        problem = checkpoint_mismatch(self.state_dict(), checkpoint.get("state_dict", {}),  # type: ignore[attr-defined]
+                                      getattr(trainer, "ckpt_path", None), getattr(self, "strict_loading", True))
         if problem is not None:
             raise ValueError(problem)
 
 
-def shape_mismatch(ours: Mapping[str, Any], theirs: Mapping[str, Any], path: str | Path | None = None) -> str | None:
-    """One line naming the first tensor whose shape differs between two state dicts, or None if all shared ones fit."""
-    bad = [k for k, v in theirs.items() if k in ours and hasattr(v, "shape") and tuple(v.shape) != tuple(ours[k].shape)]
-    if not bad:
-        return None
+def checkpoint_mismatch(ours: Mapping[str, Any], theirs: Mapping[str, Any], path: str | Path | None = None,
+                        strict: bool = True) -> str | None:
+    """One line naming the first tensor that keeps `theirs` (a checkpoint) from loading into `ours`, or None.
+
+    Args:
+        ours: the module's state dict.
+        theirs: the checkpoint's.
+        path: the checkpoint file, for the message.
+        strict: also report tensors that only one side has (as `load_state_dict(strict=True)` would).
+    """
     def dims(t: Any) -> str:
         return " x ".join(map(str, t.shape)) or "a scalar"
 
-    more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+    bad = [k for k, v in theirs.items() if k in ours and hasattr(v, "shape") and tuple(v.shape) != tuple(ours[k].shape)]
+    missing = [k for k in ours if k not in theirs] if strict else []
+    unexpected = [k for k in theirs if k not in ours] if strict else []
+    if bad:
+        problem = f"{bad[0]} is {dims(theirs[bad[0]])} there but {dims(ours[bad[0]])} here"
+    elif missing:
+        problem = f"it has no {missing[0]}"
+    elif unexpected:
+        problem = f"it has {unexpected[0]}, which this model does not"
+    else:
+        return None
+    others = len(bad) + len(missing) + len(unexpected) - 1
+    more = f" (and {others} more)" if others else ""
     where = f"checkpoint {path}" if path else "the checkpoint"
-    return (f"{where} does not fit this model: {bad[0]} is {dims(theirs[bad[0]])} there but {dims(ours[bad[0]])} "
-            f"here{more}; it was trained on other data or settings: pass the config and data it was trained with")
+    return (f"{where} does not fit this model: {problem}{more}; it was trained on other data or settings: "
+            "pass the config and data it was trained with")
 
 
 def stale_last_checkpoint_warnings(callbacks: Iterable[Any]) -> list[str]:

@@ -58,11 +58,4 @@ def main(args: list[str] | None = None) -> TranslateCLI:
         sys.exit(f"error: {err}")
     except OSError as err:  # an unwritable run folder, a full disk while saving a checkpoint
         sys.exit(f"error: {describe_os_error(err)}")
-    except RuntimeError as err:
-        if "Error(s) in loading state_dict" not in str(err):
-            raise
-        # torch lists every mismatching tensor over many lines; the first one says enough.
-        detail = next((line.strip() for line in str(err).splitlines()[1:] if line.strip()), "")
-        sys.exit(f"error: --ckpt_path: the checkpoint does not fit the model this config builds ({detail}); "
-                 "use the config (model and data settings) it was trained with")
 

@@ -10,7 +10,7 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader, TensorDataset
 
-from core.checkpoint import read_checkpoint_file, stale_last_checkpoint_warnings
+from core.checkpoint import checkpoint_mismatch, read_checkpoint_file, stale_last_checkpoint_warnings
 
 
 def test_reads_what_torch_save_wrote(tmp_path: Path) -> None:
@@ -163,3 +163,23 @@ def test_load_module_with_mmap_maps_the_weights_from_the_file(tmp_path: Path) ->
         spans = [line.split()[0].split("-") for line in open("/proc/self/maps") if line.rstrip().endswith(real)]
         assert any(int(lo, 16) <= ptr < int(hi, 16) for lo, hi in spans)
         assert not any(int(lo, 16) <= plain.embed.weight.data_ptr() < int(hi, 16) for lo, hi in spans)
+
+
+def test_checkpoint_mismatch_names_the_first_tensor_that_keeps_it_from_loading():
+    ours = {"a.weight": torch.zeros(4, 2), "b.bias": torch.zeros(3)}
+    assert checkpoint_mismatch(ours, {"a.weight": torch.ones(4, 2), "b.bias": torch.ones(3)}) is None
+    shape = checkpoint_mismatch(ours, {"a.weight": torch.ones(5, 2), "b.bias": torch.ones(2)}, "x.ckpt")
+    assert shape == ("checkpoint x.ckpt does not fit this model: a.weight is 5 x 2 there but 4 x 2 here (and 1 more); "
+                     "it was trained on other data or settings: pass the config and data it was trained with")
+    assert "it has no b.bias;" in checkpoint_mismatch(ours, {"a.weight": torch.ones(4, 2)})
+    extra = {"a.weight": torch.ones(4, 2), "b.bias": torch.ones(3), "c": torch.ones(())}
+    assert "it has c, which this model does not;" in checkpoint_mismatch(ours, extra)
+    assert checkpoint_mismatch(ours, {"a.weight": torch.ones(4, 2)}, strict=False) is None  # as load_state_dict
+    assert checkpoint_mismatch(ours, extra, strict=False) is None
+    # load_state_dict agrees on which of these load
+    m = torch.nn.Module()
+    m.a, m.b = torch.nn.Linear(2, 4, bias=False), torch.nn.Module()
+    m.b.bias = torch.nn.Parameter(torch.zeros(3))
+    with pytest.raises(RuntimeError):
+        m.load_state_dict({"a.weight": torch.ones(5, 2), "b.bias": torch.ones(3)})
+    m.load_state_dict({"a.weight": torch.ones(4, 2)}, strict=False)
