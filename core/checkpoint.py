@@ -239,8 +239,10 @@ class SafeLoadMixin:
         would fail with a traceback listing every tensor. Lightning calls this hook just before it.
         """
         super().on_load_checkpoint(checkpoint)  # type: ignore[misc]
+        if "state_dict" not in checkpoint:  # nothing to load (a hook called with other parts only)
+            return
         trainer = getattr(self, "_trainer", None)
-        problem = checkpoint_mismatch(self.state_dict(), checkpoint.get("state_dict", {}),  # type: ignore[attr-defined]
+        problem = checkpoint_mismatch(self.state_dict(), checkpoint["state_dict"],  # type: ignore[attr-defined]
                                       getattr(trainer, "ckpt_path", None), getattr(self, "strict_loading", True))
         if problem is not None:
             raise ValueError(problem)
