@@ -12,8 +12,8 @@ space), so the search starts from what `fit` would have trained.
 
 It never reads the test split: trials call `fit` and validation only, and the objective is the
 best validation NDCG@10 (`tests/streamrec/test_tune.py` proves it with a log whose test items
-differ). Outputs in OUT: `best.yaml` (the config with the winning values: `python -m streamrec
-fit --config OUT/best.yaml`), `best.ckpt` (the best trial's best epoch: `test --ckpt_path` it),
+differ). Outputs in OUT: `best.yaml` (the config, with the command line's overrides and the winning values:
+`python -m streamrec fit --config OUT/best.yaml`), `best.ckpt` (the best trial's best epoch: `test --ckpt_path` it),
 `trials.csv`, `trials.png`, and a table of the best trials.
 """
 
