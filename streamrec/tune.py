@@ -134,13 +134,10 @@ def best_config(config_files: list[str], values: dict[str, Any], header: str,
     for name in config_files:
         _merge(merged, yaml.safe_load(Path(name).read_text(encoding="utf-8")) or {})
     for key, value in _override_pairs(command_line):
-        *sections, last = key.split(".")
-        node = merged
-        for section in sections:
-            if not isinstance(node.get(section), dict):
-                node[section] = {}
-            node = node[section]
-        node[last] = _typed(value)
+        nested = _typed(value)
+        for part in reversed(key.split(".")):  # "data.path" -> {"data": {"path": value}}
+            nested = {part: nested}
+        _merge(merged, nested)
     for name, value in values.items():
         section, key = CONFIG_KEYS[name]
         merged.setdefault(section, {})[key] = value
