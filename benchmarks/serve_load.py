@@ -1,7 +1,7 @@
 """Load test of the HTTP servers: dynamic batching against batch size 1, measured in the same run.
 
 Starts `python -m APP.serve` on 127.0.0.1 twice, with --max-batch-size 1 and with dynamic batching
-(--max-batch-size 32 --batch-timeout 0.01 by default); each time N closed-loop clients (one keep-alive
+(--max-batch-size 32 --batch-timeout 0.002, the servers' defaults); each time N closed-loop clients (one keep-alive
 connection each, the next request sent when the last is answered) send requests for --seconds after a
 --warmup. Prints req/s and the p50/p95/p99 latency of both settings and the throughput ratio, and the
 CPU time per request of the server's processes and of the clients (from /proc and getrusage), which
@@ -58,7 +58,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seconds", type=float, default=20.0, help="measured seconds per setting (default 20)")
     p.add_argument("--warmup", type=float, default=2.0, help="seconds of load before measuring (default 2)")
     p.add_argument("--max-batch-size", type=int, default=32, help="the dynamic-batching setting (default 32)")
-    p.add_argument("--batch-timeout", type=float, default=0.01, help="its batch timeout, seconds (default 0.01)")
+    p.add_argument("--batch-timeout", type=float, default=0.002, help="its batch timeout, seconds (default 0.002)")
     p.add_argument("--threads", type=int, default=0, help="server torch threads (default: the server's default)")
     p.add_argument("--k", type=int, default=10, help="StreamRec: items per request (default 10)")
     p.add_argument("--beam", type=int, default=5, help="Translate: beam width (default 5)")
