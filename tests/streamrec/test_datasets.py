@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from streamrec.data import StreamRecDataModule
-from streamrec.datasets import TrainDataset, collate_eval, collate_predict, collate_train, training_windows
+from streamrec.datasets import LengthGroupedSampler, TrainDataset, collate_eval, collate_predict, collate_train, training_windows
 from streamrec.splits import EvalCase, leave_one_out_split
 
 CSV = "user_id,item_id,timestamp\n"
@@ -80,3 +80,68 @@ def test_cached_encoded_log_is_memory_mapped_and_gives_the_same_batches(write, t
     path.write_text(path.read_text() + "u0,i99,1000\n")
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
     assert StreamRecDataModule(str(path), cache_dir=str(cache), **kwargs).num_items == first.num_items + 1
+
+
+def _runs_of(order: list[int], batch_size: int) -> list[list[int]]:
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+@pytest.mark.parametrize("n, batch_size, group_batches", [(1000, 32, 4), (1000, 32, 100), (33, 8, 2), (5, 8, 3)])
+def test_length_grouped_batches_are_runs_of_each_sorted_group(n, batch_size, group_batches):
+    # Reference: the same permutation, cut into groups and sorted by brute force; every batch must be one
+    # batch_size run of its sorted group, and the order must visit every window exactly once.
+    lengths = np.random.default_rng(n).integers(0, 60, n)
+    sampler = LengthGroupedSampler(lengths, batch_size, seed=7, group_batches=group_batches)
+    order = list(sampler)
+    assert sorted(order) == list(range(n))
+    perm = np.random.default_rng([7, 0]).permutation(n)
+    group = batch_size * group_batches
+    runs = []
+    for start in range(0, n, group):
+        chunk = sorted(perm[start : start + group].tolist(), key=lambda i: lengths[i])  # stable, like the sampler
+        runs += [sorted(run) for run in _runs_of(chunk, batch_size)]
+    batches = [sorted(b) for b in _runs_of(order, batch_size)]
+    assert sorted(batches) == sorted(runs)
+    if n % batch_size:
+        assert batches[-1] == runs[-1]  # the short batch stays last, so the loader cuts the same batches
+
+
+def test_length_grouped_order_is_fixed_by_seed_and_epoch_and_cuts_padding():
+    lengths = np.random.default_rng(0).integers(1, 201, 6000)
+    sampler = LengthGroupedSampler(lengths, 128, seed=3)
+    first = list(sampler)
+    assert list(LengthGroupedSampler(lengths, 128, seed=3)) == first
+    sampler.set_epoch(1)
+    second = list(sampler)
+    assert second != first and sorted(second) == sorted(first)
+
+    def padded(order):  # positions a batch trimmed to its longest window computes
+        return sum(len(b) * lengths[b].max() for b in _runs_of(order, 128))
+
+    shuffled = np.random.default_rng(0).permutation(len(lengths)).tolist()
+    assert padded(first) < 0.6 * padded(shuffled)
+
+
+def test_length_grouped_sampler_skips_for_a_mid_epoch_resume():
+    lengths = np.arange(100) % 17
+    sampler = LengthGroupedSampler(lengths, 10, seed=1)
+    full = list(sampler)
+    sampler.skip_samples(30)
+    assert list(sampler) == full[30:]
+    assert list(sampler) == full  # the skip holds for one iteration only
+
+
+@pytest.mark.parametrize("group_by_length", [True, False])
+def test_datamodule_trains_on_every_window_once_an_epoch(write, group_by_length):
+    rng = random.Random(0)
+    rows = [f"u{u},i{rng.randint(1, 30)},{t}" for u in range(50) for t in range(rng.randint(3, 25))]
+    dm = StreamRecDataModule(write("log.csv", CSV + "\n".join(rows) + "\n"), max_len=8, batch_size=4,
+                             group_by_length=group_by_length)
+    dm.setup("fit")
+    batches = list(dm.train_dataloader())
+    seen = sorted(tuple(w[w > 0].tolist()) for b in batches for w in torch.cat([b.inputs, b.targets[:, -1:]], dim=1))
+    assert seen == sorted(tuple(w) for w in dm.train_set.windows)
+    if group_by_length:  # 50 windows fit one group: the batches are runs of the sorted lengths, the least padding
+        computed = sum(len(b.inputs) * int((b.inputs > 0).sum(1).max()) for b in batches)
+        runs = _runs_of(sorted(dm.train_set.lengths.tolist()), 4)
+        assert computed == sum(len(run) * max(run) for run in runs)
