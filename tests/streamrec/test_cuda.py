@@ -1,5 +1,5 @@
 """StreamRec on an NVIDIA GPU: the chunked full-catalogue loss and the row-wise item optimizer agree on CUDA with
-float64 and CPU references, and bf16-mixed fits through Lightning learn (length-grouped batches included).
+float64 and CPU references, and bf16-mixed fits through Lightning learn.
 
 Skipped where no CUDA GPU is (CI has none); run on a lent one with `pytest tests/streamrec/test_cuda.py`.
 """
@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from core import linear_cross_entropy
 from core.optim import RowwiseAdagradAdamW
 from streamrec.data import StreamRecDataModule
+from streamrec.datasets import LengthGroupedSampler
 from streamrec.module import StreamRecModule
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -71,5 +72,6 @@ def test_bf16_fit_on_the_gpu_learns_and_beats_popularity(tiny_log, loss, item_op
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     trainer.fit(module, data)
     assert trainer.strategy.root_device.type == "cuda"
+    assert not isinstance(trainer.train_dataloader.sampler, LengthGroupedSampler)  # auto: free order on a GPU
     metrics = trainer.callback_metrics
     assert float(metrics["val_ndcg@10"]) > float(metrics["val_mostpop_ndcg@10"]) + 0.1, metrics
