@@ -192,8 +192,10 @@ class StreamRecDataModule(L.LightningDataModule):
             grouped = self.trainer is None or self.trainer.strategy.root_device.type == "cpu"
         sampler = LengthGroupedSampler(dataset.lengths, self.batch_size, seed) if grouped else EpochRandomSampler(
             dataset, seed)
+        # Grouped batches weigh every target alike through the epoch's mean count (see TrainBatch).
+        mean_positions = float(dataset.lengths.sum()) / max(1, -(-len(dataset) // self.batch_size)) if grouped else None
         return DataLoader(dataset, batch_size=self.batch_size, sampler=sampler, num_workers=self.num_workers,
-                          collate_fn=partial(collate_train, max_len=self.max_len),
+                          collate_fn=partial(collate_train, max_len=self.max_len, mean_positions=mean_positions),
                           persistent_workers=self.num_workers > 0, generator=torch.Generator().manual_seed(seed))
 
     def _eval_loader(self, dataset: Dataset) -> DataLoader:

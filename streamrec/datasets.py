@@ -76,10 +76,15 @@ class TrainBatch(NamedTuple):
     Args:
         inputs: (B, T) item ids, left-padded with 0.
         targets: (B, T) the item after each input position; 0 = ignore.
+        mean_positions: the epoch's mean count of targets a batch; the loss is then summed over the batch's
+            targets and divided by it, so every target weighs the same in whichever batch it falls. Length-grouped
+            batches need it: their counts differ up to max_len times, and a plain mean would weigh each target of
+            a batch of short histories far above one of long histories. None: the batch's own mean.
     """
 
     inputs: Tensor
     targets: Tensor
+    mean_positions: float | None = None
 
 
 class EvalBatch(NamedTuple):
@@ -222,14 +227,16 @@ class EvalDataset(Dataset):
         return i, self.cases[i]
 
 
-def collate_train(windows: Sequence[Sequence[int]], max_len: int) -> TrainBatch:
+def collate_train(windows: Sequence[Sequence[int]], max_len: int, mean_positions: float | None = None) -> TrainBatch:
     """Windows of <= max_len + 1 items -> inputs = w[:-1], targets = w[1:], left-padded to max_len.
 
     Args:
         windows: from `TrainDataset`.
         max_len: model context length T.
+        mean_positions: passed on to the batch (see `TrainBatch`).
     """
-    return TrainBatch(_left_padded([w[:-1] for w in windows], max_len), _left_padded([w[1:] for w in windows], max_len))
+    return TrainBatch(_left_padded([w[:-1] for w in windows], max_len), _left_padded([w[1:] for w in windows], max_len),
+                      mean_positions)
 
 
 def collate_eval(cases: Sequence[tuple[int, EvalCase]], max_len: int) -> EvalBatch:

@@ -159,6 +159,8 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         keep = targets != 0
         loss = self.compute_loss(hidden[keep], targets[keep])  # (M, D), (M,)
         self.log("train_loss", loss, prog_bar=True, batch_size=int(keep.sum()))
+        if batch.mean_positions:  # the sum over this batch's targets / the epoch's mean count (see TrainBatch)
+            loss = loss * (keep.sum() / batch.mean_positions)
         return loss
 
     def compute_loss(self, hidden: Tensor, targets: Tensor) -> Tensor:
