@@ -149,6 +149,8 @@ def test_datamodule_trains_on_every_window_once_an_epoch(write, group_by_length)
     batches = list(dm.train_dataloader())
     seen = sorted(tuple(w[w > 0].tolist()) for b in batches for w in torch.cat([b.inputs, b.targets[:, -1:]], dim=1))
     assert seen == sorted(tuple(w) for w in dm.train_set.windows)
+    targets = [int((b.targets > 0).sum()) for b in batches]
+    assert {b.mean_positions for b in batches} == ({sum(targets) / len(batches)} if group_by_length else {None})
     if group_by_length:  # 50 windows fit one group: the batches are runs of the sorted lengths, the least padding
         computed = sum(len(b.inputs) * int((b.inputs > 0).sum(1).max()) for b in batches)
         runs = _runs_of(sorted(dm.train_set.lengths.tolist()), 4)
