@@ -1,4 +1,4 @@
-"""StreamRec training with length-grouped batches (the default) against freely shuffled ones, same run.
+"""StreamRec training with length-grouped batches (`data.group_by_length`) against random ones, same run.
 
 Both arms train the same model on the same windows for one epoch a round, rounds interleaved
 (grouped, free, grouped, free, ...), each round from the same seed; the model trims every batch to

@@ -69,7 +69,7 @@ def trial_key(dataset: str, kwargs: dict[str, object], max_len: int, args: argpa
             "max_epochs": args.max_epochs, "patience": args.patience, "trial_minutes": args.trial_minutes,
             "batch_size": args.batch_size, "seed": args.seed, "precision": args.precision, "threads": args.threads,
             "limit_batches": args.limit_batches or 0,
-            # Trials before length-grouped batches had none; they match only a run with --no-group-by-length.
+            # Added later: present only when set, so trials stored before the option still match.
             **({"group_by_length": True} if args.group_by_length else {})}
 
 
@@ -142,8 +142,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--malloc", choices=("default", "keep"), default="keep",
                    help="keep: glibc keeps freed memory (no per-step page faults on big tensors)")
-    p.add_argument("--no-group-by-length", dest="group_by_length", action="store_false",
-                   help="ours: shuffle training windows freely instead of batching similar lengths (the default)")
+    p.add_argument("--group-by-length", action="store_true",
+                   help="ours: batches of windows of similar length (data.group_by_length) instead of random ones")
     p.add_argument("--limit-batches", type=int, help="train on only the first N batches an epoch (smoke runs only)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "recipe", help="folder for trials.jsonl")

@@ -253,7 +253,6 @@ def trial_key(data: Data, system: str, loss: str, lr: float, args: argparse.Name
             # Added later: present only when set, so trials stored before the option still match.
             **({"item_init_std": args.item_init_std} if args.item_init_std is not None and system == "ours" else {}),
             **({"recipe": default_recipe()} if loss == DEFAULT else {}),
-            # Trials before length-grouped batches had none; they match only a run with --no-group-by-length.
             **({"group_by_length": True} if args.group_by_length and system == "ours" else {})}
 
 
@@ -366,8 +365,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="ours: standard deviation of the initial item vectors (default: the module's)")
     p.add_argument("--malloc", choices=("default", "keep"), default="default",
                    help="keep: glibc keeps freed memory (no per-step page faults on big tensors), both models")
-    p.add_argument("--no-group-by-length", dest="group_by_length", action="store_false",
-                   help="ours: shuffle training windows freely instead of batching similar lengths (the default)")
+    p.add_argument("--group-by-length", action="store_true",
+                   help="ours: batches of windows of similar length (data.group_by_length) instead of random ones")
     p.add_argument("--limit-batches", type=int, help="train on only the first N batches an epoch (smoke runs only)")
     p.add_argument("--seed", type=int, default=0, help="seed for both")
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "rectools_fair", help="folder for trials.jsonl")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import random
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -155,13 +154,3 @@ def test_datamodule_trains_on_every_window_once_an_epoch(write, group_by_length)
         computed = sum(len(b.inputs) * int((b.inputs > 0).sum(1).max()) for b in batches)
         runs = _runs_of(sorted(dm.train_set.lengths.tolist()), 4)
         assert computed == sum(len(run) * max(run) for run in runs)
-
-
-@pytest.mark.parametrize("device, grouped", [(None, True), ("cpu", True), ("cuda", False)])
-def test_auto_grouping_is_on_for_cpu_training_only(write, device, grouped):
-    rows = [f"u{u},i{t % 9 + 1},{t}" for u in range(10) for t in range(u + 3)]
-    dm = StreamRecDataModule(write("log.csv", CSV + "\n".join(rows) + "\n"), max_len=8, batch_size=4)
-    dm.setup("fit")
-    if device is not None:  # what the DataModule reads of the Trainer it is attached to
-        dm.trainer = SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device(device)))
-    assert isinstance(dm.train_dataloader().sampler, LengthGroupedSampler) == grouped
