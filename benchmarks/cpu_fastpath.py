@@ -31,7 +31,6 @@ import sys
 import warnings
 from collections.abc import Callable
 from contextlib import nullcontext
-from types import SimpleNamespace
 
 import torch
 from _common import interleave, median_ratio, print_table, write_json
@@ -39,6 +38,7 @@ from rich.console import Console
 
 from core.cpu_fastpath import onednn_available
 from core.precision import cpu_has_fast_bf16
+from streamrec.datasets import TrainBatch
 from streamrec.module import StreamRecModule
 from translate.data import Batch
 from translate.module import TranslationModule
@@ -88,7 +88,7 @@ def streamrec_case(name: str, quick: bool) -> dict[str, Callable[[], None]]:
         hp = module.hparams
         g = torch.Generator().manual_seed(1)
         items = torch.randint(1, hp.num_items + 1, (8 if quick else BATCH, hp.max_len + 1), generator=g)
-        batch = SimpleNamespace(inputs=items[:, :-1], targets=items[:, 1:])  # a TrainBatch's two fields
+        batch = TrainBatch(inputs=items[:, :-1], targets=items[:, 1:])
         fns[key] = train_step(module, batch, bf16=False)
     return fns
 
