@@ -120,7 +120,7 @@ def trial_ours(data: Data, loss: str, lr: float, args: argparse.Namespace) -> di
     keeper, model = train_ours(data, dict(
         d_model=args.d_model, n_heads=args.n_heads, n_layers=args.n_layers, d_ff=args.d_model, dropout=args.dropout,
         attn_dropout=args.dropout, activation="relu", loss=LOSSES[loss]["ours"], num_negatives=GBCE_NEGATIVES,
-        gbce_t=GBCE_T, lr=lr, item_init_std=args.item_init_std,
+        gbce_t=GBCE_T, lr=lr, item_init_std=args.item_init_std, cpu_fastpath=args.cpu_fastpath,
     ), args)
     cases = data.split.test
     test = evaluate_full(partial(ours_scores, model), cases, args.max_len)
@@ -253,7 +253,8 @@ def trial_key(data: Data, system: str, loss: str, lr: float, args: argparse.Name
             # Added later: present only when set, so trials stored before the option still match.
             **({"item_init_std": args.item_init_std} if args.item_init_std is not None and system == "ours" else {}),
             **({"recipe": default_recipe()} if loss == DEFAULT else {}),
-            **({"group_by_length": True} if args.group_by_length and system == "ours" else {})}
+            **({"group_by_length": True} if args.group_by_length and system == "ours" else {}),
+            **({"cpu_fastpath": True} if args.cpu_fastpath and system == "ours" and loss != DEFAULT else {})}
 
 
 def search(data: Data, args: argparse.Namespace, trials: TrialLog, log: Console) -> dict[str, list[dict]]:
@@ -365,6 +366,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="ours: standard deviation of the initial item vectors (default: the module's)")
     p.add_argument("--malloc", choices=("default", "keep"), default="default",
                    help="keep: glibc keeps freed memory (no per-step page faults on big tensors), both models")
+    p.add_argument("--cpu-fastpath", action="store_true",
+                   help="ours, matched trials: model.cpu_fastpath (oneDNN fp32 linears, a cheaper dropout mask), as "
+                        "ml1m.yaml and beauty.yaml set it")
     p.add_argument("--group-by-length", action="store_true",
                    help="ours: batches of windows of similar length (data.group_by_length) instead of random ones")
     p.add_argument("--limit-batches", type=int, help="train on only the first N batches an epoch (smoke runs only)")
