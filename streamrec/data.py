@@ -26,7 +26,7 @@ from core.errors import InputError
 from core.resume import EpochRandomSampler
 from streamrec.datasets import (
     EvalDataset,
-    LengthGroupedSampler,
+    LengthGroupedBatchSampler,
     TrainDataset,
     collate_eval,
     collate_predict,
@@ -67,10 +67,9 @@ class StreamRecDataModule(L.LightningDataModule):
         num_workers: DataLoader worker processes.
         cache_dir: a folder for the encoded log (.npy, see `streamrec.encoded`); later loads, every DDP rank
             and DataLoader worker included, memory-map it instead of parsing the log. None: no cache.
-        group_by_length: training batches of windows of similar length (`LengthGroupedSampler`), which compute
-            less padding: on the CPU an epoch ran 1.65x faster on ML-1M at max_len 200, 1.93x on Beauty. Off by
-            default: at a high learning rate with little dropout (Beauty, lr 0.02, dropout 0.06) it trained to half
-            the validation NDCG of random batches (docs/results.md, "Length-grouped batches").
+        group_by_length: training batches of windows of similar length, each with the same number of targets
+            (`LengthGroupedBatchSampler`), which compute less padding: on the CPU an epoch ran 1.65x faster on
+            ML-1M at max_len 200, 1.93x on Beauty. Not used under DDP (random batches there).
     """
 
     def __init__(
@@ -186,21 +185,24 @@ class StreamRecDataModule(L.LightningDataModule):
         # Shuffled from (seed, epoch), and a generator of the loader's own: fetching data draws nothing from
         # the global generator, so a run resumed from a checkpoint replays the same batches (core.resume).
         seed = torch.initial_seed() % 2**31  # seed_everything's seed
-        dataset, mean_positions = self.train_set, None
-        sampler = EpochRandomSampler(dataset, seed)
-        if self.group_by_length:  # grouped batches weigh every target alike through the epoch's mean (TrainBatch)
-            sampler = LengthGroupedSampler(dataset.lengths, self.batch_size, seed)
-            mean_positions = float(dataset.lengths.sum()) / max(1, -(-len(dataset) // self.batch_size))
-        return DataLoader(dataset, batch_size=self.batch_size, sampler=sampler, num_workers=self.num_workers,
-                          collate_fn=partial(collate_train, max_len=self.max_len, mean_positions=mean_positions),
-                          persistent_workers=self.num_workers > 0, generator=torch.Generator().manual_seed(seed))
+        collate = partial(collate_train, max_len=self.max_len)
+        loader = {"num_workers": self.num_workers, "collate_fn": collate, "persistent_workers": self.num_workers > 0,
+                  "generator": torch.Generator().manual_seed(seed)}
+        if self.group_by_length and not _distributed():
+            sampler = LengthGroupedBatchSampler(self.train_set.lengths, self.batch_size, seed)
+            return DataLoader(self.train_set, batch_sampler=sampler, **loader)
+        if self.group_by_length:
+            log.warning("data.group_by_length is not used under DDP: Lightning's DistributedSampler shards random "
+                        "batches")
+        return DataLoader(self.train_set, batch_size=self.batch_size, sampler=EpochRandomSampler(self.train_set, seed),
+                          **loader)
 
     def _eval_loader(self, dataset: Dataset) -> DataLoader:
         # Under DDP, Lightning's default sampler pads ranks with repeated cases, which would
         # count some users twice; this one splits the cases without repeats (metric states are
         # summed across ranks, so uneven shares are fine).
         sampler = None
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
+        if _distributed():
             sampler = UnrepeatedDistributedSampler(dataset, shuffle=False)
         return DataLoader(dataset, batch_size=self.batch_size, sampler=sampler, num_workers=self.num_workers,
                           collate_fn=partial(collate_eval, max_len=self.max_len),
@@ -224,3 +226,7 @@ class StreamRecDataModule(L.LightningDataModule):
         return DataLoader(rows, batch_size=self.batch_size, num_workers=self.num_workers,
                           collate_fn=partial(collate_predict, max_len=self.max_len),
                           persistent_workers=self.num_workers > 0)
+
+
+def _distributed() -> bool:
+    return torch.distributed.is_available() and torch.distributed.is_initialized()

@@ -3,8 +3,8 @@
 `TrainDataset` + `collate_train` give the last max_len+1 training items, inputs = seq[:-1],
 targets = seq[1:], both left-padded with 0 (target 0 = ignore). `EvalDataset` + `collate_eval`
 give the last max_len history items, the held-out target and every item already seen (for
-filtering). `collate_predict` does the same for whole sequences. `LengthGroupedSampler` orders
-training windows so that each batch holds windows of similar length.
+filtering). `collate_predict` does the same for whole sequences. `LengthGroupedBatchSampler` cuts
+training batches of windows of similar length.
 
 Legend: B batch, T time (= max_len), L longest seen-item list in the batch, N items.
 """
@@ -18,9 +18,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 from torch import Tensor
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, Sampler
 
-from core.resume import EpochRandomSampler
 from streamrec.constants import PAD_ID
 from streamrec.splits import EvalCase, Split
 
@@ -76,15 +75,10 @@ class TrainBatch(NamedTuple):
     Args:
         inputs: (B, T) item ids, left-padded with 0.
         targets: (B, T) the item after each input position; 0 = ignore.
-        mean_positions: the epoch's mean count of targets a batch; the loss is then summed over the batch's
-            targets and divided by it, so every target weighs the same in whichever batch it falls. Length-grouped
-            batches need it: their counts differ up to max_len times, and a plain mean would weigh each target of
-            a batch of short histories far above one of long histories. None: the batch's own mean.
     """
 
     inputs: Tensor
     targets: Tensor
-    mean_positions: float | None = None
 
 
 class EvalBatch(NamedTuple):
@@ -172,42 +166,71 @@ class TrainDataset(Dataset):
         return self.items[self.starts[i] : self.ends[i]]
 
 
-class LengthGroupedSampler(EpochRandomSampler):
-    """A shuffled order in which every run of `batch_size` indices has windows of similar length.
+class LengthGroupedBatchSampler(Sampler[list[int]]):
+    """Shuffled batches of windows of similar length, each holding the same number of targets.
 
     The model skips the columns that are padding in every row of a batch (`StreamRecModel.encode(trim=True)`),
     so a batch of similar lengths computes little padding. On ML-1M at max_len 200, random batches are padded
-    to 200 almost always; grouped ones compute 54% of those positions and 41% of the attention.
+    to 200 almost always; grouped ones compute about half of those positions.
 
-    Each epoch draws a permutation from (seed, epoch), cuts it into groups of `group_batches` batches, sorts
-    each group by length (stably: equal lengths stay in random order), cuts it into batches and shuffles the
-    full batches; a short last batch stays last, so a `DataLoader(batch_size=batch_size)` cuts exactly these
-    batches. Every window is still seen once an epoch. Under DDP Lightning replaces this sampler (it is a
-    `RandomSampler`) with its `DistributedSampler`, which shuffles without grouping.
+    Each epoch draws a permutation from (seed, epoch), cuts it into groups of `group_batches` x `batch_size`
+    windows, sorts each group by length (stably: equal lengths stay in random order), and cuts the sorted order
+    into batches of equal total length (targets), ± one window, in as many batches as random batches of
+    `batch_size` windows give; the batch order is shuffled. A batch of short histories therefore holds more
+    windows than one of long histories, and every step's loss is a mean over the same number of targets. Equal
+    window counts instead (batch sizes fixed, target counts up to max_len times apart) lost accuracy: with a
+    plain per-batch mean each target of a short batch weighs more, and with targets weighted alike the long
+    batches' gradients were several times the others' (Beauty at lr 0.02: half the validation NDCG@10 of random
+    batches; docs/results.md, "Length-grouped batches").
+
+    Every window is seen once an epoch. Epochs: each `iter()` uses the current epoch and advances it;
+    `set_epoch(e)` pins it (`core.resume.ExactResume` does, before every epoch).
 
     Args:
-        lengths: (W,) length of every window (`TrainDataset.lengths`).
-        batch_size: the loader's batch size.
-        seed: seed of the permutations; the same (seed, epoch) gives the same order.
+        lengths: (W,) length of every window (`TrainDataset.lengths`), its number of targets.
+        batch_size: windows a batch holds on average; the epoch has ceil(W / batch_size) batches.
+        seed: seed of the permutations; the same (seed, epoch) gives the same batches.
         group_batches: batches per sorted group; more gives less padding and less random batches.
     """
 
     def __init__(self, lengths: np.ndarray, batch_size: int, seed: int = 0, group_batches: int = 64):
-        super().__init__(range(len(lengths)), seed)
-        self.lengths, self.batch_size, self.group_batches = np.asarray(lengths), batch_size, group_batches
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+        if len(self.lengths) and self.lengths.min() < 1:
+            raise ValueError("every window needs at least one target (length >= 1)")
+        self.batch_size, self.seed, self.group_batches = batch_size, seed, group_batches
+        total, longest = int(self.lengths.sum()), int(self.lengths.max(initial=1))
+        # No batch may be empty: every cut must be at least one window (the longest) apart.
+        self.num_batches = max(1, min(-(-len(self.lengths) // batch_size), total // longest)) if total else 0
+        self.epoch, self.skip = 0, 0
 
-    def __iter__(self) -> Iterator[int]:
-        rng = np.random.default_rng([self.seed, self.epoch])
+    def set_epoch(self, epoch: int) -> None:
+        """Use `epoch` for the next iteration's order."""
+        self.epoch = epoch
+
+    def skip_batches(self, n: int) -> None:
+        """Leave out the first `n` batches of the next iteration only (a mid-epoch resume)."""
+        self.skip = n
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+    def __iter__(self) -> Iterator[list[int]]:
+        epoch, self.epoch = self.epoch, self.epoch + 1
+        rng = np.random.default_rng([self.seed, epoch])
         order = rng.permutation(len(self.lengths))
         group = self.group_batches * self.batch_size
         for start in range(0, len(order), group):
             chunk = order[start : start + group]
             order[start : start + group] = chunk[np.argsort(self.lengths[chunk], kind="stable")]
-        full = len(order) // self.batch_size * self.batch_size
-        batches = order[:full].reshape(-1, self.batch_size)  # (full batches, batch_size)
-        order[:full] = batches[rng.permutation(len(batches))].ravel()
+        # Window i goes to batch floor(targets before it x K / total): K runs of equal target counts; a cut falls
+        # in every run because no window is longer than total / K.
+        lengths = self.lengths[order]
+        before = np.cumsum(lengths) - lengths
+        batch_of = before * self.num_batches // max(int(lengths.sum()), 1)
+        batches = np.split(order, np.flatnonzero(np.diff(batch_of)) + 1) if len(order) else []
         start, self.skip = self.skip, 0
-        yield from order[start:].tolist()
+        for b in rng.permutation(len(batches))[start:]:
+            yield batches[b].tolist()
 
 
 class EvalDataset(Dataset):
@@ -227,16 +250,14 @@ class EvalDataset(Dataset):
         return i, self.cases[i]
 
 
-def collate_train(windows: Sequence[Sequence[int]], max_len: int, mean_positions: float | None = None) -> TrainBatch:
+def collate_train(windows: Sequence[Sequence[int]], max_len: int) -> TrainBatch:
     """Windows of <= max_len + 1 items -> inputs = w[:-1], targets = w[1:], left-padded to max_len.
 
     Args:
         windows: from `TrainDataset`.
         max_len: model context length T.
-        mean_positions: passed on to the batch (see `TrainBatch`).
     """
-    return TrainBatch(_left_padded([w[:-1] for w in windows], max_len), _left_padded([w[1:] for w in windows], max_len),
-                      mean_positions)
+    return TrainBatch(_left_padded([w[:-1] for w in windows], max_len), _left_padded([w[1:] for w in windows], max_len))
 
 
 def collate_eval(cases: Sequence[tuple[int, EvalCase]], max_len: int) -> EvalBatch:

@@ -157,11 +157,8 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         hidden = self.model.encode(batch.inputs, trim=True)  # (B, T', D): all-padding columns skipped
         targets = batch.targets[:, -hidden.shape[1]:]  # inputs and targets share their padding
         keep = targets != 0
-        count = keep.sum()  # M
         loss = self.compute_loss(hidden[keep], targets[keep])  # (M, D), (M,)
-        self.log("train_loss", loss, prog_bar=True, batch_size=int(count))
-        if batch.mean_positions:  # the sum over this batch's targets / the epoch's mean count (see TrainBatch)
-            loss = loss * (count / batch.mean_positions)
+        self.log("train_loss", loss, prog_bar=True, batch_size=int(keep.sum()))
         return loss
 
     def compute_loss(self, hidden: Tensor, targets: Tensor) -> Tensor:

@@ -4,6 +4,7 @@ same batches as reading the file, from a read-only memory map."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 
@@ -13,7 +14,7 @@ import torch
 
 from streamrec.data import StreamRecDataModule
 from streamrec.datasets import (
-    LengthGroupedSampler,
+    LengthGroupedBatchSampler,
     TrainDataset,
     collate_eval,
     collate_predict,
@@ -89,52 +90,64 @@ def test_cached_encoded_log_is_memory_mapped_and_gives_the_same_batches(write, t
     assert StreamRecDataModule(str(path), cache_dir=str(cache), **kwargs).num_items == first.num_items + 1
 
 
-def _runs_of(order: list[int], batch_size: int) -> list[list[int]]:
-    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-
-
 @pytest.mark.parametrize("n, batch_size, group_batches", [(1000, 32, 4), (1000, 32, 100), (33, 8, 2), (5, 8, 3)])
-def test_length_grouped_batches_are_runs_of_each_sorted_group(n, batch_size, group_batches):
-    # Reference: the same permutation, cut into groups and sorted by brute force; every batch must be one
-    # batch_size run of its sorted group, and the order must visit every window exactly once.
-    lengths = np.random.default_rng(n).integers(0, 60, n)
-    sampler = LengthGroupedSampler(lengths, batch_size, seed=7, group_batches=group_batches)
-    order = list(sampler)
-    assert sorted(order) == list(range(n))
+def test_length_grouped_batches_hold_equal_targets_in_runs_of_each_sorted_group(n, batch_size, group_batches):
+    # Reference: the same permutation, cut into groups and sorted by brute force. Every window comes once; there are
+    # as many batches as random batches of batch_size; the batches tile the sorted groups in contiguous runs and
+    # each holds total / K targets, give or take one window.
+    lengths = np.random.default_rng(n).integers(1, 60, n)
+    sampler = LengthGroupedBatchSampler(lengths, batch_size, seed=7, group_batches=group_batches)
+    batches = list(sampler)
+    assert sorted(i for b in batches for i in b) == list(range(n))
+    assert len(batches) == len(sampler) == -(-n // batch_size)
     perm = np.random.default_rng([7, 0]).permutation(n)
     group = batch_size * group_batches
-    runs = []
+    sorted_order = []
     for start in range(0, n, group):
-        chunk = sorted(perm[start : start + group].tolist(), key=lambda i: lengths[i])  # stable, like the sampler
-        runs += [sorted(run) for run in _runs_of(chunk, batch_size)]
-    batches = [sorted(b) for b in _runs_of(order, batch_size)]
-    assert sorted(batches) == sorted(runs)
-    if n % batch_size:
-        assert batches[-1] == runs[-1]  # the short batch stays last, so the loader cuts the same batches
+        sorted_order += sorted(perm[start : start + group].tolist(), key=lambda i: lengths[i])  # stable sort
+    position = {i: p for p, i in enumerate(sorted_order)}
+    runs = sorted((min(position[i] for i in b), max(position[i] for i in b), len(b)) for b in batches)
+    assert all(last - first + 1 == size for first, last, size in runs)  # contiguous runs
+    assert [r[0] for r in runs] == [0, *np.cumsum([r[2] for r in runs])[:-1].tolist()]  # tiling the sorted order
+    share = lengths.sum() / len(batches)
+    assert all(abs(lengths[b].sum() - share) <= lengths.max() for b in batches)
 
 
 def test_length_grouped_order_is_fixed_by_seed_and_epoch_and_cuts_padding():
     lengths = np.random.default_rng(0).integers(1, 201, 6000)
-    sampler = LengthGroupedSampler(lengths, 128, seed=3)
+    sampler = LengthGroupedBatchSampler(lengths, 128, seed=3)
     first = list(sampler)
-    assert list(LengthGroupedSampler(lengths, 128, seed=3)) == first
-    sampler.set_epoch(1)
-    second = list(sampler)
-    assert second != first and sorted(second) == sorted(first)
+    assert list(LengthGroupedBatchSampler(lengths, 128, seed=3)) == first
+    second = list(sampler)  # each iteration advances the epoch
+    assert sorted(map(sorted, second)) != sorted(map(sorted, first))
+    sampler.set_epoch(0)
+    assert list(sampler) == first
 
-    def padded(order):  # positions a batch trimmed to its longest window computes
-        return sum(len(b) * lengths[b].max() for b in _runs_of(order, 128))
+    def padded(batches):  # positions a batch trimmed to its longest window computes
+        return sum(len(b) * lengths[b].max() for b in batches)
 
-    shuffled = np.random.default_rng(0).permutation(len(lengths)).tolist()
-    assert padded(first) < 0.6 * padded(shuffled)
+    shuffled = np.random.default_rng(0).permutation(len(lengths))
+    assert padded(first) < 0.6 * padded([shuffled[i : i + 128] for i in range(0, len(lengths), 128)])
+
+
+def test_length_grouped_sampler_never_cuts_an_empty_batch():
+    # One window holds most of the targets: a cut every total / ceil(W / batch_size) targets would leave empty batches.
+    lengths = np.array([500, *([1] * 20)])
+    sampler = LengthGroupedBatchSampler(lengths, 2, seed=0)
+    batches = list(sampler)
+    assert len(batches) == len(sampler) == 1 and sorted(batches[0]) == list(range(21))
+    with pytest.raises(ValueError, match="at least one target"):
+        LengthGroupedBatchSampler(np.array([3, 0]), 2)
 
 
 def test_length_grouped_sampler_skips_for_a_mid_epoch_resume():
-    lengths = np.arange(100) % 17
-    sampler = LengthGroupedSampler(lengths, 10, seed=1)
+    lengths = np.arange(100) % 17 + 1
+    sampler = LengthGroupedBatchSampler(lengths, 10, seed=1)
     full = list(sampler)
-    sampler.skip_samples(30)
-    assert list(sampler) == full[30:]
+    sampler.set_epoch(0)
+    sampler.skip_batches(3)
+    assert list(sampler) == full[3:]
+    sampler.set_epoch(0)
     assert list(sampler) == full  # the skip holds for one iteration only
 
 
@@ -148,9 +161,9 @@ def test_datamodule_trains_on_every_window_once_an_epoch(write, group_by_length)
     batches = list(dm.train_dataloader())
     seen = sorted(tuple(w[w > 0].tolist()) for b in batches for w in torch.cat([b.inputs, b.targets[:, -1:]], dim=1))
     assert seen == sorted(tuple(w) for w in dm.train_set.windows)
-    targets = [int((b.targets > 0).sum()) for b in batches]
-    assert {b.mean_positions for b in batches} == ({sum(targets) / len(batches)} if group_by_length else {None})
-    if group_by_length:  # 50 windows fit one group: the batches are runs of the sorted lengths, the least padding
-        computed = sum(len(b.inputs) * int((b.inputs > 0).sum(1).max()) for b in batches)
-        runs = _runs_of(sorted(dm.train_set.lengths.tolist()), 4)
-        assert computed == sum(len(run) * max(run) for run in runs)
+    if group_by_length:  # 50 windows fit one group: the batches tile the sorted lengths, with equal target counts
+        spans = sorted((int(w.min()), int(w.max())) for w in (((b.inputs > 0).sum(1)) for b in batches))
+        assert all(high <= next_low for (_, high), (next_low, _) in itertools.pairwise(spans))
+        targets = [int((b.targets > 0).sum()) for b in batches]
+        assert len(batches) == -(-len(dm.train_set) // 4)
+        assert max(targets) - min(targets) <= 2 * int(dm.train_set.lengths.max())

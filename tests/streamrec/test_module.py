@@ -50,24 +50,6 @@ def test_training_loss_is_cross_entropy_over_the_catalogue_at_non_padding_positi
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`")
-def test_weighted_batches_of_unequal_lengths_weigh_every_target_as_one_batch_of_both_does():
-    # Length-grouped batches: a short one (3 targets) and a long one (8). With mean_positions = 5.5 their two losses
-    # sum to twice the plain mean over the union, the reference: every target weighs the same. Plain means would
-    # give each short-batch target 8/3 times a long-batch target's weight.
-    module = make_module().eval()
-    short = TrainBatch(torch.tensor([[0, 0, 0, 0, 0, 3], [0, 0, 0, 0, 5, 6]]),
-                       torch.tensor([[0, 0, 0, 0, 0, 7], [0, 0, 0, 0, 6, 2]]))
-    long = padded_batch()._replace(inputs=torch.tensor([[0, 0, 1, 3, 7, 9], [0, 0, 5, 6, 2, 8]]),
-                                   targets=torch.tensor([[0, 0, 3, 7, 9, 4], [0, 0, 6, 2, 8, 1]]))
-    union = TrainBatch(torch.cat([short.inputs, long.inputs]), torch.cat([short.targets, long.targets]))
-    want = 2 * module.training_step(union, 0)
-    got = sum(module.training_step(b._replace(mean_positions=5.5), 0) for b in (short, long))
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-    plain = sum(module.training_step(b, 0) for b in (short, long))
-    assert abs(float(plain - want)) > 1e-3  # the reference tells the two apart
-
-
 @pytest.mark.parametrize("loss", ["bce", "gbce", "sampled"])
 def test_each_sampled_loss_is_the_named_function_on_the_same_negatives(loss):
     module = make_module(loss=loss, num_negatives=5)
