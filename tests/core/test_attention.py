@@ -463,3 +463,32 @@ def test_n_kv_heads_must_divide_n_heads(cls: type, n_kv_heads: int) -> None:
 def test_attention_dropout_out_of_range(dropout: float) -> None:
     with pytest.raises(ValueError, match="`dropout`"):
         MultiHeadAttention(16, 4, dropout=dropout)
+
+
+@pytest.mark.parametrize("kv_heads, causal", [(H, False), (2, True)])
+def test_attention_dropout_on_cpu_drops_weights_with_the_cheap_mask(kv_heads: int, causal: bool) -> None:
+    # Reference: the naive per-head loop, its weights times the mask `core.cpu_fastpath.dropout_mask` draws from the
+    # same seed, scaled by 1 / (1 - p): inverted dropout on the weights, as F.dropout would apply it.
+    from core.cpu_fastpath import dropout_mask, effective_p
+
+    p, t = 0.3, 6
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(B, H, t, DH, generator=g, dtype=torch.float64, requires_grad=True)
+    k, v = (torch.randn(B, kv_heads, t, DH, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    allowed = lengths_mask(torch.tensor([t, 4]), t, left_padded=causal)  # (B, 1, 1, Tk) padding mask
+    if causal:  # left padding, as StreamRec's: the first two queries of row 1 see no key and must give 0
+        allowed = allowed & torch.ones(t, t, dtype=torch.bool).tril()
+    torch.manual_seed(11)
+    out = attend(q, k, v, allowed, dropout_p=p)
+    torch.manual_seed(11)
+    keep = dropout_mask((B, H, t, t), p)
+    assert 0 < (~keep).sum() < keep.numel()
+    _, weights = naive_attention(q, k, v, allowed)
+    weights = weights.nan_to_num(0.0)  # the naive softmax of a row with no key is NaN
+    group = H // kv_heads
+    want = (weights * keep / (1 - effective_p(p))) @ v.repeat_interleave(group, dim=1)
+    torch.testing.assert_close(out, want)
+    grads = torch.autograd.grad(out.square().sum(), (q, k, v))
+    want_grads = torch.autograd.grad(want.square().sum(), (q, k, v))
+    for got, ref in zip(grads, want_grads, strict=True):
+        torch.testing.assert_close(got, ref)
