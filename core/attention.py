@@ -14,10 +14,7 @@ H query heads, Hkv key/value heads, Dh head width (D / H).
 
 from __future__ import annotations
 
-import functools
 import math
-import os
-import sys
 from contextlib import AbstractContextManager, nullcontext
 
 import torch
@@ -25,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from core.cpu_fastpath import dropout_mask, effective_p
+from core.cpu_fastpath import sdpa_math_with_cheap_dropout
 from core.kv_cache import KVCache, StaticKV
 from core.masks import causal_mask, combine_masks
 from core.positions import RotaryEmbedding, apply_rope
@@ -56,6 +53,7 @@ def attend(
     bias: Tensor | None = None,
     dropout_p: float = 0.0,
     capture: list[Tensor] | None = None,
+    cheap_dropout: bool = False,
 ) -> Tensor:
     """Scaled dot-product attention with grouped K/V heads, masks and additive bias.
 
@@ -69,6 +67,7 @@ def attend(
         dropout_p: dropout on the attention weights (pass 0.0 in eval).
         capture: when a list, the weights (B, H, Tq, Tk) are computed explicitly and
             appended to it.
+        cheap_dropout: on the CPU, draw the dropout mask with `core.cpu_fastpath` (its opt-in switch sets it).
 
     Returns:
         (B, H, Tq, Dh).
@@ -88,8 +87,8 @@ def attend(
     if capture is not None:
         return _attend_explicit(q, k, v, attn_mask, mask, dropout_p, capture)
     enable_gqa = k.shape[1] != q.shape[1]
-    if dropout_p > 0 and q.device.type == "cpu":
-        out = _math_with_cheap_dropout(q, k, v, attn_mask, dropout_p, is_causal, enable_gqa)
+    if cheap_dropout and dropout_p > 0 and q.device.type == "cpu":
+        out = sdpa_math_with_cheap_dropout(q, k, v, attn_mask, dropout_p, is_causal, enable_gqa)
     else:
         with sdpa_backend(q, k):
             out = F.scaled_dot_product_attention(
@@ -100,44 +99,6 @@ def attend(
         # give it 0, as SDPA does for a boolean mask and as capture mode does.
         out = out.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
     return out
-
-
-def _math_with_cheap_dropout(
-    q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, dropout_p: float, is_causal: bool, enable_gqa: bool,
-) -> Tensor:
-    """SDPA's math kernel, given the dropout mask of `core.cpu_fastpath.dropout_mask` instead of drawing its own.
-
-    SDPA's CPU flash kernel has no dropout, so with dropout SDPA runs its math kernel, which draws the mask with
-    `bernoulli_` (about 9 ns an element here). The same kernel with the cheap mask: a layer's forward and backward
-    at B 128, H 1, T 108, Dh 64, bf16, 1 thread (Zen 5) took 52 instead of 66 ms (no dropout: 45). The mask keeps
-    an element with probability 1 - effective_p(dropout_p), the kernel scales by 1 / (1 - that), as F.dropout does.
-    """
-    q_len, k_len = q.shape[-2], k.shape[-2]
-    p = effective_p(dropout_p)
-    if p >= 1.0:  # everything dropped: the math kernel would divide by zero
-        return q.new_zeros(*q.shape[:-1], v.shape[-1])
-    keep = dropout_mask((*q.shape[:-2], q_len, k_len), dropout_p, q.device)
-    if attn_mask is not None and attn_mask.dtype == torch.bool:  # SDPA converts before its kernels; this one adds
-        attn_mask = torch.zeros(attn_mask.shape, dtype=q.dtype).masked_fill_(~attn_mask, float("-inf"))
-    _spend_mask_warning()
-    return torch.ops.aten._scaled_dot_product_attention_math(q, k, v, attn_mask, p, is_causal, keep,
-                                                             enable_gqa=enable_gqa)[0]
-
-
-@functools.cache
-def _spend_mask_warning() -> None:
-    """Call the math kernel with a mask once with stderr closed: its C++ warning, printed once a process,
-    says a given mask is for tests only, and would print on every training run (it is the kernel SDPA uses)."""
-    x = torch.zeros(1, 1, 1, 1)
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 2)
-            torch.ops.aten._scaled_dot_product_attention_math(x, x, x, None, 0.5, False, x.bool())
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
 
 
 def _attend_explicit(
@@ -164,6 +125,8 @@ def _attend_explicit(
 
 class _HeadsMixin(nn.Module):
     """Shared head bookkeeping and argument checks."""
+
+    cheap_dropout = False  # `core.cpu_fastpath.enable_cpu_fastpath` sets it on the instances it speeds up
 
     def _init_heads(self, d_model: int, n_heads: int, n_kv_heads: int | None, dropout: float) -> None:
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
@@ -247,7 +210,8 @@ class MultiHeadAttention(_HeadsMixin):
             q = q[:, :, -last:]
             mask = mask if mask is None or mask.shape[-2] == 1 else mask[..., -last:, :]
             bias = bias if bias is None or bias.shape[-2] == 1 else bias[..., -last:, :]
-        out = attend(q, k, v, mask, is_causal=is_causal, bias=bias, dropout_p=self._dropout_p(), capture=self.capture)
+        out = attend(q, k, v, mask, is_causal=is_causal, bias=bias, dropout_p=self._dropout_p(), capture=self.capture,
+                     cheap_dropout=self.cheap_dropout)
         return self.out(self._merge(out))
 
 
@@ -314,7 +278,7 @@ class CrossAttention(_HeadsMixin):
             # each. Measured at a beam-5 search's shape (benchmarks/translate_speed.py): SDPA 1.6-1.8x
             # faster than G queries of one head with 2 threads, 2.3% of the whole search; level with 1.
             q = q.reshape(bm, h * g, 1, dh)  # (Bm, H*G, 1, Dh)
-        out = attend(q, k, v, mask, dropout_p=self._dropout_p(), capture=self.capture)
+        out = attend(q, k, v, mask, dropout_p=self._dropout_p(), capture=self.capture, cheap_dropout=self.cheap_dropout)
         out = out.view(bm, h, g, t, dh).transpose(1, 2).reshape(b, h, t, dh)  # (B, H, T, Dh)
         if self.capture is not None and g > 1:  # report weights per query row, as without shared rows
             self.capture[-1] = self.capture[-1].view(bm, h, g, t, -1).transpose(1, 2).reshape(b, h, t, -1)

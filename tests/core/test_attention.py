@@ -466,7 +466,7 @@ def test_attention_dropout_out_of_range(dropout: float) -> None:
 
 
 @pytest.mark.parametrize("kv_heads, causal", [(H, False), (2, True)])
-def test_attention_dropout_on_cpu_drops_weights_with_the_cheap_mask(kv_heads: int, causal: bool) -> None:
+def test_cheap_attention_dropout_drops_weights_with_the_cpu_fastpath_mask(kv_heads: int, causal: bool) -> None:
     # Reference: the naive per-head loop, its weights times the mask `core.cpu_fastpath.dropout_mask` draws from the
     # same seed, scaled by 1 / (1 - p): inverted dropout on the weights, as F.dropout would apply it.
     from core.cpu_fastpath import dropout_mask, effective_p
@@ -479,7 +479,7 @@ def test_attention_dropout_on_cpu_drops_weights_with_the_cheap_mask(kv_heads: in
     if causal:  # left padding, as StreamRec's: the first two queries of row 1 see no key and must give 0
         allowed = allowed & torch.ones(t, t, dtype=torch.bool).tril()
     torch.manual_seed(11)
-    out = attend(q, k, v, allowed, dropout_p=p)
+    out = attend(q, k, v, allowed, dropout_p=p, cheap_dropout=True)
     torch.manual_seed(11)
     keep = dropout_mask((B, H, t, t), p)
     assert 0 < (~keep).sum() < keep.numel()

@@ -78,6 +78,35 @@ def test_disabled_block_restores_only_the_fast_layers():
     assert [type(m) for m in model] == [FastLinear, nn.ReLU, nn.Dropout, nn.MultiheadAttention, nn.Linear]
 
 
+def test_the_switch_sets_cheap_attention_dropout_on_core_attention_and_the_block_restores_it():
+    enc, dec = _stacks()
+    attention = [m for m in [*enc.modules(), *dec.modules()] if hasattr(m, "cheap_dropout")]
+    assert len(attention) == 6 and not any(m.cheap_dropout for m in attention)  # 2 self + 2 self + 2 cross
+    enable_cpu_fastpath(enc), enable_cpu_fastpath(dec)
+    assert all(m.cheap_dropout for m in attention)
+    with cpu_fastpath_disabled(enc):
+        assert not any(m.cheap_dropout for m in enc.modules() if hasattr(m, "cheap_dropout"))
+    assert all(m.cheap_dropout for m in attention)
+    disable_cpu_fastpath(dec)
+    assert not any(m.cheap_dropout for m in dec.modules() if hasattr(m, "cheap_dropout"))
+
+
+def test_cheap_attention_dropout_trains_the_same_way_in_distribution():
+    # The same encoder in training mode with the switch off and on: dropout on the attention weights only. Each
+    # output draws other masks, but the mean over many draws must agree (same Bernoulli(1 - p) per weight).
+    torch.manual_seed(0)
+    enc = Encoder(n_layers=1, d_model=16, n_heads=2, d_ff=24, attn_dropout=0.5, max_len=6).train()
+    x = torch.randn(2, 6, 16)
+    with torch.no_grad():
+        plain = torch.stack([enc(x) for _ in range(400)]).mean(0)
+        enable_cpu_fastpath(enc)
+        fast = torch.stack([enc(x) for _ in range(400)]).mean(0)
+        enc.eval()
+        exact = enc(x)
+    assert not torch.allclose(plain, exact, atol=1e-3)  # dropout did act
+    torch.testing.assert_close(fast, plain, atol=0.08, rtol=0)
+
+
 def test_an_enabled_model_copies_and_pickles():
     model = _toy()
     enable_cpu_fastpath(model)
