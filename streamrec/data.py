@@ -69,7 +69,9 @@ class StreamRecDataModule(L.LightningDataModule):
             and DataLoader worker included, memory-map it instead of parsing the log. None: no cache.
         group_by_length: training batches of windows of similar length, each with the same number of targets
             (`LengthGroupedBatchSampler`), which compute less padding: on the CPU an epoch ran 1.65x faster on
-            ML-1M at max_len 200, 1.93x on Beauty. Not used under DDP (random batches there).
+            ML-1M at max_len 200, 1.93x on Beauty, with the validation NDCG@10 of random batches on all four
+            benchmark sets (docs/results.md, "Length-grouped batches"). false: random batches of `batch_size`
+            windows. Not used under DDP (random batches there).
     """
 
     def __init__(
@@ -77,7 +79,7 @@ class StreamRecDataModule(L.LightningDataModule):
         split: SplitName = "leave_one_out", min_interactions: int = 2, user_col: str = "user_id",
         item_col: str = "item_id", time_col: str | None = "timestamp", sliding_window: bool = False,
         temporal_cutoffs: tuple[float, float] | None = None, temporal_quantiles: tuple[float, float] = (0.8, 0.9),
-        num_workers: int = 0, cache_dir: str | None = None, group_by_length: bool = False,
+        num_workers: int = 0, cache_dir: str | None = None, group_by_length: bool = True,
     ):
         super().__init__()
         for name, value, low in (("max_len", max_len, 1), ("batch_size", batch_size, 1),
@@ -192,8 +194,8 @@ class StreamRecDataModule(L.LightningDataModule):
             sampler = LengthGroupedBatchSampler(self.train_set.lengths, self.batch_size, seed)
             return DataLoader(self.train_set, batch_sampler=sampler, **loader)
         if self.group_by_length:
-            log.warning("data.group_by_length is not used under DDP: Lightning's DistributedSampler shards random "
-                        "batches")
+            log.info("training batches are random under DDP: Lightning's DistributedSampler shards them "
+                     "(data.group_by_length applies to one process)")
         return DataLoader(self.train_set, batch_size=self.batch_size, sampler=EpochRandomSampler(self.train_set, seed),
                           **loader)
 
