@@ -47,6 +47,9 @@ K = 10
 SCORE_BATCH = 256  # users per forward pass when scoring, both libraries (RecTools' default)
 SCORE_REPEATS = 3
 PRECISIONS = {"32": "32-true", "bf16": "bf16-mixed"}
+# Trial-key value of ours with length-grouped batches of equal target counts (`data.group_by_length`, fit's default
+# since 2026-11-27). Trials stored with `True` had the earlier grouping: equal window counts and a weighted loss.
+GROUPED = "equal_targets"
 
 
 def keep_freed_memory() -> bool:

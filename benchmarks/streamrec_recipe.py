@@ -29,7 +29,16 @@ from pathlib import Path
 
 import yaml
 from _common import ROOT, print_table, write_json
-from _streamrec_trials import DATA, DATASETS, PRECISIONS, TrialLog, keep_freed_memory, load_data, train_ours
+from _streamrec_trials import (
+    DATA,
+    DATASETS,
+    GROUPED,
+    PRECISIONS,
+    TrialLog,
+    keep_freed_memory,
+    load_data,
+    train_ours,
+)
 from rich.console import Console
 
 MAX_LEN_KEY = "max_len"  # a data setting, not a module argument: variants may set it too
@@ -70,7 +79,7 @@ def trial_key(dataset: str, kwargs: dict[str, object], max_len: int, args: argpa
             "batch_size": args.batch_size, "seed": args.seed, "precision": args.precision, "threads": args.threads,
             "limit_batches": args.limit_batches or 0,
             # Added later: present only when set, so trials stored before the option still match.
-            **({"group_by_length": True} if args.group_by_length else {})}
+            **({"group_by_length": GROUPED} if args.group_by_length else {})}
 
 
 def run(args: argparse.Namespace, console: Console, log: Console) -> dict[str, float]:
@@ -142,13 +151,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--malloc", choices=("default", "keep"), default="keep",
                    help="keep: glibc keeps freed memory (no per-step page faults on big tensors)")
-    p.add_argument("--group-by-length", action="store_true",
-                   help="ours: batches of windows of similar length (data.group_by_length) instead of random ones")
+    p.add_argument("--random-batches", action="store_true",
+                   help="ours: random batches (data.group_by_length false), not fit's default length-grouped ones")
+    p.add_argument("--group-by-length", action="store_true", help=argparse.SUPPRESS)  # the default; older commands
     p.add_argument("--limit-batches", type=int, help="train on only the first N batches an epoch (smoke runs only)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "recipe", help="folder for trials.jsonl")
     p.add_argument("--json", metavar="PATH", help="write every figure as one flat JSON object name -> number")
     args = p.parse_args(argv)
+    args.group_by_length = not args.random_batches
     names = [name for name, _ in args.variants]
     if len(set(names)) != len(names):
         p.error(f"--variants: names must differ, got {names}")

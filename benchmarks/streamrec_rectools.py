@@ -73,6 +73,7 @@ from _common import print_table, write_json
 from _streamrec_trials import (
     DATA,
     DATASETS,
+    GROUPED,
     PRECISIONS,
     SCORE_BATCH,
     Data,
@@ -253,7 +254,7 @@ def trial_key(data: Data, system: str, loss: str, lr: float, args: argparse.Name
             # Added later: present only when set, so trials stored before the option still match.
             **({"item_init_std": args.item_init_std} if args.item_init_std is not None and system == "ours" else {}),
             **({"recipe": default_recipe()} if loss == DEFAULT else {}),
-            **({"group_by_length": True} if args.group_by_length and system == "ours" else {}),
+            **({"group_by_length": GROUPED} if args.group_by_length and system == "ours" else {}),
             **({"cpu_fastpath": True} if args.cpu_fastpath and system == "ours" and loss != DEFAULT else {})}
 
 
@@ -369,13 +370,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cpu-fastpath", action="store_true",
                    help="ours, matched trials: model.cpu_fastpath (oneDNN fp32 linears, a cheaper dropout mask), as "
                         "ml1m.yaml and beauty.yaml set it")
-    p.add_argument("--group-by-length", action="store_true",
-                   help="ours: batches of windows of similar length (data.group_by_length) instead of random ones")
+    p.add_argument("--random-batches", action="store_true",
+                   help="ours: random batches (data.group_by_length false), not fit's default length-grouped ones")
+    p.add_argument("--group-by-length", action="store_true", help=argparse.SUPPRESS)  # the default; older commands
     p.add_argument("--limit-batches", type=int, help="train on only the first N batches an epoch (smoke runs only)")
     p.add_argument("--seed", type=int, default=0, help="seed for both")
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "rectools_fair", help="folder for trials.jsonl")
     p.add_argument("--json", metavar="PATH", help="write every figure as one flat JSON object name -> number")
     args = p.parse_args(argv)
+    args.group_by_length = not args.random_batches
     for name in ("max_len", "max_epochs", "patience", "threads", "batch_size", "limit_batches"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
@@ -424,6 +427,7 @@ def main(argv: list[str] | None = None) -> None:
         "trial_minutes": args.trial_minutes, "threads": torch.get_num_threads(), "dropout": args.dropout,
         "bf16": int(args.precision == "bf16"), "load_avg_start": os.getloadavg()[0],
     }
+    written = False  # one system's trials alone give no tables and no figures
     for name in args.datasets:
         data = load_data(name, args)
         log.log(f"{name}: {len(data.split.train)} users, {data.num_items} items, {len(data.dm.train_set)} "
@@ -437,7 +441,8 @@ def main(argv: list[str] | None = None) -> None:
         f.update(figs)
         if args.json:  # after every data set, so a long run leaves its figures so far
             write_json(args.json, {**f, "load_avg_end": os.getloadavg()[0]})
-    if args.json:
+            written = True
+    if written:
         console.print(f"figures written to {args.json}")
 
 
