@@ -188,7 +188,8 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
 
     Args:
         lengths: (W,) length of every window (`TrainDataset.lengths`), its number of targets.
-        batch_size: windows a batch holds on average; the epoch has ceil(W / batch_size) batches.
+        batch_size: windows a batch holds on average; the epoch has ceil(W / batch_size) batches (fewer only where
+            one window would hold more targets than a batch's share).
         seed: seed of the permutations; the same (seed, epoch) gives the same batches.
         group_batches: batches per sorted group; more gives less padding and less random batches.
     """
