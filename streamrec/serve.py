@@ -82,10 +82,12 @@ class StreamRecAPI(BatchedAPI):
                 answers[i] = self._answer(requests[i], ranked[: requests[i]["k"]])
         return answers
 
-    def _answer(self, request: dict, ranked: list[tuple[str, float]]) -> dict[str, Any]:
-        known, unknown = self.rec.encode(request["history"])  # one vocabulary lookup per list
+    def _answer(self, request: dict, ranked: list[tuple[str, float]],
+                encoded: tuple[list[int], list[str]] | None = None) -> dict[str, Any]:
+        """The JSON answer; `encoded` is the history's `Recommender.encode` where the caller already has it."""
+        known, unknown = encoded or self.rec.encode(request["history"])  # one vocabulary lookup per list
         if request["items"]:
-            unknown += self.rec.encode(request["items"])[1]
+            unknown = [*unknown, *self.rec.encode(request["items"])[1]]
         return {
             "items": [{"item_id": item, "score": score} for item, score in ranked],
             "unknown_items": list(dict.fromkeys(unknown)),
@@ -93,13 +95,14 @@ class StreamRecAPI(BatchedAPI):
         }
 
     def _explained(self, request: dict) -> dict[str, Any]:
-        if not self.rec.encode(request["history"])[0]:
-            return {**self._answer(request, []), "explanation": None}
+        encoded = self.rec.encode(request["history"])
+        if not encoded[0]:
+            return {**self._answer(request, [], encoded), "explanation": None}
         why = self.rec.explain(request["history"], request["k"], request["exclude_seen"], request["items"])
         because = [{"item_id": item, "most_attended": attended, "most_important": removed, "score_drop": drop}
                    for (item, _), (attended, removed, drop) in zip(why.recommendations, why.because, strict=True)]
         explanation = {"history": why.history, "attention": why.attention, "because": because}
-        return {**self._answer(request, why.recommendations), "explanation": explanation}
+        return {**self._answer(request, why.recommendations, encoded), "explanation": explanation}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -200,3 +200,23 @@ def test_help_lists_the_options_and_the_local_default():
                    "--max-body-bytes", "default 127.0.0.1"):
         assert option in run.stdout
     assert streamrec_serve.build_parser().parse_args(["--ckpt", "x"]).host == "127.0.0.1"  # LitServe: 0.0.0.0
+
+
+def test_an_explained_answer_encodes_the_history_once(tiny_ckpt, monkeypatch):
+    # In process, without HTTP: the explained answer reports the request's unknown ids (history, then allow-list)
+    # as the plain one does. The history is looked up twice: once by the server, once inside Recommender.explain
+    # (before, a third time for the answer's unknown ids).
+    api = streamrec_serve.StreamRecAPI(str(tiny_ckpt))
+    api.load("cpu")
+    known = api.rec.vocab.items[:4]
+    request = {"history": ["zz1", *known[:3]], "k": 2, "exclude_seen": True, "items": [known[3], "zz2"],
+               "explain": True}
+    lookups = []
+    encode = api.rec.encode
+    monkeypatch.setattr(api.rec, "encode", lambda ids: lookups.append(list(ids)) or encode(ids))
+    answer = api.predict_many([request])[0]
+    assert answer["unknown_items"] == ["zz1", "zz2"] and answer["cold"] is False
+    assert answer["explanation"] is not None
+    assert lookups.count(request["history"]) == 2
+    plain = api.predict_many([{**request, "explain": False}])[0]
+    assert plain["unknown_items"] == answer["unknown_items"]
