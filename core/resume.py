@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
-from torch.utils.data import RandomSampler
+from torch.utils.data import RandomSampler, Sampler
 
 
 class EpochRandomSampler(RandomSampler):
@@ -63,6 +63,41 @@ class EpochRandomSampler(RandomSampler):
         order = torch.randperm(len(self.data_source), generator=generator)
         start, self.skip = self.skip, 0
         yield from order[start:].tolist()
+
+
+class EpochBatchSampler(Sampler[list[int]]):
+    """Batches drawn from (seed, epoch) alone: the batch-sampler side of what `ExactResume` drives.
+
+    Each `iter()` uses the current epoch and advances it (Lightning calls `set_epoch` on samplers, not on
+    batch samplers, so the advance is what gives a new order each epoch); `set_epoch(e)` pins it, as
+    `ExactResume` does before every epoch. `skip_batches(n)` leaves out the first `n` batches of the next
+    iteration only (a mid-epoch resume). Subclasses give `epoch_batches`.
+
+    Args:
+        seed: seed of the orders; the same (seed, epoch) gives the same batches.
+    """
+
+    def __init__(self, seed: int = 0):
+        self.seed, self.epoch, self.skip = seed, 0, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use `epoch` for the next iteration's order."""
+        self.epoch = epoch
+
+    def skip_batches(self, n: int) -> None:
+        """Leave out this process's first `n` batches of the next iteration only (a mid-epoch resume)."""
+        self.skip = n
+
+    def epoch_batches(self, rng: np.random.Generator) -> list[np.ndarray]:
+        """This process's batches of one epoch, in order, from the epoch's generator."""
+        raise NotImplementedError
+
+    def __iter__(self) -> Iterator[list[int]]:
+        epoch, self.epoch = self.epoch, self.epoch + 1
+        batches = self.epoch_batches(np.random.default_rng([self.seed, epoch]))
+        start, self.skip = self.skip, 0
+        for batch in batches[start:]:
+            yield batch.tolist()
 
 
 def collect_rng_states() -> dict[str, Any]:

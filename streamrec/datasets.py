@@ -12,14 +12,15 @@ Legend: B batch, T time (= max_len), L longest seen-item list in the batch, N it
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 import numpy as np
 import torch
 from torch import Tensor
-from torch.utils.data import Dataset, Sampler
+from torch.utils.data import Dataset
 
+from core.resume import EpochBatchSampler
 from streamrec.constants import PAD_ID
 from streamrec.splits import EvalCase, Split
 
@@ -166,7 +167,7 @@ class TrainDataset(Dataset):
         return self.items[self.starts[i] : self.ends[i]]
 
 
-class LengthGroupedBatchSampler(Sampler[list[int]]):
+class LengthGroupedBatchSampler(EpochBatchSampler):
     """Shuffled batches of windows of similar length, each holding the same number of targets.
 
     The model skips the columns that are padding in every row of a batch (`StreamRecModel.encode(trim=True)`),
@@ -183,8 +184,7 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
     batches' gradients were several times the others' (Beauty at lr 0.02: half the validation NDCG@10 of random
     batches; docs/results.md, "Length-grouped batches").
 
-    Every window is seen once an epoch. Epochs: each `iter()` uses the current epoch and advances it;
-    `set_epoch(e)` pins it (`core.resume.ExactResume` does, before every epoch).
+    Every window is seen once an epoch. Epochs, `set_epoch` and `skip_batches`: `core.resume.EpochBatchSampler`.
 
     Args:
         lengths: (W,) length of every window (`TrainDataset.lengths`), its number of targets.
@@ -198,26 +198,17 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
         self.lengths = np.asarray(lengths, dtype=np.int64)
         if len(self.lengths) and self.lengths.min() < 1:
             raise ValueError("every window needs at least one target (length >= 1)")
-        self.batch_size, self.seed, self.group_batches = batch_size, seed, group_batches
+        super().__init__(seed)
+        self.batch_size, self.group_batches = batch_size, group_batches
         total, longest = int(self.lengths.sum()), int(self.lengths.max(initial=1))
         # No batch may be empty: every cut must be at least one window (the longest) apart.
         self.num_batches = max(1, min(-(-len(self.lengths) // batch_size), total // longest)) if total else 0
-        self.epoch, self.skip = 0, 0
-
-    def set_epoch(self, epoch: int) -> None:
-        """Use `epoch` for the next iteration's order."""
-        self.epoch = epoch
-
-    def skip_batches(self, n: int) -> None:
-        """Leave out the first `n` batches of the next iteration only (a mid-epoch resume)."""
-        self.skip = n
 
     def __len__(self) -> int:
         return self.num_batches
 
-    def __iter__(self) -> Iterator[list[int]]:
-        epoch, self.epoch = self.epoch, self.epoch + 1
-        rng = np.random.default_rng([self.seed, epoch])
+    def epoch_batches(self, rng: np.random.Generator) -> list[np.ndarray]:
+        """One epoch's batches (see the class docstring), in shuffled order."""
         order = rng.permutation(len(self.lengths))
         group = self.group_batches * self.batch_size
         for start in range(0, len(order), group):
@@ -229,9 +220,7 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
         before = np.cumsum(lengths) - lengths
         batch_of = before * self.num_batches // max(int(lengths.sum()), 1)
         batches = np.split(order, np.flatnonzero(np.diff(batch_of)) + 1) if len(order) else []
-        start, self.skip = self.skip, 0
-        for b in rng.permutation(len(batches))[start:]:
-            yield batches[b].tolist()
+        return [batches[b] for b in rng.permutation(len(batches))]
 
 
 class EvalDataset(Dataset):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
@@ -26,9 +26,10 @@ import numpy as np
 import sentencepiece as spm
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset
 
 from core.errors import InputError, check_text
+from core.resume import EpochBatchSampler
 from translate.vocab import BOS_ID, EOS_ID, PAD_ID, ModelType, SubwordVocab, train_vocab
 
 logger = logging.getLogger(__name__)
@@ -332,7 +333,7 @@ def batch_sizes(sorted_widths: Sequence[int], max_tokens: int) -> list[int]:
     return sizes
 
 
-class TokenBatchSampler(Sampler[list[int]]):
+class TokenBatchSampler(EpochBatchSampler):
     """Length-bucketed batches of at most `max_tokens` padded tokens (count x widest example).
 
     Examples are sorted by width and cut greedily into batches. With `shuffle`, equal widths
@@ -341,9 +342,7 @@ class TokenBatchSampler(Sampler[list[int]]):
     sizes and `len(self)`, stay the same every epoch, which Lightning's step counts, LR
     schedules and DDP ranks (that must run equally many steps) rely on.
 
-    Epochs: each `iter()` uses the current epoch and advances it; `set_epoch(e)` pins it.
-    (Lightning calls `set_epoch` on samplers, not on batch samplers, so the advance is what
-    gives a new order each epoch.)
+    Epochs, `set_epoch` and `skip_batches` (this rank's batches): `core.resume.EpochBatchSampler`.
 
     DDP: every rank builds the same batch list and takes batches `rank, rank + world_size, ...`;
     the list is padded by repeating its first batches so each rank gets `len(self)` batches.
@@ -371,25 +370,16 @@ class TokenBatchSampler(Sampler[list[int]]):
                 f"example {i} is {self.widths[i]} tokens wide but `max_tokens` is {max_tokens}; "
                 "raise `max_tokens` or lower `max_len`"
             )
-        self.max_tokens, self.shuffle, self.seed = max_tokens, shuffle, seed
+        super().__init__(seed)
+        self.max_tokens, self.shuffle = max_tokens, shuffle
         self.rank, self.world_size = rank, world_size
         self.sizes = batch_sizes(np.sort(self.widths).tolist(), max_tokens)
-        self.epoch, self.skip = 0, 0
-
-    def set_epoch(self, epoch: int) -> None:
-        """Use `epoch` for the next iteration's shuffle."""
-        self.epoch = epoch
-
-    def skip_batches(self, n: int) -> None:
-        """Leave out this rank's first `n` batches of the next iteration only (a mid-epoch resume)."""
-        self.skip = n
 
     def __len__(self) -> int:
         return math.ceil(len(self.sizes) / self.world_size)
 
-    def __iter__(self) -> Iterator[list[int]]:
-        epoch, self.epoch = self.epoch, self.epoch + 1
-        rng = np.random.default_rng([self.seed, epoch])
+    def epoch_batches(self, rng: np.random.Generator) -> list[np.ndarray]:
+        """This rank's batches of one epoch, in order."""
         if self.shuffle:
             perm = rng.permutation(len(self.widths))
             order = perm[np.argsort(self.widths[perm], kind="stable")]  # random among equal widths
@@ -400,9 +390,7 @@ class TokenBatchSampler(Sampler[list[int]]):
             batches = [batches[i] for i in rng.permutation(len(batches))]
         missing = len(self) * self.world_size - len(batches)
         batches += [batches[i % len(batches)] for i in range(missing)]
-        start, self.skip = self.skip, 0
-        for batch in batches[self.rank :: self.world_size][start:]:
-            yield batch.tolist()
+        return batches[self.rank :: self.world_size]
 
 
 class TranslationDataModule(L.LightningDataModule):
