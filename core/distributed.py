@@ -1,4 +1,5 @@
-"""The lifetime of the DDP process group on CPU (gloo), which Lightning leaves to interpreter shutdown."""
+"""The DDP process group: whether one runs, and its lifetime on CPU (gloo), which Lightning leaves to interpreter
+shutdown."""
 
 from __future__ import annotations
 
@@ -7,6 +8,11 @@ import atexit
 import torch.distributed as dist
 
 _registered = False
+
+
+def process_group_running() -> bool:
+    """True inside a distributed run (a default process group exists)."""
+    return dist.is_available() and dist.is_initialized()
 
 
 def destroy_process_group_at_exit() -> None:
@@ -18,7 +24,7 @@ def destroy_process_group_at_exit() -> None:
     hook that runs in every rank once the group exists (`LightningModule.setup`); safe to call again.
     """
     global _registered
-    if _registered or not (dist.is_available() and dist.is_initialized()):
+    if _registered or not process_group_running():
         return
     atexit.register(_destroy)
     _registered = True

@@ -22,6 +22,7 @@ from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from core.distributed import process_group_running
 from core.errors import InputError
 from core.resume import EpochRandomSampler
 from streamrec.datasets import (
@@ -190,7 +191,7 @@ class StreamRecDataModule(L.LightningDataModule):
         collate = partial(collate_train, max_len=self.max_len)
         loader = {"num_workers": self.num_workers, "collate_fn": collate, "persistent_workers": self.num_workers > 0,
                   "generator": torch.Generator().manual_seed(seed)}
-        if self.group_by_length and not _distributed():
+        if self.group_by_length and not process_group_running():
             sampler = LengthGroupedBatchSampler(self.train_set.lengths, self.batch_size, seed)
             return DataLoader(self.train_set, batch_sampler=sampler, **loader)
         if self.group_by_length:
@@ -204,7 +205,7 @@ class StreamRecDataModule(L.LightningDataModule):
         # count some users twice; this one splits the cases without repeats (metric states are
         # summed across ranks, so uneven shares are fine).
         sampler = None
-        if _distributed():
+        if process_group_running():
             sampler = UnrepeatedDistributedSampler(dataset, shuffle=False)
         return DataLoader(dataset, batch_size=self.batch_size, sampler=sampler, num_workers=self.num_workers,
                           collate_fn=partial(collate_eval, max_len=self.max_len),
@@ -228,7 +229,3 @@ class StreamRecDataModule(L.LightningDataModule):
         return DataLoader(rows, batch_size=self.batch_size, num_workers=self.num_workers,
                           collate_fn=partial(collate_predict, max_len=self.max_len),
                           persistent_workers=self.num_workers > 0)
-
-
-def _distributed() -> bool:
-    return torch.distributed.is_available() and torch.distributed.is_initialized()

@@ -35,7 +35,7 @@ from core import InverseSqrtLR, WarmupCosineLR, linear_cross_entropy, rdrop_cros
 from core.blocks import Activation
 from core.checkpoint import SafeLoadMixin
 from core.cpu_fastpath import enable_cpu_fastpath
-from core.distributed import destroy_process_group_at_exit
+from core.distributed import destroy_process_group_at_exit, process_group_running
 from core.stacks import Positions
 from translate.data import Batch, Split, TranslationDataModule
 from translate.model import MAX_LEN, Translator
@@ -304,7 +304,7 @@ class TranslationModule(SafeLoadMixin, L.LightningModule):
 
 def _gather(outputs: list[tuple[int, str]]) -> list[tuple[int, str]]:
     """Concatenate every rank's (index, hypothesis) pairs; identity without a process group."""
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+    if not process_group_running() or dist.get_world_size() == 1:
         return list(outputs)
     gathered: list[list[tuple[int, str]] | None] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, outputs)
