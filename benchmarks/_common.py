@@ -24,6 +24,36 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# Old-commit baselines (`git show REV:FILE`) import modules by the names they had before the packages were
+# split into sub-packages; `with_current_imports` points those imports at where the modules live now.
+_MOVED = {
+    **{f"core.{m}": f"core.nn.{m}" for m in (
+        "attention", "blocks", "cpu_fastpath", "explain", "kv_cache", "loss", "masks", "positions", "stacks",
+        "schedule", "optim")},
+    **{f"core.{m}": f"core.runtime.{m}" for m in (
+        "atomic", "checkpoint", "checkpoint_io", "cli", "curves", "errors", "export", "lock", "logs", "prediction",
+        "resume", "serve", "precision", "distributed")},
+    **{f"streamrec.{m}": f"streamrec.data.{m}" for m in (
+        "readers", "columnar", "interactions", "vocab", "splits", "datasets", "encoded", "items", "constants")},
+    "streamrec.data": "streamrec.data.datamodule", "streamrec.model": "streamrec.model.sasrec",
+    **{f"streamrec.{m}": f"streamrec.model.{m}" for m in ("module", "losses", "metrics")},
+    "streamrec.topk": "streamrec.ranking.topk", "streamrec.predict": "streamrec.ranking.predict",
+    "translate.vocab": "translate.data.vocab", "translate.data": "translate.data.corpus",
+    "translate.model": "translate.model.transformer", "translate.module": "translate.model.module",
+    "translate.search": "translate.search.decoding", "translate.ensemble": "translate.search.ensemble",
+    "translate.align": "translate.search.align",
+}
+
+
+def with_current_imports(source: str) -> str:
+    """`source` of an old commit, its `from PKG.MODULE import` and `from core import` lines aimed at today's modules."""
+    import re
+
+    source = re.sub(r"^(\s*)from core import ", r"\1from core.nn import ", source, flags=re.M)
+    return re.sub(r"^(\s*)from ((?:core|streamrec|translate)\.\w+) import ",
+                  lambda m: f"{m[1]}from {_MOVED.get(m[2], m[2])} import ", source, flags=re.M)
+
+
 def ensure_peer_venv(script: str, modules: Sequence[str], venv: str, make_target: str) -> None:
     """Re-run `script` under ROOT/`venv` when one of the peer `modules` does not import here.
 
@@ -46,7 +76,7 @@ def ensure_peer_venv(script: str, modules: Sequence[str], venv: str, make_target
 def require_fast_bf16(option: str) -> None:
     """Exit with one line when asked to time bf16 on a CPU where PyTorch runs it through its slow fallback."""
     # Imported here: scripts import _common before re-running themselves in a peer venv; that should not wait for torch.
-    from core.precision import NO_FAST_BF16, cpu_has_fast_bf16
+    from core.runtime.precision import NO_FAST_BF16, cpu_has_fast_bf16
 
     if not cpu_has_fast_bf16():
         sys.exit(f"error: {option}: {NO_FAST_BF16}, so bf16 timings would measure PyTorch's fallback, not the "

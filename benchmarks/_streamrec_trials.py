@@ -29,12 +29,12 @@ from _common import ROOT
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from streamrec.data import StreamRecDataModule
-from streamrec.datasets import EvalDataset, collate_eval
-from streamrec.metrics import RankingMetrics
-from streamrec.model import StreamRecModel
-from streamrec.module import StreamRecModule
-from streamrec.splits import EvalCase, Split
+from streamrec.data.datamodule import StreamRecDataModule
+from streamrec.data.datasets import EvalDataset, collate_eval
+from streamrec.data.splits import EvalCase, Split
+from streamrec.model.metrics import RankingMetrics
+from streamrec.model.module import StreamRecModule
+from streamrec.model.sasrec import StreamRecModel
 
 DATA = ROOT.parent / "shared" / "data"
 DATASETS = {

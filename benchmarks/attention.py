@@ -1,8 +1,8 @@
-"""Attention forward+backward: SDPA (`core.attention.attend`) against the explicit softmax people hand-roll.
+"""Attention forward+backward: SDPA (`core.nn.attention.attend`) against the explicit softmax people hand-roll.
 
 The baseline is written inline here (`explicit_step`), not taken from `core`:
 softmax(Q K^T / sqrt(Dh)) V, with the future filled with -inf for causal attention and the
-softmax in the input dtype. It is `core.attention._attend_explicit` (capture mode) without
+softmax in the input dtype. It is `core.nn.attention._attend_explicit` (capture mode) without
 the weight capture and the fp32 softmax upcast (the same for fp32).
 
 One step: q, k, v of (B=8, H=8, T, Dh=64) with requires_grad, out = attention(q, k, v),
@@ -68,8 +68,8 @@ from _common import (
 from rich.console import Console
 from torch import Tensor
 
-from core.attention import attend
-from core.masks import causal_mask
+from core.nn.attention import attend
+from core.nn.masks import causal_mask
 
 B, H, DH = 8, 8, 64
 LENGTHS = (128, 512, 1024, 2048, 4096)
@@ -88,7 +88,7 @@ TARGETS = {"cpu_fp32_T2048_time_ratio": 1.5, "cpu_fp32_T2048_mem_ratio": 4.0, "c
 
 
 def sdpa_step(q: Tensor, k: Tensor, v: Tensor, future: Tensor | None) -> None:
-    """The fast path: `core.attention.attend`, i.e. SDPA's flash or fused kernels."""
+    """The fast path: `core.nn.attention.attend`, i.e. SDPA's flash or fused kernels."""
     out = attend(q, k, v, is_causal=future is not None)
     out.sum().backward()
 
@@ -201,7 +201,7 @@ def peaks_in_fresh_processes(paths: list[str], cell: Cell) -> dict[str, int | No
     ctx = multiprocessing.get_context("forkserver")
     # Each child re-runs this script's top level (as __mp_main__, so main() stays put; a
     # "__main__" preload is ignored before Python 3.13): preload what that imports.
-    ctx.set_forkserver_preload(["torch", "rich.console", "_common", "core.attention", "core.masks"])
+    ctx.set_forkserver_preload(["torch", "rich.console", "_common", "core.nn.attention", "core.nn.masks"])
     together = sum(estimate_bytes(p, cell) for p in paths) <= memory_budget(cell.device)
     peaks: dict[str, int | None] = {}
     for batch in [paths] if together else [[p] for p in paths]:
@@ -323,7 +323,7 @@ def main(argv: list[str] | None = None) -> None:
     # rich falls back to 80 columns when piped, which would fold the table.
     console = Console(width=None if sys.stdout.isatty() else 132)
     log = Console(stderr=True, log_path=False, width=None if sys.stderr.isatty() else 132)
-    console.print("[bold]Attention forward+backward[/]: SDPA (core.attention.attend) "
+    console.print("[bold]Attention forward+backward[/]: SDPA (core.nn.attention.attend) "
                   "vs explicit softmax(QK^T/sqrt(Dh))V written in this script")
     console.print(f"device {describe_device(device)} | torch {torch.__version__} | threads {torch.get_num_threads()} | "
                   f"dtype {', '.join(args.dtype)} | B={B} H={H} Dh={DH} | "

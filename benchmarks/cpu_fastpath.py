@@ -10,7 +10,7 @@ shapes of the shipped configs:
 - translate_multi30k_{fp32,bf16}: configs/translate/multi30k_en_de.yaml (vocabulary 10,000, d_model 128,
   4+4 layers, d_ff 256, dropout 0.3, ff_dropout 0; a 4,096-token batch of 128 x 32), in fp32 and under
   bf16 autocast (what the config asks for; only where this CPU has fast bf16);
-- translate_decode: beam 5 over 32 sentences, 20 steps, with that model in fp32 (`translate.search`).
+- translate_decode: beam 5 over 32 sentences, 20 steps, with that model in fp32 (`translate.search.decoding`).
 
 Interleaved rounds (off, on, off, on, ...); time = median; speed-up = median of per-round ratios
 off / on (> 1: the fast path is faster).
@@ -36,14 +36,14 @@ import torch
 from _common import interleave, median_ratio, print_table, write_json
 from rich.console import Console
 
-from core.cpu_fastpath import onednn_available
-from core.precision import cpu_has_fast_bf16
-from streamrec.datasets import TrainBatch
-from streamrec.module import StreamRecModule
-from translate.data import Batch
-from translate.module import TranslationModule
-from translate.search import beam_search
-from translate.vocab import BOS_ID, EOS_ID
+from core.nn.cpu_fastpath import onednn_available
+from core.runtime.precision import cpu_has_fast_bf16
+from streamrec.data.datasets import TrainBatch
+from streamrec.model.module import StreamRecModule
+from translate.data.corpus import Batch
+from translate.data.vocab import BOS_ID, EOS_ID
+from translate.model.module import TranslationModule
+from translate.search.decoding import beam_search
 
 # case -> module arguments; batch shapes below. "quick" shrinks every size for the smoke test.
 STREAMREC = {

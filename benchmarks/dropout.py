@@ -1,4 +1,4 @@
-"""Dropout on CPU: `core.cpu_fastpath.dropout` against `F.dropout`, forward and forward + backward.
+"""Dropout on CPU: `core.nn.cpu_fastpath.dropout` against `F.dropout`, forward and forward + backward.
 
 `F.dropout` draws one Bernoulli sample per element (`bernoulli_`); the fast path's `dropout` takes four
 15-bit uniforms from each 64-bit draw. Shapes are a 4096-token batch at the widths the
@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from _common import interleave, median_ratio, print_table, write_json
 from rich.console import Console
 
-from core.cpu_fastpath import dropout
+from core.nn.cpu_fastpath import dropout
 
 TOKENS = 4096
 

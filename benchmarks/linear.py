@@ -1,4 +1,4 @@
-"""fp32 linear layers on CPU: `core.cpu_fastpath.linear` (oneDNN's GEMM) against `F.linear` (MKL's).
+"""fp32 linear layers on CPU: `core.nn.cpu_fastpath.linear` (oneDNN's GEMM) against `F.linear` (MKL's).
 
 The shapes are the Translate decoder's per-step layers (160 rows = beam 5 x 32 sentences, 32 at the first step, at the
 speed benchmark's d_model 256 / FFN 1024 / vocabulary 8,000) and a Multi30k training batch's
@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from _common import interleave, median_ratio, print_table, write_json
 from rich.console import Console
 
-from core.cpu_fastpath import linear, onednn_available
+from core.nn.cpu_fastpath import linear, onednn_available
 
 # name -> (rows, in features, out features)
 SHAPES = {

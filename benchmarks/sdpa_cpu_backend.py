@@ -2,8 +2,8 @@
 
 PyTorch's CPU flash-attention kernel is the default for `scaled_dot_product_attention`, but
 its bf16 backward is far slower than the math backend's at the short sequences translation
-and short-session recommendation train on. `core.attention.attend` picks the math backend
-where this benchmark shows it faster (`core.attention.MATH_MAX_KEYS`); this script is the
+and short-session recommendation train on. `core.nn.attention.attend` picks the math backend
+where this benchmark shows it faster (`core.nn.attention.MATH_MAX_KEYS`); this script is the
 evidence, and `--rule` adds a column with what `attend` does now against plain flash.
 
 Shapes keep B x T roughly constant (a token-count batch): (B, 4 heads, T, 64), a boolean
@@ -28,8 +28,8 @@ from _common import interleave, median_ratio, print_table, write_json
 from rich.console import Console
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from core.attention import attend
-from core.precision import NO_FAST_BF16, cpu_has_fast_bf16
+from core.nn.attention import attend
+from core.runtime.precision import NO_FAST_BF16, cpu_has_fast_bf16
 
 TOKENS = 4096  # queries x batch per call, like a max_tokens 4096 batch
 
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
                    help="sequence lengths T (queries = keys)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     p.add_argument("--repeats", type=int, default=7, help="interleaved rounds (default 7)")
-    p.add_argument("--rule", action="store_true", help="also time core.attention.attend (the backend rule)")
+    p.add_argument("--rule", action="store_true", help="also time core.nn.attention.attend (the backend rule)")
     p.add_argument("--json", metavar="PATH", help="write the figures as one flat JSON object")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)

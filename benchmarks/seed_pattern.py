@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from core import Encoder, TokenEmbedding, WarmupCosineLR, padding_mask
+from core.nn import Encoder, TokenEmbedding, WarmupCosineLR, padding_mask
 
 PAD_ID = 0
 

@@ -258,7 +258,7 @@ def measured(url: str, bodies: list[bytes], args: argparse.Namespace) -> dict[st
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    from core.serve import local_server  # after the arguments: LitServe and FastAPI take a while to import
+    from core.runtime.serve import local_server  # after the arguments: LitServe and FastAPI take a while to import
 
     console = Console()
     bodies = make_requests(args)

@@ -36,8 +36,8 @@ import torch
 from _common import ROOT, median_ratio, print_table, require_fast_bf16, write_json
 from rich.console import Console
 
-from streamrec.data import StreamRecDataModule
-from streamrec.module import StreamRecModule
+from streamrec.data.datamodule import StreamRecDataModule
+from streamrec.model.module import StreamRecModule
 
 ARMS = ("grouped", "free")
 USERS, ITEMS = 6040, 3416  # the generated log's size: ML-1M's

@@ -21,9 +21,9 @@ import time
 import torch
 
 from streamrec.api import encode_history, recommend
-from streamrec.explain import agreement, attention_weights, occlusion_drops
-from streamrec.model import PAD_ID
-from streamrec.readers import read_interactions
+from streamrec.data.readers import read_interactions
+from streamrec.model.sasrec import PAD_ID
+from streamrec.ranking.explain import agreement, attention_weights, occlusion_drops
 from streamrec.score import load_recommender
 
 

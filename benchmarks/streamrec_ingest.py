@@ -2,12 +2,12 @@
 
 A synthetic log (R rows, R/40 users, chronological like a real export) is written to a temporary
 folder as CSV and Parquet. Each measurement runs in a fresh child process: the old reader is
-`streamrec/data.py` at the commit before the columnar change (`git show`, imported from a temporary
+`streamrec/data/datamodule.py` at the commit before the columnar change (`git show`, imported from a temporary
 module, so the product keeps one reader), the new one is today's tree. Two stages:
 `read` = `read_interactions` alone; `setup` = `StreamRecDataModule(path).setup("fit")` (read,
 vocabulary, leave-one-out split, training windows). Each child imports what its stage needs: the
 old reader lives in a module that imports torch and Lightning; today's `read` stage imports only
-`streamrec.readers` (numpy and pyarrow, no torch), its `setup` stage the DataModule (torch). Wall
+`streamrec.data.readers` (numpy and pyarrow, no torch), its `setup` stage the DataModule (torch). Wall
 time inside the child; peak RSS of the child from `os.wait4`'s rusage (whole process, imports
 included), its RSS after imports, and its peak above that (VmHWM after a reset), so the comparison
 can be read with and without the imports. Both paths' results are checked equal (a digest of every
@@ -36,7 +36,7 @@ import threading
 import time
 from pathlib import Path
 
-from _common import ROOT, peak_rss_bytes, print_table, reset_peak_rss, rss_bytes, write_json
+from _common import ROOT, peak_rss_bytes, print_table, reset_peak_rss, rss_bytes, with_current_imports, write_json
 from rich.console import Console
 
 BASELINE_COMMIT = "323717e6fe19ce35b9556d1a8243b5d891a7519a"  # the last commit with the csv-module reader
@@ -69,13 +69,17 @@ def pc_prefix(prefix: str, numbers) -> object:
 
 
 def old_module(commit: str, folder: Path) -> Path:
-    """streamrec/data.py at `commit`, written as a module of its own (it imports only core and streamrec.constants)."""
-    source = subprocess.run(["git", "show", f"{commit}:streamrec/data.py"], cwd=ROOT, capture_output=True, text=True)
+    """The data module file at `commit` (`streamrec/data.py` then), written as a module of its own.
+
+    It imports only core and streamrec's constants.
+    """
+    source = subprocess.run(["git", "show", f"{commit}:streamrec/data.py"], cwd=ROOT, capture_output=True,
+                            text=True)
     if source.returncode:
         sys.exit(f"error: cannot read streamrec/data.py at {commit} ({source.stderr.strip()}); "
                  "run from a git checkout that has that commit, or pass --baseline-commit")
     path = folder / "streamrec_data_old.py"
-    path.write_text(source.stdout)
+    path.write_text(with_current_imports(source.stdout))
     return path
 
 
@@ -95,9 +99,9 @@ def child(args: argparse.Namespace) -> None:
         mod = __import__(Path(args.module).stem)
         read, datamodule = mod.read_interactions, mod.StreamRecDataModule
     elif args.stage == "read":  # what a read step needs: no DataModule, so no torch
-        from streamrec.readers import read_interactions as read
+        from streamrec.data.readers import read_interactions as read
     else:
-        from streamrec.data import StreamRecDataModule as datamodule
+        from streamrec.data.datamodule import StreamRecDataModule as datamodule
     import logging
 
     logging.disable(logging.INFO)

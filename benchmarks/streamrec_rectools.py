@@ -10,7 +10,7 @@ both), and keeps its best epoch's weights. The trial with the best validation ND
 system's pick; only the picks are scored on the test split. Nothing about the test split is
 seen before that.
 
-Same for both: the leave-one-out split (`streamrec.splits.leave_one_out_split`: last item test,
+Same for both: the leave-one-out split (`streamrec.data.splits.leave_one_out_split`: last item test,
 second-to-last validation, the rest training, one training sequence per user), the model size
 (d_model 64, 2 blocks, 1 head, feed-forward width 64 with ReLU, as RecTools' block; dropout on
 embeddings, attention weights, inside and after the FFN), learned positions, tied item
@@ -97,8 +97,8 @@ from rich.console import Console
 from torch import Tensor
 
 from streamrec.api import length_batches, recommend
-from streamrec.model import StreamRecModel
-from streamrec.module import StreamRecModule
+from streamrec.model.module import StreamRecModule
+from streamrec.model.sasrec import StreamRecModel
 
 TARGETS = {"ndcg_rel_diff": 0.03, "train_speedup": 4.0}
 LOSSES = {"softmax": {"ours": "full", "rectools": "softmax"}, "gbce": {"ours": "gbce", "rectools": "gBCE"}}

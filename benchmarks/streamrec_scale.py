@@ -77,7 +77,7 @@ def make_checkpoint(path: Path, n_items: int, d_model: int, max_len: int, seed: 
     """A checkpoint as `python -m streamrec fit` writes it (hyper-parameters, weights, vocabulary), untrained."""
     import torch
 
-    from streamrec.module import VOCAB_KEY, StreamRecModule
+    from streamrec.model.module import VOCAB_KEY, StreamRecModule
 
     torch.manual_seed(seed)
     hp = {"num_items": n_items, "max_len": max_len, "d_model": d_model, "n_heads": 2, "n_layers": 2,
@@ -127,7 +127,7 @@ def child_train(args: argparse.Namespace) -> None:
     import torch
     from _common import peak_rss_bytes, reset_peak_rss, rss_bytes
 
-    from streamrec.module import StreamRecModule
+    from streamrec.model.module import StreamRecModule
 
     torch.manual_seed(args.seed)
     if args.threads:

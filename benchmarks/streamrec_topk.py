@@ -2,8 +2,8 @@
 
 For each catalogue size N, random item vectors (N+1, D) and random user states are ranked two ways,
 with each user's 20 "seen" items excluded, in batches of --batch-size users:
-  full     the (B, N+1) score matrix, then `streamrec.predict.top_items` (what `recommend` did before)
-  chunked  `streamrec.topk.top_k_items`: --item-chunk items at a time with a running top-K merge
+  full     the (B, N+1) score matrix, then `streamrec.ranking.predict.top_items` (what `recommend` did before)
+  chunked  `streamrec.ranking.topk.top_k_items`: --item-chunk items at a time with a running top-K merge
   bf16     (with --bf16) the exact bf16 scan: `precision="bf16"` with a `scan_table` (bf16 copy of the
            table, built before its pass), fp32 re-scoring of the items that can reach the top K
   bf16_convert  (with --bf16) the same without a scan table: each fp32 chunk converted to bf16 on the way
@@ -13,7 +13,7 @@ per-round ratios; "CPU time full/this" compares the median process CPU seconds o
 sensitive to other jobs on shared cores than wall time). Peak RSS is the whole process's high-water
 mark during one pass (item table included; `table_mib` is the table alone), reset before each pass.
 With --table-file the fp32 table lives in a file, as a table read from disk would: full and chunked
-map it into memory (they read all of it), bf16 reads only the rows it needs (`streamrec.topk.FileRows`);
+map it into memory (they read all of it), bf16 reads only the rows it needs (`streamrec.ranking.topk.FileRows`);
 the mapped pages are dropped from the process before each RSS pass, so a pass counts what it reads.
 Agreement: the share of users whose top-K item lists are identical to the full path's
 (`same_topk_*`), and bf16's recall@K against exact.
@@ -44,8 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import interleave, median_ratio, peak_rss_bytes, print_table, reset_peak_rss, write_json  # noqa: E402
 from rich.console import Console  # noqa: E402
 
-from streamrec.predict import top_items  # noqa: E402
-from streamrec.topk import DEFAULT_ITEM_CHUNK, FileRows, scan_table, top_k_items  # noqa: E402
+from streamrec.ranking.predict import top_items  # noqa: E402
+from streamrec.ranking.topk import DEFAULT_ITEM_CHUNK, FileRows, scan_table, top_k_items  # noqa: E402
 
 SEEN = 20  # excluded items per user
 

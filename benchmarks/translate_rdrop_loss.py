@@ -29,7 +29,7 @@ from _common import (
 )
 from rich.console import Console
 
-from core import rdrop_cross_entropy
+from core.nn import rdrop_cross_entropy
 
 SMOOTHING = 0.1
 

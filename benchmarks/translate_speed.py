@@ -19,16 +19,16 @@ feed the padding id 0, whose embedding row is zero, as the start token.
   output limit fixed at 19 subwords (`max_len_a=0, max_len_b=19`; search.py's limit does not count
   EOS), so its 20th step is the forced EOS: the same 20 decoder steps, full vocabulary each. Target
   tokens/s = sentences x 20 / seconds, counting the best hypothesis only (not the beam).
-- Ours runs with `model.cpu_fastpath` on (`core.cpu_fastpath`: oneDNN fp32 linears, the cheap dropout mask).
+- Ours runs with `model.cpu_fastpath` on (`core.nn.cpu_fastpath`: oneDNN fp32 linears, the cheap dropout mask).
 - Training: one step = forward + loss + backward + AdamW on token-count batches (~4096 padded
-  tokens, `translate.data.TokenBatchSampler`), dropout 0.1 in both. Ours: `Translator` with
-  `translate.module.translation_loss` (eps 0.1, `core.linear_cross_entropy`; also timed: the same
+  tokens, `translate.data.corpus.TokenBatchSampler`), dropout 0.1 in both. Ours: `Translator` with
+  `translate.model.module.translation_loss` (eps 0.1, `core.linear_cross_entropy`; also timed: the same
   model with logits + `F.cross_entropy`, with `nn.Dropout` in place of `FastDropout`, and,
   where torch has oneDNN's linear op, in fp32 with `nn.Linear` in place of `FastLinear`, i.e. MKL's GEMM);
   Marian: `labels` -> its own loss.
   `--precision bf16`: both under `torch.autocast("cpu", torch.bfloat16)`, and ours is also timed in
   fp32 (what bf16 gains us). Target tokens/s counts non-padding target tokens (EOS included).
-- `--int8`: ours and Marian are also timed with int8 linear layers (`core.precision.quantize_int8`,
+- `--int8`: ours and Marian are also timed with int8 linear layers (`core.runtime.precision.quantize_int8`,
   torch's dynamic quantisation, = `python -m translate.infer --dtype int8`), against CTranslate2 int8.
 - Systems are interleaved per round (A B C D, A B C D, ...); times are medians, ratios the median
   of per-round ratios. Every system uses `--threads` threads (torch.set_num_threads; CTranslate2
@@ -92,13 +92,13 @@ from _common import interleave, median_ratio, print_table, require_fast_bf16, wr
 from rich.console import Console
 from torch import Tensor
 
-from core.cpu_fastpath import FastDropout, FastLinear, enable_cpu_fastpath, onednn_available
-from core.precision import quantize_int8
-from translate.data import Batch, Example, TokenBatchSampler, collate
-from translate.model import Translator
-from translate.module import translation_loss
-from translate.search import beam_search
-from translate.vocab import EOS_ID, PAD_ID, UNK_ID
+from core.nn.cpu_fastpath import FastDropout, FastLinear, enable_cpu_fastpath, onednn_available
+from core.runtime.precision import quantize_int8
+from translate.data.corpus import Batch, Example, TokenBatchSampler, collate
+from translate.data.vocab import EOS_ID, PAD_ID, UNK_ID
+from translate.model.module import translation_loss
+from translate.model.transformer import Translator
+from translate.search.decoding import beam_search
 
 START_ID = PAD_ID  # decoder start: a zero embedding in all three systems (see the module docstring)
 FIRST_WORD = 4  # ids below are pad, unk, bos, eos
@@ -428,7 +428,7 @@ def profile_ours(console: Console, model: Translator, batches: Sequence[Tensor],
     """torch.profiler over our beam search on `batches`: top ops by self time and a breakdown by cause."""
     from torch.profiler import ProfilerActivity, profile
 
-    from core.kv_cache import KVCache, StaticKV
+    from core.nn.kv_cache import KVCache, StaticKV
 
     decode_ours(model, batches[:1], beam, steps)  # warm-up
     with (_labelled(model, "decode", "model.decode"), _labelled(KVCache, "reorder", "cache.reorder"),
@@ -469,8 +469,8 @@ def ablate_ours(console: Console, model: Translator, batches: Sequence[Tensor], 
     not, as every sentence decodes exactly `steps` steps. Unlike profiler self times, nothing is inflated."""
     from unittest import mock
 
-    import core.cpu_fastpath
-    from core.kv_cache import KVCache
+    import core.nn.cpu_fastpath
+    from core.nn.kv_cache import KVCache
 
     reorder = KVCache.reorder
 
@@ -480,7 +480,7 @@ def ablate_ours(console: Console, model: Translator, batches: Sequence[Tensor], 
 
     parts = {
         "matmuls (every linear layer)": mock.patch.object(
-            core.cpu_fastpath, "linear", lambda x, w, b=None: x.new_zeros(*x.shape[:-1], w.shape[0])),
+            core.nn.cpu_fastpath, "linear", lambda x, w, b=None: x.new_zeros(*x.shape[:-1], w.shape[0])),
         "attention kernel (SDPA)": mock.patch.object(
             F, "scaled_dot_product_attention", lambda q, k, v, **kw: torch.zeros_like(q)),
         "self-attention cache reorder": mock.patch.object(KVCache, "reorder", keep_rows),
@@ -546,7 +546,7 @@ def profile_train(console: Console, model: Translator, batches: Sequence[Batch])
 
 def report(console: Console, f: dict[str, float], decode: bool, train: bool, ct2: bool) -> None:
     if decode:
-        rows = [["ours (translate.search.beam_search)", f"{f['ours_decode_s']:.2f}", f"{f['ours_decode_tok_s']:.0f}",
+        rows = [["ours (beam_search)", f"{f['ours_decode_s']:.2f}", f"{f['ours_decode_tok_s']:.0f}",
                  "1.00x"],
                 ["HF MarianMTModel.generate", f"{f['hf_decode_s']:.2f}", f"{f['hf_decode_tok_s']:.0f}",
                  f"{f['decode_speedup_vs_hf']:.2f}x"]]
@@ -620,7 +620,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="weights and activations of ours and HF when decoding (CTranslate2 stays fp32/int8); "
                         "bfloat16 = `python -m translate.infer --dtype bfloat16`")
     p.add_argument("--int8", action="store_true",
-                   help="also decode with ours and HF in int8 linear layers (core.precision.quantize_int8)")
+                   help="also decode with ours and HF in int8 linear layers (core.runtime.precision.quantize_int8)")
     p.add_argument("--skip-train", action="store_true", help="decoding only")
     p.add_argument("--skip-decode", action="store_true", help="training only")
     p.add_argument("--no-ct2", action="store_true", help="leave CTranslate2 out")

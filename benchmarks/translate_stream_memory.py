@@ -36,7 +36,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import ROOT, print_table, write_json
+from _common import ROOT, print_table, with_current_imports, write_json
 from rich.console import Console
 
 BASELINE = "323717e6fe19ce35b9556d1a8243b5d891a7519a"  # infer: 10,000-line chunks encoded whole
@@ -86,8 +86,8 @@ def make_checkpoint(out: Path, max_len: int) -> Path:
     demo = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = demo  # dataclasses look the module up while it executes
     spec.loader.exec_module(demo)
-    from translate.data import TranslationDataModule
-    from translate.module import TranslationModule
+    from translate.data.corpus import TranslationDataModule
+    from translate.model.module import TranslationModule
 
     demo.write_corpus(demo.generate(train_size=300, val_size=10, test_size=10, seed=0), out / "demo")
     L.seed_everything(0, verbose=False)
@@ -124,11 +124,12 @@ def old_modules(revision: str, folder: Path) -> Path:
     if "from translate.api import" not in infer:
         sys.exit(f"error: --baseline {revision}: its translate/infer.py does not use translate.api; pick a later one")
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "old_infer.py").write_text(infer.replace("from translate.api import", "from old_api import"))
+    (folder / "old_infer.py").write_text(with_current_imports(infer.replace("from translate.api import",
+                                                                             "from old_api import")))
     api = show("translate/api.py")
     for old, new in COMPAT.items():
         api = api.replace(old, new)
-    (folder / "old_api.py").write_text(api)
+    (folder / "old_api.py").write_text(with_current_imports(api))
     return folder
 
 

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.atomic import atomic_path
+from core.runtime.atomic import atomic_path
 
 START_TIME = 1_700_000_000  # 2023-11-14, Unix seconds
 MIN_RETURN_GAP = 10  # a "long-range" return goes back at least this many steps

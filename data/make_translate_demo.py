@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.atomic import atomic_path
+from core.runtime.atomic import atomic_path
 
 CASES = ("nom", "acc", "dat")
 

@@ -21,7 +21,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from core.atomic import atomic_path
+from core.runtime.atomic import atomic_path
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 

@@ -8,14 +8,14 @@
     recs.unknown_items               # ids the checkpoint never saw: skipped, not an error
     rec.similar_items(["i0012"], k=5)[0]
     rec.explain(["i0012", "i0007"], k=3).because
-    Recommender.load(ckpt, items="movies.dat")   # titles and metadata for explanations (`streamrec.items`)
+    Recommender.load(ckpt, items="movies.dat")   # titles and metadata for explanations (`streamrec.data.items`)
 
 Users need no retraining: a history is read as it is given. The command-line tools are clients of
 this module: `python -m streamrec.score` (a whole log into a file) and `python -m streamrec.explain`
-(an HTML page). Ranking walks the catalogue in item chunks (`streamrec.topk.top_k_items`), so memory
+(an HTML page). Ranking walks the catalogue in item chunks (`streamrec.ranking.topk.top_k_items`), so memory
 does not grow with the catalogue; ties go to the lower item id. `python -m streamrec predict` ranks a
-full score matrix with `streamrec.predict.top_items`.
-The checkpoint is read by `core.checkpoint.load_module` (restricted unpickler: no code in it runs).
+full score matrix with `streamrec.ranking.predict.top_items`.
+The checkpoint is read by `core.runtime.checkpoint.load_module` (restricted unpickler: no code in it runs).
 
 Legend: B users, T history length (the model's max_len), K items per user, N items, D model width.
 """
@@ -31,15 +31,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from core.checkpoint import load_module
-from core.errors import InputError
-from core.export import is_export_folder, load_folder
-from streamrec.explain import attention_weights, occlusion_drops
-from streamrec.items import ItemCatalog, read_items
-from streamrec.model import PAD_ID, StreamRecModel
-from streamrec.module import VOCAB_KEY, StreamRecModule
-from streamrec.topk import DEFAULT_ITEM_CHUNK, FileRows, Precision, ScanTable, top_k_items
-from streamrec.vocab import ItemVocab
+from core.runtime.checkpoint import load_module
+from core.runtime.errors import InputError
+from core.runtime.export import is_export_folder, load_folder
+from streamrec.data.items import ItemCatalog, read_items
+from streamrec.data.vocab import ItemVocab
+from streamrec.model.module import VOCAB_KEY, StreamRecModule
+from streamrec.model.sasrec import PAD_ID, StreamRecModel
+from streamrec.ranking.explain import attention_weights, occlusion_drops
+from streamrec.ranking.topk import DEFAULT_ITEM_CHUNK, FileRows, Precision, ScanTable, top_k_items
 
 WRITTEN_BY = "python -m streamrec fit"
 EXPORTED_BY = "python -m streamrec.export --format safetensors"
@@ -106,7 +106,7 @@ def recommend(model: StreamRecModel, histories: Sequence[Sequence[int]], top_k: 
               include_seen: bool = False, allowed: Tensor | None = None, item_chunk: int = DEFAULT_ITEM_CHUNK,
               precision: Precision = "fp32", vectors: Tensor | FileRows | None = None,
               scan: ScanTable | None = None) -> tuple[Tensor, Tensor, Tensor]:
-    """Top-K items for each history, the catalogue scored `item_chunk` items at a time (`streamrec.topk`).
+    """Top-K items for each history, the catalogue scored `item_chunk` items at a time (`streamrec.ranking.topk`).
 
     Args:
         model: the recommender (eval mode).
@@ -116,9 +116,9 @@ def recommend(model: StreamRecModel, histories: Sequence[Sequence[int]], top_k: 
         allowed: (N+1,) bool, the items that may be recommended; None: every item.
         item_chunk: items scored at once: memory is about B x item_chunk scores, whatever N is.
         precision: "fp32" (default) or "bf16": a bf16 scan whose possible top-K items are re-scored in fp32,
-            the same items, faster (see `streamrec.topk`).
+            the same items, faster (see `streamrec.ranking.topk`).
         vectors: where the item vectors are read (e.g. `FileRows` of the checkpoint); None: the model's.
-        scan: the bf16 scan table of the item vectors (`streamrec.topk.scan_table`), with precision "bf16".
+        scan: the bf16 scan table of the item vectors (`streamrec.ranking.topk.scan_table`), with precision "bf16".
 
     Returns:
         inputs (B, T), items (B, K) and scores (B, K); a slot with no eligible item left has
@@ -196,7 +196,7 @@ class Recommender:
     Args:
         model: the recommender network (put in eval mode here).
         vocab: the item vocabulary it was trained with.
-        catalog: item titles and metadata for explanations (`streamrec.items.read_items`); None: raw ids.
+        catalog: item titles and metadata for explanations (`streamrec.data.items.read_items`); None: raw ids.
     """
 
     def __init__(self, model: StreamRecModel, vocab: ItemVocab, catalog: ItemCatalog | None = None):
@@ -213,7 +213,7 @@ class Recommender:
             device: where to run the model ("cpu", "cuda", ...).
             items: an items file (CSV/TSV with `item_id`, `title`, ... columns, or MovieLens' movies.dat) whose
                 titles and metadata `explain` carries; ids it does not list show as themselves.
-            mmap: a .ckpt's weights stay mapped from the file, read as used (`core.checkpoint.load_module`).
+            mmap: a .ckpt's weights stay mapped from the file, read as used (`core.runtime.checkpoint.load_module`).
         """
         catalog = None if items is None else read_items(items)  # first: a bad file fails before the model loads
         if is_export_folder(ckpt):
@@ -299,7 +299,7 @@ class Recommender:
     @torch.no_grad()
     def explain(self, history: Sequence[str], k: int = 10, exclude_seen: bool = True,
                 items: Iterable[str] | None = None) -> Explanation:
-        """Why one history gets its top-k items: the two views of `streamrec.explain`.
+        """Why one history gets its top-k items: the two views of `streamrec.ranking.explain`.
 
         Args:
             history: original item ids, oldest first.

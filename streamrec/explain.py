@@ -1,23 +1,11 @@
-""""Because you watched X": which history items drove each recommendation.
-
-Two views, reported side by side because attention is not proof:
-
-- attention: self-attention captured from the recommending (last) position, averaged over
-  heads and rolled out through the layers with the residual path (Abnar & Zuidema, 2020).
-  One distribution over the history per user, the same for all of the user's recommendations.
-- occlusion: how much a recommended item's score drops when one history item is removed
-  (the rest shifted and re-padded, as a shorter history would be). Specific to each item.
-
-`agreement` measures how often the top-attended item is also the top-occlusion item;
-`explain_columns` gives the columns of `python -m streamrec.score --explain`. From Python,
-`streamrec.Recommender.explain` returns both views for one history; the page below is drawn from it:
+""""Because you watched X" as a self-contained HTML page: one user's recommendations with their reasons.
 
     python -m streamrec.explain --ckpt CKPT --input FILE --user U --html out.html [--items items.csv]
 
-With `--items` (see `streamrec.items`: CSV/TSV with item_id,title,... or MovieLens' movies.dat) the page
-shows titles and metadata instead of raw ids. It fits narrow screens (390 px phones) without sideways scrolling.
-
-Legend: B users, T history length, K recommendations per user, N items.
+The page draws `streamrec.Recommender.explain`'s two views (`streamrec.ranking.explain`: rolled-out
+attention and occlusion). With `--items` (see `streamrec.data.items`: CSV/TSV with item_id,title,... or
+MovieLens' movies.dat) it shows titles and metadata instead of raw ids. It fits narrow screens (390 px
+phones) without sideways scrolling.
 """
 
 from __future__ import annotations
@@ -28,117 +16,13 @@ import html
 import io
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-import torch
 from torch import Tensor
 
-from core import AttentionCapture, attention_rollout
-from core.atomic import atomic_path
-from core.errors import InputError, describe_os_error
-from streamrec.model import PAD_ID, StreamRecModel
-
-if TYPE_CHECKING:  # the API imports this module; the page only reads its result
-    from streamrec.api import Explanation
-
-
-@torch.no_grad()
-def attention_weights(model: StreamRecModel, inputs: Tensor) -> Tensor:
-    """Rolled-out attention of the last position over the history.
-
-    Args:
-        model: the recommender (eval mode).
-        inputs: (B, T) left-padded histories.
-
-    Returns:
-        (B, T) weights; padding positions get 0 and real positions sum to 1.
-    """
-    with AttentionCapture(model.encoder) as cap:
-        model.encode(inputs)
-    rollout = attention_rollout(cap.layers("self_attn"))[:, -1]  # (B, T)
-    rollout = rollout.masked_fill(inputs == PAD_ID, 0.0)
-    return rollout / rollout.sum(-1, keepdim=True).clamp_min(1e-12)
-
-
-def _without_each_position(inputs: Tensor) -> Tensor:
-    """(B, T) -> (T, B, T): variant t drops position t and left-pads the rest."""
-    b, t = inputs.shape
-    pad = inputs.new_zeros(b, 1)
-    return torch.stack([torch.cat([pad, inputs[:, :i], inputs[:, i + 1 :]], dim=1) for i in range(t)])
-
-
-@torch.no_grad()
-def occlusion_drops(model: StreamRecModel, inputs: Tensor, items: Tensor) -> Tensor:
-    """Score drop of each recommended item when each history position is removed.
-
-    Args:
-        model: the recommender (eval mode).
-        inputs: (B, T) left-padded histories.
-        items: (B, K) recommended item ids.
-
-    Returns:
-        (B, K, T): base score - score without position t; 0 at padding positions.
-    """
-    b, t = inputs.shape
-    base = model.score(model.last_hidden(inputs)).gather(1, items)  # (B, K)
-    variants = _without_each_position(inputs).view(t * b, t)  # (T*B, T)
-    hidden = model.last_hidden(variants).view(t, b, -1)  # (T, B, D)
-    vecs = model.item_vectors[items]  # (B, K, D)
-    occluded = torch.einsum("tbd,bkd->bkt", hidden, vecs.to(hidden.dtype))  # (B, K, T)
-    drops = base[:, :, None] - occluded
-    return drops.masked_fill((inputs == PAD_ID)[:, None, :], 0.0)
-
-
-def explain_columns(model: StreamRecModel, inputs: Tensor, items: Tensor,
-                    max_sequences: int = 4096) -> dict[str, Tensor]:
-    """Per recommendation: the top-attended history item and the top-occlusion item, with weights.
-
-    The "because you watched" columns of `python -m streamrec.score --explain`. Runs in sub-batches so
-    that B x T occlusion variants stay under `max_sequences`.
-
-    Args:
-        model: the recommender (eval mode).
-        inputs: (B, T) left-padded histories.
-        items: (B, K) recommended item ids (0 for an empty slot).
-
-    Returns:
-        (B, K) tensors `because_attention`, `attention_weight`, `because_occlusion`, `occlusion_drop`.
-    """
-    parts: list[dict[str, Tensor]] = []
-    step = max(1, max_sequences // inputs.shape[1])
-    for start in range(0, inputs.shape[0], step):
-        x, rec = inputs[start : start + step], items[start : start + step]
-        att = attention_weights(model, x)  # (b, T)
-        drops = occlusion_drops(model, x, rec.clamp_min(1))  # (b, K, T)
-        drops = drops.masked_fill((x == PAD_ID)[:, None, :], float("-inf"))
-        att_w, att_pos = att.max(-1)
-        occ_drop, occ_pos = drops.max(-1)
-        k = rec.shape[1]
-        parts.append({
-            "because_attention": x.gather(1, att_pos[:, None]).expand(-1, k),
-            "attention_weight": att_w[:, None].expand(-1, k),
-            "because_occlusion": x.gather(1, occ_pos),
-            "occlusion_drop": occ_drop,
-        })
-    return {name: torch.cat([p[name] for p in parts]) for name in parts[0]}
-
-
-def agreement(attention: Tensor, drops: Tensor, inputs: Tensor) -> float:
-    """Fraction of (user, recommendation) pairs whose top-attended history position is also
-    the position whose removal lowers that recommendation's score most.
-
-    Args:
-        attention: (B, T) from `attention_weights`.
-        drops: (B, K, T) from `occlusion_drops`.
-        inputs: (B, T) histories (padding positions never count).
-    """
-    masked = drops.masked_fill((inputs == PAD_ID)[:, None, :], float("-inf"))
-    top_occ = masked.argmax(-1)  # (B, K)
-    top_att = attention.argmax(-1)[:, None]  # (B, 1)
-    return float((top_occ == top_att).float().mean())
-
-
-# ----------------------------------------------------------------------------- HTML page
+from core.runtime.atomic import atomic_path
+from core.runtime.errors import InputError, describe_os_error
+from streamrec.api import Explanation, Recommender
+from streamrec.data.readers import read_interactions
 
 
 def _short(text: str, width: int = 24) -> str:
@@ -236,9 +120,6 @@ when each history item is removed" src="data:image/png;base64,{png}"></div>
 
 def main(argv: list[str] | None = None) -> None:
     """CLI: explain one user's recommendations as a self-contained HTML page."""
-    from streamrec.api import Recommender  # the page is a client of the API, which builds on the functions above
-    from streamrec.readers import read_interactions
-
     p = argparse.ArgumentParser(prog="python -m streamrec.explain", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ckpt", required=True, help="checkpoint written by `python -m streamrec fit`")

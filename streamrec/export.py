@@ -4,7 +4,7 @@
     python -m streamrec.export --ckpt CKPT --format onnx --output DIR
 
 `safetensors` writes DIR/model.safetensors and DIR/config.json (the module's hyper-parameters and the
-item vocabulary); `streamrec.Recommender.load(DIR)` reads it back without pickle (`core.export`).
+item vocabulary); `streamrec.Recommender.load(DIR)` reads it back without pickle (`core.runtime.export`).
 
 `onnx` writes DIR/model.onnx, the scoring graph `items (B, T) -> scores (B, N+1)` with a dynamic
 batch B and length T <= max_len (histories left-padded with 0, model ids; score column 0 is padding,
@@ -24,13 +24,13 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from core.atomic import atomic_path
-from core.checkpoint import load_module
-from core.cpu_fastpath import cpu_fastpath_disabled
-from core.export import constructor_arguments, run_export, save_folder, write_json
-from streamrec.model import StreamRecModel
-from streamrec.module import VOCAB_KEY, StreamRecModule
-from streamrec.vocab import ItemVocab
+from core.nn.cpu_fastpath import cpu_fastpath_disabled
+from core.runtime.atomic import atomic_path
+from core.runtime.checkpoint import load_module
+from core.runtime.export import constructor_arguments, run_export, save_folder, write_json
+from streamrec.data.vocab import ItemVocab
+from streamrec.model.module import VOCAB_KEY, StreamRecModule
+from streamrec.model.sasrec import StreamRecModel
 
 WRITTEN_BY = "python -m streamrec fit"
 FORMATS = ("safetensors", "onnx")
@@ -94,7 +94,7 @@ def write_onnx(model: StreamRecModel, path: Path, opset: int = OPSET) -> None:
     `trim_padding` keeps every column while exporting, so the graph holds no data-dependent shape. The
     TorchScript-based exporter (`dynamo=False`) fails on SDPA's `enable_gqa` flag; the dynamo one needs
     `onnxscript`. Layers run as plain `nn.Linear` / `nn.Dropout` while exporting: the oneDNN op of
-    `core.cpu_fastpath` (`model.cpu_fastpath: true`) has no ONNX form.
+    `core.nn.cpu_fastpath` (`model.cpu_fastpath: true`) has no ONNX form.
     """
     graph = ScoringGraph(model).eval()
     batch, length = torch.export.Dim("batch"), torch.export.Dim("length", max=model.encoder.max_len)

@@ -4,7 +4,7 @@
     python -m streamrec.score --engine ray --workers 4 --ckpt CKPT --input LOG --output recs.parquet
     python -m streamrec.score --engine ray --ray-address ray://head:10001 ...   # a running cluster
 
-The driver reads the log with the local engine's reader (`streamrec.readers.read_interactions`), so
+The driver reads the log with the local engine's reader (`streamrec.data.readers.read_interactions`), so
 every user gets the same history, and hands Ray Data blocks of `--chunk-users` (user_id, history)
 rows. `map_batches` runs `UserScorer`, a callable class: each of `--workers` replicas loads the
 checkpoint once and scores its blocks with the local engine's code (`streamrec.score._score_users`),
@@ -27,8 +27,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from core.errors import InputError
-from streamrec.interactions import Interactions
+from core.runtime.errors import InputError
+from streamrec.data.interactions import Interactions
 
 log = logging.getLogger(__name__)
 EXPLAIN_COLUMNS = ("because_attention", "attention_weight", "because_occlusion", "occlusion_drop")
@@ -66,7 +66,7 @@ class UserScorer:
 
     def _empty(self) -> pa.Table:
         """No row, the columns of a scored block: Ray writes blocks of one schema."""
-        from streamrec.predict import recommendation_table
+        from streamrec.ranking.predict import recommendation_table
         from streamrec.score import _with_titles
 
         none = torch.zeros(0, self.args.top_k, dtype=torch.long)

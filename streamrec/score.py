@@ -7,7 +7,7 @@
 Writes rows `user_id, rank, item_id, score` (original ids; rank 1 = best), as CSV or Parquet
 by the output's extension; `--explain` adds the "because you watched" columns
 (`because_attention`, `attention_weight`, `because_occlusion`, `occlusion_drop`). `--items FILE`
-(see `streamrec.items`) adds a `title` column, and `because_attention_title` and
+(see `streamrec.data.items`) adds a `title` column, and `because_attention_title` and
 `because_occlusion_title` with `--explain`; an id the file lacks is its own title.
 
 Users are scored from the history in the input, so users unseen in training need no
@@ -20,7 +20,7 @@ the holder of `OUTPUT.lock`. A failed run (bad input, full disk, no user scorabl
 `.parts/` or temporary file behind, and an existing OUTPUT untouched. The output's folder must
 exist.
 
-At scale: the catalogue is ranked `--item-chunk` items at a time (`streamrec.topk`), so memory does
+At scale: the catalogue is ranked `--item-chunk` items at a time (`streamrec.ranking.topk`), so memory does
 not grow with the number of items. On CPU the checkpoint is memory-mapped and the fp32 item table read
 from the file as needed (`item_table`); the exact bf16 scan (`--precision bf16`, the default on CPUs with
 fast bf16) holds only a bf16 copy (half the size).
@@ -31,7 +31,7 @@ output carries its provenance (checkpoint sha256, top-k, exclude-seen, shard, cr
 in its schema metadata (`streamrec.shards.read_provenance`).
 
 Built on the Python API (`streamrec.api`: `Recommender.load`, `encode_histories`, `recommend`); the
-rows are `streamrec.predict.recommendation_table`'s, as `python -m streamrec predict` writes them.
+rows are `streamrec.ranking.predict.recommendation_table`'s, as `python -m streamrec predict` writes them.
 
 Legend: B users in a batch, T history length (the model's max_len), K top-K, N items.
 """
@@ -55,18 +55,18 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from torch import Tensor
 
-from core.atomic import atomic_path, stale_temporaries
-from core.errors import InputError, check_text, describe_os_error
-from core.lock import OutputLock, interrupt_on_sigterm
-from core.precision import cpu_has_fast_bf16
+from core.runtime.atomic import atomic_path, stale_temporaries
+from core.runtime.errors import InputError, check_text, describe_os_error
+from core.runtime.lock import OutputLock, interrupt_on_sigterm
+from core.runtime.precision import cpu_has_fast_bf16
 from streamrec.api import Recommender, encode_histories, length_batches, recommend
-from streamrec.explain import explain_columns
-from streamrec.model import StreamRecModel
-from streamrec.predict import recommendation_table
-from streamrec.readers import Interactions, read_interactions
+from streamrec.data.readers import Interactions, read_interactions
+from streamrec.data.vocab import ItemVocab
+from streamrec.model.sasrec import StreamRecModel
+from streamrec.ranking.explain import explain_columns
+from streamrec.ranking.predict import recommendation_table
+from streamrec.ranking.topk import DEFAULT_ITEM_CHUNK, SCAN_CHUNK, FileRows, ScanTable, scan_table
 from streamrec.shards import checkpoint_sha256, parse_shard, provenance, shard_users, with_provenance
-from streamrec.topk import DEFAULT_ITEM_CHUNK, SCAN_CHUNK, FileRows, ScanTable, scan_table
-from streamrec.vocab import ItemVocab
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ class ResumableOutput:
     """Chunks of results in `OUTPUT.parts/`, merged into OUTPUT at the end.
 
     A manifest records the arguments that shape the results; parts from a different run
-    are refused rather than mixed in. The caller holds the output's lock (`core.lock`), so
+    are refused rather than mixed in. The caller holds the output's lock (`core.runtime.lock`), so
     temporary files found here belong to a killed run and are deleted.
 
     Args:
@@ -200,7 +200,7 @@ def scan_precision(choice: str, device: str) -> str:
 def item_table(rec: Recommender, ckpt: str | Path, precision: str, item_chunk: int) -> ItemTable:
     """The item table of a recommender loaded with `mmap=True`, in bounded memory on CPU.
 
-    The fp32 rows are read from the checkpoint file (`streamrec.topk.FileRows`): the fp32 table (1.2 GB
+    The fp32 rows are read from the checkpoint file (`streamrec.ranking.topk.FileRows`): the fp32 table (1.2 GB
     at 5M items, D 64) never enters memory whole, and with precision "bf16" the scan reads a bf16 copy
     built a chunk at a time (half the size), then fp32 rows only for the items it re-scores. Elsewhere
     (CUDA, an export folder, a table that is not a mapping of `ckpt`) the model's own table.
@@ -301,7 +301,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
                    help="bf16: each item chunk scanned in bf16 and the items that can reach the top K (a proven "
                         "bound on bf16 rounding) re-scored in fp32: the same items and scores as fp32, faster and in "
-                        "half the memory on CPUs with AVX512-BF16 or AMX (see streamrec.topk). auto (default): bf16 "
+                        "half the memory on CPUs with AVX512-BF16 or AMX (see streamrec.ranking.topk). auto (default): "
+                        "bf16 "
                         "on such a CPU, else fp32; the output's provenance records which ran")
     p.add_argument("--threads", type=int, default=0,
                    help="torch threads of the local engine (default 0: one per core); 1 where other jobs keep the "

@@ -25,7 +25,15 @@ import argparse
 import sys
 from typing import Any
 
-from core.serve import BatchedAPI, Field, check_fields, one_line_errors, run_server, serve_parser, threads_per_worker
+from core.runtime.serve import (
+    BatchedAPI,
+    Field,
+    check_fields,
+    one_line_errors,
+    run_server,
+    serve_parser,
+    threads_per_worker,
+)
 
 MAX_K = 1000
 MAX_HISTORY = 10_000  # items per history; only the last max_len reach the model, the rest only filter seen items
@@ -106,7 +114,7 @@ class StreamRecAPI(BatchedAPI):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """`python -m streamrec.serve`'s options (those of `core.serve.serve_parser`)."""
+    """`python -m streamrec.serve`'s options (those of `core.runtime.serve.serve_parser`)."""
     return serve_parser("python -m streamrec.serve", __doc__, 8000, "a checkpoint written by `python -m streamrec fit`")
 
 

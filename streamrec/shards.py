@@ -26,8 +26,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from core.atomic import atomic_path
-from core.errors import InputError
+from core.runtime.atomic import atomic_path
+from core.runtime.errors import InputError
 
 PROVENANCE_KEY = b"streamrec.provenance"
 VARYING = ("created", "shard")  # the provenance fields shards of one run may differ in

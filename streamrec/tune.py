@@ -38,9 +38,10 @@ from typing import Any
 
 import yaml
 
-from core.atomic import atomic_path
-from core.errors import InputError, describe_os_error
-from core.lock import OutputLock
+from core.runtime.atomic import atomic_path
+from core.runtime.errors import InputError, describe_os_error
+from core.runtime.lock import OutputLock
+from streamrec.lightning_cli import build_cli
 
 METRIC = "val_ndcg@10"
 STUDY_NAME = "streamrec"
@@ -217,7 +218,7 @@ def run_trial(trial, args: argparse.Namespace, progress) -> float:
     import lightning as L
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    from streamrec.cli import build_cli
+
 
     values = suggest(trial, args.params, args.n_heads)
     cli = build_cli([*args.config_args, *overrides(values)], run=False)
@@ -426,7 +427,7 @@ def search(args: argparse.Namespace) -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
     for message in (".*does not have many workers.*", ".*args parameter is intended.*", ".*LeafSpec.*"):
         warnings.filterwarnings("ignore", message)
-    from streamrec.cli import build_cli
+
 
     base = build_cli(args.config_args, run=False)  # a wrong key or file fails here, in one line, before any trial
     if 10 not in base.model.hparams.ks:

@@ -12,12 +12,12 @@ import inspect
 
 import pytest
 
-import core
-from streamrec.metrics import RankingMetrics, SampledRankingMetrics
-from streamrec.model import StreamRecModel
-from streamrec.module import StreamRecModule
-from translate.model import Translator
-from translate.module import TranslationModule
+import core.nn as core
+from streamrec.model.metrics import RankingMetrics, SampledRankingMetrics
+from streamrec.model.module import StreamRecModule
+from streamrec.model.sasrec import StreamRecModel
+from translate.model.module import TranslationModule
+from translate.model.transformer import Translator
 
 VOCABULARY = (
     "pad_id", "d_model", "n_heads", "n_kv_heads", "n_layers", "n_encoder_layers", "n_decoder_layers", "d_ff",

@@ -2,7 +2,7 @@
 
 `from translate import Translator` is the Python API (`translate.api`); it is imported on first use,
 so `import translate` (every CLI) does not pay for Lightning and the model until then. Not to be
-confused with `translate.model.Translator`, the network it wraps.
+confused with `translate.model.transformer.Translator`, the network it wraps.
 """
 
 from __future__ import annotations

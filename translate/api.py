@@ -11,9 +11,10 @@ Sentences are translated each on its own (batched longest first, returned in inp
 sentence gives "". `translate_iter` does the same for an iterable of any length, a chunk of lines at
 a time, so its memory does not grow with the input. `python -m translate.infer` is a client of this
 module (`Translator.load`, `encode_sources`, `translate_ids`, `format_line`); `python -m translate
-predict` decodes with the same `translate.search` inside `TranslationModule.predict_step`. Checkpoints are read by
-`core.checkpoint.load_module` (restricted unpickler: no code in them runs), and the vocabularies come
-from the checkpoint itself (`translate.module.vocabs_from_checkpoint`): no other file is read.
+predict` decodes with the same `translate.search.decoding` inside `TranslationModule.predict_step`.
+Checkpoints are read by
+`core.runtime.checkpoint.load_module` (restricted unpickler: no code in them runs), and the vocabularies come
+from the checkpoint itself (`translate.model.module.vocabs_from_checkpoint`): no other file is read.
 
 Legend: B sentences, S source length, V target vocabulary.
 """
@@ -29,23 +30,23 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from core.checkpoint import load_module
-from core.errors import InputError
-from core.export import is_export_folder, load_folder
-from core.precision import NO_FAST_BF16, cpu_has_fast_bf16, quantize_int8
-from translate.align import DEFAULT_LAYER, EMPTY, Layer, WordAlignment, align_batch
-from translate.ensemble import Ensemble
-from translate.model import Translator as TranslatorModel
-from translate.module import TranslationModule, vocabs_from_checkpoint
-from translate.search import Hypothesis, beam_search, greedy_search
-from translate.vocab import BOS_ID, EOS_ID, PAD_ID, SubwordVocab
+from core.runtime.checkpoint import load_module
+from core.runtime.errors import InputError
+from core.runtime.export import is_export_folder, load_folder
+from core.runtime.precision import NO_FAST_BF16, cpu_has_fast_bf16, quantize_int8
+from translate.data.vocab import BOS_ID, EOS_ID, PAD_ID, SubwordVocab
+from translate.model.module import TranslationModule, vocabs_from_checkpoint
+from translate.model.transformer import Translator as TranslatorModel
+from translate.search.align import DEFAULT_LAYER, EMPTY, Layer, WordAlignment, align_batch
+from translate.search.decoding import Hypothesis, beam_search, greedy_search
+from translate.search.ensemble import Ensemble
 
 log = logging.getLogger("translate.api")
 WRITTEN_BY = "python -m translate fit"
 EXPORTED_BY = "python -m translate.export --format safetensors"
 MAX_TRUNCATION_WARNINGS = 20  # then one summary line, so a bad file cannot flood stderr
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-INT8 = "int8"  # float32 model with int8 linear layers (core.precision.quantize_int8), CPU only
+INT8 = "int8"  # float32 model with int8 linear layers (core.runtime.precision.quantize_int8), CPU only
 # Lines are encoded this many characters at a time and truncated at once: a chunk of long lines encoded
 # whole held every untruncated subword as a Python int (~36 bytes each; 2,000 lines of 5,000 words: ~300 MB).
 ENCODE_CHARS = 1 << 20
@@ -118,8 +119,8 @@ class Translator:
             device: where to put the model.
             dtype: "float32", or "bfloat16" for weights and activations in bf16 (search still
                 normalises scores in float32): faster on GPUs and CPUs with bf16 units; float32, with a
-                warning, on a CPU without them (`core.precision`); or "int8" for int8 linear layers on the
-                CPU (`core.precision.quantize_int8`). Their BLEU cost is measured in docs/results.md.
+                warning, on a CPU without them (`core.runtime.precision`); or "int8" for int8 linear layers on the
+                CPU (`core.runtime.precision.quantize_int8`). Their BLEU cost is measured in docs/results.md.
         """
         if isinstance(ckpt, (str, Path)):
             return _load_one(Path(ckpt), device, dtype)

@@ -27,10 +27,10 @@ from typing import Any
 
 import torch
 
-from core.atomic import atomic_path, stale_temporaries
-from core.checkpoint import read_checkpoint_file
-from core.errors import InputError, describe_os_error
-from core.lock import OutputLock, interrupt_on_sigterm
+from core.runtime.atomic import atomic_path, stale_temporaries
+from core.runtime.checkpoint import read_checkpoint_file
+from core.runtime.errors import InputError, describe_os_error
+from core.runtime.lock import OutputLock, interrupt_on_sigterm
 
 log = logging.getLogger("translate.average")
 AVERAGED_KEY = "averaged_from"
@@ -38,7 +38,7 @@ AVERAGED_KEY = "averaged_from"
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:
     """A Translate checkpoint as a dict (weights, hyperparameters, vocabularies); one-line errors otherwise."""
-    from translate.module import vocabs_from_checkpoint
+    from translate.model.module import vocabs_from_checkpoint
 
     path = Path(path)
     state = read_checkpoint_file(path, written_by="python -m translate fit")
@@ -91,7 +91,7 @@ def _view(t: torch.Tensor) -> tuple:
 
 def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
     """The averaged checkpoint dict of `paths` (metadata of the last one; see the module docstring)."""
-    from translate.module import vocabs_from_checkpoint
+    from translate.model.module import vocabs_from_checkpoint
 
     if not paths:
         raise InputError("no checkpoint to average; pass --ckpts A B ... or --dir D --last N")

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import sys
 
-from core.cli import AppCLI, OneLineErrorParser
-from core.errors import describe_os_error
-from core.logs import log_info_to_stderr
-from translate.data import TranslationDataModule
-from translate.module import TranslationModule
+from core.runtime.cli import AppCLI, OneLineErrorParser
+from core.runtime.errors import describe_os_error
+from core.runtime.logs import log_info_to_stderr
+from translate.data.corpus import TranslationDataModule
+from translate.model.module import TranslationModule
 
 
 class TranslateCLI(AppCLI):

@@ -5,7 +5,7 @@
 
 `safetensors` writes DIR/model.safetensors, DIR/config.json (the module's hyper-parameters and the names
 of the vocabulary files) and the sentencepiece models (DIR/src.model, and DIR/tgt.model when the target
-vocabulary differs); `translate.Translator.load(DIR)` reads it back without pickle (`core.export`).
+vocabulary differs); `translate.Translator.load(DIR)` reads it back without pickle (`core.runtime.export`).
 
 `ctranslate2` converts the network to CTranslate2's `TransformerSpec` (`ctranslate2.Translator(DIR)`
 runs it) and copies the sentencepiece models beside it: CTranslate2 reads and writes pieces, so tokenise
@@ -13,7 +13,7 @@ with src.model and detokenise with tgt.model (`translate_pieces` does both). It 
 (`pip install -e ".[export]"`). Mapped: pre-LN or post-LN, fused QKV and KV projections, tied or separate
 embeddings (scaled by sqrt(D)), sinusoidal or learned (or no) positions as a table, final LayerNorm
 (pre-LN), ReLU / GELU / SwiGLU. Not mapped, refused by name: RoPE, ALiBi and grouped-query attention.
-`--quantization int8` stores int8 weights (CTranslate2's own quantisation, not `core.precision`'s).
+`--quantization int8` stores int8 weights (CTranslate2's own quantisation, not `core.runtime.precision`'s).
 
 Legend: S source length, V vocabulary, D model width, F feed-forward width.
 """
@@ -28,13 +28,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from core.checkpoint import load_module
-from core.errors import InputError
-from core.export import constructor_arguments, run_export, save_folder
-from translate.model import Translator as TranslatorModel
-from translate.module import TranslationModule, vocabs_from_checkpoint
-from translate.search import max_output_lengths
-from translate.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, SubwordVocab
+from core.runtime.checkpoint import load_module
+from core.runtime.errors import InputError
+from core.runtime.export import constructor_arguments, run_export, save_folder
+from translate.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, SubwordVocab
+from translate.model.module import TranslationModule, vocabs_from_checkpoint
+from translate.model.transformer import Translator as TranslatorModel
+from translate.search.decoding import max_output_lengths
 
 WRITTEN_BY = "python -m translate fit"
 FORMATS = ("safetensors", "ctranslate2")

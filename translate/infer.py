@@ -23,16 +23,16 @@ file) is refused naming the line; a failure or an interruption (Ctrl-C, SIGTERM)
 temporary file and earlier outputs untouched.
 
 `--alignments FILE` writes one JSON line per input line ({"src_words", "tgt_words", "matrix",
-"alignment"}, see `translate.align`) for the best translation; `--html FILE` a self-contained
+"alignment"}, see `translate.search.align`) for the best translation; `--html FILE` a self-contained
 page of heatmaps for the first `--html-max` non-empty lines. Progress goes to stderr when it
 is a terminal or with `--progress`.
 
-Several checkpoints (`--ckpt A B ...`) translate as an ensemble (`translate.ensemble`): each step
+Several checkpoints (`--ckpt A B ...`) translate as an ensemble (`translate.search.ensemble`): each step
 scores the mean of their probabilities; they must share the vocabularies, and alignments come from
 the first.
 
-The vocabularies come from the checkpoint (`translate.module.vocabs_from_checkpoint`); no other
-file is read. Checkpoints are read with PyTorch's restricted unpickler (`core.checkpoint`): one
+The vocabularies come from the checkpoint (`translate.model.module.vocabs_from_checkpoint`); no other
+file is read. Checkpoints are read with PyTorch's restricted unpickler (`core.runtime.checkpoint`): one
 that would run code is refused. This script is a client of the Python API (`translate.api.Translator`),
 which translates lists of sentences from Python.
 """
@@ -50,11 +50,11 @@ from typing import IO
 
 import torch
 
-from core.atomic import atomic_path, stale_temporaries
-from core.errors import InputError, check_text, describe_os_error
-from core.lock import OutputLock, interrupt_on_sigterm
-from translate.align import DEFAULT_LAYER, Layer, WordAlignment, write_html
+from core.runtime.atomic import atomic_path, stale_temporaries
+from core.runtime.errors import InputError, check_text, describe_os_error
+from core.runtime.lock import OutputLock, interrupt_on_sigterm
 from translate.api import CHUNK_LINES, DTYPES, INT8, MAX_TRUNCATION_WARNINGS, Translator, format_line
+from translate.search.align import DEFAULT_LAYER, Layer, WordAlignment, write_html
 
 log = logging.getLogger("translate.infer")
 MAX_LINE_BYTES = 1 << 20  # one sentence per line; a longer "line" is a file with no line breaks
@@ -66,7 +66,7 @@ CHUNK_BYTES = 16 << 20  # a chunk of very long lines ends early: its text, not i
 
 def read_chunks(stream: IO[bytes], size: int, name: str = "<stdin>", max_bytes: int = CHUNK_BYTES,
                 ) -> Iterator[list[str]]:
-    """Lines of a UTF-8 byte stream, `size` at a time, split on "\\n" only (as `translate.data.read_lines`).
+    """Lines of a UTF-8 byte stream, `size` at a time, split on "\\n" only (as `translate.data.corpus.read_lines`).
 
     A chunk ends early once its lines hold `max_bytes` bytes (it holds at least one line). A
     byte-order mark and CRLF endings are accepted; invalid UTF-8, a NUL byte or a line over

@@ -9,7 +9,7 @@ each rank writes its (index, translation) pairs to `OUTPUT.rank{N}.jsonl`; after
 merges the parts into OUTPUT, in input order, with the sentences that two ranks decoded (the batch
 sampler repeats a few batches so that ranks run equally many steps) written once, and deletes the
 parts (`merge: false` keeps them instead, for ranks on machines without a shared folder: each line
-is a JSON `[index, translation]`). Every file is written atomically (`core.atomic`); one run at a
+is a JSON `[index, translation]`). Every file is written atomically (`core.runtime.atomic`); one run at a
 time writes an output (`OUTPUT.lock`).
 
 From Python, `translate.Translator` translates lists of sentences with the checkpoint alone.
@@ -22,8 +22,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from core.atomic import atomic_path
-from core.prediction import PartsWriter
+from core.runtime.atomic import atomic_path
+from core.runtime.prediction import PartsWriter
 
 
 class TranslationWriter(PartsWriter):

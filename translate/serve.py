@@ -26,7 +26,7 @@ import argparse
 import sys
 from typing import Any
 
-from core.serve import (
+from core.runtime.serve import (
     BatchedAPI,
     Field,
     RequestError,
@@ -108,7 +108,7 @@ def _encode(result: Any, with_scores: bool) -> Any:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """`python -m translate.serve`'s options: those of `core.serve.serve_parser` and --dtype."""
+    """`python -m translate.serve`'s options: those of `core.runtime.serve.serve_parser` and --dtype."""
     p = serve_parser("python -m translate.serve", __doc__, 8001, "a checkpoint written by `python -m translate fit`")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "int8"),
                    help="weights and activations: float32, bfloat16 (CPUs with bf16 units, GPUs) or int8 (CPU)")

@@ -31,7 +31,7 @@ check_torch_pin
 import importlib.metadata as md
 import lightning, numpy, rectools, torch
 import pyarrow
-import streamrec.module, streamrec.score  # our package imports under RecTools' Lightning/numpy
+import streamrec.model.module, streamrec.score  # our package imports under RecTools' Lightning/numpy
 print(f"ok: rectools {rectools.__version__}, torch {torch.__version__}, lightning {lightning.__version__}, "
       f"pytorch-lightning {md.version('pytorch-lightning')}, numpy {numpy.__version__}, pyarrow {pyarrow.__version__}")
 PY

@@ -28,7 +28,7 @@ check_torch_pin
 "$VENV/bin/python" - <<'PY'
 import ctranslate2, numpy, torch, transformers
 from transformers import MarianConfig, MarianMTModel  # noqa: F401
-import translate.model, translate.search  # our package imports beside the peers
+import translate.model.transformer, translate.search.decoding  # our package imports beside the peers
 print(f"ok: transformers {transformers.__version__}, ctranslate2 {ctranslate2.__version__}, "
       f"torch {torch.__version__}, numpy {numpy.__version__}")
 PY

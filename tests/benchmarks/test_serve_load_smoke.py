@@ -21,8 +21,8 @@ def tiny_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A checkpoint from a one-epoch fit on a small generated log (as tests/streamrec/conftest.py makes one)."""
     import lightning as L
 
-    from streamrec.data import StreamRecDataModule
-    from streamrec.module import StreamRecModule
+    from streamrec.data.datamodule import StreamRecDataModule
+    from streamrec.model.module import StreamRecModule
 
     name = "make_streamrec_demo"
     if name not in sys.modules:

@@ -79,7 +79,7 @@ def test_our_training_step_updates_weights(bench: ModuleType) -> None:
 
 
 def test_torch_dropout_baseline_swaps_every_core_dropout(bench: ModuleType) -> None:
-    from core.cpu_fastpath import FastDropout as Dropout
+    from core.nn.cpu_fastpath import FastDropout as Dropout
 
     args = bench.parse_args(TINY)
     model = bench.build_ours(args)
@@ -96,7 +96,7 @@ def test_torch_dropout_baseline_swaps_every_core_dropout(bench: ModuleType) -> N
 
 
 def test_mkl_baseline_swaps_every_fast_linear(bench: ModuleType) -> None:
-    from core.cpu_fastpath import FastLinear
+    from core.nn.cpu_fastpath import FastLinear
 
     model = bench.build_ours(bench.parse_args(TINY)).eval()
     bench.enable_cpu_fastpath(model)

@@ -14,10 +14,10 @@ import torch
 from torch import Tensor
 from torch.profiler import ProfilerActivity, profile
 
-from core.attention import MultiHeadAttention, attend
-from core.kv_cache import DecoderCache
-from core.masks import lengths_mask
-from core.stacks import Decoder
+from core.nn.attention import MultiHeadAttention, attend
+from core.nn.kv_cache import DecoderCache
+from core.nn.masks import lengths_mask
+from core.nn.stacks import Decoder
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

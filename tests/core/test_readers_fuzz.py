@@ -14,13 +14,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.checkpoint import load_checkpoint
-from core.cli import check_yaml_syntax
-from core.errors import InputError
-from streamrec.items import read_items
-from streamrec.readers import read_interactions
+from core.runtime.checkpoint import load_checkpoint
+from core.runtime.cli import check_yaml_syntax
+from core.runtime.errors import InputError
+from streamrec.data.items import read_items
+from streamrec.data.readers import read_interactions
 from streamrec.score import _read_users
-from translate.data import read_lines, read_parallel
+from translate.data.corpus import read_lines, read_parallel
 from translate.infer import read_chunks
 
 FOLDER = Path(tempfile.mkdtemp(prefix="readers_fuzz_"))

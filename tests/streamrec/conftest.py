@@ -53,8 +53,8 @@ def tiny_ckpt(tiny_log, tmp_path_factory) -> Path:
     """A checkpoint written by a real (one-epoch) fit on `tiny_log`, as `python -m streamrec fit` would."""
     import lightning as L
 
-    from streamrec.data import StreamRecDataModule
-    from streamrec.module import StreamRecModule
+    from streamrec.data.datamodule import StreamRecDataModule
+    from streamrec.model.module import StreamRecModule
 
     L.seed_everything(0, verbose=False)
     data = StreamRecDataModule(str(tiny_log), max_len=8, batch_size=32)

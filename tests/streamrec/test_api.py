@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 import torch
 
-import streamrec.vocab as vocab_module
-from core.errors import InputError
+import streamrec.data.vocab as vocab_module
+from core.runtime.errors import InputError
 from streamrec import Recommender
 from streamrec.api import encode_histories, encode_history
-from streamrec.explain import attention_weights, occlusion_drops
-from streamrec.model import PAD_ID
-from streamrec.vocab import ItemVocab
+from streamrec.data.vocab import ItemVocab
+from streamrec.model.sasrec import PAD_ID
+from streamrec.ranking.explain import attention_weights, occlusion_drops
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from core import precision
-from core.checkpoint import load_checkpoint
+from core.runtime import precision
+from core.runtime.checkpoint import load_checkpoint
 from streamrec.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -113,7 +113,7 @@ def test_ddp_validation_equals_single_process(tiny_ckpt, tiny_log, tmp_path, mon
 
 
 def test_a_second_fit_into_one_run_folder_is_refused(tiny_log, tmp_path, monkeypatch):
-    from core.lock import OutputLock
+    from core.runtime.lock import OutputLock
 
     monkeypatch.chdir(tmp_path)
     root = tmp_path / "runs" / "one"
@@ -131,8 +131,8 @@ def test_a_second_fit_into_one_run_folder_is_refused(tiny_log, tmp_path, monkeyp
 
 
 def test_trainer_reads_safely_saves_last_first_and_resumes_exactly(tiny_log, tmp_path, monkeypatch):
-    from core.checkpoint_io import SafeCheckpointIO
-    from core.resume import ExactResume
+    from core.runtime.checkpoint_io import SafeCheckpointIO
+    from core.runtime.resume import ExactResume
 
     monkeypatch.chdir(tmp_path)
     cli = _run(["fit", "--config", str(REPO / "configs" / "streamrec" / "demo.yaml"), "--data.path", str(tiny_log),

@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from core.cpu_fastpath import FastDropout, FastLinear
-from streamrec.module import StreamRecModule
+from core.nn.cpu_fastpath import FastDropout, FastLinear
+from streamrec.model.module import StreamRecModule
 
 SIZE = dict(num_items=30, max_len=8, d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.2)
 

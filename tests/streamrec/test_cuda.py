@@ -11,10 +11,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from core import linear_cross_entropy
-from core.optim import RowwiseAdagradAdamW
-from streamrec.data import StreamRecDataModule
-from streamrec.module import StreamRecModule
+from core.nn import linear_cross_entropy
+from core.nn.optim import RowwiseAdagradAdamW
+from streamrec.data.datamodule import StreamRecDataModule
+from streamrec.model.module import StreamRecModule
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import torch
 
-from streamrec.data import StreamRecDataModule
-from streamrec.module import StreamRecModule
+from streamrec.data.datamodule import StreamRecDataModule
+from streamrec.model.module import StreamRecModule
 
 EPOCHS = 2
 

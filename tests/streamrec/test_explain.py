@@ -3,13 +3,14 @@
 import torch
 
 from streamrec import explain, score
+from streamrec.ranking import explain as views
 
 
 def test_occlusion_equals_rerunning_without_the_item(tiny_ckpt):
     model, _ = score.load_recommender(tiny_ckpt)
     inputs = torch.tensor([[0, 0, 3, 7, 5, 9, 2, 4], [1, 2, 3, 4, 5, 6, 7, 8]])
     items = torch.tensor([[10, 11], [12, 1]])
-    drops = explain.occlusion_drops(model, inputs, items)
+    drops = views.occlusion_drops(model, inputs, items)
     for b in range(2):
         base = model.score(model.last_hidden(inputs[b : b + 1]))[0]
         for t in range(8):
@@ -27,7 +28,7 @@ def test_occlusion_equals_rerunning_without_the_item(tiny_ckpt):
 def test_attention_is_a_distribution_over_real_history(tiny_ckpt):
     model, _ = score.load_recommender(tiny_ckpt)
     inputs = torch.tensor([[0, 0, 0, 3, 7, 5, 9, 2], [1, 2, 3, 4, 5, 6, 7, 8]])
-    att = explain.attention_weights(model, inputs)
+    att = views.attention_weights(model, inputs)
     assert (att[0, :3] == 0).all()
     assert torch.allclose(att.sum(-1), torch.ones(2), atol=1e-5)
     assert (att >= 0).all()
@@ -37,11 +38,11 @@ def test_agreement_counts_matching_argmax():
     inputs = torch.tensor([[0, 4, 5, 6]])
     attention = torch.tensor([[0.0, 0.2, 0.5, 0.3]])
     drops = torch.tensor([[[9.0, 0.1, 0.9, 0.2], [9.0, 0.8, 0.1, 0.0]]])  # padding position never counts
-    assert explain.agreement(attention, drops, inputs) == 0.5
+    assert views.agreement(attention, drops, inputs) == 0.5
 
 
 def test_explain_cli_writes_a_self_contained_page(tiny_ckpt, tiny_log, tmp_path):
-    from streamrec.readers import read_interactions
+    from streamrec.data.readers import read_interactions
 
     user = next(iter(read_interactions(tiny_log).items))
     page = tmp_path / "why.html"

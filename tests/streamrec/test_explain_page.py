@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from streamrec import explain
-from streamrec.readers import read_interactions
+from streamrec.data.readers import read_interactions
 
 WIDTHS = (1280, 390)
 LONG_WORD = "Extraordinarilylongunbrokenmetadatavalue" * 2  # must wrap, not widen the page

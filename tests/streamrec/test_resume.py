@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from core.checkpoint import load_checkpoint
+from core.runtime.checkpoint import load_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 CKPTS = Path("runs/streamrec_demo/checkpoints")  # where configs/streamrec/demo.yaml puts them, under the cwd
@@ -82,7 +82,7 @@ def test_without_restored_states_the_resumed_run_differs(tiny_log: Path, tmp_pat
     """The reference above can fail: a resume that skips the stored RNG states gives other weights."""
     import lightning as L
 
-    from core.resume import ExactResume, collect_rng_states, set_rng_states
+    from core.runtime.resume import ExactResume, collect_rng_states, set_rng_states
 
     before = collect_rng_states()
     first = torch.rand(3)

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from core.checkpoint import load_checkpoint
-from core.errors import UnsafeCheckpointError
+from core.runtime.checkpoint import load_checkpoint
+from core.runtime.errors import UnsafeCheckpointError
 from streamrec import Recommender, explain, score
 from streamrec.cli import main as cli_main
-from streamrec.module import StreamRecModule
+from streamrec.model.module import StreamRecModule
 
 REPO = Path(__file__).resolve().parents[2]
 KINDS = ("zip", "legacy", "in_hparams")

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from streamrec import api, score
-from streamrec.model import PAD_ID
-from streamrec.readers import read_interactions
+from streamrec.data.readers import read_interactions
+from streamrec.model.sasrec import PAD_ID
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from core.lock import OutputLock
+from core.runtime.lock import OutputLock
 from streamrec import score
 
 REPO = Path(__file__).resolve().parents[2]
@@ -142,12 +142,13 @@ def test_full_disk_at_any_write_is_one_line_and_leaves_nothing(fail_at, tiny_ckp
 
 
 def test_unwritable_folder_is_one_line(tiny_ckpt, tiny_log, tmp_path, monkeypatch):
-    import core.lock
+    import core.runtime.lock
 
     def refuse(path, *a, **kw):
         raise PermissionError(errno.EACCES, "Permission denied", str(path))
 
-    monkeypatch.setattr(core.lock.os, "open", refuse)  # root ignores chmod, so deny where the first write happens
+    # root ignores chmod, so deny where the first write happens
+    monkeypatch.setattr(core.runtime.lock.os, "open", refuse)
     message = _fails(_args(tiny_ckpt, tiny_log, tmp_path / "recs.parquet"))
     assert "recs.parquet.lock: permission denied; choose a folder you can write to" in message
 

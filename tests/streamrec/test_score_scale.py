@@ -10,8 +10,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from core.errors import InputError
-from core.precision import cpu_has_fast_bf16
+from core.runtime.errors import InputError
+from core.runtime.precision import cpu_has_fast_bf16
 from streamrec import score, shards
 
 item_table = score.item_table
@@ -92,7 +92,7 @@ def _brute_force_rows(ckpt, log, k):
     import torch
 
     from streamrec.api import Recommender
-    from streamrec.readers import read_interactions
+    from streamrec.data.readers import read_interactions
 
     rec = Recommender.load(ckpt)
     items = rec.vocab.to_dict()["items"]
@@ -114,7 +114,7 @@ def test_the_cli_reads_the_item_table_from_the_checkpoint_file_and_ranks_as_brut
         tiny_ckpt, tiny_log, tmp_path, monkeypatch, precision):
     import torch
 
-    from streamrec.topk import FileRows
+    from streamrec.ranking.topk import FileRows
 
     built = []
     monkeypatch.setattr(score, "item_table", lambda *a: built.append(item_table(*a)) or built[-1])

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from core.serve import local_server
+from core.runtime.serve import local_server
 from streamrec import Recommender
 from streamrec import serve as streamrec_serve
 

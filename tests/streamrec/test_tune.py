@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from streamrec.cli import main
-from streamrec.data import StreamRecDataModule
+from streamrec.data.datamodule import StreamRecDataModule
 from streamrec.tune import Budget, best_config
 
 pytestmark = pytest.mark.slow  # end-to-end: real processes, servers or training; `pytest -m "not slow"` skips them
@@ -150,7 +150,7 @@ def test_an_interrupted_search_resumes_and_reruns_the_cut_off_trial(tiny_log, tm
 
 def test_a_trial_that_raises_leaves_no_weights_behind(tiny_log, tmp_path, monkeypatch):
     """Optuna calls no callback for a failed trial: its folder (weights of its best epoch so far) must go too."""
-    from streamrec.module import StreamRecModule
+    from streamrec.model.module import StreamRecModule
 
     out, seen = tmp_path / "search", []
     real = StreamRecModule.training_step

@@ -57,8 +57,8 @@ def _train_tiny_checkpoint(demo_dir: Path, out: Path, max_len: int = 32, n_decod
     """
     import lightning as L
 
-    from translate.data import TranslationDataModule
-    from translate.module import TranslationModule
+    from translate.data.corpus import TranslationDataModule
+    from translate.model.module import TranslationModule
 
     L.seed_everything(0, verbose=False)
     dm = TranslationDataModule(str(demo_dir / "train"), str(demo_dir / "val"), str(demo_dir / "test"),

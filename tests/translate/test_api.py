@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from core.errors import InputError
+from core.runtime.errors import InputError
 from translate import Translator, infer
-from translate.ensemble import Ensemble
-from translate.search import beam_search
-from translate.vocab import BOS_ID, EOS_ID
+from translate.data.vocab import BOS_ID, EOS_ID
+from translate.search.decoding import beam_search
+from translate.search.ensemble import Ensemble
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 

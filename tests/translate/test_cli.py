@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from core import precision
+from core.runtime import precision
 from translate import average, infer
 from translate.cli import main
 
@@ -126,7 +126,7 @@ def test_ddp_validation_equals_single_process(tiny_ckpt, demo_dir, tmp_path, mon
 def test_ddp_spawn_from_the_command_line(tiny_ckpt, demo_dir, tmp_path):
     """`python -m translate ... --trainer.strategy ddp_spawn`: the spawned workers unpickle the CLI, so it must
     live in an importable module (from `translate/__main__.py` they failed and rank 0 waited forever), and every
-    rank exits cleanly (core.distributed)."""
+    rank exits cleanly (core.runtime.distributed)."""
     args = [sys.executable, "-m", "translate", "validate", *_data(demo_dir), "--data.max_len", "32", *TINY_MODEL,
             "--ckpt_path", str(tiny_ckpt), "--trainer.logger", "false", "--trainer.enable_progress_bar", "false",
             "--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "ddp_spawn"]

@@ -6,9 +6,9 @@ import pytest
 import torch
 from torch import nn
 
-from core.cpu_fastpath import FastDropout, FastLinear
-from translate.data import Batch
-from translate.module import TranslationModule, translation_loss
+from core.nn.cpu_fastpath import FastDropout, FastLinear
+from translate.data.corpus import Batch
+from translate.model.module import TranslationModule, translation_loss
 
 SIZE = dict(src_vocab_size=40, tgt_vocab_size=40, d_model=16, n_heads=2, n_encoder_layers=2, n_decoder_layers=2,
             d_ff=32, max_len=16, dropout=0.1, activation="swiglu")

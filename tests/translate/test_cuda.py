@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from translate.api import Translator, pad_batch
-from translate.data import TranslationDataModule
-from translate.module import TranslationModule
-from translate.vocab import BOS_ID, EOS_ID
+from translate.data.corpus import TranslationDataModule
+from translate.data.vocab import BOS_ID, EOS_ID
+from translate.model.module import TranslationModule
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from core.errors import InputError
+from core.runtime.errors import InputError
 from translate import Translator
 from translate.export import export_safetensors, main, transformer_spec
 
@@ -19,8 +19,8 @@ def _train(demo_dir: Path, out: Path, steps: int) -> Path:
     """A small translator trained long enough to end its outputs with EOS (a 20-step one only repeats a word)."""
     import lightning as L
 
-    from translate.data import TranslationDataModule
-    from translate.module import TranslationModule
+    from translate.data.corpus import TranslationDataModule
+    from translate.model.module import TranslationModule
 
     L.seed_everything(0, verbose=False)
     dm = TranslationDataModule(str(demo_dir / "train"), str(demo_dir / "val"), str(demo_dir / "test"), max_len=32,
@@ -87,7 +87,7 @@ def test_ctranslate2_int8_quantization_writes_a_model(ckpt, test_set, tmp_path):
 
 def test_ctranslate2_refuses_what_its_spec_cannot_express():
     pytest.importorskip("ctranslate2", reason="ctranslate2 not installed: pip install -e '.[export]'")
-    from translate.model import Translator as TranslatorModel
+    from translate.model.transformer import Translator as TranslatorModel
 
     model = TranslatorModel(8, 8, d_model=8, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_ff=16,
                             positions="rope")
@@ -113,7 +113,7 @@ def test_model_weights_survive_the_export_unchanged(ckpt, tmp_path):
 def test_ctranslate2_maps_post_ln_gelu_swiglu_learned_and_no_positions(ckpt, test_set, tmp_path, variant):
     pytest.importorskip("ctranslate2", reason="ctranslate2 not installed: pip install -e '.[export]'")
     from translate.export import CT2Translator, write_ctranslate2
-    from translate.model import Translator as TranslatorModel
+    from translate.model.transformer import Translator as TranslatorModel
 
     trained = Translator.load(ckpt)
     v = trained.src_vocab.vocab_size
@@ -135,7 +135,7 @@ def test_ctranslate2_conversion_leaves_the_live_model_untouched(ckpt, tmp_path, 
     """The converter edits some arrays in place; they must be copies (a shared buffer once rewrote our weights)."""
     pytest.importorskip("ctranslate2", reason="ctranslate2 not installed: pip install -e '.[export]'")
     from translate.export import write_ctranslate2
-    from translate.model import Translator as TranslatorModel
+    from translate.model.transformer import Translator as TranslatorModel
 
     trained = Translator.load(ckpt)
     v = trained.src_vocab.vocab_size

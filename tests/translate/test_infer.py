@@ -16,9 +16,9 @@ import torch
 
 from translate import api, average, infer
 from translate.api import Translator
-from translate.module import TranslationModule
-from translate.search import beam_search
-from translate.vocab import BOS_ID, EOS_ID
+from translate.data.vocab import BOS_ID, EOS_ID
+from translate.model.module import TranslationModule
+from translate.search.decoding import beam_search
 
 MAX_LEN = 32
 

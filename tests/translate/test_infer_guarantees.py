@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from core.lock import OutputLock
+from core.runtime.lock import OutputLock
 from translate import average, infer
 
 

@@ -1,6 +1,6 @@
 """Exact resume for Translate: a `fit` killed with SIGKILL mid-epoch and resumed from last.ckpt ends with the
 weights of an uninterrupted fit, bit for bit (CPU). Without BPE-dropout: sentencepiece's sampling repeats
-within a process only (see `translate.data.SampledSegmentations`)."""
+within a process only (see `translate.data.corpus.SampledSegmentations`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from core.checkpoint import load_checkpoint
+from core.runtime.checkpoint import load_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 CKPTS = Path("runs/translate_demo/checkpoints")  # where configs/translate/demo.yaml puts them, under the cwd

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from core.errors import UnsafeCheckpointError
+from core.runtime.errors import UnsafeCheckpointError
 from translate import average, infer
 from translate.api import Translator
 from translate.cli import main as cli_main
-from translate.module import TranslationModule
+from translate.model.module import TranslationModule
 
 REPO = Path(__file__).resolve().parents[2]
 KINDS = ("zip", "legacy", "in_hparams")

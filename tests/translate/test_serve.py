@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from core.serve import local_server
+from core.runtime.serve import local_server
 from translate import Translator
 from translate import serve as translate_serve
 

@@ -1,0 +1,285 @@
+"""Multi-head attention on `scaled_dot_product_attention`.
+
+The fast path never materialises the (Tq, Tk) weight matrix: SDPA picks a flash or fused
+kernel (on CPU too). Explanations need the weights, so a module whose `capture` attribute
+holds a list (see `core.nn.explain.AttentionCapture`) recomputes them explicitly and appends
+them there; the output is the same.
+
+Grouped-query attention: `n_kv_heads` key/value heads are shared by `n_heads / n_kv_heads`
+query heads each (1 = multi-query attention, `n_heads` = ordinary multi-head attention).
+
+Legend: B batch, T time, Tq queries, Tk keys, S source length, D model width,
+H query heads, Hkv key/value heads, Dh head width (D / H).
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import AbstractContextManager, nullcontext
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from core.nn.cpu_fastpath import sdpa_math_with_cheap_dropout
+from core.nn.kv_cache import KVCache, StaticKV
+from core.nn.masks import causal_mask, combine_masks
+from core.nn.positions import RotaryEmbedding, apply_rope
+
+# Longest key sequence for which bf16 training on CPU uses SDPA's math backend instead of the CPU
+# flash kernel, whose bf16 backward is slow at short lengths: flash / math forward+backward time was
+# 4.97x at T=16, 1.75x at 64, 1.40x at 128, 1.05x at 192 and 0.77x at 256 (benchmarks/
+# sdpa_cpu_backend.py, one thread). fp32 and inference keep SDPA's own choice (flash measured as fast
+# or faster at every length); fp16 (unusable on these CPUs) and GPUs were not measured and keep it too.
+MATH_MAX_KEYS = 128
+
+
+def sdpa_backend(q: Tensor, k: Tensor) -> AbstractContextManager:
+    """The SDPA backend context for this call: the math backend where it measured faster, else SDPA's choice."""
+    if (q.device.type == "cpu" and q.dtype == torch.bfloat16 and k.shape[-2] <= MATH_MAX_KEYS
+            and torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)):
+        return sdpa_kernel(SDPBackend.MATH)
+    return nullcontext()
+
+
+def attend(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    *,
+    is_causal: bool = False,
+    bias: Tensor | None = None,
+    dropout_p: float = 0.0,
+    capture: list[Tensor] | None = None,
+    cheap_dropout: bool = False,
+) -> Tensor:
+    """Scaled dot-product attention with grouped K/V heads, masks and additive bias.
+
+    Args:
+        q: (B, H, Tq, Dh) queries.
+        k: (B, Hkv, Tk, Dh) keys; Hkv divides H.
+        v: (B, Hkv, Tk, Dh) values.
+        mask: boolean, True = may attend, broadcastable to (B, H, Tq, Tk).
+        is_causal: queries are the last Tq of the Tk positions and see no later key.
+        bias: additive float bias broadcastable to (B, H, Tq, Tk) (e.g. ALiBi).
+        dropout_p: dropout on the attention weights (pass 0.0 in eval).
+        capture: when a list, the weights (B, H, Tq, Tk) are computed explicitly and
+            appended to it.
+        cheap_dropout: on the CPU, draw the dropout mask with `core.nn.cpu_fastpath` (its opt-in switch sets it).
+
+    Returns:
+        (B, H, Tq, Dh).
+    """
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    if is_causal and t_q == 1:
+        is_causal = False  # the single newest query may see every key
+    if is_causal and (mask is not None or bias is not None or t_q != t_k or capture is not None):
+        # SDPA cannot combine is_causal with attn_mask, and aligns it top-left.
+        mask = combine_masks(mask, causal_mask(t_q, t_k, device=q.device))
+        is_causal = False
+    attn_mask: Tensor | None = mask
+    if bias is not None:
+        bias = bias.to(q.dtype)
+        # finfo.min rather than -inf: a fully masked row must not turn into NaN.
+        attn_mask = bias if mask is None else bias.masked_fill(~mask, torch.finfo(q.dtype).min)
+    if capture is not None:
+        return _attend_explicit(q, k, v, attn_mask, mask, dropout_p, capture)
+    enable_gqa = k.shape[1] != q.shape[1]
+    if cheap_dropout and dropout_p > 0 and q.device.type == "cpu":
+        out = sdpa_math_with_cheap_dropout(q, k, v, attn_mask, dropout_p, is_causal, enable_gqa)
+    else:
+        with sdpa_backend(q, k):
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, enable_gqa=enable_gqa,
+            )
+    if bias is not None and mask is not None:
+        # With finite fill values a query that sees no key would average every value;
+        # give it 0, as SDPA does for a boolean mask and as capture mode does.
+        out = out.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    return out
+
+
+def _attend_explicit(
+    q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, mask: Tensor | None,
+    dropout_p: float, capture: list[Tensor],
+) -> Tensor:
+    """softmax(QK^T / sqrt(Dh) + bias) V with the weights kept; capture mode only."""
+    group = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(group, dim=1)  # (B, H, Tk, Dh)
+    v = v.repeat_interleave(group, dim=1)
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (B, H, Tq, Tk)
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else scores + attn_mask
+    # Softmax in at least fp32 (bf16 inputs), without lowering fp64.
+    weights = scores.softmax(dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32)).to(q.dtype)
+    if mask is not None:
+        # A query with no visible key gets zero weights (SDPA outputs 0 for it too).
+        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    capture.append(weights.detach())
+    if dropout_p > 0:
+        weights = F.dropout(weights, p=dropout_p)
+    return weights @ v
+
+
+class _HeadsMixin(nn.Module):
+    """Shared head bookkeeping and argument checks."""
+
+    cheap_dropout = False  # `core.nn.cpu_fastpath.enable_cpu_fastpath` sets it on the instances it speeds up
+
+    def _init_heads(self, d_model: int, n_heads: int, n_kv_heads: int | None, dropout: float) -> None:
+        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        if n_heads <= 0 or d_model % n_heads:
+            raise ValueError(f"`n_heads` ({n_heads}) must divide `d_model` ({d_model})")
+        if n_kv_heads <= 0 or n_heads % n_kv_heads:
+            raise ValueError(f"`n_kv_heads` ({n_kv_heads}) must divide `n_heads` ({n_heads})")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"`dropout` must be in [0, 1), got {dropout}")
+        self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
+        self.head_dim = d_model // n_heads
+        self.kv_dim = n_kv_heads * self.head_dim
+        self.dropout = dropout
+        # A list here switches on capture mode (see core.nn.explain.AttentionCapture).
+        self.capture: list[Tensor] | None = None
+
+    def _split(self, x: Tensor, heads: int) -> Tensor:
+        b, t, _ = x.shape
+        return x.view(b, t, heads, self.head_dim).transpose(1, 2)  # (B, heads, T, Dh)
+
+    def _merge(self, x: Tensor) -> Tensor:
+        b, _, t, _ = x.shape
+        return x.transpose(1, 2).reshape(b, t, self.d_model)  # (B, T, D)
+
+    def _dropout_p(self) -> float:
+        return self.dropout if self.training else 0.0
+
+
+class MultiHeadAttention(_HeadsMixin):
+    """Self-attention with one fused QKV projection.
+
+    Args:
+        d_model: model width D.
+        n_heads: query heads H; must divide D.
+        n_kv_heads: key/value heads (grouped-query attention); must divide H. Default H.
+        dropout: dropout on attention weights during training.
+        bias: whether projections have a bias.
+    """
+
+    def __init__(
+        self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, dropout: float = 0.0, bias: bool = True
+    ):
+        super().__init__()
+        self._init_heads(d_model, n_heads, n_kv_heads, dropout)
+        self.qkv = nn.Linear(d_model, d_model + 2 * self.kv_dim, bias=bias)  # rows: [q; k; v]
+        self.out = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        *,
+        is_causal: bool = False,
+        rope: RotaryEmbedding | None = None,
+        bias: Tensor | None = None,
+        cache: KVCache | None = None,
+        last: int | None = None,
+    ) -> Tensor:
+        """Attend x to itself (and to the cached past).
+
+        Args:
+            x: (B, T, D) inputs; with a cache, the new steps only.
+            mask: boolean, True = may attend, broadcastable to (B, H, T, Tk).
+            is_causal: forbid attending to later positions.
+            rope: rotary table, applied at absolute positions (cache length onwards).
+            bias: additive bias broadcastable to (B, H, T, Tk), e.g. ALiBi.
+            cache: self-attention cache; new keys/values are appended to it.
+            last: only the last `last` positions query (all are keys): a model that needs one
+                output per sequence skips the other queries' attention and everything after it.
+
+        Returns:
+            (B, T, D), or (B, last, D).
+        """
+        q, k, v = self.qkv(x).split([self.d_model, self.kv_dim, self.kv_dim], dim=-1)
+        q, k, v = self._split(q, self.n_heads), self._split(k, self.n_kv_heads), self._split(v, self.n_kv_heads)
+        if rope is not None:
+            q, k = apply_rope(q, k, rope, offset=0 if cache is None else cache.length)
+        if cache is not None:
+            k, v = cache.append(k, v)  # (B, Hkv, Tk, Dh)
+        if last is not None and last < q.shape[2]:
+            q = q[:, :, -last:]
+            mask = mask if mask is None or mask.shape[-2] == 1 else mask[..., -last:, :]
+            bias = bias if bias is None or bias.shape[-2] == 1 else bias[..., -last:, :]
+        out = attend(q, k, v, mask, is_causal=is_causal, bias=bias, dropout_p=self._dropout_p(), capture=self.capture,
+                     cheap_dropout=self.cheap_dropout)
+        return self.out(self._merge(out))
+
+
+class CrossAttention(_HeadsMixin):
+    """Attention from decoder states to an encoder output (memory).
+
+    Shared memory rows: the memory may have fewer rows than the queries (Bm dividing B); each memory
+    row then serves G = B / Bm consecutive query rows, e.g. several decodings of one input. The
+    result equals repeating every memory row G times, but its keys and values are projected, cached
+    and read once per memory row instead of G times.
+
+    Args:
+        d_model: model width D (of both queries and memory).
+        n_heads: query heads H; must divide D.
+        n_kv_heads: key/value heads; must divide H. Default H.
+        dropout: dropout on attention weights during training.
+        bias: whether projections have a bias.
+    """
+
+    def __init__(
+        self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, dropout: float = 0.0, bias: bool = True
+    ):
+        super().__init__()
+        self._init_heads(d_model, n_heads, n_kv_heads, dropout)
+        self.q = nn.Linear(d_model, d_model, bias=bias)
+        self.kv = nn.Linear(d_model, 2 * self.kv_dim, bias=bias)  # rows: [k; v]
+        self.out = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(
+        self, x: Tensor, memory: Tensor, mask: Tensor | None = None, *, cache: StaticKV | None = None
+    ) -> Tensor:
+        """Attend x to memory.
+
+        Args:
+            x: (B, T, D) queries.
+            memory: (Bm, S, D) encoder output, Bm dividing B (shared memory rows, see the class);
+                ignored when the cache already holds its K/V.
+            mask: boolean, True = may attend, broadcastable to (Bm, H, T, S), e.g. source padding;
+                with shared rows (Bm < B) one row per memory row, (Bm, 1, 1, S).
+            cache: stores the memory's keys/values on first use, so later steps skip them.
+
+        Returns:
+            (B, T, D).
+        """
+        q = self._split(self.q(x), self.n_heads)  # (B, H, T, Dh)
+        if cache is not None and cache.is_set:
+            k, v = cache.k, cache.v
+        else:
+            k, v = self.kv(memory).split([self.kv_dim, self.kv_dim], dim=-1)
+            k, v = self._split(k, self.n_kv_heads), self._split(v, self.n_kv_heads)  # (Bm, Hkv, S, Dh)
+            if cache is not None:
+                cache.set(k, v)
+        assert k is not None and v is not None
+        b, h, t, dh = q.shape
+        bm = k.shape[0]
+        if b % bm:
+            raise ValueError(f"memory rows ({bm}) must divide query rows ({b}): each memory row serves "
+                             "the same number of consecutive query rows")
+        g = b // bm  # query rows per memory row
+        # The G query rows of a memory row attend as one row of G*T queries.
+        q = q.view(bm, g, h, t, dh).transpose(1, 2).reshape(bm, h, g * t, dh)  # (Bm, H, G*T, Dh)
+        if t == 1 and g > 1:
+            # One incremental step: the G queries as G heads per key/value head (SDPA's GQA), one query
+            # each. Measured at a beam-5 search's shape (benchmarks/translate_speed.py): SDPA 1.6-1.8x
+            # faster than G queries of one head with 2 threads, 2.3% of the whole search; level with 1.
+            q = q.reshape(bm, h * g, 1, dh)  # (Bm, H*G, 1, Dh)
+        out = attend(q, k, v, mask, dropout_p=self._dropout_p(), capture=self.capture, cheap_dropout=self.cheap_dropout)
+        out = out.view(bm, h, g, t, dh).transpose(1, 2).reshape(b, h, t, dh)  # (B, H, T, Dh)
+        if self.capture is not None and g > 1:  # report weights per query row, as without shared rows
+            self.capture[-1] = self.capture[-1].view(bm, h, g, t, -1).transpose(1, 2).reshape(b, h, t, -1)
+        return self.out(self._merge(out))

@@ -1,0 +1,168 @@
+"""Transformer layers: feed-forward, encoder layer, decoder layer; pre-LN or post-LN.
+
+Pre-LN (`norm_first=True`, default): x + f(norm(x)); trains without warmup tricks and
+needs a final norm after the stack. Post-LN: norm(x + f(x)), the original Transformer.
+
+Legend: B batch, T target/time, S source, D model width, F feed-forward width.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from core.nn.attention import CrossAttention, MultiHeadAttention
+from core.nn.kv_cache import KVCache, StaticKV
+from core.nn.positions import RotaryEmbedding
+
+Activation = Literal["gelu", "relu", "swiglu"]
+
+
+class FeedForward(nn.Module):
+    """Position-wise feed-forward network.
+
+    Args:
+        d_model: model width D.
+        d_ff: hidden width F.
+        dropout: dropout after the activation.
+        activation: "gelu", "relu", or "swiglu" (Shazeer, 2020: silu(xW) * xV, two input
+            projections of width F each).
+    """
+
+    def __init__(self, d_model: int, d_ff: int, *, dropout: float = 0.0, activation: Activation = "gelu"):
+        super().__init__()
+        if activation not in ("gelu", "relu", "swiglu"):
+            raise ValueError(f"`activation` must be 'gelu', 'relu' or 'swiglu', got {activation!r}")
+        self.activation = activation
+        self.up = nn.Linear(d_model, 2 * d_ff if activation == "swiglu" else d_ff)
+        self.down = nn.Linear(d_ff, d_model)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """(B, T, D) -> (B, T, D)."""
+        h = self.up(x)  # (B, T, F) or (B, T, 2F)
+        if self.activation == "swiglu":
+            gate, value = h.chunk(2, dim=-1)
+            h = F.silu(gate) * value
+        else:
+            h = F.gelu(h) if self.activation == "gelu" else F.relu(h)
+        return self.down(self.drop(h))
+
+
+class _Residual(nn.Module):
+    """One sublayer with its norm, dropout and residual connection."""
+
+    def __init__(self, d_model: int, *, dropout: float, norm_first: bool):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.drop = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def forward(self, x: Tensor, fn: Callable[[Tensor], Tensor]) -> Tensor:
+        # `fn` may return only the last positions (see `EncoderLayer`'s `last`): the residual follows it.
+        if self.norm_first:
+            out = fn(self.norm(x))
+            return x[:, x.shape[1] - out.shape[1] :] + self.drop(out)
+        out = fn(x)
+        return self.norm(x[:, x.shape[1] - out.shape[1] :] + self.drop(out))
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention + feed-forward. Causal when called with `is_causal=True`.
+
+    Args:
+        d_model: model width D.
+        n_heads: attention heads.
+        n_kv_heads: key/value heads for grouped-query attention (default n_heads).
+        d_ff: feed-forward width.
+        dropout: dropout on sublayer outputs and inside the feed-forward.
+        attn_dropout: dropout on attention weights.
+        ff_dropout: dropout after the feed-forward activation (fairseq's `activation_dropout`);
+            None uses `dropout`.
+        activation: feed-forward activation.
+        norm_first: pre-LN (True) or post-LN (False).
+    """
+
+    def __init__(
+        self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, d_ff: int, dropout: float = 0.0,
+        attn_dropout: float = 0.0, ff_dropout: float | None = None, activation: Activation = "gelu",
+        norm_first: bool = True,
+    ):
+        super().__init__()
+        attn = dict(n_kv_heads=n_kv_heads, dropout=attn_dropout)
+        ff_p = dropout if ff_dropout is None else ff_dropout
+        res = dict(dropout=dropout, norm_first=norm_first)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, **attn)
+        self.ff = FeedForward(d_model, d_ff, dropout=ff_p, activation=activation)
+        self.attn_block = _Residual(d_model, **res)
+        self.ff_block = _Residual(d_model, **res)
+
+    def forward(
+        self, x: Tensor, mask: Tensor | None = None, *, is_causal: bool = False,
+        rope: RotaryEmbedding | None = None, bias: Tensor | None = None, cache: KVCache | None = None,
+        last: int | None = None,
+    ) -> Tensor:
+        """(B, T, D) -> (B, T, D), or (B, last, D) with `last`; arguments as in `MultiHeadAttention.forward`."""
+        x = self.attn_block(
+            x, lambda h: self.self_attn(h, mask, is_causal=is_causal, rope=rope, bias=bias, cache=cache, last=last)
+        )
+        return self.ff_block(x, self.ff)
+
+
+class DecoderLayer(nn.Module):
+    """Causal self-attention + cross-attention to the encoder + feed-forward.
+
+    Args:
+        d_model: model width D.
+        n_heads: attention heads (self and cross).
+        n_kv_heads: key/value heads for grouped-query attention (default n_heads).
+        d_ff: feed-forward width.
+        dropout: dropout on sublayer outputs and inside the feed-forward.
+        attn_dropout: dropout on attention weights.
+        ff_dropout: dropout after the feed-forward activation (fairseq's `activation_dropout`);
+            None uses `dropout`.
+        activation: feed-forward activation.
+        norm_first: pre-LN (True) or post-LN (False).
+    """
+
+    def __init__(
+        self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, d_ff: int, dropout: float = 0.0,
+        attn_dropout: float = 0.0, ff_dropout: float | None = None, activation: Activation = "gelu",
+        norm_first: bool = True,
+    ):
+        super().__init__()
+        attn = dict(n_kv_heads=n_kv_heads, dropout=attn_dropout)
+        ff_p = dropout if ff_dropout is None else ff_dropout
+        res = dict(dropout=dropout, norm_first=norm_first)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, **attn)
+        self.cross_attn = CrossAttention(d_model, n_heads, **attn)
+        self.ff = FeedForward(d_model, d_ff, dropout=ff_p, activation=activation)
+        self.self_block = _Residual(d_model, **res)
+        self.cross_block = _Residual(d_model, **res)
+        self.ff_block = _Residual(d_model, **res)
+
+    def forward(
+        self, x: Tensor, memory: Tensor, memory_mask: Tensor | None = None, *, self_mask: Tensor | None = None,
+        rope: RotaryEmbedding | None = None, bias: Tensor | None = None,
+        cache: KVCache | None = None, cross_cache: StaticKV | None = None,
+    ) -> Tensor:
+        """Decode x, (B, T, D), against memory, (B, S, D).
+
+        Args:
+            x: target states; with a cache, only the new steps.
+            memory: encoder output: B rows, or fewer shared by consecutive rows of x (see `CrossAttention`).
+            memory_mask: source padding mask, broadcastable to (memory rows, H, T, S).
+            self_mask: extra target mask (e.g. target padding); causality is always applied.
+            rope: rotary table for self-attention.
+            bias: additive self-attention bias (ALiBi).
+            cache: self-attention KV cache.
+            cross_cache: encoder K/V cache.
+        """
+        x = self.self_block(
+            x, lambda h: self.self_attn(h, self_mask, is_causal=True, rope=rope, bias=bias, cache=cache)
+        )
+        x = self.cross_block(x, lambda h: self.cross_attn(h, memory, memory_mask, cache=cross_cache))
+        return self.ff_block(x, self.ff)

@@ -1,0 +1,169 @@
+"""Attention capture and the tools that read it: entropy, rollout, JSON and heatmaps.
+
+Weights are computed only inside `AttentionCapture`: the fast path never builds them.
+Attention is not proof of what drove a prediction; apps report an occlusion check beside it.
+
+Legend: B batch, H heads, Tq queries, Tk keys, L layers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from core.nn.attention import CrossAttention, MultiHeadAttention
+
+
+class AttentionCapture:
+    """Context manager that records attention weights of every attention module in a model.
+
+    Inside the block each `MultiHeadAttention` / `CrossAttention` computes its weights
+    explicitly (same output as the fast path) and appends them, one (B, H, Tq, Tk) tensor
+    per call, under its module name.
+
+    Example:
+        with AttentionCapture(model) as cap:
+            model(x)
+        self_attn = cap.layers("self_attn")  # list over layers of (B, H, T, T)
+
+    Args:
+        model: any module containing core attention modules.
+    """
+
+    def __init__(self, model: nn.Module):
+        self.modules = {
+            name: m for name, m in model.named_modules() if isinstance(m, MultiHeadAttention | CrossAttention)
+        }
+        if not self.modules:
+            raise ValueError(f"{type(model).__name__} contains no core attention module to capture")
+        self.weights: dict[str, list[Tensor]] = {}
+
+    def __enter__(self) -> AttentionCapture:
+        self.weights = {name: [] for name in self.modules}
+        for name, m in self.modules.items():
+            m.capture = self.weights[name]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for m in self.modules.values():
+            m.capture = None
+
+    def layers(self, kind: str = "self_attn") -> list[Tensor]:
+        """Weights of each module whose name ends with `kind`, in layer order.
+
+        Several calls to one module (incremental decoding) are concatenated on the query axis.
+
+        Returns:
+            list over layers of (B, H, Tq, Tk).
+        """
+        out = []
+        for name, calls in self.weights.items():
+            if name.split(".")[-1] == kind and calls:
+                out.append(calls[0] if len(calls) == 1 else _concat_queries(calls))
+        if not out:
+            raise ValueError(f"no captured weights for modules named {kind!r}; have {sorted(self.weights)}")
+        return out
+
+
+def _concat_queries(calls: list[Tensor]) -> Tensor:
+    """Stack per-step weights whose key length grows, right-padding keys with zeros."""
+    t_k = max(w.shape[-1] for w in calls)
+    padded = [torch.nn.functional.pad(w, (0, t_k - w.shape[-1])) for w in calls]
+    return torch.cat(padded, dim=-2)
+
+
+def attention_entropy(weights: Tensor) -> Tensor:
+    """Shannon entropy (nats) of each attention row; 0 log 0 counts as 0.
+
+    Args:
+        weights: (..., Tq, Tk) rows that sum to 1.
+
+    Returns:
+        (..., Tq). A uniform row over n keys gives log n; a one-hot row 0.
+    """
+    logs = torch.where(weights > 0, weights.log(), torch.zeros_like(weights))
+    return -(weights * logs).sum(dim=-1)
+
+
+def attention_rollout(layers: Sequence[Tensor], residual: bool = True) -> Tensor:
+    """Attention rollout (Abnar & Zuidema, 2020) through a stack of self-attention layers.
+
+    Heads are averaged; with `residual`, each layer becomes 0.5 A + 0.5 I (the skip
+    connection) and rows are renormalised; the layers are multiplied from the last down.
+
+    Args:
+        layers: per-layer weights, each (B, H, T, T), first layer first.
+        residual: account for the residual connection.
+
+    Returns:
+        (B, T, T): how much each output position draws on each input position.
+    """
+    if not layers:
+        raise ValueError("attention_rollout needs at least one layer of weights")
+    rollout: Tensor | None = None
+    for w in layers:
+        a = w.float().mean(dim=1)  # (B, T, T)
+        if residual:
+            a = 0.5 * a + 0.5 * torch.eye(a.shape[-1], device=a.device)
+            a = a / a.sum(dim=-1, keepdim=True)
+        rollout = a if rollout is None else a @ rollout
+    assert rollout is not None
+    return rollout
+
+
+def save_attention_json(
+    path: str | Path, matrix: Tensor, queries: Sequence[str], keys: Sequence[str], **meta: object
+) -> None:
+    """Write one (Tq, Tk) weight matrix with its labels as a JSON object.
+
+    Args:
+        path: output file.
+        matrix: (Tq, Tk) weights.
+        queries: Tq labels (rows).
+        keys: Tk labels (columns).
+        meta: extra fields stored as-is (model name, layer, ...).
+    """
+    _check_labels(matrix, queries, keys)
+    record = {"queries": list(queries), "keys": list(keys), "weights": matrix.float().tolist(), **meta}
+    Path(path).write_text(json.dumps(record))
+
+
+def save_heatmap(
+    path: str | Path, matrix: Tensor, queries: Sequence[str], keys: Sequence[str], title: str = ""
+) -> None:
+    """Render a (Tq, Tk) weight matrix as a labelled PNG heatmap (matplotlib, Agg backend).
+
+    Args:
+        path: output .png file.
+        matrix: (Tq, Tk) weights.
+        queries: Tq row labels.
+        keys: Tk column labels.
+        title: figure title.
+    """
+    _check_labels(matrix, queries, keys)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t_q, t_k = matrix.shape
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.4 * t_k + 2), max(3.0, 0.4 * t_q + 1.5)))
+    im = ax.imshow(matrix.float().cpu().numpy(), cmap="viridis", vmin=0.0, aspect="auto")
+    ax.set_xticks(range(t_k), list(keys), rotation=90)
+    ax.set_yticks(range(t_q), list(queries))
+    ax.set_title(title)
+    fig.colorbar(im, ax=ax)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _check_labels(matrix: Tensor, queries: Sequence[str], keys: Sequence[str]) -> None:
+    if matrix.dim() != 2 or matrix.shape != (len(queries), len(keys)):
+        raise ValueError(
+            f"matrix of shape {tuple(matrix.shape)} does not match {len(queries)} query and {len(keys)} key labels"
+        )

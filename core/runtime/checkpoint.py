@@ -1,0 +1,299 @@
+"""Open a checkpoint file a user named, safely: no code in it ever runs.
+
+Every reader of checkpoints in both apps (the CLIs, `--ckpt_path` through `SafeCheckpointIO`,
+averaging, ensembles, the Python API, `load_from_checkpoint`) goes through `load_checkpoint`,
+which unpickles with `torch.load(weights_only=True)`: PyTorch's restricted unpickler builds
+tensors, plain containers and the types in `ALLOWED_GLOBALS`, and refuses any other global
+before calling it. A refused file is one `UnsafeCheckpointError` line naming the file and the
+first global it asked for.
+
+What we write holds only tensors and plain data (numbers, strings, bytes, lists, dicts): the
+vocabularies are stored as lists of ids or sentencepiece protos, the hyper-parameters as
+plain values, RNG states as tensors and ints (`core.runtime.resume`). `tests/core/test_checkpoint.py`
+checks that checkpoints written by both apps name no global outside PyTorch's weights-only set,
+so checkpoints written before this loader existed load unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import io
+import pickle
+import pickletools
+import re
+import warnings
+import zipfile
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+from torch import nn
+
+from core.runtime.errors import InputError, UnsafeCheckpointError
+
+# Types our checkpoints hold beyond what PyTorch's weights-only unpickler accepts by itself
+# (tensors, storages, dtypes, OrderedDict, plain containers). None today: keep it that way, and
+# add a type here only with a test that writes it.
+ALLOWED_GLOBALS: list[Any] = []
+
+MAX_CHECKPOINT_BYTES = 64 << 30  # a bigger file is not one of ours; refuse before reading it
+_GLOBAL = re.compile(r"GLOBAL ([\w.]+)")
+# Globals PyTorch's own checkpoints name, which its restricted unpickler accepts by itself.
+_TORCH_GLOBAL = re.compile(r"^(torch\.|collections\.OrderedDict$|_codecs\.encode$)")
+
+
+def load_checkpoint(path: str | Path, written_by: str, mmap: bool = False) -> Any:
+    """The checkpoint at `path`, on CPU, unpickled with PyTorch's restricted (weights-only) unpickler.
+
+    Args:
+        path: the file the user passed.
+        written_by: the command that writes such checkpoints (`python -m translate fit`), for the hint.
+        mmap: map the tensors from the file (copy-on-write) instead of reading them: only the pages a
+            reader touches enter memory (a 5M-item table, or optimizer states nobody reads, stay on disk).
+
+    Raises:
+        FileNotFoundError: no such file.
+        UnsafeCheckpointError: the pickle names a global outside the allow-list (nothing of it ran).
+        InputError: the file is not a readable PyTorch checkpoint.
+
+    The caller checks that the content is its own kind of checkpoint: only it knows which keys it needs.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: checkpoint not found; pass the .ckpt written by `{written_by}`")
+    if path.stat().st_size > MAX_CHECKPOINT_BYTES:
+        raise InputError(f"{path}: {path.stat().st_size:,} bytes, larger than any checkpoint this product writes "
+                         f"({MAX_CHECKPOINT_BYTES:,}); pass the .ckpt written by `{written_by}`")
+    # torch maps only its zip format; a legacy or raw pickle is read instead, so it is refused or read as without mmap.
+    mmap = mmap and zipfile.is_zipfile(path)
+    try:
+        with torch.serialization.safe_globals(ALLOWED_GLOBALS), warnings.catch_warnings():
+            # A raw pickle (not torch.save's) makes torch warn about its protocol before refusing or reading it.
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except pickle.UnpicklingError as err:
+        if "Weights only load failed" in str(err) and (refused := refusal(path, err, written_by)) is not None:
+            raise refused from None
+        raise InputError(f"{path}: not a readable PyTorch checkpoint (UnpicklingError); "
+                         f"pass the .ckpt written by `{written_by}`") from None
+    except OSError as err:
+        raise InputError(f"{path}: cannot read it ({err.strerror or type(err).__name__})") from None
+    except Exception as err:  # noqa: BLE001 - a corrupt file fails in many ways; all are the same user mistake
+        raise InputError(f"{path}: not a readable PyTorch checkpoint ({type(err).__name__}); "
+                         f"pass the .ckpt written by `{written_by}`") from None
+
+
+# The name the apps used before this loader; kept so older imports keep working.
+read_checkpoint_file = load_checkpoint
+
+Module = TypeVar("Module", bound=nn.Module)
+
+
+def load_module(cls: type[Module], path: str | Path, written_by: str, app: str,
+                required: Iterable[str] = (), mmap: bool = False) -> tuple[Module, dict[str, Any]]:
+    """A `cls` rebuilt from a checkpoint's hyper-parameters and weights (eval mode, CPU), and the checkpoint dict.
+
+    The one checkpoint-to-module loader of both apps (their Python APIs, hence their CLIs). `cls` is a
+    LightningModule whose constructor is the config schema; hyper-parameters it does not accept
+    (LightningCLI's bookkeeping such as `_instantiator`) are left out.
+
+    Args:
+        cls: the module class, e.g. `StreamRecModule`.
+        path: the checkpoint the user passed.
+        written_by: the command that writes such checkpoints (`python -m streamrec fit`), for the hints.
+        app: the app's name in messages ("StreamRec").
+        required: keys besides `hyper_parameters` and `state_dict` the checkpoint must hold (a vocabulary).
+        mmap: the weights stay mapped from the file (`load_checkpoint`); the file must not change while in use.
+
+    Raises:
+        FileNotFoundError, UnsafeCheckpointError, InputError: as `load_checkpoint`; InputError also for a
+        checkpoint of another kind or weights that do not fit its hyper-parameters.
+    """
+    state = load_checkpoint(path, written_by, mmap=mmap)
+    missing = [key for key in ("hyper_parameters", "state_dict", *required)
+               if not isinstance(state, dict) or key not in state]
+    if missing or not isinstance(state["hyper_parameters"], dict):
+        raise InputError(f"{path}: not a {app} checkpoint (no {(missing or ['hyper_parameters'])[0]}); "
+                         f"pass a checkpoint written by `{written_by}`")
+    accepted = inspect.signature(cls).parameters
+    try:
+        with _skip_weight_init():
+            module = cls(**{k: v for k, v in state["hyper_parameters"].items() if k in accepted})
+        _assign_weights(module, state["state_dict"])
+    except (RuntimeError, TypeError, ValueError) as err:  # torch lists every mismatching tensor; one is enough
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise InputError(f"{path}: weights do not fit the stored hyperparameters ({first}); "
+                         f"pass a checkpoint written by `{written_by}`") from None
+    return module.eval(), state
+
+
+_INIT_FUNCTIONS = ("uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_", "eye_",
+                   "xavier_uniform_", "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "orthogonal_")
+
+
+@contextlib.contextmanager
+def _skip_weight_init() -> Iterator[None]:
+    """Build a module whose weights are about to be replaced without drawing random ones.
+
+    Random initialisation writes every page of every weight; a 5M-item table (1.2 GB) was then held
+    twice, the random one and the checkpoint's. Left uninitialised (`torch.empty`), those pages are
+    never touched. Buffers computed in constructors (position tables) are unaffected.
+    """
+    saved = {name: getattr(nn.init, name) for name in _INIT_FUNCTIONS}
+    for name in saved:
+        setattr(nn.init, name, lambda tensor, *args, **kwargs: tensor)
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(nn.init, name, fn)
+
+
+def _assign_weights(module: nn.Module, state_dict: dict[str, torch.Tensor]) -> None:
+    """`load_state_dict(strict=True)` that takes the checkpoint's tensors instead of copying them.
+
+    Assigning keeps one copy of each weight in memory; parameters the module shares under several
+    names (tied embeddings) are re-tied afterwards, since assignment gives each name its own Parameter.
+    """
+    shared: dict[int, list[str]] = {}
+    for name, param in module.named_parameters(remove_duplicate=False):
+        shared.setdefault(id(param), []).append(name)
+    module.load_state_dict(state_dict, assign=True)
+    for first, *others in (names for names in shared.values() if len(names) > 1):
+        param = module.get_parameter(first)
+        for name in others:
+            owner, _, leaf = name.rpartition(".")
+            setattr(module.get_submodule(owner), leaf, param)
+
+
+def refusal(path: str | Path, err: Exception, written_by: str = "python -m <app> fit") -> UnsafeCheckpointError | None:
+    """The one-line refusal of a checkpoint whose pickle names a global the restricted unpickler stopped.
+
+    None when no such global is found: the file is then merely not a checkpoint (text, garbage).
+    """
+    found = _GLOBAL.search(str(err))
+    name = found.group(1) if found else first_foreign_global(path)
+    if name is None:
+        return None
+    return UnsafeCheckpointError(
+        f"{path}: refused: its pickle names the global `{name}`, which is not among the types our checkpoints "
+        f"hold; this product never executes code from checkpoints; use a checkpoint written by `{written_by}`")
+
+
+def first_foreign_global(path: str | Path) -> str | None:
+    """The first global a pickle (plain, or a torch zip's data.pkl) names that PyTorch's own pickles do not.
+
+    Read with `pickletools.genops`, which parses opcodes and calls nothing.
+    """
+    try:
+        data = Path(path).read_bytes()
+        if zipfile.is_zipfile(io.BytesIO(data)):
+            with zipfile.ZipFile(io.BytesIO(data)) as z:
+                data = z.read(next(n for n in z.namelist() if n.endswith("data.pkl")))
+        for name in _pickle_globals(data):
+            if not _TORCH_GLOBAL.match(name):
+                return name
+    except Exception:  # noqa: BLE001 - only for the message; the file is refused either way
+        return None
+    return None
+
+
+def _pickle_globals(data: bytes) -> Iterable[str]:
+    """`module.name` of every GLOBAL / STACK_GLOBAL in the pickles concatenated in `data`."""
+    stream = io.BytesIO(data)
+    while stream.tell() < len(data):
+        strings: list[str] = []
+        for op, arg, _ in pickletools.genops(stream):
+            if op.name in ("GLOBAL", "INST"):
+                yield str(arg).replace(" ", ".")
+            elif op.name == "STACK_GLOBAL" and len(strings) >= 2:
+                yield f"{strings[-2]}.{strings[-1]}"
+            elif isinstance(arg, str):
+                strings.append(arg)
+
+
+class SafeLoadMixin:
+    """Makes a LightningModule's `load_from_checkpoint` use the restricted unpickler with a one-line refusal.
+
+    Lightning's own default may change between versions; ours does not.
+    """
+
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path: str | Path, *args: Any, **kwargs: Any) -> Any:
+        kwargs["weights_only"] = True
+        try:
+            with torch.serialization.safe_globals(ALLOWED_GLOBALS):
+                return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)  # type: ignore[misc]
+        except pickle.UnpicklingError as err:
+            refused = refusal(checkpoint_path, err) if "Weights only load failed" in str(err) else None
+            if refused is None:
+                raise
+            raise refused from None
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Refuse in one line a checkpoint whose tensors do not fit this module (other data or settings).
+
+        `test --ckpt_path` on other data builds the module from the data, so Lightning's `load_state_dict`
+        would fail with a traceback listing every tensor. Lightning calls this hook just before it.
+        """
+        super().on_load_checkpoint(checkpoint)  # type: ignore[misc]
+        if "state_dict" not in checkpoint:  # nothing to load (a hook called with other parts only)
+            return
+        trainer = getattr(self, "_trainer", None)
+        problem = checkpoint_mismatch(self.state_dict(), checkpoint["state_dict"],  # type: ignore[attr-defined]
+                                      getattr(trainer, "ckpt_path", None), getattr(self, "strict_loading", True))
+        if problem is not None:
+            raise ValueError(problem)
+
+
+def checkpoint_mismatch(ours: Mapping[str, Any], theirs: Mapping[str, Any], path: str | Path | None = None,
+                        strict: bool = True) -> str | None:
+    """One line naming the first tensor that keeps `theirs` (a checkpoint) from loading into `ours`, or None.
+
+    Args:
+        ours: the module's state dict.
+        theirs: the checkpoint's.
+        path: the checkpoint file, for the message.
+        strict: also report tensors that only one side has (as `load_state_dict(strict=True)` would).
+    """
+    def dims(t: Any) -> str:
+        return " x ".join(map(str, t.shape)) or "a scalar"
+
+    bad = [k for k, v in theirs.items() if k in ours and hasattr(v, "shape") and tuple(v.shape) != tuple(ours[k].shape)]
+    missing = [k for k in ours if k not in theirs] if strict else []
+    unexpected = [k for k in theirs if k not in ours] if strict else []
+    if bad:
+        problem = f"{bad[0]} is {dims(theirs[bad[0]])} there but {dims(ours[bad[0]])} here"
+    elif missing:
+        problem = f"it has no {missing[0]}"
+    elif unexpected:
+        problem = f"it has {unexpected[0]}, which this model does not"
+    else:
+        return None
+    others = len(bad) + len(missing) + len(unexpected) - 1
+    more = f" (and {others} more)" if others else ""
+    where = f"checkpoint {path}" if path else "the checkpoint"
+    return (f"{where} does not fit this model: {problem}{more}; it was trained on other data or settings: "
+            "pass the config and data it was trained with")
+
+
+def stale_last_checkpoint_warnings(callbacks: Iterable[Any]) -> list[str]:
+    """One line per `ModelCheckpoint(monitor=..., save_last=True or "link")` whose last.ckpt would go stale.
+
+    Since Lightning 2.6 such a callback writes last.ckpt only when it also saves a top-k checkpoint,
+    i.e. when the monitored metric improves; `fit --ckpt_path last.ckpt` would then restart from the
+    best epoch and repeat the ones after it. The shipped configs keep a separate `filename: last`
+    callback instead, which writes every epoch.
+    """
+    lines = []
+    for cb in callbacks:
+        # Read by attribute (a ModelCheckpoint or a subclass), so `core` needs no Lightning import.
+        if getattr(cb, "save_last", None) and getattr(cb, "monitor", None) and getattr(cb, "save_top_k", -1) != -1:
+            lines.append(
+                f"ModelCheckpoint(monitor={cb.monitor!r}, save_last=true) rewrites last.ckpt only when "
+                f"{cb.monitor} improves, so resuming from it repeats epochs; drop save_last and add a ModelCheckpoint "
+                f"with filename: last (no monitor), as configs/*/demo.yaml do"
+            )
+    return lines

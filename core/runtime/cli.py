@@ -1,0 +1,276 @@
+"""What the two apps' LightningCLI entry points share: config mistakes end in one line, and `AppCLI`'s
+hooks (the CPU precision fallback, safe checkpoint reading and atomic writing, exact resume, one
+`fit` per run folder that never overwrites an earlier fit's checkpoints unless told `--overwrite`,
+stale `last.ckpt` warnings, training curves drawn at the end of `fit`).
+
+jsonargparse answers a wrong key or value with the whole usage (80+ lines) and names neither the
+YAML file that set it nor, for a syntax error, the file at all ("<unicode string>"). Here a YAML
+file that does not parse is reported as FILE:LINE:COLUMN before the CLI starts, and a rejected
+key or value is one line naming the key and the `--config` file that set it.
+
+Unlike the rest of `core/`, this module needs Lightning and PyYAML (both come with Lightning).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import yaml
+from jsonargparse import set_parsing_settings
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from lightning.fabric.utilities.rank_zero import rank_zero_only
+from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+
+from core.runtime.checkpoint import load_checkpoint, stale_last_checkpoint_warnings
+from core.runtime.checkpoint_io import SafeCheckpointIO
+from core.runtime.curves import plot_curves, read_metrics
+from core.runtime.errors import InputError
+from core.runtime.lock import OutputLock
+from core.runtime.precision import cpu_precision_fallback
+from core.runtime.resume import ExactResume
+
+RESUME_KEYWORDS = ("last", "hpc")  # `--ckpt_path` values with which Lightning resumes the run's own checkpoints
+_KEY = re.compile(r"""(?:option|key) ["']([\w.]+)["']""", re.IGNORECASE)
+_SUBCOMMAND = re.compile(r"^Subcommand '(\w+)'")
+
+
+def config_files(args: Sequence[str]) -> list[str]:
+    """The files given as `--config FILE`, `--config=FILE` or `-c FILE`, in order."""
+    files = []
+    for i, arg in enumerate(args):
+        if arg in ("--config", "-c") and i + 1 < len(args):
+            files.append(args[i + 1])
+        elif arg.startswith("--config="):
+            files.append(arg.removeprefix("--config="))
+    return files
+
+
+def check_yaml_syntax(files: Sequence[str]) -> None:
+    """Raise ValueError naming FILE:LINE:COLUMN for the first config file that is not valid YAML."""
+    for name in files:
+        path = Path(name)
+        if not path.is_file():
+            continue  # jsonargparse names a missing file itself
+        try:
+            yaml.safe_load(path.read_text(encoding="utf-8"))
+        except yaml.MarkedYAMLError as err:
+            mark = err.problem_mark or err.context_mark
+            where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark else name
+            raise InputError(f"{where}: not valid YAML: {err.problem or err.context}") from None
+        except (yaml.YAMLError, UnicodeDecodeError) as err:
+            raise InputError(f"{name}: not a readable YAML file ({type(err).__name__})") from None
+
+
+def file_setting(files: Sequence[str], key: str) -> str | None:
+    """The last of `files` whose YAML sets the dotted `key` (the one that wins), or None."""
+    found = None
+    for name in files:
+        try:
+            node: Any = yaml.safe_load(Path(name).read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError, UnicodeDecodeError):
+            continue
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+            if node is None:
+                break
+        else:
+            found = name
+    return found
+
+
+class OneLineErrorParser(LightningArgumentParser):
+    """A LightningCLI parser whose errors are one line: what is wrong, which key, which file, and where help is.
+
+    `parse_args` first checks the syntax of every `--config` file (ValueError naming
+    FILE:LINE:COLUMN) and remembers the arguments, to name the file or flag that set a bad key.
+    """
+
+    _argv: Sequence[str] = ()
+
+    def parse_args(self, args: Sequence[str] | None = None, *rest: Any, **kwargs: Any) -> Any:
+        self._argv = list(sys.argv[1:] if args is None else args)
+        check_yaml_syntax(config_files(self._argv))
+        return super().parse_args(args, *rest, **kwargs)
+
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:
+        if not self.exit_on_error:  # a parent parser handles it (subcommands) or the caller wants the exception
+            super().error(message, ex)
+        line = " ".join(message.split())
+        key = _KEY.search(message)
+        if key is not None:
+            flag = f"--{key.group(1)}"
+            if any(arg == flag or arg.startswith(f"{flag}=") for arg in self._argv):
+                line += " (given on the command line)"
+            elif (source := file_setting(config_files(self._argv), key.group(1))) is not None:
+                line += f" (set in {source})"
+        prog = self.prog.replace(" [options]", "")
+        if sub := _SUBCOMMAND.search(message):  # raised by the main parser about a subcommand's key
+            prog += f" {sub.group(1)}"
+        self.exit(2, f"error: {line}; `{prog} --help` lists the accepted keys\n")
+
+
+def checkpoints_last_first(callbacks: list) -> list:
+    """`callbacks` with every unmonitored ModelCheckpoint (the every-epoch `last.ckpt`) before the monitored ones.
+
+    Both save at the same hook, in list order: saving `last` first means a kill between the two saves
+    leaves `last.ckpt` newer than `best.ckpt`, never an epoch behind it.
+    """
+    ckpts = [cb for cb in callbacks if isinstance(cb, ModelCheckpoint)]
+    ordered = iter(sorted(ckpts, key=lambda cb: cb.monitor is not None))  # stable: config order otherwise
+    return [next(ordered) if isinstance(cb, ModelCheckpoint) else cb for cb in callbacks]
+
+
+def _shown(path: Path) -> str:
+    """`path` relative to the working folder when it lies under it (as the user typed it), else absolute."""
+    path = Path(os.path.abspath(path))
+    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
+
+
+def overwrite_refusal(folders: Iterable[str | Path], root: str | Path, ckpt_path: str | None) -> str | None:
+    """Why a `fit` into the run folder `root` would replace an earlier fit's checkpoints, in one line; else None.
+
+    Args:
+        folders: where the fit's checkpoint callbacks write (their `dirpath`s).
+        root: the run folder (`trainer.default_root_dir`).
+        ckpt_path: the fit's `--ckpt_path`. A file under `root` or under one of `folders`, or "last", resumes
+            that run: its checkpoints are this fit's own, so replacing them is what the user asked for.
+    """
+    folders = [Path(f) for f in folders]
+    if ckpt_path in RESUME_KEYWORDS:
+        return None
+    resumed = Path(os.path.realpath(ckpt_path)) if ckpt_path else None
+    if resumed is not None and any(resumed.is_relative_to(os.path.realpath(f)) for f in [root, *folders]):
+        return None
+    for folder in folders:
+        found = sorted(p.name for p in folder.glob("*.ckpt")) if folder.is_dir() else []
+        if found:
+            shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+            resume = f", resume it with --ckpt_path {_shown(folder / 'last.ckpt')}" if "last.ckpt" in found else ""
+            return (f"{_shown(folder)} already holds {shown} from an earlier fit; to keep them, fit into another "
+                    f"folder with --trainer.default_root_dir NEW_FOLDER{resume}, or pass --overwrite to replace them")
+    return None
+
+
+class PlotCurves(Callback):
+    """Draws each CSVLogger's metrics.csv to `curves.png` beside it when `fit` ends (`core.runtime.curves`).
+
+    Also when `fit` stops on an error or Ctrl-C, so a long run cut short still gets its curves.
+    Rank zero only; without a CSVLogger (`logger: false`, `fast_dev_run`) it does nothing.
+    """
+
+    def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self.draw(trainer)
+
+    def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
+        self.draw(trainer)
+
+    def draw(self, trainer: Trainer) -> None:
+        """Write the curves of every CSVLogger of `trainer`, naming each PNG in an INFO line."""
+        if not trainer.is_global_zero:
+            return
+        for logger in trainer.loggers:
+            if not isinstance(logger, CSVLogger):
+                continue
+            try:
+                logger.save()  # rows still buffered in the logger
+                metrics = Path(logger.experiment.metrics_file_path)
+                curves = read_metrics(metrics) if metrics.is_file() else {}
+                if curves:
+                    rank_zero_info(f"training curves: {plot_curves(curves, metrics.with_name('curves.png'))}")
+            except (ValueError, OSError) as err:  # a finished fit must not fail on its plot
+                rank_zero_warn(f"training curves not drawn: {err}; draw them later with python -m core.runtime.curves")
+
+
+class AppCLI(LightningCLI):
+    """The LightningCLI hooks both apps share; warnings go to the logger named `log_name`."""
+
+    log_name = "core"
+    written_by = "python -m <app> fit"
+    _run_lock: OutputLock | None = None
+
+    def instantiate_trainer(self, **kwargs) -> Trainer:
+        trainer = super().instantiate_trainer(**kwargs)
+        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # a user's own plugin stays
+            trainer.strategy.checkpoint_io = SafeCheckpointIO(self.written_by)
+        if not any(isinstance(cb, ExactResume) for cb in trainer.callbacks):
+            trainer.callbacks.insert(0, ExactResume())
+        trainer.callbacks[:] = checkpoints_last_first(trainer.callbacks)
+        if not any(isinstance(cb, PlotCurves) for cb in trainer.callbacks):
+            trainer.callbacks.append(PlotCurves())
+        return trainer
+
+    def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
+        # The configs write `${trainer.default_root_dir}` from the top of a config file, but omegaconf+ mode
+        # (interpolation after the command line) resolves it under the subcommand (`fit.trainer...`): read
+        # such paths as relative to where they stand. A process-wide jsonargparse setting; omegaconf+ only.
+        set_parsing_settings(omegaconf_absolute_to_relative_paths=True)
+        return super().init_parser(**kwargs)
+
+    def add_default_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        super().add_default_arguments_to_parser(parser)
+        parser.add_argument("--overwrite", type=bool, nargs="?", const=True, default=False,
+                            help="fit only: write into a run folder whose checkpoints an earlier fit left, replacing "
+                                 "them (without it that fit stops at once; resuming with --ckpt_path from that folder "
+                                 "needs no --overwrite)")
+
+    def before_instantiate_classes(self) -> None:
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        fallback = cpu_precision_fallback(config.trainer.precision, config.trainer.accelerator)
+        if fallback is not None:
+            config.trainer.precision, reason = fallback
+            logging.getLogger(self.log_name).warning(reason)  # shown by log_info_to_stderr
+
+    def before_fit(self) -> None:
+        for line in stale_last_checkpoint_warnings(self.trainer.callbacks):
+            logging.getLogger(self.log_name).warning(line)
+        config = self.config[self.subcommand]
+        # Read, then cleared: config.yaml is saved from this namespace; a rerun of it must not inherit the permission.
+        overwrite, config.overwrite = config.get("overwrite", False), False
+        if rank_zero_only.rank == 0:  # DDP workers re-run this CLI; the launching process holds the lock
+            root = Path(self.trainer.default_root_dir)
+            root.mkdir(parents=True, exist_ok=True)
+            self._run_lock = OutputLock(root, "fit").acquire()
+            folders = [cb.dirpath for cb in self.trainer.checkpoint_callbacks  # None: Lightning versions it
+                       if getattr(cb, "dirpath", None) and "://" not in str(cb.dirpath)]
+            if not overwrite and (refusal := overwrite_refusal(folders, root, config.get("ckpt_path"))):
+                raise InputError(refusal)
+            for cb in self.trainer.checkpoint_callbacks:  # temporaries of a killed save: no live writer owns them
+                folder = Path(cb.dirpath) if getattr(cb, "dirpath", None) else None
+                if folder is not None and folder.is_dir():
+                    for tmp in folder.glob(".*.ckpt.*.tmp"):
+                        tmp.unlink(missing_ok=True)
+
+    def _parse_ckpt_path(self) -> None:
+        """LightningCLI's reading of `--ckpt_path`'s hyper-parameters, through `checkpoint.load_checkpoint`.
+
+        Lightning's own version calls `torch.load` directly, so a refused file ended in its traceback.
+        """
+        if not self.config.get("subcommand"):
+            return
+        ckpt_path = self.config[self.config.subcommand].get("ckpt_path")
+        if not ckpt_path or not Path(ckpt_path).is_file():
+            return
+        hparams = load_checkpoint(ckpt_path, self.written_by).get("hyper_parameters", {})
+        hparams = {k: v for k, v in hparams.items() if k != "_instantiator"} if isinstance(hparams, dict) else {}
+        if not hparams:
+            return
+        if "_class_path" in hparams:
+            hparams = {"class_path": hparams.pop("_class_path"), "dict_kwargs": hparams}
+        self.config = self.parser.parse_object({self.config.subcommand: {"model": hparams}}, self.config)
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        try:
+            super()._run_subcommand(subcommand)
+        finally:  # also when fit fails: an in-process caller (tests, notebooks) may fit into the folder again
+            if self._run_lock is not None:
+                self._run_lock.release()

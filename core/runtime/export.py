@@ -1,0 +1,151 @@
+"""Weights without pickle: a folder with `model.safetensors` and `config.json`, written and read back.
+
+Both apps export a trained model as such a folder (`python -m streamrec.export`, `python -m
+translate.export`, `--format safetensors`); their Python APIs load it like a checkpoint. Nothing on
+this path unpickles: safetensors holds raw tensors, config.json plain JSON, and the apps' other
+files (sentencepiece models) are read as data.
+
+config.json holds:
+- `format`: "<app>-safetensors", so one app refuses the other's folder;
+- `version`: of this layout (`VERSION`);
+- `hyper_parameters`: the LightningModule's constructor arguments, the config schema, so the
+  module is rebuilt exactly as `load_module` rebuilds it from a checkpoint;
+- whatever the app adds (the item vocabulary, the names of the sentencepiece files).
+
+Tied weights (an output layer sharing the embedding) are stored once and tied again on loading
+(`safetensors.torch.save_model` / `load_model`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from torch import nn
+
+from core.runtime.atomic import atomic_path
+from core.runtime.errors import InputError, describe_os_error
+
+WEIGHTS = "model.safetensors"
+CONFIG = "config.json"
+VERSION = 1
+
+Module = TypeVar("Module", bound=nn.Module)
+
+
+def is_export_folder(path: str | Path) -> bool:
+    """Whether `path` is a folder that holds a `config.json` (an export, not a checkpoint file)."""
+    return Path(path).is_dir() and (Path(path) / CONFIG).is_file()
+
+
+def constructor_arguments(cls: type, hparams: dict[str, Any]) -> dict[str, Any]:
+    """The hyper-parameters `cls` accepts, as JSON values (tuples become lists).
+
+    LightningCLI's bookkeeping (`_instantiator`, `_class_path`) is left out, as `load_module` does.
+    """
+    accepted = inspect.signature(cls).parameters
+    kept = {k: v for k, v in hparams.items() if k in accepted}
+    return json.loads(json.dumps(kept, default=_refuse))
+
+
+def _refuse(value: object) -> Any:
+    if isinstance(value, tuple | set):
+        return list(value)
+    raise InputError(f"hyper-parameter value {value!r} ({type(value).__name__}) has no JSON form; "
+                     "only numbers, strings, booleans, None and lists of them can be exported")
+
+
+def save_folder(out: str | Path, model: nn.Module, app: str, hparams: dict[str, Any],
+                extra: dict[str, Any] | None = None) -> Path:
+    """Write `model`'s weights as `out/model.safetensors` and `out/config.json`; returns `out`.
+
+    Args:
+        out: the folder (created, parents included; files in it are replaced atomically).
+        model: the network whose state_dict is written (float tensors as they are).
+        app: "streamrec" or "translate": the folder's `format` is "<app>-safetensors".
+        hparams: the LightningModule's constructor arguments (`constructor_arguments`).
+        extra: more config.json keys (JSON values).
+    """
+    from safetensors.torch import save_model
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out / WEIGHTS) as tmp:
+        save_model(model, str(tmp), metadata={"format": "pt"})
+    config = {"format": f"{app}-safetensors", "version": VERSION, "hyper_parameters": hparams, **(extra or {})}
+    write_json(out / CONFIG, config)
+    return out
+
+
+def write_json(path: Path, data: Any) -> None:
+    """`data` as indented JSON at `path`, written atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def read_config(folder: str | Path, app: str, written_by: str) -> dict[str, Any]:
+    """config.json of an export folder of `app`, checked for its format and version.
+
+    Raises:
+        FileNotFoundError: no config.json or model.safetensors in the folder.
+        InputError: unreadable JSON, another app's folder or an unknown version.
+    """
+    folder = Path(folder)
+    for name in (CONFIG, WEIGHTS):
+        if not (folder / name).is_file():
+            raise FileNotFoundError(f"{folder}: no {name}; pass a folder written by `{written_by}`")
+    try:
+        config = json.loads((folder / CONFIG).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InputError(f"{folder / CONFIG}: not valid JSON ({err}); "
+                         f"pass a folder written by `{written_by}`") from None
+    expected = f"{app}-safetensors"
+    if not isinstance(config, dict) or config.get("format") != expected:
+        found = config.get("format") if isinstance(config, dict) else type(config).__name__
+        raise InputError(f"{folder}: format {found!r}, not {expected!r}; pass a folder written by `{written_by}`")
+    if config.get("version") != VERSION or not isinstance(config.get("hyper_parameters"), dict):
+        raise InputError(f"{folder / CONFIG}: version {config.get('version')!r} (this code reads {VERSION}) or no "
+                         f"hyper_parameters; export it again with `{written_by}`")
+    return config
+
+
+def load_folder(cls: type[Module], folder: str | Path, app: str, written_by: str,
+                model_attr: str = "model") -> tuple[Module, dict[str, Any]]:
+    """A `cls` rebuilt from an export folder (eval mode, CPU), and its config.json.
+
+    Args:
+        cls: the LightningModule whose constructor the stored hyper-parameters fit.
+        folder: the folder the user passed.
+        app: "streamrec" or "translate".
+        written_by: the command that writes such folders, for the hints.
+        model_attr: the attribute of `cls` holding the network whose weights the folder stores.
+    """
+    from safetensors import SafetensorError
+    from safetensors.torch import load_model
+
+    config = read_config(folder, app, written_by)
+    try:
+        module = cls(**constructor_arguments(cls, config["hyper_parameters"]))
+        load_model(getattr(module, model_attr), str(Path(folder) / WEIGHTS), strict=True)
+    except (RuntimeError, TypeError, ValueError, SafetensorError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise InputError(f"{folder}: weights do not fit the stored hyper-parameters ({first}); "
+                         f"export it again with `{written_by}`") from None
+    return module.eval(), config
+
+
+def run_export(write: Callable[[], Path], fmt: str, output: str) -> None:
+    """Run an export command's `write()`; a user's mistake, a full disk or a missing extra ends in one line."""
+    try:
+        out = write()
+    except (ValueError, FileNotFoundError) as err:
+        sys.exit(f"error: {err}")
+    except OSError as err:
+        sys.exit(f"error: {describe_os_error(err, output)}")
+    except ModuleNotFoundError as err:
+        sys.exit(f"error: --format {fmt} needs {err.name}; install it with `pip install -e \".[export]\"`")
+    print(f"wrote {out}")

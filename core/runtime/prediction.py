@@ -1,0 +1,98 @@
+"""`PartsWriter`: what both apps' `predict` writers share (needs Lightning, like `core/runtime/cli.py`).
+
+One output file, written atomically by one run at a time (`OUTPUT.lock`). In one process the rows
+go straight to the output. Under DDP each rank writes its rows to `OUTPUT.rank{N}<suffix>`; after
+a barrier rank 0 reads every part, writes the output and deletes the parts (`merge=False` keeps
+them, for ranks on machines without a shared folder). An app says how its rows are written and
+read (`write_part`, `read_part`, `write_output`); the rest lives here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from lightning.pytorch.callbacks import BasePredictionWriter
+
+from core.runtime.atomic import stale_temporaries
+from core.runtime.errors import InputError
+from core.runtime.lock import OutputLock
+
+
+class PartsWriter(BasePredictionWriter):
+    """A `predict` writer to one file, with per-rank parts merged by rank 0.
+
+    Args:
+        output: the file to write; its folder must exist.
+        merge: rank 0 merges the ranks' parts into `output` and deletes them; false keeps the parts.
+    """
+
+    part_suffix = ""  # the parts' file ending, e.g. ".parquet"
+    written_by = ""  # the command named in the lock file, e.g. "streamrec predict"
+    file_kind = "a file"  # what `output` must name, in the error for a folder
+
+    def __init__(self, output: str, merge: bool = True):
+        super().__init__("batch")
+        self.output, self.merge = Path(output), merge
+        self._rows: list[Any] = []
+        self._lock: OutputLock | None = None
+
+    def part(self, rank: int) -> Path:
+        """The file rank `rank` writes its rows to."""
+        return self.output.with_name(f"{self.output.name}.rank{rank}{self.part_suffix}")
+
+    def check_output(self) -> None:
+        """One-line `InputError` when `output` cannot be written; apps add their own checks first."""
+        if self.output.is_dir():
+            raise InputError(f"{type(self).__name__}: output {self.output}: is a folder; name {self.file_kind}")
+        if not self.output.parent.is_dir():
+            raise InputError(f"{type(self).__name__}: output {self.output}: the folder {self.output.parent} "
+                             "does not exist; create it first")
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if stage != "predict":
+            return
+        self.check_output()
+        if trainer.is_global_zero:  # the launching rank stands for the run: a second run stops at once
+            self._lock = OutputLock(self.output, self.written_by).acquire()
+            for path in (self.output, *(self.part(r) for r in range(trainer.world_size))):
+                for tmp in stale_temporaries(path):  # left by a killed run; we hold the lock, so no one owns them
+                    tmp.unlink()
+        self._rows = []
+
+    def on_predict_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        super().on_predict_epoch_end(trainer, pl_module)
+        rows, self._rows = self._rows, []
+        if self.merge and trainer.world_size == 1:
+            self.write_output(rows)
+            return
+        self.write_part(rows, self.part(trainer.global_rank))
+        if not self.merge:
+            return
+        trainer.strategy.barrier()  # every rank's part is complete
+        if trainer.is_global_zero:
+            parts = [self.part(r) for r in range(trainer.world_size)]
+            self.write_output([row for p in parts for row in self.read_part(p)])
+            for p in parts:
+                p.unlink()
+
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        self.teardown(trainer, pl_module, "predict")
+
+    # ------------------------------------------------------------------ what an app provides
+    def write_part(self, rows: list[Any], path: Path) -> None:
+        """Write this rank's rows to its part file, atomically."""
+        raise NotImplementedError
+
+    def read_part(self, path: Path) -> list[Any]:
+        """The rows a rank wrote with `write_part`."""
+        raise NotImplementedError
+
+    def write_output(self, rows: list[Any]) -> None:
+        """Write every rank's rows to `output`, atomically, in input order."""
+        raise NotImplementedError

@@ -1,0 +1,317 @@
+"""Datasets and collate functions: SASRec-style causal training examples and evaluation batches.
+
+`TrainDataset` + `collate_train` give the last max_len+1 training items, inputs = seq[:-1],
+targets = seq[1:], both left-padded with 0 (target 0 = ignore). `EvalDataset` + `collate_eval`
+give the last max_len history items, the held-out target and every item already seen (for
+filtering). `collate_predict` does the same for whole sequences. `LengthGroupedBatchSampler` cuts
+training batches of windows of similar length.
+
+Legend: B batch, T time (= max_len), L longest seen-item list in the batch, N items.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import Dataset
+
+from core.runtime.resume import EpochBatchSampler
+from streamrec.data.constants import PAD_ID
+from streamrec.data.splits import EvalCase, Split
+
+log = logging.getLogger(__name__)
+
+
+def training_windows(history: Sequence[int], max_len: int, sliding_window: bool = False) -> list[list[int]]:
+    """Cut a training history into windows of at most max_len + 1 items (max_len next-item pairs).
+
+    By default only the last window is kept, as SASRec does. With `sliding_window` the windows
+    step back by max_len and overlap by one item, so every transition is a target exactly once.
+
+    Args:
+        history: encoded chronological items.
+        max_len: model context length T.
+        sliding_window: also cover the older part of long histories.
+    """
+    windows = []
+    end = len(history)
+    while end >= 2:
+        windows.append(list(history[max(0, end - max_len - 1) : end]))
+        if not sliding_window:
+            break
+        end -= max_len
+    return windows[::-1]
+
+
+def _left_padded(rows: Sequence[Sequence[int]], length: int) -> Tensor:
+    """(B, length) int64: each row's last `length` ids, right-aligned, 0 before them."""
+    out = np.full((len(rows), length), PAD_ID, dtype=np.int64)
+    for r, ids in enumerate(rows):
+        ids = np.asarray(ids, dtype=np.int64)[len(ids) - length if len(ids) > length else 0 :]
+        out[r, length - len(ids) :] = ids
+    return torch.from_numpy(out)
+
+
+def _seen(histories: Sequence[Sequence[int]]) -> Tensor:
+    """(B, L) int64: each history's distinct ids in order of first occurrence, right-padded with 0."""
+    seen = []
+    for h in histories:
+        h = np.asarray(h, dtype=np.int64)
+        _, first = np.unique(h, return_index=True)
+        seen.append(h[np.sort(first)])
+    out = np.full((len(seen), max(len(s) for s in seen)), PAD_ID, dtype=np.int64)
+    for r, s in enumerate(seen):
+        out[r, : len(s)] = s
+    return torch.from_numpy(out)
+
+
+class TrainBatch(NamedTuple):
+    """Causal next-item batch.
+
+    Args:
+        inputs: (B, T) item ids, left-padded with 0.
+        targets: (B, T) the item after each input position; 0 = ignore.
+    """
+
+    inputs: Tensor
+    targets: Tensor
+
+
+class EvalBatch(NamedTuple):
+    """Held-out next-item batch.
+
+    Args:
+        rows: (B,) row of each case in its `EvalDataset` (maps scores back to users).
+        inputs: (B, T) the last T history items, left-padded with 0.
+        targets: (B,) the held-out item.
+        seen: (B, L) distinct items of the whole history, right-padded with 0.
+    """
+
+    rows: Tensor
+    inputs: Tensor
+    targets: Tensor
+    seen: Tensor
+
+
+class TrainDataset(Dataset):
+    """Training windows of every user with at least two training items.
+
+    The windows are (start, end) spans of one flat int32 array of items, which may be a read-only
+    memory map (`from_spans`): DataLoader workers and DDP ranks on a node then share its pages.
+
+    Args:
+        histories: encoded training histories, one per user.
+        max_len: model context length T.
+        sliding_window: one window per max_len items instead of only the last one.
+    """
+
+    def __init__(self, histories: Iterable[Sequence[int]], max_len: int, sliding_window: bool = False):
+        histories = [np.asarray(h, dtype=np.int32) for h in histories]
+        lengths = np.array([len(h) for h in histories], dtype=np.int64)
+        ends = np.cumsum(lengths)
+        flat = np.concatenate(histories) if histories else np.zeros(0, dtype=np.int32)
+        self._init(flat, ends - lengths, ends, max_len, sliding_window)
+
+    @classmethod
+    def from_spans(cls, items: np.ndarray, starts: np.ndarray, ends: np.ndarray, max_len: int,
+                   sliding_window: bool = False) -> TrainDataset:
+        """Histories items[starts[k] : ends[k]] of one flat array, which is kept, not copied.
+
+        Args:
+            items: (E,) encoded items, e.g. `np.load(..., mmap_mode="r")`.
+            starts: (U,) first index of each history.
+            ends: (U,) one past the last index of each history.
+            max_len: model context length T.
+            sliding_window: one window per max_len items instead of only the last one.
+        """
+        dataset = cls.__new__(cls)
+        dataset._init(items, np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64), max_len,
+                      sliding_window)
+        return dataset
+
+    def _init(self, items: np.ndarray, starts: np.ndarray, ends: np.ndarray, max_len: int,
+              sliding_window: bool) -> None:
+        # The windows `training_windows` cuts, for all histories at once: window j (0 = the last) of a
+        # history ends j * max_len items before its end; each history's windows go oldest first.
+        lengths = ends - starts
+        counts = np.where(lengths >= 2, (lengths - 2) // max_len + 1 if sliding_window else 1, 0)
+        too_short = int((lengths < 2).sum())
+        if too_short:
+            log.info("%d users have fewer than 2 training interactions and give no training example", too_short)
+        history = np.repeat(np.arange(len(lengths)), counts)
+        first = np.cumsum(counts) - counts  # (U,) index of each history's first window
+        j = counts[history] - 1 - (np.arange(len(history)) - first[history])  # counts down to 0 per history
+        self.items = items
+        self.ends = ends[history] - j * max_len
+        self.starts = np.maximum(starts[history], self.ends - max_len - 1)
+
+    @property
+    def windows(self) -> list[list[int]]:
+        """Every window as a list (for inspection; batches read spans of `items`)."""
+        return [self.items[a:b].tolist() for a, b in zip(self.starts.tolist(), self.ends.tolist(), strict=True)]
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """(len(self),) input length of every window (its items less the last, which is only a target)."""
+        return self.ends - self.starts - 1
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.items[self.starts[i] : self.ends[i]]
+
+
+class LengthGroupedBatchSampler(EpochBatchSampler):
+    """Shuffled batches of windows of similar length, each holding the same number of targets.
+
+    The model skips the columns that are padding in every row of a batch (`StreamRecModel.encode(trim=True)`),
+    so a batch of similar lengths computes little padding. On ML-1M at max_len 200, random batches are padded
+    to 200 almost always; grouped ones compute about half of those positions.
+
+    Each epoch draws a permutation from (seed, epoch), cuts it into groups of `group_batches` x `batch_size`
+    windows, sorts each group by length (stably: equal lengths stay in random order), and cuts the sorted order
+    into batches of equal total length (targets), ± one window, in as many batches as random batches of
+    `batch_size` windows give; the batch order is shuffled. A batch of short histories therefore holds more
+    windows than one of long histories, and every step's loss is a mean over the same number of targets. Equal
+    window counts instead (batch sizes fixed, target counts up to max_len times apart) lost accuracy: with a
+    plain per-batch mean each target of a short batch weighs more, and with targets weighted alike the long
+    batches' gradients were several times the others' (Beauty at lr 0.02: half the validation NDCG@10 of random
+    batches; docs/results.md, "Length-grouped batches").
+
+    Every window is seen once an epoch. Epochs, `set_epoch` and `skip_batches`: `core.runtime.resume.EpochBatchSampler`.
+
+    Args:
+        lengths: (W,) length of every window (`TrainDataset.lengths`), its number of targets.
+        batch_size: windows a batch holds on average; the epoch has ceil(W / batch_size) batches (fewer only where
+            one window would hold more targets than a batch's share).
+        seed: seed of the permutations; the same (seed, epoch) gives the same batches.
+        group_batches: batches per sorted group; more gives less padding and less random batches.
+    """
+
+    def __init__(self, lengths: np.ndarray, batch_size: int, seed: int = 0, group_batches: int = 64):
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+        if len(self.lengths) and self.lengths.min() < 1:
+            raise ValueError("every window needs at least one target (length >= 1)")
+        super().__init__(seed)
+        self.batch_size, self.group_batches = batch_size, group_batches
+        total, longest = int(self.lengths.sum()), int(self.lengths.max(initial=1))
+        # No batch may be empty: every cut must be at least one window (the longest) apart.
+        self.num_batches = max(1, min(-(-len(self.lengths) // batch_size), total // longest)) if total else 0
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+    def epoch_batches(self, rng: np.random.Generator) -> list[np.ndarray]:
+        """One epoch's batches (see the class docstring), in shuffled order."""
+        order = rng.permutation(len(self.lengths))
+        group = self.group_batches * self.batch_size
+        for start in range(0, len(order), group):
+            chunk = order[start : start + group]
+            order[start : start + group] = chunk[np.argsort(self.lengths[chunk], kind="stable")]
+        # Window i goes to batch floor(targets before it x K / total): K runs of equal target counts; a cut falls
+        # in every run because no window is longer than total / K.
+        lengths = self.lengths[order]
+        before = np.cumsum(lengths) - lengths
+        batch_of = before * self.num_batches // max(int(lengths.sum()), 1)
+        batches = np.split(order, np.flatnonzero(np.diff(batch_of)) + 1) if len(order) else []
+        return [batches[b] for b in rng.permutation(len(batches))]
+
+
+class EvalDataset(Dataset):
+    """Evaluation cases, returned with their row index.
+
+    Args:
+        cases: the held-out events.
+    """
+
+    def __init__(self, cases: Sequence[EvalCase]):
+        self.cases = list(cases)
+
+    def __len__(self) -> int:
+        return len(self.cases)
+
+    def __getitem__(self, i: int) -> tuple[int, EvalCase]:
+        return i, self.cases[i]
+
+
+def collate_train(windows: Sequence[Sequence[int]], max_len: int) -> TrainBatch:
+    """Windows of <= max_len + 1 items -> inputs = w[:-1], targets = w[1:], left-padded to max_len.
+
+    Args:
+        windows: from `TrainDataset`.
+        max_len: model context length T.
+    """
+    return TrainBatch(_left_padded([w[:-1] for w in windows], max_len), _left_padded([w[1:] for w in windows], max_len))
+
+
+def collate_eval(cases: Sequence[tuple[int, EvalCase]], max_len: int) -> EvalBatch:
+    """Cases -> last max_len history items (left-padded), targets, and seen items (right-padded).
+
+    Args:
+        cases: (row, case) pairs from `EvalDataset`.
+        max_len: model context length T.
+    """
+    histories = [case.history for _, case in cases]
+    return EvalBatch(
+        rows=torch.tensor([i for i, _ in cases], dtype=torch.long),
+        inputs=_left_padded(histories, max_len),
+        targets=torch.tensor([int(case.target) for _, case in cases], dtype=torch.long),
+        seen=_seen(histories),  # (B, L)
+    )
+
+
+class PredictBatch(NamedTuple):
+    """Whole histories to recommend after (`predict`).
+
+    Args:
+        rows: (B,) position of each user in `user_sequences` order.
+        users: the user ids.
+        inputs: (B, T) the last T items of the whole history, left-padded with 0.
+        seen: (B, L) distinct items of the whole history, right-padded with 0.
+    """
+
+    rows: Tensor
+    users: list[str]
+    inputs: Tensor
+    seen: Tensor
+
+
+def user_sequences(split: Split) -> dict[str, Sequence[int]]:
+    """Every user's whole encoded sequence (training part and held-out items), in input order."""
+    sequences: dict[str, Sequence[int]] = dict(split.train)
+    for case in (*split.valid, *split.test):
+        sequences[case.user] = case.items  # a case holds the whole sequence
+    return sequences
+
+
+def collate_predict(rows: Sequence[tuple[int, tuple[str, Sequence[int]]]], max_len: int) -> PredictBatch:
+    """(row, (user, sequence)) pairs -> the last max_len items (left-padded) and the seen items (right-padded).
+
+    Args:
+        rows: from `StreamRecDataModule.predict_dataloader`'s dataset.
+        max_len: model context length T.
+    """
+    sequences = [seq for _, (_, seq) in rows]
+    return PredictBatch(
+        rows=torch.tensor([i for i, _ in rows], dtype=torch.long),
+        users=[user for _, (user, _) in rows],
+        inputs=_left_padded(sequences, max_len),
+        seen=_seen(sequences),  # (B, L)
+    )
+
+
+def item_counts(histories: Iterable[Sequence[int]], num_items: int) -> Tensor:
+    """How often each item occurs in the histories, (N + 1,) int64 with 0 at padding.
+
+    Args:
+        histories: encoded item sequences.
+        num_items: N.
+    """
+    flat = np.concatenate([np.zeros(0, dtype=np.int64), *(np.asarray(h, dtype=np.int64) for h in histories)])
+    return torch.from_numpy(np.bincount(flat, minlength=num_items + 1)[: num_items + 1])

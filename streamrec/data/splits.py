@@ -1,0 +1,136 @@
+"""Splits: cut every user's sequence into a training history and evaluation cases.
+
+`leave_one_out_split` / `temporal_split` give `Split`s; an `EvalCase` is a target position in the
+user's sequence, its history everything before it. A target is never part of any training history.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from core.runtime.errors import InputError
+
+log = logging.getLogger(__name__)
+
+SplitName = Literal["leave_one_out", "temporal"]
+
+
+@dataclass(frozen=True)
+class EvalCase:
+    """One held-out event: `items[position]` is the target, `items[:position]` the history.
+
+    Args:
+        user: the user id.
+        items: the user's whole encoded sequence (shared, not copied).
+        position: index of the target in `items` (>= 1, so the history is never empty).
+    """
+
+    user: str
+    items: Sequence[int]
+    position: int
+
+    @property
+    def target(self) -> int:
+        """The held-out item id."""
+        return self.items[self.position]
+
+    @property
+    def history(self) -> Sequence[int]:
+        """Everything the user did before the target, oldest first."""
+        return self.items[: self.position]
+
+
+@dataclass
+class Split:
+    """Training histories and evaluation cases.
+
+    Args:
+        train: user -> training history (encoded, chronological).
+        valid: validation cases.
+        test: test cases.
+    """
+
+    train: dict[str, Sequence[int]]
+    valid: list[EvalCase]
+    test: list[EvalCase]
+
+
+def leave_one_out_split(sequences: Mapping[str, Sequence[int]]) -> Split:
+    """Last item = test, second-to-last = validation, the rest = training.
+
+    Users with fewer than 3 items have no held-out item and are used only for training.
+
+    Args:
+        sequences: user -> encoded chronological items (lists, or views of one numpy array: the
+            training histories and cases then share it, nothing is copied).
+    """
+    train, valid, test = {}, [], []
+    short = 0
+    for user, seq in sequences.items():
+        if len(seq) < 3:
+            train[user] = seq[:]
+            short += 1
+            continue
+        train[user] = seq[:-2]
+        valid.append(EvalCase(user, seq, len(seq) - 2))
+        test.append(EvalCase(user, seq, len(seq) - 1))
+    if short:
+        log.info("%d users with fewer than 3 interactions are used for training only", short)
+    return Split(train, valid, test)
+
+
+def time_quantiles(timestamps: Mapping[str, Sequence[float]] | np.ndarray, quantiles: Sequence[float]) -> list[float]:
+    """Global timestamp quantiles over all events (e.g. the cutoffs of a temporal split).
+
+    Args:
+        timestamps: user -> timestamps, or all timestamps in one array.
+        quantiles: values in [0, 1].
+    """
+    if any(not 0.0 <= q <= 1.0 for q in quantiles):
+        raise InputError(f"quantiles must lie in [0, 1], got {list(quantiles)}")
+    flat = (timestamps if isinstance(timestamps, np.ndarray)
+            else np.fromiter((t for ts in timestamps.values() for t in ts), dtype=np.float64))
+    return [float(v) for v in np.quantile(flat, quantiles, method="lower")]
+
+
+def temporal_split(
+    sequences: Mapping[str, Sequence[int]], timestamps: Mapping[str, Sequence[float]], valid_cutoff: float,
+    test_cutoff: float,
+) -> Split:
+    """Global time split: train on events at or before `valid_cutoff`, validate on events in
+    (valid_cutoff, test_cutoff], test on events after `test_cutoff`.
+
+    Every later event is a target whose history is everything the user did before it. A
+    target with no earlier event (a user first seen after the cutoff) cannot be scored by a
+    sequential model; those are skipped and counted in the log.
+
+    Args:
+        sequences: user -> encoded chronological items.
+        timestamps: user -> timestamps aligned with `sequences`.
+        valid_cutoff: last training timestamp.
+        test_cutoff: last validation timestamp (>= valid_cutoff).
+    """
+    if valid_cutoff > test_cutoff:
+        raise InputError(f"valid cutoff ({valid_cutoff}) must not exceed the test cutoff ({test_cutoff})")
+    train, valid, test = {}, [], []
+    cold = 0
+    for user, seq in sequences.items():
+        times = timestamps[user]
+        n_train = bisect.bisect_right(times, valid_cutoff)  # times are sorted
+        if n_train:
+            train[user] = seq[:n_train]
+        for pos in range(n_train, len(seq)):
+            if pos == 0:
+                cold += 1
+                continue
+            (valid if times[pos] <= test_cutoff else test).append(EvalCase(user, seq, pos))
+    if cold:
+        log.info("skipped %d evaluation targets of users with no earlier interaction (cold start)", cold)
+    return Split(train, valid, test)
+

@@ -1,0 +1,303 @@
+"""The item vocabulary: original item ids (strings) <-> model ids 1..N; 0 is padding.
+
+Held compactly, since a catalogue may have millions of items: the ids are one arrow string array
+(a byte buffer and offsets) and lookups go through the ids' sorted 64-bit hashes (`np.searchsorted`,
+then a string comparison that settles the match), not N Python strings and a dict. At 5M ids
+("i0".."i4999999") the list and dict held ~900 MB; this holds ~140 MB. `items` and `index` show the
+vocabulary as the read-only list and dict they replace; `lookup` is the vectorised form. The hashes
+are Python's `hash(str)`, valid for this process only, so they are never stored: checkpoints keep
+the list of ids (`to_dict`) as before.
+
+Legend: N items, M looked-up ids.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from torch import Tensor
+
+from core.runtime.errors import InputError
+from streamrec.data.constants import PAD_ID
+
+log = logging.getLogger(__name__)
+
+_BLOCK = 1 << 16  # ids turned into Python strings at once, to hash them
+_CACHE = 1 << 16  # single-id lookups remembered (`x in vocab` is usually followed by `index[x]`)
+_hash = hash  # str -> int64; a module attribute so that tests can force collisions
+
+
+def _sort_key(ids: Sequence[str]) -> Callable[[str], object]:
+    # Numeric ids sort as numbers, so a SASRec file whose items are 1..N keeps its ids.
+    if all(i.isascii() and i.isdecimal() for i in ids):
+        return lambda i: (int(i), i)
+    return lambda i: i
+
+
+def _strings(values: Sequence[object] | pa.Array, convert: bool) -> tuple[pa.Array, np.ndarray]:
+    """`values` as one arrow large_string array and the (N,) int64 `hash` of each string.
+
+    Non-strings become `str(v)` (`convert`) or null (never found). A list of strings is hashed as it
+    is; an arrow array a block at a time, so that only a block of Python strings exists at once.
+    """
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if isinstance(values, pa.Array):
+        strings = values.cast(pa.large_string())
+        out = np.empty(len(strings), np.int64)
+        for lo in range(0, len(strings), _BLOCK):
+            block = strings.slice(lo, _BLOCK).to_pylist()
+            out[lo : lo + len(block)] = np.fromiter(map(_hash, block), np.int64, count=len(block))
+        return strings, out
+    try:
+        # Looked-up values get their type inferred: given large_string, arrow would take bytes as text (and
+        # hash(b"x") == hash("x")), so b"x" would be found where `b"x" in vocab` is False.
+        strings = pa.array(values, pa.large_string() if convert else None)
+        if isinstance(strings, pa.ChunkedArray):  # inferred strings past 2 GB
+            strings = strings.cast(pa.large_string()).combine_chunks()
+        if not strings.null_count and (pa.types.is_string(strings.type) or pa.types.is_large_string(strings.type)):
+            return strings.cast(pa.large_string()), np.fromiter(map(_hash, values), np.int64, count=len(strings))
+    except (pa.ArrowTypeError, pa.ArrowInvalid, UnicodeEncodeError):  # non-strings, lone surrogates
+        pass
+    return _strings(pa.array([_text(v, convert) for v in values], pa.large_string()), convert)
+
+
+def _text(value: object, convert: bool) -> str | None:
+    """A value as an id: its text (`convert`), else None (never found) unless it is a string arrow can hold.
+
+    An unhashable value raises TypeError when looked up, as it does in `in`, `index` and the dict they replaced.
+    """
+    if isinstance(value, str):
+        try:
+            value.encode()
+            return value
+        except UnicodeEncodeError:  # a lone surrogate: no item id read from a file has one
+            if convert:
+                raise InputError(f"item id {value!r} is not valid UTF-8 text; ids must be UTF-8") from None
+            return None
+    if convert:
+        return str(value)
+    hash(value)
+    return None
+
+
+class ItemIds(Sequence):
+    """The original ids in model-id order (item k+1 at position k): a read-only list over the arrow array."""
+
+    def __init__(self, ids: pa.Array):
+        self._ids = ids
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __getitem__(self, k: int | slice) -> str | list[str]:
+        if isinstance(k, slice):
+            return self._ids.take(np.arange(len(self._ids))[k]).to_pylist()
+        k = operator.index(k)
+        if not -len(self._ids) <= k < len(self._ids):
+            raise IndexError(f"item position {k} out of range ({len(self._ids)} items)")
+        return self._ids[k].as_py()
+
+    def __iter__(self) -> Iterator[str]:
+        for lo in range(0, len(self._ids), _BLOCK):
+            yield from self._ids.slice(lo, _BLOCK).to_pylist()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ItemIds):
+            return self._ids.equals(other._ids)
+        if isinstance(other, list):
+            return len(other) == len(self) and list(self) == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # like the list it replaces
+
+    def __repr__(self) -> str:
+        shown = ", ".join(repr(i) for i in self[:5])
+        return f"ItemIds([{shown}{', ...' if len(self) > 5 else ''}], {len(self)} items)"
+
+
+class ItemIndex(Mapping):
+    """Original id -> model id (1..N): a read-only dict over the vocabulary's sorted hashes."""
+
+    def __init__(self, vocab: ItemVocab):
+        self._vocab = vocab
+
+    def __getitem__(self, item: str) -> int:
+        found = self._vocab._find(item)
+        if not found:
+            raise KeyError(item)
+        return found
+
+    def __contains__(self, item: object) -> bool:
+        return bool(self._vocab._find(item))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._vocab.items)
+
+    def __len__(self) -> int:
+        return len(self._vocab)
+
+
+class ItemVocab:
+    """Original item ids (strings) <-> model ids 1..N; 0 is padding.
+
+    Args:
+        items: the original ids (a list, or an arrow string array); items[k] gets model id k + 1.
+    """
+
+    pad_id = PAD_ID
+
+    def __init__(self, items: Sequence[str] | pa.Array):
+        ids, hashes = _strings(items, convert=True)
+        self._ids = ids.cast(pa.string()) if ids.nbytes < 2**31 - 2**20 else ids  # int32 offsets where they fit
+        order = np.argsort(hashes, kind="stable")
+        self._sorted = hashes[order]  # (N,) ascending
+        self._order = order.astype(np.int32 if len(order) < 2**31 else np.int64)  # (N,) position of each hash
+        del ids, hashes, order
+        pa.default_memory_pool().release_unused()  # arrow's pool keeps the builders' freed buffers otherwise (~70 MB)
+        _, offsets, data = self._ids.buffers()
+        width = np.int32 if pa.types.is_string(self._ids.type) else np.int64
+        self._offsets = np.frombuffer(offsets, width)[self._ids.offset :]  # (N+1,) byte ranges in `_bytes`
+        self._bytes = memoryview(data if data is not None else b"").cast("B")  # unsigned: compares equal to bytes
+        self._cache: dict[str, int] = {}
+        self.items = ItemIds(self._ids)
+        self.index = ItemIndex(self)
+        self._check_unique()
+
+    def _check_unique(self) -> None:
+        """Ids sharing a hash are compared as strings (equal ids always share one; other pairs almost never)."""
+        equal = self._sorted[1:] == self._sorted[:-1]
+        shared = np.zeros(len(self._sorted), dtype=bool)
+        shared[1:] |= equal
+        shared[:-1] |= equal
+        positions = self._order[shared]
+        shared_ids = self._ids.take(positions).to_pylist()
+        counts = Counter(shared_ids)
+        dups = [int(p) for p, item in zip(positions, shared_ids, strict=True) if counts[item] > 1]
+        if dups:
+            raise InputError(f"item id {self.items[min(dups)]!r} appears twice in the vocabulary; ids must be unique")
+
+    def __getstate__(self) -> dict[str, pa.Array]:
+        return {"items": self._ids}  # not the hashes: another process hashes strings with another seed
+
+    def __setstate__(self, state: dict[str, pa.Array]) -> None:
+        self.__init__(state["items"])
+
+    @classmethod
+    def build(cls, items: Iterable[str]) -> ItemVocab:
+        """Vocabulary of the distinct ids, sorted (numerically when every id is a decimal number)."""
+        unique = list(dict.fromkeys(items))
+        return cls(sorted(unique, key=_sort_key(unique)))
+
+    @property
+    def num_items(self) -> int:
+        """N, the number of real items (ids 1..N)."""
+        return len(self._ids)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __contains__(self, item: object) -> bool:
+        return bool(self._find(item))
+
+    def _find(self, item: object) -> int:
+        """The model id of one original id, 0 when absent (non-strings are never ids)."""
+        if not isinstance(item, str):
+            hash(item)  # an unhashable key raises TypeError, as a dict lookup did
+            return 0
+        found = self._cache.get(item)
+        if found is not None:
+            return found
+        h = _hash(item)
+        lo, hi = int(self._sorted.searchsorted(h, "left")), int(self._sorted.searchsorted(h, "right"))
+        found = self._match(item.encode(errors="surrogatepass"), lo, hi)  # never matches bad UTF-8
+        if len(self._cache) >= _CACHE:
+            self._cache.clear()
+        self._cache[item] = found
+        return found
+
+    def lookup(self, items: Sequence[str] | pa.Array) -> np.ndarray:
+        """Model ids of many original ids at once: (M,) int64, 0 where an id is not in the vocabulary."""
+        query, hashes = _strings(items, convert=False)
+        out = np.zeros(len(query), dtype=np.int64)
+        if not len(query) or not len(self._ids):
+            return out
+        lo = np.searchsorted(self._sorted, hashes, side="left")
+        hi = np.searchsorted(self._sorted, hashes, side="right")
+        pos = self._order[np.minimum(lo, len(self._order) - 1)]  # the first id with that hash
+        same = pc.equal(self._ids.take(pos), query).fill_null(False).to_numpy(zero_copy_only=False)
+        out[(hi - lo >= 1) & same] = pos[(hi - lo >= 1) & same] + 1
+        for j in np.flatnonzero((hi - lo > 1) & ~same).tolist():  # another id with the same hash: compare each
+            out[j] = self._match(query[j].as_py().encode(), int(lo[j]) + 1, int(hi[j]))
+        return out
+
+    def _match(self, key: bytes, lo: int, hi: int) -> int:
+        """The model id of the id whose UTF-8 bytes are `key` among sorted hashes lo..hi-1 (all one hash), else 0.
+
+        Ids that share a hash are told apart here, for `_find` and `lookup` alike.
+        """
+        for p in self._order[lo:hi].tolist():
+            if self._bytes[self._offsets.item(p) : self._offsets.item(p + 1)] == key:
+                return p + 1
+        return 0
+
+    def encode(self, items: Iterable[str], skip_unknown: bool = False) -> list[int]:
+        """Original ids -> model ids.
+
+        Args:
+            items: original item ids.
+            skip_unknown: drop ids not in the vocabulary (their count is logged) instead of raising.
+        """
+        items = list(items)
+        ids = self.lookup(items)
+        unknown = [items[j] for j in np.flatnonzero(ids == 0).tolist()]
+        if unknown and not skip_unknown:
+            shown = ", ".join(repr(i) for i in unknown[:5])
+            shown += f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+            raise InputError(f"unknown item ids {shown} (vocabulary has {len(self)} items); "
+                             "pass skip_unknown=True to drop them")
+        if unknown:
+            log.warning("skipped %d unknown item ids (e.g. %r)", len(unknown), unknown[0])
+        return ids[ids != 0].tolist()
+
+    def decode(self, ids: Iterable[int] | Tensor) -> list[str]:
+        """Model ids (1..N) -> original ids."""
+        ids = np.asarray(ids.tolist() if isinstance(ids, Tensor) else list(ids), dtype=np.int64).reshape(-1)
+        bad = ids[(ids < 1) | (ids > len(self._ids))]
+        if bad.size:
+            raise InputError(f"model id {int(bad[0])} is not an item; ids run 1..{len(self._ids)} (0 is padding)")
+        return self._ids.take(ids - 1).to_pylist()
+
+    def to_dict(self) -> dict[str, list[str]]:
+        """JSON-friendly form for checkpoints; `from_dict` inverts it."""
+        return {"items": self._ids.to_pylist()}
+
+    @classmethod
+    def from_dict(cls, state: dict[str, list[str]]) -> ItemVocab:
+        """Rebuild a vocabulary saved with `to_dict`."""
+        if not isinstance(state, dict) or not isinstance(state.get("items"), list):
+            raise InputError("vocabulary state needs an 'items' list; was it written by ItemVocab.to_dict()?")
+        return cls(state["items"])
+
+
+def encode_codes(item_ids: Sequence[str], codes: np.ndarray) -> tuple[ItemVocab, np.ndarray]:
+    """The vocabulary of the items `codes` uses, and `codes` (indices into `item_ids`) as its model ids.
+
+    Args:
+        item_ids: distinct original ids (`Interactions.item_ids`).
+        codes: (E,) int32 indices into `item_ids`.
+
+    Returns:
+        The vocabulary (as `ItemVocab.build` over the used ids) and (E,) int32 model ids 1..N.
+    """
+    used = np.flatnonzero(np.bincount(codes, minlength=len(item_ids))).tolist()  # ids of dropped users go
+    vocab = ItemVocab.build(item_ids[k] for k in used)
+    model_id = np.zeros(len(item_ids), dtype=np.int32)
+    model_id[used] = vocab.lookup([item_ids[k] for k in used])
+    return vocab, model_id[codes]

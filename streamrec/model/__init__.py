@@ -1,0 +1,1 @@
+"""StreamRec's networks (`sasrec`), their training logic (`module`), losses and ranking metrics."""

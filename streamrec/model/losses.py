@@ -1,0 +1,145 @@
+"""Next-item training losses, each on the selected (non-padding) positions.
+
+- `full_softmax`: cross-entropy over the whole catalogue (default; best quality when it fits).
+- `sampled_softmax`: softmax over the positive and K shared sampled negatives, with the
+  logQ correction (Yi et al., 2019) so popular negatives are not over-penalised.
+- `bce`: one positive vs K uniform negatives per position (original SASRec).
+- `gbce`: BCE with the positive's probability raised to beta (Petrov & Macdonald, 2023), which
+  undoes the overconfidence that negative sampling causes.
+
+The three sampled losses read only the rows they score. With `sparse=True` they gather those rows with
+`F.embedding(..., sparse=True)` and cast only them to the states' dtype (bf16 under autocast): the
+table's gradient is then (rows read, D) sparse, for a row-wise optimizer (`core.nn.optim`). Without it the
+table is cast whole and its gradient is dense (N+1, D), as `torch.optim.AdamW` needs.
+
+Legend: M positions, D model width, N items (1..N; 0 = padding), K negatives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from core.nn import linear_cross_entropy
+from core.nn.loss import CHUNK_ELEMENTS
+
+
+def full_softmax(hidden: Tensor, targets: Tensor, item_vectors: Tensor,
+                 chunk_elements: int = CHUNK_ELEMENTS) -> Tensor:
+    """Mean cross-entropy over all N items, without an (M, N) logits tensor (`core.linear_cross_entropy`).
+
+    Args:
+        hidden: (M, D) states.
+        targets: (M,) item ids in 1..N.
+        item_vectors: (N+1, D), row 0 padding (excluded from the softmax).
+        chunk_elements: logits held at once.
+    """
+    return linear_cross_entropy(hidden, item_vectors[1:], targets - 1, chunk_elements=chunk_elements)
+
+
+def sample_negatives(
+    num_items: int, k: int, device: torch.device, probs: Tensor | None = None, generator: torch.Generator | None = None
+) -> Tensor:
+    """K item ids in 1..N, drawn with replacement, uniformly or from `probs`.
+
+    Args:
+        num_items: N.
+        k: how many to draw.
+        device: where to put them.
+        probs: (N+1,) unnormalised sampling weights (row 0 ignored); uniform when None.
+        generator: random generator for reproducibility.
+
+    Returns:
+        (K,) item ids.
+    """
+    if probs is None:
+        return torch.randint(1, num_items + 1, (k,), device=device, generator=generator)
+    return torch.multinomial(probs[1:], k, replacement=True, generator=generator) + 1
+
+
+def item_rows(item_vectors: Tensor, dtype: torch.dtype, sparse: bool = False) -> Callable[[Tensor], Tensor]:
+    """A lookup `ids -> item_vectors[ids]` in `dtype`, for the losses below.
+
+    Args:
+        item_vectors: (N+1, D) table.
+        dtype: dtype of the returned rows (the hidden states').
+        sparse: gather with a sparse gradient and cast only the gathered rows; otherwise the table is cast
+            once (a no-op in fp32) and indexed, and its gradient is dense.
+    """
+    if sparse:
+        return lambda ids: F.embedding(ids, item_vectors, sparse=True).to(dtype)
+    table = item_vectors.to(dtype)
+    return lambda ids: table[ids]
+
+
+def sampled_softmax(
+    hidden: Tensor, targets: Tensor, item_vectors: Tensor, neg_ids: Tensor, log_q: Tensor | None = None,
+    sparse: bool = False,
+) -> Tensor:
+    """Softmax over [positive, K shared negatives] with the logQ correction.
+
+    Args:
+        hidden: (M, D) states.
+        targets: (M,) positive item ids.
+        item_vectors: (N+1, D).
+        neg_ids: (K,) sampled negative ids, shared by all positions.
+        log_q: (N+1,) log sampling probability of each item; None for uniform sampling,
+            where the correction is a constant shift and cancels.
+        sparse: sparse gradient for `item_vectors`, only the scored rows cast (`item_rows`).
+
+    A negative equal to the row's positive is masked out (an accidental hit, not a negative).
+    """
+    rows = item_rows(item_vectors, hidden.dtype, sparse)
+    pos = (hidden * rows(targets)).sum(-1, keepdim=True).float()  # (M, 1)
+    neg = (hidden @ rows(neg_ids).T).float()  # (M, K)
+    if log_q is not None:
+        log_q = log_q.float()
+        pos = pos - log_q[targets][:, None]
+        neg = neg - log_q[neg_ids][None, :]
+    neg = neg.masked_fill(neg_ids[None, :] == targets[:, None], float("-inf"))
+    logits = torch.cat([pos, neg], dim=1)  # (M, 1+K)
+    return F.cross_entropy(logits, torch.zeros_like(targets))
+
+
+def bce(hidden: Tensor, targets: Tensor, item_vectors: Tensor, neg_ids: Tensor, sparse: bool = False) -> Tensor:
+    """Binary cross-entropy: positive vs its own K negatives.
+
+    Args:
+        hidden: (M, D) states.
+        targets: (M,) positive item ids.
+        item_vectors: (N+1, D).
+        neg_ids: (M, K) negative ids per position.
+        sparse: sparse gradient for `item_vectors`, only the scored rows cast (`item_rows`).
+    """
+    return gbce(hidden, targets, item_vectors, neg_ids, beta=1.0, sparse=sparse)
+
+
+def gbce_beta(num_negatives: int, num_items: int, t: float) -> float:
+    """gSASRec's beta = alpha (t (1 - 1/alpha) + 1/alpha), alpha = K / (N - 1) the sampling rate.
+
+    t = 0 gives beta = 1 (plain BCE); t = 1 gives beta = alpha (fully calibrated).
+    """
+    alpha = num_negatives / max(num_items - 1, 1)
+    return alpha * (t * (1 - 1 / alpha) + 1 / alpha)
+
+
+def gbce(hidden: Tensor, targets: Tensor, item_vectors: Tensor, neg_ids: Tensor, beta: float,
+         sparse: bool = False) -> Tensor:
+    """Generalised BCE: -log sigmoid(s+)^beta - sum log(1 - sigmoid(s-)), averaged over positions.
+
+    Args:
+        hidden: (M, D) states.
+        targets: (M,) positive item ids.
+        item_vectors: (N+1, D).
+        neg_ids: (M, K) negative ids per position.
+        beta: power on the positive probability (see `gbce_beta`).
+        sparse: sparse gradient for `item_vectors`, only the scored rows cast (`item_rows`).
+    """
+    rows = item_rows(item_vectors, hidden.dtype, sparse)
+    pos = (hidden * rows(targets)).sum(-1).float()  # (M,)
+    neg = torch.einsum("md,mkd->mk", hidden, rows(neg_ids)).float()  # (M, K)
+    # -log sigmoid(x) = softplus(-x); -log(1 - sigmoid(x)) = softplus(x)
+    return (beta * F.softplus(-pos) + F.softplus(neg).sum(-1)).mean()

@@ -1,0 +1,265 @@
+"""StreamRec training logic: losses, optimisation, full-catalogue validation.
+
+The constructor is the config schema (LightningCLI turns it into `--model.*` and YAML);
+`num_items` and `max_len` are linked from the data module so nobody types them twice.
+
+Legend: B batch, T history length, D model width, N items, M non-padding positions.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import lightning as L
+import torch
+from torch import Tensor
+
+from core.nn import WarmupCosineLR, stops_on_time
+from core.nn.blocks import Activation
+from core.nn.cpu_fastpath import enable_cpu_fastpath
+from core.nn.optim import RowwiseAdagradAdamW
+from core.nn.stacks import Positions
+from core.runtime.checkpoint import SafeLoadMixin
+from core.runtime.distributed import destroy_process_group_at_exit
+from streamrec.data.constants import MAX_LEN
+from streamrec.data.datasets import EvalBatch, PredictBatch, TrainBatch
+from streamrec.data.vocab import ItemVocab
+from streamrec.model import losses
+from streamrec.model.metrics import RankingMetrics, SampledRankingMetrics, most_popular_scores
+from streamrec.model.sasrec import StreamRecModel
+from streamrec.ranking.predict import RankedBatch, top_items
+
+LossName = Literal["full", "sampled", "bce", "gbce"]
+ItemOptimizer = Literal["adamw", "rowwise_adagrad"]
+VOCAB_KEY = "streamrec_item_vocab"
+
+
+class StreamRecModule(SafeLoadMixin, L.LightningModule):
+    """Next-item recommender: a causal session transformer trained to predict every next item.
+
+    Args:
+        num_items: catalogue size N (linked from the data module).
+        d_model: model width.
+        n_heads: attention heads.
+        n_kv_heads: key/value heads for grouped-query attention (default n_heads).
+        n_layers: transformer blocks.
+        d_ff: feed-forward width.
+        dropout: dropout on embeddings and in blocks.
+        attn_dropout: dropout on attention weights.
+        max_len: history length read by the model (linked from the data module).
+        positions: learned (SASRec), sinusoidal, rope, alibi or none.
+        activation: feed-forward activation.
+        tied: score with the item embedding (True) or a separate output table.
+        item_init_std: standard deviation of the initial item vectors (None: d_model ** -0.5).
+        loss: full (softmax over all items), sampled (softmax over shared negatives with
+            logQ correction), bce (SASRec: one negative set per position), gbce (gSASRec).
+        num_negatives: negatives per step (sampled: shared by the batch; bce/gbce: per position).
+        negative_sampling: uniform or popularity (popularity only for `sampled`).
+        gbce_t: gSASRec calibration t in [0, 1] (0 = plain BCE).
+        lr: peak learning rate (AdamW). 1e-2 by default: our item vectors enter at unit scale (x sqrt(d_model))
+            and 1e-3 learned several times slower per epoch; picked on validation of Beauty, Sports, Yelp
+            and ML-1M (docs/results.md, "Why short races lost").
+        weight_decay: AdamW weight decay (decoupled; with `rowwise_adagrad` also on the item rows a step touches).
+        item_optimizer: how the item table(s) learn. adamw (default): like every other parameter, with a dense
+            (N, D) gradient and two AdamW states, about 6 item tables at the peak of a step. rowwise_adagrad:
+            sparse gradients (only the rows a step reads: its inputs, targets and negatives) and row-wise AdaGrad
+            with one accumulator per row (TorchRec / FBGEMM's embedding optimizer), about 1 table plus the
+            touched rows; the rest of the model keeps AdamW and the schedule scales both. Use it when the item
+            table dominates memory (millions of items); it needs a sampled loss (sampled, bce or gbce), and
+            under DDP a backend that all-reduces sparse gradients (gloo; not NCCL).
+        item_lr: peak learning rate of the item rows under `rowwise_adagrad` (unused with adamw). AdaGrad's steps
+            shrink as a row's squared gradients add up, so it wants a larger rate than AdamW: on the demo data
+            (10 epochs, lr 3e-3, `loss: sampled`) val NDCG@10 was 0.58 at 3e-3, 0.70 at 0.03, 0.72 at 0.1 and 0.3,
+            against AdamW's 0.69.
+        warmup_steps: linear warmup steps of the warmup-cosine schedule.
+        lr_floor: final learning rate as a fraction of the peak.
+        ks: cutoffs for HR@K, NDCG@K, MRR@K.
+        filter_seen: exclude items already in the history from ranking.
+        sampled_metrics: also log the SASRec paper's sampled metrics (100 negatives; for comparison only).
+        popularity_baseline: also log a most-popular baseline's metrics on the same cases
+            (`*_mostpop_*`), so every run shows what the model adds.
+        cpu_fastpath: fp32 CPU linears in oneDNN and a cheaper dropout mask (`core.nn.cpu_fastpath`; off: plain
+            `nn.Linear` / `nn.Dropout`). Off by default: on 2 loaded Zen 5 cores (2026-11-25, two runs) a training
+            step ran 1.02-1.17x faster with it, Translate's beam search 0.95-1.06x (`benchmarks/cpu_fastpath.py`).
+    """
+
+    def __init__(
+        self, num_items: int = 1, *, d_model: int = 64, n_heads: int = 2, n_kv_heads: int | None = None,
+        n_layers: int = 2, d_ff: int = 256, dropout: float = 0.2, attn_dropout: float = 0.0, max_len: int = MAX_LEN,
+        positions: Positions = "learned", activation: Activation = "gelu", tied: bool = True,
+        item_init_std: float | None = None, loss: LossName = "full", num_negatives: int = 256,
+        negative_sampling: Literal["uniform", "popularity"] = "uniform", gbce_t: float = 0.75,
+        lr: float = 1e-2, weight_decay: float = 0.0, item_optimizer: ItemOptimizer = "adamw",
+        item_lr: float = 0.1, warmup_steps: int = 100, lr_floor: float = 0.1,
+        ks: tuple[int, ...] = (10, 20), filter_seen: bool = True, sampled_metrics: bool = False,
+        popularity_baseline: bool = True, cpu_fastpath: bool = False,
+    ):
+        super().__init__()
+        if loss not in ("full", "sampled", "bce", "gbce"):
+            raise ValueError(f"`loss` must be full, sampled, bce or gbce, got {loss!r}")
+        if loss != "full" and num_negatives < 1:
+            raise ValueError(f"`num_negatives` must be >= 1 for loss={loss!r}, got {num_negatives}")
+        if negative_sampling == "popularity" and loss != "sampled":
+            raise ValueError("`negative_sampling: popularity` needs `loss: sampled` (it relies on the logQ correction)")
+        if item_optimizer not in ("adamw", "rowwise_adagrad"):
+            raise ValueError(f"`item_optimizer` must be adamw or rowwise_adagrad, got {item_optimizer!r}")
+        if item_optimizer == "rowwise_adagrad" and loss == "full":
+            raise ValueError("`item_optimizer: rowwise_adagrad` needs a sampled loss (sampled, bce or gbce): "
+                             "`loss: full` gives every item row a gradient each step")
+        if item_lr <= 0:
+            raise ValueError(f"`item_lr` must be > 0, got {item_lr}")
+        self.save_hyperparameters()
+        self.model = StreamRecModel(
+            num_items, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads, n_layers=n_layers, d_ff=d_ff,
+            dropout=dropout, attn_dropout=attn_dropout, max_len=max_len, positions=positions, activation=activation,
+            tied=tied, item_init_std=item_init_std,
+        )
+        if cpu_fastpath:
+            enable_cpu_fastpath(self.model)
+        if item_optimizer == "rowwise_adagrad":
+            # The input lookup's gradient becomes (rows read, D) instead of (N+1, D); DDP reads the flag when it
+            # wraps the model and expects a sparse gradient for these tables.
+            for table in self._item_table_modules():
+                table.sparse = True
+        self.val_metrics = RankingMetrics(ks, filter_seen)
+        self.test_metrics = RankingMetrics(ks, filter_seen)
+        self.sampled_metrics = (
+            SampledRankingMetrics(num_items, ks, filter_seen=filter_seen) if sampled_metrics else None
+        )
+        self.baseline_metrics = RankingMetrics(ks, filter_seen) if popularity_baseline else None
+        self.item_vocab: ItemVocab | None = None
+        # (N+1,) item counts in the training histories, filled in setup().
+        self.register_buffer("item_counts", torch.zeros(0), persistent=False)
+
+    # ------------------------------------------------------------------ setup and checkpoints
+    def setup(self, stage: str) -> None:
+        destroy_process_group_at_exit()  # each DDP rank, once its process group exists
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if datamodule is None:
+            return
+        if datamodule.num_items != self.hparams.num_items:
+            raise ValueError(f"the data has {datamodule.num_items} items but the model was built for "
+                             f"{self.hparams.num_items}; use the checkpoint's data file or retrain")
+        self.item_vocab = datamodule.vocab
+        self.item_counts = datamodule.train_item_counts().float().to(self.device)
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # Scoring and explanations read original item ids from the checkpoint alone.
+        if self.item_vocab is not None:
+            checkpoint[VOCAB_KEY] = self.item_vocab.to_dict()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_load_checkpoint(checkpoint)  # refuses a checkpoint that does not fit
+        if VOCAB_KEY in checkpoint:
+            self.item_vocab = ItemVocab.from_dict(checkpoint[VOCAB_KEY])
+
+    # ------------------------------------------------------------------ training
+    def training_step(self, batch: TrainBatch, batch_idx: int) -> Tensor:
+        hidden = self.model.encode(batch.inputs, trim=True)  # (B, T', D): all-padding columns skipped
+        targets = batch.targets[:, -hidden.shape[1]:]  # inputs and targets share their padding
+        keep = targets != 0
+        loss = self.compute_loss(hidden[keep], targets[keep])  # (M, D), (M,)
+        self.log("train_loss", loss, prog_bar=True, batch_size=int(keep.sum()))
+        return loss
+
+    def compute_loss(self, hidden: Tensor, targets: Tensor) -> Tensor:
+        """The configured loss on (M, D) states and (M,) next items."""
+        hp, vectors = self.hparams, self.model.item_vectors
+        sparse = hp.item_optimizer == "rowwise_adagrad"  # gather the scored rows; never touch the whole table
+        if hp.loss == "full":
+            return losses.full_softmax(hidden, targets, vectors)
+        if hp.loss == "sampled":
+            probs = self.item_counts if hp.negative_sampling == "popularity" else None
+            neg = losses.sample_negatives(hp.num_items, hp.num_negatives, hidden.device, probs)
+            log_q = None if probs is None else (probs / probs[1:].sum()).clamp_min(1e-12).log()
+            return losses.sampled_softmax(hidden, targets, vectors, neg, log_q, sparse=sparse)
+        neg = torch.randint(1, hp.num_items + 1, (hidden.shape[0], hp.num_negatives), device=hidden.device)
+        if hp.loss == "bce":
+            return losses.bce(hidden, targets, vectors, neg, sparse=sparse)
+        beta = losses.gbce_beta(hp.num_negatives, hp.num_items, hp.gbce_t)
+        return losses.gbce(hidden, targets, vectors, neg, beta, sparse=sparse)
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        hp = self.hparams
+        opt = self.make_optimizer()
+        sched = WarmupCosineLR.for_run(opt, hp.warmup_steps, run_steps=self.trainer.estimated_stepping_batches,
+                                       floor=hp.lr_floor, clock_limited=stops_on_time(self.trainer.callbacks))
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def make_optimizer(self) -> torch.optim.Optimizer:
+        """AdamW on every parameter, or (`item_optimizer: rowwise_adagrad`) one optimizer with AdamW on all but
+        the item table(s) and row-wise AdaGrad on those (`core.nn.optim.RowwiseAdagradAdamW`), at the peak rate."""
+        hp = self.hparams
+        if hp.item_optimizer == "adamw":
+            return torch.optim.AdamW(self.parameters(), lr=hp.lr, weight_decay=hp.weight_decay)
+        tables = [m.weight for m in self._item_table_modules()]
+        dense = [p for p in self.parameters() if not any(p is t for t in tables)]
+        return RowwiseAdagradAdamW([{"params": dense}, {"params": tables, "rowwise": True, "lr": hp.item_lr}],
+                                   lr=hp.lr, weight_decay=hp.weight_decay)
+
+    def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer, gradient_clip_val: float | None = None,
+                                    gradient_clip_algorithm: str | None = None) -> None:
+        """Lightning's clipping, except that `rowwise_adagrad`'s sparse table gradients are left out: torch's
+        norms refuse sparse tensors, and AdaGrad already divides each row by its own gradient history."""
+        if self.hparams.item_optimizer == "adamw" or not gradient_clip_val:
+            return super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        dense = [p for g in optimizer.param_groups if not g.get("rowwise") for p in g["params"]]
+        if gradient_clip_algorithm == "value":
+            torch.nn.utils.clip_grad_value_(dense, gradient_clip_val)
+        else:
+            torch.nn.utils.clip_grad_norm_(dense, gradient_clip_val)
+        return None
+
+    def _item_table_modules(self) -> list[torch.nn.Embedding]:
+        """The (N+1, D) tables: the input embedding, and the output table when it is not tied."""
+        tables = [self.model.item_embedding.embedding]
+        return tables if self.model.output is None else [*tables, self.model.output]
+
+    # ------------------------------------------------------------------ evaluation
+    def validation_step(self, batch: EvalBatch, batch_idx: int) -> None:
+        self._evaluate(batch, self.val_metrics)
+
+    def test_step(self, batch: EvalBatch, batch_idx: int) -> None:
+        self._evaluate(batch, self.test_metrics)
+
+    def _evaluate(self, batch: EvalBatch, metrics: RankingMetrics) -> None:
+        scores = self.model.recommend_scores(batch.inputs).float()  # (B, N+1)
+        metrics.update(scores, batch.targets, batch.seen)
+        if self.sampled_metrics is not None:
+            self.sampled_metrics.update(scores, batch.targets, batch.seen)
+        if self.baseline_metrics is not None and self.item_counts.numel():
+            popular = most_popular_scores(self.item_counts, scores.shape[0])
+            self.baseline_metrics.update(popular, batch.targets, batch.seen)
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_metrics("val", self.val_metrics)
+
+    def on_test_epoch_end(self) -> None:
+        self._log_metrics("test", self.test_metrics)
+
+    def _log_metrics(self, prefix: str, metrics: RankingMetrics) -> None:
+        # compute() already reduces the metric states across DDP ranks.
+        values = metrics.compute()
+        if self.sampled_metrics is not None:
+            values.update(self.sampled_metrics.compute())
+            self.sampled_metrics.reset()
+        if self.baseline_metrics is not None and self.baseline_metrics.update_count:
+            values.update({f"mostpop_{k}": v for k, v in self.baseline_metrics.compute().items()})
+            self.baseline_metrics.reset()
+        metrics.reset()
+        for name, value in values.items():
+            # compute() gave every rank the same value: `max` keeps it exact and silences Lightning's
+            # "use sync_dist in distributed setting" warning (one per metric under DDP).
+            self.log(f"{prefix}_{name}", value, prog_bar=name == "ndcg@10", sync_dist=True, reduce_fx="max")
+
+    # ------------------------------------------------------------------ prediction
+    # Items per user and seen-item filtering of `predict`; `ranking.predict.RecommendationWriter` sets them from
+    # its arguments. Not hyper-parameters: when predicting, a checkpoint's would override the command line's.
+    predict_top_k: int = 10
+    predict_exclude_seen: bool = True
+
+    def predict_step(self, batch: PredictBatch, batch_idx: int) -> RankedBatch:
+        """The `predict_top_k` best items after each user's whole history (`StreamRecDataModule.predict_dataloader`)."""
+        scores = self.model.recommend_scores(batch.inputs).float()  # (B, N+1)
+        items, top = top_items(scores, self.predict_top_k, batch.seen if self.predict_exclude_seen else None)
+        return RankedBatch(batch.rows, batch.users, items, top)

@@ -1,0 +1,116 @@
+"""The package layout's import rules, read from the source (imports inside functions included).
+
+- `core.nn` is pure PyTorch: it imports nothing from `core.runtime`, the apps, Lightning or LitServe.
+- `core` never imports an app; `streamrec` and `translate` never import each other.
+- In each app, `data/` imports no other part of the app, and `data/`, `model/`, `ranking/` and `search/`
+  never import the programs (the app's top-level modules: CLIs, API, servers, exports).
+- No import cycle between any two modules.
+The reference is a plain AST walk over every file, independent of how the packages import at run time.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("core", "streamrec", "translate")
+LOWER = ("data", "model", "ranking", "search")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> set[str]:
+    """Every module of ours (and Lightning, LitServe) that `path` names in an import statement, at any depth."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return {name for name in found if name.split(".")[0] in (*PACKAGES, "lightning", "litserve")}
+
+
+GRAPH = {module_name(p): imports(p) for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+
+
+def violations(rule) -> list[str]:
+    return sorted(f"{src} imports {dst}" for src, targets in GRAPH.items() for dst in targets if rule(src, dst))
+
+
+def test_core_nn_is_pure_pytorch() -> None:
+    assert not violations(lambda s, d: s.startswith("core.nn") and not d.startswith("core.nn"))
+
+
+def test_core_imports_no_app_and_the_apps_not_each_other() -> None:
+    def crosses(src: str, dst: str) -> bool:
+        a, b = src.split(".")[0], dst.split(".")[0]
+        return a != b and b in PACKAGES and b != "core"
+
+    assert not violations(crosses)
+
+
+def test_data_model_ranking_search_never_import_the_programs() -> None:
+    def upward(src: str, dst: str) -> bool:
+        s, d = src.split("."), dst.split(".")
+        if s[0] == "core" or s[0] != d[0] or len(s) < 3 or s[1] not in LOWER:
+            return False
+        if s[1] == "data" and len(d) > 1 and d[1] != "data":
+            return True  # data is the bottom of the app
+        return len(d) >= 2 and d[1] not in LOWER and f"{d[0]}.{d[1]}" in GRAPH  # a program module
+
+    assert not violations(upward)
+
+
+def strongly_connected(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's strongly connected components of two or more modules: the import cycles."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = stack[stack.index(v):]
+            del stack[stack.index(v):]
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in edges:
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_the_cycle_finder_finds_a_planted_cycle() -> None:
+    assert strongly_connected({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_cycles() -> None:
+    edges = {src: {d for d in targets if d in GRAPH and d != src} for src, targets in GRAPH.items()}
+    assert strongly_connected(edges) == []
+
+
+def test_core_and_core_runtime_errors_import_no_torch() -> None:
+    code = "import core, core.runtime.errors, sys; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
+
+
+def test_core_nn_imports_no_lightning() -> None:
+    code = ("import core.nn, sys; bad = [m for m in sys.modules if m.split('.')[0] in "
+            "('lightning', 'pytorch_lightning', 'litserve')]; assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)

@@ -1,0 +1,95 @@
+"""StreamRecModel invariants."""
+
+import pytest
+import torch
+
+from streamrec.model.sasrec import StreamRecModel, trim_padding
+
+
+def _model(**kw):
+    torch.manual_seed(0)
+    return StreamRecModel(num_items=30, d_model=16, n_heads=2, n_layers=2, d_ff=32, max_len=10, **kw).eval()
+
+
+def test_future_items_do_not_change_earlier_states():
+    model = _model()
+    items = torch.tensor([[0, 0, 3, 4, 5, 6, 7, 8, 9, 10]])
+    changed = items.clone()
+    changed[0, 7:] = torch.tensor([20, 21, 22])
+    a, b = model.encode(items), model.encode(changed)
+    assert torch.allclose(a[:, :7], b[:, :7], atol=1e-6)
+    assert not torch.allclose(a[:, 7:], b[:, 7:])
+
+
+def test_scores_are_dot_products_with_item_embedding_and_never_padding():
+    model = _model()
+    items = torch.tensor([[0, 0, 0, 1, 2, 3, 4, 5, 6, 7], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]])
+    scores = model.recommend_scores(items)
+    h = model.encode(items)[:, -1]
+    want = h @ model.item_embedding.embedding.weight.T
+    assert torch.isneginf(scores[:, 0]).all()
+    assert torch.allclose(scores[:, 1:], want[:, 1:], atol=1e-5)
+
+
+def test_trim_padding_drops_only_columns_padded_in_every_row():
+    items = torch.tensor([[0, 0, 0, 4, 5], [0, 0, 2, 3, 1]])
+    trimmed, offset = trim_padding(items)
+    assert offset == 2 and trimmed.tolist() == [[0, 4, 5], [2, 3, 1]]
+    assert trim_padding(torch.zeros(2, 4, dtype=torch.long))[1] == 0  # nothing occupied: nothing to trim
+
+
+@pytest.mark.parametrize("positions", ["learned", "sinusoidal", "rope", "alibi"])
+def test_trimmed_padding_leaves_every_real_state_unchanged(positions):
+    """Short histories are encoded without their all-padding columns; the full-width run is the reference."""
+    model = _model(positions=positions)
+    items = torch.tensor([[0, 0, 0, 0, 0, 0, 3, 4, 5, 6], [0, 0, 0, 0, 0, 0, 0, 0, 9, 2]])
+    full = model.encode(items)
+    trimmed = model.encode(items, trim=True)
+    assert trimmed.shape == (2, 4, 16)
+    real = (items != 0)[:, -4:]
+    assert torch.allclose(trimmed[real], full[:, -4:][real], atol=1e-5)
+    assert torch.allclose(model.last_hidden(items), full[:, -1], atol=1e-5)
+
+
+def test_training_loss_is_unchanged_by_trimming():
+    from streamrec.data.datasets import TrainBatch
+    from streamrec.model.losses import full_softmax
+    from streamrec.model.module import StreamRecModule
+
+    torch.manual_seed(0)
+    module = StreamRecModule(num_items=30, d_model=16, n_heads=2, n_layers=2, d_ff=32, max_len=10, dropout=0.0)
+    module.log = lambda *a, **k: None  # no trainer attached
+    inputs = torch.tensor([[0, 0, 0, 0, 0, 0, 3, 4, 5, 6], [0, 0, 0, 0, 0, 0, 0, 0, 9, 2]])
+    targets = torch.tensor([[0, 0, 0, 0, 0, 0, 4, 5, 6, 7], [0, 0, 0, 0, 0, 0, 0, 0, 2, 8]])
+    hidden = module.model.encode(inputs)  # full width
+    keep = targets != 0
+    want = full_softmax(hidden[keep], targets[keep], module.model.item_vectors)
+    assert torch.allclose(module.training_step(TrainBatch(inputs, targets), 0), want, atol=1e-6)
+
+
+def test_untied_head_uses_its_own_table():
+    model = _model(tied=False)
+    assert model.item_vectors.data_ptr() != model.item_embedding.weight.data_ptr()
+    assert model.item_vectors.shape == (31, 16)
+
+
+def test_padding_positions_stay_finite():
+    model = _model()
+    items = torch.tensor([[0] * 9 + [5]])
+    assert torch.isfinite(model.encode(items)).all()
+
+
+def test_seed_m4_parameter_count_matches_hand_arithmetic():
+    """configs/streamrec/seed_m4.yaml's model: 1,000 items, d_model 128, 4 heads, 2 layers, d_ff 512, max_len 50."""
+    model = StreamRecModel(num_items=1000, d_model=128, n_heads=4, n_layers=2, d_ff=512, max_len=50)
+    d, f, n, t = 128, 512, 1000, 50
+    item_table = (n + 1) * d  # padding row included; tied output adds nothing
+    positions = t * d
+    attention = d * 3 * d + 3 * d + d * d + d  # fused qkv + output projection, with biases
+    feed_forward = d * f + f + f * d + d
+    norms = 2 * 2 * d  # two LayerNorms per block
+    per_layer = attention + feed_forward + norms
+    final_norm = 2 * d
+    expected = item_table + positions + 2 * per_layer + final_norm
+    assert expected == 531_328
+    assert sum(p.numel() for p in model.parameters()) == expected

@@ -1,0 +1,187 @@
+"""StreamRecModule against hand-written references: the training loss on padded (trimmed) batches,
+the loss dispatch, validation metrics from a brute-force ranking, the optimiser's schedule and the guards."""
+
+from __future__ import annotations
+
+import inspect
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import streamrec.model.module
+from core.nn.optim import RowwiseAdagradAdamW
+from streamrec.data.constants import MAX_LEN
+from streamrec.data.datamodule import StreamRecDataModule
+from streamrec.data.datasets import EvalBatch, TrainBatch
+from streamrec.model import losses
+from streamrec.model.module import StreamRecModule
+from streamrec.model.sasrec import StreamRecModel
+
+N = 30
+
+
+def make_module(**kw) -> StreamRecModule:
+    torch.manual_seed(0)
+    args = dict(num_items=N, max_len=6, d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.0,
+                popularity_baseline=False, ks=(10,))
+    return StreamRecModule(**{**args, **kw})
+
+
+def padded_batch() -> TrainBatch:
+    # Left padding; the first two columns are padding in every row, so training trims them.
+    inputs = torch.tensor([[0, 0, 0, 3, 7, 9], [0, 0, 5, 6, 2, 8]])
+    targets = torch.tensor([[0, 0, 0, 7, 9, 4], [0, 0, 6, 2, 8, 1]])
+    return TrainBatch(inputs, targets)
+
+
+@pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`")  # no trainer here: logging is not tested
+def test_training_loss_is_cross_entropy_over_the_catalogue_at_non_padding_positions():
+    module = make_module().eval()  # no dropout either way; eval keeps it deterministic
+    batch = padded_batch()
+    got = module.training_step(batch, 0)
+    # Reference: the untrimmed encoder, explicit (M, N) logits, F.cross_entropy over items 1..N.
+    hidden = module.model.encode(batch.inputs)  # (B, T, D), no trimming
+    keep = batch.targets != 0
+    logits = hidden[keep] @ module.model.item_vectors[1:].T  # (M, N)
+    want = F.cross_entropy(logits, batch.targets[keep] - 1)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("loss", ["bce", "gbce", "sampled"])
+def test_each_sampled_loss_is_the_named_function_on_the_same_negatives(loss):
+    module = make_module(loss=loss, num_negatives=5)
+    hidden, targets = torch.randn(4, 16), torch.tensor([1, 5, 9, 30])
+    vectors = module.model.item_vectors
+    torch.manual_seed(3)
+    got = module.compute_loss(hidden, targets)
+    torch.manual_seed(3)
+    if loss == "sampled":
+        neg = torch.randint(1, N + 1, (5,))
+        want = losses.sampled_softmax(hidden, targets, vectors, neg, None)
+    else:
+        neg = torch.randint(1, N + 1, (4, 5))
+        if loss == "bce":
+            want = losses.bce(hidden, targets, vectors, neg)
+        else:
+            want = losses.gbce(hidden, targets, vectors, neg, losses.gbce_beta(5, N, 0.75))
+    torch.testing.assert_close(got, want)
+    # And bce itself, by hand: -log sigmoid(positive) - sum log(1 - sigmoid(negative)), averaged over positions.
+    if loss == "bce":
+        pos = (hidden * vectors[targets]).sum(-1)
+        negs = torch.einsum("md,mkd->mk", hidden, vectors[neg])
+        by_hand = -(F.logsigmoid(pos) + F.logsigmoid(-negs).sum(-1)).mean()
+        torch.testing.assert_close(got, by_hand, rtol=1e-5, atol=1e-5)
+
+
+def test_validation_metrics_equal_a_brute_force_ranking():
+    module = make_module().eval()
+    inputs = torch.tensor([[0, 3, 7, 9], [5, 6, 2, 8], [0, 0, 0, 4]])
+    targets = torch.tensor([11, 2, 20])
+    seen = torch.tensor([[3, 7, 9, 0], [5, 6, 2, 8], [4, 0, 0, 0]])  # row 1's target was seen: a miss
+    batch = EvalBatch(torch.arange(3), inputs, targets, seen)
+    module.validation_step(batch, 0)
+    got = module.val_metrics.compute()
+    # Brute force: rank all items 1..N by score, seen items removed, find the target's rank.
+    scores = module.model.recommend_scores(inputs).float()
+    ndcg, hits = [], []
+    for row in range(3):
+        ranked = [int(i) for i in scores[row, 1:].argsort(descending=True) + 1 if int(i) not in seen[row].tolist()]
+        rank = ranked.index(int(targets[row])) if int(targets[row]) in ranked else None
+        hits.append(float(rank is not None and rank < 10))
+        ndcg.append(1 / math.log2(rank + 2) if rank is not None and rank < 10 else 0.0)
+    assert got["hr@10"].item() == pytest.approx(sum(hits) / 3)
+    assert got["ndcg@10"].item() == pytest.approx(sum(ndcg) / 3, abs=1e-6)
+
+
+def test_optimiser_is_adamw_with_linear_warmup_then_cosine_to_the_floor():
+    module = make_module(lr=2e-3, weight_decay=0.05, warmup_steps=4, lr_floor=0.1)
+    module._trainer = SimpleNamespace(estimated_stepping_batches=20, callbacks=[])  # what the method reads
+    config = module.configure_optimizers()
+    opt, sched = config["optimizer"], config["lr_scheduler"]["scheduler"]
+    assert isinstance(opt, torch.optim.AdamW)
+    assert opt.param_groups[0]["weight_decay"] == 0.05
+    lrs = []
+    for _ in range(20):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert lrs[0] < lrs[1] < lrs[2] < lrs[3] < lrs[4]  # warmup
+    assert lrs[4] == pytest.approx(2e-3)
+    assert all(a >= b for a, b in zip(lrs[4:], lrs[5:], strict=False))  # then never rises
+    assert lrs[-1] >= 2e-4 * 0.999 and lrs[-1] < 2e-3 * 0.5  # towards the floor, not below it
+
+
+def test_bad_loss_settings_name_the_argument():
+    with pytest.raises(ValueError, match="loss"):
+        make_module(loss="softmax")
+    with pytest.raises(ValueError, match="num_negatives"):
+        make_module(loss="gbce", num_negatives=0)
+    with pytest.raises(ValueError, match="negative_sampling"):
+        make_module(loss="full", negative_sampling="popularity")
+    with pytest.raises(ValueError, match="item_optimizer"):
+        make_module(loss="sampled", item_optimizer="sparse_adam")
+    with pytest.raises(ValueError, match="item_optimizer: rowwise_adagrad. needs a sampled loss"):
+        make_module(loss="full", item_optimizer="rowwise_adagrad")  # every row has a gradient anyway
+    with pytest.raises(ValueError, match="item_lr"):
+        make_module(loss="sampled", item_optimizer="rowwise_adagrad", item_lr=0.0)
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_rowwise_adagrad_is_one_optimizer_with_the_item_tables_in_a_rowwise_group(tied):
+    module = make_module(loss="sampled", item_optimizer="rowwise_adagrad", lr=2e-3, item_lr=0.05, weight_decay=0.01,
+                         warmup_steps=4, tied=tied)
+    module._trainer = SimpleNamespace(estimated_stepping_batches=20, callbacks=[])
+    config = module.configure_optimizers()
+    opt, sched = config["optimizer"], config["lr_scheduler"]["scheduler"]
+    assert isinstance(opt, RowwiseAdagradAdamW)
+    dense, rows = opt.param_groups
+    tables = [module.model.item_embedding.weight] + ([] if tied else [module.model.output.weight])
+    assert [id(p) for p in rows["params"]] == [id(t) for t in tables] and rows["rowwise"] and not dense["rowwise"]
+    assert sorted(map(id, dense["params"] + rows["params"])) == sorted(map(id, module.parameters()))  # each once
+    assert dense["weight_decay"] == rows["weight_decay"] == 0.01
+    for _ in range(10):  # the schedule scales both peaks by the same factor
+        assert rows["lr"] == pytest.approx(dense["lr"] * 25)
+        opt.step()
+        sched.step()
+
+
+@pytest.mark.parametrize("loss", ["bce", "gbce", "sampled"])
+def test_rowwise_adagrad_losses_equal_the_dense_ones_with_sparse_table_gradients(loss):
+    dense, sparse = make_module(loss=loss, num_negatives=5), make_module(loss=loss, num_negatives=5,
+                                                                         item_optimizer="rowwise_adagrad")
+    hidden, targets = torch.randn(4, 16), torch.tensor([1, 5, 9, 30])
+    got, values = [], []
+    for module in (dense, sparse):
+        torch.manual_seed(3)
+        values.append(module.compute_loss(hidden, targets))
+        values[-1].backward()
+        got.append(module.model.item_vectors.grad)
+    assert torch.equal(values[0], values[1])
+    assert not got[0].is_sparse and got[1].is_sparse
+    torch.testing.assert_close(got[1].to_dense(), got[0])
+
+
+def test_every_model_argument_reaches_the_model_under_its_own_name(monkeypatch):
+    """The module forwards each `StreamRecModel` argument by keyword; a dropped or renamed one fails here."""
+    seen: dict = {}
+
+    class Spy(StreamRecModel):
+        def __init__(self, num_items, **kwargs):
+            seen.update(num_items=num_items, **kwargs)
+            super().__init__(num_items, **kwargs)
+
+    monkeypatch.setattr(streamrec.model.module, "StreamRecModel", Spy)
+    module = make_module(n_kv_heads=1, positions="rope", tied=False, item_init_std=0.05, attn_dropout=0.1)
+    assert seen == {name: module.hparams[name] for name in inspect.signature(StreamRecModel).parameters}
+
+
+def test_model_module_and_data_share_their_defaults():
+    """One home for defaults: `streamrec.data.constants.MAX_LEN`, and the module's defaults are the model's."""
+    model, module = inspect.signature(StreamRecModel).parameters, inspect.signature(StreamRecModule).parameters
+    assert inspect.signature(StreamRecDataModule).parameters["max_len"].default == MAX_LEN
+    assert model["max_len"].default == module["max_len"].default == MAX_LEN
+    shared = [name for name, p in model.items() if p.default is not inspect.Parameter.empty]
+    assert shared and {n: model[n].default for n in shared} == {n: module[n].default for n in shared}

@@ -1,0 +1,1 @@
+"""Translate data: parallel text, the subword vocabulary, token-bucketed batches and the DataModule."""

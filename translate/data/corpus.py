@@ -1,0 +1,588 @@
+"""Parallel text to padded subword batches, and the LightningDataModule that wires it up.
+
+Pipeline: `read_parallel` (aligned UTF-8 files, strict errors) -> `train_vocab` on the
+training split (cached by content hash, see `translate.data.vocab`) -> `encode_split` (subword
+ids; length and ratio filtering in training, truncation in evaluation) ->
+`TokenBatchSampler` (length-bucketed batches of at most `max_tokens` padded tokens) ->
+`collate` (a `Batch` of padded id tensors). With `subword_sampling`, `SampledSegmentations`
+draws a new segmentation of each training pair per batch (subword regularisation).
+
+Special ids are fixed: pad=0, unk=1, bos=2, eos=3 (`translate.data.vocab`).
+
+Legend: B batch, S source length, T target length (the target plus one bos/eos shift).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+import lightning as L
+import numpy as np
+import sentencepiece as spm
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset
+
+from core.runtime.errors import InputError, check_text
+from core.runtime.resume import EpochBatchSampler
+from translate.data.vocab import BOS_ID, EOS_ID, PAD_ID, ModelType, SubwordVocab, train_vocab
+
+logger = logging.getLogger(__name__)
+
+Split = Literal["train", "val", "test"]
+# A split's files: a prefix ("data/translate_demo/train" -> train.en, train.de), a pattern
+# with "{lang}" ("corpus/{lang}/train.txt"), or an explicit (src_path, tgt_path) pair.
+SplitPaths = str | tuple[str, str]
+
+
+def resolve_paths(paths: SplitPaths, src_lang: str, tgt_lang: str) -> tuple[Path, Path]:
+    """The (source, target) files of one split.
+
+    Args:
+        paths: a prefix (`"data/translate_demo/train"` -> `train.en`, `train.de`), a pattern
+            containing `{lang}`, or an explicit `(src_path, tgt_path)` pair.
+        src_lang: source language suffix, e.g. "en".
+        tgt_lang: target language suffix, e.g. "de".
+    """
+    if not isinstance(paths, str):
+        if len(paths) != 2:
+            raise InputError(f"explicit split paths must be a (src_path, tgt_path) pair, got {paths!r}")
+        return Path(paths[0]), Path(paths[1])
+    if "{lang}" in paths:
+        return Path(paths.replace("{lang}", src_lang)), Path(paths.replace("{lang}", tgt_lang))
+    return Path(f"{paths}.{src_lang}"), Path(f"{paths}.{tgt_lang}")
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """The lines of a UTF-8 text file, without line endings.
+
+    Splits on "\\n" only: `str.splitlines` would also split on U+2028 and friends and
+    silently shift every later line against its translation.
+
+    Args:
+        path: the file; a UTF-8 byte-order mark and CRLF endings are accepted.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file; check the split path and the language suffix")
+    data = path.read_bytes()
+    check_text(data, path)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise InputError(
+            f"{path}:{line}: invalid UTF-8 (byte 0x{data[e.start]:02x} at column {column}); "
+            "re-encode the file as UTF-8, e.g. `iconv -f latin1 -t utf-8`"
+        ) from None
+    lines = text.removeprefix("\ufeff").split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the final newline ends the last line; it does not start a new one
+    return [line.removesuffix("\r") for line in lines]
+
+
+def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[list[str], list[str]]:
+    """Read two line-aligned files; raise naming file and line if they do not align or are empty.
+
+    Args:
+        src_path: source-language file, one sentence per line.
+        tgt_path: target-language file, the translation of each source line on the same line.
+    """
+    src, tgt = read_lines(src_path), read_lines(tgt_path)
+    for path, lines in ((src_path, src), (tgt_path, tgt)):
+        if not lines:
+            raise InputError(f"{path}:1: empty file; a split needs one sentence per line")
+    if len(src) != len(tgt):
+        (short, n_short), (long, n_long) = sorted([(src_path, len(src)), (tgt_path, len(tgt))], key=lambda p: p[1])
+        raise InputError(
+            f"{short}:{n_short + 1}: line missing: {short} has {n_short} lines but {long} has {n_long}; "
+            "parallel files must hold one sentence per line, aligned"
+        )
+    return src, tgt
+
+
+def drop_blank_pairs(src: Sequence[str], tgt: Sequence[str], name: str = "train") -> tuple[list[str], list[str]]:
+    """Keep the pairs where both sides have text; log how many were skipped.
+
+    Args:
+        src: source sentences.
+        tgt: target sentences, aligned with `src`.
+        name: what to call the pair of files in the log and the error (their paths).
+    """
+    keep = [i for i, (s, t) in enumerate(zip(src, tgt, strict=True)) if s.strip() and t.strip()]
+    if len(keep) < len(src):
+        logger.info("%s: skipped %d of %d pairs with a blank side", name, len(src) - len(keep), len(src))
+    if not keep:
+        raise InputError(f"{name}: all {len(src)} pairs (lines 1-{len(src)}) have a blank side; nothing to train on")
+    return [src[i] for i in keep], [tgt[i] for i in keep]
+
+
+class Example(NamedTuple):
+    """One encoded pair: its dataset index and subword ids (no bos/eos)."""
+
+    index: int
+    src: list[int]
+    tgt: list[int]
+
+
+@dataclass
+class Batch:
+    """A padded batch (pad = 0). Tensors only, so Lightning moves it and infers B without help.
+
+    `index` points into the dataset, whose `sources`/`refs` hold the raw strings (sacreBLEU
+    scores against `refs`, never against decoded ids).
+
+    Attributes:
+        src: (B, S) source ids.
+        tgt_in: (B, T) decoder input: bos + target.
+        tgt_out: (B, T) decoder target: target + eos.
+        index: (B,) dataset index of each row.
+    """
+
+    src: Tensor
+    tgt_in: Tensor
+    tgt_out: Tensor
+    index: Tensor
+
+
+def collate(examples: Sequence[Example]) -> Batch:
+    """Pad examples into a `Batch`: src with 0; tgt_in = [bos] + tgt, tgt_out = tgt + [eos], padded with 0."""
+    s = max(1, max(len(e.src) for e in examples))  # width >= 1: an all-blank batch still has a (fully masked) column
+    t = max(len(e.tgt) for e in examples) + 1
+    # Python lists, then one tensor per field: ~5x faster than filling the tensors row by row.
+    src = [e.src + [PAD_ID] * (s - len(e.src)) for e in examples]
+    tgt_in = [[BOS_ID, *e.tgt] + [PAD_ID] * (t - 1 - len(e.tgt)) for e in examples]
+    tgt_out = [[*e.tgt, EOS_ID] + [PAD_ID] * (t - 1 - len(e.tgt)) for e in examples]
+    return Batch(
+        src=torch.tensor(src, dtype=torch.long),  # (B, S)
+        tgt_in=torch.tensor(tgt_in, dtype=torch.long),  # (B, T)
+        tgt_out=torch.tensor(tgt_out, dtype=torch.long),  # (B, T)
+        index=torch.tensor([e.index for e in examples], dtype=torch.long),  # (B,)
+    )
+
+
+class TranslationDataset(Dataset[Example]):
+    """Encoded sentence pairs plus their raw text.
+
+    Args:
+        src_ids: source subword ids per pair (no bos/eos).
+        tgt_ids: target subword ids per pair (no bos/eos).
+        sources: raw source sentences (for inference and attention plots).
+        refs: raw target sentences, the references for sacreBLEU.
+    """
+
+    def __init__(self, src_ids: list[list[int]], tgt_ids: list[list[int]], sources: list[str], refs: list[str]):
+        if not len(src_ids) == len(tgt_ids) == len(sources) == len(refs):
+            raise InputError("src_ids, tgt_ids, sources and refs must have one entry per pair")
+        self.src_ids, self.tgt_ids, self.sources, self.refs = src_ids, tgt_ids, sources, refs
+
+    def __len__(self) -> int:
+        return len(self.src_ids)
+
+    def __getitem__(self, index: int) -> Example:
+        return Example(index, self.src_ids[index], self.tgt_ids[index])
+
+    @property
+    def widths(self) -> list[int]:
+        """Padded width each pair needs in a batch: max(source length, target length + 1)."""
+        return [max(len(s), len(t) + 1) for s, t in zip(self.src_ids, self.tgt_ids, strict=True)]
+
+
+class SampledSegmentations(Dataset[Example]):
+    """A training split that draws a new subword segmentation of each pair every time it is fetched.
+
+    Subword regularisation (BPE-dropout, unigram sampling; `SubwordVocab.sample_batch`): the
+    model sees many segmentations of the same words, which helps small corpora. Batches are
+    still planned on the deterministic segmentation (`widths`), so an epoch has the same
+    number of batches every time (Lightning's step counts, LR schedules and DDP ranks rely on
+    it); sampled segmentations are longer (1.4x the subwords at BPE-dropout 0.1 with
+    Multi30k's 10k BPE), so a batch holds that much more than `max_tokens`. A pair whose
+    sample exceeds `max_len` keeps its deterministic ids.
+
+    Args:
+        base: the deterministic training split.
+        src_vocab: source vocabulary.
+        tgt_vocab: target vocabulary.
+        alpha: sentencepiece's sampling parameter (BPE: merge-dropout probability).
+        max_len: longest sequence in subwords, as in `encode_split`.
+        seed: seed of the draws, with `rank` and the DataLoader worker (`reseed`). sentencepiece's draws
+            repeat within a process only: the same seed gave other segmentations in another process
+            (measured with sentencepiece 0.2.3), so a resumed run does not replay them.
+        rank: this process' rank under DDP, so ranks draw differently.
+    """
+
+    def __init__(
+        self, base: TranslationDataset, src_vocab: SubwordVocab, tgt_vocab: SubwordVocab, alpha: float,
+        max_len: int, seed: int = 0, rank: int = 0,
+    ):
+        self.base, self.src_vocab, self.tgt_vocab = base, src_vocab, tgt_vocab
+        self.alpha, self.max_len, self.seed, self.rank = alpha, max_len, seed, rank
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    @property
+    def widths(self) -> list[int]:
+        """The deterministic segmentation's widths, which the batch sampler plans with."""
+        return self.base.widths
+
+    @property
+    def sources(self) -> list[str]:
+        return self.base.sources
+
+    @property
+    def refs(self) -> list[str]:
+        return self.base.refs
+
+    def reseed(self, worker_id: int = -1) -> None:
+        """Restart sentencepiece's generator from (seed, rank, worker); a DataLoader `worker_init_fn`.
+
+        The generator is process-wide, and forked workers would otherwise all continue the
+        parent's stream and draw the same segmentations.
+        """
+        state = np.random.SeedSequence([self.seed, self.rank, worker_id + 1]).generate_state(1)[0]
+        spm.set_random_generator_seed(int(state))
+
+    def __getitems__(self, indices: Sequence[int]) -> list[Example]:
+        # The DataLoader's batched fetch (torch calls it with the batch's indices when it exists).
+        src = self.src_vocab.sample_batch([self.base.sources[i] for i in indices], self.alpha)
+        tgt = self.tgt_vocab.sample_batch([self.base.refs[i] for i in indices], self.alpha)
+        examples = []
+        for i, s, t in zip(indices, src, tgt, strict=True):
+            if len(s) > self.max_len or len(t) + 1 > self.max_len:
+                s, t = self.base.src_ids[i], self.base.tgt_ids[i]
+            examples.append(Example(i, s, t))
+        return examples
+
+    def __getitem__(self, index: int) -> Example:
+        return self.__getitems__([index])[0]
+
+
+def encode_split(
+    sources: Sequence[str],
+    refs: Sequence[str],
+    src_vocab: SubwordVocab,
+    tgt_vocab: SubwordVocab,
+    max_len: int,
+    max_ratio: float | None = None,
+    train: bool = True,
+    name: str = "train",
+) -> TranslationDataset:
+    """Encode a split. Training drops long pairs and bad length ratios; evaluation truncates.
+
+    Every tensor built from the result has at most `max_len` positions: the source at most
+    `max_len` subwords, the target at most `max_len - 1` (bos/eos take the last position).
+
+    Args:
+        sources: raw source sentences.
+        refs: raw target sentences, aligned with `sources`.
+        src_vocab: source vocabulary.
+        tgt_vocab: target vocabulary.
+        max_len: longest sequence in subwords, counting the bos/eos position on the target side.
+        max_ratio: training only: drop pairs whose longer side has more than `max_ratio` times
+            the subwords of the shorter one (either direction). None keeps all.
+        train: filter (True) or truncate and keep every pair so references stay complete (False).
+        name: split name for the log.
+    """
+    src_ids, tgt_ids = src_vocab.encode_batch(sources), tgt_vocab.encode_batch(refs)
+    if not train:
+        cut = sum(len(s) > max_len or len(t) > max_len - 1 for s, t in zip(src_ids, tgt_ids, strict=True))
+        if cut:
+            logger.warning("%s: truncated %d of %d pairs to max_len=%d subwords", name, cut, len(src_ids), max_len)
+        return TranslationDataset(
+            [s[:max_len] for s in src_ids], [t[: max_len - 1] for t in tgt_ids], list(sources), list(refs)
+        )
+    too_long = ratio = 0
+    keep = []
+    for i, (s, t) in enumerate(zip(src_ids, tgt_ids, strict=True)):
+        if len(s) > max_len or len(t) + 1 > max_len:
+            too_long += 1
+        elif max_ratio is not None and max(len(s), len(t)) > max_ratio * max(1, min(len(s), len(t))):
+            ratio += 1
+        else:
+            keep.append(i)
+    logger.info(
+        "%s: kept %d of %d pairs; dropped %d longer than max_len=%d subwords, %d with length ratio > %s",
+        name, len(keep), len(src_ids), too_long, max_len, ratio, max_ratio,
+    )
+    if not keep:
+        raise InputError(
+            f"{name}: every pair was filtered out; raise `max_len` ({max_len}) or `max_ratio` ({max_ratio})"
+        )
+    return TranslationDataset(
+        [src_ids[i] for i in keep], [tgt_ids[i] for i in keep], [sources[i] for i in keep], [refs[i] for i in keep]
+    )
+
+
+def batch_sizes(sorted_widths: Sequence[int], max_tokens: int) -> list[int]:
+    """Greedy split of ascending widths into batches with count x max width <= max_tokens."""
+    sizes, count = [], 0
+    for width in sorted_widths:  # ascending, so the newest item is the widest
+        if count and (count + 1) * width > max_tokens:
+            sizes.append(count)
+            count = 0
+        count += 1
+    if count:
+        sizes.append(count)
+    return sizes
+
+
+class TokenBatchSampler(EpochBatchSampler):
+    """Length-bucketed batches of at most `max_tokens` padded tokens (count x widest example).
+
+    Examples are sorted by width and cut greedily into batches. With `shuffle`, equal widths
+    are put in random order and the batch order is shuffled, both seeded by (seed, epoch).
+    Only ties are shuffled (no length noise): the sorted width sequence, hence the batch
+    sizes and `len(self)`, stay the same every epoch, which Lightning's step counts, LR
+    schedules and DDP ranks (that must run equally many steps) rely on.
+
+    Epochs, `set_epoch` and `skip_batches` (this rank's batches): `core.runtime.resume.EpochBatchSampler`.
+
+    DDP: every rank builds the same batch list and takes batches `rank, rank + world_size, ...`;
+    the list is padded by repeating its first batches so each rank gets `len(self)` batches.
+    Lightning must not replace the sampler: use `Trainer(use_distributed_sampler=False)`.
+
+    Args:
+        widths: padded width each example needs, e.g. `TranslationDataset.widths`.
+        max_tokens: upper bound on batch size x widest example in the batch.
+        shuffle: shuffle ties and batch order (training); False gives a fixed, sorted order.
+        seed: seed of the shuffles; the same (seed, epoch) gives the same batches.
+        rank: index of this process among `world_size` processes.
+        world_size: number of processes sharing the data.
+    """
+
+    def __init__(
+        self, widths: Sequence[int], max_tokens: int, shuffle: bool = False, seed: int = 0,
+        rank: int = 0, world_size: int = 1,
+    ):
+        self.widths = np.asarray(widths, dtype=np.int64)
+        if not 0 <= rank < world_size:
+            raise InputError(f"`rank` ({rank}) must be in [0, world_size) with `world_size` ({world_size}) >= 1")
+        if len(self.widths) and self.widths.max() > max_tokens:
+            i = int(self.widths.argmax())
+            raise InputError(
+                f"example {i} is {self.widths[i]} tokens wide but `max_tokens` is {max_tokens}; "
+                "raise `max_tokens` or lower `max_len`"
+            )
+        super().__init__(seed)
+        self.max_tokens, self.shuffle = max_tokens, shuffle
+        self.rank, self.world_size = rank, world_size
+        self.sizes = batch_sizes(np.sort(self.widths).tolist(), max_tokens)
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.sizes) / self.world_size)
+
+    def epoch_batches(self, rng: np.random.Generator) -> list[np.ndarray]:
+        """This rank's batches of one epoch, in order."""
+        if self.shuffle:
+            perm = rng.permutation(len(self.widths))
+            order = perm[np.argsort(self.widths[perm], kind="stable")]  # random among equal widths
+        else:
+            order = np.argsort(self.widths, kind="stable")
+        batches = np.split(order, np.cumsum(self.sizes)[:-1]) if self.sizes else []
+        if self.shuffle:
+            batches = [batches[i] for i in rng.permutation(len(batches))]
+        missing = len(self) * self.world_size - len(batches)
+        batches += [batches[i % len(batches)] for i in range(missing)]
+        return batches[self.rank :: self.world_size]
+
+
+class TranslationDataModule(L.LightningDataModule):
+    """Parallel text files -> subword batches; the vocabularies exist right after construction.
+
+    Construction reads the training split and trains (or loads from cache) the sentencepiece
+    model(s), so `src_vocab_size`, `tgt_vocab_size` and `pad_id` can be linked into the model
+    with `LightningCLI.link_arguments(..., apply_on="instantiate")`. Under DDP set
+    `trainer.use_distributed_sampler: false`; the batch sampler shards by rank itself.
+
+    Args:
+        train: training files: a prefix (`data/translate_demo/train` -> `train.en`, `train.de`),
+            a pattern with `{lang}`, or a (src_path, tgt_path) pair.
+        val: validation files, same forms as `train`.
+        test: test files, same forms as `train`, or None (no test split). It has a default
+            because jsonargparse cannot set a required argument to null.
+        src_lang: source language suffix, e.g. "en".
+        tgt_lang: target language suffix, e.g. "de".
+        vocab_size: sentencepiece pieces per vocabulary, specials included (an upper bound on small corpora).
+        model_type: sentencepiece algorithm, "bpe" or "unigram".
+        joint_vocab: one vocabulary trained on both sides (True) or one per language.
+        max_tokens: padded tokens per batch (batch size x longest sequence).
+        max_len: longest sequence in subwords (target counted with its bos/eos); longer
+            training pairs are dropped, longer evaluation pairs truncated.
+        max_ratio: drop training pairs whose longer side has more than this many times the
+            subwords of the shorter side.
+        character_coverage: sentencepiece character coverage (1.0 keeps every character seen).
+        cache_dir: where trained sentencepiece models are cached by content hash (None: no cache).
+        subword_sampling: training only: draw a new segmentation of each training pair every
+            time it is batched (`SampledSegmentations`); 0 turns it off. BPE: the probability
+            of dropping each merge (BPE-dropout; Provilkov et al., 2020, used 0.1); unigram:
+            the sampling alpha (Kudo, 2018, used 0.1-0.2). Validation and test keep the
+            deterministic segmentation.
+        seed: seed of the training batch shuffle and of the segmentation draws.
+        num_workers: DataLoader worker processes (0 loads in the main process).
+        predict: source sentences for `predict` to translate, one per line (read when predicting);
+            None translates the source side of `test`.
+    """
+
+    def __init__(
+        self,
+        train: SplitPaths,
+        val: SplitPaths,
+        test: SplitPaths | None = None,
+        src_lang: str = "en",
+        tgt_lang: str = "de",
+        vocab_size: int = 8000,
+        model_type: ModelType = "bpe",
+        joint_vocab: bool = True,
+        max_tokens: int = 4096,
+        max_len: int = 128,
+        max_ratio: float = 3.0,
+        character_coverage: float = 1.0,
+        cache_dir: str | None = ".cache/spm",
+        subword_sampling: float = 0.0,
+        seed: int = 0,
+        num_workers: int = 0,
+        predict: str | None = None,
+    ):
+        super().__init__()
+        self.save_hyperparameters()
+        if max_len < 2:
+            raise InputError(f"`max_len` ({max_len}) must be >= 2: a target needs its token and the bos/eos position")
+        if max_tokens < max_len:
+            raise InputError(f"`max_tokens` ({max_tokens}) must be >= `max_len` ({max_len}) so the longest pair fits")
+        if subword_sampling < 0 or (model_type == "bpe" and subword_sampling > 1):
+            raise InputError(
+                f"`data.subword_sampling` ({subword_sampling}) must be >= 0 (0 turns it off)"
+                + (" and <= 1: with BPE it is a probability (0.1 is usual)" if model_type == "bpe" else "")
+            )
+        if max_ratio < 1.0:
+            raise InputError(f"`max_ratio` ({max_ratio}) must be >= 1 (it bounds longer / shorter side)")
+        self.paths: dict[str, tuple[Path, Path] | None] = {
+            "train": resolve_paths(train, src_lang, tgt_lang),
+            "val": resolve_paths(val, src_lang, tgt_lang),
+            "test": None if test is None else resolve_paths(test, src_lang, tgt_lang),
+        }
+        src_path, tgt_path = self.paths["train"]
+        self._train_text = drop_blank_pairs(*read_parallel(src_path, tgt_path), name=f"{src_path} / {tgt_path}")
+        src, tgt = self._train_text
+        options = {"vocab_size": vocab_size, "model_type": model_type,
+                   "character_coverage": character_coverage, "cache_dir": cache_dir}
+        if joint_vocab:
+            self.src_vocab = self.tgt_vocab = train_vocab(src + tgt, **options)
+        else:
+            self.src_vocab, self.tgt_vocab = train_vocab(src, **options), train_vocab(tgt, **options)
+        self._datasets: dict[str, TranslationDataset] = {}
+
+    @property
+    def src_vocab_size(self) -> int:
+        """Source vocabulary size (specials included)."""
+        return self.src_vocab.vocab_size
+
+    @property
+    def tgt_vocab_size(self) -> int:
+        """Target vocabulary size (specials included)."""
+        return self.tgt_vocab.vocab_size
+
+    @property
+    def pad_id(self) -> int:
+        """Padding id of both vocabularies (0)."""
+        return PAD_ID
+
+    @property
+    def bos_id(self) -> int:
+        """Begin-of-sentence id (2), the first decoder input."""
+        return BOS_ID
+
+    @property
+    def eos_id(self) -> int:
+        """End-of-sentence id (3), the last decoder target."""
+        return EOS_ID
+
+    def dataset(self, split: Split) -> TranslationDataset:
+        """The encoded split (built on first use); its `refs` are the raw references."""
+        if split not in self._datasets:
+            paths = self.paths.get(split)
+            if paths is None:
+                raise InputError(f"no `{split}` files configured; pass `{split}=` to TranslationDataModule")
+            if split == "train":
+                sources, refs = self._train_text
+            else:
+                sources, refs = read_parallel(*paths)
+            hp = self.hparams
+            self._datasets[split] = encode_split(
+                sources, refs, self.src_vocab, self.tgt_vocab, hp.max_len, hp.max_ratio, split == "train", split
+            )
+        return self._datasets[split]
+
+    def predict_dataset(self) -> TranslationDataset:
+        """The sentences `predict` translates, encoded (built on first use; no references, and none filtered)."""
+        if "predict" not in self._datasets:
+            if self.hparams.predict is None and self.paths["test"] is None:
+                raise InputError("`predict` has nothing to translate: set `data.predict` to a file of source "
+                                 "sentences, one per line")
+            sources = read_lines(self.hparams.predict or self.paths["test"][0])
+            self._datasets["predict"] = encode_split(sources, [""] * len(sources), self.src_vocab, self.tgt_vocab,
+                                                     self.hparams.max_len, train=False, name="predict")
+        return self._datasets["predict"]
+
+    def setup(self, stage: str) -> None:
+        """Encode the splits the stage needs (fit: train and val; validate: val; test: test)."""
+        splits = {"fit": ["train", "val"], "validate": ["val"], "test": ["test"]}.get(stage, [])
+        for split in splits:
+            self.dataset(split)
+
+    def _loader(self, split: Split | Literal["predict"]) -> DataLoader:
+        ds: TranslationDataset | SampledSegmentations = (
+            self.predict_dataset() if split == "predict" else self.dataset(split)
+        )
+        hp, trainer = self.hparams, self.trainer
+        rank, world_size = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+        sampler = TokenBatchSampler(
+            ds.widths, hp.max_tokens, shuffle=split == "train", seed=hp.seed, rank=rank, world_size=world_size,
+        )
+        init_worker = None
+        if split == "train" and hp.subword_sampling > 0:
+            ds = SampledSegmentations(ds, self.src_vocab, self.tgt_vocab, hp.subword_sampling, hp.max_len,
+                                      seed=hp.seed, rank=rank)
+            ds.reseed()
+            init_worker = ds.reseed
+        workers = hp.num_workers
+        # A generator of the loader's own: fetching data draws nothing from the global one (core.runtime.resume).
+        return DataLoader(ds, batch_sampler=sampler, collate_fn=collate, num_workers=workers,
+                          persistent_workers=workers > 0, worker_init_fn=init_worker,
+                          generator=torch.Generator().manual_seed(hp.seed))
+
+    def train_dataloader(self) -> DataLoader:
+        """Shuffled length-bucketed training batches (a new order each epoch)."""
+        return self._loader("train")
+
+    def val_dataloader(self) -> DataLoader:
+        """Validation batches in a fixed length-sorted order; `Batch.index` points into `dataset("val")`."""
+        return self._loader("val")
+
+    def test_dataloader(self) -> DataLoader:
+        """Test batches in a fixed length-sorted order; `Batch.index` points into `dataset("test")`."""
+        return self._loader("test")
+
+    def predict_dataloader(self) -> DataLoader:
+        """Batches of `predict_dataset()` in a fixed length-sorted order, shared out by rank like `test`'s."""
+        return self._loader("predict")
+
+    def state_dict(self) -> dict[str, Any]:
+        """The vocabularies as model protos, so a checkpoint restores them with no files."""
+        return {"src_vocab": self.src_vocab.to_bytes(), "tgt_vocab": self.tgt_vocab.to_bytes()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Adopt a checkpoint's vocabularies (the model was trained with them); re-encode if they differ."""
+        src, tgt = SubwordVocab.from_bytes(state_dict["src_vocab"]), SubwordVocab.from_bytes(state_dict["tgt_vocab"])
+        if src != self.src_vocab or tgt != self.tgt_vocab:
+            logger.warning("checkpoint vocabularies differ from the ones trained on %s; using the checkpoint's",
+                           self.paths["train"][0])
+            self.src_vocab, self.tgt_vocab = src, (src if tgt == src else tgt)
+            self._datasets.clear()

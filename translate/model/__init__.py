@@ -1,0 +1,1 @@
+"""Translate's network (`transformer`) and its training logic (`module`)."""

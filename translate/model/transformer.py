@@ -1,0 +1,127 @@
+"""The encoder-decoder translator network on `core` (no training or search code here).
+
+Search uses `encode` once per batch and `decode(..., cache)` once per step.
+
+Legend: B batch, S source length, T target length, D model width, V target vocabulary.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from core.nn import Decoder, DecoderCache, Encoder, TokenEmbedding, padding_mask, tie_weights
+from core.nn.blocks import Activation
+from core.nn.stacks import Positions
+from translate.data.vocab import PAD_ID
+
+MAX_LEN = 128
+"""Default longest source or target, in subwords (a target counts its BOS/EOS position): the model's
+positions and the data's length filter (`TranslationDataModule.max_len`, linked into the model's by the CLI)."""
+
+
+class Translator(nn.Module):
+    """Bidirectional encoder, causal decoder with cross-attention, tied embeddings.
+
+    Defaults are `TranslationModule`'s (a test keeps them equal).
+
+    Args:
+        src_vocab_size: source vocabulary size.
+        tgt_vocab_size: target vocabulary size.
+        pad_id: padding id in both vocabularies.
+        d_model: model width D.
+        n_heads: attention heads; must divide d_model.
+        n_kv_heads: key/value heads for grouped-query attention (default n_heads).
+        n_encoder_layers: encoder blocks.
+        n_decoder_layers: decoder blocks.
+        d_ff: feed-forward width.
+        dropout: dropout on embeddings and inside blocks.
+        attn_dropout: dropout on attention weights.
+        ff_dropout: dropout after the feed-forward activation (fairseq's `activation_dropout`,
+            0 there); None uses `dropout`.
+        max_len: longest source or target sequence, in subwords (`MAX_LEN`).
+        positions: "sinusoidal", "learned", "rope", "alibi" or "none".
+        activation: feed-forward activation.
+        norm_first: pre-LN (True) or post-LN (False).
+        share_embeddings: one embedding for source, target and output (needs a joint
+            vocabulary, i.e. equal sizes); otherwise only target and output are tied.
+    """
+
+    def __init__(
+        self, src_vocab_size: int, tgt_vocab_size: int, *, pad_id: int = PAD_ID, d_model: int = 256,
+        n_heads: int = 4, n_kv_heads: int | None = None, n_encoder_layers: int = 3, n_decoder_layers: int = 3,
+        d_ff: int = 1024, dropout: float = 0.1, attn_dropout: float = 0.0, ff_dropout: float | None = None,
+        max_len: int = MAX_LEN, positions: Positions = "sinusoidal", activation: Activation = "relu",
+        norm_first: bool = True, share_embeddings: bool = True,
+    ):
+        super().__init__()
+        if share_embeddings and src_vocab_size != tgt_vocab_size:
+            raise ValueError(
+                f"`share_embeddings` needs a joint vocabulary, but sizes differ "
+                f"({src_vocab_size} vs {tgt_vocab_size}); set share_embeddings: false"
+            )
+        self.pad_id = pad_id
+        self.tgt_embed = TokenEmbedding(tgt_vocab_size, d_model, pad_id=pad_id)
+        self.src_embed = (self.tgt_embed if share_embeddings
+                          else TokenEmbedding(src_vocab_size, d_model, pad_id=pad_id))
+        common = dict(n_kv_heads=n_kv_heads, d_ff=d_ff, dropout=dropout, attn_dropout=attn_dropout,
+                      ff_dropout=ff_dropout, max_len=max_len, positions=positions, activation=activation,
+                      norm_first=norm_first)
+        self.encoder = Encoder(d_model, n_heads, n_layers=n_encoder_layers, **common)
+        self.decoder = Decoder(d_model, n_heads, n_layers=n_decoder_layers, **common)
+        self.output = nn.Linear(d_model, tgt_vocab_size, bias=False)
+        tie_weights(self.output, self.tgt_embed)
+
+    @property
+    def max_src_len(self) -> int:
+        """Longest source the encoder's positions allow, in subwords."""
+        return self.encoder.max_len
+
+    @property
+    def max_tgt_len(self) -> int:
+        """Longest decoder input (BOS included) the decoder's positions allow, in subwords."""
+        return self.decoder.max_len
+
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        """Encode source ids.
+
+        Args:
+            src: (B, S) source ids, right-padded with `pad_id`.
+
+        Returns:
+            memory (B, S, D) and the source mask (B, 1, 1, S) for cross-attention.
+        """
+        src_mask = padding_mask(src, self.pad_id)
+        return self.encoder(self.src_embed(src), src_mask), src_mask
+
+    def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, cache: DecoderCache | None = None) -> Tensor:
+        """Next-token logits for each target position.
+
+        Args:
+            tgt: (B, T) decoder input ids (BOS first); with a cache, only the new steps.
+            memory: (B, S, D) encoder output, or (B / G, S, D): one row shared by each G consecutive
+                target rows (beam search's beams of a sentence; `core.CrossAttention`'s shared memory rows).
+            src_mask: (B, 1, 1, S) source padding mask, with as many rows as `memory`.
+            cache: from `new_cache()`; advanced by this call.
+
+        Returns:
+            (B, T, V) logits.
+        """
+        h = self.decoder(self.tgt_embed(tgt), memory, src_mask, cache=cache)
+        return self.output(h)
+
+    def new_cache(self, capacity: int = 16) -> DecoderCache:
+        """An empty cache for incremental decoding, first sized for `capacity` steps (it grows past them)."""
+        return self.decoder.new_cache(capacity)
+
+    def states(self, src: Tensor, tgt: Tensor) -> Tensor:
+        """Teacher-forced decoder states (B, T, D), before the output projection `self.output`.
+
+        Target padding needs no mask: causal attention keeps pads after every real token,
+        and the loss ignores them.
+        """
+        memory, src_mask = self.encode(src)
+        return self.decoder(self.tgt_embed(tgt), memory, src_mask)
+
+    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
+        """Teacher-forced logits (B, T, V): `decode(tgt, *encode(src))`."""
+        return self.output(self.states(src, tgt))

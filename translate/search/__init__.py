@@ -1,0 +1,1 @@
+"""Decoding: greedy and beam search, ensembles, and word alignments from cross-attention."""
