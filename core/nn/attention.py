@@ -28,10 +28,9 @@ from core.nn.masks import causal_mask, combine_masks
 from core.nn.positions import RotaryEmbedding, apply_rope
 
 # Longest key sequence for which bf16 training on CPU uses SDPA's math backend instead of the CPU
-# flash kernel, whose bf16 backward is slow at short lengths: flash / math forward+backward time was
-# 4.97x at T=16, 1.75x at 64, 1.40x at 128, 1.05x at 192 and 0.77x at 256 (benchmarks/
-# sdpa_cpu_backend.py, one thread). fp32 and inference keep SDPA's own choice (flash measured as fast
-# or faster at every length); fp16 (unusable on these CPUs) and GPUs were not measured and keep it too.
+# flash kernel, whose bf16 backward is slow at short lengths: math is faster up to here, flash beyond
+# (`benchmarks/sdpa_cpu_backend.py`; docs/results.md, "Core kernels"). fp32 and inference keep SDPA's own
+# choice (flash is as fast or faster at every length there); fp16 and GPUs are not measured and keep it too.
 MATH_MAX_KEYS = 128
 
 
@@ -275,8 +274,8 @@ class CrossAttention(_HeadsMixin):
         q = q.view(bm, g, h, t, dh).transpose(1, 2).reshape(bm, h, g * t, dh)  # (Bm, H, G*T, Dh)
         if t == 1 and g > 1:
             # One incremental step: the G queries as G heads per key/value head (SDPA's GQA), one query
-            # each. Measured at a beam-5 search's shape (benchmarks/translate_speed.py): SDPA 1.6-1.8x
-            # faster than G queries of one head with 2 threads, 2.3% of the whole search; level with 1.
+            # each: SDPA runs that faster than G queries of one head at a beam search's shape
+            # (benchmarks/translate_speed.py).
             q = q.reshape(bm, h * g, 1, dh)  # (Bm, H*G, 1, Dh)
         out = attend(q, k, v, mask, dropout_p=self._dropout_p(), capture=self.capture, cheap_dropout=self.cheap_dropout)
         out = out.view(bm, h, g, t, dh).transpose(1, 2).reshape(b, h, t, dh)  # (B, H, T, Dh)

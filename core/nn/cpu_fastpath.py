@@ -4,21 +4,19 @@ Off by default: every layer in `core` is a plain `nn.Linear` / `nn.Dropout`. `en
 turns those layers of a built model into `FastLinear` / `FastDropout` in place (same parameters and state
 dict, so checkpoints load either way; the model's repr names them); `disable_cpu_fastpath(model)` turns
 them back. Both apps expose it as one hyperparameter, `model.cpu_fastpath`. `benchmarks/cpu_fastpath.py`
-times a training step of each app with it off and on in one run: on 2 loaded Zen 5 cores (2026-11-25, two
-runs) 1.02-1.17x faster on, Translate's beam search 0.95-1.06x; the ML-1M, Beauty and Multi30k configs turn it on.
+times a training step of each app with it off and on in one run (docs/results.md, "CPU fast path"): what it
+gains depends on the CPU, so it stays off unless a config turns it on.
 
-Linear: PyTorch's fp32 `F.linear` on CPU calls MKL's sgemm. On AMD Zen 5 (AVX-512) MKL takes an AVX2
-path, ~100 GFLOP/s a core, where oneDNN's GEMM (the op torch's inductor calls for frozen CPU linears,
-`torch.ops.mkldnn._linear_pointwise`) reaches 210-245, with MKL's results to ~1e-6 relative
-(`benchmarks/linear.py`). `FastLinear` sends fp32 CPU inputs there outside autocast: the forward, the
-input gradient and, below `ONEDNN_MAX_GRAD_ROWS` outputs, the weight gradient. Everything else (GPUs,
-autocast, bf16, a torch build without the op) is `F.linear`. Only AVX-512 CPUs were measured; the
-benchmark says what it gains elsewhere.
+Linear: PyTorch's fp32 `F.linear` on CPU calls MKL's sgemm, which takes an AVX2 path on AMD's AVX-512 CPUs;
+oneDNN's GEMM (the op torch's inductor calls for frozen CPU linears, `torch.ops.mkldnn._linear_pointwise`)
+uses AVX-512 there and agrees with MKL to ~1e-6 relative (`benchmarks/linear.py`). `FastLinear` sends fp32
+CPU inputs there outside autocast: the forward, the input gradient and, below `ONEDNN_MAX_GRAD_ROWS` outputs,
+the weight gradient. Everything else (GPUs, autocast, bf16, a torch build without the op) is `F.linear`.
 
-Dropout: `F.dropout` on CPU draws one random number per element (`bernoulli_`; 19% of a Multi30k-size
-step, torch.profiler). `dropout_mask` takes four 15-bit uniform integers from each 64-bit draw and keeps
-an element when its integer is at least round(p * 2**15): the same Bernoulli(1 - p) mask with p rounded
-to a multiple of 1/32768, 3.5-4.8x faster forward, 2.6-3.2x forward + backward (`benchmarks/dropout.py`).
+Dropout: `F.dropout` on CPU draws one random number per element (`bernoulli_`, a visible share of a
+training step). `dropout_mask` takes four 15-bit uniform integers from each 64-bit draw and keeps an
+element when its integer is at least round(p * 2**15): the same Bernoulli(1 - p) mask with p rounded to a
+multiple of 1/32768, several times faster (`benchmarks/dropout.py`; docs/results.md, "Core kernels").
 `random_` on int64 fills [0, 2**63): the top bit of every word is zero, so each 16-bit lane is masked to
 its low 15 bits. The mask takes other draws than `bernoulli_`, so a seeded run is reproducible from its
 own seed but not draw for draw equal to one with the switch off. Off the CPU it is `F.dropout`.
@@ -41,9 +39,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-# Widest layer (output features) whose weight gradient goes to oneDNN, as (x.T @ grad).T: 1.3-2x MKL's
-# grad.T @ x up to 1,024 outputs, but 0.89x for the whole forward + backward of an 8,000-way output
-# layer with 2 threads (`benchmarks/linear.py`), so wider layers keep MKL for it.
+# Widest layer (output features) whose weight gradient goes to oneDNN, as (x.T @ grad).T: faster than MKL's
+# grad.T @ x for narrow layers, slower for a vocabulary-sized output layer (`benchmarks/linear.py`), so wider
+# layers keep MKL for it.
 ONEDNN_MAX_GRAD_ROWS = 4096
 
 _BITS = 15
@@ -251,9 +249,9 @@ def sdpa_math_with_cheap_dropout(
     """Attention-weight dropout in SDPA's math kernel, given a `dropout_mask` instead of drawing its own.
 
     SDPA's CPU flash kernel has no dropout, so with dropout SDPA runs its math kernel, which draws the mask with
-    `bernoulli_` (about 9 ns an element here). The same kernel with the cheap mask: a layer's forward and backward
-    at B 128, H 1, T 108, Dh 64, bf16, 1 thread (Zen 5) took 52 instead of 66 ms (no dropout: 45). The mask keeps
-    an element with probability 1 - effective_p(dropout_p), the kernel scales by 1 / (1 - that), as F.dropout does.
+    `bernoulli_`, most of the cost of attention-weight dropout. This is the same kernel with the cheap mask. The
+    mask keeps an element with probability 1 - effective_p(dropout_p), the kernel scales by 1 / (1 - that), as
+    F.dropout does.
     """
     q_len, k_len = q.shape[-2], k.shape[-2]
     p = effective_p(dropout_p)

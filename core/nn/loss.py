@@ -18,10 +18,8 @@ import torch
 from torch import Tensor
 from torch.nn.functional import linear
 
-# Logits held at once: 1M floats (4 MiB). Checked against 512K and 2M on a 2-core AVX2 EPYC, 2 threads,
-# forward + backward of the loss (`benchmarks/streamrec_loss.py --baseline-chunk-elements N`): 512K is
-# 1.13x slower at Translate's Multi30k shape (3,500 x 10,000, D 128); 2M is 0.99-1.10x as fast there
-# (two runs) but 0.79-0.91x at StreamRec's ML-1M shape and 0.97x at D 256, V 8,000; so 1M stays.
+# Logits held at once: 1M floats (4 MiB). Half as many is slower at Translate's shape, twice as many slower at
+# StreamRec's (`benchmarks/streamrec_loss.py --baseline-chunk-elements N` compares them).
 CHUNK_ELEMENTS = 1 << 20
 
 
@@ -40,7 +38,7 @@ def linear_cross_entropy(
         targets: (M,) class ids in 0..V-1 (select non-padding rows beforehand).
         label_smoothing: eps in [0, 1).
         chunk_elements: logits held at once (rows per chunk = this // V, at least 16); see
-            `CHUNK_ELEMENTS` for the measured default.
+            `CHUNK_ELEMENTS` for the default.
     """
     if not 0.0 <= label_smoothing < 1.0:
         raise ValueError(f"`label_smoothing` must be in [0, 1), got {label_smoothing}")
@@ -77,9 +75,8 @@ def rdrop_cross_entropy(
 class _ChunkedRDrop(torch.autograd.Function):
     """`rdrop_cross_entropy` with its gradients computed chunk by chunk during the forward pass.
 
-    Against the loss on materialised (2, M, V) logits with autograd, at Multi30k's shape (M 3,500,
-    V 10,000, D 128, 2 threads): 6.8x faster and 26x less memory under bf16 autocast, 4.7x in fp32
-    (`benchmarks/translate_rdrop_loss.py`). Per chunk, with l = log p and d = l1 - l2:
+    Faster and far smaller than the loss on materialised (2, M, V) logits with autograd
+    (`benchmarks/translate_rdrop_loss.py`; docs/results.md, "Core kernels"). Per chunk, with l = log p and d = l1 - l2:
     loss = (ce1 + ce2) / 2 + alpha / 4 * sum(p1 - p2) d,
     dz1 = (p1 - (1 - eps) onehot - eps / V) / 2 + alpha / 4 * (p1 (d - KL(p1 || p2)) + p1 - p2),
     and dz2 the same with 1 and 2 swapped.
@@ -144,8 +141,8 @@ def _logsumexp(logits: Tensor, probs: Tensor, targets: Tensor, target_logit: Ten
     """Each row's logsumexp, read off its softmax `probs` (fp32) without another pass over the row where possible.
 
     CPU: z_t - log p_t, exact from two gathered numbers; the rows whose target prob underflows (a target scored
-    ~87 nats below the best) are recomputed directly. The two row passes this saves (max z - log max p, below) took
-    0.45 of 4.2 ms a chunk at ML-1M's shape (307 x 3,416, bf16, 1 thread, Zen 5). Elsewhere max z - log max p
+    ~87 nats below the best) are recomputed directly, which saves the two row passes of max z - log max p (below)
+    on the CPU (`benchmarks/streamrec_loss.py`). Elsewhere max z - log max p
     (max p >= 1/V never underflows): it needs no host sync, which the CPU route's test of rows does.
     """
     acc = probs.dtype
@@ -174,7 +171,7 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
         grad_h = torch.empty_like(hidden) if need_h else None
         grad_w = torch.zeros_like(weight, dtype=acc) if need_w else None
         # The matmuls' dtype: autocast's (bf16) when it is on, as `linear` would pick. Both operands are cast once,
-        # not in every chunk's `linear` (ML-1M's shape, 307-row chunks: 0.84 -> 0.64 ms a chunk, 1 thread, Zen 5).
+        # not in every chunk's `linear` (which would cast the whole weight per chunk).
         low = _matmul_dtype(hidden)
         h_low, w = hidden.to(low), weight.to(low)
         total = hidden.new_zeros((), dtype=acc)
@@ -194,10 +191,10 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
                 probs = probs.to(h.dtype)
                 if need_h:
                     grad_h[start : start + rows] = probs @ w
-                if need_w and low == acc:  # MKL: (h.T @ probs).T in oneDNN ran 0.64-1.7x this at chunk shapes
+                if need_w and low == acc:  # MKL: (h.T @ probs).T in oneDNN was no faster at chunk shapes
                     grad_w.addmm_(probs.T, h)
-                elif need_w:  # a bf16 product added in fp32 (autocast's own weight gradient is all bf16): 1.70 ->
-                    grad_w += probs.T @ h  # 0.76 ms a chunk against the fp32 addmm_ of the fp32 probs (ML-1M shape)
+                elif need_w:  # a bf16 product added in fp32 (autocast's own weight gradient is all bf16):
+                    grad_w += probs.T @ h  # faster than the fp32 addmm_ of the fp32 probs
         ctx.save_for_backward(grad_h, grad_w)
         ctx.count, ctx.weight_dtype = hidden.shape[0], weight.dtype
         return total / max(hidden.shape[0], 1)

@@ -112,7 +112,7 @@ def additive_mask(mask: Tensor, dtype: torch.dtype, bias: Tensor | None = None) 
     """A boolean mask as SDPA's float `attn_mask`: 0 (plus `bias`) where allowed, the dtype's minimum elsewhere.
 
     Built once per forward pass, this spares SDPA converting a (B, 1, T, T) boolean mask in
-    every layer (measured: a third of StreamRec's scoring time at T 200). The minimum rather
+    every layer (a large share of StreamRec's scoring time at long histories). The minimum rather
     than -inf keeps a row with no allowed key finite (it averages the values instead of NaN).
 
     Args:

@@ -137,8 +137,8 @@ _INIT_FUNCTIONS = ("uniform_", "normal_", "trunc_normal_", "constant_", "ones_",
 def _skip_weight_init() -> Iterator[None]:
     """Build a module whose weights are about to be replaced without drawing random ones.
 
-    Random initialisation writes every page of every weight; a 5M-item table (1.2 GB) was then held
-    twice, the random one and the checkpoint's. Left uninitialised (`torch.empty`), those pages are
+    Random initialisation writes every page of every weight, so a large item table (5M items x D 64: 1.3 GB)
+    would be held twice, the random one and the checkpoint's. Left uninitialised (`torch.empty`), those pages are
     never touched. Buffers computed in constructors (position tables) are unaffected.
     """
     saved = {name: getattr(nn.init, name) for name in _INIT_FUNCTIONS}

@@ -19,8 +19,8 @@ def destroy_process_group_at_exit() -> None:
     """Destroy the default process group when this process exits, as Lightning does only for NCCL.
 
     Left to interpreter shutdown, a gloo group's C++ threads are torn down in no fixed order, and a
-    DDP worker sometimes aborted after its work was done ("terminate called without an active
-    exception", 2 of 18 `ddp_spawn` validations in pytest here), failing the whole run. Call it from a
+    DDP worker sometimes aborts after its work is done ("terminate called without an active
+    exception"), failing the whole run. Call it from a
     hook that runs in every rank once the group exists (`LightningModule.setup`); safe to call again.
     """
     global _registered

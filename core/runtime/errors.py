@@ -59,7 +59,7 @@ def check_text(data: bytes, name: str | Path, offset_line: int = 1) -> None:
 
 
 def check_text_file(path: str | Path, block: int = 1 << 20) -> None:
-    """`check_text` over a whole file, a block at a time (a C-speed scan: ~1 GB/s)."""
+    """`check_text` over a whole file, a block at a time (a C-speed scan)."""
     with open(path, "rb") as f:
         line = 1
         while data := f.read(block):

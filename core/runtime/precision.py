@@ -1,10 +1,9 @@
 """bf16 "where the hardware has it": whether this CPU runs bf16 matmuls fast, and what to train in if not.
 
 PyTorch runs CPU bf16 matmuls through oneDNN only on cores with AVX-512 (natively with AVX512-BF16
-or AMX). Elsewhere it falls back to a reference loop: on a 2-core AMD EPYC exposing only AVX2 a
-2048x2048 matmul ran at 0.30 GFLOP/s in bf16 against 42 GFLOP/s in fp32 (140x slower; one thread,
-2026-11-23), while on a Zen 5 with AVX512-BF16 bf16 was ~4x faster than fp32. A config that asks
-for bf16-mixed would then train ~100x slower, so the CLIs fall back to fp32 there and say so.
+or AMX). Elsewhere it falls back to a reference loop two orders of magnitude slower than fp32
+(docs/results.md, "Precision and the fp32 fallback"): a config that asks for bf16-mixed would then
+train far slower, so the CLIs fall back to fp32 there and say so.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ import torch
 from torch import nn
 
 # What the CLIs, `translate.infer` and the benchmarks say when they do not use bf16.
-NO_FAST_BF16 = "this CPU has no fast bf16 matmul (no AVX-512/AMX; bf16 would run ~100x slower than fp32)"
+NO_FAST_BF16 = "this CPU has no fast bf16 matmul (no AVX-512/AMX; bf16 runs in a reference loop, far slower than fp32)"
 
 
 @functools.cache
@@ -58,9 +57,10 @@ def quantize_int8(model: nn.Module, inplace: bool = False) -> nn.Module:
 
     Dynamic quantisation: weights are stored in int8 with one scale per output row, activations are
     quantised per call from their own range, and the matmuls run in fbgemm/oneDNN int8 kernels.
-    Embeddings, norms and attention stay float32. CPU only; the BLEU cost and the speed-up are
-    measured in README.md. torch.ao's eager quantisation is deprecated in favour of torchao (not a
-    dependency here); with torch pinned at 2.13 it works, and its deprecation warnings are silenced.
+    Embeddings, norms and attention stay float32. CPU only; the BLEU cost and the speed-up are in
+    docs/results.md, "Precision and the fp32 fallback". torch.ao's eager quantisation is deprecated in
+    favour of torchao (not a dependency here); with torch pinned at 2.13 it works, and its deprecation
+    warnings are silenced.
     """
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 

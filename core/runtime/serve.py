@@ -8,13 +8,15 @@ supplies the rest:
   parses the JSON and runs `validate`, answering a bad request itself with a 4xx and
   `{"error": "one line"}`. Checking here, in the HTTP process, is not only faster: LitServe's
   batched loop decodes a whole batch together, and one request raising in `decode_request` fails
-  every request batched with it (LitServe 0.2.19), so a bad request must never reach the queue.
+  every request batched with it, so a bad request must never reach the queue.
 - `check_fields`: a strict checker for flat request objects (unknown fields, JSON types, ranges).
 - `serve_parser` and `run_server`: the common command line (`--ckpt`, `--host` 127.0.0.1 by
   default, `--port`, `--max-batch-size`, `--batch-timeout`, `--workers`, `--max-body-bytes`, ...)
   and the LitServer set-up. `one_line_errors` turns a bad checkpoint into one line and exit status 1.
 - `PipeLitServer`: LitServer with pipe queues between its processes instead of `multiprocessing.Manager`
-  proxies (the per-request cost that bounded dynamic batching; see docs/serving.md, "Load test").
+  proxies (the per-request cost that bounded dynamic batching; see docs/serving.md, "Load test"). LitServe
+  offers no public way to choose its queues, so this one class overrides private LitServer internals; it
+  refuses any litserve but `LITSERVE_VERSION`, and tests/core/runtime/test_serve_litserve.py fails on an upgrade.
 - `local_server`: a server in a subprocess on a free port of 127.0.0.1, for tests and benchmarks.
 
 This is one of the core modules that import more than PyTorch (LitServe, FastAPI); `import core`
@@ -43,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import litserve as ls
-from fastapi import FastAPI, Request
+from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from litserve.transport.process_transport import MPQueueTransport
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -51,6 +53,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from core.runtime.errors import InputError, describe_os_error
 
 log = logging.getLogger("core.runtime.serve")
+LITSERVE_VERSION = "0.2.19"  # the one whose private `LitServer._init_manager` and `_transport` PipeLitServer replaces
 HOSTS = ("127.0.0.1", "0.0.0.0", "::")  # what LitServer.run accepts; 127.0.0.1: reachable from this machine only
 MAX_BODY_BYTES = 1 << 20  # 1 MiB: thousands of sentences or a 50,000-item allow-list
 MAX_ERROR_CHARS = 300
@@ -314,13 +317,9 @@ async def _reply(send: Callable, status: int, body: bytes) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def install_error_handler(app: FastAPI) -> None:
+async def _as_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
     """Every HTTP error FastAPI or LitServe raises (404, 405, 500, 504) answers `{"error": "one line"}`."""
-
-    async def as_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return JSONResponse({"error": one_line(str(exc.detail))}, status_code=exc.status_code, headers=exc.headers)
-
-    app.add_exception_handler(StarletteHTTPException, as_error)
+    return JSONResponse({"error": one_line(str(exc.detail))}, status_code=exc.status_code, headers=exc.headers)
 
 
 class BatchedAPI(ls.LitAPI):
@@ -374,20 +373,27 @@ class BatchedAPI(ls.LitAPI):
 class PipeLitServer(ls.LitServer):
     """A LitServer whose processes talk through pipes (`multiprocessing.Queue`), not Manager proxies.
 
-    LitServe 0.2.19 passes every request and every answer through queues of a `multiprocessing.Manager`:
-    each put and each get is a round trip to the Manager's own process, and the worker fetches a batch
-    one request at a time, so dynamic batching saved only the model's share of a request. Its
-    `fast_queue=True` (ZeroMQ) does not help: the flag is ignored (Lightning-AI/LitServe#751), and when
-    wired by hand its PUB/SUB sockets dropped the first answers under load, so those requests never
-    returned. Pipe queues are LitServe's own `MPQueueTransport` with `multiprocessing.Queue`s in it:
-    the same interface, no third process, nothing dropped. Measured in docs/serving.md ("Load test").
+    LitServe passes every request and every answer through queues of a `multiprocessing.Manager`: each
+    put and each get is a round trip to the Manager's own process, and the worker fetches a batch one
+    request at a time, so dynamic batching saves only the model's share of a request. Its public
+    `fast_queue=True` (ZeroMQ) does not help: `LitServer.__init__` passes it as `transport_config=`, a
+    field `TransportConfig` does not have, so the Manager queues stay; and when wired by hand its PUB/SUB
+    sockets drop the first answers under load. Pipe queues are LitServe's own `MPQueueTransport` with
+    `multiprocessing.Queue`s in it: the same interface, no third process, nothing dropped.
+
+    No public API chooses the queues, so `_init_manager` (private) is overridden to replace the queues it
+    built in `litapi_request_queues` and `_transport` (private). Only `LITSERVE_VERSION` is accepted.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        if ls.__version__ != LITSERVE_VERSION:
+            raise RuntimeError(f"litserve {ls.__version__} is installed, but core.runtime.serve replaces private "
+                               f"LitServer queues of litserve {LITSERVE_VERSION} only; install that version: "
+                               f"pip install -c constraints.txt litserve=={LITSERVE_VERSION}")
+        super().__init__(*args, **kwargs)
 
     def _init_manager(self, num_api_servers: int) -> Any:
         manager = super()._init_manager(num_api_servers)
-        if not isinstance(getattr(self, "litapi_request_queues", None), dict) or not hasattr(self, "_transport"):
-            log.warning("this LitServe version changed its queues; keeping its Manager queues")
-            return manager
         for path in self.litapi_request_queues:
             self.litapi_request_queues[path] = _pipe_queue()
         self._transport = MPQueueTransport(manager, [_pipe_queue() for _ in range(num_api_servers)])
@@ -426,19 +432,19 @@ def serve_parser(prog: str, description: str, port: int, ckpt_help: str) -> argp
     p.add_argument("--ckpt", required=True, help=ckpt_help)
     p.add_argument("--host", default="127.0.0.1", choices=HOSTS,
                    help="interface to listen on (default 127.0.0.1: this machine only; 0.0.0.0: every interface)")
-    p.add_argument("--port", type=_port, default=port, help=f"TCP port, 1024-65535 (default {port})")
-    p.add_argument("--max-batch-size", type=_positive_int, default=32,
+    p.add_argument("--port", type=_number(int, 1024, 65535), default=port,  # LitServer.run refuses the privileged ones
+                   help=f"TCP port, 1024-65535 (default {port})")
+    p.add_argument("--max-batch-size", type=_number(int, 1), default=32,
                    help="the most requests answered in one model call (default 32; 1: no dynamic batching)")
-    # 2 ms, not 10: under load requests queue while the model runs, so batches fill without waiting, and a long
-    # wait only idles the worker (32 clients, StreamRec at Beauty's size: 795-1,008 req/s at 10 ms, 1,060-1,224 at
-    # 2 ms; Translate unchanged; docs/results.md, "HTTP serving"). 0 would spin the worker when idle (LitServe).
-    p.add_argument("--batch-timeout", type=_non_negative_float, default=0.002,
+    # 2 ms, short: under load requests queue while the model runs, so batches fill without waiting, and a long wait
+    # only idles the worker (docs/results.md, "HTTP serving"). 0 would spin the worker when idle (LitServe).
+    p.add_argument("--batch-timeout", type=_number(float, 0), default=0.002,
                    help="seconds the worker waits for a batch to fill (default 0.002)")
-    p.add_argument("--workers", type=_positive_int, default=1,
+    p.add_argument("--workers", type=_number(int, 1), default=1,
                    help="model worker processes, each with its own copy of the model (default 1)")
     p.add_argument("--threads", type=int, default=0,
                    help="torch threads per worker (default: the CPU cores but one, shared among the workers)")
-    p.add_argument("--max-body-bytes", type=_positive_int, default=MAX_BODY_BYTES,
+    p.add_argument("--max-body-bytes", type=_number(int, 1), default=MAX_BODY_BYTES,
                    help=f"largest request body accepted; larger ones get 413 (default {MAX_BODY_BYTES})")
     p.add_argument("--timeout", type=float, default=30.0,
                    help="seconds a request may wait for a worker before it gets 504 (default 30)")
@@ -451,8 +457,8 @@ def serve_parser(prog: str, description: str, port: int, ckpt_help: str) -> argp
 def threads_per_worker(args: argparse.Namespace) -> int:
     """`--threads`, or the CPU cores but one (the HTTP process's) shared out among the workers.
 
-    Measured on 2 loaded cores: a worker with 2 torch threads answered 7 single-user StreamRec requests
-    a second, with 1 thread 362 (the HTTP process and the worker's second thread preempt each other).
+    A worker with as many torch threads as cores answers far slower: the HTTP process and the worker's
+    last thread preempt each other.
     """
     return args.threads or max(1, ((os.cpu_count() or 1) - 1) // args.workers)
 
@@ -474,7 +480,7 @@ def run_server(api: BatchedAPI, validate: Validate, args: argparse.Namespace, me
         api.authorize = _no_auth
     server = PipeLitServer(api, accelerator=args.accelerator, workers_per_device=args.workers, timeout=args.timeout,
                            model_metadata=metadata, middlewares=[gate])
-    install_error_handler(server.app)
+    server.app.add_exception_handler(StarletteHTTPException, _as_error)
     _stop_on_sigterm()
     # LitServer.run would write a client.py into the working directory unless told not to.
     server.run(host=args.host, port=args.port, log_level=args.log_level, generate_client_file=False)
@@ -513,43 +519,28 @@ def one_line_errors() -> Iterator[None]:
     """A bad checkpoint, option or file ends the command with one line on stderr and exit status 1."""
     try:
         yield
-    except (ValueError, FileNotFoundError) as err:  # InputError, UnsafeCheckpointError among them
+    # InputError, UnsafeCheckpointError; RuntimeError: LitServe's "One or more workers failed to start" (the log
+    # above says why) or an unsupported litserve (PipeLitServer)
+    except (ValueError, FileNotFoundError, RuntimeError) as err:
         sys.exit(f"error: {' '.join(str(err).split())}")
     except OSError as err:
         sys.exit(f"error: {describe_os_error(err)}")
-    except RuntimeError as err:  # LitServe: "One or more workers failed to start" (the log above says why)
-        sys.exit(f"error: {' '.join(str(err).split())}")
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
-    return value
+def _number(kind: type, lo: int, hi: int | None = None) -> Callable[[str], Any]:
+    """An argparse type: `kind(text)`, at least `lo` and at most `hi` (NaN is refused)."""
 
+    def parse(text: str) -> Any:
+        value = kind(text)
+        if not (lo <= value and (hi is None or value <= hi)):
+            limit = f">= {lo}" if hi is None else f"between {lo} and {hi}"
+            raise argparse.ArgumentTypeError(f"{value} must be {limit}")
+        return value
 
-def _non_negative_float(text: str) -> float:
-    value = float(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 0")
-    return value
-
-
-def _port(text: str) -> int:
-    value = int(text)
-    if not 1024 <= value <= 65535:  # LitServer.run refuses the privileged ports
-        raise argparse.ArgumentTypeError(f"{value} must be between 1024 and 65535")
-    return value
+    return parse
 
 
 # --- a local server for tests and benchmarks ------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    """A TCP port of 127.0.0.1 that nothing listens on now (the OS's pick for port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager
@@ -569,9 +560,11 @@ def local_server(module: str, args: Sequence[str], log: str | os.PathLike | None
     Raises:
         RuntimeError: the server exited, or was not ready in time (with the end of its log).
     """
-    port = free_port()
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # a port nothing listens on now: the OS's pick
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
     command = [sys.executable, "-m", module, *args, "--host", "127.0.0.1", "--port", str(port)]
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]  # the repository: core/runtime/serve.py
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
     with open(log if log is not None else os.devnull, "wb") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

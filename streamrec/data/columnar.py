@@ -9,8 +9,9 @@ are freed. Only the codes (int32) and times (float64) of the whole log are ever 
 `build` then groups the events by user with a counting sort (offsets from the per-user counts, the
 events placed straight into their slots, `_DEST_ROWS` at a time), so no (E,) int64 sort order is
 materialised, and sorts by time only the stretches of users whose times go backwards (a log
-exported in time order has none). At 20M rows the peak is the codes and times twice (before and
-after placing), ~0.5 GB, against ~1.5 GB when the strings of the whole log were held.
+exported in time order has none). The peak is the codes and times twice (before and after placing),
+never the strings of the whole log (docs/results.md, "Scale").
+
 Legend: E events, U users.
 """
 
@@ -35,7 +36,7 @@ _SORT_ROWS = 1 << 20  # events per stretch of users sorted by time at once
 def as_numpy(array: pa.Array) -> np.ndarray:
     """A null-free int32/int64/float64 arrow array as a read-only numpy view.
 
-    Not `Array.to_numpy`: its first call imports pandas (~50 MiB of RSS), as does any Python
+    Not `Array.to_numpy`: its first call imports pandas (tens of MiB resident), as does any Python
     object handed to arrow (`pa.array(...)`, `pc.equal(x, 0)`), so the readers avoid both.
     """
     assert array.null_count == 0, "as_numpy takes arrays without nulls"
@@ -56,7 +57,7 @@ class _Column:
     """A numpy array filled in order, grown by 1.5x when a write passes its end.
 
     One big array rather than a list of chunks: glibc's malloc serves blocks below its (moving)
-    mmap threshold from the heap, and a heap of freed chunks stayed resident (~40 MiB at 2M rows).
+    mmap threshold from the heap, and a heap of freed chunks stays resident.
     Capacity reserved but not yet written costs no memory: untouched pages are not resident.
     """
 

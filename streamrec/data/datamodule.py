@@ -69,10 +69,9 @@ class StreamRecDataModule(L.LightningDataModule):
         cache_dir: a folder for the encoded log (.npy, see `streamrec.data.encoded`); later loads, every DDP rank
             and DataLoader worker included, memory-map it instead of parsing the log. None: no cache.
         group_by_length: training batches of windows of similar length, each with the same number of targets
-            (`LengthGroupedBatchSampler`), which compute less padding: on the CPU an epoch ran 1.64x faster on
-            ML-1M at max_len 200, 2.11x on Beauty, with the validation NDCG@10 of random batches on all four
-            benchmark sets (docs/results.md, "Length-grouped batches"). false: random batches of `batch_size`
-            windows. Not used under DDP (random batches there).
+            (`LengthGroupedBatchSampler`), which compute less padding, so an epoch runs faster with the validation
+            NDCG@10 of random batches (docs/results.md, "Length-grouped batches"). false: random batches of
+            `batch_size` windows. Not used under DDP (random batches there).
     """
 
     def __init__(

@@ -179,10 +179,9 @@ class LengthGroupedBatchSampler(EpochBatchSampler):
     into batches of equal total length (targets), ± one window, in as many batches as random batches of
     `batch_size` windows give; the batch order is shuffled. A batch of short histories therefore holds more
     windows than one of long histories, and every step's loss is a mean over the same number of targets. Equal
-    window counts instead (batch sizes fixed, target counts up to max_len times apart) lost accuracy: with a
+    window counts instead (batch sizes fixed, target counts up to max_len times apart) lose accuracy: with a
     plain per-batch mean each target of a short batch weighs more, and with targets weighted alike the long
-    batches' gradients were several times the others' (Beauty at lr 0.02: half the validation NDCG@10 of random
-    batches; docs/results.md, "Length-grouped batches").
+    batches' gradients are several times the others' (docs/results.md, "Length-grouped batches").
 
     Every window is seen once an epoch. Epochs, `set_epoch` and `skip_batches`: `core.runtime.resume.EpochBatchSampler`.
 

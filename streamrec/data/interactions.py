@@ -3,7 +3,7 @@
 A log of E events by U users is one int32 array of item codes sorted by user then time, plus an
 (U + 1,) offsets array, not a dict of Python lists of strings: 2M events take ~8 MB of codes
 instead of ~1 GB of objects, and the arrays can be written to disk and memory-mapped.
-`items` and `timestamps` show them as read-only mappings user -> list, as the dicts they replace did.
+`items` and `timestamps` show them as read-only mappings user -> list.
 """
 
 from __future__ import annotations

@@ -307,15 +307,18 @@ def _read_parquet(path: Path, cols: dict[str, str | None], builder: Interactions
 
 
 def _text_blocks(path: Path) -> Iterator[tuple[int, str]]:
-    """(first line number, text) blocks cut after a newline, decoded as UTF-8."""
+    """(first line number, text) blocks cut after a newline, decoded as UTF-8; a line longer than a block
+    (a heavy user's one line) grows its block until the line ends, whatever its length."""
     line, offset = 1, 0
     with path.open("rb") as f:
-        rest = b""
+        rest: list[bytes] = []  # the unfinished line: pieces, joined once (not re-copied per read)
         while True:
             data = f.read(_BLOCK)
-            block = rest + data
-            cut = block.rfind(b"\n") + 1 if data else len(block)
-            block, rest = block[:cut], block[cut:]
+            cut = data.rfind(b"\n") + 1
+            if data and not cut:
+                rest.append(data)
+                continue
+            block, rest = b"".join([*rest, data[:cut]]), [data[cut:]]
             if not block:
                 break
             try:
@@ -400,9 +403,9 @@ def read_interactions(
 def _malloc_pool() -> Iterator[None]:
     """Arrow allocates from the C library's malloc while a log is read, then from its default pool again.
 
-    The default (mimalloc) keeps the blocks arrow frees for reuse: ~50 MiB of transient CSV buffers
-    and strings stayed resident next to the codes (benchmarks/streamrec_ingest.py); malloc gives
-    them back as they are freed.
+    The default (mimalloc) keeps the blocks arrow frees for reuse, so the transient CSV buffers and
+    strings stay resident next to the codes (benchmarks/streamrec_ingest.py measures the peak); malloc
+    gives them back as they are freed.
     """
     previous = pa.default_memory_pool()
     pa.set_memory_pool(pa.system_memory_pool())

@@ -2,8 +2,8 @@
 
 Held compactly, since a catalogue may have millions of items: the ids are one arrow string array
 (a byte buffer and offsets) and lookups go through the ids' sorted 64-bit hashes (`np.searchsorted`,
-then a string comparison that settles the match), not N Python strings and a dict. At 5M ids
-("i0".."i4999999") the list and dict held ~900 MB; this holds ~140 MB. `items` and `index` show the
+then a string comparison that settles the match), not N Python strings and a dict (an object per id).
+`items` and `index` show the
 vocabulary as the read-only list and dict they replace; `lookup` is the vectorised form. The hashes
 are Python's `hash(str)`, valid for this process only, so they are never stored: checkpoints keep
 the list of ids (`to_dict`) as before.
@@ -71,7 +71,7 @@ def _strings(values: Sequence[object] | pa.Array, convert: bool) -> tuple[pa.Arr
 def _text(value: object, convert: bool) -> str | None:
     """A value as an id: its text (`convert`), else None (never found) unless it is a string arrow can hold.
 
-    An unhashable value raises TypeError when looked up, as it does in `in`, `index` and the dict they replaced.
+    An unhashable value raises TypeError when looked up, as it does in a list's `in` and `index` and in a dict.
     """
     if isinstance(value, str):
         try:
@@ -115,7 +115,7 @@ class ItemIds(Sequence):
             return len(other) == len(self) and list(self) == other
         return NotImplemented
 
-    __hash__ = None  # type: ignore[assignment]  # like the list it replaces
+    __hash__ = None  # type: ignore[assignment]  # like a list
 
     def __repr__(self) -> str:
         shown = ", ".join(repr(i) for i in self[:5])
@@ -160,7 +160,7 @@ class ItemVocab:
         self._sorted = hashes[order]  # (N,) ascending
         self._order = order.astype(np.int32 if len(order) < 2**31 else np.int64)  # (N,) position of each hash
         del ids, hashes, order
-        pa.default_memory_pool().release_unused()  # arrow's pool keeps the builders' freed buffers otherwise (~70 MB)
+        pa.default_memory_pool().release_unused()  # arrow's pool keeps the builders' freed buffers otherwise
         _, offsets, data = self._ids.buffers()
         width = np.int32 if pa.types.is_string(self._ids.type) else np.int64
         self._offsets = np.frombuffer(offsets, width)[self._ids.offset :]  # (N+1,) byte ranges in `_bytes`

@@ -130,6 +130,26 @@ def test_text_errors_name_the_line_across_blocks(write, monkeypatch, block):
         read_interactions(write("seq.txt", "1 2\n1 3\n\n1 4 5\n"), format="sasrec")
 
 
+@pytest.mark.parametrize("format", ["auto", "lines"])
+def test_a_line_longer_than_many_blocks_is_read_whole(write, format):
+    rng = random.Random(0)
+    heavy = "heavy " + " ".join(f"i{rng.randrange(100_000)}" for _ in range(350_000))  # one user's line
+    assert len(heavy) > max(2 << 20, 8 * readers._BLOCK)
+    text = f"u1 a b\n{heavy}\nu2 c d\n"
+    inter = read_interactions(write("users.txt", text), format=format)
+    expected = {line.split()[0]: line.split()[1:] for line in text.splitlines()}
+    assert inter.items["heavy"][-50:] == expected["heavy"][-50:]  # the last max_len items, what training reads
+    same(inter, expected, None)
+    with pytest.raises(ValueError, match=r"users\.txt line 3: expected 'user item \[.*got only 'lonely'"):
+        read_interactions(write("users.txt", f"u1 a b\n{heavy}\nlonely\n"), format=format)
+
+
+def test_a_sasrec_line_longer_than_a_block_is_read_whole(write):
+    long_id = "x" * (3 * readers._BLOCK)
+    text = f"1 a\n1 {long_id}\n2 b\n"
+    same(read_interactions(write("seq.txt", text), format="sasrec"), {"1": ["a", long_id], "2": ["b"]}, None)
+
+
 def test_csv_errors_name_the_line_in_a_late_block(write, monkeypatch):
     monkeypatch.setattr(readers, "_BLOCK", 64)
     good = "".join(f"u{k},i{k},{k}\n" for k in range(40))
