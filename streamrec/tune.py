@@ -39,6 +39,7 @@ from typing import Any
 import yaml
 
 from core.runtime.atomic import atomic_path
+from core.runtime.cli import BASE, config_chain
 from core.runtime.errors import InputError, describe_os_error
 from core.runtime.lock import OutputLock
 from streamrec.lightning_cli import build_cli
@@ -134,6 +135,7 @@ def best_config(config_files: list[str], values: dict[str, Any], header: str,
     merged: dict[str, Any] = {}
     for name in config_files:
         _merge(merged, yaml.safe_load(Path(name).read_text(encoding="utf-8")) or {})
+    merged.pop(BASE, None)  # the bases are merged in; best.yaml lies elsewhere and names none
     for key, value in _override_pairs(command_line):
         nested = _typed(value)
         for part in reversed(key.split(".")):  # "data.path" -> {"data": {"path": value}}
@@ -217,8 +219,6 @@ def run_trial(trial, args: argparse.Namespace, progress) -> float:
     """Train one proposal with `fit`'s settings; the best validation NDCG@10 over its epochs."""
     import lightning as L
     from lightning.pytorch.callbacks import ModelCheckpoint
-
-
 
     values = suggest(trial, args.params, args.n_heads)
     cli = build_cli([*args.config_args, *overrides(values)], run=False)
@@ -370,6 +370,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for name in args.config:
         if not Path(name).is_file():
             p.error(f"--config {name}: no such file")
+    try:  # each file after its bases (`base: FILE`): best.yaml and the study's fingerprint hold them too
+        args.config = [path for name in args.config for path in config_chain(name)]
+    except InputError as err:
+        p.error(str(err))
     args.params = tuple(dict.fromkeys(args.params))
     args.config_args = [a for name in args.config for a in ("--config", name)] + args.overrides
     return args
@@ -406,7 +410,7 @@ def open_study(args: argparse.Namespace, start: dict[str, Any]):
                          "or delete the folder to start over")
     # The lock on OUT guarantees no other tuner is running: a RUNNING trial was cut off. Run it again first.
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        study._storage.set_trial_state_values(t._trial_id, state=optuna.trial.TrialState.FAIL)
+        study.tell(t.number, state=optuna.trial.TrialState.FAIL)
         study.enqueue_trial(t.params, skip_if_exists=False)
     return study
 
@@ -427,8 +431,6 @@ def search(args: argparse.Namespace) -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
     for message in (".*does not have many workers.*", ".*args parameter is intended.*", ".*LeafSpec.*"):
         warnings.filterwarnings("ignore", message)
-
-
     base = build_cli(args.config_args, run=False)  # a wrong key or file fails here, in one line, before any trial
     if 10 not in base.model.hparams.ks:
         raise InputError(f"tune maximises {METRIC}; keep 10 in model.ks (got {list(base.model.hparams.ks)})")

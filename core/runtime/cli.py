@@ -6,7 +6,9 @@ stale `last.ckpt` warnings, training curves drawn at the end of `fit`).
 jsonargparse answers a wrong key or value with the whole usage (80+ lines) and names neither the
 YAML file that set it nor, for a syntax error, the file at all ("<unicode string>"). Here a YAML
 file that does not parse is reported as FILE:LINE:COLUMN before the CLI starts, and a rejected
-key or value is one line naming the key and the `--config` file that set it.
+key or value is one line naming the key and the `--config` file that set it. A config file may name
+the file it builds on (`base: base.yaml`): the CLI reads that one first, so a data set's YAML lists
+only what differs.
 
 Unlike the rest of `core/`, this module needs Lightning and PyYAML (both come with Lightning).
 """
@@ -22,7 +24,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import yaml
-from jsonargparse import set_parsing_settings
+from jsonargparse import Namespace, set_parsing_settings
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch import Callback, LightningModule, Trainer
@@ -39,6 +41,7 @@ from core.runtime.lock import OutputLock
 from core.runtime.precision import cpu_precision_fallback
 from core.runtime.resume import ExactResume
 
+BASE = "base"  # the key of a config file that names the file it builds on
 RESUME_KEYWORDS = ("last", "hpc")  # `--ckpt_path` values with which Lightning resumes the run's own checkpoints
 _KEY = re.compile(r"""(?:option|key) ["']([\w.]+)["']""", re.IGNORECASE)
 _SUBCOMMAND = re.compile(r"^Subcommand '(\w+)'")
@@ -55,20 +58,54 @@ def config_files(args: Sequence[str]) -> list[str]:
     return files
 
 
-def check_yaml_syntax(files: Sequence[str]) -> None:
-    """Raise ValueError naming FILE:LINE:COLUMN for the first config file that is not valid YAML."""
-    for name in files:
-        path = Path(name)
-        if not path.is_file():
-            continue  # jsonargparse names a missing file itself
-        try:
-            yaml.safe_load(path.read_text(encoding="utf-8"))
-        except yaml.MarkedYAMLError as err:
-            mark = err.problem_mark or err.context_mark
-            where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark else name
-            raise InputError(f"{where}: not valid YAML: {err.problem or err.context}") from None
-        except (yaml.YAMLError, UnicodeDecodeError) as err:
-            raise InputError(f"{name}: not a readable YAML file ({type(err).__name__})") from None
+def read_yaml(name: str) -> Any:
+    """The YAML in the file `name`; InputError naming FILE:LINE:COLUMN where it does not parse."""
+    try:
+        return yaml.safe_load(Path(name).read_text(encoding="utf-8"))
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark else name
+        raise InputError(f"{where}: not valid YAML: {err.problem or err.context}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise InputError(f"{name}: not a readable YAML file ({type(err).__name__})") from None
+
+
+def config_chain(name: str) -> list[str]:
+    """The config file `name` after the files it builds on: its `base: FILE` (relative to it), that one's, and so on.
+
+    A file that is not YAML is an InputError naming FILE:LINE:COLUMN; a missing base, a base that is not a file
+    name, or a chain that comes back to a file, one naming the file and its `base` key. A missing `name` is left
+    to jsonargparse, which names it.
+    """
+    chain = [name]
+    while Path(chain[0]).is_file() and isinstance(node := read_yaml(chain[0]), dict) and BASE in node:
+        base, here = node[BASE], chain[0]
+        if not isinstance(base, str) or not base.strip():
+            raise InputError(f"{here}: `{BASE}` must name a YAML file relative to it (`{BASE}: base.yaml`), "
+                             f"got {base!r}")
+        path = os.path.normpath(os.path.join(os.path.dirname(here), base))
+        if not Path(path).is_file():
+            raise InputError(f"{here}: `{BASE}: {base}`: no such file {path}; name a YAML file relative to {here}")
+        if any(os.path.samefile(path, seen) for seen in chain):
+            raise InputError(f"{here}: `{BASE}: {base}` comes back to a file of its own chain "
+                             f"({' -> '.join([*reversed(chain), path])}); a base must not build on the files above it")
+        chain.insert(0, path)
+    return chain
+
+
+def with_bases(args: Sequence[str]) -> list[str]:
+    """`args` with each `--config FILE` preceded by a `--config` for every file FILE builds on (`config_chain`).
+
+    jsonargparse merges successive `--config` files key by key (a later list replaces an earlier one), so
+    a data set's YAML, read after its base, changes only the keys it sets.
+    """
+    out: list[str] = []
+    for i, arg in enumerate(args):
+        name = args[i + 1] if arg in ("--config", "-c") and i + 1 < len(args) else arg.removeprefix("--config=")
+        if name != arg:
+            out += [f for base in config_chain(name)[:-1] for f in ("--config", base)]
+        out.append(arg)
+    return out
 
 
 def file_setting(files: Sequence[str], key: str) -> str | None:
@@ -91,16 +128,23 @@ def file_setting(files: Sequence[str], key: str) -> str | None:
 class OneLineErrorParser(LightningArgumentParser):
     """A LightningCLI parser whose errors are one line: what is wrong, which key, which file, and where help is.
 
-    `parse_args` first checks the syntax of every `--config` file (ValueError naming
-    FILE:LINE:COLUMN) and remembers the arguments, to name the file or flag that set a bad key.
+    `parse_args` first puts before each `--config` file the files it builds on (`with_bases`), which also
+    checks the syntax of each (ValueError naming FILE:LINE:COLUMN), and remembers the arguments, to name the
+    file or flag that set a bad key.
     """
 
     _argv: Sequence[str] = ()
 
     def parse_args(self, args: Sequence[str] | None = None, *rest: Any, **kwargs: Any) -> Any:
-        self._argv = list(sys.argv[1:] if args is None else args)
-        check_yaml_syntax(config_files(self._argv))
-        return super().parse_args(args, *rest, **kwargs)
+        self._argv = with_bases(sys.argv[1:] if args is None else args)
+        return super().parse_args(self._argv, *rest, **kwargs)
+
+    def dump(self, cfg: Namespace, *args: Any, **kwargs: Any) -> str:
+        """The config without `base`: a dumped config (the run's config.yaml) holds every value itself."""
+        if BASE in cfg:
+            cfg = cfg.clone()
+            del cfg[BASE]
+        return super().dump(cfg, *args, **kwargs)
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         if not self.exit_on_error:  # a parent parser handles it (subcommands) or the caller wants the exception
@@ -222,6 +266,9 @@ class AppCLI(LightningCLI):
                             help="fit only: write into a run folder whose checkpoints an earlier fit left, replacing "
                                  "them (without it that fit stops at once; resuming with --ckpt_path from that folder "
                                  "needs no --overwrite)")
+        parser.add_argument(f"--{BASE}", type=str | None, default=None,
+                            help="in a config file: the YAML it builds on, relative to it (`base: base.yaml`); "
+                                 "that file is read first, and this one changes only the keys it sets")
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config

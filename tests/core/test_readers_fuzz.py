@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core.runtime.checkpoint import load_checkpoint
-from core.runtime.cli import check_yaml_syntax
+from core.runtime.cli import config_chain
 from core.runtime.errors import InputError
 from streamrec.data.items import read_items
 from streamrec.data.readers import read_interactions
@@ -77,7 +77,7 @@ def test_text_readers(data: bytes) -> None:
     _holds(lambda: read_lines(_file("corpus.en", data)))
     _holds(lambda: read_parallel(_file("a.en", data), _file("a.de", data[: len(data) // 2])))
     _holds(lambda: [chunk for chunk in read_chunks(io.BytesIO(data), 3, "stdin")])
-    _holds(lambda: check_yaml_syntax([str(_file("config.yaml", data))]))
+    _holds(lambda: config_chain(str(_file("config.yaml", data))))
     _holds(lambda: read_items(_file("items.csv", data)))
     _holds(lambda: read_items(_file("movies.dat", b"1::" + data)))
 

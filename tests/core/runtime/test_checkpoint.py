@@ -11,6 +11,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader, TensorDataset
 
 from core.runtime.checkpoint import checkpoint_mismatch, read_checkpoint_file, stale_last_checkpoint_warnings
+from core.runtime.cli import config_chain
 
 
 def test_reads_what_torch_save_wrote(tmp_path: Path) -> None:
@@ -40,10 +41,22 @@ def test_a_folder_is_not_a_checkpoint(tmp_path: Path) -> None:
         read_checkpoint_file(tmp_path, written_by="python -m translate fit")
 
 
-# The training configs: `predict_*.yaml` are overlays that replace the checkpoint callbacks with a writer, and an
-# overlay with no `trainer` section (large_catalogue.yaml) leaves the run config's callbacks as they are.
+# The data sets' training configs: `predict_*.yaml` are overlays that replace the checkpoint callbacks with a
+# writer, an overlay with no `trainer` section (large_catalogue.yaml) leaves the run config's callbacks as they
+# are, and each `base.yaml` is checked through the data sets that build on it.
 CONFIGS = sorted(p for p in (Path(__file__).resolve().parents[3] / "configs").glob("*/*.yaml")
-                 if not p.name.startswith("predict_") and "trainer" in (yaml.safe_load(p.read_text()) or {}))
+                 if not p.name.startswith("predict_") and p.name != "base.yaml"
+                 and "trainer" in (yaml.safe_load(p.read_text()) or {}))
+
+
+def _trainer(config: Path) -> dict:
+    """The `trainer` section of `config` read after its bases: a later file's key wins, a `key+` list appends."""
+    trainer: dict = {}
+    for name in config_chain(str(config)):
+        for key, value in (yaml.safe_load(Path(name).read_text()) or {}).get("trainer", {}).items():
+            dest = key.removesuffix("+")
+            trainer[dest] = trainer.get(dest, []) + value if key.endswith("+") else value
+    return trainer
 
 
 class _WorseEveryEpoch(LightningModule):
@@ -70,7 +83,7 @@ def test_every_config_rewrites_last_ckpt_every_epoch(config: Path, tmp_path: Pat
     """`fit --ckpt_path .../last.ckpt` must resume from the latest epoch, not the best one: since Lightning 2.6
     `save_last` on a monitored ModelCheckpoint writes last.ckpt only when that callback saves a new best."""
     callbacks, monitors = [], {}
-    trainer = yaml.safe_load(config.read_text())["trainer"]
+    trainer = _trainer(config)
     for spec in trainer["callbacks"]:
         if spec["class_path"].rsplit(".", 1)[-1] != "ModelCheckpoint":
             continue

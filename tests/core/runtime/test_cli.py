@@ -6,9 +6,17 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 from jsonargparse import ActionConfigFile
 
-from core.runtime.cli import OneLineErrorParser, check_yaml_syntax, config_files, file_setting, overwrite_refusal
+from core.runtime.cli import (
+    OneLineErrorParser,
+    config_chain,
+    config_files,
+    file_setting,
+    overwrite_refusal,
+    with_bases,
+)
 
 
 def test_config_files_are_found_in_every_spelling_in_order() -> None:
@@ -20,9 +28,8 @@ def test_yaml_syntax_error_names_file_line_and_column(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text("model:\n  d_model: 64\n  lr: [0.1\ndata: {}\n")  # the list opened on line 3 never closes
     with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}:4:\d+: not valid YAML: ") as err:
-        check_yaml_syntax([str(tmp_path / "missing.yaml"), str(path)])  # a missing file is left to the CLI
+        with_bases(["--config", str(tmp_path / "missing.yaml"), "--config", str(path)])  # missing: jsonargparse's
     assert "\n" not in str(err.value)
-    check_yaml_syntax([])  # nothing to check
 
 
 def test_file_setting_is_the_last_file_that_sets_the_key(tmp_path: Path) -> None:
@@ -35,11 +42,49 @@ def test_file_setting_is_the_last_file_that_sets_the_key(tmp_path: Path) -> None
     assert file_setting([str(a)], "model.d_modle.x") is None  # a value is not a section
 
 
+def test_each_config_file_comes_after_its_bases_each_relative_to_the_file_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "root.yaml").write_text("model:\n  d_model: 1\n")
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "base.yaml").write_text("base: ../shared/root.yaml\n")
+    (tmp_path / "app" / "data.yaml").write_text("model:\n  d_model: 2\nbase: base.yaml\n")  # anywhere in the file
+    data, base, root = str(tmp_path / "app" / "data.yaml"), str(tmp_path / "app" / "base.yaml"), str(
+        tmp_path / "shared" / "root.yaml")
+    assert config_chain(data) == [root, base, data]
+    assert config_chain(root) == [root] and config_chain("no_such.yaml") == ["no_such.yaml"]  # jsonargparse names it
+    assert with_bases(["fit", "-c", data, f"--config={base}", "--model.lr", "1"]) == [
+        "fit", "--config", root, "--config", base, "-c", data, "--config", root, f"--config={base}", "--model.lr", "1"]
+
+
+@pytest.mark.parametrize(("base", "wrong"), [("missing.yaml", "no such file"), ("b.yaml", "comes back to a file"),
+                                             ("''", "must name a YAML file"), ("[b.yaml]", "must name a YAML file")])
+def test_a_wrong_base_is_one_line_naming_the_file_and_key(base: str, wrong: str, tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text(f"base: {base}\n")
+    (tmp_path / "b.yaml").write_text("base: a.yaml\n")
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(tmp_path))}/[ab]\.yaml: `base") as err:  # b: the cycle
+        config_chain(str(tmp_path / "a.yaml"))
+    assert wrong in str(err.value) and "\n" not in str(err.value)
+
+
 def _parser() -> OneLineErrorParser:
     parser = OneLineErrorParser(prog="python -m app")
     parser.add_argument("--config", action=ActionConfigFile)
+    parser.add_argument("--base", type=str | None)
     parser.add_argument("--model.d_model", type=int, default=8)
     return parser
+
+
+def test_a_data_set_changes_only_what_it_sets_and_a_bad_key_in_its_base_names_the_base(tmp_path: Path, capsys) -> None:
+    base, data = tmp_path / "base.yaml", tmp_path / "data.yaml"
+    base.write_text("model:\n  d_model: 4\n")
+    data.write_text("base: base.yaml\n")
+    cfg = _parser().parse_args(["--config", str(data)])
+    assert cfg.model.d_model == 4 and "base" not in yaml.safe_load(_parser().dump(cfg))
+    base.write_text("model:\n  d_modle: 4\n")
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["--config", str(data)])
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "d_modle" in err and f"(set in {base})" in err
 
 
 @pytest.mark.parametrize("where", ["file", "command line"])
