@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
 
         hyp_path = Path(args.out or Path(args.ckpt[0]).with_name(f"{args.split}.hyp.{args.tgt_lang}"))
         start = time.perf_counter()
-        infer.main(["--ckpt", *args.ckpt, "-i", str(src), "-o", str(hyp_path), "--beam", str(args.beam),
+        infer.main(["--ckpt", *args.ckpt, "-i", str(src), "-o", str(hyp_path), "--beam-size", str(args.beam),
                     "--alpha", str(args.alpha), "--batch-size", str(args.batch_size), "--dtype", args.dtype])
         seconds = time.perf_counter() - start
         models = f"an ensemble of {len(args.ckpt)} checkpoints" if len(args.ckpt) > 1 else args.ckpt[0]

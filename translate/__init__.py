@@ -1,4 +1,4 @@
-"""Translate: the encoder-decoder translator built on `core` (see issue "Translate").
+"""Translate: the encoder-decoder translator built on `core` (docs/translate.md).
 
 `from translate import Translator` is the Python API (`translate.api`); it is imported on first use,
 so `import translate` (every CLI) does not pay for Lightning and the model until then. Not to be

@@ -9,12 +9,12 @@
 
 Sentences are translated each on its own (batched longest first, returned in input order); a blank
 sentence gives "". `translate_iter` does the same for an iterable of any length, a chunk of lines at
-a time, so its memory does not grow with the input. `python -m translate.infer` is a client of this
-module (`Translator.load`, `encode_sources`, `translate_ids`, `format_line`); `python -m translate
-predict` decodes with the same `translate.search.decoding` inside `TranslationModule.predict_step`.
-Checkpoints are read by
-`core.runtime.checkpoint.load_module` (restricted unpickler: no code in them runs), and the vocabularies come
-from the checkpoint itself (`translate.model.module.vocabs_from_checkpoint`): no other file is read.
+a time, so its memory does not grow with the input. Every program translates through here with one
+`translate.search.options.SearchOptions`: `python -m translate.infer` (`Translator.translate_ids`), the
+server (`translate_with`); `python -m translate predict` runs the same `translate.search.decoding.search`
+in `TranslationModule.predict_step`. Checkpoints are read by `core.runtime.checkpoint.load_module`
+(restricted unpickler: no code in them runs), and the vocabularies come from the checkpoint itself
+(`translate.model.module.vocabs_from_checkpoint`): no other file is read.
 
 Legend: B sentences, S source length, V target vocabulary.
 """
@@ -34,12 +34,13 @@ from core.runtime.checkpoint import load_module
 from core.runtime.errors import InputError
 from core.runtime.export import is_export_folder, load_folder
 from core.runtime.precision import NO_FAST_BF16, cpu_has_fast_bf16, quantize_int8
-from translate.data.vocab import BOS_ID, EOS_ID, PAD_ID, SubwordVocab
+from translate.data.vocab import PAD_ID, SubwordVocab
 from translate.model.module import TranslationModule, vocabs_from_checkpoint
 from translate.model.transformer import Translator as TranslatorModel
 from translate.search.align import DEFAULT_LAYER, EMPTY, Layer, WordAlignment, align_batch
-from translate.search.decoding import Hypothesis, beam_search, greedy_search
+from translate.search.decoding import Hypothesis, search
 from translate.search.ensemble import Ensemble
+from translate.search.options import SearchOptions, accepts_old_names
 
 log = logging.getLogger("translate.api")
 WRITTEN_BY = "python -m translate fit"
@@ -48,7 +49,7 @@ MAX_TRUNCATION_WARNINGS = 20  # then one summary line, so a bad file cannot floo
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 INT8 = "int8"  # float32 model with int8 linear layers (core.runtime.precision.quantize_int8), CPU only
 # Lines are encoded this many characters at a time and truncated at once: a chunk of long lines encoded
-# whole held every untruncated subword as a Python int (~36 bytes each; 2,000 lines of 5,000 words: ~300 MB).
+# whole would hold every untruncated subword as a Python int (tens of bytes each) until truncation.
 ENCODE_CHARS = 1 << 20
 CHUNK_LINES = 2_000  # translate_iter's default chunk; translate.infer's --chunk-lines default
 
@@ -77,21 +78,8 @@ def pad_batch(rows: Sequence[Sequence[int]], device: torch.device | str = "cpu")
     return torch.tensor([list(r) + [PAD_ID] * (width - len(r)) for r in rows], dtype=torch.long, device=device)
 
 
-@torch.inference_mode()
-def search(model: TranslatorModel | Ensemble, src: Tensor, beam: int = 5, alpha: float = 0.6, nbest: int = 1,
-           max_len_a: float = 1.5, max_len_b: int = 10) -> list[list[Hypothesis]]:
-    """The `nbest` best hypotheses per source row; beam 1 runs greedy search.
-
-    Outputs stop after `max_len_a` x source length + `max_len_b` subwords (fairseq's names).
-    """
-    if beam == 1:
-        return [[h] for h in greedy_search(model, src, BOS_ID, EOS_ID, max_len_a=max_len_a, max_len_b=max_len_b)]
-    return beam_search(model, src, BOS_ID, EOS_ID, beam_size=beam, alpha=alpha, nbest=nbest,
-                       max_len_a=max_len_a, max_len_b=max_len_b)
-
-
 def format_line(hyps: Sequence[Hypothesis], vocab: SubwordVocab) -> str:
-    """The output line of one input: its translations, tab-separated (one without --nbest)."""
+    """The output line of one input: its translations, tab-separated (one without --n-best)."""
     return "\t".join(vocab.decode(h.tokens) for h in hyps)
 
 
@@ -145,7 +133,8 @@ class Translator:
         """The translator whose cross-attention gives the alignments: an ensemble's first member."""
         return self.model.members[0] if isinstance(self.model, Ensemble) else self.model
 
-    def translate(self, sentences: Sequence[str], beam: int = 5, n_best: int = 1, return_scores: bool = False,
+    @accepts_old_names
+    def translate(self, sentences: Sequence[str], beam_size: int = 5, n_best: int = 1, return_scores: bool = False,
                   return_alignments: bool = False, alpha: float = 0.6, max_len_a: float = 1.5, max_len_b: int = 10,
                   batch_size: int = 64, align_layer: Layer = DEFAULT_LAYER,
                   ) -> list[str] | list[Translation] | list[list[Translation]]:
@@ -153,28 +142,24 @@ class Translator:
 
         Args:
             sentences: source sentences, one per string.
-            beam: beam width; 1 runs greedy search.
-            n_best: translations per sentence (at most `beam`), best first.
+            beam_size, n_best, alpha, max_len_a, max_len_b, batch_size: the `SearchOptions`.
             return_scores: return `Translation`s (text and scores) instead of strings.
             return_alignments: return `Translation`s whose best one carries its word alignment.
-            alpha: GNMT length-penalty exponent.
-            max_len_a: output limit, subwords per source subword.
-            max_len_b: output limit, subwords added to that.
-            batch_size: sentences per search batch.
             align_layer: decoder layer whose cross-attention aligns (an index, or "mean").
 
         Returns:
             a string per sentence; with `return_scores` or `return_alignments`, a `Translation` per
             sentence; with `n_best` > 1, a list of `n_best` `Translation`s per sentence ([] for a blank one).
         """
-        _check_options(sentences, beam, n_best, batch_size)
-        return self._translate_chunk(sentences, 1, [0], beam, n_best, return_scores, return_alignments, alpha,
-                                     max_len_a, max_len_b, batch_size, align_layer)
+        options = SearchOptions(beam_size, n_best, alpha, max_len_a, max_len_b, batch_size)
+        return self.translate_with(sentences, options, return_scores, align_layer if return_alignments else None)
 
-    def translate_iter(self, sentences: Iterable[str], beam: int = 5, n_best: int = 1, return_scores: bool = False,
-                       return_alignments: bool = False, alpha: float = 0.6, max_len_a: float = 1.5,
-                       max_len_b: int = 10, batch_size: int = 64, align_layer: Layer = DEFAULT_LAYER,
-                       chunk_lines: int = CHUNK_LINES) -> Iterator[str | Translation | list[Translation]]:
+    @accepts_old_names
+    def translate_iter(self, sentences: Iterable[str], beam_size: int = 5, n_best: int = 1,
+                       return_scores: bool = False, return_alignments: bool = False, alpha: float = 0.6,
+                       max_len_a: float = 1.5, max_len_b: int = 10, batch_size: int = 64,
+                       align_layer: Layer = DEFAULT_LAYER, chunk_lines: int = CHUNK_LINES,
+                       ) -> Iterator[str | Translation | list[Translation]]:
         """Translate an iterable of sentences lazily: what `translate` returns, one item at a time, in input order.
 
         `chunk_lines` sentences are read, sorted by length, translated and yielded before the next
@@ -184,37 +169,39 @@ class Translator:
         Args:
             sentences: source sentences, e.g. an open text file.
             chunk_lines: sentences translated together (more: better-filled batches, more memory).
-            beam, n_best, return_scores, return_alignments, alpha, max_len_a, max_len_b, batch_size,
+            beam_size, n_best, return_scores, return_alignments, alpha, max_len_a, max_len_b, batch_size,
                 align_layer: as in `translate`.
         """
-        _check_options(sentences, beam, n_best, batch_size)  # now, not at the first next()
+        _check_sentences(sentences)  # now, not at the first next()
+        options = SearchOptions(beam_size, n_best, alpha, max_len_a, max_len_b, batch_size)
         if chunk_lines < 1:
             raise InputError(f"`chunk_lines` ({chunk_lines}) must be >= 1")
-        options = (beam, n_best, return_scores, return_alignments, alpha, max_len_a, max_len_b, batch_size, align_layer)
-        return self._iter_chunks(iter(sentences), chunk_lines, options)
+        return self._iter_chunks(iter(sentences), chunk_lines, options, return_scores,
+                                 align_layer if return_alignments else None)
 
-    def _iter_chunks(self, lines: Iterator[str], chunk_lines: int, options: tuple,
-                     ) -> Iterator[str | Translation | list[Translation]]:
+    def _iter_chunks(self, lines: Iterator[str], chunk_lines: int, options: SearchOptions, return_scores: bool,
+                     align_layer: Layer | None) -> Iterator[str | Translation | list[Translation]]:
         first, warned = 1, [0]
         while chunk := [s.removesuffix("\n").removesuffix("\r") for s in itertools.islice(lines, chunk_lines)]:
-            yield from self._translate_chunk(chunk, first, warned, *options)
+            yield from self.translate_with(chunk, options, return_scores, align_layer, first, warned)
             first += len(chunk)
             chunk = []  # freed before the next chunk is read
 
-    def _translate_chunk(self, sentences: Sequence[str], first_line: int, warned: list[int], beam: int, n_best: int,
-                         return_scores: bool, return_alignments: bool, alpha: float, max_len_a: float, max_len_b: int,
-                         batch_size: int, align_layer: Layer,
-                         ) -> list[str] | list[Translation] | list[list[Translation]]:
+    def translate_with(self, sentences: Sequence[str], options: SearchOptions, return_scores: bool = False,
+                       align_layer: Layer | None = None, first_line: int = 1, warned: list[int] | None = None,
+                       ) -> list[str] | list[Translation] | list[list[Translation]]:
+        """`translate` with the search settings as one `SearchOptions` (the server's path); `align_layer` None:
+        no alignments; `first_line`, `warned`: as in `encode_sources`."""
+        _check_sentences(sentences)
         sources = self.encode_sources(sentences, first_line, warned)
-        hyps, aligned = self.translate_ids(sources, beam, alpha, n_best, batch_size,
-                                           align_layer if return_alignments else None, max_len_a, max_len_b, sentences)
-        if n_best == 1 and not (return_scores or return_alignments):
+        hyps, aligned = self.translate_ids(sources, options, align_layer, sentences)
+        if options.n_best == 1 and not return_scores and aligned is None:
             return [format_line(h, self.tgt_vocab) for h in hyps]
         results = [[Translation(self.tgt_vocab.decode(h.tokens), h.score, h.log_prob) for h in row] for row in hyps]
         if aligned is not None:
             results = [[Translation(r.text, r.score, r.log_prob, a if k == 0 else None) for k, r in enumerate(row)]
                        for row, a in zip(results, aligned, strict=True)]
-        if n_best > 1:
+        if options.n_best > 1:
             return results
         blank = Translation("", 0.0, 0.0, EMPTY if aligned is not None else None)
         return [row[0] if row else blank for row in results]
@@ -241,31 +228,27 @@ class Translator:
                 ids.append(row)
         return ids
 
-    def translate_ids(self, sources: Sequence[Sequence[int]], beam: int = 5, alpha: float = 0.6, nbest: int = 1,
-                      batch_size: int = 64, align_layer: Layer | None = None, max_len_a: float = 1.5,
-                      max_len_b: int = 10, source_texts: Sequence[str] | None = None,
+    def translate_ids(self, sources: Sequence[Sequence[int]], options: SearchOptions,
+                      align_layer: Layer | None = None, source_texts: Sequence[str] | None = None,
                       ) -> tuple[list[list[Hypothesis]], list[WordAlignment] | None]:
         """Translate subword sources, longest first in batches, and return results in input order.
 
+        Every program's path: each batch goes through `translate.search.decoding.search`, as in `predict`.
+
         Args:
             sources: source ids per sentence; an empty list gives no hypothesis.
-            beam: beam width (1 = greedy).
-            alpha: length-penalty exponent.
-            nbest: hypotheses per sentence.
-            batch_size: sentences per search batch.
+            options: how to search.
             align_layer: also align each best hypothesis with this decoder layer (None: no alignments).
-            max_len_a: output limit, subwords per source subword.
-            max_len_b: output limit, subwords added to that.
             source_texts: the input lines of `sources`, for the alignments' source words.
         """
         device = next(self.model.parameters()).device
         results: list[list[Hypothesis]] = [[] for _ in sources]
         alignments: list[WordAlignment] | None = None if align_layer is None else [EMPTY] * len(sources)
         order = sorted((i for i, s in enumerate(sources) if s), key=lambda i: -len(sources[i]))
-        for start in range(0, len(order), batch_size):
-            rows = order[start : start + batch_size]
+        for start in range(0, len(order), options.batch_size):
+            rows = order[start : start + options.batch_size]
             src = pad_batch([sources[i] for i in rows], device)
-            for i, hyps in zip(rows, search(self.model, src, beam, alpha, nbest, max_len_a, max_len_b), strict=True):
+            for i, hyps in zip(rows, search(self.model, src, options), strict=True):
                 results[i] = hyps
             if alignments is not None:
                 best = [results[i][0].tokens for i in rows]
@@ -276,12 +259,9 @@ class Translator:
         return results, alignments
 
 
-def _check_options(sentences: object, beam: int, n_best: int, batch_size: int) -> None:
+def _check_sentences(sentences: object) -> None:
     if isinstance(sentences, str):
         raise InputError("`sentences` takes a list of sentences, not one string; pass [sentence]")
-    if beam < 1 or batch_size < 1 or not 1 <= n_best <= beam:
-        raise InputError(f"`beam` ({beam}) and `batch_size` ({batch_size}) must be >= 1 and `n_best` ({n_best}) "
-                         "between 1 and `beam`")
 
 
 def _spans(lengths: Sequence[int], budget: int) -> Iterator[tuple[int, int]]:

@@ -35,6 +35,7 @@ from translate.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, SubwordVocab
 from translate.model.module import TranslationModule, vocabs_from_checkpoint
 from translate.model.transformer import Translator as TranslatorModel
 from translate.search.decoding import max_output_lengths
+from translate.search.options import SearchOptions, accepts_old_names
 
 WRITTEN_BY = "python -m translate fit"
 FORMATS = ("safetensors", "ctranslate2")
@@ -118,8 +119,7 @@ def transformer_spec(model: TranslatorModel, hparams: dict[str, Any], src_pieces
 
 def _np(t: Tensor):
     # A copy: for an fp32 CPU tensor `.numpy()` shares its memory, and CTranslate2's converter edits some
-    # arrays in place, which changed our live model's weights (benchmarks/translate_speed.py: ours/HF beam
-    # agreement fell from 92% to 2% after exporting).
+    # arrays in place, which would change the live model's weights (and every later translation of it).
     return t.detach().float().cpu().numpy().copy()
 
 
@@ -226,37 +226,41 @@ class CT2Translator:
         self._suppress = [[p] for p in self.tgt_vocab.pieces([PAD_ID, BOS_ID])]  # as our search: never generated
         self._ids = {p: i for i, p in enumerate(self.tgt_vocab.pieces(range(self.tgt_vocab.vocab_size)))}
 
-    def translate_ids(self, sources: Sequence[Sequence[int]], beam: int = 5, alpha: float = 0.6,
-                      max_len_a: float = 1.5, max_len_b: int = 10) -> list[list[int]]:
-        """Output ids per source (ours: `Translator.translate_ids`), with our per-sentence length limit.
+    def translate_ids(self, sources: Sequence[Sequence[int]], options: SearchOptions) -> list[list[int]]:
+        """Best output ids per source (ours: `Translator.translate_ids`), with our per-sentence length limit.
 
         Sentences are grouped by their limit (`max_len_a` x length + `max_len_b`, capped by max_len - 1),
         since CTranslate2 takes one `max_decoding_length` per call. As in our search, EOS may come first
         (CTranslate2's `min_decoding_length` defaults to 1) and padding and BOS are never generated (without
         `suppress_sequences` CTranslate2 may emit BOS). `alpha` is passed as CTranslate2's
-        `length_penalty`, whose normalisation (length ** alpha) differs from our GNMT penalty.
+        `length_penalty`, whose normalisation (length ** alpha) differs from our GNMT penalty; `n_best` and
+        `batch_size` are not used.
         """
+        o = options
         out: list[list[int]] = [[] for _ in sources]
         limits: dict[int, list[int]] = {}
         for i, s in enumerate(sources):
             if s:
                 row = torch.tensor([list(s)[: self.max_len]])
-                limit = int(max_output_lengths(row, PAD_ID, max_len_a, max_len_b, self.max_len - 1)[0])
+                limit = int(max_output_lengths(row, PAD_ID, o.max_len_a, o.max_len_b, self.max_len - 1)[0])
                 limits.setdefault(limit, []).append(i)
         for limit, rows in limits.items():
             results = self.translator.translate_batch(
-                [self.src_vocab.pieces(list(sources[i])[: self.max_len]) for i in rows], beam_size=beam,
-                max_decoding_length=limit, min_decoding_length=0, length_penalty=alpha,
+                [self.src_vocab.pieces(list(sources[i])[: self.max_len]) for i in rows], beam_size=o.beam_size,
+                max_decoding_length=limit, min_decoding_length=0, length_penalty=o.alpha,
                 suppress_sequences=self._suppress, max_input_length=self.max_len,
             )
             for i, r in zip(rows, results, strict=True):
                 out[i] = [self._ids[p] for p in r.hypotheses[0]]
         return out
 
-    def translate(self, sentences: Sequence[str], beam: int = 5, **kwargs: Any) -> list[str]:
-        """Detokenised translations, one per sentence ("" for a blank one)."""
+    @accepts_old_names
+    def translate(self, sentences: Sequence[str], beam_size: int = 5, alpha: float = 0.6, max_len_a: float = 1.5,
+                  max_len_b: int = 10) -> list[str]:
+        """Detokenised best translations, one per sentence ("" for a blank one); the options as in ours."""
         ids = self.src_vocab.encode_batch([s if s.strip() else "" for s in sentences])
-        return [self.tgt_vocab.decode(row) for row in self.translate_ids(ids, beam, **kwargs)]
+        options = SearchOptions(beam_size, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b)
+        return [self.tgt_vocab.decode(row) for row in self.translate_ids(ids, options)]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,18 +1,19 @@
 """Translate a text file (or stdin) with a checkpoint written by `python -m translate fit`.
 
-    python -m translate.infer --ckpt CKPT [CKPT ...] [-i in.txt] [-o out.txt] [--beam 5] [--alpha 0.6]
-        [--max-len-a 1.5] [--max-len-b 10] [--batch-size 64] [--nbest N] [--alignments out.jsonl]
+    python -m translate.infer --ckpt CKPT [CKPT ...] [-i in.txt] [-o out.txt] [--beam-size 5] [--alpha 0.6]
+        [--max-len-a 1.5] [--max-len-b 10] [--batch-size 64] [--n-best N] [--alignments out.jsonl]
         [--html report.html] [--chunk-lines 2000] [--device auto] [--dtype float32|bfloat16|int8]
 
 Exactly one output line per input line, in input order; an empty (or blank) input line gives
-an empty output line. With `--nbest N` (N > 1) each output line holds the N best translations,
-best first, separated by tabs, so line counts still match. `--beam 1` runs greedy search,
-which gives the same output as a beam of width 1 (tested).
+an empty output line. With `--n-best N` (N > 1) each output line holds the N best translations,
+best first, separated by tabs, so line counts still match. `--beam-size 1` runs greedy search,
+which gives the same output as a beam of width 1 (tested). The old spellings `--beam` and
+`--nbest` still work, with a deprecation warning.
 
 Input is streamed: it is read in chunks of `--chunk-lines` lines (default 2,000; a chunk also ends
 after 16 MiB of text); inside a chunk sentences are sorted by length so that batches hold similar
 lengths, translated, put back in order, written and flushed before the next chunk is read, so
-memory does not grow with the input (benchmarks/translate_stream_memory.py) and the output equals
+memory does not grow with the input (`benchmarks/translate_stream_memory.py`) and the output equals
 that of one chunk holding the whole file (tested). Sources longer than the model's `max_len`
 subwords are truncated, with a warning naming the line. With `-o` the output appears in one
 rename at the end (never half-written); likewise `--alignments` and `--html`. An output path
@@ -55,6 +56,7 @@ from core.runtime.errors import InputError, check_text, describe_os_error
 from core.runtime.lock import OutputLock, interrupt_on_sigterm
 from translate.api import CHUNK_LINES, DTYPES, INT8, MAX_TRUNCATION_WARNINGS, Translator, format_line
 from translate.search.align import DEFAULT_LAYER, Layer, WordAlignment, write_html
+from translate.search.options import OLD_NAMES, SearchOptions, warn_renamed
 
 log = logging.getLogger("translate.infer")
 MAX_LINE_BYTES = 1 << 20  # one sentence per line; a longer "line" is a file with no line breaks
@@ -121,17 +123,19 @@ def build_parser() -> argparse.ArgumentParser:
                         "an ensemble (the mean of their probabilities; alignments come from the first)")
     p.add_argument("-i", "--input", help="input text, one sentence per line (default or -: stdin)")
     p.add_argument("-o", "--output", help="output file, written atomically (default: stdout)")
-    p.add_argument("--beam", type=int, default=5, help="beam width; 1 = greedy search (default 5)")
+    p.add_argument("--beam-size", type=int, default=5, help="beam width; 1 = greedy search (default 5)")
     p.add_argument("--alpha", type=float, default=0.6, help="GNMT length-penalty exponent (default 0.6)")
     p.add_argument("--max-len-a", type=float, default=1.5,
                    help="output length limit: A x source subwords + B (default A 1.5; fairseq's --max-len-a)")
     p.add_argument("--max-len-b", type=int, default=10, help="the B of that limit (default 10)")
     p.add_argument("--batch-size", type=int, default=64, help="sentences per search batch (default 64)")
-    p.add_argument("--nbest", type=int, default=1, help="translations per line, tab-separated (default 1)")
+    p.add_argument("--n-best", type=int, default=1, help="translations per line, tab-separated (default 1)")
+    for old, new in OLD_NAMES.items():
+        p.add_argument(f"--{old}", dest=new, type=int, action=_OldFlag, help=argparse.SUPPRESS)
     p.add_argument("--alignments", help="write word alignments of the best translation as JSON lines here")
     p.add_argument("--align-layer", default=str(DEFAULT_LAYER),
                    help=f"decoder layer for alignments: index (negative from the last) or 'mean' "
-                        f"(default {DEFAULT_LAYER}, measured best on the demo corpus)")
+                        f"(default {DEFAULT_LAYER})")
     p.add_argument("--html", help="write a self-contained HTML page of alignment heatmaps here")
     p.add_argument("--html-max", type=int, default=100, help="sentences shown in --html (default 100)")
     p.add_argument("--chunk-lines", "--chunk-size", dest="chunk_lines", type=int, default=CHUNK_LINES,
@@ -143,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=(*DTYPES, INT8), default="float32",
                    help="weights and activations: float32 (default), bfloat16 (faster on bf16 hardware, "
                         "float32 with a warning on a CPU without it) or int8 (int8 linear layers, CPU only: "
-                        "1.4x fp32 at d_model 256, no gain at 128); see README for their BLEU cost")
+                        "faster for wider models); docs/results.md has their speed and BLEU cost")
     p.add_argument("--progress", action="store_true", help="show progress on stderr even when it is not a terminal")
     return p
 
@@ -181,13 +185,19 @@ def _device(name: str) -> torch.device:
     return device
 
 
-def _check(args: argparse.Namespace) -> Layer:
-    if args.beam < 1 or args.batch_size < 1 or args.chunk_lines < 1 or args.html_max < 0:
-        raise InputError("--beam, --batch-size and --chunk-lines must be positive and --html-max >= 0")
-    if args.max_len_a < 0 or args.max_len_b < 1:
-        raise InputError(f"--max-len-a ({args.max_len_a}) must be >= 0 and --max-len-b ({args.max_len_b}) >= 1")
-    if not 1 <= args.nbest <= args.beam:
-        raise InputError(f"--nbest ({args.nbest}) must be between 1 and --beam ({args.beam})")
+class _OldFlag(argparse.Action):
+    """An old spelling of an option (`--beam`, `--nbest`): stores into the new one, with a DeprecationWarning."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        warn_renamed(str(option_string), "--" + self.dest.replace("_", "-"), stacklevel=1)
+        setattr(namespace, self.dest, values)
+
+
+def _check(args: argparse.Namespace) -> tuple[SearchOptions, Layer]:
+    """The search options and the alignment layer; bad values and paths are one-line errors before any work."""
+    options = SearchOptions(args.beam_size, args.n_best, args.alpha, args.max_len_a, args.max_len_b, args.batch_size)
+    if args.chunk_lines < 1 or args.html_max < 0:
+        raise InputError(f"--chunk-lines ({args.chunk_lines}) must be >= 1 and --html-max ({args.html_max}) >= 0")
     if args.input == "-":
         args.input = None  # stdin, as most Unix tools read it
     if args.input is not None and Path(args.input).is_dir():
@@ -195,24 +205,24 @@ def _check(args: argparse.Namespace) -> Layer:
     if args.input is not None and not Path(args.input).exists():
         raise FileNotFoundError(f"--input {args.input}: no such file")
     try:
-        return "mean" if args.align_layer == "mean" else int(args.align_layer)
+        return options, "mean" if args.align_layer == "mean" else int(args.align_layer)
     except ValueError:
         raise InputError(f"--align-layer must be an integer or 'mean', got {args.align_layer!r}") from None
 
 
 def run(args: argparse.Namespace) -> None:
     """Translate `args.input` (or stdin) into `args.output` (or stdout); see the module docstring."""
-    layer = _check(args)
+    options, layer = _check(args)
     with contextlib.ExitStack() as locks:
         if args.output and Path(args.output).parent.is_dir() and not Path(args.output).is_dir():
             locks.enter_context(OutputLock(args.output, "translate.infer"))  # one writer per output file
             for path in filter(None, (args.output, args.alignments, args.html)):
                 for tmp in stale_temporaries(path):  # left by a run killed with -9; we hold the lock
                     tmp.unlink()
-        _translate(args, layer)
+        _translate(args, options, layer)
 
 
-def _translate(args: argparse.Namespace, layer: Layer) -> None:
+def _translate(args: argparse.Namespace, options: SearchOptions, layer: Layer) -> None:
     device = torch.device("cpu") if args.dtype == INT8 and args.device == "auto" else _device(args.device)
     translator = Translator.load(args.ckpt, device, args.dtype)
     n_layers = len(translator.aligner.decoder.layers)
@@ -231,9 +241,7 @@ def _translate(args: argparse.Namespace, layer: Layer) -> None:
         first = 1
         for lines in read_chunks(stream, args.chunk_lines, args.input or "<stdin>", CHUNK_BYTES):
             sources = translator.encode_sources(lines, first, warned)
-            hyps, aligned = translator.translate_ids(sources, args.beam, args.alpha, args.nbest, args.batch_size,
-                                                     layer if want_align else None, args.max_len_a, args.max_len_b,
-                                                     lines if want_align else None)
+            hyps, aligned = translator.translate_ids(sources, options, layer if want_align else None, lines)
             out.write("".join(format_line(h, translator.tgt_vocab) + "\n" for h in hyps).encode("utf-8"))
             out.flush()
             if aligned is not None:

@@ -56,11 +56,8 @@ class TranslationWriter(PartsWriter):
         return [tuple(json.loads(line)) for line in path.read_text("utf-8").splitlines()]
 
     def write_output(self, rows: list[tuple[int, str]]) -> None:
-        self._write_text(rows)
-
-    def _write_text(self, pairs: list[tuple[int, str]]) -> None:
         """The translations in index order, each sentence once, one per line."""
-        by_index = dict(pairs)  # a sentence decoded twice (DDP padding) is decoded identically
+        by_index = dict(rows)  # a sentence decoded twice (DDP padding) is decoded identically
         assert sorted(by_index) == list(range(len(by_index))), "every input sentence is translated once"
         with atomic_path(self.output) as tmp:
             tmp.write_text("".join(by_index[i] + "\n" for i in range(len(by_index))), encoding="utf-8")

@@ -2,21 +2,21 @@
 
     python -m translate.serve --ckpt runs/translate_demo/checkpoints/best.ckpt --port 8001
     curl -s localhost:8001/predict -H 'Content-Type: application/json' \\
-         -d '{"sentences": ["he can sleep .", "she sees the dog ."], "beam": 5}'
+         -d '{"sentences": ["he can sleep .", "she sees the dog ."], "beam_size": 5}'
     # {"translations": [{"text": "er kann schlafen .", "score": -0.41, "log_prob": -0.52}, ...]}
 
 Request (POST /predict, a JSON object; only these fields):
   sentences      source sentences (1 to 64, each at most 1,000 characters), or
   text           one source sentence; the answer then has "translation" instead of "translations"
-  beam           beam width, 1 to 16; 1 is greedy search (default 5)
-  n_best         translations per sentence, 1 to beam; above 1 each sentence gets a list, best first
+  beam_size      beam width, 1 to 16; 1 is greedy search (default 5; the old name `beam` still works)
+  n_best         translations per sentence, 1 to beam_size; above 1 each sentence gets a list, best first
   return_scores  answer {"text", "score", "log_prob"} objects; false: plain strings (default true)
 
 `score` is what beam search ranks by (the log-probability over the GNMT length penalty), as in
 `translate.Translator.translate`. Sentences of requests arriving together (up to --max-batch-size
-requests, waiting at most --batch-timeout seconds) are decoded in one `Translator.translate` call per
-(beam, n_best). A malformed or out-of-range request gets a 4xx answer {"error": "one line"} and the
-server goes on serving. GET /health answers 200 "ok" once the model is loaded. The server listens on
+requests, waiting at most --batch-timeout seconds) are decoded in one `Translator.translate_with` call
+per distinct `SearchOptions`. A malformed or out-of-range request gets a 4xx answer {"error": "one line"}
+and the server goes on serving. GET /health answers 200 "ok" once the model is loaded. The server listens on
 127.0.0.1 unless --host says otherwise. See docs/serving.md.
 """
 
@@ -26,6 +26,7 @@ import argparse
 import sys
 from typing import Any
 
+from core.runtime.errors import InputError
 from core.runtime.serve import (
     BatchedAPI,
     Field,
@@ -36,6 +37,7 @@ from core.runtime.serve import (
     serve_parser,
     threads_per_worker,
 )
+from translate.search.options import SearchOptions, rename_old
 
 MAX_SENTENCES = 64  # per request
 MAX_CHARS = 1000  # per sentence; the model truncates sources longer than its max_len (in subwords) anyway
@@ -44,24 +46,31 @@ MAX_BEAM = 16
 FIELDS = {
     "sentences": Field(list, None, lo=1, hi=MAX_SENTENCES, item=str, item_hi=MAX_CHARS),
     "text": Field(str, None, hi=MAX_CHARS),
-    "beam": Field(int, 5, lo=1, hi=MAX_BEAM),
+    "beam_size": Field(int, 5, lo=1, hi=MAX_BEAM),
     "n_best": Field(int, 1, lo=1, hi=MAX_BEAM),
     "return_scores": Field(bool, True),
 }
 
 
 def check_request(payload: object) -> dict:
-    """The checked request: `check_fields`, then exactly one of `sentences` and `text`, and `n_best` <= `beam`."""
-    request = check_fields(payload, FIELDS)
+    """The checked request (JSON, for the worker): old field names renamed (with a warning), `check_fields`,
+    exactly one of `sentences` and `text`, and valid `search_options`."""
+    try:
+        request = check_fields(rename_old(dict(payload)) if isinstance(payload, dict) else payload, FIELDS)
+        search_options(request)
+    except InputError as err:  # RequestError, or the old and the new name given, `n_best` above `beam_size`
+        raise err if isinstance(err, RequestError) else RequestError(str(err)) from None
     if (request["sentences"] is None) == (request["text"] is None):
         raise RequestError("give either `sentences` (a list) or `text` (one sentence), not both or neither")
-    if request["n_best"] > request["beam"]:
-        raise RequestError(f"`n_best` ({request['n_best']}) must be at most `beam` ({request['beam']})")
     return request
 
 
+def search_options(request: dict) -> SearchOptions:
+    return SearchOptions(beam_size=request["beam_size"], n_best=request["n_best"])
+
+
 class TranslateAPI(BatchedAPI):
-    """Translations for a batch of requests: one `Translator.translate` call per distinct (beam, n_best).
+    """Translations for a batch of requests: one `Translator.translate_with` call per distinct `SearchOptions`.
 
     Args:
         ckpt: the checkpoint (loaded in each worker process by `setup`).
@@ -83,15 +92,15 @@ class TranslateAPI(BatchedAPI):
         self.translator = Translator.load(self.ckpt, device, self.dtype)
 
     def predict_many(self, requests: list[dict]) -> list[dict]:
-        """One answer per request; the sentences of requests with the same beam and n_best are decoded together."""
+        """One answer per request; the sentences of requests with the same options are decoded together."""
         sources = [[r["text"]] if r["sentences"] is None else r["sentences"] for r in requests]
         answers: list[dict[str, Any]] = [{} for _ in requests]
-        groups: dict[tuple[int, int], list[int]] = {}
+        groups: dict[SearchOptions, list[int]] = {}
         for i, r in enumerate(requests):
-            groups.setdefault((r["beam"], r["n_best"]), []).append(i)
-        for (beam, n_best), rows in groups.items():
+            groups.setdefault(search_options(r), []).append(i)
+        for options, rows in groups.items():
             flat = [s for i in rows for s in sources[i]]
-            done = self.translator.translate(flat, beam=beam, n_best=n_best, return_scores=True)
+            done = self.translator.translate_with(flat, options, return_scores=True)
             start = 0
             for i in rows:
                 out = [_encode(t, requests[i]["return_scores"]) for t in done[start : start + len(sources[i])]]

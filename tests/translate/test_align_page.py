@@ -27,7 +27,8 @@ def align_page(demo_dir, train_tiny_checkpoint, tmp_path_factory) -> tuple[Path,
     src = out / "in.en"
     src.write_text("\n".join(lines) + "\n", encoding="utf-8")
     page = out / "translate_alignments.html"
-    infer.main(["--ckpt", str(ckpt), "-i", str(src), "-o", str(out / "out.de"), "--beam", "2", "--html", str(page)])
+    infer.main(["--ckpt", str(ckpt), "-i", str(src), "-o", str(out / "out.de"), "--beam-size", "2",
+                "--html", str(page)])
     return page, lines
 
 

@@ -41,15 +41,15 @@ def _infer(ckpt, lines, out: Path, *args) -> list[str]:
 @pytest.mark.parametrize("beam", [1, 3])
 def test_translate_equals_the_inference_script(ckpt, lines, tmp_path, beam):
     t = Translator.load(ckpt)
-    got = t.translate(lines, beam=beam, batch_size=2)
-    assert got == _infer(ckpt, lines, tmp_path / "out", "--beam", str(beam))
+    got = t.translate(lines, beam_size=beam, batch_size=2)
+    assert got == _infer(ckpt, lines, tmp_path / "out", "--beam-size", str(beam))
     assert [g == "" for g in got] == [not line.strip() for line in lines]
 
 
 def test_n_best_scores_and_alignments_equal_search_and_the_script(ckpt, lines, tmp_path):
     t = Translator.load(ckpt)
-    nbest = t.translate(lines, beam=3, n_best=3, return_alignments=True)
-    assert _infer(ckpt, lines, tmp_path / "out", "--beam", "3", "--nbest", "3",
+    nbest = t.translate(lines, beam_size=3, n_best=3, return_alignments=True)
+    assert _infer(ckpt, lines, tmp_path / "out", "--beam-size", "3", "--n-best", "3",
                   "--alignments", str(tmp_path / "a.jsonl")) == ["\t".join(h.text for h in row) for row in nbest]
     aligned = [json.loads(r) for r in (tmp_path / "a.jsonl").read_text(encoding="utf-8").splitlines()]
     for line, row, want in zip(lines, nbest, aligned, strict=True):
@@ -58,11 +58,11 @@ def test_n_best_scores_and_alignments_equal_search_and_the_script(ckpt, lines, t
             continue
         assert json.loads(row[0].alignment.to_json()) == want and all(h.alignment is None for h in row[1:])
         ids = t.src_vocab.encode(line)[: t.max_src_len]
-        ref = beam_search(t.model, torch.tensor([ids]), BOS_ID, EOS_ID, beam_size=3, nbest=3)[0]
+        ref = beam_search(t.model, torch.tensor([ids]), BOS_ID, EOS_ID, beam_size=3, n_best=3)[0]
         assert [h.text for h in row] == [t.tgt_vocab.decode(h.tokens) for h in ref]
         assert [h.score for h in row] == pytest.approx([h.score for h in ref])
         assert [h.log_prob for h in row] == pytest.approx([h.log_prob for h in ref])
-    best = t.translate(lines, beam=3, return_scores=True)
+    best = t.translate(lines, beam_size=3, return_scores=True)
     assert [b.text for b in best] == [row[0].text if row else "" for row in nbest]
     assert [b.score for b in best] == pytest.approx([row[0].score if row else 0.0 for row in nbest])
 
@@ -71,12 +71,12 @@ def test_several_checkpoints_load_as_an_ensemble(ckpt, lines):
     """An ensemble of a model with itself averages equal probabilities: it translates as the model alone."""
     pair = Translator.load([ckpt, ckpt])
     assert isinstance(pair.model, Ensemble) and len(pair.model.members) == 2
-    assert pair.translate(lines, beam=2) == Translator.load(ckpt).translate(lines, beam=2)
+    assert pair.translate(lines, beam_size=2) == Translator.load(ckpt).translate(lines, beam_size=2)
 
 
 @pytest.mark.parametrize("call, message", [
     (lambda t: t.translate("one sentence"), "not one string"),
-    (lambda t: t.translate(["a"], beam=2, n_best=3), "`n_best` \\(3\\) between 1 and `beam`"),
+    (lambda t: t.translate(["a"], beam_size=2, n_best=3), "`n_best` \\(3\\) must be between 1 and `beam_size`"),
 ])
 def test_misuse_is_a_one_line_input_error(ckpt, call, message):
     with pytest.raises(InputError, match=message):

@@ -16,6 +16,7 @@ from translate.api import Translator, pad_batch
 from translate.data.corpus import TranslationDataModule
 from translate.data.vocab import BOS_ID, EOS_ID
 from translate.model.module import TranslationModule
+from translate.search.options import SearchOptions
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -65,7 +66,7 @@ def test_search_and_alignments_on_cuda_equal_the_cpu(gpu_ckpt: Path, demo_dir: P
     for device in ("cpu", "cuda"):
         t = Translator.load(gpu_ckpt, device=device)
         sources = [t.src_vocab.encode(line)[: t.max_src_len] for line in lines]
-        hyps, aligned = t.translate_ids(sources, beam=beam, batch_size=8, align_layer=-1, source_texts=lines)
+        hyps, aligned = t.translate_ids(sources, SearchOptions(beam_size=beam, batch_size=8), -1, lines)
         outputs[device] = ([h[0].tokens for h in hyps], aligned)
     cpu_tokens, cpu_align = outputs["cpu"]
     cuda_tokens, cuda_align = outputs["cuda"]
@@ -81,7 +82,7 @@ def test_bf16_decoding_on_cuda_mostly_agrees_with_fp32(gpu_ckpt: Path, demo_dir:
     for dtype in ("float32", "bfloat16"):
         t = Translator.load(gpu_ckpt, device="cuda", dtype=dtype)
         sources = [t.src_vocab.encode(line)[: t.max_src_len] for line in lines]
-        hyps, _ = t.translate_ids(sources, beam=4, batch_size=8)
+        hyps, _ = t.translate_ids(sources, SearchOptions(beam_size=4, batch_size=8))
         tokens[dtype] = [h[0].tokens for h in hyps]
     same = sum(a == b for a, b in zip(tokens["float32"], tokens["bfloat16"], strict=True))
     assert same >= 0.8 * len(lines), f"bf16 changed {len(lines) - same} of {len(lines)} translations"

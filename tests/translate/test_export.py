@@ -55,8 +55,8 @@ def test_safetensors_round_trip_gives_identical_translations(ckpt, test_set, tmp
     assert exported.src_vocab == ours.src_vocab and exported.tgt_vocab == ours.tgt_vocab
     lines = [*test_set[0][:8], ""]
     for beam in (1, 5):
-        assert exported.translate(lines, beam=beam, return_scores=True) == ours.translate(
-            lines, beam=beam, return_scores=True)
+        assert exported.translate(lines, beam_size=beam, return_scores=True) == ours.translate(
+            lines, beam_size=beam, return_scores=True)
 
 
 def test_ctranslate2_greedy_is_identical_and_beam_bleu_close(ckpt, test_set, tmp_path):
@@ -69,9 +69,9 @@ def test_ctranslate2_greedy_is_identical_and_beam_bleu_close(ckpt, test_set, tmp
     ours = Translator.load(ckpt)
     ct2 = CT2Translator(tmp_path / "ct2", ours.max_src_len)
     sources, refs = test_set
-    assert ct2.translate(sources, beam=1) == ours.translate(sources, beam=1)
+    assert ct2.translate(sources, beam_size=1) == ours.translate(sources, beam_size=1)
     # Beam search differs in details (CTranslate2's length penalty and stopping rule), so compare BLEU.
-    bleu = [sacrebleu.corpus_bleu(t.translate(sources, beam=5), [refs]).score for t in (ours, ct2)]
+    bleu = [sacrebleu.corpus_bleu(t.translate(sources, beam_size=5), [refs]).score for t in (ours, ct2)]
     assert abs(bleu[0] - bleu[1]) <= 0.3, bleu
 
 
@@ -81,7 +81,7 @@ def test_ctranslate2_int8_quantization_writes_a_model(ckpt, test_set, tmp_path):
 
     main(["--ckpt", str(ckpt), "--format", "ctranslate2", "--output", str(tmp_path / "q"), "--quantization", "int8"])
     assert json.loads((tmp_path / "q" / "config.json").read_text())["decoder_start_token"] == "<s>"
-    out = CT2Translator(tmp_path / "q", 32).translate(test_set[0][:5], beam=1)
+    out = CT2Translator(tmp_path / "q", 32).translate(test_set[0][:5], beam_size=1)
     assert len(out) == 5 and all(isinstance(s, str) for s in out)
 
 
@@ -127,7 +127,7 @@ def test_ctranslate2_maps_post_ln_gelu_swiglu_learned_and_no_positions(ckpt, tes
     write_ctranslate2(model, hparams, (trained.src_vocab, trained.tgt_vocab), tmp_path / "ct2")
     ours = Translator(model, trained.src_vocab, trained.tgt_vocab)
     sources = test_set[0][:10]
-    assert CT2Translator(tmp_path / "ct2", 32).translate(sources, beam=1) == ours.translate(sources, beam=1)
+    assert CT2Translator(tmp_path / "ct2", 32).translate(sources, beam_size=1) == ours.translate(sources, beam_size=1)
 
 
 @pytest.mark.parametrize("quantization", [None, "int8"])

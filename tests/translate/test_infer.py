@@ -63,7 +63,7 @@ def test_one_line_per_input_in_order_greedy_equals_beam_one(trained, demo_dir, t
     src = _write(tmp_path / "in.en", lines)
     out = tmp_path / "out.de"
     with caplog.at_level(logging.WARNING, logger="translate.infer"):
-        infer.main(["--ckpt", str(trained.ckpt), "-i", str(src), "-o", str(out), "--beam", "1",
+        infer.main(["--ckpt", str(trained.ckpt), "-i", str(src), "-o", str(out), "--beam-size", "1",
                     "--batch-size", "2", "--chunk-lines", "4"])
     got = _lines(out)
     assert len(got) == len(lines)
@@ -131,7 +131,7 @@ def test_unknown_dtype_is_a_one_line_error(trained):
 def test_stdin_to_stdout(trained, monkeypatch, capsysbinary):
     data = b"the dog sleeps .\n\nthe man sees the dog .\n"
     monkeypatch.setattr(sys, "stdin", SimpleNamespace(buffer=io.BytesIO(data)))
-    infer.main(["--ckpt", str(trained.ckpt), "--beam", "2"])
+    infer.main(["--ckpt", str(trained.ckpt), "--beam-size", "2"])
     out = capsysbinary.readouterr().out.decode("utf-8").split("\n")
     assert len(out) == 4 and out[1] == "" and out[3] == ""
 
@@ -150,7 +150,7 @@ def test_output_streams_chunk_by_chunk(trained, demo_dir, monkeypatch, capsysbin
             yield (line + "\n").encode("utf-8")
 
     monkeypatch.setattr(sys, "stdin", SimpleNamespace(buffer=stdin()))
-    infer.main(["--ckpt", str(trained.ckpt), "--beam", "1", "--chunk-lines", "2"])
+    infer.main(["--ckpt", str(trained.ckpt), "--beam-size", "1", "--chunk-lines", "2"])
     output.extend(capsysbinary.readouterr().out)
     assert written == [0, 0, 2, 2, 4, 4]
     assert output.count(b"\n") == len(lines)
@@ -159,7 +159,7 @@ def test_output_streams_chunk_by_chunk(trained, demo_dir, monkeypatch, capsysbin
 def test_progress_bar_goes_to_stderr_only(trained, demo_dir, tmp_path, capfd):
     lines = (demo_dir / "test.en").read_text(encoding="utf-8").splitlines()[:5]
     src = _write(tmp_path / "in.en", lines)
-    infer.main(["--ckpt", str(trained.ckpt), "-i", str(src), "--beam", "1", "--progress"])
+    infer.main(["--ckpt", str(trained.ckpt), "-i", str(src), "--beam-size", "1", "--progress"])
     captured = capfd.readouterr()
     assert "translating" in captured.err and "5/5" in captured.err
     assert len(captured.out.splitlines()) == 5 and "translating" not in captured.out
@@ -168,9 +168,9 @@ def test_progress_bar_goes_to_stderr_only(trained, demo_dir, tmp_path, capfd):
 def test_nbest_is_tab_separated_best_first(trained, demo_dir, tmp_path):
     lines = (demo_dir / "val.en").read_text(encoding="utf-8").splitlines()[:5] + [""]
     src = _write(tmp_path / "in.en", lines)
-    infer.main(["--ckpt", str(trained.ckpt), "-i", str(src), "-o", str(tmp_path / "best"), "--beam", "3"])
-    infer.main(["--ckpt", str(trained.ckpt), "-i", str(src), "-o", str(tmp_path / "nbest"), "--beam", "3",
-                "--nbest", "2"])
+    infer.main(["--ckpt", str(trained.ckpt), "-i", str(src), "-o", str(tmp_path / "best"), "--beam-size", "3"])
+    infer.main(["--ckpt", str(trained.ckpt), "-i", str(src), "-o", str(tmp_path / "nbest"), "--beam-size", "3",
+                "--n-best", "2"])
     best, nbest = _lines(tmp_path / "best"), _lines(tmp_path / "nbest")
     assert len(nbest) == len(lines) and nbest[-1] == ""
     assert [row.split("\t")[0] for row in nbest[:-1]] == best[:-1]
@@ -191,7 +191,7 @@ def test_max_len_options_bound_every_output(trained, demo_dir, tmp_path):
     lines = (demo_dir / "val.en").read_text(encoding="utf-8").splitlines()[:8]
     src = _write(tmp_path / "in.en", lines)
     for beam in ("1", "3"):
-        infer.main(["--ckpt", str(trained.ckpt), "-i", str(src), "-o", str(tmp_path / "out"), "--beam", beam,
+        infer.main(["--ckpt", str(trained.ckpt), "-i", str(src), "-o", str(tmp_path / "out"), "--beam-size", beam,
                     "--max-len-a", "0", "--max-len-b", "3"])
         vocab = Translator.load(trained.ckpt).tgt_vocab
         lengths = [len(vocab.encode(line)) for line in _lines(tmp_path / "out")]
@@ -201,7 +201,7 @@ def test_max_len_options_bound_every_output(trained, demo_dir, tmp_path):
 @pytest.mark.parametrize("args, match", [
     (["--device", "tpu9"], r"--device 'tpu9': not a device"),
     (["--align-layer", "7", "--alignments", "a.jsonl"], r"--align-layer 7: the model has 2 decoder layers"),
-    (["--max-len-b", "0"], r"--max-len-a \(1\.5\) must be >= 0 and --max-len-b \(0\) >= 1"),
+    (["--max-len-b", "0"], r"`max_len_a` \(1\.5\) must be >= 0 and `max_len_b` \(0\) >= 1"),
     (["--html", "nope/a.html"], r"nope/a\.html: the output folder nope does not exist"),
     (["--alignments", "in.en.d"], r"in\.en\.d: is a folder"),
     (["-o", "in.en.d"], r"in\.en\.d: is a folder"),
@@ -222,22 +222,22 @@ def test_output_through_a_symlink_keeps_the_link(trained, tmp_path):
     src = _write(tmp_path / "in.en", ["the dog sleeps .", "", "the man sees the dog ."])
     real = _write(tmp_path / "real.de", ["old"])
     (tmp_path / "link.de").symlink_to("real.de")
-    infer.main(["--ckpt", str(trained.ckpt), "-i", str(src), "-o", str(tmp_path / "link.de"), "--beam", "1"])
+    infer.main(["--ckpt", str(trained.ckpt), "-i", str(src), "-o", str(tmp_path / "link.de"), "--beam-size", "1"])
     assert (tmp_path / "link.de").is_symlink()
     assert len(_lines(real)) == 3 and _lines(real)[1] == ""
 
 
 def test_dash_input_reads_stdin(trained, monkeypatch, capsysbinary):
     monkeypatch.setattr(sys, "stdin", SimpleNamespace(buffer=io.BytesIO(b"the dog sleeps .\n\n")))
-    infer.main(["--ckpt", str(trained.ckpt), "-i", "-", "--beam", "1"])
+    infer.main(["--ckpt", str(trained.ckpt), "-i", "-", "--beam-size", "1"])
     assert capsysbinary.readouterr().out.decode("utf-8").count("\n") == 2
 
 
 def test_nbest_keeps_its_columns_at_the_tightest_length_limit(trained, demo_dir, tmp_path):
     lines = (demo_dir / "val.en").read_text(encoding="utf-8").splitlines()[:4]
     src = _write(tmp_path / "in.en", lines)
-    infer.main(["--ckpt", str(trained.ckpt), "-i", str(src), "-o", str(tmp_path / "out"), "--beam", "3",
-                "--nbest", "3", "--max-len-a", "0", "--max-len-b", "1"])
+    infer.main(["--ckpt", str(trained.ckpt), "-i", str(src), "-o", str(tmp_path / "out"), "--beam-size", "3",
+                "--n-best", "3", "--max-len-a", "0", "--max-len-b", "1"])
     rows = [row.split("\t") for row in _lines(tmp_path / "out")]
     vocab = Translator.load(trained.ckpt).tgt_vocab
     assert len(rows) == 4 and all(len(row) == 3 for row in rows)
@@ -260,7 +260,7 @@ def test_reader_closing_the_pipe_ends_quietly(trained, demo_dir, tmp_path):
 
     lines = (demo_dir / "val.en").read_text(encoding="utf-8").splitlines() * 20
     src = _write(tmp_path / "in.en", lines)
-    cmd = f"{sys.executable} -m translate.infer --ckpt {trained.ckpt} -i {src} --beam 1 --chunk-size 50 | head -n 1"
+    cmd = f"{sys.executable} -m translate.infer --ckpt {trained.ckpt} -i {src} --beam-size 1 --chunk-size 50 | head -1"
     done = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=300)
     assert len(done.stdout.splitlines()) == 1
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
@@ -273,7 +273,7 @@ def test_alignments_and_html_report(trained, demo_dir, tmp_path):
     assert "<unk>" in vocab.pieces(vocab.encode(lines[-1]))  # an unseen character: its words still read as written
     src = _write(tmp_path / "in.en", lines)
     align, html = tmp_path / "a.jsonl", tmp_path / "a.html"
-    infer.main(["--ckpt", str(trained.ckpt), "-i", str(src), "-o", str(tmp_path / "out"), "--beam", "2",
+    infer.main(["--ckpt", str(trained.ckpt), "-i", str(src), "-o", str(tmp_path / "out"), "--beam-size", "2",
                 "--alignments", str(align), "--html", str(html)])
     records = [json.loads(line) for line in _lines(align)]
     translations = _lines(tmp_path / "out")
@@ -343,7 +343,7 @@ def test_average_of_two_checkpoints_is_the_mean_and_is_usable(trained, tmp_path)
         assert torch.allclose(avg[k], (a[k] + b[k]) / 2, atol=1e-6), k
     # infer and Lightning's test loop accept it
     lines = _write(tmp_path / "in.en", ["the dog sleeps ."])
-    infer.main(["--ckpt", str(out), "-i", str(lines), "-o", str(tmp_path / "out"), "--beam", "2"])
+    infer.main(["--ckpt", str(out), "-i", str(lines), "-o", str(tmp_path / "out"), "--beam-size", "2"])
     assert len(_lines(tmp_path / "out")) == 1
     module = TranslationModule.load_from_checkpoint(out, test_beam_size=2)
     assert module.tgt_vocab == trained.dm.tgt_vocab  # vocabularies come with the checkpoint

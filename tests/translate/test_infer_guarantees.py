@@ -92,7 +92,7 @@ def test_stale_temporaries_of_a_killed_run_are_removed(tiny_ckpt, demo_dir, tmp_
     out = tmp_path / "out.de"
     stale = tmp_path / ".out.de.4242.0.tmp"
     stale.write_text("cut short")
-    infer.main(["--ckpt", str(tiny_ckpt), "-i", str(demo_dir / "test.en"), "-o", str(out), "--beam", "1"])
+    infer.main(["--ckpt", str(tiny_ckpt), "-i", str(demo_dir / "test.en"), "-o", str(out), "--beam-size", "1"])
     assert not stale.exists() and _left_behind(tmp_path) == []
     assert len(out.read_text().splitlines()) == len((demo_dir / "test.en").read_text().splitlines())
 

@@ -33,8 +33,8 @@ def lines(demo_dir) -> list[str]:
 
 def _run(ckpt: Path, src: Path, out: Path, *options: str) -> dict[str, bytes]:
     infer.main(["--ckpt", str(ckpt), "-i", str(src), "-o", str(out / "out.de"), "--alignments",
-                str(out / "a.jsonl"), "--html", str(out / "a.html"), "--beam", "3", "--nbest", "2", "--batch-size",
-                "3", *options])
+                str(out / "a.jsonl"), "--html", str(out / "a.html"), "--beam-size", "3", "--n-best", "2",
+                "--batch-size", "3", *options])
     return {name: (out / name).read_bytes() for name in ("out.de", "a.jsonl", "a.html")}
 
 
@@ -51,7 +51,8 @@ def test_streamed_outputs_equal_one_chunk_and_each_line_alone(trained, lines, tm
     assert streamed == whole
     out = whole["out.de"].decode("utf-8").split("\n")
     assert out[-1] == "" and len(out) - 1 == len(lines)
-    alone = ["\t".join(t.text for t in trained.translator.translate([line], beam=3, n_best=2)[0]) for line in lines]
+    alone = ["\t".join(t.text for t in trained.translator.translate([line], beam_size=3, n_best=2)[0])
+             for line in lines]
     assert out[:-1] == alone
     assert [o == "" for o in out[:-1]] == [not line.strip() for line in lines]  # empty and blank lines stay empty
     assert whole["a.jsonl"].count(b"\n") == len(lines)
@@ -123,7 +124,7 @@ def test_interrupted_stream_leaves_no_output(trained, lines, tmp_path, monkeypat
 
     monkeypatch.setattr(Translator, "translate_ids", fail_on_second_chunk)
     argv = ["--ckpt", str(trained.ckpt), "-i", str(src), "-o", str(previous), "--alignments",
-            str(tmp_path / "a.jsonl"), "--html", str(tmp_path / "a.html"), "--beam", "1", "--chunk-lines", "4"]
+            str(tmp_path / "a.jsonl"), "--html", str(tmp_path / "a.html"), "--beam-size", "1", "--chunk-lines", "4"]
     if isinstance(error, KeyboardInterrupt):
         with pytest.raises(SystemExit) as exit_info:
             infer.main(argv)
@@ -140,10 +141,10 @@ def test_stdin_streams_with_an_open_ended_progress_bar(trained, lines, monkeypat
     """From stdin the total is unknown: the bar counts lines without one, and stdout gets every line."""
     data = "".join(line + "\n" for line in lines).encode("utf-8")
     monkeypatch.setattr(sys, "stdin", SimpleNamespace(buffer=io.BytesIO(data)))
-    infer.main(["--ckpt", str(trained.ckpt), "--beam", "1", "--chunk-lines", "5", "--progress"])
+    infer.main(["--ckpt", str(trained.ckpt), "--beam-size", "1", "--chunk-lines", "5", "--progress"])
     captured = capfd.readouterr()
     assert captured.out.count("\n") == len(lines)
-    assert captured.out.split("\n")[:-1] == trained.translator.translate(lines, beam=1)
+    assert captured.out.split("\n")[:-1] == trained.translator.translate(lines, beam_size=1)
     assert f"{len(lines)}/?" in captured.err and "translating" in captured.err
 
 
@@ -156,15 +157,15 @@ def test_translate_iter_equals_translate_and_reads_a_chunk_at_a_time(trained, li
             pulled.append(k)
             yield line
 
-    results = t.translate_iter(source(), beam=2, chunk_lines=4)
+    results = t.translate_iter(source(), beam_size=2, chunk_lines=4)
     assert pulled == []  # nothing read before the first result is asked for
     first = next(results)
     assert len(pulled) == 4  # one chunk read, not the whole input
-    assert [first, *results] == t.translate(lines, beam=2)
-    for options in ({"n_best": 2, "beam": 3}, {"return_alignments": True, "beam": 2}):
+    assert [first, *results] == t.translate(lines, beam_size=2)
+    for options in ({"n_best": 2, "beam_size": 3}, {"return_alignments": True, "beam_size": 2}):
         _assert_same(list(t.translate_iter(lines, chunk_lines=3, **options)), t.translate(lines, **options))
     text = io.StringIO("".join(line + "\r\n" for line in lines))  # a text file's lines keep their endings
-    assert list(t.translate_iter(text, beam=1, chunk_lines=5)) == t.translate(lines, beam=1)
+    assert list(t.translate_iter(text, beam_size=1, chunk_lines=5)) == t.translate(lines, beam_size=1)
 
 
 def _assert_same(got: list, expected: list) -> None:

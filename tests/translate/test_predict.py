@@ -33,12 +33,12 @@ def _predict(trained, demo_dir, output, *extra):
 
 
 def _infer(trained, source, output, beam):
-    infer.main(["--ckpt", str(trained.ckpt), "-i", str(source), "-o", str(output), "--beam", str(beam)])
+    infer.main(["--ckpt", str(trained.ckpt), "-i", str(source), "-o", str(output), "--beam-size", str(beam)])
     return output.read_text(encoding="utf-8")
 
 
 def test_predict_writes_what_the_inference_script_writes(trained, demo_dir, tmp_path, monkeypatch):
-    """The checkpoint's test_beam_size (5) decodes, as `infer --beam 5`; blank lines stay blank lines."""
+    """The checkpoint's test_beam_size (5) decodes, as `infer --beam-size 5`; blank lines stay blank lines."""
     monkeypatch.chdir(tmp_path)
     _predict(trained, demo_dir, tmp_path / "out.de", f"--data.predict={trained.source}", "--trainer.devices", "1")
     got = (tmp_path / "out.de").read_text(encoding="utf-8")

@@ -86,18 +86,19 @@ def test_health_reports_ready(server):
 
 
 def test_answers_equal_the_python_api(server, translator, lines):
-    status, answer = post(server, {"sentences": lines, "beam": 3})
+    status, answer = post(server, {"sentences": lines, "beam_size": 3})
     assert status == 200
-    assert_same(answer["translations"], [as_json(t) for t in translator.translate(lines, beam=3, return_scores=True)])
+    want = [as_json(t) for t in translator.translate(lines, beam_size=3, return_scores=True)]
+    assert_same(answer["translations"], want)
     assert answer["translations"][1] == {"text": "", "score": 0.0, "log_prob": 0.0}  # a blank sentence
 
-    status, answer = post(server, {"sentences": lines, "beam": 3, "n_best": 2})
-    want = [[as_json(t) for t in row] for row in translator.translate(lines, beam=3, n_best=2)]
+    status, answer = post(server, {"sentences": lines, "beam_size": 3, "n_best": 2})
+    want = [[as_json(t) for t in row] for row in translator.translate(lines, beam_size=3, n_best=2)]
     assert status == 200 and answer["translations"][1] == []
     assert_same(answer["translations"], want)
 
-    status, answer = post(server, {"sentences": lines, "beam": 1, "return_scores": False})
-    assert (status, answer) == (200, {"translations": translator.translate(lines, beam=1)})
+    status, answer = post(server, {"sentences": lines, "beam_size": 1, "return_scores": False})
+    assert (status, answer) == (200, {"translations": translator.translate(lines, beam_size=1)})
 
     status, answer = post(server, {"text": lines[0]})
     assert status == 200 and list(answer) == ["translation"]
@@ -106,28 +107,29 @@ def test_answers_equal_the_python_api(server, translator, lines):
 
 def test_concurrent_requests_are_not_mixed_up(server, translator, lines):
     real = [s for s in lines if s]
-    requests = [{"sentences": real[i % len(real):][: 1 + i % 3], "beam": 1 + 2 * (i % 2)} for i in range(12)]
+    requests = [{"sentences": real[i % len(real):][: 1 + i % 3], "beam_size": 1 + 2 * (i % 2)} for i in range(12)]
     with ThreadPoolExecutor(12) as pool:
         answers = list(pool.map(lambda r: post(server, r), requests))
     for r, (status, answer) in zip(requests, answers, strict=True):
         assert status == 200
-        want = translator.translate(r["sentences"], beam=r["beam"], return_scores=True)
+        want = translator.translate(r["sentences"], beam_size=r["beam_size"], return_scores=True)
         assert_same(answer["translations"], [as_json(t) for t in want])
 
 
 BAD = {
     "malformed JSON": b'{"sentences": ["a"',
     "not an object": b'"a sentence"',
-    "unknown field": {"sentences": ["a"], "beam_size": 3},
-    "neither sentences nor text": {"beam": 3},
+    "unknown field": {"sentences": ["a"], "beam_width": 3},
+    "neither sentences nor text": {"beam_size": 3},
     "both sentences and text": {"sentences": ["a"], "text": "b"},
     "sentences is a string": {"sentences": "a"},
     "no sentences": {"sentences": []},
     "too many sentences": {"sentences": ["a"] * (translate_serve.MAX_SENTENCES + 1)},
     "a sentence too long": {"text": "a " * translate_serve.MAX_CHARS},
-    "beam zero": {"text": "a", "beam": 0},
-    "beam too wide": {"text": "a", "beam": translate_serve.MAX_BEAM + 1},
-    "n_best above beam": {"text": "a", "beam": 2, "n_best": 3},
+    "beam zero": {"text": "a", "beam_size": 0},
+    "old and new name": {"text": "a", "beam": 2, "beam_size": 2},
+    "beam too wide": {"text": "a", "beam_size": translate_serve.MAX_BEAM + 1},
+    "n_best above beam": {"text": "a", "beam_size": 2, "n_best": 3},
     "return_scores is a number": {"text": "a", "return_scores": 1},
     "oversize body": {"sentences": ["x" * 900] * 25},
 }
@@ -138,13 +140,13 @@ def test_bad_requests_get_a_one_line_4xx_and_the_server_keeps_serving(server, tr
     status, answer = post(server, body)
     assert 400 <= status < 500, answer
     assert list(answer) == ["error"] and "\n" not in answer["error"] and answer["error"]
-    status, answer = post(server, {"sentences": lines[:1], "beam": 1, "return_scores": False})
-    assert (status, answer) == (200, {"translations": translator.translate(lines[:1], beam=1)})
+    status, answer = post(server, {"sentences": lines[:1], "beam_size": 1, "return_scores": False})
+    assert (status, answer) == (200, {"translations": translator.translate(lines[:1], beam_size=1)})
 
 
 def test_errors_name_the_problem(server):
-    error = {"error": "`n_best` (3) must be at most `beam` (2)"}
-    assert post(server, {"text": "a", "beam": 2, "n_best": 3}) == (422, error)
+    error = {"error": "`n_best` (3) must be between 1 and `beam_size` (2)"}
+    assert post(server, {"text": "a", "beam_size": 2, "n_best": 3}) == (422, error)
     assert post(server, {"sentences": ["x" * 900] * 25})[0] == 413
 
 

@@ -155,7 +155,7 @@ def collate(examples: Sequence[Example]) -> Batch:
     """Pad examples into a `Batch`: src with 0; tgt_in = [bos] + tgt, tgt_out = tgt + [eos], padded with 0."""
     s = max(1, max(len(e.src) for e in examples))  # width >= 1: an all-blank batch still has a (fully masked) column
     t = max(len(e.tgt) for e in examples) + 1
-    # Python lists, then one tensor per field: ~5x faster than filling the tensors row by row.
+    # Python lists, then one tensor per field: much faster than filling the tensors row by row.
     src = [e.src + [PAD_ID] * (s - len(e.src)) for e in examples]
     tgt_in = [[BOS_ID, *e.tgt] + [PAD_ID] * (t - 1 - len(e.tgt)) for e in examples]
     tgt_out = [[*e.tgt, EOS_ID] + [PAD_ID] * (t - 1 - len(e.tgt)) for e in examples]
@@ -201,8 +201,7 @@ class SampledSegmentations(Dataset[Example]):
     model sees many segmentations of the same words, which helps small corpora. Batches are
     still planned on the deterministic segmentation (`widths`), so an epoch has the same
     number of batches every time (Lightning's step counts, LR schedules and DDP ranks rely on
-    it); sampled segmentations are longer (1.4x the subwords at BPE-dropout 0.1 with
-    Multi30k's 10k BPE), so a batch holds that much more than `max_tokens`. A pair whose
+    it); sampled segmentations are longer, so a batch holds more than `max_tokens`. A pair whose
     sample exceeds `max_len` keeps its deterministic ids.
 
     Args:
@@ -212,8 +211,8 @@ class SampledSegmentations(Dataset[Example]):
         alpha: sentencepiece's sampling parameter (BPE: merge-dropout probability).
         max_len: longest sequence in subwords, as in `encode_split`.
         seed: seed of the draws, with `rank` and the DataLoader worker (`reseed`). sentencepiece's draws
-            repeat within a process only: the same seed gave other segmentations in another process
-            (measured with sentencepiece 0.2.3), so a resumed run does not replay them.
+            repeat within a process only: the same seed gives other segmentations in another process,
+            so a resumed run does not replay them.
         rank: this process' rank under DDP, so ranks draw differently.
     """
 

@@ -132,8 +132,7 @@ class SubwordVocab:
         probabilities raised to `alpha` (Kudo, 2018). The draw comes from sentencepiece's own
         generator (`sentencepiece.set_random_generator_seed` resets it), one per thread.
         Sentence by sentence in the calling thread: a batch call runs on fresh pool threads,
-        which after a reseed restart the same stream on every call (measured: equal draws).
-        As fast here: 0.34 s for Multi30k's 29k sentences either way.
+        which after a reseed restart the same stream on every call (the same draws every batch).
         """
         return [self._sp.encode(text, enable_sampling=True, alpha=alpha, nbest_size=-1) for text in texts]
 

@@ -38,9 +38,10 @@ from core.nn.stacks import Positions
 from core.runtime.checkpoint import SafeLoadMixin
 from core.runtime.distributed import destroy_process_group_at_exit, process_group_running
 from translate.data.corpus import Batch, Split, TranslationDataModule
-from translate.data.vocab import BOS_ID, EOS_ID, PAD_ID, SubwordVocab
+from translate.data.vocab import PAD_ID, SubwordVocab
 from translate.model.transformer import MAX_LEN, Translator
-from translate.search.decoding import beam_search, greedy_search
+from translate.search.decoding import search
+from translate.search.options import SearchOptions
 
 VOCAB_KEY = TranslationDataModule.__qualname__  # where Lightning puts the data module's state_dict
 
@@ -130,8 +131,8 @@ class TranslationModule(SafeLoadMixin, L.LightningModule):
             the loss adds alpha / 4 times the symmetric KL of their predictions (the paper's alpha,
             5 in its IWSLT runs). A step costs about twice as much.
         cpu_fastpath: fp32 CPU linears in oneDNN and a cheaper dropout mask (`core.nn.cpu_fastpath`; off: plain
-            `nn.Linear` / `nn.Dropout`). Off by default: on 2 loaded Zen 5 cores (2026-11-25, two runs) a training
-            step ran 1.02-1.17x faster with it, Translate's beam search 0.95-1.06x (`benchmarks/cpu_fastpath.py`).
+            `nn.Linear` / `nn.Dropout`). Off by default: it speeds training steps up a little and beam search
+            not at all (docs/results.md, `benchmarks/cpu_fastpath.py`).
     """
 
     def __init__(
@@ -221,43 +222,39 @@ class TranslationModule(SafeLoadMixin, L.LightningModule):
         self._outputs = []
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
-        self._evaluate(batch, "val", self.hparams.val_beam_size)
+        self._evaluate(batch, "val")
 
     def test_step(self, batch: Batch, batch_idx: int) -> None:
-        self._evaluate(batch, "test", self.hparams.test_beam_size)
+        self._evaluate(batch, "test")
 
-    def _evaluate(self, batch: Batch, prefix: str, beam_size: int) -> None:
-        self.log(f"{prefix}_loss", self.compute_loss(batch), batch_size=self._tokens(batch), sync_dist=True)
-        # On CPU, bf16 autocast makes the search's per-step matmuls (a few rows each) ~5x slower
-        # than fp32 (measured: 2.6 s vs 0.5 s for the demo val set); the weights stay fp32 under bf16-mixed.
-        with torch.autocast("cpu", enabled=False) if self.device.type == "cpu" else nullcontext():
-            hypotheses = self.translate_ids(batch.src, beam_size)
-        vocab = self._target_vocab()
-        self._outputs += [(int(i), vocab.decode(ids)) for i, ids in zip(batch.index.tolist(), hypotheses, strict=True)]
+    def _evaluate(self, batch: Batch, split: Split) -> None:
+        self.log(f"{split}_loss", self.compute_loss(batch), batch_size=self._tokens(batch), sync_dist=True)
+        self._outputs += self._translate(batch, split, skip_blank=False)
 
-    def translate_ids(self, src: Tensor, beam_size: int = 1) -> list[list[int]]:
-        """Best output ids (no BOS/EOS) for (B, S) source ids; beam 1 runs greedy search."""
-        if beam_size == 1:
-            return [h.tokens for h in greedy_search(self.model, src, BOS_ID, EOS_ID)]
-        per_sentence = beam_search(self.model, src, BOS_ID, EOS_ID, beam_size=beam_size, alpha=self.hparams.alpha)
-        return [hyps[0].tokens for hyps in per_sentence]
+    def search_options(self, split: Split) -> SearchOptions:
+        """How `validate` (`val_beam_size`), and `test` and `predict` (`test_beam_size`), decode."""
+        hp = self.hparams
+        return SearchOptions(beam_size=hp.val_beam_size if split == "val" else hp.test_beam_size, alpha=hp.alpha)
 
-    def predict_step(self, batch: Batch, batch_idx: int) -> list[tuple[int, str]]:
-        """(dataset index, translation) per row, decoded as `test` decodes (`test_beam_size`, `alpha`).
-
-        A blank source gives "" without a search, as `python -m translate.infer` does;
-        `translate.predict.TranslationWriter` writes the pairs in input order.
-        """
-        blank = (batch.src == self.hparams.pad_id).all(1)  # (B,)
+    def _translate(self, batch: Batch, split: Split, skip_blank: bool) -> list[tuple[int, str]]:
+        """(dataset index, best translation) per row; with `skip_blank` a blank source gives "" without a search."""
+        blank = (batch.src == self.hparams.pad_id).all(1) & skip_blank  # (B,)
         texts = [""] * len(blank)
         rows = (~blank).nonzero()[:, 0].tolist()
         if rows:
-            with torch.autocast("cpu", enabled=False) if self.device.type == "cpu" else nullcontext():  # see _evaluate
-                hypotheses = self.translate_ids(batch.src[rows], self.hparams.test_beam_size)
+            # On CPU, bf16 autocast makes the search's per-step matmuls (a few rows each) several times slower
+            # than fp32; the weights stay fp32 under bf16-mixed.
+            with torch.autocast("cpu", enabled=False) if self.device.type == "cpu" else nullcontext():
+                hypotheses = search(self.model, batch.src[rows], self.search_options(split))
             vocab = self._target_vocab()
-            for row, ids in zip(rows, hypotheses, strict=True):
-                texts[row] = vocab.decode(ids)
+            for row, hyps in zip(rows, hypotheses, strict=True):
+                texts[row] = vocab.decode(hyps[0].tokens)
         return list(zip(batch.index.tolist(), texts, strict=True))
+
+    def predict_step(self, batch: Batch, batch_idx: int) -> list[tuple[int, str]]:
+        """(dataset index, translation) per row, decoded as `test` decodes and a blank source as
+        `python -m translate.infer` does (""); `translate.predict.TranslationWriter` writes them in input order."""
+        return self._translate(batch, "test", skip_blank=True)
 
     def on_validation_epoch_end(self) -> None:
         self._score("val")
@@ -287,10 +284,7 @@ class TranslationModule(SafeLoadMixin, L.LightningModule):
                 self.logger.log_hyperparams({f"{split}_bleu_signature": signature})
         if not self.trainer.sanity_checking:
             rank_zero_info(f"{split} epoch {self.current_epoch}: BLEU {bleu:.2f}, chrF {chrf:.2f} "
-                           f"on {len(indices)} of {len(refs)} sentences (beam {self._beam(split)})")
-
-    def _beam(self, split: Split) -> int:
-        return self.hparams.val_beam_size if split == "val" else self.hparams.test_beam_size
+                           f"on {len(indices)} of {len(refs)} sentences (beam {self.search_options(split).beam_size})")
 
     def _target_vocab(self) -> SubwordVocab:
         # Read from the data module each time: it adopts a checkpoint's vocabulary after setup().

@@ -24,7 +24,9 @@ import torch
 from torch import Tensor
 
 from core.nn import DecoderCache
+from translate.data.vocab import BOS_ID, EOS_ID
 from translate.model.transformer import Translator
+from translate.search.options import SearchOptions, accepts_old_names
 
 if TYPE_CHECKING:
     from translate.search.ensemble import Ensemble
@@ -48,6 +50,16 @@ def max_output_lengths(src: Tensor, pad_id: int, a: float, b: int, limit: int) -
     """Per-sentence limit on output subwords (EOS not counted): a * source_length + b, capped at `limit`. (B,)"""
     src_len = (src != pad_id).sum(1)
     return (a * src_len + b).long().clamp(min=1, max=limit)
+
+
+@torch.inference_mode()
+def search(model: Translator | Ensemble, src: Tensor, options: SearchOptions) -> list[list[Hypothesis]]:
+    """The `options.n_best` best hypotheses per row of (B, S) source ids; beam size 1 runs (cheaper) greedy search."""
+    o = options
+    if o.beam_size == 1:
+        return [[h] for h in greedy_search(model, src, BOS_ID, EOS_ID, max_len_a=o.max_len_a, max_len_b=o.max_len_b)]
+    return beam_search(model, src, BOS_ID, EOS_ID, beam_size=o.beam_size, alpha=o.alpha, n_best=o.n_best,
+                       max_len_a=o.max_len_a, max_len_b=o.max_len_b)
 
 
 @torch.no_grad()
@@ -91,10 +103,11 @@ def greedy_search(
     ]
 
 
+@accepts_old_names
 @torch.no_grad()
 def beam_search(
     model: Translator | Ensemble, src: Tensor, bos_id: int, eos_id: int, *, beam_size: int = 5, alpha: float = 0.6,
-    max_len_a: float = 1.5, max_len_b: int = 10, nbest: int = 1, max_len: int | None = None,
+    max_len_a: float = 1.5, max_len_b: int = 10, n_best: int = 1, max_len: int | None = None,
 ) -> list[list[Hypothesis]]:
     """Batched beam search with a KV cache.
 
@@ -107,14 +120,14 @@ def beam_search(
         alpha: GNMT length-penalty exponent (0 = raw log-probability).
         max_len_a: output limit slope (times source length).
         max_len_b: output limit intercept.
-        nbest: hypotheses returned per sentence (<= beam_size).
+        n_best: hypotheses returned per sentence (<= beam_size).
         max_len: hard cap on output length (default: the model's position limit - 1).
 
     Returns:
-        per sentence, its `nbest` best hypotheses, best first.
+        per sentence, its `n_best` best hypotheses, best first.
     """
-    if not 1 <= nbest <= beam_size:
-        raise ValueError(f"`nbest` ({nbest}) must be between 1 and `beam_size` ({beam_size})")
+    if not 1 <= n_best <= beam_size:
+        raise ValueError(f"`n_best` ({n_best}) must be between 1 and `beam_size` ({beam_size})")
     k, n_sent = beam_size, src.shape[0]
     limits = max_output_lengths(src, model.pad_id, max_len_a, max_len_b, _cap(model, max_len))
     logp, memory, src_mask, cache = _first_step(model, src, bos_id, k, int(limits.max()) + 1)  # (R, V)
@@ -155,7 +168,7 @@ def beam_search(
             memory, src_mask = memory[kept], src_mask[kept]
         cache.reorder_self(row)  # the target side follows its beams; the source side is per sentence
         tokens = torch.cat([tokens[row], tok.view(-1, 1)], dim=1)
-    return [sorted(hyps, reverse=True)[:nbest] for hyps in finished]
+    return [sorted(hyps, reverse=True)[:n_best] for hyps in finished]
 
 
 def _stable_slots(parent: Tensor) -> Tensor:
@@ -163,8 +176,8 @@ def _stable_slots(parent: Tensor) -> Tensor:
 
     A parent's first child (in score order) takes the parent's own slot; further children take the
     slots of parents that left no child, in order. The self-attention cache then copies only the
-    rows of those further children (20% of rows a step in `benchmarks/translate_speed.py`, against
-    every row when beams are stored in score order) and leaves the rest in place.
+    rows of those further children (beams stored in score order would copy every row) and leaves
+    the rest in place.
     """
     k = parent.shape[1]
     ar = torch.arange(k, device=parent.device)
@@ -181,8 +194,8 @@ def topk_by_blocks(x: Tensor, k: int, block: int = 128) -> tuple[Tensor, Tensor]
 
     Every one of the k largest lies in one of the k blocks (of `block` columns) with the largest
     maxima, so a max per block, a topk over those and one over the k chosen blocks give the same
-    values and, ties aside, the same indices. torch.topk reads all N at ~10x the cost of a max:
-    on (32, 40,000) this took 136 us against its 443 (2 threads), 2.5% of a beam-5 search.
+    values and, ties aside, the same indices. A max per element is far cheaper than torch.topk's
+    selection, so the costly topk reads k blocks instead of all N columns.
     """
     b, n = x.shape
     n_blocks = n // block
@@ -202,8 +215,8 @@ def _first_step(
 ) -> tuple[Tensor, Tensor, Tensor, DecoderCache]:
     """Encode, decode BOS once per sentence, then give each sentence K target-side rows (copies).
 
-    All beams of a sentence start identical, so step 0 is computed once per sentence, not K times
-    (~10% of a beam-5, 20-step search). The source side (memory, its mask and the cross-attention
+    All beams of a sentence start identical, so step 0 is computed once per sentence, not K times.
+    The source side (memory, its mask and the cross-attention
     keys/values) stays one row per sentence for the whole search: `CrossAttention` lets the K beam
     rows of a sentence share it, so it is neither copied K times nor read K times a step.
 

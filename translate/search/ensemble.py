@@ -3,10 +3,8 @@
 Each step's next-token distribution is the mean of the members' probabilities (fairseq's
 ensembles do the same): log(1/M sum_m p_m). Members must share the vocabularies; their sizes may
 differ. Independently trained models make different errors, so the mean is a better model than
-any member. On Multi30k En->De test_2016_flickr (lowercased tokenised BLEU, beam 5), two 2-hour
-CPU runs that scored 40.35 and 40.27 alone score 41.63 together, three (with a third at 40.03)
-41.79; four under-trained members from 6 minutes on one GPU (39.02-40.03) only 40.12 (README).
-Decoding costs the sum of the members' costs.
+any member (docs/results.md has the BLEU of ensembles against their members); under-trained
+members gain less. Decoding costs the sum of the members' costs.
 
 `encode` concatenates the members' encoder outputs along the feature axis, so search can keep,
 index and drop the memory of a sentence as it does for one model; `decode` splits it again.

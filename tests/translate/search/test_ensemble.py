@@ -14,6 +14,7 @@ from translate import api, infer
 from translate.model.transformer import Translator
 from translate.search.decoding import beam_search, greedy_search, length_penalty
 from translate.search.ensemble import Ensemble
+from translate.search.options import SearchOptions
 
 BOS, EOS, PAD = 2, 3, 0
 
@@ -61,8 +62,8 @@ def test_decode_is_the_log_of_the_mean_probability() -> None:
 def test_an_ensemble_of_one_searches_like_its_member() -> None:
     member = _member(seed=4)
     src = torch.tensor([[4, 5, 6, 7], [7, 4, PAD, PAD]])
-    alone = beam_search(member, src, BOS, EOS, beam_size=3, nbest=3)
-    wrapped = beam_search(Ensemble([member]), src, BOS, EOS, beam_size=3, nbest=3)
+    alone = beam_search(member, src, BOS, EOS, beam_size=3, n_best=3)
+    wrapped = beam_search(Ensemble([member]), src, BOS, EOS, beam_size=3, n_best=3)
     assert [[h.tokens for h in s] for s in alone] == [[h.tokens for h in s] for s in wrapped]
 
 
@@ -124,7 +125,7 @@ def test_cli_translates_with_an_ensemble_and_aligns_with_its_first_member(two_ck
     src = tmp_path / "in.en"
     src.write_text("\n".join([*lines[:4], "", *lines[4:]]) + "\n", encoding="utf-8")
     out, align = tmp_path / "out.de", tmp_path / "align.jsonl"
-    infer.main(["--ckpt", *map(str, two_ckpts), "-i", str(src), "-o", str(out), "--beam", "3",
+    infer.main(["--ckpt", *map(str, two_ckpts), "-i", str(src), "-o", str(out), "--beam-size", "3",
                 "--alignments", str(align), "--align-layer", "-1"])
     got = out.read_text(encoding="utf-8").split("\n")[:-1]
     assert len(got) == 9 and got[4] == ""
@@ -132,7 +133,7 @@ def test_cli_translates_with_an_ensemble_and_aligns_with_its_first_member(two_ck
     t = api.Translator.load(two_ckpts)
     assert isinstance(t.model, Ensemble) and len(t.model.members) == 2
     sources = [t.src_vocab.encode(line) for line in lines]
-    hyps, _ = t.translate_ids(sources, beam=3)
+    hyps, _ = t.translate_ids(sources, SearchOptions(beam_size=3))
     assert [g for i, g in enumerate(got) if i != 4] == [t.tgt_vocab.decode(h[0].tokens) for h in hyps]
     # alignments come from the first member: its last decoder layer (the second has one layer only)
     assert len(align.read_text(encoding="utf-8").splitlines()) == 9

@@ -74,7 +74,7 @@ def test_padding_and_bos_are_never_emitted_even_when_most_likely(favoured):
         model.output.weight[favoured] *= 20  # tied output row: the model now prefers this token
     assert (model(src, torch.tensor([[BOS], [BOS]]))[:, -1].argmax(-1) == favoured).all()
     greedy = greedy_search(model, src, BOS, EOS)
-    beams = beam_search(model, src, BOS, EOS, beam_size=4, nbest=4)
+    beams = beam_search(model, src, BOS, EOS, beam_size=4, n_best=4)
     for i in range(len(src)):
         for hyp in [greedy[i], *beams[i]]:
             assert PAD not in hyp.tokens and BOS not in hyp.tokens
@@ -86,7 +86,7 @@ def test_padding_and_bos_are_never_emitted_even_when_most_likely(favoured):
 def test_beam_scores_equal_uncached_rescoring():
     model = _model()
     src = torch.tensor([[5, 6, 7, 8, 9]])
-    hyps = beam_search(model, src, BOS, EOS, beam_size=4, alpha=0.6, nbest=4)[0]
+    hyps = beam_search(model, src, BOS, EOS, beam_size=4, alpha=0.6, n_best=4)[0]
     assert len(hyps) == 4
     for hyp in hyps:
         ids = hyp.tokens + [EOS]
@@ -95,7 +95,7 @@ def test_beam_scores_equal_uncached_rescoring():
 
 def test_nbest_is_sorted_and_distinct():
     model = _model()
-    hyps = beam_search(model, torch.tensor([[5, 6, 7]]), BOS, EOS, beam_size=5, nbest=5)[0]
+    hyps = beam_search(model, torch.tensor([[5, 6, 7]]), BOS, EOS, beam_size=5, n_best=5)[0]
     assert len(hyps) == 5
     assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
     assert len({tuple(h.tokens) for h in hyps}) == 5
@@ -114,7 +114,7 @@ def test_output_does_not_depend_on_the_rest_of_the_batch():
 def test_length_limit_is_respected():
     model = _model()
     src = torch.tensor([[5, 6]])
-    hyps = beam_search(model, src, BOS, EOS, beam_size=3, max_len_a=0.0, max_len_b=1, nbest=3)[0]
+    hyps = beam_search(model, src, BOS, EOS, beam_size=3, max_len_a=0.0, max_len_b=1, n_best=3)[0]
     assert len(hyps) == 3  # n-best still full at the tightest limit
     for hyp in hyps:
         assert len(hyp.tokens) <= 1  # one subword, then EOS
@@ -136,7 +136,7 @@ def test_outputs_reach_exactly_the_limit_when_eos_is_unlikely(monkeypatch):
     src = torch.tensor([[5, 6, 7], [8, 9, PAD]])
     for a, b, expected in ((0.0, 2, [2, 2]), (1.0, 1, [4, 3]), (0.0, 100, [15, 15])):
         greedy = greedy_search(model, src, BOS, EOS, max_len_a=a, max_len_b=b)
-        beams = beam_search(model, src, BOS, EOS, beam_size=3, max_len_a=a, max_len_b=b, nbest=3)
+        beams = beam_search(model, src, BOS, EOS, beam_size=3, max_len_a=a, max_len_b=b, n_best=3)
         assert [len(h.tokens) for h in greedy] == expected
         assert [[len(h.tokens) for h in hyps] for hyps in beams] == [[n] * 3 for n in expected]
 
@@ -158,9 +158,9 @@ def test_beam_search_with_a_large_vocabulary_equals_plain_topk(monkeypatch):
     """K*V > 128*(2K) columns: the search's block topk runs, and the outputs equal torch.topk's."""
     model = _model(vocab=400, seed=3)
     src = torch.tensor([[5, 6, 7, 8], [9, 10, 4, PAD]])
-    ours = beam_search(model, src, BOS, EOS, beam_size=4, nbest=4)
+    ours = beam_search(model, src, BOS, EOS, beam_size=4, n_best=4)
     monkeypatch.setattr(search, "topk_by_blocks", lambda x, k: x.topk(k, dim=-1))
-    plain = beam_search(model, src, BOS, EOS, beam_size=4, nbest=4)
+    plain = beam_search(model, src, BOS, EOS, beam_size=4, n_best=4)
     assert [[h.tokens for h in hyps] for hyps in ours] == [[h.tokens for h in hyps] for hyps in plain]
     assert [h.score for hyps in ours for h in hyps] == pytest.approx([h.score for hyps in plain for h in hyps])
 

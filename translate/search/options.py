@@ -1,0 +1,66 @@
+"""How to decode: one frozen options object that the CLI, the API, the server and `predict` build and pass down.
+
+One name per concept everywhere: `beam_size`, `n_best` (CLI `--beam-size`, `--n-best`). The old names
+(`OLD_NAMES`) still work, with a `DeprecationWarning`.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from core.runtime.errors import InputError
+
+OLD_NAMES = {"beam": "beam_size", "nbest": "n_best"}  # deprecated name -> its name now
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """Search settings of one decoding job.
+
+    Args:
+        beam_size: hypotheses kept per sentence; 1 runs greedy search (the same output, cheaper).
+        n_best: translations returned per sentence, best first (at most `beam_size`).
+        alpha: GNMT length-penalty exponent (0 ranks by the raw log-probability).
+        max_len_a: output limit: `max_len_a` x source subwords + `max_len_b` (fairseq's names).
+        max_len_b: the intercept of that limit.
+        batch_size: sentences per search batch (longest first); it does not change the output.
+    """
+
+    beam_size: int = 5
+    n_best: int = 1
+    alpha: float = 0.6
+    max_len_a: float = 1.5
+    max_len_b: int = 10
+    batch_size: int = 64
+
+    def __post_init__(self) -> None:
+        if self.beam_size < 1 or self.batch_size < 1:
+            raise InputError(f"`beam_size` ({self.beam_size}) and `batch_size` ({self.batch_size}) must be >= 1")
+        if not 1 <= self.n_best <= self.beam_size:
+            raise InputError(f"`n_best` ({self.n_best}) must be between 1 and `beam_size` ({self.beam_size})")
+        if self.max_len_a < 0 or self.max_len_b < 1:
+            raise InputError(f"`max_len_a` ({self.max_len_a}) must be >= 0 and `max_len_b` ({self.max_len_b}) >= 1")
+
+
+def warn_renamed(old: str, new: str, stacklevel: int = 2) -> None:
+    warnings.warn(f"{old} is deprecated; use {new}", DeprecationWarning, stacklevel=stacklevel + 1)
+
+
+def rename_old(values: dict[str, Any]) -> dict[str, Any]:
+    """`values` with its old names renamed, each with a warning; the old and the new name together are an error."""
+    for old, new in OLD_NAMES.items():
+        if old in values:
+            if new in values:
+                raise InputError(f"give `{new}` only, not also the deprecated `{old}`")
+            warn_renamed(f"`{old}`", f"`{new}`", stacklevel=3)
+            values[new] = values.pop(old)
+    return values
+
+
+def accepts_old_names(fn: Callable) -> Callable:
+    """`fn`, also taking the old keyword names; `inspect.signature` (and `--help`) shows the new ones only."""
+    return functools.wraps(fn)(lambda *args, **kwargs: fn(*args, **rename_old(kwargs)))
