@@ -20,11 +20,11 @@ import time
 
 import torch
 
-from streamrec.api import encode_history, recommend
+from streamrec.api import Recommender
 from streamrec.data.readers import read_interactions
 from streamrec.model.sasrec import PAD_ID
+from streamrec.ranking.batch import RankingOptions, encode_history, recommend
 from streamrec.ranking.explain import agreement, attention_weights, occlusion_drops
-from streamrec.score import load_recommender
 
 
 def main() -> None:
@@ -38,7 +38,8 @@ def main() -> None:
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args()
 
-    model, vocab = load_recommender(args.ckpt)
+    rec = Recommender.load(args.ckpt)
+    model, vocab = rec.model, rec.vocab
     histories = read_interactions(args.input, args.format).items
     users = list(histories)[: args.users]
     start = time.perf_counter()
@@ -47,7 +48,7 @@ def main() -> None:
     for i in range(0, len(users), args.batch_size):
         ids = [encode_history(histories[u], vocab)[0] for u in users[i : i + args.batch_size]]
         ids = [h for h in ids if h]
-        inputs, items, _ = recommend(model, ids, args.top_k)
+        inputs, items, _ = recommend(model, ids, RankingOptions(top_k=args.top_k))
         att = attention_weights(model, inputs)
         drops = occlusion_drops(model, inputs, items.clamp_min(1))
         n = items.numel()

@@ -31,10 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _common import interleave, median_ratio, write_json  # noqa: E402
 
-from streamrec.api import encode_history, left_pad, length_batches  # noqa: E402
 from streamrec.data.readers import read_interactions  # noqa: E402
 from streamrec.data.vocab import ItemVocab  # noqa: E402
 from streamrec.model.sasrec import PAD_ID, StreamRecModel  # noqa: E402
+from streamrec.ranking.batch import encode_history, left_pad, length_batches  # noqa: E402
 
 
 def load_model(ckpt: str | None, items: list[str]) -> tuple[StreamRecModel, ItemVocab]:

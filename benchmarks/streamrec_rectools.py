@@ -96,9 +96,9 @@ from rectools.models import SASRecModel
 from rich.console import Console
 from torch import Tensor
 
-from streamrec.api import length_batches, recommend
 from streamrec.model.module import StreamRecModule
 from streamrec.model.sasrec import StreamRecModel
+from streamrec.ranking.batch import RankingOptions, length_batches, recommend
 
 TARGETS = {"ndcg_rel_diff": 0.03, "train_speedup": 4.0}
 LOSSES = {"softmax": {"ours": "full", "rectools": "softmax"}, "gbce": {"ours": "gbce", "rectools": "gBCE"}}
@@ -187,7 +187,7 @@ def ours_recommend_all(model: StreamRecModel, histories: Sequence[Sequence[int]]
     (U, K) item ids in the users' order."""
     tops = torch.empty(len(histories), K, dtype=torch.long)
     for batch in length_batches([len(h) for h in histories], SCORE_BATCH):
-        tops[batch] = recommend(model, [histories[i] for i in batch], K)[1]
+        tops[batch] = recommend(model, [histories[i] for i in batch], RankingOptions(top_k=K))[1]
     return tops
 
 

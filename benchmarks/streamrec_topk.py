@@ -1,8 +1,8 @@
-"""Top-K over big catalogues: the full score matrix (scoring before issue 25) against item chunks, in one run.
+"""Top-K over big catalogues: the full score matrix against item chunks, in one run.
 
 For each catalogue size N, random item vectors (N+1, D) and random user states are ranked two ways,
 with each user's 20 "seen" items excluded, in batches of --batch-size users:
-  full     the (B, N+1) score matrix, then `streamrec.ranking.predict.top_items` (what `recommend` did before)
+  full     the (B, N+1) score matrix, then `torch.topk` (the baseline)
   chunked  `streamrec.ranking.topk.top_k_items`: --item-chunk items at a time with a running top-K merge
   bf16     (with --bf16) the exact bf16 scan: `precision="bf16"` with a `scan_table` (bf16 copy of the
            table, built before its pass), fp32 re-scoring of the items that can reach the top K
@@ -44,17 +44,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import interleave, median_ratio, peak_rss_bytes, print_table, reset_peak_rss, write_json  # noqa: E402
 from rich.console import Console  # noqa: E402
 
-from streamrec.ranking.predict import top_items  # noqa: E402
 from streamrec.ranking.topk import DEFAULT_ITEM_CHUNK, FileRows, scan_table, top_k_items  # noqa: E402
 
 SEEN = 20  # excluded items per user
 
 
 def full_matrix(queries: torch.Tensor, vectors: torch.Tensor, k: int, seen: torch.Tensor) -> torch.Tensor:
-    """Scoring before issue 25: `StreamRecModel.score` (the full matrix) then `top_items`."""
+    """The baseline: `StreamRecModel.score` (the full matrix), the seen items masked, then `torch.topk`."""
     scores = queries @ vectors.T  # (B, N+1)
     scores[:, 0] = float("-inf")
-    return top_items(scores, k, seen)[0]
+    return scores.scatter_(1, seen, float("-inf")).topk(k, dim=1).indices
 
 
 def mapped_table(vectors: torch.Tensor, path: Path) -> tuple[torch.Tensor, mmap.mmap]:

@@ -1,4 +1,4 @@
-"""StreamRec: the causal session recommender built on `core` (see issue "StreamRec").
+"""StreamRec: a causal session recommender built on `core` (docs/streamrec.md).
 
 `from streamrec import Recommender` is the Python API (`streamrec.api`); it is imported on first use,
 so `import streamrec` (every CLI) does not pay for Lightning and the model until then.

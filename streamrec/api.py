@@ -3,18 +3,18 @@
     from streamrec import Recommender
 
     rec = Recommender.load("runs/streamrec_demo/checkpoints/best.ckpt")
-    recs = rec.recommend([["i0012", "i0007"], ["i0031"]], k=5)   # one history per user, oldest first
+    recs = rec.recommend([["i0012", "i0007"], ["i0031"]], top_k=5)   # one history per user, oldest first
     recs[0]                          # [("i0040", 7.1), ...]: the first user's 5 items, best first
     recs.unknown_items               # ids the checkpoint never saw: skipped, not an error
-    rec.similar_items(["i0012"], k=5)[0]
-    rec.explain(["i0012", "i0007"], k=3).because
+    rec.similar_items(["i0012"], top_k=5)[0]
+    rec.explain(["i0012", "i0007"], top_k=3).because
     Recommender.load(ckpt, items="movies.dat")   # titles and metadata for explanations (`streamrec.data.items`)
 
-Users need no retraining: a history is read as it is given. The command-line tools are clients of
-this module: `python -m streamrec.score` (a whole log into a file) and `python -m streamrec.explain`
-(an HTML page). Ranking walks the catalogue in item chunks (`streamrec.ranking.topk.top_k_items`), so memory
-does not grow with the catalogue; ties go to the lower item id. `python -m streamrec predict` ranks a
-full score matrix with `streamrec.ranking.predict.top_items`.
+Users need no retraining: a history is read as it is given. The command-line tools and the server are
+clients of this module or of what it is built on: `python -m streamrec.score` (a whole log into a file),
+`python -m streamrec.explain` (an HTML page), `python -m streamrec.serve`. Every one of them ranks with
+`streamrec.ranking.batch.rank` (item chunks, so memory does not grow with the catalogue; ties go to the
+lower item id). The old keyword `k` still works, with a DeprecationWarning.
 The checkpoint is read by `core.runtime.checkpoint.load_module` (restricted unpickler: no code in it runs).
 
 Legend: B users, T history length (the model's max_len), K items per user, N items, D model width.
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -38,100 +37,19 @@ from streamrec.data.items import ItemCatalog, read_items
 from streamrec.data.vocab import ItemVocab
 from streamrec.model.module import VOCAB_KEY, StreamRecModule
 from streamrec.model.sasrec import PAD_ID, StreamRecModel
+from streamrec.ranking.batch import (
+    RankingOptions,
+    encode_histories,
+    encode_history,
+    length_batches,
+    recommend,
+    renamed,
+)
 from streamrec.ranking.explain import attention_weights, occlusion_drops
-from streamrec.ranking.topk import DEFAULT_ITEM_CHUNK, FileRows, Precision, ScanTable, top_k_items
+from streamrec.ranking.topk import top_k_items
 
 WRITTEN_BY = "python -m streamrec fit"
 EXPORTED_BY = "python -m streamrec.export --format safetensors"
-
-
-def encode_histories(histories: Sequence[Sequence[str]], vocab: ItemVocab) -> tuple[list[list[int]], list[list[str]]]:
-    """`encode_history` of many histories at once: one `ItemVocab.lookup` for all their items.
-
-    Args:
-        histories: original item ids per user, oldest first.
-        vocab: the item vocabulary of the checkpoint.
-
-    Returns:
-        Per history, its model ids (order kept), and per history the ids the checkpoint never saw (dropped), in order.
-    """
-    flat: list[str] = []
-    bounds = [0]  # history u is flat[bounds[u] : bounds[u + 1]]
-    for h in histories:
-        flat.extend(h)
-        bounds.append(len(flat))
-    ids = vocab.lookup(flat)  # (sum of lengths,) 0 for an unknown id
-    known = [part[part != 0].tolist() for part in (ids[lo:hi] for lo, hi in pairwise(bounds))]
-    unknown: list[list[str]] = [[] for _ in known]
-    missing = np.flatnonzero(ids == 0)
-    for j, user in zip(missing.tolist(), (np.searchsorted(bounds, missing, side="right") - 1).tolist(), strict=True):
-        unknown[user].append(flat[j])
-    return known, unknown
-
-
-def encode_history(items: Sequence[str], vocab: ItemVocab) -> tuple[list[int], list[str]]:
-    """Original ids -> model ids (order kept), and the ids the checkpoint never saw (dropped)."""
-    known, unknown = encode_histories([items], vocab)
-    return known[0], unknown[0]
-
-
-def left_pad(histories: Sequence[Sequence[int]], max_len: int, device: torch.device | str = "cpu") -> Tensor:
-    """The last `max_len` items of each history, left-padded with 0. (B, T)"""
-    out = torch.zeros(len(histories), max_len, dtype=torch.long)
-    for row, h in enumerate(histories):
-        tail = list(h)[-max_len:]
-        if tail:
-            out[row, max_len - len(tail):] = torch.tensor(tail)
-    return out.to(device)
-
-
-def right_pad(rows: Sequence[Sequence[int]], device: torch.device | str = "cpu") -> Tensor:
-    """Id lists right-padded with 0 into one tensor (B, L)."""
-    width = max(1, max((len(r) for r in rows), default=0))
-    return torch.tensor([list(r) + [PAD_ID] * (width - len(r)) for r in rows], dtype=torch.long, device=device)
-
-
-def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
-    """Indices in batches of similar history length, shortest first.
-
-    A batch costs what its longest history costs (`trim_padding`): on Amazon Beauty
-    (histories of 9 items on average, max_len 50) sorting made scoring all users 2.0x faster.
-    """
-    order = sorted(range(len(lengths)), key=lengths.__getitem__)
-    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-
-
-@torch.no_grad()
-def recommend(model: StreamRecModel, histories: Sequence[Sequence[int]], top_k: int,
-              include_seen: bool = False, allowed: Tensor | None = None, item_chunk: int = DEFAULT_ITEM_CHUNK,
-              precision: Precision = "fp32", vectors: Tensor | FileRows | None = None,
-              scan: ScanTable | None = None) -> tuple[Tensor, Tensor, Tensor]:
-    """Top-K items for each history, the catalogue scored `item_chunk` items at a time (`streamrec.ranking.topk`).
-
-    Args:
-        model: the recommender (eval mode).
-        histories: model item ids per user, oldest first (may be longer than max_len; none empty).
-        top_k: items per user.
-        include_seen: allow items already in the history (the whole history, not only the last T).
-        allowed: (N+1,) bool, the items that may be recommended; None: every item.
-        item_chunk: items scored at once: memory is about B x item_chunk scores, whatever N is.
-        precision: "fp32" (default) or "bf16": a bf16 scan whose possible top-K items are re-scored in fp32,
-            the same items, faster (see `streamrec.ranking.topk`).
-        vectors: where the item vectors are read (e.g. `FileRows` of the checkpoint); None: the model's.
-        scan: the bf16 scan table of the item vectors (`streamrec.ranking.topk.scan_table`), with precision "bf16".
-
-    Returns:
-        inputs (B, T), items (B, K) and scores (B, K); a slot with no eligible item left has
-        item 0 and score -inf (when the history or the allow-list leaves fewer than K items).
-    """
-    device = model.item_vectors.device
-    inputs = left_pad(histories, model.encoder.max_len, device)
-    hidden = model.last_hidden(inputs)  # (B, D)
-    seen = None if include_seen else right_pad(histories, device)
-    vectors = model.item_vectors if vectors is None else vectors
-    items, top_scores = top_k_items(hidden, vectors, top_k, exclude=seen, allowed=allowed, item_chunk=item_chunk,
-                                    precision=precision, scan=scan)
-    return inputs, items, top_scores
 
 
 @dataclass
@@ -232,18 +150,19 @@ class Recommender:
         _check_ids(history, "history")
         return encode_history(history, self.vocab)
 
-    def recommend(self, histories: Sequence[Sequence[str]], k: int = 10, exclude_seen: bool = True,
-                  items: Iterable[str] | None = None, batch_size: int = 256,
-                  item_chunk: int = DEFAULT_ITEM_CHUNK) -> Recommendations:
-        """The `k` best items for each of many users.
+    def recommend(self, histories: Sequence[Sequence[str]], top_k: int = 10, exclude_seen: bool = True,
+                  items: Iterable[str] | None = None, batch_size: int = 256, item_chunk: int | None = None, *,
+                  k: int | None = None) -> Recommendations:
+        """The `top_k` best items for each of many users.
 
         Args:
             histories: one history per user: original item ids, oldest first.
-            k: items per user.
+            top_k: items per user.
             exclude_seen: leave out items already in the user's history.
             items: an allow-list: recommend only among these ids; None: the whole catalogue.
             batch_size: users per forward pass.
-            item_chunk: items scored at once (memory is about batch_size x item_chunk scores).
+            item_chunk: items scored at once (memory is about batch_size x item_chunk scores); None: the default.
+            k: deprecated: the old name of `top_k`.
 
         Returns:
             `Recommendations`: `result[u]` is user u's (item_id, score) list; a user with no known
@@ -251,8 +170,8 @@ class Recommender:
         """
         if isinstance(histories, str) or any(isinstance(h, str) for h in histories):
             raise InputError("`histories` takes one list of item ids per user; for one user pass [history]")
-        if k < 1 or batch_size < 1:
-            raise InputError(f"`k` ({k}) and `batch_size` ({batch_size}) must be >= 1")
+        options = RankingOptions(top_k=renamed("k", k, "top_k", top_k), exclude_seen=exclude_seen,
+                                 item_chunk=item_chunk, batch_size=batch_size)
         encoded, missing = encode_histories(histories, self.vocab)
         unknown = dict.fromkeys(i for m in missing for i in m)
         allowed = None if items is None else self._allow_list(items, unknown)
@@ -260,36 +179,37 @@ class Recommender:
         warm = [i for i, ids in enumerate(encoded) if ids]
         for batch in length_batches([len(encoded[i]) for i in warm], batch_size):
             rows = [warm[j] for j in batch]
-            _, top, scores = recommend(self.model, [encoded[i] for i in rows], k, not exclude_seen, allowed,
-                                       item_chunk)
+            _, top, scores = recommend(self.model, [encoded[i] for i in rows], options, allowed)
             for i, row_items, row_scores in zip(rows, top.tolist(), scores.tolist(), strict=True):
                 ranked[i] = self._named(row_items, row_scores)
         return Recommendations(ranked, list(unknown), [i for i, ids in enumerate(encoded) if not ids])
 
     @torch.no_grad()
-    def similar_items(self, item_ids: Sequence[str], k: int = 10,
-                      item_chunk: int = DEFAULT_ITEM_CHUNK) -> Recommendations:
-        """The `k` items whose vectors are closest (cosine) to each given item's, the item itself left out.
+    def similar_items(self, item_ids: Sequence[str], top_k: int = 10, item_chunk: int | None = None, *,
+                      k: int | None = None) -> Recommendations:
+        """The `top_k` items whose vectors are closest (cosine) to each given item's, the item itself left out.
 
         The vectors are the ones hidden states are scored against: the item embedding (tied, the default).
 
         Args:
             item_ids: the query items.
-            k: similar items per query.
-            item_chunk: items compared at once (the catalogue is never normalized as a whole).
+            top_k: similar items per query.
+            item_chunk: items compared at once (the catalogue is never normalized as a whole); None: the default.
+            k: deprecated: the old name of `top_k`.
 
         Returns:
             `Recommendations` with one list per query; an unknown query is cold and gets [].
         """
         _check_ids(item_ids, "item_ids")
+        options = RankingOptions(top_k=renamed("k", k, "top_k", top_k), item_chunk=item_chunk)
         found = self.vocab.lookup(item_ids)  # (B,) 0 for an unknown id
         ranked: list[list[tuple[str, float]]] = [[] for _ in item_ids]
         if found.any():
             vectors = self.model.item_vectors
             query = torch.tensor(found[found != 0].tolist(), device=self.device)
             unit = torch.nn.functional.normalize(vectors[query].float(), dim=-1)  # (B, D)
-            top, scores = top_k_items(unit, vectors, k, exclude=query[:, None], item_chunk=item_chunk,
-                                      normalize=True)  # cosines
+            top, scores = top_k_items(unit, vectors, options.top_k, exclude=query[:, None],
+                                      item_chunk=options.item_chunk, normalize=True)  # cosines
             for pos, row in zip(np.flatnonzero(found).tolist(), zip(top.tolist(), scores.tolist(), strict=True),
                                 strict=True):
                 ranked[pos] = self._named(*row)
@@ -297,25 +217,27 @@ class Recommender:
         return Recommendations(ranked, list(dict.fromkeys(item_ids[i] for i in cold)), cold)
 
     @torch.no_grad()
-    def explain(self, history: Sequence[str], k: int = 10, exclude_seen: bool = True,
-                items: Iterable[str] | None = None) -> Explanation:
+    def explain(self, history: Sequence[str], top_k: int = 10, exclude_seen: bool = True,
+                items: Iterable[str] | None = None, *, k: int | None = None) -> Explanation:
         """Why one history gets its top-k items: the two views of `streamrec.ranking.explain`.
 
         Args:
             history: original item ids, oldest first.
-            k: recommendations to explain.
+            top_k: recommendations to explain.
             exclude_seen: leave out items already in the history.
             items: an allow-list, as in `recommend`.
+            k: deprecated: the old name of `top_k`.
 
         Raises:
             InputError: no item of the history is known to the checkpoint (nothing to explain).
         """
+        options = RankingOptions(top_k=renamed("k", k, "top_k", top_k), exclude_seen=exclude_seen)
         ids, missing = self.encode(history)
         if not ids:
             raise InputError("no item of the history is known to the checkpoint; nothing to explain")
         unknown = dict.fromkeys(missing)
         allowed = None if items is None else self._allow_list(items, unknown)
-        inputs, top, scores = recommend(self.model, [ids], k, not exclude_seen, allowed)
+        inputs, top, scores = recommend(self.model, [ids], options, allowed)
         keep = top[0] != PAD_ID
         top, scores = top[:, keep], scores[:, keep]
         real = inputs[0] != PAD_ID

@@ -23,6 +23,7 @@ from core.runtime.atomic import atomic_path
 from core.runtime.errors import InputError, describe_os_error
 from streamrec.api import Explanation, Recommender
 from streamrec.data.readers import read_interactions
+from streamrec.ranking.batch import renamed
 
 
 def _short(text: str, width: int = 24) -> str:
@@ -128,7 +129,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--html", required=True, help="output page")
     p.add_argument("--top-k", type=int, default=10, help="recommendations to explain")
     p.add_argument("--format", default="auto", help="input format (auto, csv, tsv, parquet, sasrec, lines)")
-    p.add_argument("--include-seen", action="store_true", help="allow already-seen items")
+    p.add_argument("--exclude-seen", action=argparse.BooleanOptionalAction, default=True,
+                   help="leave out items already in the user's history (default: yes)")
+    p.add_argument("--include-seen", action="store_true", help=argparse.SUPPRESS)  # deprecated --no-exclude-seen
     p.add_argument("--items", help="item titles and metadata: CSV/TSV with item_id,title,... or MovieLens' "
                                    "movies.dat (ids it lacks show as themselves)")
     args = p.parse_args(argv)
@@ -144,7 +147,9 @@ def main(argv: list[str] | None = None) -> None:
         history = interactions.items[args.user]
         if not rec.encode(history)[0]:
             raise InputError(f"user {args.user!r} has no item known to the checkpoint; nothing to explain")
-        why = rec.explain(history, args.top_k, exclude_seen=not args.include_seen)
+        exclude_seen = renamed("--include-seen", False if args.include_seen else None, "--no-exclude-seen",
+                               args.exclude_seen)
+        why = rec.explain(history, args.top_k, exclude_seen)
     except (ValueError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")
     page = render_html(args.user, why)

@@ -9,7 +9,7 @@ item vocabulary); `streamrec.Recommender.load(DIR)` reads it back without pickle
 `onnx` writes DIR/model.onnx, the scoring graph `items (B, T) -> scores (B, N+1)` with a dynamic
 batch B and length T <= max_len (histories left-padded with 0, model ids; score column 0 is padding,
 -inf), and DIR/items.json: `max_len` and `items`, the vocabulary (`items[k]` is the original id of model
-id k + 1). Left-pad every history to max_len, as `streamrec.api.left_pad` does: the positions count from
+id k + 1). Left-pad every history to max_len, as `streamrec.ranking.batch.left_pad` does: the positions count from
 the first column, so that width gives `Recommender`'s scores. Run it with onnxruntime (`pip install -e
 ".[export]"`); docs/export.md shows how.
 

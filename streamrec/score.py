@@ -1,7 +1,7 @@
 """Batch recommendation scoring: top-K items for every user of an interaction log.
 
     python -m streamrec.score --ckpt CKPT --input FILE --output recs.parquet --top-k 10 \\
-        [--include-seen] [--explain] [--batch-size N] [--users FILE] [--items FILE] [--item-chunk N] \\
+        [--no-exclude-seen] [--explain] [--batch-size N] [--users FILE] [--items FILE] [--item-chunk N] \\
         [--shard I/N] [--engine local|ray --workers N]
 
 Writes rows `user_id, rank, item_id, score` (original ids; rank 1 = best), as CSV or Parquet
@@ -30,10 +30,9 @@ on Ray Data (`streamrec.ray_engine`; the `scale` extra): the model is loaded onc
 output carries its provenance (checkpoint sha256, top-k, exclude-seen, shard, created time, version)
 in its schema metadata (`streamrec.shards.read_provenance`).
 
-Built on the Python API (`streamrec.api`: `Recommender.load`, `encode_histories`, `recommend`); the
-rows are `streamrec.ranking.predict.recommendation_table`'s, as `python -m streamrec predict` writes them.
-
-Legend: B users in a batch, T history length (the model's max_len), K top-K, N items.
+The arguments become one `ScoreJob` (its ranking part a `RankingOptions`); the rows are
+`streamrec.ranking.batch.BatchScorer`'s, as the Ray workers and `python -m streamrec predict` write them.
+`--include-seen`, the old spelling of `--no-exclude-seen`, still works, with a DeprecationWarning.
 """
 
 from __future__ import annotations
@@ -43,76 +42,27 @@ import json
 import logging
 import shutil
 import sys
-from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-from torch import Tensor
 
 from core.runtime.atomic import atomic_path, stale_temporaries
 from core.runtime.errors import InputError, check_text, describe_os_error
 from core.runtime.lock import OutputLock, interrupt_on_sigterm
 from core.runtime.precision import cpu_has_fast_bf16
-from streamrec.api import Recommender, encode_histories, length_batches, recommend
-from streamrec.data.readers import Interactions, read_interactions
-from streamrec.data.vocab import ItemVocab
+from streamrec.api import Recommender
+from streamrec.data.readers import read_interactions
 from streamrec.model.sasrec import StreamRecModel
-from streamrec.ranking.explain import explain_columns
-from streamrec.ranking.predict import recommendation_table
-from streamrec.ranking.topk import DEFAULT_ITEM_CHUNK, SCAN_CHUNK, FileRows, ScanTable, scan_table
-from streamrec.shards import checkpoint_sha256, parse_shard, provenance, shard_users, with_provenance
+from streamrec.ranking.batch import BatchScorer, RankingOptions, renamed, write_tables
+from streamrec.ranking.topk import DEFAULT_ITEM_CHUNK, SCAN_CHUNK, FileRows, ItemTable, Precision, scan_table
+from streamrec.ray_engine import RayOptions, score_with_ray
+from streamrec.shards import checkpoint_sha256, parse_shard, provenance, provenance_metadata, shard_users
 
 log = logging.getLogger(__name__)
-
-
-def load_recommender(ckpt: str | Path, device: str | torch.device = "cpu") -> tuple[StreamRecModel, ItemVocab]:
-    """The model (eval mode) and item vocabulary of a checkpoint: `Recommender.load`'s parts, for older callers."""
-    rec = Recommender.load(ckpt, device)
-    return rec.model, rec.vocab
-
-
-# ----------------------------------------------------------------------------- output
-
-
-def _write_table(table: pa.Table, path: Path) -> None:
-    """Write atomically: a temporary file in the same folder, then one rename."""
-    with atomic_path(path) as tmp:
-        if path.suffix == ".csv":
-            pacsv.write_csv(table, tmp)
-        else:
-            pq.write_table(table, tmp)
-
-
-def write_tables(tables: Iterable[pa.Table], path: Path, prov: dict[str, object] | None = None) -> int:
-    """Stream tables of one schema into `path` atomically, one in memory at a time; returns the rows written.
-
-    A Parquet file gets `prov` (`streamrec.shards.provenance`) in its schema metadata; CSV has no place for it.
-    """
-    writer, rows = None, 0
-    with atomic_path(path) as tmp:
-        try:
-            for table in tables:
-                if writer is None:
-                    schema = table.schema.remove_metadata()
-                    if path.suffix == ".csv":
-                        writer = pacsv.CSVWriter(tmp, schema)
-                    else:
-                        writer = pq.ParquetWriter(tmp, schema if prov is None else with_provenance(schema, prov))
-                writer.write_table(table.replace_schema_metadata(None))
-                rows += table.num_rows
-        finally:
-            if writer is not None:
-                writer.close()
-        if writer is None:
-            raise InputError(f"{path}: no user could be scored (no history item is known to the checkpoint; "
-                             "see the warnings above); nothing was written")
-    return rows
 
 
 class ResumableOutput:
@@ -159,12 +109,12 @@ class ResumableOutput:
 
     def write_part(self, table: pa.Table) -> None:
         n = len(list(self.parts.glob("part-*.parquet")))
-        _write_table(table, self.parts / f"part-{n:05d}.parquet")
+        write_tables([table], self.parts / f"part-{n:05d}.parquet")
 
-    def finish(self, prov: dict[str, object] | None = None) -> int:
+    def finish(self, metadata: dict[bytes, bytes] | None = None) -> int:
         """Merge the parts into the output in one atomic write, a part at a time; returns the number of rows."""
         parts = sorted(self.parts.glob("part-*.parquet"))
-        rows = write_tables((pq.read_table(p) for p in parts), self.output, prov)
+        rows = write_tables((pq.read_table(p) for p in parts), self.output, metadata)
         shutil.rmtree(self.parts)
         return rows
 
@@ -179,78 +129,87 @@ class ResumableOutput:
             shutil.rmtree(self.parts, ignore_errors=True)
 
 
-class ItemTable(NamedTuple):
-    """The catalogue as scoring reads it: fp32 item vectors (N+1, D), maybe from a file, and the bf16 scan table."""
-
-    vectors: Tensor | FileRows
-    scan: ScanTable | None
-
-
-def scan_precision(choice: str, device: str) -> str:
+def scan_precision(choice: str, device: str) -> Precision:
     """`--precision auto` made concrete: the exact bf16 scan where bf16 matmuls are fast, fp32 elsewhere.
 
-    At 5M items on a 2-core Zen 5 the bf16 scan scored 156 users/s against fp32's 53, in 1,430 MiB
-    (docs/results.md, "Scale"), with the same top K. CUDA keeps fp32: the bf16 scan was not measured there.
+    The scan gives the same top K as fp32; where the CPU has native bf16 matmuls it is faster and holds a
+    half-size table (docs/results.md, "Scale"). CUDA keeps fp32: the bf16 scan is not measured there.
     """
     if choice != "auto":
         return choice
     return "bf16" if torch.device(device).type == "cpu" and cpu_has_fast_bf16() else "fp32"
 
 
-def item_table(rec: Recommender, ckpt: str | Path, precision: str, item_chunk: int) -> ItemTable:
-    """The item table of a recommender loaded with `mmap=True`, in bounded memory on CPU.
+def item_table(model: StreamRecModel, ckpt: str | Path, precision: str) -> ItemTable:
+    """The item table of a model loaded with `mmap=True`, in bounded memory on CPU.
 
     The fp32 rows are read from the checkpoint file (`streamrec.ranking.topk.FileRows`): the fp32 table (1.2 GB
     at 5M items, D 64) never enters memory whole, and with precision "bf16" the scan reads a bf16 copy
     built a chunk at a time (half the size), then fp32 rows only for the items it re-scores. Elsewhere
     (CUDA, an export folder, a table that is not a mapping of `ckpt`) the model's own table.
     """
-    table = rec.model.item_vectors.detach()
+    table = model.item_vectors.detach()
     rows = FileRows.mapped(table, ckpt) if Path(ckpt).is_file() else None
     vectors = table if rows is None else rows
     if precision != "bf16" or table.device.type != "cpu":
-        return ItemTable(vectors, None)
-    return ItemTable(vectors, scan_table(vectors, min(item_chunk, SCAN_CHUNK)))  # 4 MB reads: little for malloc to keep
+        return ItemTable(vectors)
+    return ItemTable(vectors, scan_table(vectors))
 
 
-def _score_users(users: list[str], histories: Mapping[str, list[str]], rec: Recommender,
-                 args: argparse.Namespace, counts: dict[str, int], table: ItemTable | None = None) -> pa.Table | None:
-    """Recommendations (and explanations) for one batch of users as output rows."""
-    kept, ids = [], []
-    encoded, unknown = encode_histories([histories[u] for u in users], rec.vocab)  # one vocabulary lookup
-    counts["unknown_items"] += sum(map(len, unknown))
-    for u, history in zip(users, encoded, strict=True):
-        if history:
-            kept.append(u)
-            ids.append(history)
-        else:
-            counts["no_history"] += 1
-    if not kept:
-        return None
-    vectors, scan = (None, None) if table is None else table
-    inputs, items, scores = recommend(rec.model, ids, args.top_k, args.include_seen, item_chunk=args.item_chunk,
-                                      precision=args.precision, vectors=vectors, scan=scan)
-    extra = explain_columns(rec.model, inputs, items) if args.explain else {}
-    table = recommendation_table(kept, rec.vocab, items.cpu(), scores.cpu(), {k: v.cpu() for k, v in extra.items()})
-    return table if rec.catalog is None else _with_titles(table, rec)
+@dataclass(frozen=True)
+class ScoreJob:
+    """One run of `python -m streamrec.score`, built once from its arguments (`from_args`), then only read.
 
+    The fields are the command line's options (`--help`): `ranking` gathers those that shape the ranking,
+    `ray` the Ray engine's (None: the local engine), `shard` is (I, N) or None.
+    """
 
-def _with_titles(table: pa.Table, rec: Recommender) -> pa.Table:
-    """A title column after each item id column (`--items`)."""
-    for column, title in (("item_id", "title"), ("because_attention", "because_attention_title"),
-                          ("because_occlusion", "because_occlusion_title")):
-        if column in table.column_names:
-            titles = pa.array([rec.catalog.title(i) for i in table.column(column).to_pylist()], pa.string())
-            table = table.add_column(table.column_names.index(column) + 1, title, titles)
-    return table
+    ckpt: Path
+    input: str
+    output: Path
+    ranking: RankingOptions
+    device: str = "cpu"
+    input_format: str = "auto"
+    users: str | None = None
+    items: str | None = None
+    shard: tuple[int, int] | None = None
+    chunk_users: int = 20_000
+    fresh: bool = False
+    threads: int = 0
+    ray: RayOptions | None = None
 
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ScoreJob:
+        """The job `main`'s arguments describe; a bad value is one line naming its flag."""
+        if args.top_k < 1 or args.batch_size < 1 or args.chunk_users < 1 or (args.item_chunk or 1) < 1:
+            raise InputError("--top-k, --batch-size, --chunk-users and --item-chunk must be positive")
+        if args.workers < 1 or args.cpus_per_worker <= 0 or args.threads < 0:
+            raise InputError("--workers and --cpus-per-worker must be positive, --threads 0 or more")
+        device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+        exclude_seen = renamed("--include-seen", False if args.include_seen else None, "--no-exclude-seen",
+                               args.exclude_seen)
+        ranking = RankingOptions(top_k=args.top_k, exclude_seen=exclude_seen, item_chunk=args.item_chunk,
+                                 precision=scan_precision(args.precision, device), explain=args.explain,
+                                 batch_size=args.batch_size)
+        ray = RayOptions(args.workers, args.cpus_per_worker, args.ray_address, args.chunk_users)
+        return cls(Path(args.ckpt), args.input, Path(args.output), ranking, device, args.format, args.users,
+                   args.items, None if args.shard is None else parse_shard(args.shard), args.chunk_users,
+                   args.fresh, args.threads, ray if args.engine == "ray" else None)
 
-def _in_input_order(table: pa.Table, users: list[str]) -> pa.Table:
-    """Rows put back into the users' input order (they were scored sorted by history length)."""
-    position = {u: i for i, u in enumerate(users)}
-    keys = pa.table({"position": [position[u] for u in table.column("user_id").to_pylist()],
-                     "rank": table.column("rank")})
-    return table.take(pc.sort_indices(keys, sort_keys=[("position", "ascending"), ("rank", "ascending")]))
+    def provenance(self) -> dict[str, object]:
+        """What the output's Parquet metadata records (`streamrec.shards.provenance`)."""
+        r = self.ranking
+        return provenance(checkpoint_sha256(self.ckpt), r.top_k, r.exclude_seen, self.shard, explain=r.explain,
+                          titles=self.items is not None, precision=r.precision)
+
+    def manifest(self) -> dict[str, object]:
+        """The settings that shape the rows: parts of an interrupted run are resumed only under the same."""
+        r = self.ranking
+        return {"ckpt": str(self.ckpt.resolve()), "ckpt_bytes": self.ckpt.stat().st_size,
+                "input": str(Path(self.input).resolve()), "users": self.users, "top_k": r.top_k,
+                "exclude_seen": r.exclude_seen, "explain": r.explain,
+                "items": str(Path(self.items).resolve()) if self.items else None,
+                "shard": None if self.shard is None else list(self.shard), "precision": r.precision}
 
 
 MAX_USERS_FILE_BYTES = 1 << 30
@@ -284,7 +243,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--input", required=True, help="interaction log with the users' histories (csv/tsv/parquet/txt)")
     p.add_argument("--output", required=True, help="recommendations file, .csv or .parquet, in an existing folder")
     p.add_argument("--top-k", type=int, default=10, help="items per user (default 10)")
-    p.add_argument("--include-seen", action="store_true", help="allow items already in the user's history")
+    p.add_argument("--exclude-seen", action=argparse.BooleanOptionalAction, default=True,
+                   help="leave out items already in the user's history (default: yes)")
+    p.add_argument("--include-seen", action="store_true", help=argparse.SUPPRESS)  # deprecated --no-exclude-seen
     p.add_argument("--explain", action="store_true", help="add 'because you watched' columns (slower)")
     p.add_argument("--batch-size", type=int, default=256, help="users per forward pass (default 256)")
     p.add_argument("--users", help="file with one user id per line: score only these users")
@@ -295,15 +256,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--chunk-users", type=int, default=20_000, help="users per resumable chunk (default 20,000)")
     p.add_argument("--fresh", action="store_true",
                    help="delete OUTPUT.parts/ left by an interrupted run and start over (default: resume it)")
-    p.add_argument("--item-chunk", type=int, default=DEFAULT_ITEM_CHUNK,
+    p.add_argument("--item-chunk", type=int,
                    help=f"items ranked at once; memory is about batch-size x item-chunk scores (default "
-                        f"{DEFAULT_ITEM_CHUNK:,})")
+                        f"{DEFAULT_ITEM_CHUNK:,}; {SCAN_CHUNK:,} with the bf16 scan, whose scores then stay in cache)")
     p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
                    help="bf16: each item chunk scanned in bf16 and the items that can reach the top K (a proven "
                         "bound on bf16 rounding) re-scored in fp32: the same items and scores as fp32, faster and in "
                         "half the memory on CPUs with AVX512-BF16 or AMX (see streamrec.ranking.topk). auto (default): "
-                        "bf16 "
-                        "on such a CPU, else fp32; the output's provenance records which ran")
+                        "bf16 on such a CPU, else fp32; the output's provenance records which ran")
     p.add_argument("--threads", type=int, default=0,
                    help="torch threads of the local engine (default 0: one per core); 1 where other jobs keep the "
                         "cores busy: waiting for a second thread then costs more than it gives")
@@ -319,7 +279,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     interrupt_on_sigterm()
     try:
-        _run(args)
+        run(ScoreJob.from_args(args))
     except KeyboardInterrupt:
         sys.exit(f"interrupted: the users scored so far are kept in {args.output}.parts/; rerun the same command "
                  "to resume, or add --fresh to start over")
@@ -339,53 +299,39 @@ def _check_output(path: Path) -> None:
         raise InputError(f"--output {path}: the folder {path.parent} does not exist; create it first")
 
 
-def _run(args: argparse.Namespace) -> None:
-    if args.top_k < 1 or args.batch_size < 1 or args.chunk_users < 1 or args.item_chunk < 1:
-        raise InputError("--top-k, --batch-size, --chunk-users and --item-chunk must be positive")
-    if args.workers < 1 or args.cpus_per_worker <= 0 or args.threads < 0:
-        raise InputError("--workers and --cpus-per-worker must be positive, --threads 0 or more")
-    args.shard_index = None if args.shard is None else parse_shard(args.shard)
-    output = Path(args.output)
-    _check_output(output)
-    with OutputLock(output, "streamrec.score"):  # first: a second writer stops at once, before any work
-        for tmp in stale_temporaries(output):  # a final write cut by kill -9; we hold the lock, so no one owns it
+def run(job: ScoreJob) -> None:
+    """Score the job's users into its output, holding the output's lock."""
+    _check_output(job.output)
+    with OutputLock(job.output, "streamrec.score"):  # first: a second writer stops at once, before any work
+        for tmp in stale_temporaries(job.output):  # a final write cut by kill -9; we hold the lock, so no one owns it
             tmp.unlink()
-        _score_into(args, output)
+        _score_into(job)
 
 
-def _score_into(args: argparse.Namespace, output: Path) -> None:
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
-    args.precision = scan_precision(args.precision, device)
-    rec = Recommender.load(args.ckpt, device, items=args.items, mmap=True)  # the weights stay in the file until read
-    interactions = read_interactions(args.input, args.format)
+def _score_into(job: ScoreJob) -> None:
+    rec = Recommender.load(job.ckpt, job.device, items=job.items, mmap=True)  # the weights stay in the file until read
+    interactions = read_interactions(job.input, job.input_format)
     pa.default_memory_pool().release_unused()  # the reader's freed blocks, which arrow's pool would keep
-    users = _read_users(args.users) if args.users else list(interactions.items)
+    users = _read_users(job.users) if job.users else list(interactions.items)
     missing = [u for u in users if u not in interactions.items]
     if missing:
-        log.warning("skipped %d users absent from %s (e.g. %r)", len(missing), args.input, missing[0])
-    users = shard_users(users, args.shard_index)
-    ckpt = Path(args.ckpt)
-    args.provenance = provenance(checkpoint_sha256(ckpt), args.top_k, not args.include_seen, args.shard_index,
-                                 explain=args.explain, titles=args.items is not None, precision=args.precision)
-    if args.engine == "ray":
-        from streamrec.ray_engine import score_with_ray  # ray is an optional extra
-
-        todo = [u for u in users if u in interactions.items]
-        rows = score_with_ray(args, todo, interactions, output)
-        log.info("wrote %d rows for %d users to %s", rows, len(todo), output)
+        log.warning("skipped %d users absent from %s (e.g. %r)", len(missing), job.input, missing[0])
+    users = [u for u in shard_users(users, job.shard) if u in interactions.items]
+    metadata = provenance_metadata(job.provenance())
+    if job.ray is not None:
+        if not users:
+            raise InputError(f"{job.output}: no user to score (none of the listed users is in {job.input}); "
+                             "nothing written")
+        rows = score_with_ray(job.ckpt, job.items, job.ranking, job.ray, users, interactions, job.output, metadata)
+        log.info("wrote %d rows for %d users to %s", rows, len(users), job.output)
         return
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    manifest = {
-        "ckpt": str(ckpt.resolve()), "ckpt_bytes": ckpt.stat().st_size, "input": str(Path(args.input).resolve()),
-        "users": args.users, "top_k": args.top_k, "include_seen": args.include_seen, "explain": args.explain,
-        "items": str(Path(args.items).resolve()) if args.items else None, "shard": args.shard_index,
-        "precision": args.precision,
-    }
-    out = ResumableOutput(output, manifest, fresh=args.fresh)
-    table = item_table(rec, ckpt, args.precision, args.item_chunk)
+    if job.threads:
+        torch.set_num_threads(job.threads)
+    out = ResumableOutput(job.output, job.manifest(), fresh=job.fresh)
+    scorer = BatchScorer(rec.model, rec.vocab, job.ranking, rec.catalog,
+                         item_table(rec.model, job.ckpt, job.ranking.precision))
     try:
-        _score_all(args, out, users, interactions, rec, table)
+        _score_all(job, out, users, interactions.items, scorer, metadata)
     except KeyboardInterrupt:
         raise  # an interruption: the parts stay, the next run resumes them
     except BaseException:
@@ -393,32 +339,24 @@ def _score_into(args: argparse.Namespace, output: Path) -> None:
         raise
 
 
-def _score_all(args: argparse.Namespace, out: ResumableOutput, users: list[str], interactions: Interactions,
-               rec: Recommender, table: ItemTable | None = None) -> None:
+def _score_all(job: ScoreJob, out: ResumableOutput, users: list[str], histories: dict[str, list[str]],
+               scorer: BatchScorer, metadata: dict[bytes, bytes]) -> None:
     done = out.done_users()
-    todo = [u for u in users if u in interactions.items and u not in done]
+    todo = [u for u in users if u not in done]
     if done:
         log.info("resuming: %d users already scored, %d to go", len(done), len(todo))
-    counts = {"unknown_items": 0, "no_history": 0}
     with Progress(TextColumn("scoring"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()) as bar:
         task = bar.add_task("users", total=len(todo))
-        for chunk_start in range(0, len(todo), args.chunk_users):
-            chunk = todo[chunk_start : chunk_start + args.chunk_users]
-            tables = []
-            for batch in length_batches([len(interactions.items[u]) for u in chunk], args.batch_size):
-                rows = _score_users([chunk[i] for i in batch], interactions.items, rec, args, counts, table)
-                if rows is not None:
-                    tables.append(rows)
-                bar.advance(task, len(batch))
-            if tables:
-                out.write_part(_in_input_order(pa.concat_tables(tables), chunk))  # the chunk is durable from here on
-    unknown_items, no_history = counts["unknown_items"], counts["no_history"]
-    if unknown_items:
-        log.warning("skipped %d history items unknown to the checkpoint", unknown_items)
-    if no_history:
-        log.warning("skipped %d users with no item known to the checkpoint", no_history)
-    rows = out.finish(args.provenance)
-    log.info("wrote %d rows for %d users to %s", rows, len(done) + len(todo) - no_history, args.output)
+        for start in range(0, len(todo), job.chunk_users):
+            table = scorer.rows(todo[start : start + job.chunk_users], histories, lambda n: bar.advance(task, n))
+            if table.num_rows:
+                out.write_part(table)  # the chunk is durable from here on
+    if scorer.unknown_items:
+        log.warning("skipped %d history items unknown to the checkpoint", scorer.unknown_items)
+    if scorer.no_history:
+        log.warning("skipped %d users with no item known to the checkpoint", scorer.no_history)
+    rows = out.finish(metadata)
+    log.info("wrote %d rows for %d users to %s", rows, len(done) + len(todo) - scorer.no_history, job.output)
 
 
 if __name__ == "__main__":

@@ -2,12 +2,12 @@
 
     python -m streamrec.serve --ckpt runs/streamrec_demo/checkpoints/best.ckpt --port 8000
     curl -s localhost:8000/predict -H 'Content-Type: application/json' \\
-         -d '{"history": ["v0001", "v0002"], "k": 3}'
+         -d '{"history": ["v0001", "v0002"], "top_k": 3}'
     # {"items": [{"item_id": "v0007", "score": 8.1}, ...], "unknown_items": [], "cold": false}
 
 Request (POST /predict, a JSON object; only these fields):
   history       item ids, oldest first (required; at most 10,000)
-  k             items to return, 1 to min(1000, catalogue size) (default 10)
+  top_k         items to return, 1 to min(1000, catalogue size) (default 10; `k`, its old name, still works)
   exclude_seen  leave out items already in the history (default true)
   items         an allow-list: recommend only among these ids (default null: the whole catalogue)
   explain       add "explanation": attention over the history and, per item, the history item
@@ -28,14 +28,17 @@ from typing import Any
 from core.runtime.serve import (
     BatchedAPI,
     Field,
+    RequestError,
     check_fields,
     one_line_errors,
     run_server,
     serve_parser,
     threads_per_worker,
 )
+from streamrec.api import Recommender
+from streamrec.ranking.batch import renamed
 
-MAX_K = 1000
+MAX_TOP_K = 1000
 MAX_HISTORY = 10_000  # items per history; only the last max_len reach the model, the rest only filter seen items
 MAX_ALLOWED = 100_000  # ids in an allow-list
 MAX_ID_CHARS = 256
@@ -45,11 +48,22 @@ def request_fields(num_items: int) -> dict[str, Field]:
     """The request schema for a catalogue of `num_items` items."""
     return {
         "history": Field(list, item=str, hi=MAX_HISTORY, item_hi=MAX_ID_CHARS),
-        "k": Field(int, 10, lo=1, hi=min(MAX_K, num_items)),
+        "top_k": Field(int, 10, lo=1, hi=min(MAX_TOP_K, num_items)),
         "exclude_seen": Field(bool, True),
         "items": Field(list, None, hi=MAX_ALLOWED, item=str, item_hi=MAX_ID_CHARS),
         "explain": Field(bool, False),
     }
+
+
+def renamed_fields(payload: object) -> object:
+    """The request with the deprecated field `k` renamed `top_k`, and a DeprecationWarning."""
+    if not isinstance(payload, dict) or "k" not in payload:
+        return payload
+    if "top_k" in payload:
+        raise RequestError("`k` is the old name of `top_k`; send only `top_k`")
+    payload = dict(payload)
+    payload["top_k"] = renamed("k", payload.pop("k"), "top_k", None)
+    return payload
 
 
 class StreamRecAPI(BatchedAPI):
@@ -68,8 +82,6 @@ class StreamRecAPI(BatchedAPI):
 
     def load(self, device: str) -> None:
         """Load the recommender onto `device`."""
-        from streamrec.api import Recommender
-
         self.rec = Recommender.load(self.ckpt, device)
 
     def predict_many(self, requests: list[dict]) -> list[dict]:
@@ -82,12 +94,11 @@ class StreamRecAPI(BatchedAPI):
             else:
                 groups.setdefault((r["exclude_seen"], None if r["items"] is None else tuple(r["items"])), []).append(i)
         for (exclude_seen, items), rows in groups.items():
-            # Each user's top-k is the head of its top-(largest k): one call serves every k.
-            k = max(requests[i]["k"] for i in rows)
-            recs = self.rec.recommend([requests[i]["history"] for i in rows], k=k, exclude_seen=exclude_seen,
-                                      items=items)
+            # Each user's top K is the head of the top (largest K): one call serves every K.
+            top_k = max(requests[i]["top_k"] for i in rows)
+            recs = self.rec.recommend([requests[i]["history"] for i in rows], top_k, exclude_seen, items)
             for i, ranked in zip(rows, recs, strict=True):
-                answers[i] = self._answer(requests[i], ranked[: requests[i]["k"]])
+                answers[i] = self._answer(requests[i], ranked[: requests[i]["top_k"]])
         return answers
 
     def _answer(self, request: dict, ranked: list[tuple[str, float]],
@@ -106,7 +117,7 @@ class StreamRecAPI(BatchedAPI):
         encoded = self.rec.encode(request["history"])
         if not encoded[0]:
             return {**self._answer(request, [], encoded), "explanation": None}
-        why = self.rec.explain(request["history"], request["k"], request["exclude_seen"], request["items"])
+        why = self.rec.explain(request["history"], request["top_k"], request["exclude_seen"], request["items"])
         because = [{"item_id": item, "most_attended": attended, "most_important": removed, "score_drop": drop}
                    for (item, _), (attended, removed, drop) in zip(why.recommendations, why.because, strict=True)]
         explanation = {"history": why.history, "attention": why.attention, "because": because}
@@ -122,15 +133,13 @@ def main(argv: list[str] | None = None) -> None:
     """CLI entry point: a bad checkpoint or option ends with one line on stderr and exit status 1."""
     args = build_parser().parse_args(argv)
     with one_line_errors():
-        from streamrec.api import Recommender
-
         # Loaded here once, through the safe loader, so a bad checkpoint stops before any server process starts.
         num_items = Recommender.load(args.ckpt).vocab.num_items
         fields = request_fields(num_items)
         api = StreamRecAPI(args.ckpt, threads_per_worker(args), args.max_batch_size, args.batch_timeout)
-        metadata = {"app": "streamrec", "ckpt": args.ckpt, "num_items": num_items, "max_k": fields["k"].hi,
+        metadata = {"app": "streamrec", "ckpt": args.ckpt, "num_items": num_items, "max_top_k": fields["top_k"].hi,
                     "max_history": MAX_HISTORY, "max_body_bytes": args.max_body_bytes}
-        run_server(api, lambda payload: check_fields(payload, fields), args, metadata)
+        run_server(api, lambda payload: check_fields(renamed_fields(payload), fields), args, metadata)
 
 
 if __name__ == "__main__":

@@ -84,8 +84,9 @@ def provenance(ckpt_sha256: str, top_k: int, exclude_seen: bool, shard: tuple[in
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "version": package_version()}
 
 
-def with_provenance(schema: pa.Schema, prov: dict[str, object]) -> pa.Schema:
-    return schema.with_metadata({**(schema.metadata or {}), PROVENANCE_KEY: json.dumps(prov).encode()})
+def provenance_metadata(prov: dict[str, object]) -> dict[bytes, bytes]:
+    """The Parquet schema metadata that carries `prov`."""
+    return {PROVENANCE_KEY: json.dumps(prov).encode()}
 
 
 def read_provenance(path: str | Path) -> dict[str, object]:
@@ -118,7 +119,7 @@ def merge(folder: str | Path, output: str | Path) -> int:
     with atomic_path(output) as tmp:
         merged = {**prov, "shard": None, "merged_shards": n_shards,
                   "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-        with pq.ParquetWriter(tmp, with_provenance(schema.remove_metadata(), merged)) as writer:
+        with pq.ParquetWriter(tmp, schema.remove_metadata().with_metadata(provenance_metadata(merged))) as writer:
             for file in files:
                 table = pq.read_table(file)
                 if not table.schema.remove_metadata().equals(schema.remove_metadata()):

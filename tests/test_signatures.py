@@ -8,7 +8,11 @@ LightningModules' `--help`.
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import inspect
+from collections.abc import Callable
+from types import ModuleType
 
 import pytest
 
@@ -50,3 +54,55 @@ def test_shared_names_keep_one_order(cls: type) -> None:
         names = [p.name for p in _parameters(cls)
                  if p.name in VOCABULARY and (p.kind is inspect.Parameter.KEYWORD_ONLY) == keyword_only]
         assert names == sorted(names, key=VOCABULARY.index), f"{cls.__name__}: order {names} as in {VOCABULARY}"
+
+
+# One name per concept in function parameters too: an old spelling lives on only as a deprecated alias,
+# which `translate.search.options.accepts_old_names` keeps out of the signature.
+TRANSLATE_PROGRAMS = ("translate.api", "translate.export", "translate.infer", "translate.serve",
+                      "translate.search.decoding", "translate.search.options", "translate.model.module")
+
+
+def _functions(module: ModuleType) -> list[tuple[str, Callable]]:
+    """The module's own public functions and the methods (and `__init__`) of its own public classes."""
+    found = []
+    for name, obj in vars(module).items():
+        if name.startswith("_") or getattr(obj, "__module__", None) != module.__name__:
+            continue
+        if inspect.isfunction(obj):
+            found.append((name, obj))
+        elif inspect.isclass(obj):
+            found += [(f"{name}.{m}", f) for m, f in vars(obj).items() if inspect.isfunction(getattr(f, "__func__", f))
+                      and (m == "__init__" or not m.startswith("_"))]
+    return found
+
+
+@pytest.mark.parametrize("name", TRANSLATE_PROGRAMS)
+def test_translate_functions_use_one_name_per_concept(name: str) -> None:
+    from translate.search.options import OLD_NAMES
+
+    module = importlib.import_module(name)
+    old = [f"{fn}({p})" for fn, f in _functions(module) for p in inspect.signature(getattr(f, "__func__", f)).parameters
+           if p in OLD_NAMES]
+    assert not old, f"{name}: {old}; use {OLD_NAMES}"
+    if name == "translate.serve":  # the JSON fields
+        assert not set(module.FIELDS) & set(OLD_NAMES)
+    if name == "translate.infer":  # the flags --help shows
+        shown = {s for a in module.build_parser()._actions if a.help != argparse.SUPPRESS for s in a.option_strings}
+        assert not shown & {f"--{old}" for old in OLD_NAMES}, shown
+
+
+STREAMREC_MODULES = ("streamrec.api", "streamrec.serve", "streamrec.score", "streamrec.explain", "streamrec.ray_engine",
+                     "streamrec.ranking.batch", "streamrec.ranking.predict",
+                     "streamrec.ranking.topk", "streamrec.ranking.explain", "streamrec.model.module")
+STREAMREC_OLD_NAMES = {"k": "top_k", "include_seen": "exclude_seen", "filter_seen": "exclude_seen",
+                       "predict_exclude_seen": "exclude_seen", "predict_top_k": "top_k"}
+
+
+@pytest.mark.parametrize("name", STREAMREC_MODULES)
+def test_streamrec_functions_use_one_name_per_concept(name: str) -> None:
+    """An old name lives on only as a deprecated alias: keyword-only, default None (`ranking.batch.renamed`)."""
+    module = importlib.import_module(name)
+    old = [f"{fn}({p.name})" for fn, f in _functions(module)
+           for p in inspect.signature(getattr(f, "__func__", f)).parameters.values()
+           if p.name in STREAMREC_OLD_NAMES and (p.kind is not inspect.Parameter.KEYWORD_ONLY or p.default is not None)]
+    assert not old, f"{name}: {old}; use {STREAMREC_OLD_NAMES}"

@@ -27,7 +27,8 @@ from streamrec.data.vocab import ItemVocab
 from streamrec.model import losses
 from streamrec.model.metrics import RankingMetrics, SampledRankingMetrics, most_popular_scores
 from streamrec.model.sasrec import StreamRecModel
-from streamrec.ranking.predict import RankedBatch, top_items
+from streamrec.ranking.batch import RankingOptions, rank, renamed
+from streamrec.ranking.predict import RankedBatch
 
 LossName = Literal["full", "sampled", "bce", "gbce"]
 ItemOptimizer = Literal["adamw", "rowwise_adagrad"]
@@ -74,13 +75,14 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         warmup_steps: linear warmup steps of the warmup-cosine schedule.
         lr_floor: final learning rate as a fraction of the peak.
         ks: cutoffs for HR@K, NDCG@K, MRR@K.
-        filter_seen: exclude items already in the history from ranking.
+        exclude_seen: leave items already in the history out of the validation and test ranking.
         sampled_metrics: also log the SASRec paper's sampled metrics (100 negatives; for comparison only).
         popularity_baseline: also log a most-popular baseline's metrics on the same cases
             (`*_mostpop_*`), so every run shows what the model adds.
         cpu_fastpath: fp32 CPU linears in oneDNN and a cheaper dropout mask (`core.nn.cpu_fastpath`; off: plain
-            `nn.Linear` / `nn.Dropout`). Off by default: on 2 loaded Zen 5 cores (2026-11-25, two runs) a training
-            step ran 1.02-1.17x faster with it, Translate's beam search 0.95-1.06x (`benchmarks/cpu_fastpath.py`).
+            `nn.Linear` / `nn.Dropout`). Off by default: what it gains depends on the CPU, and beam search may not
+            gain (`benchmarks/cpu_fastpath.py` measures it; docs/results.md, "CPU fast path").
+        filter_seen: deprecated: the old name of `exclude_seen`.
     """
 
     def __init__(
@@ -91,10 +93,11 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         negative_sampling: Literal["uniform", "popularity"] = "uniform", gbce_t: float = 0.75,
         lr: float = 1e-2, weight_decay: float = 0.0, item_optimizer: ItemOptimizer = "adamw",
         item_lr: float = 0.1, warmup_steps: int = 100, lr_floor: float = 0.1,
-        ks: tuple[int, ...] = (10, 20), filter_seen: bool = True, sampled_metrics: bool = False,
-        popularity_baseline: bool = True, cpu_fastpath: bool = False,
+        ks: tuple[int, ...] = (10, 20), exclude_seen: bool = True, sampled_metrics: bool = False,
+        popularity_baseline: bool = True, cpu_fastpath: bool = False, filter_seen: bool | None = None,
     ):
         super().__init__()
+        exclude_seen = renamed("filter_seen", filter_seen, "exclude_seen", exclude_seen)
         if loss not in ("full", "sampled", "bce", "gbce"):
             raise ValueError(f"`loss` must be full, sampled, bce or gbce, got {loss!r}")
         if loss != "full" and num_negatives < 1:
@@ -108,7 +111,7 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
                              "`loss: full` gives every item row a gradient each step")
         if item_lr <= 0:
             raise ValueError(f"`item_lr` must be > 0, got {item_lr}")
-        self.save_hyperparameters()
+        self.save_hyperparameters(ignore=["filter_seen"])
         self.model = StreamRecModel(
             num_items, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads, n_layers=n_layers, d_ff=d_ff,
             dropout=dropout, attn_dropout=attn_dropout, max_len=max_len, positions=positions, activation=activation,
@@ -121,12 +124,12 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
             # wraps the model and expects a sparse gradient for these tables.
             for table in self._item_table_modules():
                 table.sparse = True
-        self.val_metrics = RankingMetrics(ks, filter_seen)
-        self.test_metrics = RankingMetrics(ks, filter_seen)
+        self.val_metrics = RankingMetrics(ks, exclude_seen)
+        self.test_metrics = RankingMetrics(ks, exclude_seen)
         self.sampled_metrics = (
-            SampledRankingMetrics(num_items, ks, filter_seen=filter_seen) if sampled_metrics else None
+            SampledRankingMetrics(num_items, ks, filter_seen=exclude_seen) if sampled_metrics else None
         )
-        self.baseline_metrics = RankingMetrics(ks, filter_seen) if popularity_baseline else None
+        self.baseline_metrics = RankingMetrics(ks, exclude_seen) if popularity_baseline else None
         self.item_vocab: ItemVocab | None = None
         # (N+1,) item counts in the training histories, filled in setup().
         self.register_buffer("item_counts", torch.zeros(0), persistent=False)
@@ -253,13 +256,11 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
             self.log(f"{prefix}_{name}", value, prog_bar=name == "ndcg@10", sync_dist=True, reduce_fx="max")
 
     # ------------------------------------------------------------------ prediction
-    # Items per user and seen-item filtering of `predict`; `ranking.predict.RecommendationWriter` sets them from
-    # its arguments. Not hyper-parameters: when predicting, a checkpoint's would override the command line's.
-    predict_top_k: int = 10
-    predict_exclude_seen: bool = True
+    # How `predict` ranks; `ranking.predict.RecommendationWriter` sets it from its arguments. Not a hyper-parameter:
+    # when predicting, a checkpoint's would override the command line's.
+    predict_options: RankingOptions = RankingOptions()
 
     def predict_step(self, batch: PredictBatch, batch_idx: int) -> RankedBatch:
-        """The `predict_top_k` best items after each user's whole history (`StreamRecDataModule.predict_dataloader`)."""
-        scores = self.model.recommend_scores(batch.inputs).float()  # (B, N+1)
-        items, top = top_items(scores, self.predict_top_k, batch.seen if self.predict_exclude_seen else None)
-        return RankedBatch(batch.rows, batch.users, items, top)
+        """The best items after each user's whole history (`StreamRecDataModule.predict_dataloader`)."""
+        top = rank(self.model, batch.inputs, batch.seen, self.predict_options)
+        return RankedBatch(batch.rows, batch.users, top.items, top.scores)

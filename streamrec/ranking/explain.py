@@ -24,6 +24,8 @@ from torch import Tensor
 from core.nn import AttentionCapture, attention_rollout
 from streamrec.model.sasrec import PAD_ID, StreamRecModel
 
+EXPLAIN_COLUMNS = ("because_attention", "attention_weight", "because_occlusion", "occlusion_drop")  # explain_columns'
+
 
 @torch.no_grad()
 def attention_weights(model: StreamRecModel, inputs: Tensor) -> Tensor:

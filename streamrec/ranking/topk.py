@@ -1,18 +1,19 @@
 """Top-K items over a catalogue of any size in bounded memory: item chunks and a running merge.
 
-Scoring B users against N items the plain way builds the (B, N+1) score matrix (at 5M items and
-128 users 2.6 GB, twice over with the masked copy `streamrec.ranking.predict.top_items` makes). Here the
-catalogue is walked `item_chunk` items at a time: each chunk's scores are computed, masked (seen
-items, allow-list), cut to their best K, and merged into the running best K, so the working memory
-is about B x item_chunk scores whatever N is. The matmul of a chunk is the same fp32 dot product as
-the full one, so the scores agree to float rounding (GEMM blocking can change the last bit).
+Scoring B users against N items the plain way builds the (B, N+1) score matrix (2.6 GB at 5M items and
+128 users). Here the catalogue is walked `item_chunk` items at a time: each chunk's scores are computed,
+masked (seen items, allow-list), cut to their best K, and merged into the running best K, so the working
+memory is about B x item_chunk scores whatever N is. The matmul of a chunk is the same fp32 dot product as
+the full one, so the scores agree to float rounding (GEMM blocking can change the last bit). This is
+the one ranker: batch scoring, Ray workers, `predict`, the server and the Python API all rank with it
+(`streamrec.ranking.batch.rank`); a chunk as large as the catalogue is the full matrix.
 
 Ranking rule, the same as a stable sort of the full score matrix: higher score first, and on equal
 scores the lower item id first. `torch.topk` leaves the order of ties unspecified, so ties that
 cross the K-th place of a chunk are settled by a stable sort of just those rows.
 
-`precision="bf16"` gives the same items, faster: each chunk is scored in bfloat16 (about 4x the
-fp32 matmul on AVX512-BF16 CPUs) and only the items whose bf16 score can still reach the running
+`precision="bf16"` gives the same items, faster where bf16 matmuls are (AVX512-BF16, AMX; docs/results.md,
+"Scale"): each chunk is scored in bfloat16 and only the items whose bf16 score can still reach the running
 K-th best are re-scored in fp32. Why that is exact: with inputs rounded to bf16 (relative error
 u = 2^-8 each; their products are exact in fp32), products summed in fp32 and the sum rounded to
 bf16, |bf16 score - fp32 score| <= (3u + O(u^2)) sum|q_i v_i| <= (3u + O(u^2)) |q| |v| (Cauchy-Schwarz).
@@ -20,7 +21,7 @@ bf16, |bf16 score - fp32 score| <= (3u + O(u^2)) sum|q_i v_i| <= (3u + O(u^2)) |
 and the largest |v| of the chunk, is the threshold's margin; an item below (K-th best) - margin
 cannot enter. Maxima of groups of `SCAN_GROUP` items are compared first, so a chunk costs a bf16
 matmul and one `amax` pass, not a `topk`. The first chunk (it sets the K-th best), and any chunk
-where too many items pass (near-equal scores), are scored in fp32 as before. On CUDA the split-K
+where too many items pass (near-equal scores), are scored in fp32. On CUDA the split-K
 reductions in bf16 that PyTorch allows by default are turned off for the call, as the bound needs
 fp32 sums. `scan_table` keeps the bf16 copy and row norms of a catalogue, so the scan never reads
 the fp32 table: it may stay in a file (`FileRows`), read only for the first chunk and the re-scored
@@ -45,9 +46,9 @@ from torch import Tensor
 
 from streamrec.data.constants import PAD_ID
 
-DEFAULT_ITEM_CHUNK = 65_536  # 128 users x 64k items = 32 MiB of scores; 8k chunks were 3x slower on 2 CPUs
+DEFAULT_ITEM_CHUNK = 65_536  # 128 users x 64k items = 32 MiB of scores; small chunks pay a merge each
 SCAN_GROUP = 64  # items per group maximum in the bf16 scan
-SCAN_CHUNK = 16_384  # the bf16 scan's largest chunk: its (C, B) scores stay in cache; 1.14x over 65k at 1M items
+SCAN_CHUNK = 16_384  # the bf16 scan's default chunk: its (C, B) bf16 scores stay in cache
 BF16_ERROR = 4 * 2**-8  # |bf16 score - fp32 score| <= BF16_ERROR |q||v| (plus D 2^-23 for fp32 sums)
 Precision = Literal["fp32", "bf16"]
 NEG_INF = float("-inf")
@@ -137,21 +138,28 @@ class TopK(NamedTuple):
     scores: Tensor
 
 
+class ItemTable(NamedTuple):
+    """The catalogue as the ranker reads it: fp32 item vectors (N+1, D), maybe from a file, and the bf16 scan table."""
+
+    vectors: Tensor | FileRows
+    scan: ScanTable | None = None
+
+
 @torch.no_grad()
-def top_k_items(queries: Tensor, vectors: Tensor | FileRows, k: int, *, exclude: Tensor | None = None,
-                allowed: Tensor | None = None, item_chunk: int = DEFAULT_ITEM_CHUNK, normalize: bool = False,
+def top_k_items(queries: Tensor, vectors: Tensor | FileRows, top_k: int, *, exclude: Tensor | None = None,
+                allowed: Tensor | None = None, item_chunk: int | None = None, normalize: bool = False,
                 precision: Precision = "fp32", scan: ScanTable | None = None) -> TopK:
-    """The `k` items with the highest dot product with each query, never building the (B, N+1) matrix.
+    """The `top_k` items with the highest dot product with each query, never building the (B, N+1) matrix.
 
     Args:
         queries: (B, D) user states (or normalized item vectors for cosine similarity).
         vectors: (N+1, D) item vectors; row 0 is padding and never returned. With a `scan` table only
             the first chunk and the re-scored rows are read, so the table may stay on disk (`FileRows`).
-        k: items per query; min(k, N) columns are returned.
+        top_k: items per query; min(top_k, N) columns are returned.
         exclude: (B, L) item ids to leave out of each row (0 = nothing), e.g. the items already seen.
         allowed: (N+1,) bool, the items that may be returned (an allow-list); None: every item.
-        item_chunk: items scored at once (the bf16 scan: at most `SCAN_CHUNK`); memory is about
-            B x item_chunk floats, whatever N is.
+        item_chunk: items scored at once: memory is about B x item_chunk floats, whatever N is. None:
+            `DEFAULT_ITEM_CHUNK`, or `SCAN_CHUNK` for the bf16 scan (its scores then stay in cache).
         normalize: L2-normalize each chunk of item vectors first (cosine similarity; normalize the queries too).
         precision: "fp32" (fp32 matmuls) or "bf16" (a bf16 scan, the items that can reach the top K
             re-scored in fp32: the same result, faster).
@@ -161,15 +169,17 @@ def top_k_items(queries: Tensor, vectors: Tensor | FileRows, k: int, *, exclude:
         `TopK`: items (B, K) and scores (B, K), ranked by score, then lower item id; a slot with no
         eligible item left (exclusions or the allow-list leave fewer than K) holds item 0 and -inf.
     """
-    if k < 1 or item_chunk < 1:
-        raise ValueError(f"`k` ({k}) and `item_chunk` ({item_chunk}) must be >= 1")
+    if item_chunk is None:
+        item_chunk = SCAN_CHUNK if precision == "bf16" else DEFAULT_ITEM_CHUNK
+    if top_k < 1 or item_chunk < 1:
+        raise ValueError(f"`top_k` ({top_k}) and `item_chunk` ({item_chunk}) must be >= 1")
     if precision not in ("fp32", "bf16"):
         raise ValueError(f"`precision` ({precision!r}) must be 'fp32' or 'bf16'")
     if scan is not None and (precision != "bf16" or normalize or scan.values.shape != vectors.shape):
         raise ValueError(f"`scan` (shape {tuple(scan.values.shape)}) is read only with precision='bf16' and "
                          f"normalize=False, and must be scan_table(vectors) (shape {tuple(vectors.shape)})")
     queries = queries.float()
-    n_out = min(k, vectors.shape[0] - 1)
+    n_out = min(top_k, vectors.shape[0] - 1)
     best = TopK(torch.full((queries.shape[0], n_out), PAD_ID, dtype=torch.long, device=queries.device),
                 torch.full((queries.shape[0], n_out), NEG_INF, device=queries.device))
     candidates = _candidates(vectors.shape[0], allowed, queries.device)
@@ -184,9 +194,9 @@ def _walk(best: TopK, queries: Tensor, vectors: Tensor | FileRows, n_out: int, c
           exclude: Tensor | None, item_chunk: int, normalize: bool, bounded: _BoundedQueries | None,
           scan: ScanTable | None) -> None:
     """Merge every chunk into `best` (updated in place)."""
-    item_chunk = item_chunk if bounded is None else min(item_chunk, SCAN_CHUNK)
-    buffer = torch.empty(queries.shape[0], item_chunk, device=queries.device)  # reused: no page faults per chunk
-    for start in range(0, candidates.numel() if candidates is not None else vectors.shape[0] - 1, item_chunk):
+    total = candidates.numel() if candidates is not None else vectors.shape[0] - 1
+    buffer = torch.empty(queries.shape[0], max(min(item_chunk, total), 1), device=queries.device)  # reused per chunk
+    for start in range(0, total, item_chunk):
         if candidates is None:  # the whole catalogue: a slice of the table, no copy
             lo, hi = 1 + start, min(1 + start + item_chunk, vectors.shape[0])
             ids, rows = lo, slice(lo, hi)  # ids lo..hi-1, kept as the first one
@@ -216,13 +226,13 @@ def _fp32_sums(device: torch.device) -> Iterator[None]:
 
 
 @torch.no_grad()
-def scan_table(vectors: Tensor | FileRows, item_chunk: int = DEFAULT_ITEM_CHUNK,
+def scan_table(vectors: Tensor | FileRows, item_chunk: int = SCAN_CHUNK,
                out: Tensor | None = None) -> ScanTable:
     """The bf16 copy and fp32 row norms that `top_k_items(precision="bf16", scan=...)` scans, a chunk at a time.
 
     Args:
         vectors: (N+1, D) fp32 item vectors; read once, a chunk at a time (no fp32 temporary of the table).
-        item_chunk: rows converted at once.
+        item_chunk: rows converted at once (small reads: little for malloc to keep).
         out: (N+1, D) bf16 tensor to fill (e.g. a memory-mapped file); default a new one.
     """
     device = vectors.device if isinstance(vectors, Tensor) else torch.device("cpu")
@@ -388,17 +398,3 @@ def _merge(best: TopK, new: TopK) -> TopK:
     k = best.scores.shape[1]
     return TopK(items.gather(1, order[:, :k]), scores[:, :k])
 
-
-def brute_force_top_k(queries: Tensor, vectors: Tensor, k: int, *, exclude: Tensor | None = None,
-                      allowed: Tensor | None = None) -> TopK:
-    """The reference: the full (B, N+1) matrix and a stable sort. For tests and benchmarks, O(B x N) memory."""
-    scores = queries.float() @ vectors.float().T
-    scores[:, PAD_ID] = NEG_INF
-    if exclude is not None:
-        scores.scatter_(1, exclude, NEG_INF)
-    if allowed is not None:
-        scores.masked_fill_(~allowed, NEG_INF)
-    top, items = scores.sort(dim=1, descending=True, stable=True)
-    n_out = min(k, vectors.shape[0] - 1)
-    top, items = top[:, :n_out], items[:, :n_out]
-    return TopK(items.masked_fill(top == NEG_INF, PAD_ID), top)

@@ -10,9 +10,9 @@ import torch
 import streamrec.data.vocab as vocab_module
 from core.runtime.errors import InputError
 from streamrec import Recommender
-from streamrec.api import encode_histories, encode_history
 from streamrec.data.vocab import ItemVocab
 from streamrec.model.sasrec import PAD_ID
+from streamrec.ranking.batch import encode_histories, encode_history
 from streamrec.ranking.explain import attention_weights, occlusion_drops
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "api.md"
@@ -51,7 +51,7 @@ def _assert_same(got, want):
 def test_recommend_equals_brute_force_for_many_users(rec, exclude_seen):
     items = rec.vocab.items
     histories = [items[:12], [items[5], "never-seen", items[7]], [items[3], items[3], items[9]], ["nobody-knows"]]
-    got = rec.recommend(histories, k=5, exclude_seen=exclude_seen, batch_size=2)
+    got = rec.recommend(histories, top_k=5, exclude_seen=exclude_seen, batch_size=2)
     assert len(got) == 4 and got.cold == [3] and got[3] == []
     assert got.unknown_items == ["never-seen", "nobody-knows"]
     for history, recs in zip(histories[:3], got, strict=False):
@@ -64,17 +64,17 @@ def test_allow_list_equals_brute_force_restricted_to_it(rec):
     items = rec.vocab.items
     history = items[:6]
     allowed = [items[1], items[10], items[20], items[30], "not-an-item"]
-    got = rec.recommend([history], k=3, items=allowed)
+    got = rec.recommend([history], top_k=3, items=allowed)
     _assert_same(got[0], _brute_force(rec, history, 3, allowed=set(allowed)))
     assert got.unknown_items == ["not-an-item"]
     # items[1] is seen, so only three allowed items are left: a k larger than that returns those three
-    assert len(rec.recommend([history], k=10, items=allowed)[0]) == 3
+    assert len(rec.recommend([history], top_k=10, items=allowed)[0]) == 3
 
 
 def test_similar_items_equal_brute_force_cosine(rec):
     items = rec.vocab.items
     vectors = rec.model.item_vectors.detach()
-    got = rec.similar_items([items[4], "unknown", items[0]], k=4)
+    got = rec.similar_items([items[4], "unknown", items[0]], top_k=4)
     assert got.cold == [1] and got.unknown_items == ["unknown"] and got[1] == []
     for query, result in ((items[4], got[0]), (items[0], got[2])):
         q = rec.vocab.index[query]
@@ -86,17 +86,28 @@ def test_similar_items_equal_brute_force_cosine(rec):
 def test_explain_reuses_the_explanation_views(rec):
     items = rec.vocab.items
     history = [items[2], "unknown", items[8], items[5], items[11]]
-    why = rec.explain(history, k=3)
+    why = rec.explain(history, top_k=3)
     ids = [rec.vocab.index[i] for i in history if i in rec.vocab.index]
     x = torch.tensor([[PAD_ID] * (8 - len(ids)) + ids])
     assert why.history == [items[2], items[8], items[5], items[11]] and why.unknown_items == ["unknown"]
-    _assert_same(why.recommendations, rec.recommend([history], k=3)[0])
+    _assert_same(why.recommendations, rec.recommend([history], top_k=3)[0])
     assert why.attention == pytest.approx(attention_weights(rec.model, x)[0, -4:].tolist(), abs=1e-6)
     recommended = torch.tensor([[rec.vocab.index[i] for i, _ in why.recommendations]])
     assert torch.allclose(why.drops, occlusion_drops(rec.model, x, recommended)[0, :, -4:], atol=1e-6)
     assert [b[1] for b in why.because] == [why.history[int(d.argmax())] for d in why.drops]
     with pytest.raises(InputError, match="nothing to explain"):
         rec.explain(["unknown"])
+
+
+def test_the_old_keyword_k_still_works_and_warns(rec):
+    history = rec.vocab.items[:6]
+    for method, query in ((rec.recommend, [history]), (rec.similar_items, history[:2])):
+        with pytest.warns(DeprecationWarning, match="`k` is deprecated.*`top_k`"):
+            old = method(query, k=3)
+        assert old.items == method(query, top_k=3).items and len(old[0]) == 3
+    with pytest.warns(DeprecationWarning, match="`k` is deprecated"):
+        old = rec.explain(history, k=2)
+    assert old.recommendations == rec.explain(history, top_k=2).recommendations
 
 
 def _hash_by_length(s: object) -> int:
@@ -121,7 +132,7 @@ def test_encode_histories_equals_a_lookup_per_item(monkeypatch, hash_fn):
 
 @pytest.mark.parametrize("call", [
     lambda r: r.recommend(["a", "b"]),  # one history, not a list of histories
-    lambda r: r.recommend([["a"]], k=0),
+    lambda r: r.recommend([["a"]], top_k=0),
     lambda r: r.similar_items("a"),
     lambda r: r.recommend([["a"]], items="a"),
 ])

@@ -2,12 +2,12 @@
 
 import torch
 
-from streamrec import explain, score
+from streamrec import Recommender, explain
 from streamrec.ranking import explain as views
 
 
 def test_occlusion_equals_rerunning_without_the_item(tiny_ckpt):
-    model, _ = score.load_recommender(tiny_ckpt)
+    model = Recommender.load(tiny_ckpt).model
     inputs = torch.tensor([[0, 0, 3, 7, 5, 9, 2, 4], [1, 2, 3, 4, 5, 6, 7, 8]])
     items = torch.tensor([[10, 11], [12, 1]])
     drops = views.occlusion_drops(model, inputs, items)
@@ -26,7 +26,7 @@ def test_occlusion_equals_rerunning_without_the_item(tiny_ckpt):
 
 
 def test_attention_is_a_distribution_over_real_history(tiny_ckpt):
-    model, _ = score.load_recommender(tiny_ckpt)
+    model = Recommender.load(tiny_ckpt).model
     inputs = torch.tensor([[0, 0, 0, 3, 7, 5, 9, 2], [1, 2, 3, 4, 5, 6, 7, 8]])
     att = views.attention_weights(model, inputs)
     assert (att[0, :3] == 0).all()
@@ -54,7 +54,7 @@ def test_explain_cli_writes_a_self_contained_page(tiny_ckpt, tiny_log, tmp_path)
 
 
 def test_agreement_benchmark_runs_and_writes_flat_json(tiny_ckpt, tiny_log, tmp_path):
-    """`benchmarks/streamrec_explain.py` end to end (it once imported names that had moved out of score.py)."""
+    """`benchmarks/streamrec_explain.py` end to end: it runs on the public scoring API."""
     import json
     import subprocess
     import sys

@@ -1,12 +1,16 @@
-"""Batch scoring against brute force: top-K, seen filtering, resume, atomic output, errors."""
+"""Batch scoring against brute force: top-K, seen filtering, resume, atomic output, errors, old flag names."""
+
+import re
 
 import pyarrow.parquet as pq
 import pytest
 import torch
 
-from streamrec import api, score
+from streamrec import api, explain, score
 from streamrec.data.readers import read_interactions
 from streamrec.model.sasrec import PAD_ID
+from streamrec.ranking import batch
+from streamrec.ranking.batch import RankingOptions
 
 
 @pytest.fixture(scope="module")
@@ -16,20 +20,22 @@ def loaded(tiny_ckpt):
 
 
 def test_left_pad_is_exact():
-    got = api.left_pad([[1, 2, 3, 4, 5], [7], []], max_len=3)
+    got = batch.left_pad([[1, 2, 3, 4, 5], [7], []], max_len=3)
     assert got.tolist() == [[3, 4, 5], [0, 0, 7], [0, 0, 0]]
 
 
-@pytest.mark.parametrize("include_seen", [False, True])
-def test_recommend_equals_brute_force(loaded, include_seen):
+@pytest.mark.parametrize("exclude_seen", [True, False])
+@pytest.mark.parametrize("item_chunk", [None, 3, 1000])
+def test_recommend_equals_brute_force(loaded, exclude_seen, item_chunk):
     model, _ = loaded
     histories = [[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11], [5], [3, 3, 9]]
-    inputs, items, scores = api.recommend(model, histories, top_k=5, include_seen=include_seen)
+    options = RankingOptions(top_k=5, exclude_seen=exclude_seen, item_chunk=item_chunk)
+    inputs, items, scores = batch.recommend(model, histories, options)
     for row, hist in enumerate(histories):
         x = torch.tensor([[0] * (8 - len(hist[-8:])) + hist[-8:]])
         full = model.score(model.encode(x)[:, -1])[0]
         ranked = [i for i in full.argsort(descending=True).tolist() if i != PAD_ID]
-        if not include_seen:
+        if exclude_seen:
             ranked = [i for i in ranked if i not in hist]  # the whole history, beyond the last 8
         assert items[row].tolist() == ranked[:5]
         assert torch.allclose(scores[row], full[ranked[:5]], atol=1e-5)
@@ -78,7 +84,7 @@ def test_users_file_scores_each_listed_user_once_in_file_order(tiny_ckpt, tiny_l
 
 def test_length_batches_cover_every_index_once_shortest_first():
     lengths = [5, 1, 9, 3, 3, 7]
-    batches = api.length_batches(lengths, 4)
+    batches = batch.length_batches(lengths, 4)
     assert batches == [[1, 3, 4, 0], [5, 2]]
 
 
@@ -89,7 +95,7 @@ def test_interrupted_run_resumes_without_duplicates(tiny_ckpt, tiny_log, tmp_pat
     score.main([*args, "--output", str(clean)])
 
     out = tmp_path / "recs.csv"
-    real = score._score_users
+    real = batch.BatchScorer.score_batch
     calls = {"n": 0}
 
     def crash_after_some(*a, **kw):
@@ -98,13 +104,13 @@ def test_interrupted_run_resumes_without_duplicates(tiny_ckpt, tiny_log, tmp_pat
             raise KeyboardInterrupt
         return real(*a, **kw)
 
-    monkeypatch.setattr(score, "_score_users", crash_after_some)
+    monkeypatch.setattr(batch.BatchScorer, "score_batch", crash_after_some)
     with pytest.raises(SystemExit, match="interrupted: the users scored so far are kept in .*recs.csv.parts/"):
         score.main([*args, "--output", str(out)])
     assert not out.exists(), "no partial output file may appear"
     assert not (tmp_path / "recs.csv.lock").exists()
     assert len(list((tmp_path / "recs.csv.parts").glob("part-*.parquet"))) == 2
-    monkeypatch.setattr(score, "_score_users", real)
+    monkeypatch.setattr(batch.BatchScorer, "score_batch", real)
     score.main([*args, "--output", str(out)])
     assert sorted(out.read_text().splitlines()) == sorted(clean.read_text().splitlines())
 
@@ -158,3 +164,38 @@ def test_checkpoint_from_elsewhere_is_refused(tiny_log, tmp_path):
     torch.save({"state_dict": {}}, ckpt)
     with pytest.raises(SystemExit, match="not a StreamRec checkpoint"):
         score.main(["--ckpt", str(ckpt), "--input", str(tiny_log), "--output", str(tmp_path / "r.csv")])
+
+
+def test_the_old_include_seen_flag_still_works_and_warns(tiny_ckpt, tiny_log, tmp_path):
+    args = ["--ckpt", str(tiny_ckpt), "--input", str(tiny_log), "--top-k", "3"]
+    score.main([*args, "--output", str(tmp_path / "new.csv"), "--no-exclude-seen"])
+    with pytest.warns(DeprecationWarning, match="--include-seen.*--no-exclude-seen"):
+        score.main([*args, "--output", str(tmp_path / "old.csv"), "--include-seen"])
+    assert (tmp_path / "old.csv").read_text() == (tmp_path / "new.csv").read_text()
+    user = next(iter(read_interactions(tiny_log).items))
+    page = ["--ckpt", str(tiny_ckpt), "--input", str(tiny_log), "--user", user, "--top-k", "3"]
+    explain.main([*page, "--html", str(tmp_path / "new.html"), "--no-exclude-seen"])
+    with pytest.warns(DeprecationWarning, match="--include-seen"):
+        explain.main([*page, "--html", str(tmp_path / "old.html"), "--include-seen"])
+    rows = [re.sub(r"base64,[^\"]*", "", (tmp_path / f"{n}.html").read_text()) for n in ("old", "new")]
+    assert rows[0] == rows[1]
+
+
+def test_a_sharded_run_resumes(tiny_ckpt, tiny_log, tmp_path, monkeypatch):
+    args = ["--ckpt", str(tiny_ckpt), "--input", str(tiny_log), "--top-k", "2", "--chunk-users", "5",
+            "--shard", "1/2", "--output", str(tmp_path / "recs.csv")]
+    real = batch.BatchScorer.score_batch
+    calls = {"n": 0}
+
+    def crash_in_the_second_chunk(*a, **kw):
+        calls["n"] += 1
+        if calls["n"] > 1:
+            raise KeyboardInterrupt
+        return real(*a, **kw)
+
+    monkeypatch.setattr(batch.BatchScorer, "score_batch", crash_in_the_second_chunk)
+    with pytest.raises(SystemExit, match="interrupted"):
+        score.main(args)
+    monkeypatch.setattr(batch.BatchScorer, "score_batch", real)
+    score.main(args)  # the same arguments: the parts are resumed, not refused
+    assert (tmp_path / "recs.csv").exists()

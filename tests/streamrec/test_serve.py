@@ -53,9 +53,9 @@ def server(tiny_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
         yield url
 
 
-def expected(rec: Recommender, history: list[str], k: int = 10, exclude_seen: bool = True,
+def expected(rec: Recommender, history: list[str], top_k: int = 10, exclude_seen: bool = True,
              items: list[str] | None = None) -> list[tuple[str, float]]:
-    return rec.recommend([history], k=k, exclude_seen=exclude_seen, items=items)[0]
+    return rec.recommend([history], top_k=top_k, exclude_seen=exclude_seen, items=items)[0]
 
 
 def assert_same(answer: dict, ranked: list[tuple[str, float]]) -> None:
@@ -70,13 +70,13 @@ def test_health_reports_ready(server):
 
 def test_answers_equal_the_python_api(server, rec):
     known = rec.vocab.items
-    status, answer = post(server, {"history": known[:4] + ["not-an-item"], "k": 5})
+    status, answer = post(server, {"history": known[:4] + ["not-an-item"], "top_k": 5})
     assert status == 200
     assert_same(answer, expected(rec, known[:4] + ["not-an-item"], 5))
     assert answer["unknown_items"] == ["not-an-item"] and answer["cold"] is False
 
     shelf = known[10:20] + ["gone"]
-    status, answer = post(server, {"history": known[10:14], "k": 3, "exclude_seen": False, "items": shelf})
+    status, answer = post(server, {"history": known[10:14], "top_k": 3, "exclude_seen": False, "items": shelf})
     assert status == 200
     assert_same(answer, expected(rec, known[10:14], 3, exclude_seen=False, items=shelf))
     assert {i["item_id"] for i in answer["items"]} <= set(shelf) and answer["unknown_items"] == ["gone"]
@@ -90,8 +90,8 @@ def test_concurrent_requests_are_not_mixed_up(server, rec):
     histories = [known[i : i + 1 + i % 5] for i in range(24)]
     ks = [1 + i % 7 for i in range(24)]
     with ThreadPoolExecutor(12) as pool:
-        answers = list(pool.map(lambda h, k: post(server, {"history": h, "k": k}), histories, ks))
-    direct = [rec.recommend([h], k=k)[0] for h, k in zip(histories, ks, strict=True)]
+        answers = list(pool.map(lambda h, k: post(server, {"history": h, "top_k": k}), histories, ks))
+    direct = [rec.recommend([h], top_k=k)[0] for h, k in zip(histories, ks, strict=True)]
     for (status, answer), ranked in zip(answers, direct, strict=True):
         assert status == 200
         assert_same(answer, ranked)
@@ -99,9 +99,9 @@ def test_concurrent_requests_are_not_mixed_up(server, rec):
 
 def test_explanations_on_request(server, rec):
     history = rec.vocab.items[:5]
-    status, answer = post(server, {"history": history, "k": 3, "explain": True})
+    status, answer = post(server, {"history": history, "top_k": 3, "explain": True})
     assert status == 200
-    why = rec.explain(history, k=3)
+    why = rec.explain(history, top_k=3)
     assert_same(answer, why.recommendations)
     explanation = answer["explanation"]
     assert explanation["history"] == why.history
@@ -116,14 +116,15 @@ def test_explanations_on_request(server, rec):
 BAD = {
     "malformed JSON": b'{"history": ["a"',
     "not an object": b'["a", "b"]',
-    "NaN": b'{"history": ["a"], "k": NaN}',
+    "NaN": b'{"history": ["a"], "top_k": NaN}',
     "unknown field": {"history": ["a"], "topk": 3},
-    "missing history": {"k": 3},
+    "missing history": {"top_k": 3},
+    "both top_k and its old name k": {"history": ["a"], "top_k": 3, "k": 3},
     "history is a string": {"history": "a"},
-    "k is zero": {"history": ["a"], "k": 0},
-    "k above the catalogue": {"history": ["a"], "k": 10_000},
-    "k is a float": {"history": ["a"], "k": 2.5},
-    "k is true": {"history": ["a"], "k": True},
+    "top_k is zero": {"history": ["a"], "top_k": 0},
+    "top_k above the catalogue": {"history": ["a"], "top_k": 10_000},
+    "top_k is a float": {"history": ["a"], "top_k": 2.5},
+    "top_k is true": {"history": ["a"], "top_k": True},
     "exclude_seen is a string": {"history": ["a"], "exclude_seen": "no"},
     "a number in the history": {"history": ["a", 3]},
     "oversize body": {"history": ["x" * 100] * (MAX_BODY // 100)},
@@ -136,17 +137,26 @@ def test_bad_requests_get_a_one_line_4xx_and_the_server_keeps_serving(server, re
     assert 400 <= status < 500, answer
     assert list(answer) == ["error"] and "\n" not in answer["error"] and answer["error"]
     history = rec.vocab.items[:3]
-    status, answer = post(server, {"history": history, "k": 2})
+    status, answer = post(server, {"history": history, "top_k": 2})
     assert status == 200
     assert_same(answer, expected(rec, history, 2))
 
 
+def test_the_old_field_k_still_works_and_warns(server, rec):
+    history = rec.vocab.items[:4]
+    status, answer = post(server, {"history": history, "k": 3})
+    assert status == 200
+    assert_same(answer, expected(rec, history, 3))
+    with pytest.warns(DeprecationWarning, match="`k` is deprecated.*`top_k`"):
+        assert streamrec_serve.renamed_fields({"history": ["a"], "k": 3}) == {"history": ["a"], "top_k": 3}
+
+
 def test_errors_name_the_problem(server, rec):
-    assert post(server, {"history": ["a"], "k": 0})[1]["error"] == (
-        f"`k` (0) must be between 1 and {min(1000, rec.vocab.num_items)}")
+    assert post(server, {"history": ["a"], "top_k": 0})[1]["error"] == (
+        f"`top_k` (0) must be between 1 and {min(1000, rec.vocab.num_items)}")
     assert "unknown field `topk`" in post(server, {"history": ["a"], "topk": 3})[1]["error"]
     assert post(server, b"x" * (MAX_BODY + 1))[0] == 413
-    assert post(server, b'{"history": ["a"], "k": 1, "k": 2}')[0] == 400
+    assert post(server, b'{"history": ["a"], "top_k": 1, "top_k": 2}')[0] == 400
     with pytest.raises(urllib.error.HTTPError) as err:  # other routes answer JSON errors too
         urllib.request.urlopen(server + "/nowhere", timeout=TIMEOUT)
     assert err.value.code == 404 and json.loads(err.value.read()) == {"error": "Not Found"}
@@ -204,12 +214,11 @@ def test_help_lists_the_options_and_the_local_default():
 
 def test_an_explained_answer_encodes_the_history_once(tiny_ckpt, monkeypatch):
     # In process, without HTTP: the explained answer reports the request's unknown ids (history, then allow-list)
-    # as the plain one does. The history is looked up twice: once by the server, once inside Recommender.explain
-    # (before, a third time for the answer's unknown ids).
+    # as the plain one does. The history is looked up twice: once by the server, once inside Recommender.explain.
     api = streamrec_serve.StreamRecAPI(str(tiny_ckpt))
     api.load("cpu")
     known = api.rec.vocab.items[:4]
-    request = {"history": ["zz1", *known[:3]], "k": 2, "exclude_seen": True, "items": [known[3], "zz2"],
+    request = {"history": ["zz1", *known[:3]], "top_k": 2, "exclude_seen": True, "items": [known[3], "zz2"],
                "explain": True}
     lookups = []
     encode = api.rec.encode

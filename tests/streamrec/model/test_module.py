@@ -185,3 +185,10 @@ def test_model_module_and_data_share_their_defaults():
     assert model["max_len"].default == module["max_len"].default == MAX_LEN
     shared = [name for name, p in model.items() if p.default is not inspect.Parameter.empty]
     assert shared and {n: model[n].default for n in shared} == {n: module[n].default for n in shared}
+
+
+def test_the_old_hparam_filter_seen_still_works_and_warns():
+    with pytest.warns(DeprecationWarning, match="`filter_seen` is deprecated.*`exclude_seen`"):
+        old = make_module(filter_seen=False)
+    assert old.hparams.exclude_seen is False and "filter_seen" not in old.hparams
+    assert old.val_metrics.filter_seen is False and make_module().val_metrics.filter_seen is True

@@ -4,24 +4,12 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-import torch
 
 from streamrec import score
 from streamrec.cli import main
-from streamrec.ranking.predict import top_items
 
 REPO = Path(__file__).resolve().parents[3]
 CONFIG = REPO / "configs" / "streamrec" / "predict_demo.yaml"
-
-
-def test_top_items_is_exact():
-    scores = torch.tensor([[9.0, 1.0, 5.0, 3.0, 4.0], [0.0, 2.0, 1.0, 7.0, 3.0]])
-    items, top = top_items(scores, 3, exclude=torch.tensor([[2, 0], [3, 4]]))
-    assert items.tolist() == [[4, 3, 1], [1, 2, 0]]  # padding never; row 2 has only two items left
-    assert top.tolist() == [[4.0, 3.0, 1.0], [2.0, 1.0, float("-inf")]]
-    items, _ = top_items(scores, 2, allowed=torch.tensor([False, True, False, True, False]))
-    assert items.tolist() == [[3, 1], [3, 1]]
-    assert scores[0, 0] == 9.0  # the caller's scores are left as they were
 
 
 def _predict(ckpt, log, out, *extra):
@@ -37,13 +25,16 @@ def _assert_same_rows(got, want):
     assert got.column("score").to_pylist() == pytest.approx(want.column("score").to_pylist(), abs=1e-5)
 
 
-@pytest.mark.parametrize("exclude_seen", [True, False])
-def test_predict_writes_what_batch_scoring_writes(exclude_seen, tiny_ckpt, tiny_log, tmp_path, monkeypatch):
+@pytest.mark.parametrize("exclude_seen, item_chunk", [(True, None), (False, None), (True, 7)])
+def test_predict_writes_what_batch_scoring_writes(exclude_seen, item_chunk, tiny_ckpt, tiny_log, tmp_path,
+                                                  monkeypatch):
     monkeypatch.chdir(tmp_path)
+    chunk = [] if item_chunk is None else ["--trainer.callbacks.item_chunk", str(item_chunk)]
     _predict(tiny_ckpt, tiny_log, tmp_path / "predict.parquet", "--trainer.devices", "1",
-             "--trainer.callbacks.exclude_seen", str(exclude_seen).lower())
+             "--trainer.callbacks.exclude_seen", str(exclude_seen).lower(), *chunk)
     score.main(["--ckpt", str(tiny_ckpt), "--input", str(tiny_log), "--output", str(tmp_path / "score.parquet"),
-                "--top-k", "10", *([] if exclude_seen else ["--include-seen"])])
+                "--top-k", "10", "--exclude-seen" if exclude_seen else "--no-exclude-seen",
+                *[arg.replace("--trainer.callbacks.item_chunk", "--item-chunk") for arg in chunk]])
     _assert_same_rows(pq.read_table(tmp_path / "predict.parquet"), pq.read_table(tmp_path / "score.parquet"))
     assert sorted(p.name for p in tmp_path.glob("predict.parquet*")) == ["predict.parquet"]  # no part, lock, tmp
 

@@ -7,7 +7,21 @@ import torch
 
 from streamrec.model.sasrec import PAD_ID
 from streamrec.ranking import topk
-from streamrec.ranking.topk import FileRows, brute_force_top_k, scan_table, top_k_items
+from streamrec.ranking.topk import NEG_INF, FileRows, TopK, scan_table, top_k_items
+
+
+def brute_force_top_k(queries, vectors, top_k, *, exclude=None, allowed=None):
+    """The reference: the full (B, N+1) matrix and a stable sort."""
+    scores = queries.float() @ vectors.float().T
+    scores[:, PAD_ID] = NEG_INF
+    if exclude is not None:
+        scores.scatter_(1, exclude, NEG_INF)
+    if allowed is not None:
+        scores.masked_fill_(~allowed, NEG_INF)
+    top, items = scores.sort(dim=1, descending=True, stable=True)
+    n_out = min(top_k, vectors.shape[0] - 1)
+    top, items = top[:, :n_out], items[:, :n_out]
+    return TopK(items.masked_fill(top == NEG_INF, PAD_ID), top)
 
 
 def _python_top_k(queries, vectors, k, exclude=None, allowed=None):
@@ -190,3 +204,17 @@ def test_bad_arguments_are_one_line_errors():
         top_k_items(q, v, 3, scan=scan_table(v))
     with pytest.raises(ValueError, match=r"must be scan_table\(vectors\)"):
         top_k_items(q, v, 3, precision="bf16", scan=scan_table(v[:5]))
+
+
+@pytest.mark.parametrize("precision, item_chunk, chunks", [
+    ("fp32", 25, 4), ("fp32", None, 1), ("bf16", 25, 4), ("bf16", None, 10), ("bf16", 100, 1)])
+def test_item_chunk_is_honoured_as_given(monkeypatch, precision, item_chunk, chunks):
+    """Never capped: `item_chunk` items per chunk (the default: the whole catalogue, or `SCAN_CHUNK` for bf16)."""
+    monkeypatch.setattr(topk, "SCAN_CHUNK", 10)  # 100 items: the bf16 default makes 10 chunks
+    read = []  # without a scan table every chunk reads its fp32 rows (a bf16 chunk may read them twice)
+    real = topk._fp32_rows
+    monkeypatch.setattr(topk, "_fp32_rows", lambda v, r, *a: read.append((r.start, r.stop)) or real(v, r, *a))
+    q, v, exclude, _ = _case(3, 100, False)
+    got = top_k_items(q, v, 5, exclude=exclude, item_chunk=item_chunk, precision=precision)
+    assert [hi - lo for lo, hi in dict.fromkeys(read)] == [100 // chunks] * chunks
+    assert torch.equal(got.items, brute_force_top_k(q, v, 5, exclude=exclude).items)

@@ -1,0 +1,280 @@
+"""Batch scoring, shared by every entry point: histories in, top-K items and output rows out.
+
+Each entry point (`python -m streamrec.score` and its Ray workers, `predict`'s `RecommendationWriter`, the
+server, `streamrec.Recommender`) builds one `RankingOptions` from its own spelling (flags, YAML, JSON,
+keywords) and hands it down. A setting has one name everywhere (`top_k`, `exclude_seen`, `item_chunk`); the
+old names (`k`, `include_seen`, `filter_seen`) still work for now, with a DeprecationWarning (`renamed`).
+`rank` is the one path from left-padded histories to top-K items (`streamrec.ranking.topk.top_k_items`);
+`recommend` pads id histories and ranks them. `BatchScorer` turns a block of users into output rows
+(`recommendation_table`'s schema, which `predict` writes too, with titles, in the users' order);
+`write_tables` streams tables into one file atomically.
+
+Legend: B users in a batch, T history length (the model's max_len), K top-K, L seen-list length, N items.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+from pathlib import Path
+from typing import TypeVar
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import torch
+from torch import Tensor
+
+from core.runtime.atomic import atomic_path
+from core.runtime.errors import InputError
+from streamrec.data.items import ItemCatalog
+from streamrec.data.vocab import ItemVocab
+from streamrec.model.sasrec import PAD_ID, StreamRecModel
+from streamrec.ranking.explain import EXPLAIN_COLUMNS, explain_columns
+from streamrec.ranking.topk import ItemTable, Precision, TopK, top_k_items
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RankingOptions:
+    """How one job ranks the catalogue for each user.
+
+    Args:
+        top_k: items per user.
+        exclude_seen: leave out the items already in the user's history (the whole history, not only the
+            last max_len items the model reads).
+        item_chunk: items scored at once (`streamrec.ranking.topk.top_k_items`): memory is about
+            batch_size x item_chunk scores, whatever the catalogue's size; None: the ranker's default.
+        precision: "fp32", or "bf16": a bf16 scan whose possible top-K items are re-scored in fp32 (the same
+            items and scores, faster on CPUs with fast bf16 matmuls).
+        explain: add the "because you watched" columns (`streamrec.ranking.explain.explain_columns`).
+        batch_size: users per forward pass.
+    """
+
+    top_k: int = 10
+    exclude_seen: bool = True
+    item_chunk: int | None = None
+    precision: Precision = "fp32"
+    explain: bool = False
+    batch_size: int = 256
+
+    def __post_init__(self) -> None:
+        for name in ("top_k", "item_chunk", "batch_size"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise InputError(f"`{name}` ({value}) must be >= 1")
+        if self.precision not in ("fp32", "bf16"):
+            raise InputError(f"`precision` ({self.precision!r}) must be 'fp32' or 'bf16'")
+
+
+def renamed(old: str, old_value: T | None, new: str, value: T) -> T:
+    """`value`, or the value given under the deprecated name `old`, with a DeprecationWarning naming `new`."""
+    if old_value is None:
+        return value
+    warnings.warn(f"`{old}` is deprecated and will be removed; use `{new}`", DeprecationWarning, stacklevel=3)
+    return old_value
+
+
+def encode_histories(histories: Sequence[Sequence[str]], vocab: ItemVocab) -> tuple[list[list[int]], list[list[str]]]:
+    """Original ids -> model ids of many histories with one `ItemVocab.lookup` for all their items.
+
+    Args:
+        histories: original item ids per user, oldest first.
+        vocab: the item vocabulary of the checkpoint.
+
+    Returns:
+        Per history, its model ids (order kept), and per history the ids the checkpoint never saw (dropped), in order.
+    """
+    flat: list[str] = []
+    bounds = [0]  # history u is flat[bounds[u] : bounds[u + 1]]
+    for h in histories:
+        flat.extend(h)
+        bounds.append(len(flat))
+    ids = vocab.lookup(flat)  # (sum of lengths,) 0 for an unknown id
+    known = [part[part != 0].tolist() for part in (ids[lo:hi] for lo, hi in pairwise(bounds))]
+    unknown: list[list[str]] = [[] for _ in known]
+    missing = np.flatnonzero(ids == 0)
+    for j, user in zip(missing.tolist(), (np.searchsorted(bounds, missing, side="right") - 1).tolist(), strict=True):
+        unknown[user].append(flat[j])
+    return known, unknown
+
+
+def encode_history(items: Sequence[str], vocab: ItemVocab) -> tuple[list[int], list[str]]:
+    """Original ids -> model ids (order kept), and the ids the checkpoint never saw (dropped)."""
+    known, unknown = encode_histories([items], vocab)
+    return known[0], unknown[0]
+
+
+def left_pad(histories: Sequence[Sequence[int]], max_len: int, device: torch.device | str = "cpu") -> Tensor:
+    """The last `max_len` items of each history, left-padded with 0. (B, T)"""
+    out = torch.zeros(len(histories), max_len, dtype=torch.long)
+    for row, h in enumerate(histories):
+        tail = list(h)[-max_len:]
+        if tail:
+            out[row, max_len - len(tail):] = torch.tensor(tail)
+    return out.to(device)
+
+
+def right_pad(rows: Sequence[Sequence[int]], device: torch.device | str = "cpu") -> Tensor:
+    """Id lists right-padded with 0 into one tensor (B, L)."""
+    width = max(1, max((len(r) for r in rows), default=0))
+    return torch.tensor([list(r) + [PAD_ID] * (width - len(r)) for r in rows], dtype=torch.long, device=device)
+
+
+def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Indices in batches of similar history length, shortest first.
+
+    A batch costs what its longest history costs (`trim_padding`), so batching similar lengths computes
+    little padding (docs/results.md, "Length-grouped batches").
+    """
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+@torch.no_grad()
+def rank(model: StreamRecModel, inputs: Tensor, seen: Tensor | None, options: RankingOptions,
+         allowed: Tensor | None = None, table: ItemTable | None = None) -> TopK:
+    """The top K items after each history, (B, K); a slot with no eligible item left holds item 0 and -inf.
+
+    Args:
+        model: the recommender (eval mode).
+        inputs: (B, T) left-padded histories.
+        seen: (B, L) item ids of each whole history (0 = nothing), left out when `options.exclude_seen`.
+        options: top K, seen filtering, item chunk and precision.
+        allowed: (N+1,) bool, the items that may be recommended; None: every item.
+        table: where the item vectors are read (`FileRows` of the checkpoint, the bf16 scan table); None: the model's.
+    """
+    vectors, scan = (model.item_vectors, None) if table is None else table
+    return top_k_items(model.last_hidden(inputs), vectors, options.top_k, allowed=allowed,
+                       exclude=seen if options.exclude_seen else None, item_chunk=options.item_chunk,
+                       precision=options.precision, scan=scan)
+
+
+@torch.no_grad()
+def recommend(model: StreamRecModel, histories: Sequence[Sequence[int]], options: RankingOptions,
+              allowed: Tensor | None = None, table: ItemTable | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """`rank` of model id histories (oldest first, none empty, the whole of each is its seen items): inputs
+    (B, T), items (B, K) and scores (B, K)."""
+    device = model.item_vectors.device
+    inputs = left_pad(histories, model.encoder.max_len, device)
+    seen = right_pad(histories, device) if options.exclude_seen else None
+    items, scores = rank(model, inputs, seen, options, allowed, table)
+    return inputs, items, scores
+
+
+def recommendation_table(users: Sequence[str], vocab: ItemVocab, items: Tensor, scores: Tensor,
+                         extra: dict[str, Tensor] | None = None) -> pa.Table:
+    """One row per (user, rank), original ids; slots with no eligible item (item 0) are left out.
+
+    Args:
+        users: one id per row of `items`.
+        vocab: the checkpoint's item vocabulary.
+        items: (B, K) model item ids, best first.
+        scores: (B, K) their scores.
+        extra: more (B, K) columns; names starting with "because" hold item ids, the others floats.
+    """
+    k = items.shape[1]
+    valid = (items != PAD_ID).flatten().tolist()
+    cols: dict[str, list] = {
+        "user_id": [u for u in users for _ in range(k)],
+        "rank": list(range(1, k + 1)) * len(users),
+        "item_id": [vocab.items[i - 1] if i else "" for i in items.flatten().tolist()],
+        "score": scores.flatten().tolist(),
+    }
+    for name, values in (extra or {}).items():
+        flat = values.flatten().tolist()
+        cols[name] = [vocab.items[i - 1] if i else "" for i in flat] if name.startswith("because") else flat
+    cols = {name: [v for v, ok in zip(col, valid, strict=True) if ok] for name, col in cols.items()}
+    types = {"rank": pa.int32(), "score": pa.float32(), "attention_weight": pa.float32(),
+             "occlusion_drop": pa.float32()}
+    return pa.table({name: pa.array(col, type=types.get(name, pa.string())) for name, col in cols.items()})
+
+
+def with_titles(table: pa.Table, catalog: ItemCatalog) -> pa.Table:
+    """A title column after each item id column; an id the catalogue lacks is its own title."""
+    for column, title in (("item_id", "title"), ("because_attention", "because_attention_title"),
+                          ("because_occlusion", "because_occlusion_title")):
+        if column in table.column_names:
+            titles = pa.array([catalog.title(i) for i in table.column(column).to_pylist()], pa.string())
+            table = table.add_column(table.column_names.index(column) + 1, title, titles)
+    return table
+
+
+def in_input_order(table: pa.Table, users: list[str]) -> pa.Table:
+    """Rows put back into the users' input order (they were scored sorted by history length)."""
+    position = {u: i for i, u in enumerate(users)}
+    keys = pa.table({"position": [position[u] for u in table.column("user_id").to_pylist()],
+                     "rank": table.column("rank")})
+    return table.take(pc.sort_indices(keys, sort_keys=[("position", "ascending"), ("rank", "ascending")]))
+
+
+class BatchScorer:
+    """Blocks of users into output rows: `python -m streamrec.score`'s local engine and each of its Ray workers.
+
+    Users with no history item known to the checkpoint are skipped and counted (`no_history`), as are the
+    unknown history items (`unknown_items`). With a `catalog` a title column follows each item id column;
+    `table` is where the item vectors are read (None: the model's).
+    """
+
+    def __init__(self, model: StreamRecModel, vocab: ItemVocab, options: RankingOptions,
+                 catalog: ItemCatalog | None = None, table: ItemTable | None = None):
+        self.model, self.vocab, self.options, self.catalog, self.table = model, vocab, options, catalog, table
+        self.unknown_items = self.no_history = 0
+
+    def rows(self, users: list[str], histories: Mapping[str, Sequence[str]],
+             advance: Callable[[int], object] | None = None) -> pa.Table:
+        """The rows of `users` in their order, scored in batches of similar history length; `advance(n)` per batch."""
+        tables = []
+        for batch in length_batches([len(histories[u]) for u in users], self.options.batch_size):
+            tables.append(self.score_batch([users[i] for i in batch], histories))
+            if advance is not None:
+                advance(len(batch))
+        return in_input_order(pa.concat_tables(tables), users) if tables else self.score_batch([], histories)
+
+    def score_batch(self, users: list[str], histories: Mapping[str, Sequence[str]]) -> pa.Table:
+        """One forward pass: the rows of the users that have a known history item."""
+        encoded, unknown = encode_histories([histories[u] for u in users], self.vocab)  # one vocabulary lookup
+        self.unknown_items += sum(map(len, unknown))
+        kept = [(u, ids) for u, ids in zip(users, encoded, strict=True) if ids]
+        self.no_history += len(users) - len(kept)
+        if not kept:  # no row, but the columns of a scored batch: tables of one run share one schema
+            none = torch.zeros(0, self.options.top_k, dtype=torch.long)
+            extra = dict.fromkeys(EXPLAIN_COLUMNS, none) if self.options.explain else {}
+            return self._table([], none, none.float(), extra)
+        inputs, items, scores = recommend(self.model, [ids for _, ids in kept], self.options, table=self.table)
+        extra = explain_columns(self.model, inputs, items) if self.options.explain else {}
+        return self._table([u for u, _ in kept], items, scores, extra)
+
+    def _table(self, users: list[str], items: Tensor, scores: Tensor, extra: dict[str, Tensor]) -> pa.Table:
+        table = recommendation_table(users, self.vocab, items.cpu(), scores.cpu(),
+                                     {name: v.cpu() for name, v in extra.items()})
+        return table if self.catalog is None else with_titles(table, self.catalog)
+
+
+def write_tables(tables: Iterable[pa.Table], path: Path, metadata: dict[bytes, bytes] | None = None) -> int:
+    """Stream tables of one schema into `path` (.csv, else Parquet) atomically, one in memory at a time; returns
+    the rows written. `metadata`: the Parquet schema's (the provenance, `streamrec.shards.provenance_metadata`)."""
+    writer, rows = None, 0
+    with atomic_path(path) as tmp:
+        try:
+            for table in tables:
+                if writer is None:
+                    schema = table.schema.remove_metadata()
+                    if path.suffix == ".csv":
+                        writer = pacsv.CSVWriter(tmp, schema)
+                    else:
+                        writer = pq.ParquetWriter(tmp, schema.with_metadata(metadata) if metadata else schema)
+                writer.write_table(table.replace_schema_metadata(None))
+                rows += table.num_rows
+        finally:
+            if writer is not None:
+                writer.close()
+        if writer is None:
+            raise InputError(f"{path}: no user could be scored (no history item is known to the checkpoint; "
+                             "see the warnings above); nothing was written")
+    return rows
