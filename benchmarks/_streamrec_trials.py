@@ -47,8 +47,8 @@ K = 10
 SCORE_BATCH = 256  # users per forward pass when scoring, both libraries (RecTools' default)
 SCORE_REPEATS = 3
 PRECISIONS = {"32": "32-true", "bf16": "bf16-mixed"}
-# Trial-key value of ours with length-grouped batches of equal target counts (`data.group_by_length`, fit's default
-# since 2026-11-27). Trials stored with `True` had the earlier grouping: equal window counts and a weighted loss.
+# Trial-key value of ours with length-grouped batches of equal target counts (`data.group_by_length`, fit's default).
+# A stored trial keyed `True` had another grouping (equal window counts, a weighted loss) and is not reused.
 GROUPED = "equal_targets"
 
 

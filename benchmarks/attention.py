@@ -76,8 +76,8 @@ LENGTHS = (128, 512, 1024, 2048, 4096)
 QUICK_LENGTHS = (128, 512)
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 PATHS = ("sdpa", "explicit")
-# Live (B, H, T, T) matrices at the explicit step's peak: 4.1 measured on CPU in fp32
-# (scores, weights and their grads overlap in backward); rounded up for allocator slack.
+# Live (B, H, T, T) matrices at the explicit step's peak: about 4 on CPU in fp32 (scores, weights and their
+# grads overlap in backward); rounded up for allocator slack.
 EXPLICIT_MATRICES = 4.5
 # (B, H, T, Dh) tensors alive in either step: q, k, v, their grads, out, its grad, slack.
 IO_TENSORS = 10
@@ -195,7 +195,7 @@ def peaks_in_fresh_processes(paths: list[str], cell: Cell) -> dict[str, int | No
     """measure_peak for each path, each in a fresh process; None (error logged) where one dies.
 
     The processes fork from a forkserver that has only imported this script (torch, core), so
-    each starts with a clean heap without paying torch's ~1.5 s import. They run side by side when
+    each starts with a clean heap without paying torch's import again. They run side by side when
     their estimates fit the memory budget together: RSS is per process.
     """
     ctx = multiprocessing.get_context("forkserver")

@@ -8,8 +8,8 @@ CPU time per request of the server's processes and of the clients (from /proc an
 says where a request's cost goes; --json writes them as one flat object.
 
 The clients share the server's cores, so they must cost little: by default (--client async) all N
-connections are driven by one asyncio thread with pre-encoded requests (~0.05 ms of CPU a request).
---client threads runs one http.client thread per connection (~0.3 ms a request); both settings
+connections are driven by one asyncio thread with pre-encoded requests (the cheapest client).
+--client threads runs one http.client thread per connection (several times the CPU); both settings
 always use the same client.
 
     python benchmarks/serve_load.py --app streamrec --ckpt runs/streamrec_demo/checkpoints/best.ckpt \\
@@ -98,7 +98,7 @@ def make_requests(args: argparse.Namespace, n: int = 1000) -> list[bytes]:
 
             vocab = Translator.load(args.ckpt).src_vocab
             lines = [vocab.decode([rng.randrange(4, len(vocab)) for _ in range(rng.randint(5, 15))]) for _ in range(n)]
-        bodies = [{"text": rng.choice(lines), "beam": args.beam} for _ in range(n)]
+        bodies = [{"text": rng.choice(lines), "beam_size": args.beam} for _ in range(n)]
     return [json.dumps(b).encode() for b in bodies]
 
 

@@ -1,7 +1,7 @@
 """StreamRec's chunked full-softmax loss against plain `F.cross_entropy` on materialised logits.
 
 One training step of the loss alone (forward + backward) at a batch's shape: M positions,
-D width, N items. The baseline is what `streamrec.model.losses.full_softmax` used to be, logits
+D width, N items. The baseline is the plain full softmax, logits
 = hidden @ items^T then `F.cross_entropy`; it holds three (M, N) float32 buffers (logits, log-
 softmax, their gradient). Ours computes the gradients chunk by chunk inside the forward pass.
 Interleaved A B A B; time = median, ratio = median of per-round ratios; peak RSS above the

@@ -21,9 +21,9 @@ runs past --budget seconds is killed and recorded as `..._timed_out`; the old pa
 users with the same top-K lists is checked (`..._same_topk_share`, ties aside 1.0).
 
     python benchmarks/streamrec_scale.py --items 100000,1000000 --rows 200000 --users 1000   # about 2 minutes
-    python benchmarks/streamrec_scale.py --json runs/scale.json --plot runs/scale.png         # the issue's grid
+    python benchmarks/streamrec_scale.py --json runs/scale.json --plot runs/scale.png         # the full grid
 
---train-items measures training instead (issue 25 item 4): for each N and each item optimizer, a child
+--train-items measures training instead: for each N and each item optimizer, a child
 builds the model with `loss: sampled` (256 shared negatives) and runs --train-steps steps on random
 (128, 50) batches with the optimizer `StreamRecModule.make_optimizer` builds:
   adamw            (old, the default) AdamW on everything: a dense item gradient and two N x D states
@@ -35,7 +35,7 @@ smallest and largest N, how many item tables (N x D fp32) each extra table's wor
 peak (`train_{opt}_tables_per_table`; the model holds one more). --train-bf16 runs the steps under bf16
 autocast, where the old path also casts the whole table every step.
 
-Targets (issue 25) at 5M items: new peak RSS <= 1.5 GB and >= 3x the old users/s. JSON keys:
+Targets at 5M items: new peak RSS <= 1.5 GB and >= 3x the old users/s. JSON keys:
 N{items}_R{rows}_{old,new,bf16}_{users_per_s,peak_rss_mib,total_s,score_s}; new against old:
 N{items}_R{rows}_{speedup,rss_ratio,same_topk_share}, bf16 the same as N{items}_R{rows}_bf16_{...}.
 """

@@ -38,7 +38,7 @@ The peers live in `.venv-translate` (benchmark-only, never a runtime dependency;
 2.13.0 CPU wheel as `.venv`). Started from another interpreter the script re-runs itself there.
 
     make bench-env-translate                                     # once: creates .venv-translate
-    python benchmarks/translate_speed.py --threads 2             # the setting
+    python benchmarks/translate_speed.py --threads 2
     python benchmarks/translate_speed.py --threads 1 --json runs/translate_speed.json
     python benchmarks/translate_speed.py --precision bf16        # bf16 autocast for both trainings
     python benchmarks/translate_speed.py --profile               # also profile our decode step

@@ -1,4 +1,4 @@
-"""Streaming translation's memory: peak RSS of `python -m translate.infer` before and after (issue 25, item 5).
+"""Streaming translation's memory: peak RSS of `python -m translate.infer`, a baseline revision against today's.
 
 The old path is `translate/infer.py` and `translate/api.py` as they were at `--baseline` (a git
 revision; default: the commit before streaming was bounded), read with `git show` into a temporary
@@ -6,7 +6,7 @@ folder as `old_infer` / `old_api`; the rest of the package is today's, so the im
 calls whose arguments have since become keyword-only (`COMPAT`) are rewritten. Each run is a fresh
 process (`python -c`) whose peak RSS (VmHWM) and wall time it reports itself, so nothing of one run
 stays in the next; a one-line input gives each path's floor (Python,
-torch and the model, ~370 MiB), and "above floor" is what the input added. Both translate the same
+torch and the model), and "above floor" is what the input added. Both translate the same
 files with their default chunking (old: 10,000 lines, each encoded whole; new: `--chunk-lines`
 2,000 or 16 MiB of text, encoded 1 Mi characters at a time and truncated at once) and must write
 identical output (`outputs_equal_N`).
@@ -63,7 +63,7 @@ open(figures, "w").write(json.dumps({"peak_mib": hwm / 1024, "s": seconds}))
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--lines", type=int, nargs="+", default=[2_000, 20_000], help="input sizes in lines")
-    p.add_argument("--words", type=int, default=5_000, help="words per input line (default 5,000, the issue's)")
+    p.add_argument("--words", type=int, default=5_000, help="words per input line (default 5,000)")
     p.add_argument("--max-len", type=int, default=256, help="the model's max_len in subwords (default 256)")
     p.add_argument("--chunk-lines", type=int, help="the new path's --chunk-lines (default: its own default)")
     p.add_argument("--baseline", default=BASELINE, help="git revision of the old infer.py/api.py")
