@@ -10,12 +10,8 @@
     rec.explain(["i0012", "i0007"], top_k=3).because
     Recommender.load(ckpt, items="movies.dat")   # titles and metadata for explanations (`streamrec.data.items`)
 
-Users need no retraining: a history is read as it is given. The command-line tools and the server are
-clients of this module or of what it is built on: `python -m streamrec.score` (a whole log into a file),
-`python -m streamrec.explain` (an HTML page), `python -m streamrec.serve`. Every one of them ranks with
-`streamrec.ranking.batch.rank` (item chunks, so memory does not grow with the catalogue; ties go to the
-lower item id). The old keyword `k` still works, with a DeprecationWarning.
-The checkpoint is read by `core.runtime.checkpoint.load_module` (restricted unpickler: no code in it runs).
+Users need no retraining: a history is read as it is given. `python -m streamrec.score`, `.explain` and
+`.serve` are clients of this module, and all rank with `streamrec.ranking.batch.rank`.
 
 Legend: B users, T history length (the model's max_len), K items per user, N items, D model width.
 """
@@ -31,6 +27,7 @@ import torch
 from torch import Tensor
 
 from core.runtime.checkpoint import load_module
+from core.runtime.deprecation import renamed_keywords
 from core.runtime.errors import InputError
 from core.runtime.export import is_export_folder, load_folder
 from streamrec.data.items import ItemCatalog, read_items
@@ -43,13 +40,13 @@ from streamrec.ranking.batch import (
     encode_history,
     length_batches,
     recommend,
-    renamed,
 )
 from streamrec.ranking.explain import attention_weights, occlusion_drops
 from streamrec.ranking.topk import top_k_items
 
 WRITTEN_BY = "python -m streamrec fit"
 EXPORTED_BY = "python -m streamrec.export --format safetensors"
+OLD_NAMES = {"k": "top_k"}  # deprecated keyword -> its name now
 
 
 @dataclass
@@ -150,9 +147,10 @@ class Recommender:
         _check_ids(history, "history")
         return encode_history(history, self.vocab)
 
+    @renamed_keywords(OLD_NAMES)
     def recommend(self, histories: Sequence[Sequence[str]], top_k: int = 10, exclude_seen: bool = True,
-                  items: Iterable[str] | None = None, batch_size: int = 256, item_chunk: int | None = None, *,
-                  k: int | None = None) -> Recommendations:
+                  items: Iterable[str] | None = None, batch_size: int = 256,
+                  item_chunk: int | None = None) -> Recommendations:
         """The `top_k` best items for each of many users.
 
         Args:
@@ -162,7 +160,6 @@ class Recommender:
             items: an allow-list: recommend only among these ids; None: the whole catalogue.
             batch_size: users per forward pass.
             item_chunk: items scored at once (memory is about batch_size x item_chunk scores); None: the default.
-            k: deprecated: the old name of `top_k`.
 
         Returns:
             `Recommendations`: `result[u]` is user u's (item_id, score) list; a user with no known
@@ -170,8 +167,7 @@ class Recommender:
         """
         if isinstance(histories, str) or any(isinstance(h, str) for h in histories):
             raise InputError("`histories` takes one list of item ids per user; for one user pass [history]")
-        options = RankingOptions(top_k=renamed("k", k, "top_k", top_k), exclude_seen=exclude_seen,
-                                 item_chunk=item_chunk, batch_size=batch_size)
+        options = RankingOptions(top_k, exclude_seen, item_chunk, batch_size=batch_size)
         encoded, missing = encode_histories(histories, self.vocab)
         unknown = dict.fromkeys(i for m in missing for i in m)
         allowed = None if items is None else self._allow_list(items, unknown)
@@ -184,9 +180,9 @@ class Recommender:
                 ranked[i] = self._named(row_items, row_scores)
         return Recommendations(ranked, list(unknown), [i for i, ids in enumerate(encoded) if not ids])
 
+    @renamed_keywords(OLD_NAMES)
     @torch.no_grad()
-    def similar_items(self, item_ids: Sequence[str], top_k: int = 10, item_chunk: int | None = None, *,
-                      k: int | None = None) -> Recommendations:
+    def similar_items(self, item_ids: Sequence[str], top_k: int = 10, item_chunk: int | None = None) -> Recommendations:
         """The `top_k` items whose vectors are closest (cosine) to each given item's, the item itself left out.
 
         The vectors are the ones hidden states are scored against: the item embedding (tied, the default).
@@ -195,13 +191,12 @@ class Recommender:
             item_ids: the query items.
             top_k: similar items per query.
             item_chunk: items compared at once (the catalogue is never normalized as a whole); None: the default.
-            k: deprecated: the old name of `top_k`.
 
         Returns:
             `Recommendations` with one list per query; an unknown query is cold and gets [].
         """
         _check_ids(item_ids, "item_ids")
-        options = RankingOptions(top_k=renamed("k", k, "top_k", top_k), item_chunk=item_chunk)
+        options = RankingOptions(top_k, item_chunk=item_chunk)
         found = self.vocab.lookup(item_ids)  # (B,) 0 for an unknown id
         ranked: list[list[tuple[str, float]]] = [[] for _ in item_ids]
         if found.any():
@@ -216,9 +211,10 @@ class Recommender:
         cold = np.flatnonzero(found == 0).tolist()
         return Recommendations(ranked, list(dict.fromkeys(item_ids[i] for i in cold)), cold)
 
+    @renamed_keywords(OLD_NAMES)
     @torch.no_grad()
     def explain(self, history: Sequence[str], top_k: int = 10, exclude_seen: bool = True,
-                items: Iterable[str] | None = None, *, k: int | None = None) -> Explanation:
+                items: Iterable[str] | None = None) -> Explanation:
         """Why one history gets its top-k items: the two views of `streamrec.ranking.explain`.
 
         Args:
@@ -226,12 +222,11 @@ class Recommender:
             top_k: recommendations to explain.
             exclude_seen: leave out items already in the history.
             items: an allow-list, as in `recommend`.
-            k: deprecated: the old name of `top_k`.
 
         Raises:
             InputError: no item of the history is known to the checkpoint (nothing to explain).
         """
-        options = RankingOptions(top_k=renamed("k", k, "top_k", top_k), exclude_seen=exclude_seen)
+        options = RankingOptions(top_k, exclude_seen)
         ids, missing = self.encode(history)
         if not ids:
             raise InputError("no item of the history is known to the checkpoint; nothing to explain")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from core.runtime.errors import describe_os_error
+from core.runtime.errors import exit_on_error
 from core.runtime.logs import log_info_to_stderr
 from streamrec import tune
 from streamrec.lightning_cli import StreamRecCLI, build_cli
@@ -20,10 +20,6 @@ def main(args: list[str] | None = None) -> StreamRecCLI:
     args = sys.argv[1:] if args is None else args
     if args[:1] == ["tune"]:  # not a Lightning subcommand: a search of many fits (streamrec.tune)
         return tune.main(args[1:])
-    try:
+    with exit_on_error():  # also an unwritable run folder, a full disk while saving a checkpoint
         return build_cli(args)
-    except (ValueError, FileNotFoundError) as err:
-        sys.exit(f"error: {err}")
-    except OSError as err:  # an unwritable run folder, a full disk while saving a checkpoint
-        sys.exit(f"error: {describe_os_error(err)}")
 

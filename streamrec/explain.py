@@ -14,16 +14,15 @@ import argparse
 import base64
 import html
 import io
-import sys
 from pathlib import Path
 
 from torch import Tensor
 
 from core.runtime.atomic import atomic_path
-from core.runtime.errors import InputError, describe_os_error
+from core.runtime.deprecation import add_old_flag
+from core.runtime.errors import InputError, exit_on_error
 from streamrec.api import Explanation, Recommender
 from streamrec.data.readers import read_interactions
-from streamrec.ranking.batch import renamed
 
 
 def _short(text: str, width: int = 24) -> str:
@@ -131,12 +130,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--format", default="auto", help="input format (auto, csv, tsv, parquet, sasrec, lines)")
     p.add_argument("--exclude-seen", action=argparse.BooleanOptionalAction, default=True,
                    help="leave out items already in the user's history (default: yes)")
-    p.add_argument("--include-seen", action="store_true", help=argparse.SUPPRESS)  # deprecated --no-exclude-seen
+    add_old_flag(p, "--include-seen", "--no-exclude-seen", dest="exclude_seen", nargs=0, const=False)
     p.add_argument("--items", help="item titles and metadata: CSV/TSV with item_id,title,... or MovieLens' "
                                    "movies.dat (ids it lacks show as themselves)")
     args = p.parse_args(argv)
     html = Path(args.html)
-    try:
+    with exit_on_error(html, not_written=True):
         if html.is_dir() or not html.parent.is_dir():
             raise InputError(f"--html {html}: " + ("is a folder; name a .html file" if html.is_dir() else
                                                    f"the folder {html.parent} does not exist; create it first"))
@@ -147,17 +146,10 @@ def main(argv: list[str] | None = None) -> None:
         history = interactions.items[args.user]
         if not rec.encode(history)[0]:
             raise InputError(f"user {args.user!r} has no item known to the checkpoint; nothing to explain")
-        exclude_seen = renamed("--include-seen", False if args.include_seen else None, "--no-exclude-seen",
-                               args.exclude_seen)
-        why = rec.explain(history, args.top_k, exclude_seen)
-    except (ValueError, FileNotFoundError) as err:
-        sys.exit(f"error: {err}")
-    page = render_html(args.user, why)
-    try:
+        why = rec.explain(history, args.top_k, args.exclude_seen)
+        page = render_html(args.user, why)
         with atomic_path(html) as tmp:
             tmp.write_text(page, encoding="utf-8")
-    except OSError as err:
-        sys.exit(f"error: {describe_os_error(err, html)}; {html} was not written")
     print(f"wrote {args.html}: {len(why.recommendations)} recommendations for user {args.user} "
           f"from {len(why.history)} history items")
 

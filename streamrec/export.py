@@ -1,17 +1,13 @@
-"""Export a trained StreamRec model: safetensors weights, or an ONNX scoring graph.
+"""Export a trained StreamRec model: safetensors weights, or an ONNX scoring graph (docs/export.md).
 
     python -m streamrec.export --ckpt CKPT --format safetensors --output DIR
     python -m streamrec.export --ckpt CKPT --format onnx --output DIR
 
 `safetensors` writes DIR/model.safetensors and DIR/config.json (the module's hyper-parameters and the
 item vocabulary); `streamrec.Recommender.load(DIR)` reads it back without pickle (`core.runtime.export`).
-
-`onnx` writes DIR/model.onnx, the scoring graph `items (B, T) -> scores (B, N+1)` with a dynamic
-batch B and length T <= max_len (histories left-padded with 0, model ids; score column 0 is padding,
--inf), and DIR/items.json: `max_len` and `items`, the vocabulary (`items[k]` is the original id of model
-id k + 1). Left-pad every history to max_len, as `streamrec.ranking.batch.left_pad` does: the positions count from
-the first column, so that width gives `Recommender`'s scores. Run it with onnxruntime (`pip install -e
-".[export]"`); docs/export.md shows how.
+`onnx` writes DIR/model.onnx, `items (B, T) -> scores (B, N+1)` over model ids left-padded to max_len (the
+positions count from the first column), and DIR/items.json (`max_len`, and `items[k]`: the original id of
+model id k + 1). It needs the `export` extra (`pip install -e ".[export]"`).
 
 Legend: B users, T history length, N items.
 """

@@ -4,35 +4,21 @@
         [--no-exclude-seen] [--explain] [--batch-size N] [--users FILE] [--items FILE] [--item-chunk N] \\
         [--shard I/N] [--engine local|ray --workers N]
 
-Writes rows `user_id, rank, item_id, score` (original ids; rank 1 = best), as CSV or Parquet
-by the output's extension; `--explain` adds the "because you watched" columns
-(`because_attention`, `attention_weight`, `because_occlusion`, `occlusion_drop`). `--items FILE`
-(see `streamrec.data.items`) adds a `title` column, and `because_attention_title` and
-`because_occlusion_title` with `--explain`; an id the file lacks is its own title.
+Writes rows `user_id, rank, item_id, score` (original ids; rank 1 = best), as CSV or Parquet by the
+output's extension; `--explain` adds the "because you watched" columns and `--items FILE` the titles.
+Users are scored from the history in the input, so users unseen in training need no retraining.
 
-Users are scored from the history in the input, so users unseen in training need no
-retraining; history items unknown to the checkpoint are skipped and counted. Results go to
-`OUTPUT.parts/` chunk by chunk, each chunk written atomically; a re-run after an interrupt
-(Ctrl-C, SIGTERM, kill -9) skips the users already there (`--fresh` starts over instead), and
-the final file appears in one rename at the end, so there is never a half-written output or a
-duplicated or dropped user. One run at a time writes an output: a second exits at once naming
-the holder of `OUTPUT.lock`. A failed run (bad input, full disk, no user scorable) leaves no
-`.parts/` or temporary file behind, and an existing OUTPUT untouched. The output's folder must
-exist.
+Results go to `OUTPUT.parts/` chunk by chunk, each chunk written atomically; a re-run after an interrupt
+(Ctrl-C, SIGTERM, kill -9) skips the users already there (`--fresh` starts over instead), and the final
+file appears in one rename at the end: never a half-written output, nor a duplicated or dropped user. One
+run at a time writes an output: a second exits at once naming the holder of `OUTPUT.lock`. A failed run
+leaves no `.parts/` or temporary file behind, and an existing OUTPUT untouched.
 
-At scale: the catalogue is ranked `--item-chunk` items at a time (`streamrec.ranking.topk`), so memory does
-not grow with the number of items. On CPU the checkpoint is memory-mapped and the fp32 item table read
-from the file as needed (`item_table`); the exact bf16 scan (`--precision bf16`, the default on CPUs with
-fast bf16) holds only a bf16 copy (half the size).
-`--shard I/N` scores only the users of shard I of N (a stable hash of the user id) for job arrays;
-`python -m streamrec.shards merge DIR --output FILE` checks and joins the shards. `--engine ray` scores
-on Ray Data (`streamrec.ray_engine`; the `scale` extra): the model is loaded once per worker. A Parquet
-output carries its provenance (checkpoint sha256, top-k, exclude-seen, shard, created time, version)
-in its schema metadata (`streamrec.shards.read_provenance`).
-
-The arguments become one `ScoreJob` (its ranking part a `RankingOptions`); the rows are
-`streamrec.ranking.batch.BatchScorer`'s, as the Ray workers and `python -m streamrec predict` write them.
-`--include-seen`, the old spelling of `--no-exclude-seen`, still works, with a DeprecationWarning.
+Memory does not grow with the catalogue: it is ranked `--item-chunk` items at a time, and on CPU the item
+table is read from the memory-mapped checkpoint as needed (`item_table`). `--shard I/N` scores one shard
+of the users for job arrays; `python -m streamrec.shards merge DIR --output FILE` joins the shards.
+`--engine ray` scores on Ray Data (`streamrec.ray_engine`). A Parquet output records its provenance in its
+schema metadata (`streamrec.shards.read_provenance`). See docs/streamrec.md.
 """
 
 from __future__ import annotations
@@ -41,7 +27,6 @@ import argparse
 import json
 import logging
 import shutil
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,13 +36,14 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from core.runtime.atomic import atomic_path, stale_temporaries
-from core.runtime.errors import InputError, check_text, describe_os_error
+from core.runtime.deprecation import add_old_flag
+from core.runtime.errors import InputError, check_text, exit_on_error
 from core.runtime.lock import OutputLock, interrupt_on_sigterm
 from core.runtime.precision import cpu_has_fast_bf16
 from streamrec.api import Recommender
 from streamrec.data.readers import read_interactions
 from streamrec.model.sasrec import StreamRecModel
-from streamrec.ranking.batch import BatchScorer, RankingOptions, renamed, write_tables
+from streamrec.ranking.batch import BatchScorer, RankingOptions, write_tables
 from streamrec.ranking.topk import DEFAULT_ITEM_CHUNK, SCAN_CHUNK, FileRows, ItemTable, Precision, scan_table
 from streamrec.ray_engine import RayOptions, score_with_ray
 from streamrec.shards import checkpoint_sha256, parse_shard, provenance, provenance_metadata, shard_users
@@ -186,9 +172,7 @@ class ScoreJob:
         if args.workers < 1 or args.cpus_per_worker <= 0 or args.threads < 0:
             raise InputError("--workers and --cpus-per-worker must be positive, --threads 0 or more")
         device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
-        exclude_seen = renamed("--include-seen", False if args.include_seen else None, "--no-exclude-seen",
-                               args.exclude_seen)
-        ranking = RankingOptions(top_k=args.top_k, exclude_seen=exclude_seen, item_chunk=args.item_chunk,
+        ranking = RankingOptions(top_k=args.top_k, exclude_seen=args.exclude_seen, item_chunk=args.item_chunk,
                                  precision=scan_precision(args.precision, device), explain=args.explain,
                                  batch_size=args.batch_size)
         ray = RayOptions(args.workers, args.cpus_per_worker, args.ray_address, args.chunk_users)
@@ -245,7 +229,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--top-k", type=int, default=10, help="items per user (default 10)")
     p.add_argument("--exclude-seen", action=argparse.BooleanOptionalAction, default=True,
                    help="leave out items already in the user's history (default: yes)")
-    p.add_argument("--include-seen", action="store_true", help=argparse.SUPPRESS)  # deprecated --no-exclude-seen
+    add_old_flag(p, "--include-seen", "--no-exclude-seen", dest="exclude_seen", nargs=0, const=False)
     p.add_argument("--explain", action="store_true", help="add 'because you watched' columns (slower)")
     p.add_argument("--batch-size", type=int, default=256, help="users per forward pass (default 256)")
     p.add_argument("--users", help="file with one user id per line: score only these users")
@@ -278,15 +262,9 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     interrupt_on_sigterm()
-    try:
+    with exit_on_error(args.output, not_written=True, interrupted=f"the users scored so far are kept in "
+                       f"{args.output}.parts/; rerun the same command to resume, or add --fresh to start over"):
         run(ScoreJob.from_args(args))
-    except KeyboardInterrupt:
-        sys.exit(f"interrupted: the users scored so far are kept in {args.output}.parts/; rerun the same command "
-                 "to resume, or add --fresh to start over")
-    except (ValueError, FileNotFoundError) as err:
-        sys.exit(f"error: {err}")
-    except OSError as err:  # an unwritable folder, a full disk
-        sys.exit(f"error: {describe_os_error(err, args.output)}; nothing was written to {args.output}")
 
 
 def _check_output(path: Path) -> None:

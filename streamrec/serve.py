@@ -25,6 +25,7 @@ import argparse
 import sys
 from typing import Any
 
+from core.runtime.deprecation import rename_old
 from core.runtime.serve import (
     BatchedAPI,
     Field,
@@ -35,8 +36,7 @@ from core.runtime.serve import (
     serve_parser,
     threads_per_worker,
 )
-from streamrec.api import Recommender
-from streamrec.ranking.batch import renamed
+from streamrec.api import OLD_NAMES, Recommender
 
 MAX_TOP_K = 1000
 MAX_HISTORY = 10_000  # items per history; only the last max_len reach the model, the rest only filter seen items
@@ -57,13 +57,7 @@ def request_fields(num_items: int) -> dict[str, Field]:
 
 def renamed_fields(payload: object) -> object:
     """The request with the deprecated field `k` renamed `top_k`, and a DeprecationWarning."""
-    if not isinstance(payload, dict) or "k" not in payload:
-        return payload
-    if "top_k" in payload:
-        raise RequestError("`k` is the old name of `top_k`; send only `top_k`")
-    payload = dict(payload)
-    payload["top_k"] = renamed("k", payload.pop("k"), "top_k", None)
-    return payload
+    return rename_old(dict(payload), OLD_NAMES, RequestError) if isinstance(payload, dict) else payload
 
 
 class StreamRecAPI(BatchedAPI):
@@ -71,9 +65,7 @@ class StreamRecAPI(BatchedAPI):
 
     Args:
         ckpt: the checkpoint (loaded in each worker process by `setup`).
-        threads: torch threads per worker (0: PyTorch's default).
-        max_batch_size: the most requests answered together.
-        batch_timeout: seconds to wait for a batch to fill.
+        threads, max_batch_size, batch_timeout: as in `core.runtime.serve.BatchedAPI`.
     """
 
     def __init__(self, ckpt: str, threads: int = 0, max_batch_size: int = 1, batch_timeout: float = 0.0):

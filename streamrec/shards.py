@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import sys
 from collections.abc import Iterable
 from datetime import datetime, timezone
 from importlib import metadata
@@ -27,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from core.runtime.atomic import atomic_path
-from core.runtime.errors import InputError
+from core.runtime.errors import InputError, exit_on_error
 
 PROVENANCE_KEY = b"streamrec.provenance"
 VARYING = ("created", "shard")  # the provenance fields shards of one run may differ in
@@ -176,12 +175,8 @@ def main(argv: list[str] | None = None) -> None:
     m.add_argument("folder", help="folder holding the N shard files (.parquet) of one run")
     m.add_argument("--output", required=True, help="the merged .parquet file (written atomically)")
     args = p.parse_args(argv)
-    try:
+    with exit_on_error(args.output, not_written=True):
         rows = merge(args.folder, args.output)
-    except (ValueError, FileNotFoundError) as err:
-        sys.exit(f"error: {err}")
-    except OSError as err:
-        sys.exit(f"error: {err}; nothing was written to {args.output}")
     print(f"merged {rows} rows into {args.output}")
 
 

@@ -1,19 +1,18 @@
 """`python -m streamrec tune --config CONFIG.yaml --budget 30 --out runs/tune_NAME`: a validation-only search.
 
-Optuna's TPE sampler proposes learning rate, weight decay, dropout, d_model, max_len and loss
-(`--params` picks a subset); each trial trains with `fit`'s data and model settings plus the
-proposal, early-stops on validation NDCG@10 (and stops at the config's `trainer.max_time`, a
-per-trial time cap), and is pruned (median rule) when its validation
-NDCG@10 after an epoch falls below the median of earlier trials at that epoch. The study lives
-in SQLite (`OUT/study.db`): stopping the search and running the same command again resumes it;
-a trial cut off mid-way is run again first. `--budget` counts finished trials (`30`) or time
+Optuna's TPE sampler proposes learning rate, weight decay, dropout, d_model, max_len and loss (`--params`
+picks a subset); each trial trains with `fit`'s data and model settings plus the proposal, early-stops on
+validation NDCG@10 (and stops at the config's `trainer.max_time`, a per-trial time cap), and is pruned
+(median rule) when its validation NDCG@10 after an epoch falls below the median of earlier trials at that
+epoch. The study lives in SQLite (`OUT/study.db`): stopping the search and running the same command again
+resumes it; a trial cut off mid-way is run again first. `--budget` counts finished trials (`30`) or time
 (`90m`, `2h`). The first trial of a new study trains the config's own values (where they lie in the
 space), so the search starts from what `fit` would have trained.
 
-It never reads the test split: trials call `fit` and validation only, and the objective is the
-best validation NDCG@10 (`tests/streamrec/test_tune.py` proves it with a log whose test items
-differ). Outputs in OUT: `best.yaml` (the config, with the command line's overrides and the winning values:
-`python -m streamrec fit --config OUT/best.yaml`), `best.ckpt` (the best trial's best epoch: `test --ckpt_path` it),
+It never reads the test split: trials call `fit` and validation only, and the objective is the best
+validation NDCG@10 (`tests/streamrec/test_tune.py` proves it with a log whose test items differ). Outputs in
+OUT: `best.yaml` (the config, with the command line's overrides and the winning values: `python -m streamrec
+fit --config OUT/best.yaml`), `best.ckpt` (the best trial's best epoch: `test --ckpt_path` it),
 `trials.csv`, `trials.png`, and a table of the best trials.
 """
 
@@ -40,22 +39,20 @@ import yaml
 
 from core.runtime.atomic import atomic_path
 from core.runtime.cli import BASE, config_chain
-from core.runtime.errors import InputError, describe_os_error
+from core.runtime.errors import InputError, exit_on_error
 from core.runtime.lock import OutputLock
 from streamrec.lightning_cli import build_cli
 
 METRIC = "val_ndcg@10"
 STUDY_NAME = "streamrec"
 PARAMS = ("lr", "weight_decay", "dropout", "d_model", "max_len", "loss")
-# Where each searched value goes in the config (section, key).
-CONFIG_KEYS = {"lr": ("model", "lr"), "weight_decay": ("model", "weight_decay"), "dropout": ("model", "dropout"),
-               "d_model": ("model", "d_model"), "max_len": ("data", "max_len"), "loss": ("model", "loss")}
+CONFIG_KEYS = {name: ("data" if name == "max_len" else "model", name) for name in PARAMS}  # (section, key)
 D_MODELS = (32, 64, 128)
 MAX_LENS = (20, 50, 100, 200)
 LOSSES = ("full", "gbce")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Budget:
     """How long the search runs: `trials` finished trials in the study, or `seconds` of this invocation."""
 
@@ -78,21 +75,54 @@ class Budget:
         return f"{self.trials} trials" if self.trials else f"{self.seconds / 60:g} minutes"
 
 
-def suggest(trial, params: tuple[str, ...], n_heads: int) -> dict[str, Any]:
-    """The trial's proposal for each searched parameter."""
-    space = {
-        "lr": lambda: trial.suggest_float("lr", *RANGES["lr"], log=True),
-        "weight_decay": lambda: trial.suggest_float("weight_decay", *RANGES["weight_decay"], log=True),
-        "dropout": lambda: trial.suggest_float("dropout", *RANGES["dropout"]),
-        "d_model": lambda: trial.suggest_categorical("d_model", [d for d in D_MODELS if d % n_heads == 0]),
-        "max_len": lambda: trial.suggest_categorical("max_len", list(MAX_LENS)),
-        "loss": lambda: trial.suggest_categorical("loss", list(LOSSES)),
-    }
-    return {name: space[name]() for name in params}
+@dataclass(frozen=True)
+class TuneOptions:
+    """One search: tune's flags (`--help`) as `parse_args` reads them."""
+
+    config: tuple[str, ...]  # fit's --config files, each after the files it builds on (`base: FILE`)
+    overrides: tuple[str, ...]  # fit's other --section.key arguments, given to every trial
+    out: Path
+    budget: Budget = Budget(trials=20)
+    params: tuple[str, ...] = PARAMS
+    max_epochs: int | None = None
+    patience: int = 10
+    startup_trials: int = 5
+    seed: int = 0
+
+    @property
+    def config_args(self) -> list[str]:
+        """fit's command line: the --config files, then the overrides."""
+        return [a for name in self.config for a in ("--config", name)] + list(self.overrides)
+
+    def trial_dir(self, number: int) -> Path:
+        """Where a running trial keeps its best epoch's weights until `keep_if_best` moves or deletes them."""
+        return self.out / "trials" / str(number)
+
+    def fingerprint(self) -> str:
+        """What makes two runs one study: the configs' text, the overrides, the space and the trial rules."""
+        h = hashlib.sha256()
+        for name in self.config:
+            h.update(Path(name).read_bytes())
+        h.update(json.dumps([self.overrides, self.params, self.max_epochs, self.patience, self.startup_trials,
+                             self.seed, D_MODELS, MAX_LENS, LOSSES]).encode())
+        return h.hexdigest()[:16]
 
 
 RANGES = {"lr": (1e-4, 3e-2), "weight_decay": (1e-4, 1.0), "dropout": (0.0, 0.7)}
+LOG_SCALE = ("lr", "weight_decay")
 CHOICES = {"d_model": D_MODELS, "max_len": MAX_LENS, "loss": LOSSES}
+
+
+def suggest(trial, params: tuple[str, ...], n_heads: int) -> dict[str, Any]:
+    """The trial's proposal for each searched parameter (d_model: only the widths that `n_heads` divides)."""
+    values = {}
+    for name in params:
+        if name in RANGES:
+            values[name] = trial.suggest_float(name, *RANGES[name], log=name in LOG_SCALE)
+        else:
+            values[name] = trial.suggest_categorical(name, [c for c in CHOICES[name]
+                                                            if name != "d_model" or c % n_heads == 0])
+    return values
 
 
 def starting_point(config: dict[str, Any], params: tuple[str, ...]) -> dict[str, Any]:
@@ -121,7 +151,7 @@ def overrides(values: dict[str, Any]) -> list[str]:
     return out
 
 
-def best_config(config_files: list[str], values: dict[str, Any], header: str,
+def best_config(config_files: Sequence[str], values: dict[str, Any], header: str,
                 command_line: Sequence[str] = ()) -> str:
     """The user's config (files merged, later wins, then tune's --section.key overrides) with the winning values.
 
@@ -215,22 +245,21 @@ def _callbacks(trial, patience: int, progress):
     return report, [stop, report]
 
 
-def run_trial(trial, args: argparse.Namespace, progress) -> float:
+def run_trial(trial, options: TuneOptions, n_heads: int, progress) -> float:
     """Train one proposal with `fit`'s settings; the best validation NDCG@10 over its epochs."""
     import lightning as L
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    values = suggest(trial, args.params, args.n_heads)
-    cli = build_cli([*args.config_args, *overrides(values)], run=False)
+    values = suggest(trial, options.params, n_heads)
+    cli = build_cli([*options.config_args, *overrides(values)], run=False)
     base = cli.config["trainer"]
-    report, callbacks = _callbacks(trial, args.patience, progress)
-    keep = ModelCheckpoint(dirpath=trial_dir(args, trial.number), filename="best", monitor=METRIC, mode="max",
+    report, callbacks = _callbacks(trial, options.patience, progress)
+    keep = ModelCheckpoint(dirpath=options.trial_dir(trial.number), filename="best", monitor=METRIC, mode="max",
                            save_weights_only=True, enable_version_counter=False)
     trainer = L.Trainer(
-        max_epochs=args.max_epochs or base.max_epochs or 100, max_time=base.max_time, accelerator=base.accelerator,
-        devices=1,
-        precision=cli.trainer.precision, callbacks=[*callbacks, keep], logger=False,
-        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+        max_epochs=options.max_epochs or base.max_epochs or 100, max_time=base.max_time,
+        accelerator=base.accelerator, devices=1, precision=cli.trainer.precision, callbacks=[*callbacks, keep],
+        logger=False, enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
         limit_train_batches=base.limit_train_batches, limit_val_batches=base.limit_val_batches,
     )
     start = time.perf_counter()
@@ -249,19 +278,14 @@ def run_trial(trial, args: argparse.Namespace, progress) -> float:
 # ----------------------------------------------------------------------------- outputs
 
 
-def trial_dir(args: argparse.Namespace, number: int) -> Path:
-    """Where a running trial keeps its best epoch's weights until `keep_if_best` moves or deletes them."""
-    return args.out / "trials" / str(number)
-
-
-def keep_if_best(study, trial, args: argparse.Namespace) -> None:
-    """The best trial's weights become OUT/best.ckpt (test them without training again); others are deleted."""
+def keep_if_best(study, trial, out: Path, folder: Path) -> None:
+    """The best trial's weights (in `folder`) become OUT/best.ckpt (test them without training again); others are
+    deleted."""
     import optuna
 
-    folder = trial_dir(args, trial.number)
     ckpt = folder / "best.ckpt"
     if trial.state == optuna.trial.TrialState.COMPLETE and study.best_trial.number == trial.number and ckpt.is_file():
-        os.replace(ckpt, args.out / "best.ckpt")  # one rename on the same disk: never half-written
+        os.replace(ckpt, out / "best.ckpt")  # one rename on the same disk: never half-written
     shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -337,7 +361,7 @@ def _fmt(value: Any) -> str:
 # ----------------------------------------------------------------------------- the search
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None) -> TuneOptions:
     p = argparse.ArgumentParser(
         prog="python -m streamrec tune", description=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -359,8 +383,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--startup-trials", type=int, default=5,
                    help="trials before TPE and the pruner act; random proposals until then (default 5)")
     p.add_argument("--seed", type=int, default=0, help="the sampler's seed (default 0)")
-    args, args.overrides = p.parse_known_args(argv)
-    for arg in args.overrides:
+    args, rest = p.parse_known_args(argv)
+    for arg in rest:
         if arg.startswith("-") and not arg.startswith(("--data.", "--model.", "--trainer.", "--seed_everything")):
             p.error(f"unknown option {arg.split('=')[0]}; tune's own options are listed by --help, and fit's "
                     "go as --data.KEY, --model.KEY or --trainer.KEY")
@@ -371,41 +395,30 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if not Path(name).is_file():
             p.error(f"--config {name}: no such file")
     try:  # each file after its bases (`base: FILE`): best.yaml and the study's fingerprint hold them too
-        args.config = [path for name in args.config for path in config_chain(name)]
+        config = tuple(path for name in args.config for path in config_chain(name))
     except InputError as err:
         p.error(str(err))
-    args.params = tuple(dict.fromkeys(args.params))
-    args.config_args = [a for name in args.config for a in ("--config", name)] + args.overrides
-    return args
+    return TuneOptions(config, tuple(rest), args.out, args.budget, tuple(dict.fromkeys(args.params)),
+                       args.max_epochs, args.patience, args.startup_trials, args.seed)
 
 
-def fingerprint(args: argparse.Namespace) -> str:
-    """What makes two runs one study: the configs' text, the overrides, the space and the trial rules."""
-    h = hashlib.sha256()
-    for name in args.config:
-        h.update(Path(name).read_bytes())
-    h.update(json.dumps([args.overrides, args.params, args.max_epochs, args.patience, args.startup_trials,
-                         args.seed, D_MODELS, MAX_LENS, LOSSES]).encode())
-    return h.hexdigest()[:16]
-
-
-def open_study(args: argparse.Namespace, start: dict[str, Any]):
+def open_study(options: TuneOptions, start: dict[str, Any]):
     """The study in OUT/study.db; a new one gets `start` (the config's values) as its first trial."""
     import optuna
 
-    storage = f"sqlite:///{(args.out / 'study.db').resolve()}"
-    sampler = optuna.samplers.TPESampler(seed=args.seed, n_startup_trials=args.startup_trials)
-    pruner = optuna.pruners.MedianPruner(n_startup_trials=args.startup_trials, n_warmup_steps=2)
+    storage = f"sqlite:///{(options.out / 'study.db').resolve()}"
+    sampler = optuna.samplers.TPESampler(seed=options.seed, n_startup_trials=options.startup_trials)
+    pruner = optuna.pruners.MedianPruner(n_startup_trials=options.startup_trials, n_warmup_steps=2)
     study = optuna.create_study(study_name=STUDY_NAME, storage=storage, direction="maximize", sampler=sampler,
                                 pruner=pruner, load_if_exists=True)
     stored = study.user_attrs.get("fingerprint")
     if stored is None:
-        study.set_user_attr("fingerprint", fingerprint(args))
+        study.set_user_attr("fingerprint", options.fingerprint())
         study.set_user_attr("command", " ".join(sys.argv))
         if start and not study.trials:
             study.enqueue_trial(start)
-    elif stored != fingerprint(args):
-        raise InputError(f"{args.out / 'study.db'} holds a search with other settings "
+    elif stored != options.fingerprint():
+        raise InputError(f"{options.out / 'study.db'} holds a search with other settings "
                          f"({study.user_attrs.get('command', 'another command')}); pass another --out, "
                          "or delete the folder to start over")
     # The lock on OUT guarantees no other tuner is running: a RUNNING trial was cut off. Run it again first.
@@ -422,7 +435,7 @@ def finished(study) -> int:
                                                         optuna.trial.TrialState.PRUNED)))
 
 
-def search(args: argparse.Namespace) -> None:
+def search(options: TuneOptions) -> None:
     import optuna
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -431,20 +444,20 @@ def search(args: argparse.Namespace) -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
     for message in (".*does not have many workers.*", ".*args parameter is intended.*", ".*LeafSpec.*"):
         warnings.filterwarnings("ignore", message)
-    base = build_cli(args.config_args, run=False)  # a wrong key or file fails here, in one line, before any trial
+    base = build_cli(options.config_args, run=False)  # a wrong key or file fails here, in one line, before any trial
     if 10 not in base.model.hparams.ks:
         raise InputError(f"tune maximises {METRIC}; keep 10 in model.ks (got {list(base.model.hparams.ks)})")
-    args.n_heads = base.model.hparams.n_heads
     hp = base.model.hparams
     start = starting_point({"lr": hp.lr, "weight_decay": hp.weight_decay, "dropout": hp.dropout, "d_model": hp.d_model,
-                            "loss": hp.loss, "max_len": base.datamodule.max_len}, args.params)
+                            "loss": hp.loss, "max_len": base.datamodule.max_len}, options.params)
     del base
-    study = open_study(args, start)
+    study = open_study(options, start)
     done_before = finished(study)
-    n_trials = None if args.budget.trials is None else max(0, args.budget.trials - done_before)
-    print(f"tune: {METRIC} on the validation split over {', '.join(args.params)}; budget {args.budget} "
-          f"({done_before} trials already in {args.out / 'study.db'}); the test split is never read", file=sys.stderr)
-    total = n_trials if n_trials is not None else args.budget.seconds
+    n_trials = None if options.budget.trials is None else max(0, options.budget.trials - done_before)
+    print(f"tune: {METRIC} on the validation split over {', '.join(options.params)}; budget {options.budget} "
+          f"({done_before} trials already in {options.out / 'study.db'}); the test split is never read",
+          file=sys.stderr)
+    total = n_trials if n_trials is not None else options.budget.seconds
     from rich.console import Console
 
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 140)
@@ -458,7 +471,7 @@ def search(args: argparse.Namespace) -> None:
                                                   {"completed": min(total, time.monotonic() - start)}))
 
         def after_trial(study, trial) -> None:
-            keep_if_best(study, trial, args)
+            keep_if_best(study, trial, options.out, options.trial_dir(trial.number))
             if n_trials is not None:
                 bar.advance(task)
             if trial.state == optuna.trial.TrialState.FAIL:
@@ -468,65 +481,58 @@ def search(args: argparse.Namespace) -> None:
             what = (f"{value:.4f} at epoch {trial.user_attrs.get('best_epoch')}/{trial.user_attrs.get('epochs')}"
                     if trial.state == optuna.trial.TrialState.COMPLETE
                     else f"pruned after epoch {len(reported)} ({value:.4f})")
-            best = study.best_trial if finished(study) and any(
-                t.state == optuna.trial.TrialState.COMPLETE for t in study.trials) else None
+            best = study.best_trial if any(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials) else None
             bar.console.print(f"trial {trial.number}: {METRIC} {what} in {trial.user_attrs.get('minutes', 0):.1f} min; "
                               + ", ".join(f"{k} {_fmt(v)}" for k, v in trial.params.items())
                               + (f" | best {best.value:.4f} (trial {best.number})" if best else ""))
 
         def objective(trial) -> float:
             try:
-                return run_trial(trial, args, progress)
+                return run_trial(trial, options, hp.n_heads, progress)
             except BaseException:
                 # Optuna calls no callback (keep_if_best) for a trial that fails, so its weights go here (a
                 # pruned one's would go there anyway). One cut off by Ctrl-C is run again from the start under
                 # a new number: its weights are no use either.
-                shutil.rmtree(trial_dir(args, trial.number), ignore_errors=True)
+                shutil.rmtree(options.trial_dir(trial.number), ignore_errors=True)
                 raise
 
         if n_trials != 0:
-            study.optimize(objective, n_trials=n_trials, timeout=args.budget.seconds, callbacks=[after_trial],
+            study.optimize(objective, n_trials=n_trials, timeout=options.budget.seconds, callbacks=[after_trial],
                            catch=())
-    write_outputs(study, args)
+    write_outputs(study, options)
 
 
-def write_outputs(study, args: argparse.Namespace) -> None:
+def write_outputs(study, options: TuneOptions) -> None:
     import optuna
 
     rows = _trial_rows(study)
     if not rows:
         print("tune: no trial finished; nothing written", file=sys.stderr)
         return
-    write_table(rows, args.out / "trials.csv", args.params)
-    plot_trials(rows, args.out / "trials.png")
-    print_table(rows, args.params)
+    write_table(rows, options.out / "trials.csv", options.params)
+    plot_trials(rows, options.out / "trials.png")
+    print_table(rows, options.params)
     complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     if not complete:
         print("tune: every trial was pruned; no best.yaml", file=sys.stderr)
         return
-    best = study.best_trial
-    header = (f"Written by `python -m streamrec tune` (study {args.out / 'study.db'}): trial {best.number} of "
+    best, out = study.best_trial, options.out
+    header = (f"Written by `python -m streamrec tune` (study {out / 'study.db'}): trial {best.number} of "
               f"{len(rows)},\n{METRIC} {best.value:.4f} at epoch {best.user_attrs.get('best_epoch')} on the "
-              f"validation split; the test split was not read.\nIts weights: {args.out / 'best.ckpt'} (python -m "
-              f"streamrec test --config {args.out / 'best.yaml'} --ckpt_path {args.out / 'best.ckpt'}).\nTrain it "
-              f"again: python -m streamrec fit --config {args.out / 'best.yaml'}")
-    with atomic_path(args.out / "best.yaml") as tmp:
-        tmp.write_text(best_config(args.config, best.params, header, args.overrides), encoding="utf-8")
+              f"validation split; the test split was not read.\nIts weights: {out / 'best.ckpt'} (python -m "
+              f"streamrec test --config {out / 'best.yaml'} --ckpt_path {out / 'best.ckpt'}).\nTrain it "
+              f"again: python -m streamrec fit --config {out / 'best.yaml'}")
+    with atomic_path(out / "best.yaml") as tmp:
+        tmp.write_text(best_config(options.config, best.params, header, options.overrides), encoding="utf-8")
     print(f"tune: best {METRIC} {best.value:.4f} (trial {best.number}: "
           + ", ".join(f"{k} {_fmt(v)}" for k, v in best.params.items())
-          + f"); config {args.out / 'best.yaml'}, table {args.out / 'trials.csv'}, plot {args.out / 'trials.png'}")
+          + f"); config {out / 'best.yaml'}, table {out / 'trials.csv'}, plot {out / 'trials.png'}")
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    try:
-        args.out.mkdir(parents=True, exist_ok=True)
-        with OutputLock(args.out, "tune"):
-            search(args)
-    except KeyboardInterrupt:
-        sys.exit(f"interrupted: the study in {args.out / 'study.db'} keeps every finished trial; "
-                 "run the same command to go on")
-    except (ValueError, FileNotFoundError) as err:
-        sys.exit(f"error: {err}")
-    except OSError as err:
-        sys.exit(f"error: {describe_os_error(err)}")
+    options = parse_args(argv)
+    with exit_on_error(interrupted=f"the study in {options.out / 'study.db'} keeps every finished trial; run the "
+                                   "same command to go on"):
+        options.out.mkdir(parents=True, exist_ok=True)
+        with OutputLock(options.out, "tune"):
+            search(options)

@@ -67,7 +67,7 @@ def test_a_data_set_on_its_base_is_the_full_yaml_it_replaced(app, name, tmp_path
 def test_tune_merges_the_base_into_best_yaml(tmp_path, capsys):
     beauty = REPO / "configs" / "streamrec" / "beauty.yaml"
     args = tune.parse_args(["--config", str(beauty), "--out", str(tmp_path)])
-    assert args.config == [str(beauty.with_name("base.yaml")), str(beauty)]
+    assert args.config == (str(beauty.with_name("base.yaml")), str(beauty))
     best = tmp_path / "best.yaml"  # in another folder, as tune writes it: it must name no base
     best.write_text(tune.best_config(args.config, {}, "header"), encoding="utf-8")
     assert _printed("streamrec", best, capsys) == _printed("streamrec", beauty, capsys)

@@ -57,7 +57,7 @@ def test_shared_names_keep_one_order(cls: type) -> None:
 
 
 # One name per concept in function parameters too: an old spelling lives on only as a deprecated alias,
-# which `translate.search.options.accepts_old_names` keeps out of the signature.
+# which `core.runtime.deprecation.renamed_keywords` keeps out of the signature.
 TRANSLATE_PROGRAMS = ("translate.api", "translate.export", "translate.infer", "translate.serve",
                       "translate.search.decoding", "translate.search.options", "translate.model.module")
 
@@ -100,7 +100,7 @@ STREAMREC_OLD_NAMES = {"k": "top_k", "include_seen": "exclude_seen", "filter_see
 
 @pytest.mark.parametrize("name", STREAMREC_MODULES)
 def test_streamrec_functions_use_one_name_per_concept(name: str) -> None:
-    """An old name lives on only as a deprecated alias: keyword-only, default None (`ranking.batch.renamed`)."""
+    """An old name lives on only as a deprecated alias: keyword-only, default None (`core.runtime.deprecation`)."""
     module = importlib.import_module(name)
     old = [f"{fn}({p.name})" for fn, f in _functions(module)
            for p in inspect.signature(getattr(f, "__func__", f)).parameters.values()

@@ -9,12 +9,9 @@
 
 Sentences are translated each on its own (batched longest first, returned in input order); a blank
 sentence gives "". `translate_iter` does the same for an iterable of any length, a chunk of lines at
-a time, so its memory does not grow with the input. Every program translates through here with one
-`translate.search.options.SearchOptions`: `python -m translate.infer` (`Translator.translate_ids`), the
-server (`translate_with`); `python -m translate predict` runs the same `translate.search.decoding.search`
-in `TranslationModule.predict_step`. Checkpoints are read by `core.runtime.checkpoint.load_module`
-(restricted unpickler: no code in them runs), and the vocabularies come from the checkpoint itself
-(`translate.model.module.vocabs_from_checkpoint`): no other file is read.
+a time, so its memory does not grow with the input. `python -m translate.infer` and the server translate
+through here, with one `translate.search.options.SearchOptions`. The vocabularies come from the checkpoint
+itself: no other file is read.
 
 Legend: B sentences, S source length, V target vocabulary.
 """

@@ -3,24 +3,18 @@
     python -m translate.average --ckpts A.ckpt B.ckpt C.ckpt --output avg.ckpt
     python -m translate.average --dir runs/NAME/checkpoints --last 5 --output avg.ckpt
 
-The output is the last input checkpoint (by training step with `--dir`, the last listed with
-`--ckpts`) with its `state_dict` replaced by the element-wise mean of all inputs' weights
-(floating-point tensors averaged in float64 and cast back; other tensors must be equal) and
-its optimizer and scheduler state removed. `python -m translate validate|test --ckpt_path` and
-`python -m translate.infer --ckpt` accept it; resuming `fit` from it does not work (no
-optimizer state). The inputs must share weight names, shapes and vocabularies.
-
-`--dir D --last N` averages the N checkpoints of D with the highest training step; files
-holding the same step (e.g. `last.ckpt` and the newest epoch file) count once, and earlier
-averages (they carry the key `averaged_from`) are skipped. Keep several checkpoints with
-`ModelCheckpoint(save_top_k=N)` or `every_n_epochs`.
+The output is the last input checkpoint (by training step with `--dir`, the last listed with `--ckpts`)
+with its `state_dict` replaced by the element-wise mean of all inputs' weights (floating-point tensors
+averaged in float64; other tensors must be equal) and no optimizer state: `validate`, `test` and
+`translate.infer` take it, resuming `fit` from it does not work. The inputs must share weight names,
+shapes and vocabularies. `--dir D --last N` averages the N checkpoints of D with the highest training step;
+files holding the same step count once, and earlier averages (key `averaged_from`) are skipped.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,7 +23,7 @@ import torch
 
 from core.runtime.atomic import atomic_path, stale_temporaries
 from core.runtime.checkpoint import read_checkpoint_file
-from core.runtime.errors import InputError, describe_os_error
+from core.runtime.errors import InputError, exit_on_error
 from core.runtime.lock import OutputLock, interrupt_on_sigterm
 
 log = logging.getLogger("translate.average")
@@ -144,7 +138,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     interrupt_on_sigterm()
-    try:
+    with exit_on_error(args.output, not_written=True, interrupted=f"nothing was written to {args.output}"):
         if args.last < 1:
             raise InputError(f"--last must be >= 1, got {args.last}")
         output = Path(args.output)
@@ -156,12 +150,6 @@ def main(argv: list[str] | None = None) -> None:
                 tmp.unlink()
             paths = args.ckpts if args.ckpts else latest_checkpoints(args.dir, args.last)
             save_atomic(average_checkpoints(paths), output)
-    except KeyboardInterrupt:
-        sys.exit(f"interrupted: nothing was written to {args.output}")
-    except (ValueError, FileNotFoundError) as err:
-        sys.exit(f"error: {err}")
-    except OSError as err:  # an unwritable folder, a full disk
-        sys.exit(f"error: {describe_os_error(err, args.output)}; {args.output} was not written")
     log.info("averaged %d checkpoints into %s: %s", len(paths), args.output, ", ".join(map(str, paths)))
 
 

@@ -15,10 +15,8 @@ cannot import a package's `__main__` module.
 
 from __future__ import annotations
 
-import sys
-
 from core.runtime.cli import AppCLI, OneLineErrorParser
-from core.runtime.errors import describe_os_error
+from core.runtime.errors import exit_on_error
 from core.runtime.logs import log_info_to_stderr
 from translate.data.corpus import TranslationDataModule
 from translate.model.module import TranslationModule
@@ -48,14 +46,10 @@ class TranslateCLI(AppCLI):
 def main(args: list[str] | None = None) -> TranslateCLI:
     """Run the CLI; a user's mistake (bad file, bad value) ends with one line, not a traceback."""
     log_info_to_stderr("translate")  # data counts (skipped blank pairs, length filters), vocabulary cache
-    try:
+    with exit_on_error():  # also an unwritable run folder, a full disk while saving a checkpoint
         return TranslateCLI(
             TranslationModule, TranslationDataModule,
             parser_kwargs={"parser_mode": "omegaconf+", "prog": "python -m translate"},
             parser_class=OneLineErrorParser, save_config_kwargs={"overwrite": True}, args=args,
         )
-    except (ValueError, FileNotFoundError) as err:
-        sys.exit(f"error: {err}")
-    except OSError as err:  # an unwritable run folder, a full disk while saving a checkpoint
-        sys.exit(f"error: {describe_os_error(err)}")
 

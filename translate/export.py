@@ -1,19 +1,14 @@
-"""Export a trained translator: safetensors weights, or a CTranslate2 model.
+"""Export a trained translator: safetensors weights, or a CTranslate2 model (docs/export.md).
 
     python -m translate.export --ckpt CKPT --format safetensors --output DIR
     python -m translate.export --ckpt CKPT --format ctranslate2 --output DIR [--quantization int8]
 
-`safetensors` writes DIR/model.safetensors, DIR/config.json (the module's hyper-parameters and the names
-of the vocabulary files) and the sentencepiece models (DIR/src.model, and DIR/tgt.model when the target
-vocabulary differs); `translate.Translator.load(DIR)` reads it back without pickle (`core.runtime.export`).
-
-`ctranslate2` converts the network to CTranslate2's `TransformerSpec` (`ctranslate2.Translator(DIR)`
-runs it) and copies the sentencepiece models beside it: CTranslate2 reads and writes pieces, so tokenise
-with src.model and detokenise with tgt.model (`translate_pieces` does both). It needs `ctranslate2`
-(`pip install -e ".[export]"`). Mapped: pre-LN or post-LN, fused QKV and KV projections, tied or separate
-embeddings (scaled by sqrt(D)), sinusoidal or learned (or no) positions as a table, final LayerNorm
-(pre-LN), ReLU / GELU / SwiGLU. Not mapped, refused by name: RoPE, ALiBi and grouped-query attention.
-`--quantization int8` stores int8 weights (CTranslate2's own quantisation, not `core.runtime.precision`'s).
+`safetensors` writes DIR/model.safetensors, DIR/config.json and the sentencepiece models (DIR/src.model, and
+DIR/tgt.model when the target vocabulary differs); `translate.Translator.load(DIR)` reads it back without
+pickle (`core.runtime.export`). `ctranslate2` converts the network to CTranslate2's `TransformerSpec` and
+copies the sentencepiece models beside it: CTranslate2 reads and writes pieces (`translate_pieces` does
+both). It needs the `export` extra (`pip install -e ".[export]"`). RoPE, ALiBi and grouped-query attention
+have no CTranslate2 form and are refused by name; `--quantization int8` is CTranslate2's own quantisation.
 
 Legend: S source length, V vocabulary, D model width, F feed-forward width.
 """

@@ -4,38 +4,14 @@
         [--max-len-a 1.5] [--max-len-b 10] [--batch-size 64] [--n-best N] [--alignments out.jsonl]
         [--html report.html] [--chunk-lines 2000] [--device auto] [--dtype float32|bfloat16|int8]
 
-Exactly one output line per input line, in input order; an empty (or blank) input line gives
-an empty output line. With `--n-best N` (N > 1) each output line holds the N best translations,
-best first, separated by tabs, so line counts still match. `--beam-size 1` runs greedy search,
-which gives the same output as a beam of width 1 (tested). The old spellings `--beam` and
-`--nbest` still work, with a deprecation warning.
-
-Input is streamed: it is read in chunks of `--chunk-lines` lines (default 2,000; a chunk also ends
-after 16 MiB of text); inside a chunk sentences are sorted by length so that batches hold similar
-lengths, translated, put back in order, written and flushed before the next chunk is read, so
-memory does not grow with the input (`benchmarks/translate_stream_memory.py`) and the output equals
-that of one chunk holding the whole file (tested). Sources longer than the model's `max_len`
-subwords are truncated, with a warning naming the line. With `-o` the output appears in one
-rename at the end (never half-written); likewise `--alignments` and `--html`. An output path
-that is a folder or in a missing folder is an error before any work; a symbolic link is written
-through; a FIFO or device (`/dev/stdout`) is written directly. One run at a time writes an `-o`
-file: a second exits at once naming the holder of `OUTPUT.lock`. Input with a NUL byte (a binary
-file) is refused naming the line; a failure or an interruption (Ctrl-C, SIGTERM) leaves no
-temporary file and earlier outputs untouched.
-
-`--alignments FILE` writes one JSON line per input line ({"src_words", "tgt_words", "matrix",
-"alignment"}, see `translate.search.align`) for the best translation; `--html FILE` a self-contained
-page of heatmaps for the first `--html-max` non-empty lines. Progress goes to stderr when it
-is a terminal or with `--progress`.
-
-Several checkpoints (`--ckpt A B ...`) translate as an ensemble (`translate.search.ensemble`): each step
-scores the mean of their probabilities; they must share the vocabularies, and alignments come from
-the first.
-
-The vocabularies come from the checkpoint (`translate.model.module.vocabs_from_checkpoint`); no other
-file is read. Checkpoints are read with PyTorch's restricted unpickler (`core.runtime.checkpoint`): one
-that would run code is refused. This script is a client of the Python API (`translate.api.Translator`),
-which translates lists of sentences from Python.
+Exactly one output line per input line, in input order; a blank input line gives an empty output line,
+and `--n-best N` puts the N best translations on one line, tab-separated. The input is read, sorted by
+length and translated a chunk of `--chunk-lines` at a time, so memory does not grow with the input and the
+output equals that of one chunk holding the whole file. Sources longer than the model's `max_len` subwords
+are truncated, with a warning naming the line. `-o`, `--alignments` and `--html` appear in one rename at the
+end, never half-written; one run at a time writes an `-o` file (`OUTPUT.lock`). Several checkpoints
+translate as an ensemble (the mean of their probabilities; alignments come from the first). The old
+spellings `--beam` and `--nbest` still work, with a deprecation warning. See docs/translate.md.
 """
 
 from __future__ import annotations
@@ -52,11 +28,12 @@ from typing import IO
 import torch
 
 from core.runtime.atomic import atomic_path, stale_temporaries
+from core.runtime.deprecation import add_old_flag
 from core.runtime.errors import InputError, check_text, describe_os_error
 from core.runtime.lock import OutputLock, interrupt_on_sigterm
 from translate.api import CHUNK_LINES, DTYPES, INT8, MAX_TRUNCATION_WARNINGS, Translator, format_line
 from translate.search.align import DEFAULT_LAYER, Layer, WordAlignment, write_html
-from translate.search.options import OLD_NAMES, SearchOptions, warn_renamed
+from translate.search.options import OLD_NAMES, SearchOptions
 
 log = logging.getLogger("translate.infer")
 MAX_LINE_BYTES = 1 << 20  # one sentence per line; a longer "line" is a file with no line breaks
@@ -131,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=64, help="sentences per search batch (default 64)")
     p.add_argument("--n-best", type=int, default=1, help="translations per line, tab-separated (default 1)")
     for old, new in OLD_NAMES.items():
-        p.add_argument(f"--{old}", dest=new, type=int, action=_OldFlag, help=argparse.SUPPRESS)
+        add_old_flag(p, f"--{old}", "--" + new.replace("_", "-"), dest=new, type=int)
     p.add_argument("--alignments", help="write word alignments of the best translation as JSON lines here")
     p.add_argument("--align-layer", default=str(DEFAULT_LAYER),
                    help=f"decoder layer for alignments: index (negative from the last) or 'mean' "
@@ -183,14 +160,6 @@ def _device(name: str) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise InputError(f"--device {name}: no CUDA GPU is available here; use --device cpu")
     return device
-
-
-class _OldFlag(argparse.Action):
-    """An old spelling of an option (`--beam`, `--nbest`): stores into the new one, with a DeprecationWarning."""
-
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
-        warn_renamed(str(option_string), "--" + self.dest.replace("_", "-"), stacklevel=1)
-        setattr(namespace, self.dest, values)
 
 
 def _check(args: argparse.Namespace) -> tuple[SearchOptions, Layer]:

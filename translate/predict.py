@@ -3,16 +3,11 @@
     python -m translate predict --config configs/translate/demo.yaml --config configs/translate/predict_demo.yaml \\
         --ckpt_path runs/translate_demo/checkpoints/best.ckpt
 
-`TranslationModule.predict_step` decodes the data module's `predict` sentences (`data.predict`,
-else the source side of `data.test`) as `test` does; `TranslationWriter` stores them. Under DDP
-each rank writes its (index, translation) pairs to `OUTPUT.rank{N}.jsonl`; after a barrier rank 0
-merges the parts into OUTPUT, in input order, with the sentences that two ranks decoded (the batch
-sampler repeats a few batches so that ranks run equally many steps) written once, and deletes the
-parts (`merge: false` keeps them instead, for ranks on machines without a shared folder: each line
-is a JSON `[index, translation]`). Every file is written atomically (`core.runtime.atomic`); one run at a
-time writes an output (`OUTPUT.lock`).
-
-From Python, `translate.Translator` translates lists of sentences with the checkpoint alone.
+`TranslationModule.predict_step` decodes the data module's `predict` sentences (`data.predict`, else the
+source side of `data.test`) as `test` does; `TranslationWriter` stores them. Under DDP the ranks' parts are
+merged as `core.runtime.prediction` says, a sentence that two ranks decoded (the batch sampler repeats a few
+batches so that ranks run equally many steps) written once; each line of a part kept with `merge: false` is
+a JSON `[index, translation]`.
 """
 
 from __future__ import annotations

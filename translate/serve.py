@@ -26,6 +26,7 @@ import argparse
 import sys
 from typing import Any
 
+from core.runtime.deprecation import rename_old
 from core.runtime.errors import InputError
 from core.runtime.serve import (
     BatchedAPI,
@@ -37,7 +38,7 @@ from core.runtime.serve import (
     serve_parser,
     threads_per_worker,
 )
-from translate.search.options import SearchOptions, rename_old
+from translate.search.options import OLD_NAMES, SearchOptions
 
 MAX_SENTENCES = 64  # per request
 MAX_CHARS = 1000  # per sentence; the model truncates sources longer than its max_len (in subwords) anyway
@@ -56,7 +57,7 @@ def check_request(payload: object) -> dict:
     """The checked request (JSON, for the worker): old field names renamed (with a warning), `check_fields`,
     exactly one of `sentences` and `text`, and valid `search_options`."""
     try:
-        request = check_fields(rename_old(dict(payload)) if isinstance(payload, dict) else payload, FIELDS)
+        request = check_fields(rename_old(dict(payload), OLD_NAMES) if isinstance(payload, dict) else payload, FIELDS)
         search_options(request)
     except InputError as err:  # RequestError, or the old and the new name given, `n_best` above `beam_size`
         raise err if isinstance(err, RequestError) else RequestError(str(err)) from None
@@ -75,9 +76,7 @@ class TranslateAPI(BatchedAPI):
     Args:
         ckpt: the checkpoint (loaded in each worker process by `setup`).
         dtype: "float32", "bfloat16" or "int8", as `Translator.load` takes it.
-        threads: torch threads per worker (0: PyTorch's default).
-        max_batch_size: the most requests answered together.
-        batch_timeout: seconds to wait for a batch to fill.
+        threads, max_batch_size, batch_timeout: as in `core.runtime.serve.BatchedAPI`.
     """
 
     def __init__(self, ckpt: str, dtype: str = "float32", threads: int = 0, max_batch_size: int = 1,

@@ -14,11 +14,10 @@ from __future__ import annotations
 import argparse
 import csv
 import math
-import sys
 from pathlib import Path
 
 from core.runtime.atomic import atomic_path
-from core.runtime.errors import InputError, describe_os_error
+from core.runtime.errors import InputError, exit_on_error
 
 AXES = ("epoch", "step")  # columns CSVLogger adds to every row: positions, not metrics
 SPLITS = ("train_", "val_", "test_")
@@ -115,14 +114,10 @@ def main(argv: list[str] | None = None) -> list[Path]:
                         help="a run folder (every metrics.csv under it) or a metrics.csv file")
     args = parser.parse_args(argv)
     written = []
-    try:
+    with exit_on_error():
         for metrics in (m for target in args.targets for m in metrics_files(target)):
             written.append(plot_curves(read_metrics(metrics), metrics.with_name("curves.png"), str(metrics.parent)))
             print(written[-1])
-    except (ValueError, FileNotFoundError) as err:
-        sys.exit(f"error: {err}")
-    except OSError as err:  # an unwritable folder, a full disk
-        sys.exit(f"error: {describe_os_error(err)}")
     return written
 
 

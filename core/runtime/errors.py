@@ -8,6 +8,9 @@ CLIs print that line and exit non-zero; anything else that escapes a reader is a
 from __future__ import annotations
 
 import errno
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -40,6 +43,25 @@ def describe_os_error(err: OSError, path: str | Path | None = None) -> str:
     where = err.filename if err.filename is not None else path
     fix = _FIXES.get(err.errno or -1, err.strerror or type(err).__name__)
     return f"{where}: {fix}" if where is not None else fix
+
+
+@contextmanager
+def exit_on_error(output: str | Path | None = None, not_written: bool = False,
+                  interrupted: str | None = None) -> Iterator[None]:
+    """A user's mistake (a bad value or file, an unwritable folder, a full disk) ends the command with one line
+    on stderr and exit status 1, not a traceback. `output`: the file an OSError without a file name concerns
+    (`not_written`: say it was not written); `interrupted`: the line after "interrupted: " for Ctrl-C or
+    SIGTERM (None: let the interruption through)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if interrupted is None:
+            raise
+        sys.exit(f"interrupted: {interrupted}")
+    except (ValueError, FileNotFoundError) as err:
+        sys.exit(f"error: {err}")
+    except OSError as err:
+        sys.exit(f"error: {describe_os_error(err, output)}" + (f"; {output} was not written" if not_written else ""))
 
 
 def check_text(data: bytes, name: str | Path, offset_line: int = 1) -> None:

@@ -1,19 +1,10 @@
 """Weights without pickle: a folder with `model.safetensors` and `config.json`, written and read back.
 
-Both apps export a trained model as such a folder (`python -m streamrec.export`, `python -m
-translate.export`, `--format safetensors`); their Python APIs load it like a checkpoint. Nothing on
-this path unpickles: safetensors holds raw tensors, config.json plain JSON, and the apps' other
-files (sentencepiece models) are read as data.
-
-config.json holds:
-- `format`: "<app>-safetensors", so one app refuses the other's folder;
-- `version`: of this layout (`VERSION`);
-- `hyper_parameters`: the LightningModule's constructor arguments, the config schema, so the
-  module is rebuilt exactly as `load_module` rebuilds it from a checkpoint;
-- whatever the app adds (the item vocabulary, the names of the sentencepiece files).
-
-Tied weights (an output layer sharing the embedding) are stored once and tied again on loading
-(`safetensors.torch.save_model` / `load_model`).
+Both apps export a trained model as such a folder (`--format safetensors`) and their Python APIs load it
+like a checkpoint. Nothing on this path unpickles: safetensors holds raw tensors, config.json plain JSON
+(its keys: docs/export.md), and the apps' other files (sentencepiece models) are read as data. config.json
+keeps the LightningModule's constructor arguments, so the module is rebuilt exactly as `load_module`
+rebuilds it from a checkpoint. Tied weights are stored once and tied again on loading.
 """
 
 from __future__ import annotations
@@ -28,7 +19,7 @@ from typing import Any, TypeVar
 from torch import nn
 
 from core.runtime.atomic import atomic_path
-from core.runtime.errors import InputError, describe_os_error
+from core.runtime.errors import InputError, exit_on_error
 
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
@@ -140,12 +131,9 @@ def load_folder(cls: type[Module], folder: str | Path, app: str, written_by: str
 
 def run_export(write: Callable[[], Path], fmt: str, output: str) -> None:
     """Run an export command's `write()`; a user's mistake, a full disk or a missing extra ends in one line."""
-    try:
-        out = write()
-    except (ValueError, FileNotFoundError) as err:
-        sys.exit(f"error: {err}")
-    except OSError as err:
-        sys.exit(f"error: {describe_os_error(err, output)}")
-    except ModuleNotFoundError as err:
-        sys.exit(f"error: --format {fmt} needs {err.name}; install it with `pip install -e \".[export]\"`")
+    with exit_on_error(output):
+        try:
+            out = write()
+        except ModuleNotFoundError as err:
+            sys.exit(f"error: --format {fmt} needs {err.name}; install it with `pip install -e \".[export]\"`")
     print(f"wrote {out}")

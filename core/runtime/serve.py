@@ -1,26 +1,12 @@
-"""HTTP serving on LitServe, shared by `python -m streamrec.serve` and `python -m translate.serve`.
+"""HTTP serving on LitServe, shared by `python -m streamrec.serve` and `python -m translate.serve` (docs/serving.md).
 
-An app supplies a `BatchedAPI` (load the model in `setup`, answer many requests in one `predict_many`)
-and a `validate` function (request JSON -> a checked dict with defaults filled in). This module
-supplies the rest:
-
-- `JSONGate`, the ASGI middleware in front of `POST /predict`: it enforces the body-size limit,
-  parses the JSON and runs `validate`, answering a bad request itself with a 4xx and
-  `{"error": "one line"}`. Checking here, in the HTTP process, is not only faster: LitServe's
-  batched loop decodes a whole batch together, and one request raising in `decode_request` fails
-  every request batched with it, so a bad request must never reach the queue.
-- `check_fields`: a strict checker for flat request objects (unknown fields, JSON types, ranges).
-- `serve_parser` and `run_server`: the common command line (`--ckpt`, `--host` 127.0.0.1 by
-  default, `--port`, `--max-batch-size`, `--batch-timeout`, `--workers`, `--max-body-bytes`, ...)
-  and the LitServer set-up. `one_line_errors` turns a bad checkpoint into one line and exit status 1.
-- `PipeLitServer`: LitServer with pipe queues between its processes instead of `multiprocessing.Manager`
-  proxies (the per-request cost that bounded dynamic batching; see docs/serving.md, "Load test"). LitServe
-  offers no public way to choose its queues, so this one class overrides private LitServer internals; it
-  refuses any litserve but `LITSERVE_VERSION`, and tests/core/runtime/test_serve_litserve.py fails on an upgrade.
-- `local_server`: a server in a subprocess on a free port of 127.0.0.1, for tests and benchmarks.
-
-This is one of the core modules that import more than PyTorch (LitServe, FastAPI); `import core`
-does not load it. See docs/serving.md.
+An app supplies a `BatchedAPI` (load the model in `setup`, answer many requests in one `predict_many`) and a
+`validate` function (request JSON -> a checked dict with defaults filled in); this module supplies the rest.
+Requests are checked in the HTTP process (`JSONGate`), never in LitServe's batched loop: that loop decodes a
+whole batch together, and one request raising in `decode_request` fails every request batched with it.
+`PipeLitServer` overrides private LitServer internals (no public API chooses the queues between its
+processes), so it refuses any litserve but `LITSERVE_VERSION`; tests/core/runtime/test_serve_litserve.py
+fails on an upgrade. Unlike `core.nn`, this module imports LitServe and FastAPI.
 """
 
 from __future__ import annotations
@@ -419,14 +405,8 @@ async def _no_auth() -> None:
 
 
 def serve_parser(prog: str, description: str, port: int, ckpt_help: str) -> argparse.ArgumentParser:
-    """The options every server takes; an app adds its own.
-
-    Args:
-        prog: the command ("python -m streamrec.serve").
-        description: the --help text (the module docstring).
-        port: the default port.
-        ckpt_help: what `--ckpt` takes.
-    """
+    """The options every server `prog` takes (`description`: its --help text; `port`: the default port;
+    `ckpt_help`: what its `--ckpt` takes); an app adds its own."""
     p = argparse.ArgumentParser(prog=prog, description=description,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ckpt", required=True, help=ckpt_help)

@@ -28,15 +28,10 @@ log = logging.getLogger(__name__)
 
 
 def training_windows(history: Sequence[int], max_len: int, sliding_window: bool = False) -> list[list[int]]:
-    """Cut a training history into windows of at most max_len + 1 items (max_len next-item pairs).
+    """Cut an encoded chronological history into windows of at most max_len + 1 items (max_len next-item pairs).
 
     By default only the last window is kept, as SASRec does. With `sliding_window` the windows
     step back by max_len and overlap by one item, so every transition is a target exactly once.
-
-    Args:
-        history: encoded chronological items.
-        max_len: model context length T.
-        sliding_window: also cover the older part of long histories.
     """
     windows = []
     end = len(history)
@@ -126,8 +121,7 @@ class TrainDataset(Dataset):
             items: (E,) encoded items, e.g. `np.load(..., mmap_mode="r")`.
             starts: (U,) first index of each history.
             ends: (U,) one past the last index of each history.
-            max_len: model context length T.
-            sliding_window: one window per max_len items instead of only the last one.
+            max_len, sliding_window: as in `TrainDataset`.
         """
         dataset = cls.__new__(cls)
         dataset._init(items, np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64), max_len,
@@ -223,11 +217,7 @@ class LengthGroupedBatchSampler(EpochBatchSampler):
 
 
 class EvalDataset(Dataset):
-    """Evaluation cases, returned with their row index.
-
-    Args:
-        cases: the held-out events.
-    """
+    """Evaluation cases (the held-out events), returned with their row index."""
 
     def __init__(self, cases: Sequence[EvalCase]):
         self.cases = list(cases)
@@ -240,22 +230,13 @@ class EvalDataset(Dataset):
 
 
 def collate_train(windows: Sequence[Sequence[int]], max_len: int) -> TrainBatch:
-    """Windows of <= max_len + 1 items -> inputs = w[:-1], targets = w[1:], left-padded to max_len.
-
-    Args:
-        windows: from `TrainDataset`.
-        max_len: model context length T.
-    """
+    """`TrainDataset` windows of <= max_len + 1 items -> inputs = w[:-1], targets = w[1:], left-padded to max_len."""
     return TrainBatch(_left_padded([w[:-1] for w in windows], max_len), _left_padded([w[1:] for w in windows], max_len))
 
 
 def collate_eval(cases: Sequence[tuple[int, EvalCase]], max_len: int) -> EvalBatch:
-    """Cases -> last max_len history items (left-padded), targets, and seen items (right-padded).
-
-    Args:
-        cases: (row, case) pairs from `EvalDataset`.
-        max_len: model context length T.
-    """
+    """`EvalDataset`'s (row, case) pairs -> last max_len history items (left-padded), targets, and seen items
+    (right-padded)."""
     histories = [case.history for _, case in cases]
     return EvalBatch(
         rows=torch.tensor([i for i, _ in cases], dtype=torch.long),
@@ -290,12 +271,8 @@ def user_sequences(split: Split) -> dict[str, Sequence[int]]:
 
 
 def collate_predict(rows: Sequence[tuple[int, tuple[str, Sequence[int]]]], max_len: int) -> PredictBatch:
-    """(row, (user, sequence)) pairs -> the last max_len items (left-padded) and the seen items (right-padded).
-
-    Args:
-        rows: from `StreamRecDataModule.predict_dataloader`'s dataset.
-        max_len: model context length T.
-    """
+    """(row, (user, sequence)) pairs of `StreamRecDataModule.predict_dataloader`'s dataset -> the last max_len
+    items (left-padded) and the seen items (right-padded)."""
     sequences = [seq for _, (_, seq) in rows]
     return PredictBatch(
         rows=torch.tensor([i for i, _ in rows], dtype=torch.long),
@@ -306,11 +283,6 @@ def collate_predict(rows: Sequence[tuple[int, tuple[str, Sequence[int]]]], max_l
 
 
 def item_counts(histories: Iterable[Sequence[int]], num_items: int) -> Tensor:
-    """How often each item occurs in the histories, (N + 1,) int64 with 0 at padding.
-
-    Args:
-        histories: encoded item sequences.
-        num_items: N.
-    """
+    """How often each item occurs in the encoded histories, (N + 1,) int64 with 0 at padding; `num_items`: N."""
     flat = np.concatenate([np.zeros(0, dtype=np.int64), *(np.asarray(h, dtype=np.int64) for h in histories)])
     return torch.from_numpy(np.bincount(flat, minlength=num_items + 1)[: num_items + 1])

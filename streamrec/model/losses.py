@@ -12,6 +12,9 @@ The three sampled losses read only the rows they score. With `sparse=True` they 
 table's gradient is then (rows read, D) sparse, for a row-wise optimizer (`core.nn.optim`). Without it the
 table is cast whole and its gradient is dense (N+1, D), as `torch.optim.AdamW` needs.
 
+Every loss takes `hidden` (M, D) states, `targets` (M,) positive item ids and `item_vectors` (N+1, D)
+(row 0 padding); `sparse` chooses the gradient of `item_vectors` (`item_rows`).
+
 Legend: M positions, D model width, N items (1..N; 0 = padding), K negatives.
 """
 
@@ -29,14 +32,8 @@ from core.nn.loss import CHUNK_ELEMENTS
 
 def full_softmax(hidden: Tensor, targets: Tensor, item_vectors: Tensor,
                  chunk_elements: int = CHUNK_ELEMENTS) -> Tensor:
-    """Mean cross-entropy over all N items, without an (M, N) logits tensor (`core.linear_cross_entropy`).
-
-    Args:
-        hidden: (M, D) states.
-        targets: (M,) item ids in 1..N.
-        item_vectors: (N+1, D), row 0 padding (excluded from the softmax).
-        chunk_elements: logits held at once.
-    """
+    """Mean cross-entropy over all N items (not padding), without an (M, N) logits tensor
+    (`core.linear_cross_entropy`, holding `chunk_elements` logits at once)."""
     return linear_cross_entropy(hidden, item_vectors[1:], targets - 1, chunk_elements=chunk_elements)
 
 
@@ -82,13 +79,9 @@ def sampled_softmax(
     """Softmax over [positive, K shared negatives] with the logQ correction.
 
     Args:
-        hidden: (M, D) states.
-        targets: (M,) positive item ids.
-        item_vectors: (N+1, D).
         neg_ids: (K,) sampled negative ids, shared by all positions.
         log_q: (N+1,) log sampling probability of each item; None for uniform sampling,
             where the correction is a constant shift and cancels.
-        sparse: sparse gradient for `item_vectors`, only the scored rows cast (`item_rows`).
 
     A negative equal to the row's positive is masked out (an accidental hit, not a negative).
     """
@@ -105,15 +98,7 @@ def sampled_softmax(
 
 
 def bce(hidden: Tensor, targets: Tensor, item_vectors: Tensor, neg_ids: Tensor, sparse: bool = False) -> Tensor:
-    """Binary cross-entropy: positive vs its own K negatives.
-
-    Args:
-        hidden: (M, D) states.
-        targets: (M,) positive item ids.
-        item_vectors: (N+1, D).
-        neg_ids: (M, K) negative ids per position.
-        sparse: sparse gradient for `item_vectors`, only the scored rows cast (`item_rows`).
-    """
+    """Binary cross-entropy: positive vs its own K negatives, `neg_ids` (M, K)."""
     return gbce(hidden, targets, item_vectors, neg_ids, beta=1.0, sparse=sparse)
 
 
@@ -131,12 +116,8 @@ def gbce(hidden: Tensor, targets: Tensor, item_vectors: Tensor, neg_ids: Tensor,
     """Generalised BCE: -log sigmoid(s+)^beta - sum log(1 - sigmoid(s-)), averaged over positions.
 
     Args:
-        hidden: (M, D) states.
-        targets: (M,) positive item ids.
-        item_vectors: (N+1, D).
         neg_ids: (M, K) negative ids per position.
         beta: power on the positive probability (see `gbce_beta`).
-        sparse: sparse gradient for `item_vectors`, only the scored rows cast (`item_rows`).
     """
     rows = item_rows(item_vectors, hidden.dtype, sparse)
     pos = (hidden * rows(targets)).sum(-1).float()  # (M,)

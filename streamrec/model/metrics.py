@@ -37,12 +37,7 @@ from streamrec.data.constants import PAD_ID
 
 
 def seen_mask(seen: Tensor, num_columns: int) -> Tensor:
-    """Boolean (B, N + 1) mask of seen items from padded ids (B, L) or an existing mask.
-
-    Args:
-        seen: padded item ids (0 = pad) or a boolean mask.
-        num_columns: N + 1.
-    """
+    """Boolean (B, N + 1) mask of seen items from padded ids (B, L) or an existing mask; `num_columns`: N + 1."""
     if seen.dtype == torch.bool:
         if seen.shape[-1] != num_columns:
             raise ValueError(f"a boolean `seen` mask needs {num_columns} columns (N + 1), got {seen.shape[-1]}")
@@ -63,15 +58,9 @@ def _check(scores: Tensor, targets: Tensor, seen: Tensor | None) -> None:
 
 
 def target_ranks(scores: Tensor, targets: Tensor, seen: Tensor | None = None) -> Tensor:
-    """0-based rank of each target among all items (padding and seen items excluded; ties pessimistic).
+    """0-based rank (B,) of each target among all items (padding and seen items excluded; ties pessimistic).
 
-    Args:
-        scores: (B, N + 1) item scores.
-        targets: (B,) held-out items.
-        seen: (B, L) padded ids or (B, N + 1) mask of items to exclude; None excludes nothing.
-
-    Returns:
-        (B,) int64 ranks.
+    `scores`, `targets` and `seen` (None excludes nothing) follow the conventions above.
     """
     target_scores = scores.gather(1, targets[:, None])  # (B, 1)
     above = ~(scores < target_scores)  # (B, N+1); `~(<)` rather than `>=` so NaN counts against the target
@@ -89,8 +78,6 @@ def sample_negatives(
 
     Args:
         weights: (N + 1,) sampling weights (ones for uniform, counts for popularity).
-        targets: (B,) held-out items.
-        seen: (B, L) padded ids or (B, N + 1) mask; None excludes only padding and the target.
         num_negatives: C.
         generator: random source on the scores' device (reproducible draws).
 
@@ -144,13 +131,7 @@ class RankingMetrics(Metric):
         return target_ranks(scores, targets, seen)
 
     def update(self, scores: Tensor, targets: Tensor, seen: Tensor | None = None) -> None:
-        """Add a batch.
-
-        Args:
-            scores: (B, N + 1) item scores, column 0 = padding.
-            targets: (B,) held-out items in 1..N.
-            seen: (B, L) padded ids or (B, N + 1) boolean mask of already-seen items.
-        """
+        """Add a batch: `scores`, `targets` and `seen` as the module's conventions say."""
         _check(scores, targets, seen)
         rank = self.ranks(scores.detach(), targets, seen if self.filter_seen else None)  # (B,)
         ks = torch.tensor(self.ks, device=rank.device)

@@ -20,6 +20,7 @@ from core.nn.cpu_fastpath import enable_cpu_fastpath
 from core.nn.optim import RowwiseAdagradAdamW
 from core.nn.stacks import Positions
 from core.runtime.checkpoint import SafeLoadMixin
+from core.runtime.deprecation import warn_renamed
 from core.runtime.distributed import destroy_process_group_at_exit
 from streamrec.data.constants import MAX_LEN
 from streamrec.data.datasets import EvalBatch, PredictBatch, TrainBatch
@@ -27,7 +28,7 @@ from streamrec.data.vocab import ItemVocab
 from streamrec.model import losses
 from streamrec.model.metrics import RankingMetrics, SampledRankingMetrics, most_popular_scores
 from streamrec.model.sasrec import StreamRecModel
-from streamrec.ranking.batch import RankingOptions, rank, renamed
+from streamrec.ranking.batch import RankingOptions, rank
 from streamrec.ranking.predict import RankedBatch
 
 LossName = Literal["full", "sampled", "bce", "gbce"]
@@ -97,7 +98,9 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         popularity_baseline: bool = True, cpu_fastpath: bool = False, filter_seen: bool | None = None,
     ):
         super().__init__()
-        exclude_seen = renamed("filter_seen", filter_seen, "exclude_seen", exclude_seen)
+        if filter_seen is not None:  # the deprecated name, still read from old configs and checkpoints
+            warn_renamed("`filter_seen`", "`exclude_seen`")
+            exclude_seen = filter_seen
         if loss not in ("full", "sampled", "bce", "gbce"):
             raise ValueError(f"`loss` must be full, sampled, bce or gbce, got {loss!r}")
         if loss != "full" and num_negatives < 1:

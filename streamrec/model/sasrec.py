@@ -45,22 +45,8 @@ def exporting() -> bool:
 class StreamRecModel(nn.Module):
     """Item embedding x sqrt(d_model), positions, pre-LN causal blocks, final LayerNorm, dot-product scores.
 
-    Defaults are `StreamRecModule`'s (a test keeps them equal).
-
-    Args:
-        num_items: catalogue size N; item ids are 1..N and 0 is padding.
-        d_model: model width D.
-        n_heads: attention heads; must divide d_model.
-        n_kv_heads: key/value heads for grouped-query attention (default n_heads).
-        n_layers: transformer blocks.
-        d_ff: feed-forward width.
-        dropout: dropout on embeddings and inside blocks.
-        attn_dropout: dropout on attention weights.
-        max_len: longest history the model reads (`streamrec.data.constants.MAX_LEN`).
-        positions: "learned" (SASRec), "sinusoidal", "rope", "alibi" or "none".
-        activation: feed-forward activation.
-        tied: score with the item embedding (True) or a separate output table (False).
-        item_init_std: standard deviation of the initial item vectors (None: d_model ** -0.5).
+    Args: the network's arguments of `streamrec.model.module.StreamRecModule`, with its names, meanings and
+    defaults (a test keeps the defaults equal).
     """
 
     def __init__(
@@ -107,14 +93,7 @@ class StreamRecModel(nn.Module):
         return self.encoder(self.item_embedding(items), mask, offset=offset)
 
     def score(self, hidden: Tensor) -> Tensor:
-        """Scores of every item for each hidden state, padding column set to -inf.
-
-        Args:
-            hidden: (..., D).
-
-        Returns:
-            (..., N+1); column 0 (padding) is -inf so it is never ranked.
-        """
+        """(..., D) hidden states -> (..., N+1) scores of every item; column 0 (padding) is -inf, never ranked."""
         scores = hidden @ self.item_vectors.T.to(hidden.dtype)
         scores[..., PAD_ID] = float("-inf")
         return scores

@@ -3,7 +3,8 @@
 Each entry point (`python -m streamrec.score` and its Ray workers, `predict`'s `RecommendationWriter`, the
 server, `streamrec.Recommender`) builds one `RankingOptions` from its own spelling (flags, YAML, JSON,
 keywords) and hands it down. A setting has one name everywhere (`top_k`, `exclude_seen`, `item_chunk`); the
-old names (`k`, `include_seen`, `filter_seen`) still work for now, with a DeprecationWarning (`renamed`).
+old names (`k`, `include_seen`, `filter_seen`) still work for now, with a DeprecationWarning
+(`core.runtime.deprecation`).
 `rank` is the one path from left-padded histories to top-K items (`streamrec.ranking.topk.top_k_items`);
 `recommend` pads id histories and ranks them. `BatchScorer` turns a block of users into output rows
 (`recommendation_table`'s schema, which `predict` writes too, with titles, in the users' order);
@@ -14,12 +15,10 @@ Legend: B users in a batch, T history length (the model's max_len), K top-K, L s
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
-from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -36,8 +35,6 @@ from streamrec.data.vocab import ItemVocab
 from streamrec.model.sasrec import PAD_ID, StreamRecModel
 from streamrec.ranking.explain import EXPLAIN_COLUMNS, explain_columns
 from streamrec.ranking.topk import ItemTable, Precision, TopK, top_k_items
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -70,14 +67,6 @@ class RankingOptions:
                 raise InputError(f"`{name}` ({value}) must be >= 1")
         if self.precision not in ("fp32", "bf16"):
             raise InputError(f"`precision` ({self.precision!r}) must be 'fp32' or 'bf16'")
-
-
-def renamed(old: str, old_value: T | None, new: str, value: T) -> T:
-    """`value`, or the value given under the deprecated name `old`, with a DeprecationWarning naming `new`."""
-    if old_value is None:
-        return value
-    warnings.warn(f"`{old}` is deprecated and will be removed; use `{new}`", DeprecationWarning, stacklevel=3)
-    return old_value
 
 
 def encode_histories(histories: Sequence[Sequence[str]], vocab: ItemVocab) -> tuple[list[list[int]], list[list[str]]]:

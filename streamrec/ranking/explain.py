@@ -8,10 +8,7 @@ Two views, reported side by side because attention is not proof:
 - occlusion: how much a recommended item's score drops when one history item is removed
   (the rest shifted and re-padded, as a shorter history would be). Specific to each item.
 
-`agreement` measures how often the top-attended item is also the top-occlusion item;
-`explain_columns` gives the columns of `python -m streamrec.score --explain`. From Python,
-`streamrec.Recommender.explain` returns both views for one history, and `python -m streamrec.explain`
-draws them as a page.
+`agreement` measures how often the top-attended item is also the top-occlusion item.
 
 Legend: B users, T history length, K recommendations per user, N items.
 """

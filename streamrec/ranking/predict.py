@@ -4,12 +4,9 @@
         --ckpt_path runs/streamrec_demo/checkpoints/best.ckpt
 
 `RecommendationWriter` builds the job's `RankingOptions` from its arguments and hands them to the module;
-`predict_step` ranks with `streamrec.ranking.batch.rank`, the ranking every entry point shares, and the rows
-are `streamrec.ranking.batch.recommendation_table`'s, as `python -m streamrec.score` writes them. Under DDP
-each rank writes its own users to `OUTPUT.rank{N}.parquet`; after a barrier rank 0 merges the parts, in the
-data module's user order, into OUTPUT and deletes them (`merge: false` keeps the parts instead, for ranks on
-machines without a shared folder: read them with `pyarrow.parquet.read_table` and sort by `row`, `rank`).
-Every file is written atomically (`core.runtime.atomic`); one run at a time writes an output (`OUTPUT.lock`).
+`predict_step` ranks with `streamrec.ranking.batch.rank`, and the rows are `recommendation_table`'s, as
+`python -m streamrec.score` writes them. Under DDP the ranks' parts are merged as `core.runtime.prediction`
+says; a part kept with `merge: false` is read with `pyarrow.parquet.read_table` and sorted by `row`, `rank`.
 
 Legend: B users, K items per user.
 """

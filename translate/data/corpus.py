@@ -41,14 +41,7 @@ SplitPaths = str | tuple[str, str]
 
 
 def resolve_paths(paths: SplitPaths, src_lang: str, tgt_lang: str) -> tuple[Path, Path]:
-    """The (source, target) files of one split.
-
-    Args:
-        paths: a prefix (`"data/translate_demo/train"` -> `train.en`, `train.de`), a pattern
-            containing `{lang}`, or an explicit `(src_path, tgt_path)` pair.
-        src_lang: source language suffix, e.g. "en".
-        tgt_lang: target language suffix, e.g. "de".
-    """
+    """The (source, target) files of one split (`SplitPaths`), `src_lang` and `tgt_lang` the suffixes ("en")."""
     if not isinstance(paths, str):
         if len(paths) != 2:
             raise InputError(f"explicit split paths must be a (src_path, tgt_path) pair, got {paths!r}")
@@ -88,12 +81,8 @@ def read_lines(path: str | Path) -> list[str]:
 
 
 def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[list[str], list[str]]:
-    """Read two line-aligned files; raise naming file and line if they do not align or are empty.
-
-    Args:
-        src_path: source-language file, one sentence per line.
-        tgt_path: target-language file, the translation of each source line on the same line.
-    """
+    """Read two line-aligned files (a sentence and its translation on each line); raise naming file and line if
+    they do not align or are empty."""
     src, tgt = read_lines(src_path), read_lines(tgt_path)
     for path, lines in ((src_path, src), (tgt_path, tgt)):
         if not lines:
@@ -108,13 +97,7 @@ def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[list[str]
 
 
 def drop_blank_pairs(src: Sequence[str], tgt: Sequence[str], name: str = "train") -> tuple[list[str], list[str]]:
-    """Keep the pairs where both sides have text; log how many were skipped.
-
-    Args:
-        src: source sentences.
-        tgt: target sentences, aligned with `src`.
-        name: what to call the pair of files in the log and the error (their paths).
-    """
+    """Keep the pairs where both sides have text; log how many were skipped (`name`: the files, for the log)."""
     keep = [i for i, (s, t) in enumerate(zip(src, tgt, strict=True)) if s.strip() and t.strip()]
     if len(keep) < len(src):
         logger.info("%s: skipped %d of %d pairs with a blank side", name, len(src) - len(keep), len(src))
@@ -279,10 +262,8 @@ def encode_split(
     `max_len` subwords, the target at most `max_len - 1` (bos/eos take the last position).
 
     Args:
-        sources: raw source sentences.
-        refs: raw target sentences, aligned with `sources`.
-        src_vocab: source vocabulary.
-        tgt_vocab: target vocabulary.
+        sources, refs: raw source sentences and their aligned target sentences.
+        src_vocab, tgt_vocab: the vocabularies.
         max_len: longest sequence in subwords, counting the bos/eos position on the target side.
         max_ratio: training only: drop pairs whose longer side has more than `max_ratio` times
             the subwords of the shorter one (either direction). None keeps all.

@@ -1,9 +1,5 @@
 """Translate training logic: label-smoothed cross-entropy, AdamW + warmup-cosine, BLEU validation.
 
-The constructor is the config schema (LightningCLI turns it into `--model.*` and YAML);
-`src_vocab_size`, `tgt_vocab_size` and `pad_id` are linked from the data module, `max_len`
-from `data.max_len`, so nobody types them twice.
-
 Validation and test decode their whole split (greedy or beam search) and score the
 detokenised output with sacreBLEU (BLEU and chrF) against the raw reference lines.
 Under DDP each rank decodes its own batches; at epoch end the (index, hypothesis) pairs of

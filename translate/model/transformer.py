@@ -22,28 +22,8 @@ positions and the data's length filter (`TranslationDataModule.max_len`, linked 
 class Translator(nn.Module):
     """Bidirectional encoder, causal decoder with cross-attention, tied embeddings.
 
-    Defaults are `TranslationModule`'s (a test keeps them equal).
-
-    Args:
-        src_vocab_size: source vocabulary size.
-        tgt_vocab_size: target vocabulary size.
-        pad_id: padding id in both vocabularies.
-        d_model: model width D.
-        n_heads: attention heads; must divide d_model.
-        n_kv_heads: key/value heads for grouped-query attention (default n_heads).
-        n_encoder_layers: encoder blocks.
-        n_decoder_layers: decoder blocks.
-        d_ff: feed-forward width.
-        dropout: dropout on embeddings and inside blocks.
-        attn_dropout: dropout on attention weights.
-        ff_dropout: dropout after the feed-forward activation (fairseq's `activation_dropout`,
-            0 there); None uses `dropout`.
-        max_len: longest source or target sequence, in subwords (`MAX_LEN`).
-        positions: "sinusoidal", "learned", "rope", "alibi" or "none".
-        activation: feed-forward activation.
-        norm_first: pre-LN (True) or post-LN (False).
-        share_embeddings: one embedding for source, target and output (needs a joint
-            vocabulary, i.e. equal sizes); otherwise only target and output are tied.
+    Args: the network's arguments of `translate.model.module.TranslationModule`, with its names, meanings and
+    defaults (a test keeps the defaults equal).
     """
 
     def __init__(
@@ -82,14 +62,7 @@ class Translator(nn.Module):
         return self.decoder.max_len
 
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
-        """Encode source ids.
-
-        Args:
-            src: (B, S) source ids, right-padded with `pad_id`.
-
-        Returns:
-            memory (B, S, D) and the source mask (B, 1, 1, S) for cross-attention.
-        """
+        """(B, S) source ids, right-padded with `pad_id` -> memory (B, S, D) and the source mask (B, 1, 1, S)."""
         src_mask = padding_mask(src, self.pad_id)
         return self.encoder(self.src_embed(src), src_mask), src_mask
 

@@ -164,12 +164,8 @@ def align_batch(model: Translator, src: Tensor, targets: Sequence[Sequence[int]]
     """Word alignments for a batch of sources and their targets (hypotheses or references).
 
     Args:
-        model: the translator (eval mode).
-        src: (B, S) source ids, right-padded with the model's pad id.
-        targets: per sentence the target ids without BOS/EOS.
-        src_vocab: source vocabulary (for word boundaries).
-        tgt_vocab: target vocabulary.
-        layer: decoder layer or "mean" (see `cross_attention`).
+        model, src, targets, layer: as in `cross_attention`.
+        src_vocab, tgt_vocab: the vocabularies (for word boundaries).
         src_texts: the input lines, so that source words are shown as written (default: decoded ids).
     """
     weights = cross_attention(model, src, targets, layer)
@@ -231,11 +227,7 @@ def write_html(path: str | Path, alignments: Sequence[WordAlignment], title: str
 
     The page fits narrow screens: a table wider than the screen scrolls inside its own box.
 
-    Args:
-        path: output .html file.
-        alignments: the sentences to show.
-        title: page title.
-        line_numbers: 1-based input line of each alignment (for the captions); default 1, 2, ...
+    `line_numbers`: the 1-based input line of each alignment, for the captions (default 1, 2, ...).
     """
     numbers = line_numbers or range(1, len(alignments) + 1)
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"

@@ -1,16 +1,14 @@
 """Greedy and batched beam search over `Translator.encode` / `decode(..., cache)` (or an `Ensemble`'s).
 
-Beam search keeps `beam_size` live hypotheses per sentence in one (B*K)-row batch; the
-encoder output, the first step and the cross-attention keys/values are computed and kept once
-per sentence (the K beams of a sentence attend to its one memory row: `core.CrossAttention`'s
-shared memory rows), each step feeds only the newest token through the KV cache, and the
-self-attention cache rows follow their beams (a beam keeps its parent's row where it can, so only
-the rows whose beam changed are copied). A sentence is done
-when it has `beam_size` finished hypotheses or reaches its length limit of
-`max_len_a * source_length + max_len_b` subwords before EOS (fairseq's definition); done
-sentences leave the batch so later steps
-cost less. Finished hypotheses are ranked by the GNMT length penalty
-score / ((5 + length) / 6) ** alpha (Wu et al., 2016), length counting the EOS.
+Beam search keeps `beam_size` live hypotheses per sentence in one (B*K)-row batch; the encoder output, the
+first step and the cross-attention keys/values are computed and kept once per sentence (the K beams of a
+sentence attend to its one memory row: `core.CrossAttention`'s shared memory rows), each step feeds only the
+newest token through the KV cache, and the self-attention cache rows follow their beams (a beam keeps its
+parent's row where it can, so only the rows whose beam changed are copied). A sentence is done when it has
+`beam_size` finished hypotheses or reaches its length limit of `max_len_a * source_length + max_len_b`
+subwords before EOS (fairseq's definition); done sentences leave the batch so later steps cost less.
+Finished hypotheses are ranked by the GNMT length penalty score / ((5 + length) / 6) ** alpha (Wu et al.,
+2016), length counting the EOS.
 
 Legend: B sentences, K beam size, S source length, V vocabulary, R = B*K rows.
 """

@@ -6,12 +6,9 @@ One name per concept everywhere: `beam_size`, `n_best` (CLI `--beam-size`, `--n-
 
 from __future__ import annotations
 
-import functools
-import warnings
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
+from core.runtime.deprecation import renamed_keywords
 from core.runtime.errors import InputError
 
 OLD_NAMES = {"beam": "beam_size", "nbest": "n_best"}  # deprecated name -> its name now
@@ -46,21 +43,4 @@ class SearchOptions:
             raise InputError(f"`max_len_a` ({self.max_len_a}) must be >= 0 and `max_len_b` ({self.max_len_b}) >= 1")
 
 
-def warn_renamed(old: str, new: str, stacklevel: int = 2) -> None:
-    warnings.warn(f"{old} is deprecated; use {new}", DeprecationWarning, stacklevel=stacklevel + 1)
-
-
-def rename_old(values: dict[str, Any]) -> dict[str, Any]:
-    """`values` with its old names renamed, each with a warning; the old and the new name together are an error."""
-    for old, new in OLD_NAMES.items():
-        if old in values:
-            if new in values:
-                raise InputError(f"give `{new}` only, not also the deprecated `{old}`")
-            warn_renamed(f"`{old}`", f"`{new}`", stacklevel=3)
-            values[new] = values.pop(old)
-    return values
-
-
-def accepts_old_names(fn: Callable) -> Callable:
-    """`fn`, also taking the old keyword names; `inspect.signature` (and `--help`) shows the new ones only."""
-    return functools.wraps(fn)(lambda *args, **kwargs: fn(*args, **rename_old(kwargs)))
+accepts_old_names = renamed_keywords(OLD_NAMES)  # the signature (and `--help`) shows the new names only
