@@ -30,11 +30,11 @@ from core.runtime.serve import (
     BatchedAPI,
     Field,
     RequestError,
+    ServerOptions,
     check_fields,
     one_line_errors,
     run_server,
     serve_parser,
-    threads_per_worker,
 )
 from streamrec.api import OLD_NAMES, Recommender
 
@@ -124,14 +124,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     """CLI entry point: a bad checkpoint or option ends with one line on stderr and exit status 1."""
     args = build_parser().parse_args(argv)
+    options = ServerOptions.from_args(args)
     with one_line_errors():
         # Loaded here once, through the safe loader, so a bad checkpoint stops before any server process starts.
         num_items = Recommender.load(args.ckpt).vocab.num_items
         fields = request_fields(num_items)
-        api = StreamRecAPI(args.ckpt, threads_per_worker(args), args.max_batch_size, args.batch_timeout)
+        api = StreamRecAPI(args.ckpt, options.threads_per_worker, options.max_batch_size,
+                           options.batch_timeout)
         metadata = {"app": "streamrec", "ckpt": args.ckpt, "num_items": num_items, "max_top_k": fields["top_k"].hi,
-                    "max_history": MAX_HISTORY, "max_body_bytes": args.max_body_bytes}
-        run_server(api, lambda payload: check_fields(renamed_fields(payload), fields), args, metadata)
+                    "max_history": MAX_HISTORY, "max_body_bytes": options.max_body_bytes}
+        run_server(api, lambda payload: check_fields(renamed_fields(payload), fields), options, metadata)
 
 
 if __name__ == "__main__":

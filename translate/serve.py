@@ -32,11 +32,11 @@ from core.runtime.serve import (
     BatchedAPI,
     Field,
     RequestError,
+    ServerOptions,
     check_fields,
     one_line_errors,
     run_server,
     serve_parser,
-    threads_per_worker,
 )
 from translate.search.options import OLD_NAMES, SearchOptions
 
@@ -126,15 +126,17 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     """CLI entry point: a bad checkpoint or option ends with one line on stderr and exit status 1."""
     args = build_parser().parse_args(argv)
+    options = ServerOptions.from_args(args)
     with one_line_errors():
         from translate.api import Translator
 
         # Loaded here once, through the safe loader, so a bad checkpoint stops before any server process starts.
         Translator.load(args.ckpt, "cpu", args.dtype if args.dtype != "bfloat16" else "float32")
-        api = TranslateAPI(args.ckpt, args.dtype, threads_per_worker(args), args.max_batch_size, args.batch_timeout)
+        api = TranslateAPI(args.ckpt, args.dtype, options.threads_per_worker, options.max_batch_size,
+                           options.batch_timeout)
         metadata = {"app": "translate", "ckpt": args.ckpt, "max_sentences": MAX_SENTENCES, "max_chars": MAX_CHARS,
-                    "max_beam": MAX_BEAM, "max_body_bytes": args.max_body_bytes}
-        run_server(api, check_request, args, metadata)
+                    "max_beam": MAX_BEAM, "max_body_bytes": options.max_body_bytes}
+        run_server(api, check_request, options, metadata)
 
 
 if __name__ == "__main__":

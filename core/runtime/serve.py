@@ -26,7 +26,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -434,36 +434,59 @@ def serve_parser(prog: str, description: str, port: int, ckpt_help: str) -> argp
     return p
 
 
-def threads_per_worker(args: argparse.Namespace) -> int:
-    """`--threads`, or the CPU cores but one (the HTTP process's) shared out among the workers.
+@dataclass(frozen=True)
+class ServerOptions:
+    """What `serve_parser`'s options ask of the server, built once from the command line and handed down."""
 
-    A worker with as many torch threads as cores answers far slower: the HTTP process and the worker's
-    last thread preempt each other.
-    """
-    return args.threads or max(1, ((os.cpu_count() or 1) - 1) // args.workers)
+    ckpt: str
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_batch_size: int = 32
+    batch_timeout: float = 0.002
+    workers: int = 1
+    threads: int = 0
+    max_body_bytes: int = MAX_BODY_BYTES
+    timeout: float = 30.0
+    accelerator: str = "cpu"
+    log_level: str = "info"
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ServerOptions:
+        """The options of a parsed `serve_parser` (an app's own extra options stay in `args`)."""
+        return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})
+
+    @property
+    def threads_per_worker(self) -> int:
+        """`--threads`, or the CPU cores but one (the HTTP process's) shared out among the workers.
+
+        A worker with as many torch threads as cores answers far slower: the HTTP process and the worker's
+        last thread preempt each other.
+        """
+        return self.threads or max(1, ((os.cpu_count() or 1) - 1) // self.workers)
 
 
-def run_server(api: BatchedAPI, validate: Validate, args: argparse.Namespace, metadata: dict | None = None) -> None:
+def run_server(api: BatchedAPI, validate: Validate, options: ServerOptions, metadata: dict | None = None) -> None:
     """Serve `api` on `POST /predict` (and LitServe's `GET /health`, `GET /info`) until SIGINT or SIGTERM.
 
     Args:
         api: the app's LitAPI (pickled into each worker process, so it holds paths, not models).
         validate: parsed JSON -> the checked request (run in the HTTP process, see `JSONGate`).
-        args: the parsed `serve_parser` options.
+        options: the server's options.
         metadata: what `GET /info` reports under "model" (JSON-ready).
     """
-    if args.batch_timeout >= args.timeout:
-        raise InputError(f"--batch-timeout ({args.batch_timeout}) must be less than --timeout ({args.timeout})")
-    _check_port(args.host, args.port)
-    gate = (JSONGate, {"path": api.api_path, "max_body_bytes": args.max_body_bytes, "validate": validate})
+    o = options
+    if o.batch_timeout >= o.timeout:
+        raise InputError(f"--batch-timeout ({o.batch_timeout}) must be less than --timeout ({o.timeout})")
+    _check_port(o.host, o.port)
+    gate = (JSONGate, {"path": api.api_path, "max_body_bytes": o.max_body_bytes, "validate": validate})
     if not os.environ.get("LIT_SERVER_API_KEY") and not hasattr(api, "authorize"):  # keep LitServe's key check
         api.authorize = _no_auth
-    server = PipeLitServer(api, accelerator=args.accelerator, workers_per_device=args.workers, timeout=args.timeout,
+    server = PipeLitServer(api, accelerator=o.accelerator, workers_per_device=o.workers, timeout=o.timeout,
                            model_metadata=metadata, middlewares=[gate])
     server.app.add_exception_handler(StarletteHTTPException, _as_error)
     _stop_on_sigterm()
     # LitServer.run would write a client.py into the working directory unless told not to.
-    server.run(host=args.host, port=args.port, log_level=args.log_level, generate_client_file=False)
+    server.run(host=o.host, port=o.port, log_level=o.log_level, generate_client_file=False)
 
 
 def _check_port(host: str, port: int) -> None:
