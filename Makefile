@@ -42,9 +42,10 @@ demo: $(VENV)/.installed
 	$(PY) -m translate.infer --ckpt $(TR)/checkpoints/best.ckpt -i data/translate_demo/test.en -o $(TR)/test.out.de \
 		--alignments $(TR)/test.align.jsonl --html $(TR)/alignments.html
 
+# One pytest worker per core (pytest-xdist); what many tests share is built once per run (tests/conftest.py).
 test: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/attention.py

@@ -1,17 +1,25 @@
-"""Fixtures every test folder shares: hostile checkpoints that would run code if unpickled, and a headless
+"""Fixtures every test folder shares: files built once per run for every xdist worker (the demo data scripts,
+a tiny StreamRec log and checkpoint), hostile checkpoints that would run code if unpickled, and a headless
 browser for the HTML pages."""
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import os
 import shlex
+import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
 import torch
+from filelock import FileLock
 
+REPO = Path(__file__).resolve().parents[1]
 HOSTILE_KINDS = ("zip", "legacy", "in_hparams")
 
 
@@ -81,8 +89,77 @@ def exit_line() -> Callable[[Callable[[list[str]], object], list[str]], str]:
     return _exit_line
 
 
+# ----------------------------------------------------------------------------- built once per run
+@pytest.fixture(scope="session")
+def built_once(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, Callable[[Path], object]], Path]:
+    """`(key, build) -> folder`: `build(folder)` runs once per test run, in whichever xdist worker asks first.
+
+    Each xdist worker has its own session fixtures, so a tiny model every worker trains would be trained once
+    per worker; the pytest-xdist docs' pattern shares it instead: a folder under the run's common base
+    temporary directory, built under a file lock. Tests read what it holds and never write into it.
+    """
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the run's folder, which workers share
+
+    def get(key: str, build: Callable[[Path], object]) -> Path:
+        folder = root / f"built-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+        with FileLock(f"{folder}.lock"):
+            if not (folder / ".built").exists():  # a worker that failed half-way left no marker: build again
+                shutil.rmtree(folder, ignore_errors=True)
+                folder.mkdir()
+                build(folder)
+                (folder / ".built").touch()
+        return folder
+
+    return get
+
+
+def _data_script(name: str) -> ModuleType:
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, REPO / "data" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses look their module up while the file executes
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+@pytest.fixture(scope="session")
+def data_script() -> Callable[[str], ModuleType]:
+    """`(name) -> module`: `data/NAME.py` imported (data/ is a folder of scripts, not a package)."""
+    return _data_script
+
+
+@pytest.fixture(scope="session")
+def tiny_log(built_once) -> Path:
+    """A small StreamRec demo log (81 users: an odd count, so DDP ranks cannot split it evenly)."""
+    def build(folder: Path) -> None:
+        demo = _data_script("make_streamrec_demo")
+        demo.write_csv(demo.generate(users=81, items=40, seed=1, min_len=5, max_len=15), folder / "interactions.csv")
+
+    return built_once("streamrec tiny_log", build) / "interactions.csv"
+
+
+@pytest.fixture(scope="session")
+def tiny_ckpt(tiny_log, built_once) -> Path:
+    """A StreamRec checkpoint written by a real (one-epoch) fit on `tiny_log`, as `python -m streamrec fit` would."""
+    def build(folder: Path) -> None:
+        import lightning as L
+
+        from streamrec.data.datamodule import StreamRecDataModule
+        from streamrec.model.module import StreamRecModule
+
+        L.seed_everything(0, verbose=False)
+        data = StreamRecDataModule(str(tiny_log), max_len=8, batch_size=32)
+        module = StreamRecModule(num_items=data.num_items, max_len=8, d_model=16, n_heads=2, n_layers=1, d_ff=32)
+        trainer = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                            enable_model_summary=False)
+        trainer.fit(module, data)
+        trainer.save_checkpoint(folder / "tiny.ckpt")
+
+    return built_once(f"streamrec tiny_ckpt {tiny_log}", build) / "tiny.ckpt"
+
+
 # ----------------------------------------------------------------------------- a real browser for HTML pages
-REPO = Path(__file__).resolve().parents[1]
 
 
 def _browser_or_skip():

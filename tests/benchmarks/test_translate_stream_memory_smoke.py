@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import json
-import math
-import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -45,20 +42,16 @@ def test_inputs_and_old_modules(bench: ModuleType, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_tiny_run_writes_flat_json(tmp_path: Path) -> None:
-    out = tmp_path / "stream.json"
-    cmd = [sys.executable, "benchmarks/translate_stream_memory.py", "--lines", "20", "50", "--words", "30",
-           "--max-len", "16", "--chunk-lines", "8", "--workdir", str(tmp_path), "--json", str(out)]
-    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stderr[-3000:]
-    figures = json.loads(out.read_text())
-    for name, value in figures.items():
-        assert type(value) in (int, float) and math.isfinite(value), (name, value)
+def test_tiny_run_writes_flat_json(run_benchmark, tmp_path: Path) -> None:
+    run = run_benchmark("translate_stream_memory.py", "--lines", "20", "50", "--words", "30", "--max-len", "16",
+                        "--chunk-lines", "8", "--workdir", tmp_path, timeout=600)
+    figures = run.figures
     for n in (20, 50):
         assert figures[f"outputs_equal_{n}"] == 1.0  # the old and the new script wrote the same translations
         for path in ("old", "new"):
-            assert figures[f"{path}_{n}_peak_mib"] >= figures[f"{path}_floor_mib"] > 50  # torch alone is more
+            # whole-process peaks, each measured in its own process: compared with a constant, never each other
+            assert figures[f"{path}_{n}_peak_mib"] > 50 and figures[f"{path}_floor_mib"] > 50  # torch alone is more
         assert figures[f"peak_ratio_{n}"] == pytest.approx(figures[f"old_{n}_peak_mib"] / figures[f"new_{n}_peak_mib"])
     assert figures["new_growth"] == pytest.approx(figures["new_50_peak_mib"] / figures["new_20_peak_mib"])
     assert (figures["smallest_lines"], figures["largest_lines"], figures["words"]) == (20, 50, 30)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["stream.json"]  # its temporary folder is gone
+    assert sorted(p.name for p in tmp_path.iterdir()) == [run.json.name]  # its temporary folder is gone

@@ -5,10 +5,12 @@ older than best.ckpt."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -35,36 +37,66 @@ class KillMidEpoch(Callback):
 
 
 def _fit(cwd: Path, log: Path, *extra: str, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """The demo config's fit, with a tiny model for 3 epochs: killed inside the last one, it has a last.ckpt
+    of a whole epoch and a step checkpoint inside an epoch to resume from."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(cwd.parent)]), **(env_extra or {})}
     cmd = [sys.executable, "-m", "streamrec", "fit", "--config", str(REPO / "configs/streamrec/demo.yaml"),
-           "--data.path", str(log), "--data.batch_size", "8", "--trainer.max_epochs", "4",
-           "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
-           "--trainer.precision", "32-true", *extra]
+           "--config", str(cwd.parent / "step.yaml"), "--data.path", str(log), "--data.batch_size", "8",
+           "--data.max_len", "8", "--model.d_model", "16", "--model.d_ff", "32", "--model.n_layers", "1",
+           "--trainer.max_epochs", "3", "--trainer.enable_progress_bar", "false",
+           "--trainer.enable_model_summary", "false", "--trainer.precision", "32-true", *extra]
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
+STEP_CKPT = """
+trainer:
+  callbacks+:
+    - class_path: lightning.pytorch.callbacks.ModelCheckpoint
+      init_args: {dirpath: runs/streamrec_demo/checkpoints, filename: step, every_n_train_steps: 5,
+                  enable_version_counter: false}
+"""
+
+
+@pytest.fixture(scope="session")
+def runs(tiny_log: Path, built_once) -> SimpleNamespace:
+    """An uninterrupted fit and one SIGKILLed in the middle of its last epoch, both with a $TMPDIR of their own;
+    built once per run for both resume tests, which resume copies of the killed run."""
+    def build(root: Path) -> None:
+        (root / "killer.py").write_text(KILLER)
+        (root / "step.yaml").write_text(STEP_CKPT)
+        for folder in ("whole", "killed", "tmpdir"):
+            (root / folder).mkdir()
+        env = {"TMPDIR": str(root / "tmpdir")}
+        done = _fit(root / "whole", tiny_log, env_extra=env)
+        assert done.returncode == 0, done.stderr[-2000:]
+        crash = _fit(root / "killed", tiny_log, "--trainer.callbacks+=killer.KillMidEpoch", env_extra=env)
+        assert crash.returncode == -signal.SIGKILL, crash.stderr[-2000:]
+
+    root = built_once(f"streamrec resume {tiny_log}", build)
+    return SimpleNamespace(whole=root / "whole", killed=root / "killed", tmpdir=root / "tmpdir")
+
+
+def _resume(runs: SimpleNamespace, tmp_path: Path, log: Path, ckpt: str) -> Path:
+    """Resume a copy of the killed run folder (in tmp_path) from its checkpoint `ckpt`; returns the copy."""
+    (tmp_path / "step.yaml").write_text(STEP_CKPT)
+    tmpdir = tmp_path / "tmpdir"
+    tmpdir.mkdir()
+    folder = shutil.copytree(runs.killed, tmp_path / "killed")
+    resumed = _fit(folder, log, "--ckpt_path", str(folder / CKPTS / ckpt), env_extra={"TMPDIR": str(tmpdir)})
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    return folder
+
+
 @pytest.mark.slow
-def test_killed_and_resumed_fit_equals_uninterrupted(tiny_log: Path, tmp_path: Path) -> None:
-    (tmp_path / "killer.py").write_text(KILLER)
-    whole, killed, tmpdir = tmp_path / "whole", tmp_path / "killed", tmp_path / "tmpdir"
-    for folder in (whole, killed, tmpdir):
-        folder.mkdir()
-    env = {"TMPDIR": str(tmpdir)}
-
-    done = _fit(whole, tiny_log, env_extra=env)
-    assert done.returncode == 0, done.stderr[-2000:]
-
-    crash = _fit(killed, tiny_log, "--trainer.callbacks+=killer.KillMidEpoch", env_extra=env)
-    assert crash.returncode == -signal.SIGKILL, crash.stderr[-2000:]
-    last, best = killed / CKPTS / "last.ckpt", killed / CKPTS / "best.ckpt"
+def test_killed_and_resumed_fit_equals_uninterrupted(tiny_log: Path, runs: SimpleNamespace, tmp_path: Path) -> None:
+    last, best = runs.killed / CKPTS / "last.ckpt", runs.killed / CKPTS / "best.ckpt"
     assert load_checkpoint(last, "fit")["epoch"] == 1  # epochs 0 and 1 finished, killed inside epoch 2
     assert load_checkpoint(last, "fit")["global_step"] >= load_checkpoint(best, "fit")["global_step"]
 
-    resumed = _fit(killed, tiny_log, "--ckpt_path", str(last), env_extra=env)
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    killed = _resume(runs, tmp_path, tiny_log, "last.ckpt")
 
-    a = load_checkpoint(whole / CKPTS / "last.ckpt", "fit")
-    b = load_checkpoint(last, "fit")
+    a = load_checkpoint(runs.whole / CKPTS / "last.ckpt", "fit")
+    b = load_checkpoint(killed / CKPTS / "last.ckpt", "fit")
     assert a["global_step"] == b["global_step"] > 0
     assert a["state_dict"].keys() == b["state_dict"].keys()
     for key, value in a["state_dict"].items():
@@ -72,8 +104,9 @@ def test_killed_and_resumed_fit_equals_uninterrupted(tiny_log: Path, tmp_path: P
     for sa, sb in zip(a["optimizer_states"][0]["state"].values(), b["optimizer_states"][0]["state"].values(),
                       strict=True):
         assert all(torch.equal(sa[k], sb[k]) for k in sa)
-    staged = [p for p in tmpdir.rglob("*") if p.is_file() and "torchinductor_" not in str(p)]  # torch's own cache
-    assert staged == []  # no checkpoint staged in $TMPDIR
+    for tmpdir in (runs.tmpdir, tmp_path / "tmpdir"):  # the fits' and the resumed fit's
+        staged = [p for p in tmpdir.rglob("*") if p.is_file() and "torchinductor_" not in str(p)]  # torch's cache
+        assert staged == []  # no checkpoint staged in $TMPDIR
     assert not list((killed / CKPTS).glob(".*.tmp"))
     assert not (killed / "runs/streamrec_demo/fit.lock").exists()  # released at the end of the resumed fit
 
@@ -95,34 +128,15 @@ def test_without_restored_states_the_resumed_run_differs(tiny_log: Path, tmp_pat
     assert load_checkpoint(tmp_path / "s.pt", "fit")["rng"]["numpy"]["pos"] == state["rng"]["numpy"]["pos"]
 
 
-STEP_CKPT = """
-trainer:
-  callbacks+:
-    - class_path: lightning.pytorch.callbacks.ModelCheckpoint
-      init_args: {dirpath: runs/streamrec_demo/checkpoints, filename: step, every_n_train_steps: 5,
-                  enable_version_counter: false}
-"""
-
-
 @pytest.mark.slow
-def test_resume_from_a_mid_epoch_checkpoint_equals_uninterrupted(tiny_log: Path, tmp_path: Path) -> None:
+def test_resume_from_a_mid_epoch_checkpoint_equals_uninterrupted(tiny_log: Path, runs: SimpleNamespace,
+                                                                 tmp_path: Path) -> None:
     """A checkpoint written every 5 steps, mid-epoch: the resumed run skips the batches it already trained on."""
-    (tmp_path / "killer.py").write_text(KILLER)
-    (tmp_path / "step.yaml").write_text(STEP_CKPT)
-    whole, killed = tmp_path / "whole", tmp_path / "killed"
-    whole.mkdir()
-    killed.mkdir()
-    steps = ["--config", str(tmp_path / "step.yaml")]
-    assert _fit(whole, tiny_log, *steps).returncode == 0
-    crash = _fit(killed, tiny_log, *steps, "--trainer.callbacks+=killer.KillMidEpoch")
-    assert crash.returncode == -signal.SIGKILL
-    step = killed / CKPTS / "step.ckpt"
-    state = load_checkpoint(step, "fit")
-    per_epoch = load_checkpoint(killed / CKPTS / "last.ckpt", "fit")["global_step"] // 2
+    state = load_checkpoint(runs.killed / CKPTS / "step.ckpt", "fit")
+    per_epoch = load_checkpoint(runs.killed / CKPTS / "last.ckpt", "fit")["global_step"] // 2
     assert state["global_step"] % per_epoch != 0, "the step checkpoint must fall inside an epoch"
-    resumed = _fit(killed, tiny_log, *steps, "--ckpt_path", str(step))
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
-    a, b = (load_checkpoint(folder / CKPTS / "last.ckpt", "fit") for folder in (whole, killed))
+    killed = _resume(runs, tmp_path, tiny_log, "step.ckpt")
+    a, b = (load_checkpoint(folder / CKPTS / "last.ckpt", "fit") for folder in (runs.whole, killed))
     assert a["global_step"] == b["global_step"]
     for key, value in a["state_dict"].items():
         assert torch.equal(value, b["state_dict"][key]), key

@@ -4,6 +4,8 @@ once after a resume, one-line errors, nothing half-written or left behind, earli
 from __future__ import annotations
 
 import errno
+import json
+import os
 import signal
 import subprocess
 import sys
@@ -21,16 +23,23 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def big_log(demo, tmp_path_factory) -> Path:
-    """4,000 users over the tiny checkpoint's 40 items: scoring with --explain takes seconds, not milliseconds."""
+    """400 users over the tiny checkpoint's 40 items: 20 parts of 20 users, so a kill lands mid-run."""
     path = tmp_path_factory.mktemp("big") / "interactions.csv"
-    demo.write_csv(demo.generate(users=4000, items=40, seed=1, min_len=5, max_len=15), path)
+    demo.write_csv(demo.generate(users=400, items=40, seed=1, min_len=5, max_len=15), path)
     return path
 
 
 def _scorer(ckpt: Path, log: Path, out: Path, *extra: str) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "streamrec.score", "--ckpt", str(ckpt), "--input", str(log), "--output", str(out),
-           "--top-k", "5", "--explain", "--chunk-users", "200", "--batch-size", "16", *extra]
-    return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+           "--top-k", "5", "--explain", "--chunk-users", "20", "--batch-size", "16", *extra]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # tiny tensors: a second thread only waits on a busy machine
+    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(condition, procs: list[subprocess.Popen], seconds: float = 120) -> None:
+    deadline = time.time() + seconds
+    while not condition() and any(p.poll() is None for p in procs) and time.time() < deadline:
+        time.sleep(0.01)
 
 
 def _users_once(out: Path, n_users: int, k: int = 5) -> None:
@@ -41,14 +50,25 @@ def _users_once(out: Path, n_users: int, k: int = 5) -> None:
 
 @pytest.mark.slow
 def test_two_scorers_on_one_output_exactly_one_succeeds(tiny_ckpt, big_log, tmp_path):
+    """Both start at once; the holder is paused (SIGSTOP) once it has written a part, so the other one meets
+    a live holder however the two are scheduled, then resumed to finish."""
     out = tmp_path / "recs.parquet"
     procs = [_scorer(tiny_ckpt, big_log, out) for _ in range(2)]
-    results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
-    codes = sorted(code for code, _ in results)
-    assert codes[0] == 0 and codes[1] != 0, results
-    loser = next(err for code, err in results if code != 0).strip().splitlines()[-1]
-    assert "another run is writing it (streamrec.score, pid" in loser and f"lock file {out}.lock" in loser
-    _users_once(out, 4000)
+    part = tmp_path / "recs.parquet.parts" / "part-00000.parquet"
+    _wait_for(part.exists, procs)
+    holder = json.loads((tmp_path / "recs.parquet.lock").read_text())["pid"]
+    os.kill(holder, signal.SIGSTOP)
+    try:
+        winner = next(p for p in procs if p.pid == holder)
+        loser = next(p for p in procs if p.pid != holder)
+        assert loser.wait(timeout=300) != 0
+    finally:
+        os.kill(holder, signal.SIGCONT)
+    assert winner.wait(timeout=300) == 0, winner.stderr.read()
+    message = loser.stderr.read().strip().splitlines()[-1]
+    assert "another run is writing it (streamrec.score, pid" in message and f"lock file {out}.lock" in message
+    assert f"pid {holder} " in message
+    _users_once(out, 400)
     assert not (tmp_path / "recs.parquet.parts").exists() and not (tmp_path / "recs.parquet.lock").exists()
 
 
@@ -57,9 +77,7 @@ def test_scorer_killed_with_sigkill_resumes_every_user_once(tiny_ckpt, big_log, 
     out = tmp_path / "recs.parquet"
     proc = _scorer(tiny_ckpt, big_log, out)
     parts = tmp_path / "recs.parquet.parts"
-    deadline = time.time() + 120
-    while not list(parts.glob("part-00001.parquet")) and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.01)
+    _wait_for(lambda: (parts / "part-00001.parquet").exists(), [proc])
     proc.send_signal(signal.SIGKILL)
     assert proc.wait() == -signal.SIGKILL, "the scorer finished before it could be killed: use a bigger log"
     assert not out.exists() and (tmp_path / "recs.parquet.lock").exists()
@@ -67,7 +85,7 @@ def test_scorer_killed_with_sigkill_resumes_every_user_once(tiny_ckpt, big_log, 
     code, err = resumed.wait(timeout=300), resumed.stderr.read()
     assert code == 0, err
     assert "took over the lock file" in err and "resuming:" in err
-    _users_once(out, 4000)
+    _users_once(out, 400)
     assert not parts.exists() and not list(tmp_path.glob(".*.tmp"))
 
 

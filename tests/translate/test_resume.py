@@ -35,7 +35,7 @@ def _fit(cwd: Path, demo_dir: Path, *extra: str) -> subprocess.CompletedProcess:
            "--data.max_tokens", "400", "--data.cache_dir", str(cwd / "spm"),
            "--model.d_model", "16", "--model.n_heads", "2", "--model.n_encoder_layers", "1",
            "--model.n_decoder_layers", "1", "--model.d_ff", "32", "--model.warmup_steps", "5",
-           "--trainer.max_epochs", "3", "--trainer.limit_val_batches", "2", "--trainer.logger", "false",
+           "--trainer.max_epochs", "2", "--trainer.limit_val_batches", "2", "--trainer.logger", "false",
            "--trainer.precision", "32-true", "--trainer.enable_progress_bar", "false",
            "--trainer.enable_model_summary", "false", *extra]
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
