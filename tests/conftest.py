@@ -20,6 +20,12 @@ import torch
 from filelock import FileLock
 
 REPO = Path(__file__).resolve().parents[1]
+
+# One thread per test process and per program a test starts: the suite runs one xdist worker per core, and a
+# second thread per process only makes the workers and their child processes wait on each other.
+for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_name, "1")
+torch.set_num_threads(1)
 HOSTILE_KINDS = ("zip", "legacy", "in_hparams")
 
 
