@@ -10,7 +10,9 @@ says where a request's cost goes; --json writes them as one flat object.
 The clients share the server's cores, so they must cost little: by default (--client async) all N
 connections are driven by one asyncio thread with pre-encoded requests (the cheapest client).
 --client threads runs one http.client thread per connection (several times the CPU); both settings
-always use the same client.
+always use the same client. `--client async threads` measures each server start with both clients in
+turn (one server start per setting instead of one per setting and client); the figures then carry the
+client's name first (`async_dynamic_rps`, `threads_throughput_ratio`).
 
     python benchmarks/serve_load.py --app streamrec --ckpt runs/streamrec_demo/checkpoints/best.ckpt \\
         --clients 32 --seconds 20 --json runs/serve_load_streamrec.json
@@ -42,6 +44,7 @@ from urllib.parse import urlsplit
 from _common import print_table, write_json
 from rich.console import Console
 
+CLIENTS = ("async", "threads")
 MAKE_CKPT = {
     "streamrec": "`make demo` writes runs/streamrec_demo/checkpoints/best.ckpt (or: python data/make_streamrec_demo.py "
                  "&& python -m streamrec fit --config configs/streamrec/demo.yaml)",
@@ -63,8 +66,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--k", type=int, default=10, help="StreamRec: items per request (default 10)")
     p.add_argument("--beam", type=int, default=5, help="Translate: beam width (default 5)")
     p.add_argument("--input", help="Translate: a text file, one sentence per line (default: random subwords)")
-    p.add_argument("--client", choices=("async", "threads"), default="async",
-                   help="async: one asyncio thread drives every connection (default); threads: a thread each")
+    p.add_argument("--client", nargs="+", choices=CLIENTS, default=["async"],
+                   help="async: one asyncio thread drives every connection (default); threads: a thread each; "
+                        "several (async threads): each server start is measured with each in turn, figures named "
+                        "CLIENT_SETTING_...")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-dir", help="keep the servers' logs here (default: a temporary folder)")
     p.add_argument("--json", metavar="PATH", help="write the figures as one flat JSON object")
@@ -72,6 +77,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("clients", "max_batch_size", "k", "beam"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
+    if len(set(args.client)) != len(args.client):
+        p.error("--client: name each client once")
     if args.seconds <= 0 or args.warmup < 0:
         p.error("--seconds must be > 0 and --warmup >= 0")
     if args.ckpt is None:
@@ -243,12 +250,12 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def measured(url: str, bodies: list[bytes], args: argparse.Namespace) -> dict[str, float]:
+def measured(url: str, bodies: list[bytes], args: argparse.Namespace, kind: str) -> dict[str, float]:
     """`load` after a warm-up, with the server's and the clients' CPU ms per answered request over the window."""
-    load(url, bodies, args.clients, 0.0, args.warmup, args.client)
+    load(url, bodies, args.clients, 0.0, args.warmup, kind)
     pids = process_tree(os.getpid())[1:]  # the server is this process's only child
     server0, client0 = cpu_seconds(pids), resource.getrusage(resource.RUSAGE_SELF)
-    result = load(url, bodies, args.clients, 0.0, args.seconds, args.client)
+    result = load(url, bodies, args.clients, 0.0, args.seconds, kind)
     server1, client1 = cpu_seconds(pids), resource.getrusage(resource.RUSAGE_SELF)
     client_s = (client1.ru_utime + client1.ru_stime) - (client0.ru_utime + client0.ru_stime)
     result["server_cpu_ms"] = 1e3 * (server1 - server0) / result["requests"]
@@ -265,8 +272,11 @@ def main(argv: list[str] | None = None) -> None:
     settings = {"batch1": ["--max-batch-size", "1"],
                 "dynamic": ["--max-batch-size", str(args.max_batch_size), "--batch-timeout", str(args.batch_timeout)]}
     figures: dict[str, float] = {"clients": args.clients, "seconds": args.seconds,
-                                 "async_client": int(args.client == "async"),  # 0: a thread per client
+                                 "async_client": int("async" in args.client),  # 1: measured with that client
+                                 "threads_client": int("threads" in args.client),
                                  "max_batch_size": args.max_batch_size, "batch_timeout": args.batch_timeout}
+    # One client: figures as SETTING_FIGURE; several: CLIENT_SETTING_FIGURE.
+    prefixes = {kind: f"{kind}_" if len(args.client) > 1 else "" for kind in args.client}
     with tempfile.TemporaryDirectory() as tmp:
         log_dir = Path(args.log_dir or tmp)
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -274,20 +284,25 @@ def main(argv: list[str] | None = None) -> None:
             server_args = ["--ckpt", args.ckpt, *extra, "--log-level", "warning", "--threads", str(args.threads)]
             console.print(f"{name}: starting python -m {args.app}.serve {' '.join(extra)}")
             with local_server(f"{args.app}.serve", server_args, log_dir / f"{args.app}_{name}.log", ready_s=300) as url:
-                result = measured(url, bodies, args)
-            figures.update({f"{name}_{key}": value for key, value in result.items()})
-    figures["throughput_ratio"] = figures["dynamic_rps"] / figures["batch1_rps"]
+                for kind, pre in prefixes.items():
+                    result = measured(url, bodies, args, kind)
+                    figures.update({f"{pre}{name}_{key}": value for key, value in result.items()})
     labels = {"batch1": "batch size 1",
               "dynamic": f"dynamic, <= {args.max_batch_size}, {args.batch_timeout * 1e3:g} ms"}
-    figures["server_cpu_ratio"] = figures["batch1_server_cpu_ms"] / figures["dynamic_server_cpu_ms"]
-    rows = [[labels[name], f"{figures[f'{name}_rps']:.1f}", *(f"{figures[f'{name}_{p}_ms']:.0f}"
-             for p in ("p50", "p95", "p99")), str(figures[f"{name}_errors"]),
-             f"{figures[f'{name}_server_cpu_ms']:.2f}", f"{figures[f'{name}_client_cpu_ms']:.2f}"] for name in settings]
-    print_table(console, f"{args.app}.serve, {args.clients} clients ({args.client}), {args.seconds:g} s each",
-                ["setting", "req/s", "p50 ms", "p95 ms", "p99 ms", "errors", "server CPU ms/req",
-                 "client CPU ms/req"], rows)
-    console.print(f"dynamic batching: {figures['throughput_ratio']:.2f}x the throughput of batch size 1; "
-                  f"{figures['server_cpu_ratio']:.2f}x less server CPU per request")
+    for kind, pre in prefixes.items():
+        figures[f"{pre}throughput_ratio"] = figures[f"{pre}dynamic_rps"] / figures[f"{pre}batch1_rps"]
+        figures[f"{pre}server_cpu_ratio"] = (figures[f"{pre}batch1_server_cpu_ms"]
+                                             / figures[f"{pre}dynamic_server_cpu_ms"])
+        rows = [[labels[name], f"{figures[f'{pre}{name}_rps']:.1f}", *(f"{figures[f'{pre}{name}_{p}_ms']:.0f}"
+                 for p in ("p50", "p95", "p99")), str(figures[f"{pre}{name}_errors"]),
+                 f"{figures[f'{pre}{name}_server_cpu_ms']:.2f}", f"{figures[f'{pre}{name}_client_cpu_ms']:.2f}"]
+                for name in settings]
+        print_table(console, f"{args.app}.serve, {args.clients} clients ({kind}), {args.seconds:g} s each",
+                    ["setting", "req/s", "p50 ms", "p95 ms", "p99 ms", "errors", "server CPU ms/req",
+                     "client CPU ms/req"], rows)
+        who = f" ({kind} clients)" if pre else ""
+        console.print(f"dynamic batching{who}: {figures[f'{pre}throughput_ratio']:.2f}x the throughput of batch "
+                      f"size 1; {figures[f'{pre}server_cpu_ratio']:.2f}x less server CPU per request")
     if args.json:
         write_json(args.json, figures)
 

@@ -15,21 +15,21 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_scale_benchmark_compares_old_and_new_and_writes_json_and_plot(run_benchmark, benchmark_refuses,
                                                                        tmp_path: Path) -> None:
     png = tmp_path / "scale.png"
-    run = run_benchmark("streamrec_scale.py", "--items", "3000,20000", "--rows", "8000", "--users", "150",
-                        "--log-items", "1000", "--item-chunk", "1000", "--skip-old-above", "10000", "--bf16",
+    run = run_benchmark("streamrec_scale.py", "--items", "600,2000", "--rows", "400", "--users", "10",
+                        "--log-items", "500", "--item-chunk", "256", "--skip-old-above", "1000", "--bf16",
                         "--threads", "1", "--plot", png, timeout=600)
     figures = run.figures
     assert figures["threads"] == 1
     for key in ("users_per_s", "peak_rss_mib", "total_s", "score_s"):
         for kind in ("old", "new"):
-            assert figures[f"N3000_R8000_{kind}_{key}"] > 0, (kind, key)
-        assert figures[f"N20000_R8000_new_{key}"] > 0
-    assert "N20000_R8000_old_users_per_s" not in figures  # above --skip-old-above: not run
+            assert figures[f"N600_R400_{kind}_{key}"] > 0, (kind, key)
+        assert figures[f"N2000_R400_new_{key}"] > 0
+    assert "N2000_R400_old_users_per_s" not in figures  # above --skip-old-above: not run
     # The old full matrix and the new item chunks rank every user alike (random weights: no ties).
-    assert figures["N3000_R8000_same_topk_share"] == 1.0
-    assert figures["N3000_R8000_speedup"] > 0 and figures["N3000_R8000_rss_ratio"] > 0
-    assert figures["N3000_R8000_bf16_speedup"] > 0 and figures["N20000_R8000_bf16_users_per_s"] > 0
-    assert figures["N20000_R8000_bf16_same_topk_share"] >= 0.9  # against new's exact lists where old did not run
+    assert figures["N600_R400_same_topk_share"] == 1.0
+    assert figures["N600_R400_speedup"] > 0 and figures["N600_R400_rss_ratio"] > 0
+    assert figures["N600_R400_bf16_speedup"] > 0 and figures["N2000_R400_bf16_users_per_s"] > 0
+    assert figures["N2000_R400_bf16_same_topk_share"] >= 0.9  # against new's exact lists where old did not run
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "skipped" in run.stdout
     assert "must hold the log's --log-items" in benchmark_refuses("streamrec_scale.py", "--items", "500",
@@ -50,11 +50,11 @@ def test_the_old_tree_is_the_baseline_commits(tmp_path: Path) -> None:
 
 
 def test_training_memory_mode_measures_both_item_optimizers_and_writes_flat_json(run_benchmark) -> None:
-    run = run_benchmark("streamrec_scale.py", "--train-items", "1000,40000", "--d-model", "16", "--train-steps", "2",
+    run = run_benchmark("streamrec_scale.py", "--train-items", "1000,4000", "--d-model", "16", "--train-steps", "2",
                         "--threads", "1", timeout=600)
     figures = run.figures
-    assert figures["train_N40000_table_mib"] == pytest.approx(40001 * 16 * 4 / 2**20)
-    for n in (1000, 40000):
+    assert figures["train_N4000_table_mib"] == pytest.approx(4001 * 16 * 4 / 2**20)
+    for n in (1000, 4000):
         for opt in ("adamw", "rowwise_adagrad"):
             # RSS above the built model's: 0 MiB when the step fits in memory the allocator already holds.
             assert figures[f"train_N{n}_{opt}_peak_above_model_mib"] >= 0, (n, opt)

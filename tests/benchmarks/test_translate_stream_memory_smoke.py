@@ -43,15 +43,15 @@ def test_inputs_and_old_modules(bench: ModuleType, tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_tiny_run_writes_flat_json(run_benchmark, tmp_path: Path) -> None:
-    run = run_benchmark("translate_stream_memory.py", "--lines", "20", "50", "--words", "30", "--max-len", "16",
-                        "--chunk-lines", "8", "--workdir", tmp_path, timeout=600)
+    run = run_benchmark("translate_stream_memory.py", "--lines", "3", "5", "--words", "8", "--max-len", "16",
+                        "--chunk-lines", "2", "--workdir", tmp_path, timeout=600)
     figures = run.figures
-    for n in (20, 50):
+    for n in (3, 5):
         assert figures[f"outputs_equal_{n}"] == 1.0  # the old and the new script wrote the same translations
         for path in ("old", "new"):
             # whole-process peaks, each measured in its own process: compared with a constant, never each other
             assert figures[f"{path}_{n}_peak_mib"] > 50 and figures[f"{path}_floor_mib"] > 50  # torch alone is more
         assert figures[f"peak_ratio_{n}"] == pytest.approx(figures[f"old_{n}_peak_mib"] / figures[f"new_{n}_peak_mib"])
-    assert figures["new_growth"] == pytest.approx(figures["new_50_peak_mib"] / figures["new_20_peak_mib"])
-    assert (figures["smallest_lines"], figures["largest_lines"], figures["words"]) == (20, 50, 30)
+    assert figures["new_growth"] == pytest.approx(figures["new_5_peak_mib"] / figures["new_3_peak_mib"])
+    assert (figures["smallest_lines"], figures["largest_lines"], figures["words"]) == (3, 5, 8)
     assert sorted(p.name for p in tmp_path.iterdir()) == [run.json.name]  # its temporary folder is gone
