@@ -100,16 +100,16 @@ def test_a_checkpoint_trained_on_other_data_is_one_line(tiny_ckpt, demo, tmp_pat
 
 @pytest.mark.slow
 def test_ddp_validation_equals_single_process(tiny_ckpt, tiny_log, tmp_path, monkeypatch, capfd):
-    """Two DDP ranks (ddp_spawn: `ddp` would relaunch pytest itself) must give the single-process
+    """Two DDP ranks (ddp_fork: `ddp` would relaunch pytest itself) must give the single-process
     full-ranking metrics; tolerance 1e-6, since only the order of float sums differs. The metrics are
     reduced across ranks before they are logged, so Lightning has no `sync_dist` warning to print."""
     monkeypatch.chdir(tmp_path)
     single = _validate(tiny_ckpt, tiny_log, 1)
-    ddp = _validate(tiny_ckpt, tiny_log, 2, "ddp_spawn")
+    ddp = _validate(tiny_ckpt, tiny_log, 2, "ddp_fork")
     assert single and set(single) == set(ddp)
     for name in single:
         assert ddp[name] == pytest.approx(single[name], abs=1e-6), name
-    assert "sync_dist" not in capfd.readouterr().err  # the spawned ranks write to the captured stderr too
+    assert "sync_dist" not in capfd.readouterr().err  # the forked ranks write to the captured stderr too
 
 
 def test_a_second_fit_into_one_run_folder_is_refused(tiny_log, tmp_path, monkeypatch):

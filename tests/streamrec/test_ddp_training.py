@@ -1,6 +1,7 @@
 """Training on two CPU ranks: the ranks share each epoch's windows and end with the same weights.
 
-`ddp_spawn`, not `ddp`: inside pytest `ddp` relaunches the whole pytest command as rank 1
+`ddp_fork` (ddp_spawn's launcher, with ranks forked rather than importing torch again), not `ddp`: inside
+pytest `ddp` relaunches the whole pytest command as rank 1
 (shared/ENVIRONMENT.md). Each rank records the windows of its batches and its final weights in
 files; the reference is the windows of a single-process `setup` of the same data.
 """
@@ -65,7 +66,7 @@ def test_two_ranks_see_each_window_once_per_epoch_and_end_with_equal_weights(tin
     module = StreamRecModule(num_items=data.num_items, max_len=8, d_model=16, n_heads=2, n_layers=1, d_ff=32,
                              lr=1e-2, popularity_baseline=False)
     start = {k: v.clone() for k, v in module.state_dict().items()}
-    trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp_spawn", max_epochs=EPOCHS, logger=False,
+    trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp_fork", max_epochs=EPOCHS, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                         limit_val_batches=0, callbacks=[RecordRanks(tmp_path)])
     trainer.fit(module, data)
@@ -88,4 +89,4 @@ def test_two_ranks_see_each_window_once_per_epoch_and_end_with_equal_weights(tin
         assert torch.equal(ranks[0][name], ranks[1][name]), name  # gradients all-reduced: one model
     table = "model.item_embedding.embedding.weight"
     assert not torch.equal(ranks[0][table], start[table])  # it trained
-    assert all(torch.equal(module.state_dict()[k], ranks[0][k]) for k in start)  # ddp_spawn returns rank 0's
+    assert all(torch.equal(module.state_dict()[k], ranks[0][k]) for k in start)  # ddp_fork returns rank 0's

@@ -207,14 +207,15 @@ def test_ray_engine_equals_the_local_scorer(tiny_ckpt, tiny_log, whole, tmp_path
                "--chunk-users", "20")
         _assert_same_rows(out, whole)
         assert shards.read_provenance(out)["checkpoint_sha256"] == shards.checkpoint_sha256(tiny_ckpt)
+        assert ray.is_initialized()  # the scorer leaves an instance it did not start running
     finally:
         ray.shutdown()
-    # The command line starts (and stops) its own local instance: 1 worker, 2 CPUs.
+    assert not ray.is_initialized()
+    # With no instance running, the command line starts (and stops) its own local one: 1 worker, 2 CPUs. In this
+    # process (`main`, what `python -m streamrec.score` runs): a second interpreter would only import torch again.
     sharded, local = tmp_path / "ray-shard.parquet", tmp_path / "local-shard.parquet"
-    cmd = [sys.executable, "-m", "streamrec.score", "--ckpt", str(tiny_ckpt), "--input", str(tiny_log), "--output",
-           str(sharded), "--top-k", "5", "--engine", "ray", "--workers", "1", "--shard", "1/2"]
-    run = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-2000:]
+    _score(tiny_ckpt, tiny_log, sharded, "--engine", "ray", "--workers", "1", "--shard", "1/2")
+    assert not ray.is_initialized()  # the instance it started is stopped
     _score(tiny_ckpt, tiny_log, local, "--shard", "1/2")
     _assert_same_rows(sharded, local)
     assert shards.read_provenance(sharded)["shard"] == "1/2"

@@ -50,10 +50,11 @@ def test_predict_writes_what_the_inference_script_writes(trained, demo_dir, tmp_
 
 @pytest.mark.slow
 def test_ddp_predict_merges_the_ranks_parts_in_input_order(trained, demo_dir, tmp_path, monkeypatch):
-    """Two ranks (ddp_spawn; `ddp` would relaunch pytest): each writes its part, rank 0 merges, repeats written once."""
+    """Two ranks (ddp_fork: ddp_spawn without importing torch again; `ddp` would relaunch pytest): each writes its
+    part, rank 0 merges, repeats written once."""
     monkeypatch.chdir(tmp_path)
     _predict(trained, demo_dir, tmp_path / "ddp.de", f"--data.predict={trained.source}", "--trainer.devices", "2",
-             "--trainer.strategy", "ddp_spawn")
+             "--trainer.strategy", "ddp_fork")
     assert (tmp_path / "ddp.de").read_text(encoding="utf-8") == _infer(trained, trained.source,
                                                                        tmp_path / "infer.de", 5)
     assert sorted(p.name for p in tmp_path.glob("ddp.de*")) == ["ddp.de"]

@@ -154,7 +154,7 @@ class SaveWeights(L.Callback):
         torch.save(pl_module.state_dict(), self.folder / f"rank{trainer.global_rank}.pt")
 
 
-@pytest.mark.slow  # two spawned processes, each importing torch and Lightning
+@pytest.mark.slow  # two forked ranks (ddp_fork: no process imports torch and Lightning again)
 @pytest.mark.parametrize("tied", [True, False])
 def test_two_gloo_ranks_all_reduce_the_sparse_gradients_and_end_equal(tiny_log, tmp_path, tied):
     """DDP on CPU (gloo) all-reduces sparse gradients: the ranks end with the same tables (NCCL cannot)."""
@@ -163,7 +163,7 @@ def test_two_gloo_ranks_all_reduce_the_sparse_gradients_and_end_equal(tiny_log, 
     module = StreamRecModule(num_items=40, max_len=8, d_model=16, n_heads=2, n_layers=1, d_ff=32, loss="sampled",
                              num_negatives=16, item_optimizer="rowwise_adagrad", tied=tied, popularity_baseline=False)
     start = {k: v.clone() for k, v in module.state_dict().items()}
-    trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp_spawn", max_epochs=1, logger=False,
+    trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp_fork", max_epochs=1, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                         limit_val_batches=0, callbacks=[SaveWeights(tmp_path)], gradient_clip_val=1.0)
     trainer.fit(module, data)

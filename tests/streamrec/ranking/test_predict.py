@@ -41,10 +41,11 @@ def test_predict_writes_what_batch_scoring_writes(exclude_seen, item_chunk, tiny
 
 @pytest.mark.slow
 def test_ddp_predict_merges_the_ranks_parts_into_the_single_process_output(tiny_ckpt, tiny_log, tmp_path, monkeypatch):
-    """Two ranks (ddp_spawn; `ddp` would relaunch pytest) on 81 users: each writes its part, rank 0 merges them."""
+    """Two ranks (ddp_fork: ddp_spawn without importing torch again; `ddp` would relaunch pytest) on 81 users:
+    each writes its part, rank 0 merges them."""
     monkeypatch.chdir(tmp_path)
     _predict(tiny_ckpt, tiny_log, tmp_path / "one.parquet", "--trainer.devices", "1")
-    _predict(tiny_ckpt, tiny_log, tmp_path / "ddp.parquet", "--trainer.devices", "2", "--trainer.strategy", "ddp_spawn")
+    _predict(tiny_ckpt, tiny_log, tmp_path / "ddp.parquet", "--trainer.devices", "2", "--trainer.strategy", "ddp_fork")
     _assert_same_rows(pq.read_table(tmp_path / "ddp.parquet"), pq.read_table(tmp_path / "one.parquet"))
     assert sorted(p.name for p in tmp_path.glob("ddp.parquet*")) == ["ddp.parquet"]  # the parts are gone
 
