@@ -188,7 +188,7 @@ def measure_peak(path: str, cell: Cell) -> int:
     if not reset_peak_rss():
         print("warning: cannot reset the peak-RSS mark; the peak may include start-up", file=sys.stderr)
     run_step(path, qkv, future)
-    return peak_rss_bytes() - base
+    return max(0, peak_rss_bytes() - base)  # memory freed before the reset would read below 0
 
 
 def peaks_in_fresh_processes(paths: list[str], cell: Cell) -> dict[str, int | None]:

@@ -153,7 +153,7 @@ def child_train(args: argparse.Namespace) -> None:
         times.append(time.perf_counter() - start)
     table = module.model.item_vectors.numel() * 4
     steady = times[1:] or times
-    print(json.dumps({"peak_above_model_mib": (peak_rss_bytes() - base) / 2**20, "table_mib": table / 2**20,
+    print(json.dumps({"peak_above_model_mib": max(0, peak_rss_bytes() - base) / 2**20, "table_mib": table / 2**20,
                       "s_per_step": sum(steady) / len(steady), "first_step_s": times[0]}))
 
 
