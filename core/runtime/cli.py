@@ -19,7 +19,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -47,15 +47,18 @@ _KEY = re.compile(r"""(?:option|key) ["']([\w.]+)["']""", re.IGNORECASE)
 _SUBCOMMAND = re.compile(r"^Subcommand '(\w+)'")
 
 
-def config_files(args: Sequence[str]) -> list[str]:
-    """The files given as `--config FILE`, `--config=FILE` or `-c FILE`, in order."""
-    files = []
+def _config_flags(args: Sequence[str]) -> Iterator[tuple[int, str]]:
+    """(position of the flag, file) of each `--config FILE`, `--config=FILE` or `-c FILE` in `args`, in order."""
     for i, arg in enumerate(args):
         if arg in ("--config", "-c") and i + 1 < len(args):
-            files.append(args[i + 1])
+            yield i, args[i + 1]
         elif arg.startswith("--config="):
-            files.append(arg.removeprefix("--config="))
-    return files
+            yield i, arg.removeprefix("--config=")
+
+
+def config_files(args: Sequence[str]) -> list[str]:
+    """The files given as `--config FILE`, `--config=FILE` or `-c FILE`, in order."""
+    return [name for _, name in _config_flags(args)]
 
 
 def read_yaml(name: str) -> Any:
@@ -99,11 +102,10 @@ def with_bases(args: Sequence[str]) -> list[str]:
     jsonargparse merges successive `--config` files key by key (a later list replaces an earlier one), so
     a data set's YAML, read after its base, changes only the keys it sets.
     """
+    bases = {i: config_chain(name)[:-1] for i, name in _config_flags(args)}
     out: list[str] = []
     for i, arg in enumerate(args):
-        name = args[i + 1] if arg in ("--config", "-c") and i + 1 < len(args) else arg.removeprefix("--config=")
-        if name != arg:
-            out += [f for base in config_chain(name)[:-1] for f in ("--config", base)]
+        out += [f for base in bases.get(i, ()) for f in ("--config", base)]
         out.append(arg)
     return out
 
@@ -113,8 +115,8 @@ def file_setting(files: Sequence[str], key: str) -> str | None:
     found = None
     for name in files:
         try:
-            node: Any = yaml.safe_load(Path(name).read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError, UnicodeDecodeError):
+            node: Any = read_yaml(name)
+        except (OSError, InputError):
             continue
         for part in key.split("."):
             node = node.get(part) if isinstance(node, dict) else None

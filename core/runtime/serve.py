@@ -36,7 +36,7 @@ from fastapi.responses import JSONResponse, Response
 from litserve.transport.process_transport import MPQueueTransport
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from core.runtime.errors import InputError, describe_os_error
+from core.runtime.errors import InputError, exit_on_error
 
 log = logging.getLogger("core.runtime.serve")
 LITSERVE_VERSION = "0.2.19"  # the one whose private `LitServer._init_manager` and `_transport` PipeLitServer replaces
@@ -519,15 +519,15 @@ def _stop_on_sigterm() -> None:
 
 @contextmanager
 def one_line_errors() -> Iterator[None]:
-    """A bad checkpoint, option or file ends the command with one line on stderr and exit status 1."""
-    try:
-        yield
-    # InputError, UnsafeCheckpointError; RuntimeError: LitServe's "One or more workers failed to start" (the log
-    # above says why) or an unsupported litserve (PipeLitServer)
-    except (ValueError, FileNotFoundError, RuntimeError) as err:
-        sys.exit(f"error: {' '.join(str(err).split())}")
-    except OSError as err:
-        sys.exit(f"error: {describe_os_error(err)}")
+    """A bad checkpoint, option or file ends the command with one line on stderr and exit status 1
+    (`core.runtime.errors.exit_on_error`), its message on one line."""
+    with exit_on_error():
+        try:
+            yield
+        # InputError, UnsafeCheckpointError; RuntimeError: LitServe's "One or more workers failed to start" (the
+        # log above says why) or an unsupported litserve (PipeLitServer)
+        except (ValueError, FileNotFoundError, RuntimeError) as err:
+            raise InputError(" ".join(str(err).split())) from None
 
 
 def _number(kind: type, lo: int, hi: int | None = None) -> Callable[[str], Any]:
