@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from core.nn.attention import CrossAttention, MultiHeadAttention
 from core.nn.kv_cache import KVCache, StaticKV
+from core.nn.mixing import LowPassFilter, LowPassMix
 from core.nn.positions import RotaryEmbedding
 
 Activation = Literal["gelu", "relu", "swiglu"]
@@ -84,12 +85,13 @@ class EncoderLayer(nn.Module):
             None uses `dropout`.
         activation: feed-forward activation.
         norm_first: pre-LN (True) or post-LN (False).
+        mix: a causal low-pass filter branch mixed with self-attention (`core.nn.mixing`); None: attention only.
     """
 
     def __init__(
         self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, d_ff: int, dropout: float = 0.0,
         attn_dropout: float = 0.0, ff_dropout: float | None = None, activation: Activation = "gelu",
-        norm_first: bool = True,
+        norm_first: bool = True, mix: LowPassMix | None = None,
     ):
         super().__init__()
         attn = dict(n_kv_heads=n_kv_heads, dropout=attn_dropout)
@@ -99,17 +101,33 @@ class EncoderLayer(nn.Module):
         self.ff = FeedForward(d_model, d_ff, dropout=ff_p, activation=activation)
         self.attn_block = _Residual(d_model, **res)
         self.ff_block = _Residual(d_model, **res)
+        self.mix = mix
+        self.filter = None if mix is None else LowPassFilter(d_model, mix.window)
 
     def forward(
         self, x: Tensor, mask: Tensor | None = None, *, is_causal: bool = False,
         rope: RotaryEmbedding | None = None, bias: Tensor | None = None, cache: KVCache | None = None,
-        last: int | None = None,
+        last: int | None = None, valid: Tensor | None = None,
     ) -> Tensor:
-        """(B, T, D) -> (B, T, D), or (B, last, D) with `last`; arguments as in `MultiHeadAttention.forward`."""
+        """(B, T, D) -> (B, T, D), or (B, last, D) with `last`; arguments as in `MultiHeadAttention.forward`.
+
+        `valid` (B, T), True at tokens: the positions the low-pass filter averages (all when None).
+        """
         x = self.attn_block(
-            x, lambda h: self.self_attn(h, mask, is_causal=is_causal, rope=rope, bias=bias, cache=cache, last=last)
+            x, lambda h: self._mixed(h, mask, is_causal=is_causal, rope=rope, bias=bias, cache=cache, last=last,
+                                     valid=valid)
         )
         return self.ff_block(x, self.ff)
+
+    def _mixed(self, h: Tensor, mask: Tensor | None, *, valid: Tensor | None, last: int | None, **attn) -> Tensor:
+        out = self.self_attn(h, mask, last=last, **attn)
+        if self.filter is None:
+            return out
+        if attn["cache"] is not None:
+            raise ValueError("the low-pass mix averages over the whole history: decode without a KV cache")
+        filtered = self.filter(h, valid)[:, h.shape[1] - out.shape[1] :]
+        alpha = self.mix.alpha
+        return alpha * filtered + (1.0 - alpha) * out
 
 
 class DecoderLayer(nn.Module):

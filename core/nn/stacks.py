@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from core.nn.blocks import Activation, DecoderLayer, EncoderLayer
 from core.nn.kv_cache import DecoderCache
 from core.nn.masks import additive_mask, causal_mask, combine_masks
+from core.nn.mixing import LowPassMix
 from core.nn.positions import ALiBi, LearnedPositions, RotaryEmbedding, SinusoidalPositions
 
 Positions = Literal["sinusoidal", "learned", "rope", "alibi", "none"]
@@ -83,7 +84,7 @@ class _Stack(nn.Module):
     def __init__(
         self, layer: type[EncoderLayer] | type[DecoderLayer], d_model: int, n_heads: int, *, n_kv_heads: int | None,
         n_layers: int, d_ff: int, dropout: float, attn_dropout: float, ff_dropout: float | None, max_len: int,
-        positions: Positions, activation: Activation, norm_first: bool,
+        positions: Positions, activation: Activation, norm_first: bool, **layer_options,
     ):
         super().__init__()
         # Checked here too: RoPE and ALiBi are sized from n_heads before any layer exists.
@@ -104,7 +105,7 @@ class _Stack(nn.Module):
         self.drop = nn.Dropout(dropout)
         self.layers = nn.ModuleList(
             layer(d_model, n_heads, n_kv_heads=n_kv_heads, d_ff=d_ff, dropout=dropout, attn_dropout=attn_dropout,
-                  ff_dropout=ff_dropout, activation=activation, norm_first=norm_first)
+                  ff_dropout=ff_dropout, activation=activation, norm_first=norm_first, **layer_options)
             for _ in range(n_layers)
         )
         # Post-LN already normalises each layer's output; pre-LN needs a final norm.
@@ -148,18 +149,21 @@ class Encoder(_Stack):
         activation: feed-forward activation ("gelu", "relu", "swiglu").
         norm_first: pre-LN (True) or post-LN (False).
         causal: forbid attending to later positions.
+        mix: a causal low-pass branch beside each layer's attention (`core.nn.mixing`); needs `causal`.
     """
 
     def __init__(
         self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, n_layers: int, d_ff: int,
         dropout: float = 0.0, attn_dropout: float = 0.0, ff_dropout: float | None = None, max_len: int,
         positions: Positions = "sinusoidal", activation: Activation = "gelu", norm_first: bool = True,
-        causal: bool = False,
+        causal: bool = False, mix: LowPassMix | None = None,
     ):
+        if mix is not None and not causal:
+            raise ValueError("the low-pass mix is a causal filter: use it with `causal=True`")
         super().__init__(
             EncoderLayer, d_model, n_heads, n_kv_heads=n_kv_heads, n_layers=n_layers, d_ff=d_ff, dropout=dropout,
             attn_dropout=attn_dropout, ff_dropout=ff_dropout, max_len=max_len, positions=positions,
-            activation=activation, norm_first=norm_first,
+            activation=activation, norm_first=norm_first, mix=mix,
         )
         self.causal = causal
 
@@ -171,7 +175,7 @@ class Encoder(_Stack):
 
     def forward(
         self, x: Tensor, mask: Tensor | None = None, *, cache: DecoderCache | None = None, last: int | None = None,
-        offset: int = 0,
+        offset: int = 0, valid: Tensor | None = None,
     ) -> Tensor:
         """Encode embedded inputs.
 
@@ -183,6 +187,7 @@ class Encoder(_Stack):
                 (a recommender needs the last state alone: ~40% less work at 2 layers).
             offset: position of the first column without a cache, so that left-padded inputs cut to
                 their longest row keep every item's position (a cache supplies its own offset).
+            valid: (B, T), True at tokens: what a low-pass mix averages (all positions when None).
 
         Returns:
             (B, T, D), or (B, last, D).
@@ -205,7 +210,7 @@ class Encoder(_Stack):
         for i, layer in enumerate(self.layers):
             layer_cache = None if cache is None else cache.self_attn[i]
             x = layer(x, mask, is_causal=causal, rope=self.rope, bias=bias, cache=layer_cache,
-                      last=last if i == final else None)
+                      last=last if i == final else None, valid=valid)
         return self.norm(x if last is None else x[:, -last:])
 
 

@@ -53,6 +53,9 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         activation: feed-forward activation.
         tied: score with the item embedding (True) or a separate output table.
         item_init_std: standard deviation of the initial item vectors (None: d_model ** -0.5).
+        lowpass_alpha: weight of a causal low-pass filter branch mixed with each layer's attention (BSARec's
+            "beyond self-attention", made causal: `core.nn.mixing`); 0 (default): attention only.
+        lowpass_window: that filter's moving-average length in items.
         loss: full (softmax over all items), sampled (softmax over shared negatives with
             logQ correction), bce (SASRec: one negative set per position), gbce (gSASRec).
         num_negatives: negatives per step (sampled: shared by the batch; bce/gbce: per position).
@@ -90,7 +93,8 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         self, num_items: int = 1, *, d_model: int = 64, n_heads: int = 2, n_kv_heads: int | None = None,
         n_layers: int = 2, d_ff: int = 256, dropout: float = 0.2, attn_dropout: float = 0.0, max_len: int = MAX_LEN,
         positions: Positions = "learned", activation: Activation = "gelu", tied: bool = True,
-        item_init_std: float | None = None, loss: LossName = "full", num_negatives: int = 256,
+        item_init_std: float | None = None, lowpass_alpha: float = 0.0, lowpass_window: int = 16,
+        loss: LossName = "full", num_negatives: int = 256,
         negative_sampling: Literal["uniform", "popularity"] = "uniform", gbce_t: float = 0.75,
         lr: float = 1e-2, weight_decay: float = 0.0, item_optimizer: ItemOptimizer = "adamw",
         item_lr: float = 0.1, warmup_steps: int = 100, lr_floor: float = 0.1,
@@ -118,7 +122,7 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         self.model = StreamRecModel(
             num_items, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads, n_layers=n_layers, d_ff=d_ff,
             dropout=dropout, attn_dropout=attn_dropout, max_len=max_len, positions=positions, activation=activation,
-            tied=tied, item_init_std=item_init_std,
+            tied=tied, item_init_std=item_init_std, lowpass_alpha=lowpass_alpha, lowpass_window=lowpass_window,
         )
         if cpu_fastpath:
             enable_cpu_fastpath(self.model)

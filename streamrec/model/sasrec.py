@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from core.nn import Encoder, TokenEmbedding, causal_padding_mask, padding_mask
 from core.nn.blocks import Activation
+from core.nn.mixing import LowPassMix
 from core.nn.stacks import Positions
 from streamrec.data.constants import MAX_LEN, PAD_ID
 
@@ -53,7 +54,7 @@ class StreamRecModel(nn.Module):
         self, num_items: int, *, d_model: int = 64, n_heads: int = 2, n_kv_heads: int | None = None,
         n_layers: int = 2, d_ff: int = 256, dropout: float = 0.2, attn_dropout: float = 0.0, max_len: int = MAX_LEN,
         positions: Positions = "learned", activation: Activation = "gelu", tied: bool = True,
-        item_init_std: float | None = None,
+        item_init_std: float | None = None, lowpass_alpha: float = 0.0, lowpass_window: int = 16,
     ):
         super().__init__()
         if num_items < 1:
@@ -63,7 +64,7 @@ class StreamRecModel(nn.Module):
         self.encoder = Encoder(
             d_model, n_heads, n_kv_heads=n_kv_heads, n_layers=n_layers, d_ff=d_ff, dropout=dropout,
             attn_dropout=attn_dropout, max_len=max_len, positions=positions, activation=activation, norm_first=True,
-            causal=True,
+            causal=True, mix=LowPassMix(lowpass_alpha, lowpass_window) if lowpass_alpha > 0 else None,
         )
         self.output: nn.Embedding | None = None
         if not tied:
@@ -89,8 +90,9 @@ class StreamRecModel(nn.Module):
         offset = 0
         if trim:
             items, offset = trim_padding(items)
-        mask = causal_padding_mask(padding_mask(items, PAD_ID))  # (B, 1, T, T)
-        return self.encoder(self.item_embedding(items), mask, offset=offset)
+        valid = padding_mask(items, PAD_ID)
+        mask = causal_padding_mask(valid)  # (B, 1, T, T)
+        return self.encoder(self.item_embedding(items), mask, offset=offset, valid=self._valid(valid))
 
     def score(self, hidden: Tensor) -> Tensor:
         """(..., D) hidden states -> (..., N+1) scores of every item; column 0 (padding) is -inf, never ranked."""
@@ -101,8 +103,13 @@ class StreamRecModel(nn.Module):
     def last_hidden(self, items: Tensor) -> Tensor:
         """(B, T) left-padded histories -> (B, D), the state that recommends the next item."""
         items, offset = trim_padding(items)
-        mask = causal_padding_mask(padding_mask(items, PAD_ID))
-        return self.encoder(self.item_embedding(items), mask, last=1, offset=offset)[:, -1]
+        valid = padding_mask(items, PAD_ID)
+        mask = causal_padding_mask(valid)
+        return self.encoder(self.item_embedding(items), mask, last=1, offset=offset, valid=self._valid(valid))[:, -1]
+
+    def _valid(self, valid: Tensor) -> Tensor | None:
+        """(B, T) token positions for the low-pass mix, or None without one (nothing to compute)."""
+        return valid.reshape(valid.shape[0], -1) if self.encoder.layers[0].mix is not None else None
 
     @torch.no_grad()
     def recommend_scores(self, items: Tensor) -> Tensor:
