@@ -26,13 +26,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from core.nn.cpu_fastpath import enable_cpu_fastpath
 from core.runtime.checkpoint import load_module
 from core.runtime.deprecation import renamed_keywords
 from core.runtime.errors import InputError
 from core.runtime.export import is_export_folder, load_folder
 from streamrec.data.items import ItemCatalog, read_items
-from streamrec.data.vocab import ItemVocab
-from streamrec.model.module import VOCAB_KEY, StreamRecModule
+from streamrec.data.vocab import VOCAB_KEY, ItemVocab
 from streamrec.model.sasrec import PAD_ID, StreamRecModel
 from streamrec.ranking.batch import (
     RankingOptions,
@@ -131,11 +131,17 @@ class Recommender:
             mmap: a .ckpt's weights stay mapped from the file, read as used (`core.runtime.checkpoint.load_module`).
         """
         catalog = None if items is None else read_items(items)  # first: a bad file fails before the model loads
+        # The network alone (not the LightningModule that trained it): scoring never imports Lightning.
         if is_export_folder(ckpt):
-            module, config = load_folder(StreamRecModule, ckpt, "streamrec", EXPORTED_BY)
-            return cls(module.model.to(device), ItemVocab.from_dict(config), catalog)
-        module, state = load_module(StreamRecModule, ckpt, WRITTEN_BY, "StreamRec", required=[VOCAB_KEY], mmap=mmap)
-        return cls(module.model.to(device), ItemVocab.from_dict(state[VOCAB_KEY]), catalog)
+            model, config = load_folder(StreamRecModel, ckpt, "streamrec", EXPORTED_BY)
+            vocab, hparams = ItemVocab.from_dict(config), config["hyper_parameters"]
+        else:
+            model, state = load_module(StreamRecModel, ckpt, WRITTEN_BY, "StreamRec", required=[VOCAB_KEY],
+                                       mmap=mmap, prefix="model.")
+            vocab, hparams = ItemVocab.from_dict(state[VOCAB_KEY]), state["hyper_parameters"]
+        if hparams.get("cpu_fastpath"):  # as trained: the module turns it on for its network
+            enable_cpu_fastpath(model)
+        return cls(model.to(device), vocab, catalog)
 
     @property
     def device(self) -> torch.device:

@@ -27,12 +27,12 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from core.nn.cpu_fastpath import enable_cpu_fastpath
 from core.runtime.checkpoint import load_module
 from core.runtime.errors import InputError
 from core.runtime.export import is_export_folder, load_folder
 from core.runtime.precision import NO_FAST_BF16, cpu_has_fast_bf16, quantize_int8
-from translate.data.vocab import PAD_ID, SubwordVocab
-from translate.model.module import TranslationModule, vocabs_from_checkpoint
+from translate.data.vocab import PAD_ID, SubwordVocab, vocabs_from_checkpoint
 from translate.model.transformer import Translator as TranslatorModel
 from translate.search.align import DEFAULT_LAYER, EMPTY, Layer, WordAlignment, align_batch
 from translate.search.decoding import Hypothesis, search
@@ -274,12 +274,13 @@ def _spans(lengths: Sequence[int], budget: int) -> Iterator[tuple[int, int]]:
 
 
 def _load_one(path: Path, device: str | torch.device, dtype: str) -> Translator:
+    # The network alone (not the LightningModule that trained it): translating never imports Lightning.
     if is_export_folder(path):  # model.safetensors + config.json + sentencepiece files: no pickle
-        module, config = load_folder(TranslationModule, path, "translate", EXPORTED_BY)
-        vocabs = _folder_vocabs(path, config)
+        model, config = load_folder(TranslatorModel, path, "translate", EXPORTED_BY)
+        vocabs, hparams = _folder_vocabs(path, config), config["hyper_parameters"]
     else:
-        module, state = load_module(TranslationModule, path, WRITTEN_BY, "Translate")
-        vocabs = vocabs_from_checkpoint(state)
+        model, state = load_module(TranslatorModel, path, WRITTEN_BY, "Translate", prefix="model.")
+        vocabs, hparams = vocabs_from_checkpoint(state), state["hyper_parameters"]
     if vocabs is None:
         raise InputError(f"{path}: not a Translate checkpoint (no vocabularies); "
                          f"pass a checkpoint written by `{WRITTEN_BY}`")
@@ -290,11 +291,13 @@ def _load_one(path: Path, device: str | torch.device, dtype: str) -> Translator:
         if not on_cpu:
             raise InputError(f"--dtype int8 runs on the CPU only, not {device}; use --device cpu, "
                              "or --dtype bfloat16 on a GPU")
-        return Translator(quantize_int8(module.model.eval(), inplace=True), *vocabs)
+        return Translator(quantize_int8(model, inplace=True), *vocabs)
     if dtype == "bfloat16" and on_cpu and not cpu_has_fast_bf16():
         log.warning("--dtype bfloat16: %s, so decoding runs in float32", NO_FAST_BF16)
         dtype = "float32"
-    return Translator(module.model.to(device=device, dtype=DTYPES[dtype]), *vocabs)
+    if hparams.get("cpu_fastpath"):  # as trained: the module turns it on for its network
+        enable_cpu_fastpath(model)
+    return Translator(model.to(device=device, dtype=DTYPES[dtype]), *vocabs)
 
 
 def _folder_vocabs(folder: Path, config: dict) -> tuple[SubwordVocab, SubwordVocab] | None:

@@ -25,6 +25,7 @@ from core.runtime.atomic import atomic_path, stale_temporaries
 from core.runtime.checkpoint import read_checkpoint_file
 from core.runtime.errors import InputError, exit_on_error
 from core.runtime.lock import OutputLock, interrupt_on_sigterm
+from translate.data.vocab import vocabs_from_checkpoint
 
 log = logging.getLogger("translate.average")
 AVERAGED_KEY = "averaged_from"
@@ -32,8 +33,6 @@ AVERAGED_KEY = "averaged_from"
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:
     """A Translate checkpoint as a dict (weights, hyperparameters, vocabularies); one-line errors otherwise."""
-    from translate.model.module import vocabs_from_checkpoint
-
     path = Path(path)
     state = read_checkpoint_file(path, written_by="python -m translate fit")
     if not isinstance(state, dict) or "state_dict" not in state or vocabs_from_checkpoint(state) is None:
@@ -85,8 +84,6 @@ def _view(t: torch.Tensor) -> tuple:
 
 def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
     """The averaged checkpoint dict of `paths` (metadata of the last one; see the module docstring)."""
-    from translate.model.module import vocabs_from_checkpoint
-
     if not paths:
         raise InputError("no checkpoint to average; pass --ckpts A B ... or --dir D --last N")
     states = [read_checkpoint(p) for p in paths]

@@ -92,12 +92,13 @@ Module = TypeVar("Module", bound=nn.Module)
 
 
 def load_module(cls: type[Module], path: str | Path, written_by: str, app: str,
-                required: Iterable[str] = (), mmap: bool = False) -> tuple[Module, dict[str, Any]]:
+                required: Iterable[str] = (), mmap: bool = False, prefix: str = "") -> tuple[Module, dict[str, Any]]:
     """A `cls` rebuilt from a checkpoint's hyper-parameters and weights (eval mode, CPU), and the checkpoint dict.
 
-    The one checkpoint-to-module loader of both apps (their Python APIs, hence their CLIs). `cls` is a
-    LightningModule whose constructor is the config schema; hyper-parameters it does not accept
-    (LightningCLI's bookkeeping such as `_instantiator`) are left out.
+    The one checkpoint-to-module loader of both apps (their Python APIs, hence their CLIs). `cls` is the
+    LightningModule whose constructor is the config schema, or, with `prefix`, the network it holds:
+    hyper-parameters `cls` does not accept (the training settings, LightningCLI's bookkeeping such as
+    `_instantiator`) are left out.
 
     Args:
         cls: the module class, e.g. `StreamRecModule`.
@@ -106,6 +107,8 @@ def load_module(cls: type[Module], path: str | Path, written_by: str, app: str,
         app: the app's name in messages ("StreamRec").
         required: keys besides `hyper_parameters` and `state_dict` the checkpoint must hold (a vocabulary).
         mmap: the weights stay mapped from the file (`load_checkpoint`); the file must not change while in use.
+        prefix: load only the weights stored under this name (e.g. "model."), without it: the network alone, so
+            scoring and translating neither build the training module nor import Lightning.
 
     Raises:
         FileNotFoundError, UnsafeCheckpointError, InputError: as `load_checkpoint`; InputError also for a
@@ -121,7 +124,10 @@ def load_module(cls: type[Module], path: str | Path, written_by: str, app: str,
     try:
         with _skip_weight_init():
             module = cls(**{k: v for k, v in state["hyper_parameters"].items() if k in accepted})
-        _assign_weights(module, state["state_dict"])
+        weights = state["state_dict"]
+        if prefix:
+            weights = {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)}
+        _assign_weights(module, weights)
     except (RuntimeError, TypeError, ValueError) as err:  # torch lists every mismatching tensor; one is enough
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise InputError(f"{path}: weights do not fit the stored hyperparameters ({first}); "

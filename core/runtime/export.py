@@ -105,15 +105,16 @@ def read_config(folder: str | Path, app: str, written_by: str) -> dict[str, Any]
 
 
 def load_folder(cls: type[Module], folder: str | Path, app: str, written_by: str,
-                model_attr: str = "model") -> tuple[Module, dict[str, Any]]:
+                model_attr: str = "") -> tuple[Module, dict[str, Any]]:
     """A `cls` rebuilt from an export folder (eval mode, CPU), and its config.json.
 
     Args:
-        cls: the LightningModule whose constructor the stored hyper-parameters fit.
+        cls: the network the folder stores, or a LightningModule holding it (its constructor takes the stored
+            hyper-parameters; those it does not accept are left out).
         folder: the folder the user passed.
         app: "streamrec" or "translate".
         written_by: the command that writes such folders, for the hints.
-        model_attr: the attribute of `cls` holding the network whose weights the folder stores.
+        model_attr: the attribute of `cls` holding the network whose weights the folder stores ("": `cls` is it).
     """
     from safetensors import SafetensorError
     from safetensors.torch import load_model
@@ -121,7 +122,7 @@ def load_folder(cls: type[Module], folder: str | Path, app: str, written_by: str
     config = read_config(folder, app, written_by)
     try:
         module = cls(**constructor_arguments(cls, config["hyper_parameters"]))
-        load_model(getattr(module, model_attr), str(Path(folder) / WEIGHTS), strict=True)
+        load_model(getattr(module, model_attr) if model_attr else module, str(Path(folder) / WEIGHTS), strict=True)
     except (RuntimeError, TypeError, ValueError, SafetensorError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise InputError(f"{folder}: weights do not fit the stored hyper-parameters ({first}); "

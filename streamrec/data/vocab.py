@@ -28,6 +28,8 @@ from streamrec.data.constants import PAD_ID
 
 log = logging.getLogger(__name__)
 
+VOCAB_KEY = "streamrec_item_vocab"  # where a checkpoint holds the vocabulary (`ItemVocab.to_dict`)
+
 _BLOCK = 1 << 16  # ids turned into Python strings at once, to hash them
 _CACHE = 1 << 16  # single-id lookups remembered (`x in vocab` is usually followed by `index[x]`)
 _hash = hash  # str -> int64; a module attribute so that tests can force collisions

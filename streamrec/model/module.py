@@ -24,7 +24,7 @@ from core.runtime.deprecation import warn_renamed
 from core.runtime.distributed import destroy_process_group_at_exit
 from streamrec.data.constants import MAX_LEN
 from streamrec.data.datasets import EvalBatch, PredictBatch, TrainBatch
-from streamrec.data.vocab import ItemVocab
+from streamrec.data.vocab import VOCAB_KEY, ItemVocab
 from streamrec.model import losses
 from streamrec.model.metrics import RankingMetrics, SampledRankingMetrics, most_popular_scores
 from streamrec.model.sasrec import StreamRecModel
@@ -33,7 +33,6 @@ from streamrec.ranking.predict import RankedBatch
 
 LossName = Literal["full", "sampled", "bce", "gbce"]
 ItemOptimizer = Literal["adamw", "rowwise_adagrad"]
-VOCAB_KEY = "streamrec_item_vocab"
 
 
 class StreamRecModule(SafeLoadMixin, L.LightningModule):

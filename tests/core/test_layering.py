@@ -5,6 +5,7 @@
 - In each app, `data/` imports no other part of the app, and `data/`, `model/`, `ranking/` and `search/`
   never import the programs (the app's top-level modules: CLIs, API, servers, exports).
 - No import cycle between any two modules.
+- The programs that use a trained model (scoring, serving, translating, averaging) never reach Lightning.
 The reference is a plain AST walk over every file, independent of how the packages import at run time.
 """
 
@@ -14,6 +15,8 @@ import ast
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("core", "streamrec", "translate")
@@ -114,3 +117,29 @@ def test_core_nn_imports_no_lightning() -> None:
     code = ("import core.nn, sys; bad = [m for m in sys.modules if m.split('.')[0] in "
             "('lightning', 'pytorch_lightning', 'litserve')]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
+
+
+# The programs that use a trained model: they load the network alone, not the LightningModule that trained it.
+INFERENCE = ("streamrec.api", "streamrec.score", "streamrec.ray_engine", "streamrec.serve", "translate.api",
+             "translate.infer", "translate.serve", "translate.average")
+
+
+def reached(start: str) -> set[str]:
+    """Every module `start` may import, at any depth (imports inside functions included), parent packages too."""
+    seen, todo = set(), [start]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        parts = name.split(".")
+        todo.extend(".".join(parts[:i]) for i in range(1, len(parts)) if ".".join(parts[:i]) in GRAPH)
+        todo.extend(dst for dst in GRAPH.get(name, ()) if dst in GRAPH or dst.split(".")[0] == "lightning")
+    return seen
+
+
+@pytest.mark.parametrize("program", INFERENCE)
+def test_inference_programs_never_import_lightning(program: str) -> None:
+    lightning = sorted(m for m in reached(program) if m.split(".")[0] == "lightning")
+    assert not lightning, f"{program} reaches {lightning[:3]}"
+    assert "lightning" in {m.split(".")[0] for m in reached("streamrec.model.module")}  # the walk does find it

@@ -21,13 +21,17 @@ import logging
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import sentencepiece as spm
 from torch import Tensor
 
 from core.runtime.atomic import atomic_path
 from core.runtime.errors import InputError
+
+# Where a checkpoint holds the vocabularies: Lightning stores `TranslationDataModule.state_dict()` (the
+# sentencepiece protos as bytes) under the data module's class name.
+VOCAB_KEY = "TranslationDataModule"
 
 logger = logging.getLogger(__name__)
 
@@ -241,3 +245,15 @@ def train_vocab(
         logger.info("cached it as %s", path)
     return vocab
 
+
+def vocabs_from_checkpoint(checkpoint: dict[str, Any]) -> tuple[SubwordVocab, SubwordVocab] | None:
+    """The (source, target) vocabularies stored in a checkpoint dict, or None if it holds none."""
+    state = checkpoint.get(VOCAB_KEY)
+    if not isinstance(state, dict):  # a subclassed data module is stored under its own class name
+        state = next((v for v in checkpoint.values() if isinstance(v, dict) and "src_vocab" in v
+                      and "tgt_vocab" in v), None)
+    if state is None or not isinstance(state.get("src_vocab"), bytes | bytearray):
+        return None
+    src = SubwordVocab.from_bytes(state["src_vocab"])
+    tgt = src if state["tgt_vocab"] == state["src_vocab"] else SubwordVocab.from_bytes(state["tgt_vocab"])
+    return src, tgt

@@ -33,13 +33,11 @@ from core.nn.cpu_fastpath import enable_cpu_fastpath
 from core.nn.stacks import Positions
 from core.runtime.checkpoint import SafeLoadMixin
 from core.runtime.distributed import destroy_process_group_at_exit, process_group_running
-from translate.data.corpus import Batch, Split, TranslationDataModule
-from translate.data.vocab import PAD_ID, SubwordVocab
+from translate.data.corpus import Batch, Split
+from translate.data.vocab import PAD_ID, SubwordVocab, vocabs_from_checkpoint
 from translate.model.transformer import MAX_LEN, Translator
 from translate.search.decoding import search
 from translate.search.options import SearchOptions
-
-VOCAB_KEY = TranslationDataModule.__qualname__  # where Lightning puts the data module's state_dict
 
 
 def translation_loss(
@@ -61,19 +59,6 @@ def translation_loss(
         return rdrop_cross_entropy(pair, model.output.weight, targets, smoothing, rdrop_alpha)
     states = model.states(batch.src, batch.tgt_in)  # (B, T, D)
     return linear_cross_entropy(states[keep], model.output.weight, targets, smoothing)
-
-
-def vocabs_from_checkpoint(checkpoint: dict[str, Any]) -> tuple[SubwordVocab, SubwordVocab] | None:
-    """The (source, target) vocabularies stored in a checkpoint dict, or None if it holds none."""
-    state = checkpoint.get(VOCAB_KEY)
-    if not isinstance(state, dict):  # a subclassed data module is stored under its own class name
-        state = next((v for v in checkpoint.values() if isinstance(v, dict) and "src_vocab" in v
-                      and "tgt_vocab" in v), None)
-    if state is None or not isinstance(state.get("src_vocab"), bytes | bytearray):
-        return None
-    src = SubwordVocab.from_bytes(state["src_vocab"])
-    tgt = src if state["tgt_vocab"] == state["src_vocab"] else SubwordVocab.from_bytes(state["tgt_vocab"])
-    return src, tgt
 
 
 def corpus_scores(hypotheses: list[str], references: list[str], tokenize: str = "13a",

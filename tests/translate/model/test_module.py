@@ -207,3 +207,10 @@ def test_model_module_and_data_share_their_defaults() -> None:
     assert model["pad_id"].default == module["pad_id"].default == PAD_ID
     shared = [name for name, p in model.items() if p.default is not inspect.Parameter.empty]
     assert shared and {n: model[n].default for n in shared} == {n: module[n].default for n in shared}
+
+
+def test_vocabularies_are_read_from_where_lightning_stores_the_data_modules_state():
+    from translate.data.corpus import TranslationDataModule
+    from translate.data.vocab import VOCAB_KEY
+
+    assert VOCAB_KEY == TranslationDataModule.__qualname__
