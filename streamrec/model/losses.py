@@ -30,11 +30,13 @@ from core.nn import linear_cross_entropy
 from core.nn.loss import CHUNK_ELEMENTS
 
 
-def full_softmax(hidden: Tensor, targets: Tensor, item_vectors: Tensor,
+def full_softmax(hidden: Tensor, targets: Tensor, item_vectors: Tensor, label_smoothing: float = 0.0,
                  chunk_elements: int = CHUNK_ELEMENTS) -> Tensor:
     """Mean cross-entropy over all N items (not padding), without an (M, N) logits tensor
-    (`core.linear_cross_entropy`, holding `chunk_elements` logits at once)."""
-    return linear_cross_entropy(hidden, item_vectors[1:], targets - 1, chunk_elements=chunk_elements)
+    (`core.linear_cross_entropy`, holding `chunk_elements` logits at once); `label_smoothing` spreads eps / N
+    over every item."""
+    return linear_cross_entropy(hidden, item_vectors[1:], targets - 1, label_smoothing=label_smoothing,
+                                chunk_elements=chunk_elements)
 
 
 def sample_negatives(

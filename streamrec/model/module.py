@@ -57,6 +57,7 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         lowpass_window: that filter's moving-average length in items.
         loss: full (softmax over all items), sampled (softmax over shared negatives with
             logQ correction), bce (SASRec: one negative set per position), gbce (gSASRec).
+        label_smoothing: eps of label smoothing in the full softmax (eps / N on every item); 0: none.
         num_negatives: negatives per step (sampled: shared by the batch; bce/gbce: per position).
         negative_sampling: uniform or popularity (popularity only for `sampled`).
         gbce_t: gSASRec calibration t in [0, 1] (0 = plain BCE).
@@ -93,7 +94,7 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         n_layers: int = 2, d_ff: int = 256, dropout: float = 0.2, attn_dropout: float = 0.0, max_len: int = MAX_LEN,
         positions: Positions = "learned", activation: Activation = "gelu", tied: bool = True,
         item_init_std: float | None = None, lowpass_alpha: float = 0.0, lowpass_window: int = 16,
-        loss: LossName = "full", num_negatives: int = 256,
+        loss: LossName = "full", label_smoothing: float = 0.0, num_negatives: int = 256,
         negative_sampling: Literal["uniform", "popularity"] = "uniform", gbce_t: float = 0.75,
         lr: float = 1e-2, weight_decay: float = 0.0, item_optimizer: ItemOptimizer = "adamw",
         item_lr: float = 0.1, warmup_steps: int = 100, lr_floor: float = 0.1,
@@ -106,6 +107,10 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
             exclude_seen = filter_seen
         if loss not in ("full", "sampled", "bce", "gbce"):
             raise ValueError(f"`loss` must be full, sampled, bce or gbce, got {loss!r}")
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"`label_smoothing` must be in [0, 1), got {label_smoothing}")
+        if label_smoothing and loss != "full":
+            raise ValueError(f"`label_smoothing` works with `loss: full` only, not {loss!r}")
         if loss != "full" and num_negatives < 1:
             raise ValueError(f"`num_negatives` must be >= 1 for loss={loss!r}, got {num_negatives}")
         if negative_sampling == "popularity" and loss != "sampled":
@@ -176,7 +181,7 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         hp, vectors = self.hparams, self.model.item_vectors
         sparse = hp.item_optimizer == "rowwise_adagrad"  # gather the scored rows; never touch the whole table
         if hp.loss == "full":
-            return losses.full_softmax(hidden, targets, vectors)
+            return losses.full_softmax(hidden, targets, vectors, label_smoothing=hp.label_smoothing)
         if hp.loss == "sampled":
             probs = self.item_counts if hp.negative_sampling == "popularity" else None
             neg = losses.sample_negatives(hp.num_items, hp.num_negatives, hidden.device, probs)

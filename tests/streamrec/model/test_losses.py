@@ -25,6 +25,14 @@ def test_full_softmax_is_cross_entropy_over_real_items(batch):
     assert torch.allclose(full_softmax(hidden, targets, items), F.cross_entropy(logits, targets))
 
 
+def test_label_smoothing_spreads_eps_over_real_items_only(batch):
+    hidden, targets, items = batch
+    eps = 0.2
+    log_p = torch.log_softmax(hidden @ items[1:].T, dim=-1)  # (M, N): padding is not a class
+    expected = -((1 - eps) * log_p.gather(1, (targets - 1)[:, None])[:, 0] + eps * log_p.mean(-1)).mean()
+    assert torch.allclose(full_softmax(hidden, targets, items, label_smoothing=eps), expected)
+
+
 def test_sampled_softmax_with_every_item_sampled_equals_full_softmax(batch):
     hidden, targets, items = batch
     all_items = torch.arange(1, N + 1)

@@ -127,6 +127,10 @@ def test_bad_loss_settings_name_the_argument():
         make_module(loss="full", item_optimizer="rowwise_adagrad")  # every row has a gradient anyway
     with pytest.raises(ValueError, match="item_lr"):
         make_module(loss="sampled", item_optimizer="rowwise_adagrad", item_lr=0.0)
+    with pytest.raises(ValueError, match="label_smoothing. must be in"):
+        make_module(label_smoothing=1.0)
+    with pytest.raises(ValueError, match="label_smoothing. works with .loss: full. only"):
+        make_module(loss="sampled", label_smoothing=0.1)
 
 
 @pytest.mark.parametrize("tied", [True, False])
