@@ -12,7 +12,8 @@ connections are driven by one asyncio thread with pre-encoded requests (the chea
 --client threads runs one http.client thread per connection (several times the CPU); both settings
 always use the same client. `--client async threads` measures each server start with both clients in
 turn (one server start per setting instead of one per setting and client); the figures then carry the
-client's name first (`async_dynamic_rps`, `threads_throughput_ratio`).
+client's name first (`async_dynamic_rps`, `threads_throughput_ratio`). `--setting dynamic` (or `batch1`)
+starts that one server only, for smoke tests: its figures, no ratio.
 
     python benchmarks/serve_load.py --app streamrec --ckpt runs/streamrec_demo/checkpoints/best.ckpt \\
         --clients 32 --seconds 20 --json runs/serve_load_streamrec.json
@@ -45,6 +46,7 @@ from _common import print_table, write_json
 from rich.console import Console
 
 CLIENTS = ("async", "threads")
+SETTINGS = ("batch1", "dynamic")
 MAKE_CKPT = {
     "streamrec": "`make demo` writes runs/streamrec_demo/checkpoints/best.ckpt (or: python data/make_streamrec_demo.py "
                  "&& python -m streamrec fit --config configs/streamrec/demo.yaml)",
@@ -70,6 +72,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="async: one asyncio thread drives every connection (default); threads: a thread each; "
                         "several (async threads): each server start is measured with each in turn, figures named "
                         "CLIENT_SETTING_...")
+    p.add_argument("--setting", nargs="+", choices=SETTINGS, default=list(SETTINGS),
+                   help="the server settings to start, one server each (default both: batch1 dynamic); with one "
+                        "there is nothing to compare it with, so no ratio is computed (for smoke tests)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-dir", help="keep the servers' logs here (default: a temporary folder)")
     p.add_argument("--json", metavar="PATH", help="write the figures as one flat JSON object")
@@ -79,6 +84,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
     if len(set(args.client)) != len(args.client):
         p.error("--client: name each client once")
+    if len(set(args.setting)) != len(args.setting):
+        p.error("--setting: name each setting once")
     if args.seconds <= 0 or args.warmup < 0:
         p.error("--seconds must be > 0 and --warmup >= 0")
     if args.ckpt is None:
@@ -206,8 +213,12 @@ async def drive(url: str, bodies: list[bytes], clients: int, warm_at: float, sto
 
 
 def load(url: str, bodies: list[bytes], clients: int, warmup: float, seconds: float,
-         kind: str = "async") -> dict[str, float]:
-    """Closed-loop load from `clients` clients; req/s over the measured window and latency percentiles (ms)."""
+         kind: str = "async", warming: bool = False) -> dict[str, float]:
+    """Closed-loop load from `clients` clients; req/s over the measured window and latency percentiles (ms).
+
+    Exits when no request succeeded in the window, unless `warming` (a warm-up that ends before a fresh
+    server's first answer has done its job; it returns {} then).
+    """
     latencies: list[float] = []
     errors: list[str] = []
     warm_at = time.perf_counter() + warmup
@@ -222,6 +233,8 @@ def load(url: str, bodies: list[bytes], clients: int, warmup: float, seconds: fl
         for t in threads:
             t.join(timeout=warmup + seconds + 120)
     if not latencies:
+        if warming:
+            return {}
         raise SystemExit(f"error: no request succeeded ({len(errors)} failed: {sorted(set(errors))[:3]})")
     ms = sorted(x * 1e3 for x in latencies)
     q = statistics.quantiles(ms, n=100, method="inclusive")
@@ -252,7 +265,8 @@ def cpu_seconds(pids: list[int]) -> float:
 
 def measured(url: str, bodies: list[bytes], args: argparse.Namespace, kind: str) -> dict[str, float]:
     """`load` after a warm-up, with the server's and the clients' CPU ms per answered request over the window."""
-    load(url, bodies, args.clients, 0.0, args.warmup, kind)
+    if args.warmup > 0:
+        load(url, bodies, args.clients, 0.0, args.warmup, kind, warming=True)
     pids = process_tree(os.getpid())[1:]  # the server is this process's only child
     server0, client0 = cpu_seconds(pids), resource.getrusage(resource.RUSAGE_SELF)
     result = load(url, bodies, args.clients, 0.0, args.seconds, kind)
@@ -261,6 +275,29 @@ def measured(url: str, bodies: list[bytes], args: argparse.Namespace, kind: str)
     result["server_cpu_ms"] = 1e3 * (server1 - server0) / result["requests"]
     result["client_cpu_ms"] = 1e3 * client_s / result["requests"]
     return result
+
+
+def report(console: Console, args: argparse.Namespace, figures: dict[str, float], prefixes: dict[str, str]) -> None:
+    """Print each client's table of the measured settings; with both settings, add the ratios to `figures`."""
+    settings = [name for name in SETTINGS if name in args.setting]
+    labels = {"batch1": "batch size 1",
+              "dynamic": f"dynamic, <= {args.max_batch_size}, {args.batch_timeout * 1e3:g} ms"}
+    for kind, pre in prefixes.items():
+        rows = [[labels[name], f"{figures[f'{pre}{name}_rps']:.1f}", *(f"{figures[f'{pre}{name}_{p}_ms']:.0f}"
+                 for p in ("p50", "p95", "p99")), str(figures[f"{pre}{name}_errors"]),
+                 f"{figures[f'{pre}{name}_server_cpu_ms']:.2f}", f"{figures[f'{pre}{name}_client_cpu_ms']:.2f}"]
+                for name in settings]
+        print_table(console, f"{args.app}.serve, {args.clients} clients ({kind}), {args.seconds:g} s each",
+                    ["setting", "req/s", "p50 ms", "p95 ms", "p99 ms", "errors", "server CPU ms/req",
+                     "client CPU ms/req"], rows)
+        if len(settings) < len(SETTINGS):
+            continue
+        figures[f"{pre}throughput_ratio"] = figures[f"{pre}dynamic_rps"] / figures[f"{pre}batch1_rps"]
+        figures[f"{pre}server_cpu_ratio"] = (figures[f"{pre}batch1_server_cpu_ms"]
+                                             / figures[f"{pre}dynamic_server_cpu_ms"])
+        who = f" ({kind} clients)" if pre else ""
+        console.print(f"dynamic batching{who}: {figures[f'{pre}throughput_ratio']:.2f}x the throughput of batch "
+                      f"size 1; {figures[f'{pre}server_cpu_ratio']:.2f}x less server CPU per request")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -281,28 +318,15 @@ def main(argv: list[str] | None = None) -> None:
         log_dir = Path(args.log_dir or tmp)
         log_dir.mkdir(parents=True, exist_ok=True)
         for name, extra in settings.items():
+            if name not in args.setting:
+                continue
             server_args = ["--ckpt", args.ckpt, *extra, "--log-level", "warning", "--threads", str(args.threads)]
             console.print(f"{name}: starting python -m {args.app}.serve {' '.join(extra)}")
             with local_server(f"{args.app}.serve", server_args, log_dir / f"{args.app}_{name}.log", ready_s=300) as url:
                 for kind, pre in prefixes.items():
                     result = measured(url, bodies, args, kind)
                     figures.update({f"{pre}{name}_{key}": value for key, value in result.items()})
-    labels = {"batch1": "batch size 1",
-              "dynamic": f"dynamic, <= {args.max_batch_size}, {args.batch_timeout * 1e3:g} ms"}
-    for kind, pre in prefixes.items():
-        figures[f"{pre}throughput_ratio"] = figures[f"{pre}dynamic_rps"] / figures[f"{pre}batch1_rps"]
-        figures[f"{pre}server_cpu_ratio"] = (figures[f"{pre}batch1_server_cpu_ms"]
-                                             / figures[f"{pre}dynamic_server_cpu_ms"])
-        rows = [[labels[name], f"{figures[f'{pre}{name}_rps']:.1f}", *(f"{figures[f'{pre}{name}_{p}_ms']:.0f}"
-                 for p in ("p50", "p95", "p99")), str(figures[f"{pre}{name}_errors"]),
-                 f"{figures[f'{pre}{name}_server_cpu_ms']:.2f}", f"{figures[f'{pre}{name}_client_cpu_ms']:.2f}"]
-                for name in settings]
-        print_table(console, f"{args.app}.serve, {args.clients} clients ({kind}), {args.seconds:g} s each",
-                    ["setting", "req/s", "p50 ms", "p95 ms", "p99 ms", "errors", "server CPU ms/req",
-                     "client CPU ms/req"], rows)
-        who = f" ({kind} clients)" if pre else ""
-        console.print(f"dynamic batching{who}: {figures[f'{pre}throughput_ratio']:.2f}x the throughput of batch "
-                      f"size 1; {figures[f'{pre}server_cpu_ratio']:.2f}x less server CPU per request")
+    report(console, args, figures, prefixes)
     if args.json:
         write_json(args.json, figures)
 

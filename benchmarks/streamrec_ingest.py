@@ -26,6 +26,8 @@ the cores are shared, though it counts arrow's threads that wall time overlaps).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import signal
@@ -151,9 +153,24 @@ def run_child(cmd: list[str], what: str, timeout_s: float | None = None) -> dict
     return figures
 
 
-def measure(kind: str, stage: str, data: Path, module: Path) -> dict:
+def run_in_process(entry, cmd: list[str]) -> dict:
+    """What `run_child(cmd)` gives, from `entry(cmd[2:])` (the script's `main` on the child's arguments) run in this
+    process: the last stdout line's JSON, and as `peak_mib` this process's peak RSS since the call began (VmHWM,
+    so what earlier work left resident counts too). For smoke runs: quick, but the memory figures are not a child's."""
+    out = io.StringIO()
+    reset_peak_rss()
+    with contextlib.redirect_stdout(out):
+        entry([str(arg) for arg in cmd[2:]])
+    figures = json.loads(out.getvalue().strip().splitlines()[-1])
+    figures["peak_mib"] = peak_rss_bytes() / 2**20
+    return figures
+
+
+def measure(kind: str, stage: str, data: Path, module: Path, in_process: bool = False) -> dict:
     """Run one child; its wall time and peak above imports from itself, its peak RSS from `os.wait4`."""
     cmd = [sys.executable, __file__, "--child", kind, "--stage", stage, "--data", str(data), "--module", str(module)]
+    if in_process:
+        return run_in_process(main, cmd)
     return run_child(cmd, f"{kind} {stage} run on {data.name}")
 
 
@@ -167,6 +184,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--baseline-commit", default=BASELINE_COMMIT, help="commit whose streamrec/data.py is 'old'")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", metavar="PATH", help="write the figures as one flat JSON object")
+    p.add_argument("--in-process", action="store_true",
+                   help="run the log's generation and every measurement in this process, one after another, instead "
+                        "of a fresh child process each (today's read stage first, before the old reader imports "
+                        "torch): quick, for checking that the script runs and old and new agree; the memory and "
+                        "import figures then include what earlier measurements left behind, so do not compare them")
     p.add_argument("--child", choices=("old", "new"), dest="path_kind", help=argparse.SUPPRESS)
     p.add_argument("--stage", choices=("read", "setup"), help=argparse.SUPPRESS)
     p.add_argument("--data", type=Path, help=argparse.SUPPRESS)
@@ -185,14 +207,28 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="streamrec_ingest_") as tmp:
         folder = Path(tmp)
-        # Generated in a child too: a big parent would raise every child's ru_maxrss (exec keeps the peak).
-        subprocess.run([sys.executable, __file__, "--generate", tmp, "--rows", str(args.rows), "--items",
-                        str(args.items), "--seed", str(args.seed)], cwd=ROOT, check=True)
+        # Generated in a child too (but with --in-process): a big parent would raise every child's ru_maxrss (exec
+        # keeps the peak).
+        cmd = [sys.executable, __file__, "--generate", tmp, "--rows", str(args.rows), "--items", str(args.items),
+               "--seed", str(args.seed)]
+        if args.in_process:
+            main(cmd[2:])
+        else:
+            subprocess.run(cmd, cwd=ROOT, check=True)
         module = old_module(args.baseline_commit, folder)
+        done: dict[tuple[str, str, str], dict] = {}
+
+        def result(kind: str, stage: str, fmt: str) -> dict:
+            if (kind, stage, fmt) not in done:
+                done[kind, stage, fmt] = measure(kind, stage, folder / f"log.{fmt}", module, args.in_process)
+            return done[kind, stage, fmt]
+
+        if args.in_process and "read" in args.stages:  # before the old reader's module imports torch in here
+            for fmt in args.formats:
+                result("new", "read", fmt)
         for stage in args.stages:
             for fmt in args.formats:
-                data = folder / f"log.{fmt}"
-                old, new = (measure(kind, stage, data, module) for kind in ("old", "new"))
+                old, new = (result(kind, stage, fmt) for kind in ("old", "new"))
                 if old["check"] != new["check"]:
                     sys.exit(f"error: {stage} {fmt}: old and new results differ ({old['check']} != {new['check']})")
                 name = f"{stage}_{fmt}"

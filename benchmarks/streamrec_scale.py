@@ -53,7 +53,7 @@ from pathlib import Path
 
 from _common import ROOT, print_table, write_json
 from rich.console import Console
-from streamrec_ingest import BASELINE_COMMIT, generate, run_child
+from streamrec_ingest import BASELINE_COMMIT, generate, run_child, run_in_process
 
 PATHS = ("old", "new", "bf16")
 
@@ -74,17 +74,39 @@ def old_tree(commit: str, folder: Path) -> Path:
 
 
 def make_checkpoint(path: Path, n_items: int, d_model: int, max_len: int, seed: int) -> None:
-    """A checkpoint as `python -m streamrec fit` writes it (hyper-parameters, weights, vocabulary), untrained."""
+    """A checkpoint as `python -m streamrec fit` writes it (hyper-parameters, weights, vocabulary), untrained.
+
+    The weights are those of `StreamRecModule(**hp)` seeded alike (its state is its `model`'s, under `model.`),
+    built without the LightningModule, so that making the checkpoint does not import Lightning.
+    """
     import torch
 
-    from streamrec.model.module import VOCAB_KEY, StreamRecModule
+    from streamrec.data.vocab import VOCAB_KEY
+    from streamrec.model.sasrec import StreamRecModel
 
     torch.manual_seed(seed)
     hp = {"num_items": n_items, "max_len": max_len, "d_model": d_model, "n_heads": 2, "n_layers": 2,
           "d_ff": 4 * d_model}
-    module = StreamRecModule(**hp)
+    module = torch.nn.Module()
+    module.model = StreamRecModel(n_items, **{k: v for k, v in hp.items() if k != "num_items"})
     torch.save({"hyper_parameters": hp, "state_dict": module.state_dict(),
                 VOCAB_KEY: {"items": [f"i{k}" for k in range(n_items)]}}, path)
+
+
+def run_point(cmd: list[str], what: str, args: argparse.Namespace) -> dict | None:
+    """`run_child` on this script's child command line, or with --in-process the same command run in this process."""
+    if args.in_process:
+        return run_in_process(main, cmd)
+    return run_child(cmd, what, args.budget)
+
+
+def prepare(cmd: list[str], args: argparse.Namespace) -> None:
+    """A child that writes a log or a checkpoint (its memory stays out of the measured children's), or with
+    --in-process the same command run in this process."""
+    if args.in_process:
+        main([str(arg) for arg in cmd[2:]])
+    else:
+        subprocess.run(cmd, cwd=ROOT, check=True)
 
 
 def child_score(args: argparse.Namespace) -> None:
@@ -169,7 +191,7 @@ def run_train(args: argparse.Namespace) -> tuple[dict[str, float], list[list[str
             cmd = [sys.executable, __file__, "--child-train", "--items", str(n), "--d-model", str(args.d_model),
                    "--seed", str(args.seed), "--item-optimizer", name, "--train-steps", str(args.train_steps),
                    "--threads", str(args.threads), *(["--train-bf16"] if args.train_bf16 else [])]
-            f = run_child(cmd, f"{name} training run at {n:,} items", args.budget)
+            f = run_point(cmd, f"{name} training run at {n:,} items", args)
             tag = f"train_N{n}_{name}"
             if f is None:
                 figures[f"{tag}_timed_out"] = 1
@@ -221,7 +243,9 @@ def measure_point(kind: str, tree: Path, ckpt: Path, log: Path, users_file: Path
     cmd = [sys.executable, __file__, "--child", kind, "--tree", str(tree), "--ckpt", str(ckpt), "--log", str(log),
            "--users-file", str(users_file), "--output", str(out), "--top-k", str(args.top_k), "--batch-size",
            str(args.batch_size), "--item-chunk", str(args.item_chunk), "--threads", str(args.threads)]
-    figures = run_child(cmd, f"{kind} scoring of {ckpt.name} on {log.name}", args.budget)
+    what = f"{kind} scoring of {ckpt.name} on {log.name}"
+    # The old tree is imported from its own folder: a child of its own even with --in-process.
+    figures = run_child(cmd, what, args.budget) if kind == "old" else run_point(cmd, what, args)
     if figures is not None:
         figures["users"] = scored_users(out)
         figures["users_per_s"] = figures["users"] / figures["score_s"]
@@ -283,17 +307,17 @@ def run(args: argparse.Namespace) -> tuple[dict[str, float], list[list[str]]]:
         folder = Path(tmp)
         tree = old_tree(args.baseline_commit, folder)
         logs = {}
-        for r in row_counts:  # generated in children: a big parent would raise every child's ru_maxrss
+        for r in row_counts:  # in children (but with --in-process): a big parent would raise every child's ru_maxrss
             logs[r] = folder / f"log_{r}"
             logs[r].mkdir()
-            subprocess.run([sys.executable, __file__, "--generate", str(logs[r]), "--rows", str(r), "--log-items",
-                            str(args.log_items), "--seed", str(args.seed)], cwd=ROOT, check=True)
+            prepare([sys.executable, __file__, "--generate", str(logs[r]), "--rows", str(r), "--log-items",
+                     str(args.log_items), "--seed", str(args.seed)], args)
         users_file = folder / "users.txt"
         users_file.write_text("".join(f"u{i}\n" for i in range(args.users)))
         for n in sizes:
             ckpt = folder / f"items_{n}.ckpt"
-            subprocess.run([sys.executable, __file__, "--make-checkpoint", str(ckpt), "--items", str(n),
-                            "--d-model", str(args.d_model), "--seed", str(args.seed)], cwd=ROOT, check=True)
+            prepare([sys.executable, __file__, "--make-checkpoint", str(ckpt), "--items", str(n),
+                     "--d-model", str(args.d_model), "--seed", str(args.seed)], args)
             for r in row_counts:
                 tag = f"N{n}_R{r}"
                 got = {}
@@ -353,6 +377,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--train-bf16", action="store_true", help="--train-items: run the steps under bf16 autocast")
     p.add_argument("--train-optimizers", default=",".join(TRAIN_OPTIMIZERS),
                    help="--train-items: item optimizers to run, comma-separated (default both: adamw,rowwise_adagrad)")
+    p.add_argument("--in-process", action="store_true",
+                   help="run today's tree in this process, one step after another, instead of a fresh child "
+                        "process each: the logs, the checkpoints, the new and bf16 points and every --train-items "
+                        "run (the old tree's points still run in children of their own). Quick, for checking that "
+                        "the script runs and the trees agree; peak RSS is then this process's since a point began "
+                        "(imports and earlier points included) and --budget stops children only, so do not compare "
+                        "the memory figures")
     p.add_argument("--item-optimizer", choices=TRAIN_OPTIMIZERS, help=argparse.SUPPRESS)
     p.add_argument("--child", choices=PATHS, help=argparse.SUPPRESS)
     p.add_argument("--child-train", action="store_true", help=argparse.SUPPRESS)

@@ -19,6 +19,11 @@ barely matters here; what grows with the input is reading and encoding the long 
     python benchmarks/translate_stream_memory.py --words 500 --json runs/translate_stream_memory.json
     python benchmarks/translate_stream_memory.py --lines 100 300 --words 50 --max-len 16   # seconds
 
+`--fork` (for smoke tests) forks each run from this process instead of starting a fresh interpreter, so
+torch and Lightning are not imported again for every run; its peaks then include what this process holds
+(Lightning, the fitted model), so they only show that each run completed and reported, not the memory
+the paths need.
+
 JSON keys: {old,new}_floor_mib; per line count N {old,new}_{N}_peak_mib, {old,new}_{N}_above_floor_mib,
 {old,new}_{N}_s, peak_ratio_{N} and above_floor_ratio_{N} (old / new), outputs_equal_{N} (1 or 0);
 {old,new}_growth (peak at the largest N / peak at the smallest), {old,new}_above_floor_growth; and the
@@ -28,15 +33,18 @@ setting (words, max_len, threads, smallest_lines, largest_lines).
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import random
 import subprocess
 import sys
 import tempfile
+import time
+import traceback
 from pathlib import Path
 
-from _common import ROOT, print_table, with_current_imports, write_json
+from _common import ROOT, peak_rss_bytes, print_table, reset_peak_rss, with_current_imports, write_json
 from rich.console import Console
 
 BASELINE = "323717e6fe19ce35b9556d1a8243b5d891a7519a"  # infer: 10,000-line chunks encoded whole
@@ -70,9 +78,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1, help="torch threads per run (default 1)")
     p.add_argument("--workdir", help="folder for the checkpoint and inputs (default: a temporary one)")
     p.add_argument("--json", help="write the figures here as one flat JSON object")
+    p.add_argument("--fork", action="store_true",
+                   help="for smoke tests: fork each run from this process instead of starting a fresh interpreter "
+                        "(much cheaper: nothing is imported again), with --threads 1 only; the peaks then include "
+                        "this process's own memory, so they do not measure the two paths")
     args = p.parse_args(argv)
     if min(args.lines) < 1 or args.words < 1 or args.max_len < 2 or args.threads < 1:
         p.error("--lines, --words and --threads must be >= 1 and --max-len >= 2")
+    if args.fork and args.threads != 1:  # a forked child must not use the thread pool its parent may have started
+        p.error("--fork runs with --threads 1 only")
     return args
 
 
@@ -144,6 +158,46 @@ def probe(module: str, argv: list[str], threads: int, work: Path, path: str | No
     return json.loads(figures.read_text())
 
 
+def forked(module: str, argv: list[str], work: Path, path: str | None = None) -> dict[str, float]:
+    """`probe`'s figures for `module.main(argv)` run in a child forked from this process (`--fork`).
+
+    The child inherits everything imported here; its peak mark is reset to its RSS at the start, so the peak
+    is that RSS (this process's own memory, shared) plus what the run added. One thread (see `parse_args`).
+    """
+    log = work / "forked.log"
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into the caller's code
+        status = 1
+        try:
+            fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            import torch
+
+            torch.set_num_threads(1)
+            if path is not None:
+                sys.path.insert(0, path)
+            main = importlib.import_module(module).main
+            reset_peak_rss()
+            start = time.perf_counter()
+            main(argv)
+            seconds = time.perf_counter() - start
+            (work / "probe.json").write_text(json.dumps({"peak_mib": peak_rss_bytes() / 2**20, "s": seconds}))
+            status = 0
+        except BaseException:  # whatever it was (SystemExit too), the parent reports it from the log
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(status)
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"error: {module} {' '.join(argv)} failed:\n{log.read_text(errors='replace')[-3000:]}")
+    return json.loads((work / "probe.json").read_text())
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     console = Console(width=max(Console().width, 130))
@@ -161,7 +215,7 @@ def main(argv: list[str] | None = None) -> None:
             src = write_input(work / f"in{n}.en", n, args.words, vocabulary)
             for name, (module, extra, path) in runs.items():
                 argv = ["--ckpt", str(ckpt), "-i", str(src), "-o", str(work / f"{name}.out"), *DECODE, *extra]
-                got = probe(module, argv, args.threads, work, path)
+                got = forked(module, argv, work, path) if args.fork else probe(module, argv, args.threads, work, path)
                 if n == 1:
                     f[f"{name}_floor_mib"] = got["peak_mib"]
                     continue
@@ -185,7 +239,8 @@ def main(argv: list[str] | None = None) -> None:
                  f"{f['old_above_floor_growth']:.2f}x", f"{f['new_above_floor_growth']:.2f}x", "", "", "", ""])
     print_table(console, f"translate.infer peak RSS, MiB ({args.words:,} words per line, max_len {args.max_len}, "
                 f"{args.threads} thread(s); old = {args.baseline[:10]}; floor = a 1-line input: old "
-                f"{f['old_floor_mib']:.0f}, new {f['new_floor_mib']:.0f})",
+                f"{f['old_floor_mib']:.0f}, new {f['new_floor_mib']:.0f}"
+                f"{'; --fork: every peak includes this process' if args.fork else ''})",
                 ["input", "old peak", "new peak", "old / new", "old above floor", "new above floor", "old / new",
                  "old s", "new s", "same output"], rows)
     if args.json:

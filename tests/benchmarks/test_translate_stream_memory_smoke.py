@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -39,12 +40,31 @@ def test_inputs_and_old_modules(bench: ModuleType, tmp_path: Path) -> None:
     assert not any(old in old_api for old in bench.COMPAT)  # calls rewritten for today's keyword-only signatures
     with pytest.raises(SystemExit):
         bench.parse_args(["--lines", "0"])
+    with pytest.raises(SystemExit):  # a forked run must not use a thread pool its parent may have started
+        bench.parse_args(["--fork", "--threads", "2"])
+
+
+def test_each_real_run_is_a_fresh_interpreter(bench: ModuleType, tmp_path: Path) -> None:
+    # What the real mode does for every run (the smoke run below forks instead): `python -c PROBE` imports the
+    # module from the extra path, runs its main and reports the fresh process's own peak and seconds.
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "fake_infer.py").write_text(
+        "import os\n"
+        "def main(argv):\n"
+        "    import torch\n"
+        "    open(argv[0], 'w').write(f'{os.getpid()} {torch.get_num_threads()}')\n")
+    got = bench.probe("fake_infer", [str(tmp_path / "out")], 2, tmp_path, str(tmp_path / "lib"))
+    pid, threads = map(int, (tmp_path / "out").read_text().split())
+    assert pid != os.getpid() and threads == 2  # its own process, with the requested threads
+    assert set(got) == {"peak_mib", "s"} and got["peak_mib"] > 50 and got["s"] >= 0  # torch alone is more
 
 
 @pytest.mark.slow
 def test_tiny_run_writes_flat_json(run_benchmark, tmp_path: Path) -> None:
+    # --fork: each run forked from the benchmark's process, not a fresh interpreter that imports torch and
+    # Lightning again (the test above checks that path); the peaks then include the benchmark's own memory.
     run = run_benchmark("translate_stream_memory.py", "--lines", "3", "5", "--words", "8", "--max-len", "16",
-                        "--chunk-lines", "2", "--workdir", tmp_path, timeout=600)
+                        "--chunk-lines", "2", "--workdir", tmp_path, "--fork", timeout=600)
     figures = run.figures
     for n in (3, 5):
         assert figures[f"outputs_equal_{n}"] == 1.0  # the old and the new script wrote the same translations
