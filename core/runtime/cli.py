@@ -42,6 +42,9 @@ from core.runtime.precision import cpu_precision_fallback
 from core.runtime.resume import ExactResume
 
 BASE = "base"  # the key of a config file that names the file it builds on
+# Model arguments that say how this process runs the network, not what it is: on resume or test the command line's
+# value holds, not the checkpoint's (a run compiled on a GPU is tested eager on a CPU).
+RUNTIME_HPARAMS = ("compile", "compile_backend")
 RESUME_KEYWORDS = ("last", "hpc")  # `--ckpt_path` values with which Lightning resumes the run's own checkpoints
 _KEY = re.compile(r"""(?:option|key) ["']([\w.]+)["']""", re.IGNORECASE)
 _SUBCOMMAND = re.compile(r"^Subcommand '(\w+)'")
@@ -302,7 +305,8 @@ class AppCLI(LightningCLI):
     def _parse_ckpt_path(self) -> None:
         """LightningCLI's reading of `--ckpt_path`'s hyper-parameters, through `checkpoint.load_checkpoint`.
 
-        Lightning's own version calls `torch.load` directly, so a refused file ended in its traceback.
+        Lightning's own version calls `torch.load` directly, so a refused file ended in its traceback. The
+        checkpoint's `RUNTIME_HPARAMS` are left out, so the config's and command line's values hold.
         """
         if not self.config.get("subcommand"):
             return
@@ -310,7 +314,8 @@ class AppCLI(LightningCLI):
         if not ckpt_path or not Path(ckpt_path).is_file():
             return
         hparams = load_checkpoint(ckpt_path, self.written_by).get("hyper_parameters", {})
-        hparams = {k: v for k, v in hparams.items() if k != "_instantiator"} if isinstance(hparams, dict) else {}
+        dropped = ("_instantiator", *RUNTIME_HPARAMS)
+        hparams = {k: v for k, v in hparams.items() if k not in dropped} if isinstance(hparams, dict) else {}
         if not hparams:
             return
         if "_class_path" in hparams:

@@ -16,6 +16,7 @@ from torch import Tensor
 
 from core.nn import WarmupCosineLR, stops_on_time
 from core.nn.blocks import Activation
+from core.nn.compile import BUCKET, CompileMode, check_backend, compile_in_place, compile_mode
 from core.nn.cpu_fastpath import enable_cpu_fastpath
 from core.nn.optim import RowwiseAdagradAdamW
 from core.nn.stacks import Positions
@@ -86,6 +87,12 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         cpu_fastpath: fp32 CPU linears in oneDNN and a cheaper dropout mask (`core.nn.cpu_fastpath`; off: plain
             `nn.Linear` / `nn.Dropout`). Off by default: what it gains depends on the CPU, and beam search may not
             gain (`benchmarks/cpu_fastpath.py` measures it; docs/results.md, "CPU fast path").
+        compile: torch.compile the encoder stack when a trainer sets the module up (`core.nn.compile`): null or
+            false (default) runs eager; default, reduce-overhead (CUDA graphs; batch lengths are then rounded up
+            to a multiple of 16 so that a few graphs serve every batch), max-autotune or
+            max-autotune-no-cudagraphs. The first steps are slower while it compiles; checkpoints are the same
+            either way, and `load_from_checkpoint` outside a trainer stays eager.
+        compile_backend: torch.compile backend; "eager" or "aot_eager" check the plumbing without inductor.
         filter_seen: deprecated: the old name of `exclude_seen`.
     """
 
@@ -99,7 +106,8 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         lr: float = 1e-2, weight_decay: float = 0.0, item_optimizer: ItemOptimizer = "adamw",
         item_lr: float = 0.1, warmup_steps: int = 100, lr_floor: float = 0.1,
         ks: tuple[int, ...] = (10, 20), exclude_seen: bool = True, sampled_metrics: bool = False,
-        popularity_baseline: bool = True, cpu_fastpath: bool = False, filter_seen: bool | None = None,
+        popularity_baseline: bool = True, cpu_fastpath: bool = False, compile: bool | CompileMode | None = None,
+        compile_backend: str = "inductor", filter_seen: bool | None = None,
     ):
         super().__init__()
         if filter_seen is not None:  # the deprecated name, still read from old configs and checkpoints
@@ -122,6 +130,8 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
                              "`loss: full` gives every item row a gradient each step")
         if item_lr <= 0:
             raise ValueError(f"`item_lr` must be > 0, got {item_lr}")
+        compile_mode(compile)  # refuse a bad value before any training
+        check_backend(compile_backend)
         self.save_hyperparameters(ignore=["filter_seen"])
         self.model = StreamRecModel(
             num_items, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads, n_layers=n_layers, d_ff=d_ff,
@@ -142,12 +152,15 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         )
         self.baseline_metrics = RankingMetrics(ks, exclude_seen) if popularity_baseline else None
         self.item_vocab: ItemVocab | None = None
-        # (N+1,) item counts in the training histories, filled in setup().
-        self.register_buffer("item_counts", torch.zeros(0), persistent=False)
+        self._compiled = False
+        # (N+1,) item counts in the training histories, filled in setup() (zeros until then). Sized here, not
+        # there: a weight-averaging callback (Lightning's EMAWeightAveraging) copies the module before setup.
+        self.register_buffer("item_counts", torch.zeros(num_items + 1), persistent=False)
 
     # ------------------------------------------------------------------ setup and checkpoints
     def setup(self, stage: str) -> None:
         destroy_process_group_at_exit()  # each DDP rank, once its process group exists
+        self._compile()
         datamodule = getattr(self.trainer, "datamodule", None)
         if datamodule is None:
             return
@@ -155,7 +168,17 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
             raise ValueError(f"the data has {datamodule.num_items} items but the model was built for "
                              f"{self.hparams.num_items}; use the checkpoint's data file or retrain")
         self.item_vocab = datamodule.vocab
-        self.item_counts = datamodule.train_item_counts().float().to(self.device)
+        self.item_counts.copy_(datamodule.train_item_counts())
+
+    def _compile(self) -> None:
+        """Compile the encoder once, in the process that trains: a spawned DDP rank unpickles an eager module."""
+        mode = compile_mode(self.hparams.compile)
+        if mode is None or self._compiled:
+            return
+        compile_in_place([self.model.encoder], mode, self.hparams.compile_backend)
+        if mode == "reduce-overhead":
+            self.model.length_multiple = BUCKET
+        self._compiled = True
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # Scoring and explanations read original item ids from the checkpoint alone.
@@ -241,7 +264,7 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         metrics.update(scores, batch.targets, batch.seen)
         if self.sampled_metrics is not None:
             self.sampled_metrics.update(scores, batch.targets, batch.seen)
-        if self.baseline_metrics is not None and self.item_counts.numel():
+        if self.baseline_metrics is not None and self.item_counts.any():
             popular = most_popular_scores(self.item_counts, scores.shape[0])
             self.baseline_metrics.update(popular, batch.targets, batch.seen)
 

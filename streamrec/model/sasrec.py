@@ -15,12 +15,13 @@ from torch import Tensor, nn
 
 from core.nn import Encoder, TokenEmbedding, causal_padding_mask, padding_mask
 from core.nn.blocks import Activation
+from core.nn.compile import bucket_length
 from core.nn.mixing import LowPassMix
 from core.nn.stacks import Positions
 from streamrec.data.constants import MAX_LEN, PAD_ID
 
 
-def trim_padding(items: Tensor) -> tuple[Tensor, int]:
+def trim_padding(items: Tensor, multiple: int = 1) -> tuple[Tensor, int]:
     """Drop the leading columns that are padding in every row: (B, T) -> (B, T') and T - T'.
 
     Padding is never attended and the kept items keep their positions (the encoder is given
@@ -30,11 +31,17 @@ def trim_padding(items: Tensor) -> tuple[Tensor, int]:
     Under `torch.export`, ONNX export or tracing every column is kept (offset 0): the cut depends on the
     data, which a graph with a dynamic length cannot hold. Padding is masked either way, so the outputs at
     the non-padding positions are the same (to float rounding).
+
+    `multiple` > 1 keeps a few padding columns more, so that T' is a multiple of it (or T): CUDA graphs
+    (`core.nn.compile`, mode "reduce-overhead") are recorded per length and then replayed for every batch
+    of that length.
     """
     if exporting():
         return items, 0
     occupied = (items != PAD_ID).any(0).to(torch.uint8)
     start = int(occupied.argmax())  # the first occupied column (argmax returns the first maximum); 0 if none
+    if multiple > 1:
+        start = items.shape[1] - bucket_length(items.shape[1] - start, items.shape[1], multiple)
     return items[:, start:], start
 
 
@@ -49,6 +56,10 @@ class StreamRecModel(nn.Module):
     Args: the network's arguments of `streamrec.model.module.StreamRecModule`, with its names, meanings and
     defaults (a test keeps the defaults equal).
     """
+
+    # Lengths a trimmed batch is rounded up to (`trim_padding`'s `multiple`); 1: the longest row's. Not an
+    # argument: only CUDA graphs want it, and `StreamRecModule` sets it when it compiles in that mode.
+    length_multiple: int = 1
 
     def __init__(
         self, num_items: int, *, d_model: int = 64, n_heads: int = 2, n_kv_heads: int | None = None,
@@ -89,7 +100,7 @@ class StreamRecModel(nn.Module):
         """
         offset = 0
         if trim:
-            items, offset = trim_padding(items)
+            items, offset = trim_padding(items, self.length_multiple)
         valid = padding_mask(items, PAD_ID)
         mask = causal_padding_mask(valid)  # (B, 1, T, T)
         return self.encoder(self.item_embedding(items), mask, offset=offset, valid=self._valid(valid))
@@ -102,7 +113,7 @@ class StreamRecModel(nn.Module):
 
     def last_hidden(self, items: Tensor) -> Tensor:
         """(B, T) left-padded histories -> (B, D), the state that recommends the next item."""
-        items, offset = trim_padding(items)
+        items, offset = trim_padding(items, self.length_multiple)
         valid = padding_mask(items, PAD_ID)
         mask = causal_padding_mask(valid)
         return self.encoder(self.item_embedding(items), mask, last=1, offset=offset, valid=self._valid(valid))[:, -1]

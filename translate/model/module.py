@@ -18,6 +18,7 @@ Legend: B batch, S source length, T target length, V target vocabulary.
 from __future__ import annotations
 
 from contextlib import nullcontext
+from dataclasses import replace
 from typing import Any, Literal
 
 import lightning as L
@@ -29,6 +30,7 @@ from torch import Tensor
 
 from core.nn import InverseSqrtLR, WarmupCosineLR, linear_cross_entropy, rdrop_cross_entropy, stops_on_time
 from core.nn.blocks import Activation
+from core.nn.compile import CompileMode, check_backend, compile_in_place, compile_mode, pad_to_bucket
 from core.nn.cpu_fastpath import enable_cpu_fastpath
 from core.nn.stacks import Positions
 from core.runtime.checkpoint import SafeLoadMixin
@@ -114,6 +116,13 @@ class TranslationModule(SafeLoadMixin, L.LightningModule):
         cpu_fastpath: fp32 CPU linears in oneDNN and a cheaper dropout mask (`core.nn.cpu_fastpath`; off: plain
             `nn.Linear` / `nn.Dropout`). Off by default: it speeds training steps up a little and beam search
             not at all (docs/results.md, `benchmarks/cpu_fastpath.py`).
+        compile: torch.compile the encoder and decoder stacks when a trainer sets the module up
+            (`core.nn.compile`): null or false (default) runs eager; default, reduce-overhead (CUDA graphs;
+            source and target lengths are then padded to a multiple of 16 so that a few graphs serve every
+            batch), max-autotune or max-autotune-no-cudagraphs. Beam and greedy search stay eager: their steps
+            are small and update a KV cache in place. The first steps are slower while it compiles; checkpoints
+            are the same either way, and `load_from_checkpoint` outside a trainer stays eager.
+        compile_backend: torch.compile backend; "eager" or "aot_eager" check the plumbing without inductor.
     """
 
     def __init__(
@@ -126,7 +135,8 @@ class TranslationModule(SafeLoadMixin, L.LightningModule):
         lr_floor: float = 0.01, val_beam_size: int = 1, test_beam_size: int = 5, alpha: float = 0.6,
         bleu_tokenize: Literal["13a", "intl", "char", "none"] = "13a", bleu_lowercase: bool = False,
         schedule: Literal["cosine", "inverse_sqrt"] = "cosine",
-        rdrop_alpha: float = 0.0, cpu_fastpath: bool = False,
+        rdrop_alpha: float = 0.0, cpu_fastpath: bool = False, compile: bool | CompileMode | None = None,
+        compile_backend: str = "inductor",
     ):
         super().__init__()
         if not 0.0 <= label_smoothing < 1.0:
@@ -142,6 +152,8 @@ class TranslationModule(SafeLoadMixin, L.LightningModule):
             raise ValueError(f"`model.schedule` ({schedule!r}) must be 'cosine' or 'inverse_sqrt'")
         if schedule == "inverse_sqrt" and warmup_steps < 1:
             raise ValueError(f"`model.warmup_steps` ({warmup_steps}) must be >= 1 with the inverse_sqrt schedule")
+        compile_mode(compile)  # refuse a bad value before any training
+        check_backend(compile_backend)
         self.save_hyperparameters()
         self.model = Translator(
             src_vocab_size, tgt_vocab_size, pad_id=pad_id, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads,
@@ -156,9 +168,14 @@ class TranslationModule(SafeLoadMixin, L.LightningModule):
         self.tgt_vocab: SubwordVocab | None = None
         self._outputs: list[tuple[int, str]] = []  # (dataset index, hypothesis) decoded on this rank
         self._signature_shown: set[str] = set()
+        self._compiled = False
 
     def setup(self, stage: str) -> None:
         destroy_process_group_at_exit()  # each DDP rank, once its process group exists
+        mode = compile_mode(self.hparams.compile)
+        if mode is not None and not self._compiled:  # here, not in __init__: a spawned DDP rank unpickles it eager
+            compile_in_place([self.model.encoder, self.model.decoder], mode, self.hparams.compile_backend)
+            self._compiled = True
 
     # ------------------------------------------------------------------ checkpoints
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -171,11 +188,11 @@ class TranslationModule(SafeLoadMixin, L.LightningModule):
     # ------------------------------------------------------------------ training
     def compute_loss(self, batch: Batch) -> Tensor:
         """Label-smoothed cross-entropy per non-padding target token of a batch."""
-        return translation_loss(self.model, batch, self.hparams.pad_id, self.hparams.label_smoothing)
+        return translation_loss(self.model, self._bucketed(batch), self.hparams.pad_id, self.hparams.label_smoothing)
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
         hp = self.hparams
-        loss = translation_loss(self.model, batch, hp.pad_id, hp.label_smoothing, hp.rdrop_alpha)
+        loss = translation_loss(self.model, self._bucketed(batch), hp.pad_id, hp.label_smoothing, hp.rdrop_alpha)
         self.log("train_loss", loss, prog_bar=True, batch_size=self._tokens(batch))
         return loss
 
@@ -191,6 +208,16 @@ class TranslationModule(SafeLoadMixin, L.LightningModule):
                 advice=", or use model.schedule: inverse_sqrt, which needs no run length",
             )
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def _bucketed(self, batch: Batch) -> Batch:
+        """`batch` with its lengths padded to `core.nn.compile.BUCKET` steps under CUDA graphs (one graph per
+        shape), else `batch` itself. Padding is masked in the source and after the targets, and the loss skips it.
+        """
+        if compile_mode(self.hparams.compile) != "reduce-overhead":
+            return batch
+        pad, src_len, tgt_len = self.hparams.pad_id, self.model.max_src_len, self.model.max_tgt_len
+        tgt_in, tgt_out = (pad_to_bucket(t, tgt_len, pad) for t in (batch.tgt_in, batch.tgt_out))
+        return replace(batch, src=pad_to_bucket(batch.src, src_len, pad), tgt_in=tgt_in, tgt_out=tgt_out)
 
     def _tokens(self, batch: Batch) -> int:
         return int((batch.tgt_out != self.hparams.pad_id).sum())
@@ -224,8 +251,10 @@ class TranslationModule(SafeLoadMixin, L.LightningModule):
         rows = (~blank).nonzero()[:, 0].tolist()
         if rows:
             # On CPU, bf16 autocast makes the search's per-step matmuls (a few rows each) several times slower
-            # than fp32; the weights stay fp32 under bf16-mixed.
-            with torch.autocast("cpu", enabled=False) if self.device.type == "cpu" else nullcontext():
+            # than fp32; the weights stay fp32 under bf16-mixed. Compiled stacks run eager here: each search step
+            # is one position that updates a KV cache in place, which would recompile or miss the CUDA graphs.
+            with (torch.autocast("cpu", enabled=False) if self.device.type == "cpu" else nullcontext(),
+                  torch.compiler.set_stance("force_eager") if self._compiled else nullcontext()):
                 hypotheses = search(self.model, batch.src[rows], self.search_options(split))
             vocab = self._target_vocab()
             for row, hyps in zip(rows, hypotheses, strict=True):

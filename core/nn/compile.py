@@ -1,0 +1,80 @@
+"""torch.compile for the stacks that do the work, and the few static lengths CUDA graphs need.
+
+Both apps expose it as `model.compile` (a torch.compile mode; off by default) and `model.compile_backend`.
+`compile_in_place` calls `nn.Module.compile` on the given stacks: the module objects stay where they are, so
+the state dict keys are those of the eager model, and a checkpoint written with compile on loads with it off
+and the other way round.
+
+Shapes: a batch's length varies (StreamRec cuts the columns that are padding in every row; translation
+batches hold sentences of any length). torch.compile is called with `dynamic=None`: the first batch compiles
+for its own lengths, the first batch of another length recompiles once with the lengths symbolic, and later
+batches reuse that graph. "reduce-overhead" records a CUDA graph per distinct shape, even in a dynamic graph,
+so there the apps round each batch's length up to a multiple of `BUCKET` (capped at `max_len`): a handful of
+graphs, each replayed many times. Padding is masked, so the outputs at the real positions stay the same (to
+float rounding); the other modes, and compile off, run on the unpadded batch.
+
+Legend: B batch, T time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Literal, get_args
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
+COMPILE_MODES: tuple[str, ...] = get_args(CompileMode)
+BUCKET = 16  # length step under CUDA graphs: max_len 200 gives at most 13 graphs
+
+
+def compile_mode(value: bool | str | None) -> str | None:
+    """The torch.compile mode that the `model.compile` value `value` asks for, or None for off.
+
+    False and None (YAML's `off`, `false` and `null`) are off; True is "default". Anything else but a mode
+    in `COMPILE_MODES` is a ValueError naming the key and the accepted values.
+    """
+    if value is None or value is False:
+        return None
+    if value is True:
+        return "default"
+    if value not in COMPILE_MODES:
+        raise ValueError(f"`model.compile` must be null (off) or one of {', '.join(COMPILE_MODES)}; got {value!r}")
+    return value
+
+
+def check_backend(backend: str) -> str:
+    """`backend` if torch.compile knows it ("inductor"; "eager" and "aot_eager" check the plumbing cheaply)."""
+    known = torch.compiler.list_backends(exclude_tags=())
+    if backend not in known:
+        raise ValueError(f"`model.compile_backend` must be one of {', '.join(sorted(known))}; got {backend!r}")
+    return backend
+
+
+def compile_in_place(modules: Iterable[nn.Module], mode: str, backend: str = "inductor") -> None:
+    """Compile each module's forward in place with `nn.Module.compile` (its state dict keys do not change).
+
+    Args:
+        modules: the stacks to compile (each compiled on its own first call).
+        mode: a torch.compile mode from `COMPILE_MODES`.
+        backend: a torch.compile backend; modes are inductor's, so other backends ignore `mode`.
+    """
+    for module in modules:
+        # dynamic=None: static at first, symbolic lengths after the first batch of another length (see above).
+        if backend == "inductor":
+            module.compile(mode=mode, backend=backend, dynamic=None)
+        else:
+            module.compile(backend=backend, dynamic=None)
+
+
+def bucket_length(length: int, limit: int, multiple: int = BUCKET) -> int:
+    """`length` rounded up to a multiple of `multiple`, but not past `limit` (nor below `length`)."""
+    return max(length, min(-(-length // multiple) * multiple, limit))
+
+
+def pad_to_bucket(x: Tensor, limit: int, value: int, multiple: int = BUCKET) -> Tensor:
+    """(B, T) -> (B, bucket_length(T)): `value` appended on the right of each row."""
+    extra = bucket_length(x.shape[1], limit, multiple) - x.shape[1]
+    return F.pad(x, (0, extra), value=value) if extra else x
