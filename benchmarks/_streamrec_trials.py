@@ -26,6 +26,7 @@ from typing import Any
 import lightning as L
 import torch
 from _common import ROOT
+from lightning.pytorch.callbacks import EMAWeightAveraging
 from torch import Tensor
 from torch.utils.data import DataLoader
 
@@ -68,13 +69,15 @@ def keep_freed_memory() -> bool:
 
 
 
-def best_epoch_keeper(base: type, network, validate, patience: int, cap_s: float) -> object:
+def best_epoch_keeper(base: type, network, validate, patience: int, cap_s: float, averaging=None) -> object:
     """A callback (subclass of `base`, Lightning's or pytorch_lightning's Callback) shared by both trainers.
 
     It times each training epoch, then scores the validation split with `validate(net)` (outside the
     timed span), keeps the best epoch's weights, and stops training after `patience` epochs without
     a gain or once the timed epochs add up to `cap_s` seconds. `network(pl_module)` is the nn.Module
-    that scores: ours `module.model`, RecTools' `lightning_model.torch_model`.
+    that scores: ours `module.model`, RecTools' `lightning_model.torch_model`. `averaging`: a Lightning
+    weight-averaging callback (EMA) of the same trainer, whose averaged weights are swapped in for
+    validation through its own validation hooks, as a Lightning validation loop would.
     """
 
     class BestEpoch(base):
@@ -89,6 +92,8 @@ def best_epoch_keeper(base: type, network, validate, patience: int, cap_s: float
 
         def on_train_epoch_end(self, trainer, pl_module) -> None:
             self.seconds.append(time.perf_counter() - self._start)
+            if averaging is not None:
+                averaging.on_validation_epoch_start(trainer, pl_module)
             net = network(pl_module)
             was_training = net.training
             net.eval()
@@ -98,6 +103,8 @@ def best_epoch_keeper(base: type, network, validate, patience: int, cap_s: float
             if score > self.best:
                 self.best, self.best_epoch = score, len(self.val)
                 self.best_state = {k: v.detach().clone() for k, v in net.state_dict().items()}
+            if averaging is not None:
+                averaging.on_validation_epoch_end(trainer, pl_module)
             elif len(self.val) - self.best_epoch >= patience:
                 trainer.should_stop, self.stopped_by = True, "patience"
             if sum(self.seconds) >= cap_s and not trainer.should_stop:
@@ -220,11 +227,14 @@ def train_ours(data: Data, module_kwargs: dict[str, Any], args: argparse.Namespa
               "popularity_baseline": False, **module_kwargs}
     L.seed_everything(args.seed, verbose=False)
     module = StreamRecModule(num_items=data.num_items, max_len=args.max_len, **kwargs)
+    ema_decay = getattr(args, "ema_decay", None)
+    averaging = None if not ema_decay else EMAWeightAveraging(decay=ema_decay)
     keeper = best_epoch_keeper(
         L.Callback, lambda m: m.model, lambda net: evaluate(partial(ours_scores, net), data.split.valid, args.max_len),
-        args.patience, 60 * args.trial_minutes,
+        args.patience, 60 * args.trial_minutes, averaging,
     )
-    trainer = L.Trainer(callbacks=[keeper], **trainer_kwargs(args))
+    # The averaging callback first: its epoch-end update precedes the keeper's validation.
+    trainer = L.Trainer(callbacks=[c for c in (averaging, keeper) if c is not None], **trainer_kwargs(args))
     trainer.fit(module, train_dataloaders=data.dm.train_dataloader())
     model = module.model.eval()
     model.load_state_dict(keeper.best_state)

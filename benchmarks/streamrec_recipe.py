@@ -42,6 +42,7 @@ from _streamrec_trials import (
 from rich.console import Console
 
 MAX_LEN_KEY = "max_len"  # a data setting, not a module argument: variants may set it too
+EMA_KEY = "ema_decay"  # a trainer callback (Lightning's EMAWeightAveraging), not a module argument
 
 
 def scalar(text: str) -> object:
@@ -97,7 +98,9 @@ def run(args: argparse.Namespace, console: Console, log: Console) -> dict[str, f
                     cache[max_len] = load_data(dataset, argparse.Namespace(**{**vars(args), "max_len": max_len}))
                 data = cache[max_len]
                 log.log(f"{dataset}: {name} {kwargs} max_len {max_len} ...")
-                keeper, _ = train_ours(data, kwargs, argparse.Namespace(**{**vars(args), "max_len": max_len}))
+                module_kwargs = {k: v for k, v in kwargs.items() if k != EMA_KEY}
+                keeper, _ = train_ours(data, module_kwargs, argparse.Namespace(
+                    **{**vars(args), "max_len": max_len, EMA_KEY: kwargs.get(EMA_KEY)}))
                 result = {"val_ndcg@10": keeper.best, "best_epoch": keeper.best_epoch, "epochs": len(keeper.seconds),
                           "stopped_by": keeper.stopped_by, "val_curve": [round(v, 5) for v in keeper.val],
                           "epoch_s": sorted(keeper.seconds)[len(keeper.seconds) // 2], "train_s": sum(keeper.seconds)}
@@ -139,7 +142,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--datasets", nargs="+", choices=tuple(DATASETS), default=list(DATASETS))
     p.add_argument("--data-dir", type=Path, default=DATA, help="folder holding ml-1m/, amazon-beauty/, ...")
     p.add_argument("--variants", nargs="+", type=parse_variant, default=[("base", {})],
-                   help="NAME:key=value,... (StreamRecModule arguments, or max_len); the first is the reference")
+                   help="NAME:key=value,... (StreamRecModule arguments, max_len, or ema_decay: Lightning's "
+                        "EMAWeightAveraging with that decay, validated on the averaged weights); the first is the "
+                        "reference")
     p.add_argument("--set", dest="base", type=lambda t: parse_assignments(t, "--set"), default={},
                    help="key=value,... applied to every variant (the base recipe)")
     p.add_argument("--max-epochs", type=int, default=50, help="epoch budget per trial")

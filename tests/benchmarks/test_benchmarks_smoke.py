@@ -25,6 +25,17 @@ def test_attention_quick_writes_flat_json(run_benchmark) -> None:
         assert figures[name] >= 0 if "mem" in name else figures[name] > 0, name  # a peak may be 0 MiB above the base
 
 
+def test_long_attention_quick_times_every_path_against_full(run_benchmark, benchmark_refuses) -> None:
+    figures = run_benchmark("long_attention.py", "--quick", "--device", "cpu", "--threads", "1", timeout=120).figures
+    for t in (64, 128):
+        for path in ("full", "full_nopad", "window", "linear"):
+            assert figures[f"T{t}_{path}_ms"] > 0 and figures[f"T{t}_{path}_mem_mib"] >= 0, (t, path)
+        for path in ("window", "linear"):
+            assert figures[f"T{t}_{path}_time_ratio"] > 0 and figures[f"T{t}_{path}_mem_ratio"] > 0, (t, path)
+    assert figures["window"] == 16
+    assert "--window must be >= 1" in benchmark_refuses("long_attention.py", "--window", "0")
+
+
 def test_dropout_benchmark_writes_flat_json(run_benchmark) -> None:
     figures = run_benchmark("dropout.py", "--widths", "16", "--repeats", "1", timeout=120).figures
     for mode in ("fwd", "train"):
@@ -68,7 +79,7 @@ def test_recipe_benchmark_compares_variants_on_validation_and_resumes(run_benchm
     _tiny_sequences(tmp_path / "data" / "amazon-beauty" / "Beauty.txt")
     _tiny_sequences(tmp_path / "data" / "yelp" / "Yelp.txt", users=40)
     args = ("--data-dir", tmp_path / "data", "--datasets", "beauty", "yelp", "--variants", "base:",
-            "wide:d_model=32,lr=3e-3", "--set", "d_model=16,n_heads=1,d_ff=16", "--max-epochs", "2",
+            "wide:d_model=32,lr=3e-3,ema_decay=0.9", "--set", "d_model=16,n_heads=1,d_ff=16", "--max-epochs", "2",
             "--limit-batches", "2", "--batch-size", "8", "--max-len", "10", "--precision", "32",
             "--out", tmp_path / "trials")
     figures = run_benchmark("streamrec_recipe.py", *args).figures
@@ -82,7 +93,8 @@ def test_recipe_benchmark_compares_variants_on_validation_and_resumes(run_benchm
     assert math.isclose(figures["wide_geomean_ratio"], math.sqrt(wide[0] * wide[1]), rel_tol=1e-9)
     trials = (tmp_path / "trials" / "trials.jsonl").read_text().splitlines()
     assert len(trials) == 4
-    assert json.loads(trials[1])["key"]["module"] == {"d_model": 32, "n_heads": 1, "d_ff": 16, "lr": 3e-3}
+    assert json.loads(trials[1])["key"]["module"] == {"d_model": 32, "n_heads": 1, "d_ff": 16, "lr": 3e-3,
+                                                      "ema_decay": 0.9}  # validated on Lightning's EMA weights
 
     assert run_benchmark("streamrec_recipe.py", *args).figures == figures
     assert len((tmp_path / "trials" / "trials.jsonl").read_text().splitlines()) == 4  # nothing trained twice
