@@ -1,0 +1,79 @@
+"""Sliding-window and linear attention against the formulas written out quadratically."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from core.nn.linear_attention import LinearAttentionState, causal_linear_attention, feature_map, linear_attention_step
+from core.nn.windowed import band_mask, windowed_attention
+
+
+def qkv(b=2, h=4, hkv=2, t=23, dh=8, dtype=torch.float64):
+    g = torch.Generator().manual_seed(0)
+    return (torch.randn(b, h, t, dh, generator=g, dtype=dtype), torch.randn(b, hkv, t, dh, generator=g, dtype=dtype),
+            torch.randn(b, hkv, t, dh, generator=g, dtype=dtype))
+
+
+def left_padding(b: int, t: int) -> torch.Tensor:
+    valid = torch.ones(b, t, dtype=torch.bool)
+    valid[1, :9] = False
+    return valid
+
+
+def naive_softmax(q, k, v, allowed):
+    """softmax(QK^T / sqrt(Dh)) V over `allowed` (B, 1, T, T), rows with nothing allowed -> 0."""
+    k, v = (x.repeat_interleave(q.shape[1] // x.shape[1], dim=1) for x in (k, v))
+    scores = (q @ k.transpose(-2, -1)) / q.shape[-1] ** 0.5
+    weights = scores.masked_fill(~allowed, float("-inf")).softmax(-1).nan_to_num(0.0)
+    return weights @ v
+
+
+@pytest.mark.parametrize("window", [1, 4, 5, 23, 40])
+def test_windowed_equals_full_attention_under_the_band_mask(window):
+    q, k, v = qkv()
+    valid = left_padding(2, 23)
+    allowed = band_mask(23, window)[None, None] & valid[:, None, None, :]
+    expected = naive_softmax(q, k, v, allowed)
+    torch.testing.assert_close(windowed_attention(q, k, v, window, valid), expected)
+    # and SDPA's own masked path, as core.nn.attention would run it with the band mask
+    sdpa = F.scaled_dot_product_attention(q, *(x.repeat_interleave(2, dim=1) for x in (k, v)), attn_mask=allowed)
+    rows = allowed.any(-1, keepdim=True)
+    torch.testing.assert_close(windowed_attention(q, k, v, window, valid), sdpa.masked_fill(~rows, 0.0))
+
+
+def test_windowed_refuses_an_empty_window():
+    with pytest.raises(ValueError, match="window"):
+        windowed_attention(*qkv(), window=0)
+
+
+def naive_linear(q, k, v, valid):
+    k, v = (x.repeat_interleave(q.shape[1] // x.shape[1], dim=1) for x in (k, v))
+    fq, fk = feature_map(q), feature_map(k) * valid[:, None, :, None]
+    a = (fq @ fk.transpose(-2, -1)).tril()  # (B, H, T, T)
+    den = a.sum(-1, keepdim=True)
+    return torch.where(den > 0, (a @ v) / den.clamp_min(1e-300), torch.zeros(()).to(q))
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 64])
+def test_linear_attention_equals_the_quadratic_formula(chunk):
+    q, k, v = qkv()
+    valid = left_padding(2, 23)
+    torch.testing.assert_close(causal_linear_attention(q, k, v, valid, chunk=chunk), naive_linear(q, k, v, valid))
+
+
+def test_linear_attention_decodes_step_by_step_with_a_constant_state():
+    q, k, v = qkv(t=11)
+    state = LinearAttentionState.empty(2, 4, 8)
+    state.sums, state.norms = state.sums.double(), state.norms.double()
+    steps = [linear_attention_step(*(x[:, :, t : t + 1] for x in (q, k, v)), state) for t in range(11)]
+    assert state.sums.shape == (2, 4, 8, 8)  # the same size after every step
+    torch.testing.assert_close(torch.cat(steps, dim=2), causal_linear_attention(q, k, v, chunk=4))
+
+
+def test_bf16_inputs_sum_in_fp32():
+    q, k, v = qkv(dtype=torch.float32)
+    out = causal_linear_attention(q.bfloat16(), k.bfloat16(), v.bfloat16())
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), causal_linear_attention(q, k, v), atol=0.05, rtol=0.05)
