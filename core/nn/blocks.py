@@ -14,7 +14,7 @@ from typing import Literal
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from core.nn.attention import CrossAttention, MultiHeadAttention
+from core.nn.attention import AttentionKind, CrossAttention, MultiHeadAttention
 from core.nn.kv_cache import KVCache, StaticKV
 from core.nn.mixing import LowPassFilter, LowPassMix
 from core.nn.positions import RotaryEmbedding
@@ -86,18 +86,20 @@ class EncoderLayer(nn.Module):
         activation: feed-forward activation.
         norm_first: pre-LN (True) or post-LN (False).
         mix: a causal low-pass filter branch mixed with self-attention (`core.nn.mixing`); None: attention only.
+        attention: "full", "window" or "linear" (`MultiHeadAttention`'s `kind`).
+        window: the window of attention "window".
     """
 
     def __init__(
         self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, d_ff: int, dropout: float = 0.0,
         attn_dropout: float = 0.0, ff_dropout: float | None = None, activation: Activation = "gelu",
-        norm_first: bool = True, mix: LowPassMix | None = None,
+        norm_first: bool = True, mix: LowPassMix | None = None, attention: AttentionKind = "full", window: int = 256,
     ):
         super().__init__()
         attn = dict(n_kv_heads=n_kv_heads, dropout=attn_dropout)
         ff_p = dropout if ff_dropout is None else ff_dropout
         res = dict(dropout=dropout, norm_first=norm_first)
-        self.self_attn = MultiHeadAttention(d_model, n_heads, **attn)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, kind=attention, window=window, **attn)
         self.ff = FeedForward(d_model, d_ff, dropout=ff_p, activation=activation)
         self.attn_block = _Residual(d_model, **res)
         self.ff_block = _Residual(d_model, **res)
@@ -120,7 +122,7 @@ class EncoderLayer(nn.Module):
         return self.ff_block(x, self.ff)
 
     def _mixed(self, h: Tensor, mask: Tensor | None, *, valid: Tensor | None, last: int | None, **attn) -> Tensor:
-        out = self.self_attn(h, mask, last=last, **attn)
+        out = self.self_attn(h, mask, last=last, valid=valid if self.self_attn.kind != "full" else None, **attn)
         if self.filter is None:
             return out
         if attn["cache"] is not None:

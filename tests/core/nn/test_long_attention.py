@@ -77,3 +77,30 @@ def test_bf16_inputs_sum_in_fp32():
     out = causal_linear_attention(q.bfloat16(), k.bfloat16(), v.bfloat16())
     assert out.dtype == torch.bfloat16
     torch.testing.assert_close(out.float(), causal_linear_attention(q, k, v), atol=0.05, rtol=0.05)
+
+
+def test_an_encoder_with_a_window_as_long_as_the_input_is_full_attention():
+    from core.nn import Encoder, causal_padding_mask
+
+    torch.manual_seed(0)
+    full = Encoder(16, 2, n_layers=2, d_ff=32, max_len=12, causal=True).eval()
+    windowed = Encoder(16, 2, n_layers=2, d_ff=32, max_len=12, causal=True, attention="window", window=12).eval()
+    windowed.load_state_dict(full.state_dict())
+    x = torch.randn(2, 12, 16)
+    valid = left_padding(2, 12)
+    expected = full(x, causal_padding_mask(valid[:, None, None, :]))
+    got = windowed(x, valid=valid)
+    torch.testing.assert_close(got[valid], expected[valid])  # padding positions' outputs are not used
+    torch.testing.assert_close(windowed(x, valid=valid, last=1), got[:, -1:])
+
+
+def test_long_attention_kinds_refuse_what_they_cannot_do():
+    from core.nn import Encoder
+
+    with pytest.raises(ValueError, match="causal"):
+        Encoder(16, 2, n_layers=1, d_ff=32, max_len=8, attention="linear")
+    enc = Encoder(16, 2, n_layers=1, d_ff=32, max_len=8, causal=True, attention="linear")
+    with pytest.raises(ValueError, match="valid"):
+        enc(torch.randn(1, 8, 16), torch.ones(1, 1, 1, 8, dtype=torch.bool))
+    with pytest.raises(ValueError, match="full attention"):
+        enc.new_cache()
