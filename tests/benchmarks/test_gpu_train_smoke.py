@@ -7,7 +7,12 @@ peak is given. No timing is compared with another.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.slow  # end-to-end: real processes, servers or training; `pytest -m "not slow"` skips them
 
@@ -18,7 +23,7 @@ SYSTEM_FIGURES = {"translate": ("step_ms", "tok_s", "tflops", "peak_mib", "mfu")
 PEERS = {"translate": ("ours", "torch"), "streamrec": ("ours", "ref")}
 
 
-def test_tiny_preset_on_cpu_writes_every_figure(run_benchmark, benchmark_refuses) -> None:
+def test_tiny_preset_on_cpu_writes_every_figure(run_benchmark) -> None:
     run = run_benchmark("gpu_train.py", *TINY, timeout=180)
     f = run.figures
     for section, figures in SYSTEM_FIGURES.items():
@@ -38,4 +43,15 @@ def test_tiny_preset_on_cpu_writes_every_figure(run_benchmark, benchmark_refuses
     assert "translate_speedup_vs_hf" not in f and f["hf_available"] == 0
     assert (f["d_model"], f["batch_size"], f["length"], f["streamrec_num_items"], f["cuda"]) == (32, 4, 8, 50, 0)
     assert "HF MarianMTModel: left out (--no-hf)" in run.stdout and "target met" in run.stdout
-    assert "--steps must be >= 1, got 0" in benchmark_refuses("gpu_train.py", "--steps", "0")
+
+
+def test_bad_arguments_are_refused_in_one_line(capsys) -> None:
+    """argparse's refusal (exit status 2), checked in this process: a child would import torch again."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import gpu_train
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    with pytest.raises(SystemExit) as exit_:
+        gpu_train.parse_args(["--steps", "0"])
+    assert exit_.value.code == 2 and "--steps must be >= 1, got 0" in capsys.readouterr().err
