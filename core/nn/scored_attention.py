@@ -1,0 +1,93 @@
+"""Attention as the recurrent translators introduced it: one query per step, a learned score per source position.
+
+- Additive (Bahdanau et al. 2015): score(q, k) = v^T tanh(W_q q + W_k k).
+- Multiplicative (Luong et al. 2015): "dot", score = q . k; "general", score = q^T W k.
+
+Both return the context vector (the weighted sum of the values) and the weights, which are the word
+alignments. The mask follows core's convention (`core.nn.masks`): boolean, True = may attend; here
+broadcastable to (B, T, S), e.g. `padding_mask(src, pad)[:, 0]` of shape (B, 1, S). A query that may
+attend to nothing gets zero weights and a zero context, as `core.nn.attention.attend` gives it.
+
+The keys' projection does not depend on the query, so `project_keys` computes it once per source and a
+decoder passes it back at every step (`keys=`), as RNN decoders do.
+
+Legend: B batch, T query steps, S source length, Dq query width, Dk key width, A attention width.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+
+Score = Literal["dot", "general"]
+
+
+def _softmax_over_allowed(scores: Tensor, mask: Tensor | None) -> Tensor:
+    """softmax over S of (B, T, S) scores where `mask` allows; rows with nothing allowed get zeros."""
+    if mask is None:
+        return scores.softmax(-1)
+    weights = scores.masked_fill(~mask, float("-inf")).softmax(-1)
+    return weights.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+
+
+class AdditiveAttention(nn.Module):
+    """Bahdanau attention.
+
+    Args:
+        query_dim: Dq, the decoder state's width.
+        key_dim: Dk, the encoder output's width.
+        attn_dim: A, the width of the hidden layer the score is read from.
+    """
+
+    def __init__(self, query_dim: int, key_dim: int, attn_dim: int):
+        super().__init__()
+        self.query = nn.Linear(query_dim, attn_dim, bias=False)
+        self.key = nn.Linear(key_dim, attn_dim)
+        self.v = nn.Linear(attn_dim, 1, bias=False)
+
+    def project_keys(self, keys: Tensor) -> Tensor:
+        """(B, S, Dk) -> (B, S, A), W_k k + b: computed once per source."""
+        return self.key(keys)
+
+    def forward(self, query: Tensor, values: Tensor, mask: Tensor | None = None,
+                keys: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """(B, T, Dq) queries over (B, S, Dk) values -> (B, T, Dk) contexts and (B, T, S) weights.
+
+        `keys`: `project_keys(values)` when already computed.
+        """
+        keys = self.project_keys(values) if keys is None else keys
+        hidden = torch.tanh(self.query(query)[:, :, None, :] + keys[:, None, :, :])  # (B, T, S, A)
+        weights = _softmax_over_allowed(self.v(hidden)[..., 0], mask)
+        return weights @ values, weights
+
+
+class MultiplicativeAttention(nn.Module):
+    """Luong attention, "dot" or "general".
+
+    Args:
+        query_dim: Dq.
+        key_dim: Dk ("dot" needs Dq == Dk).
+        score: "dot" (q . k) or "general" (q^T W k).
+    """
+
+    def __init__(self, query_dim: int, key_dim: int, score: Score = "general"):
+        super().__init__()
+        if score not in ("dot", "general"):
+            raise ValueError(f"`score` must be 'dot' or 'general', got {score!r}")
+        if score == "dot" and query_dim != key_dim:
+            raise ValueError(f"'dot' scores need equal widths, got query {query_dim} and key {key_dim}")
+        self.score = score
+        self.weight = nn.Linear(key_dim, query_dim, bias=False) if score == "general" else None
+
+    def project_keys(self, keys: Tensor) -> Tensor:
+        """(B, S, Dk) -> (B, S, Dq): W k for "general", k itself for "dot"."""
+        return keys if self.weight is None else self.weight(keys)
+
+    def forward(self, query: Tensor, values: Tensor, mask: Tensor | None = None,
+                keys: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """(B, T, Dq) queries over (B, S, Dk) values -> (B, T, Dk) contexts and (B, T, S) weights."""
+        keys = self.project_keys(values) if keys is None else keys
+        weights = _softmax_over_allowed(query @ keys.transpose(1, 2), mask)  # (B, T, S)
+        return weights @ values, weights
