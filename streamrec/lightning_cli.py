@@ -2,8 +2,8 @@
 
 YAML may interpolate
 `${...}`, resolved after the command line (omegaconf+ mode: `--trainer.default_root_dir X` moves
-the checkpoints and logs the configs put under `${trainer.default_root_dir}`); `num_items` and
-`max_len` come from the data module.
+the checkpoints and logs the configs put under `${trainer.default_root_dir}`); `num_items`, `max_len`,
+`num_features` and `features_per_item` come from the data module.
 
 The CLI class lives in a module, not in `__main__`: `ddp_spawn` pickles it into its worker processes, which
 cannot import a package's `__main__` module.
@@ -32,6 +32,8 @@ class StreamRecCLI(AppCLI):
     def add_arguments_to_parser(self, parser) -> None:
         parser.link_arguments("data.max_len", "model.max_len")
         parser.link_arguments("data.num_items", "model.num_items", apply_on="instantiate")
+        parser.link_arguments("data.num_features", "model.num_features", apply_on="instantiate")
+        parser.link_arguments("data.features_per_item", "model.features_per_item", apply_on="instantiate")
         parser.add_argument("--early_stopping", type=int, default=EARLY_STOPPING_PATIENCE,
                             help=f"stop fit after this many validations without a better {MONITOR} "
                                  "(0: off; an EarlyStopping in trainer.callbacks replaces it)")

@@ -3,7 +3,8 @@
 The DataModule only chains the steps, each in a module of its own:
 
 1. `streamrec.data.readers.read_interactions` reads a log into `Interactions`.
-2. `streamrec.data.vocab.ItemVocab` maps item ids to 1..N; 0 is padding.
+2. `streamrec.data.vocab.ItemVocab` maps item ids to 1..N; 0 is padding. With an item features file
+   (`streamrec.data.features`), the items it lists that the log lacks are appended as cold items.
 3. `streamrec.data.splits` cuts every user's sequence into a training history and evaluation cases.
 4. `streamrec.data.datasets` gives causal training examples and evaluation/prediction batches.
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from functools import partial
+from pathlib import Path
 
 import lightning as L
 import numpy as np
@@ -36,6 +38,7 @@ from streamrec.data.datasets import (
     user_sequences,
 )
 from streamrec.data.encoded import EncodedLog, cache_key
+from streamrec.data.features import ItemFeatures, feature_table, read_item_features
 from streamrec.data.readers import Format, _existing_path, read_interactions
 from streamrec.data.splits import Split, SplitName, leave_one_out_split, temporal_split, time_quantiles
 from streamrec.data.vocab import ItemVocab
@@ -72,6 +75,12 @@ class StreamRecDataModule(L.LightningDataModule):
             (`LengthGroupedBatchSampler`), which compute less padding, so an epoch runs faster with the validation
             NDCG@10 of random batches (docs/results.md, "Length-grouped batches"). false: random batches of
             `batch_size` windows. Not used under DDP (random batches there).
+        item_features: an items file (`streamrec.data.items.read_items`: CSV/TSV with `item_id`, or MovieLens'
+            movies.dat) whose `feature_columns` the model embeds beside the item id (linked into the model). Its
+            items absent from the log become cold items: scored and recommended by their features alone.
+            None: items are ids only.
+        feature_columns: the categorical columns of `item_features`, e.g. [genres]; a cell may hold several
+            values separated by "|".
     """
 
     def __init__(
@@ -80,6 +89,7 @@ class StreamRecDataModule(L.LightningDataModule):
         item_col: str = "item_id", time_col: str | None = "timestamp", sliding_window: bool = False,
         temporal_cutoffs: tuple[float, float] | None = None, temporal_quantiles: tuple[float, float] = (0.8, 0.9),
         num_workers: int = 0, cache_dir: str | None = None, group_by_length: bool = True,
+        item_features: str | None = None, feature_columns: list[str] | None = None,
     ):
         super().__init__()
         for name, value, low in (("max_len", max_len, 1), ("batch_size", batch_size, 1),
@@ -89,6 +99,7 @@ class StreamRecDataModule(L.LightningDataModule):
         if split not in ("leave_one_out", "temporal"):
             raise InputError(f"`split` must be leave_one_out or temporal, got {split!r}")
         _existing_path(path)  # fail at construction, not at the first batch
+        _check_features(item_features, feature_columns)
         self.save_hyperparameters()
         self.path, self.format, self.max_len, self.batch_size = path, format, max_len, batch_size
         self.split_name, self.min_interactions = split, min_interactions
@@ -96,8 +107,10 @@ class StreamRecDataModule(L.LightningDataModule):
         self.sliding_window, self.num_workers = sliding_window, num_workers
         self.temporal_cutoffs, self.temporal_quantiles = temporal_cutoffs, temporal_quantiles
         self.cache_dir, self.group_by_length = cache_dir, group_by_length
+        self.item_features_path, self.feature_columns = item_features, feature_columns
         self._log: EncodedLog | None = None
         self._vocab: ItemVocab | None = None
+        self._features: ItemFeatures | None = None
         self._split: Split | None = None
 
     def _load(self) -> None:
@@ -107,6 +120,21 @@ class StreamRecDataModule(L.LightningDataModule):
         log.info("%s: %d interactions, %d users, %d items", self.path, len(self._log.items), len(self._log.users),
                  len(self._log.vocab))
         self._vocab, self._split = self._log.vocab, self._make_split(self._log)
+        if self.item_features_path is not None:
+            self._vocab, self._features = self._read_features(self._log.vocab)
+
+    def _read_features(self, log_vocab: ItemVocab) -> tuple[ItemVocab, ItemFeatures]:
+        """The log's vocabulary with the cold items appended (the log's ids unchanged), and the feature table."""
+        features = read_item_features(self.item_features_path, self.feature_columns)
+        in_log = int(np.count_nonzero(log_vocab.lookup(list(features))))
+        if not in_log:
+            raise InputError(f"{self.item_features_path}: none of its {len(features)} items is in the log "
+                             f"{self.path}; its item_id column must hold the log's item ids")
+        vocab = log_vocab.extended(features)
+        table = feature_table(vocab, features)
+        log.info("%s: %d features; %d of the log's %d items have some, %d cold items added", self.item_features_path,
+                 table.num_features, in_log, len(log_vocab), len(vocab) - len(log_vocab))
+        return vocab, table
 
     def _encoded_log(self) -> EncodedLog:
         key = None
@@ -145,6 +173,24 @@ class StreamRecDataModule(L.LightningDataModule):
     def num_items(self) -> int:
         """N, the number of items; the model's item table has N + 1 rows (0 = padding)."""
         return self.vocab.num_items
+
+    @property
+    def item_features(self) -> Tensor | None:
+        """(N+1, F) int64 feature ids of each item, padded with 0 (`ItemFeatures.table`); None without a file."""
+        self._load()
+        return None if self._features is None else self._features.table
+
+    @property
+    def num_features(self) -> int:
+        """The number of distinct item features (0 without `item_features`), linked into the model."""
+        self._load()
+        return 0 if self._features is None else self._features.num_features
+
+    @property
+    def features_per_item(self) -> int:
+        """F, the feature slots per item (0 without `item_features`), linked into the model."""
+        self._load()
+        return 0 if self._features is None else self._features.features_per_item
 
     @property
     def splits(self) -> Split:
@@ -228,3 +274,16 @@ class StreamRecDataModule(L.LightningDataModule):
         return DataLoader(rows, batch_size=self.batch_size, num_workers=self.num_workers,
                           collate_fn=partial(collate_predict, max_len=self.max_len),
                           persistent_workers=self.num_workers > 0)
+
+
+def _check_features(item_features: str | None, feature_columns: list[str] | None) -> None:
+    """Refuse at construction a features file without columns, columns without a file, or a missing file."""
+    if item_features is None and feature_columns:
+        raise InputError(f"`feature_columns` {feature_columns} needs `item_features`, the file holding them")
+    if item_features is None:
+        return
+    if not feature_columns:
+        raise InputError(f"`item_features` {item_features!r} needs `feature_columns`, the categorical columns to "
+                         "read, e.g. [genres]")
+    if not Path(item_features).is_file():
+        raise FileNotFoundError(f"item features file {item_features!r} does not exist; check `item_features`")

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import csv
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.runtime.errors import InputError, check_text
@@ -40,12 +40,16 @@ class ItemCatalog:
         rows: item id -> {column: value}.
         title_column: the column shown as the item's name.
         path: the file read ("" when built in code).
+        separators: columns whose cells hold several values -> the separator between them as stored, where it
+            is not the file's own "|" (`movies.dat`'s genres are shown "Animation, Comedy"); read by
+            `streamrec.data.features`.
     """
 
     columns: list[str]
     rows: dict[str, dict[str, str]]
     title_column: str
     path: str = ""
+    separators: dict[str, str] = field(default_factory=dict)
 
     def title(self, item_id: str) -> str:
         """The item's name; the raw id when the file does not list it or its title is empty."""
@@ -113,7 +117,7 @@ def _read_movielens(file: Path, text: str) -> ItemCatalog:
         _add(rows, file, line_num, movie, {TITLE_COLUMN: title, "genres": genres.replace("|", ", ")})
     if not rows:
         raise InputError(f"{file}: no items found; expected MovieID::Title::Genres lines")
-    return ItemCatalog([TITLE_COLUMN, "genres"], rows, TITLE_COLUMN, str(file))
+    return ItemCatalog([TITLE_COLUMN, "genres"], rows, TITLE_COLUMN, str(file), {"genres": ", "})
 
 
 def _read_delimited(file: Path, text: str) -> ItemCatalog:

@@ -197,6 +197,19 @@ class ItemVocab:
         unique = list(dict.fromkeys(items))
         return cls(sorted(unique, key=_sort_key(unique)))
 
+    def extended(self, items: Iterable[str]) -> ItemVocab:
+        """This vocabulary with the ids of `items` it lacks appended (sorted as `build` sorts), as ids N+1, ...
+
+        The existing ids keep their model ids, so an encoded log stays valid: cold items (known from an item
+        features file, never in the log) are added so.
+        """
+        unique = list(dict.fromkeys(items))
+        new = [i for i, found in zip(unique, self.lookup(unique).tolist(), strict=True) if not found]
+        if not new:
+            return self
+        added = pa.array(sorted(new, key=_sort_key(new)), pa.large_string())
+        return ItemVocab(pa.concat_arrays([self._ids.cast(pa.large_string()), added]))
+
     @property
     def num_items(self) -> int:
         """N, the number of real items (ids 1..N)."""

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from core.nn import WarmupCosineLR, stops_on_time
+from core.nn.attention import AttentionKind
 from core.nn.blocks import Activation
 from core.nn.compile import BUCKET, CompileMode, check_backend, compile_in_place, compile_mode
 from core.nn.cpu_fastpath import enable_cpu_fastpath
@@ -56,6 +57,14 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         lowpass_alpha: weight of a causal low-pass filter branch mixed with each layer's attention (BSARec's
             "beyond self-attention", made causal: `core.nn.mixing`); 0 (default): attention only.
         lowpass_window: that filter's moving-average length in items.
+        num_features: distinct categorical item features (linked from the data module's `item_features`); 0: items
+            are ids only. An item's vector is then its id embedding plus the mean of its features' embeddings, and a
+            cold item's (never in the training histories) its features' alone; needs `tied: true`.
+        features_per_item: the most features an item has (linked from the data module); 0 without features.
+        attention: full (default), or for histories of thousands of items, with time and memory linear in
+            their length: window (each position attends to the last `attention_window` items) or linear
+            (linear attention, elu + 1 features). `core.nn.attention.MultiHeadAttention`'s `kind`.
+        attention_window: the window of `attention: window`.
         loss: full (softmax over all items), sampled (softmax over shared negatives with
             logQ correction), bce (SASRec: one negative set per position), gbce (gSASRec).
         label_smoothing: eps of label smoothing in the full softmax (eps / N on every item); 0: none.
@@ -101,7 +110,9 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         n_layers: int = 2, d_ff: int = 256, dropout: float = 0.2, attn_dropout: float = 0.0, max_len: int = MAX_LEN,
         positions: Positions = "learned", activation: Activation = "gelu", tied: bool = True,
         item_init_std: float | None = None, lowpass_alpha: float = 0.0, lowpass_window: int = 16,
-        loss: LossName = "full", label_smoothing: float = 0.0, num_negatives: int = 256,
+        num_features: int = 0, features_per_item: int = 0,
+        attention: AttentionKind = "full", attention_window: int = 256, loss: LossName = "full",
+        label_smoothing: float = 0.0, num_negatives: int = 256,
         negative_sampling: Literal["uniform", "popularity"] = "uniform", gbce_t: float = 0.75,
         lr: float = 1e-2, weight_decay: float = 0.0, item_optimizer: ItemOptimizer = "adamw",
         item_lr: float = 0.1, warmup_steps: int = 100, lr_floor: float = 0.1,
@@ -128,6 +139,9 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         if item_optimizer == "rowwise_adagrad" and loss == "full":
             raise ValueError("`item_optimizer: rowwise_adagrad` needs a sampled loss (sampled, bce or gbce): "
                              "`loss: full` gives every item row a gradient each step")
+        if item_optimizer == "rowwise_adagrad" and num_features:
+            raise ValueError("`item_optimizer: rowwise_adagrad` does not work with item features: every item's "
+                             "vector reads the shared feature table; use `item_optimizer: adamw`")
         if item_lr <= 0:
             raise ValueError(f"`item_lr` must be > 0, got {item_lr}")
         compile_mode(compile)  # refuse a bad value before any training
@@ -137,6 +151,8 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
             num_items, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads, n_layers=n_layers, d_ff=d_ff,
             dropout=dropout, attn_dropout=attn_dropout, max_len=max_len, positions=positions, activation=activation,
             tied=tied, item_init_std=item_init_std, lowpass_alpha=lowpass_alpha, lowpass_window=lowpass_window,
+            num_features=num_features, features_per_item=features_per_item,
+            attention=attention, attention_window=attention_window,
         )
         if cpu_fastpath:
             enable_cpu_fastpath(self.model)
@@ -169,6 +185,18 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
                              f"{self.hparams.num_items}; use the checkpoint's data file or retrain")
         self.item_vocab = datamodule.vocab
         self.item_counts.copy_(datamodule.train_item_counts())
+        self._take_item_features(datamodule)
+
+    def _take_item_features(self, datamodule: Any) -> None:
+        """The data's feature table into the model's buffers; cold items are those the training histories lack."""
+        hp, features = self.hparams, getattr(datamodule, "item_features", None)
+        found = (0, 0) if features is None else (datamodule.num_features, datamodule.features_per_item)
+        if found != (hp.num_features, hp.features_per_item):
+            raise ValueError(f"the data has {found[0]} item features ({found[1]} per item) but the model was built "
+                             f"for {hp.num_features} ({hp.features_per_item}); use the checkpoint's data and "
+                             "`item_features` file, or retrain")
+        if features is not None:
+            self.model.set_item_features(features.to(self.device), self.item_counts == 0)
 
     def _compile(self) -> None:
         """Compile the encoder once, in the process that trains: a spawned DDP rank unpickles an eager module."""

@@ -4,8 +4,12 @@ Each history position predicts the next item. Scores are dot products between th
 state and every item's vector: the item embedding itself (tied, default) or a separate
 output table.
 
+With categorical item features (`num_features` > 0, as RecTools' SASRec offers them), an item's vector is its
+id embedding plus the mean of its features' embeddings, for the inputs and the tied scores alike; a cold item
+(never in the training histories) has an untrained id row, so its vector is its features' alone.
+
 Legend: B batch (users), T history length, D model width, N items (ids 1..N, 0 = padding),
-M selected positions.
+M selected positions, F feature slots per item.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from core.nn import Encoder, TokenEmbedding, causal_padding_mask, padding_mask
+from core.nn.attention import AttentionKind
 from core.nn.blocks import Activation
 from core.nn.compile import bucket_length
 from core.nn.mixing import LowPassMix
@@ -66,25 +71,80 @@ class StreamRecModel(nn.Module):
         n_layers: int = 2, d_ff: int = 256, dropout: float = 0.2, attn_dropout: float = 0.0, max_len: int = MAX_LEN,
         positions: Positions = "learned", activation: Activation = "gelu", tied: bool = True,
         item_init_std: float | None = None, lowpass_alpha: float = 0.0, lowpass_window: int = 16,
+        attention: AttentionKind = "full", attention_window: int = 256, num_features: int = 0,
+        features_per_item: int = 0,
     ):
         super().__init__()
         if num_items < 1:
             raise ValueError(f"`num_items` must be >= 1, got {num_items}")
+        if num_features < 0 or features_per_item < 0 or (num_features > 0) != (features_per_item > 0):
+            raise ValueError(f"`num_features` ({num_features}) and `features_per_item` ({features_per_item}) must "
+                             "both be 0 (no item features) or both positive; link them from the data module")
+        if num_features and not tied:
+            raise ValueError("item features need `tied: true`: a separate output table has no features, so it "
+                             "could not score cold items")
         self.num_items = num_items
         self.item_embedding = TokenEmbedding(num_items + 1, d_model, pad_id=PAD_ID, init_std=item_init_std)
         self.encoder = Encoder(
             d_model, n_heads, n_kv_heads=n_kv_heads, n_layers=n_layers, d_ff=d_ff, dropout=dropout,
             attn_dropout=attn_dropout, max_len=max_len, positions=positions, activation=activation, norm_first=True,
             causal=True, mix=LowPassMix(lowpass_alpha, lowpass_window) if lowpass_alpha > 0 else None,
+            attention=attention, window=attention_window,
         )
         self.output: nn.Embedding | None = None
         if not tied:
             self.output = nn.Embedding(num_items + 1, d_model, padding_idx=PAD_ID)
             nn.init.normal_(self.output.weight, std=d_model**-0.5 if item_init_std is None else item_init_std)
+        self.feature_embedding: nn.EmbeddingBag | None = None
+        if num_features:
+            # A mean over each item's features; padding slots are left out (an item without any gets zeros).
+            self.feature_embedding = nn.EmbeddingBag(num_features + 1, d_model, mode="mean", padding_idx=PAD_ID)
+            std = d_model**-0.5 if item_init_std is None else item_init_std
+            nn.init.normal_(self.feature_embedding.weight, std=std)
+            self.feature_embedding.weight.data[PAD_ID].zero_()
+            # Filled by `set_item_features` from the data; persistent, so checkpoints and exports carry them.
+            self.register_buffer("item_features", torch.zeros(num_items + 1, features_per_item, dtype=torch.long))
+            self.register_buffer("cold_items", torch.zeros(num_items + 1, dtype=torch.bool))
+
+    def set_item_features(self, features: Tensor, cold: Tensor) -> None:
+        """Take the data's (N+1, F) feature ids and (N+1,) bool cold items (never in the training histories)."""
+        if self.feature_embedding is None:
+            raise ValueError("this model was built without item features (`num_features` 0); link `num_features` "
+                             "and `features_per_item` from the data module")
+        if features.shape != self.item_features.shape or cold.shape != self.cold_items.shape:
+            raise ValueError(f"item features {tuple(features.shape)} and cold items {tuple(cold.shape)} do not fit "
+                             f"the model's {tuple(self.item_features.shape)}; use the data the model was built for")
+        if int(features.max()) > self.feature_embedding.num_embeddings - 1:
+            raise ValueError(f"feature id {int(features.max())} is over `num_features` "
+                             f"({self.feature_embedding.num_embeddings - 1}); use the data the model was built for")
+        self.item_features.copy_(features)
+        self.cold_items.copy_(cold)
+        self.cold_items[PAD_ID] = False
+
+    def item_rows(self, ids: Tensor) -> Tensor:
+        """(...) item ids -> (..., D) their vectors (unscaled): the id embedding, plus the features' mean with them."""
+        vectors = self.item_embedding.weight[ids]
+        if self.feature_embedding is None:
+            return vectors
+        vectors = vectors.masked_fill(self.cold_items[ids].unsqueeze(-1), 0.0)  # an untrained id row adds noise
+        bags = self.feature_embedding(self.item_features[ids].reshape(-1, self.item_features.shape[1]))  # (*, D)
+        return vectors + bags.view(vectors.shape)
+
+    def _embed(self, items: Tensor) -> Tensor:
+        """(B, T) ids -> (B, T, D) encoder inputs, scaled by sqrt(D) as `TokenEmbedding` scales them."""
+        if self.feature_embedding is None:
+            return self.item_embedding(items)
+        return self.item_rows(items) * self.item_embedding.scale
 
     @property
     def item_vectors(self) -> Tensor:
-        """(N+1, D) vectors that hidden states are scored against; row 0 is padding."""
+        """(N+1, D) vectors that hidden states are scored against; row 0 is padding.
+
+        With item features, computed from the id and feature tables at each use: hold the result while scoring
+        many batches, and never write to it (the tables are not changed).
+        """
+        if self.feature_embedding is not None:
+            return self.item_rows(torch.arange(self.num_items + 1, device=self.item_features.device))
         return self.item_embedding.weight if self.output is None else self.output.weight
 
     def encode(self, items: Tensor, trim: bool = False) -> Tensor:
@@ -101,9 +161,8 @@ class StreamRecModel(nn.Module):
         offset = 0
         if trim:
             items, offset = trim_padding(items, self.length_multiple)
-        valid = padding_mask(items, PAD_ID)
-        mask = causal_padding_mask(valid)  # (B, 1, T, T)
-        return self.encoder(self.item_embedding(items), mask, offset=offset, valid=self._valid(valid))
+        mask, valid = self._masks(items)
+        return self.encoder(self._embed(items), mask, offset=offset, valid=valid)
 
     def score(self, hidden: Tensor) -> Tensor:
         """(..., D) hidden states -> (..., N+1) scores of every item; column 0 (padding) is -inf, never ranked."""
@@ -114,13 +173,17 @@ class StreamRecModel(nn.Module):
     def last_hidden(self, items: Tensor) -> Tensor:
         """(B, T) left-padded histories -> (B, D), the state that recommends the next item."""
         items, offset = trim_padding(items, self.length_multiple)
-        valid = padding_mask(items, PAD_ID)
-        mask = causal_padding_mask(valid)
-        return self.encoder(self.item_embedding(items), mask, last=1, offset=offset, valid=self._valid(valid))[:, -1]
+        mask, valid = self._masks(items)
+        return self.encoder(self._embed(items), mask, last=1, offset=offset, valid=valid)[:, -1]
 
-    def _valid(self, valid: Tensor) -> Tensor | None:
-        """(B, T) token positions for the low-pass mix, or None without one (nothing to compute)."""
-        return valid.reshape(valid.shape[0], -1) if self.encoder.layers[0].mix is not None else None
+    def _masks(self, items: Tensor) -> tuple[Tensor | None, Tensor | None]:
+        """The encoder's padding inputs for (B, T) items: the (B, 1, T, T) causal padding mask of full attention
+        (None with window or linear attention, which must not hold T x T), and the (B, T) token positions that
+        the low-pass mix and those attentions read (None when nothing reads them)."""
+        keys = padding_mask(items, PAD_ID)  # (B, 1, 1, T)
+        full = self.encoder.attention == "full"
+        wants_valid = not full or self.encoder.layers[0].mix is not None
+        return (causal_padding_mask(keys) if full else None), (keys.reshape(items.shape) if wants_valid else None)
 
     @torch.no_grad()
     def recommend_scores(self, items: Tensor) -> Tensor:

@@ -4,6 +4,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from core.runtime import precision
 from core.runtime.checkpoint import load_checkpoint
@@ -29,11 +30,17 @@ def test_help(sub, capsys):
 def test_every_config_runs_one_fast_dev_batch(config, tiny_log, tmp_path, monkeypatch):
     """Each YAML parses and trains one batch; its data is swapped for the tiny log (real data is not in CI)."""
     monkeypatch.chdir(tmp_path)
-    cli = _run(["fit", "--config", str(config), "--data.path", str(tiny_log), "--data.format", "csv",
+    features = []
+    if "item_features" in (yaml.safe_load(config.read_text(encoding="utf-8")).get("data") or {}):
+        items = sorted({line.split(",")[1] for line in tiny_log.read_text(encoding="utf-8").splitlines()[1:]})
+        (tmp_path / "items.csv").write_text("item_id,genres\n" + "".join(f"{i},a|b\n" for i in items), encoding="utf-8")
+        features = ["--data.item_features", "items.csv"]
+    cli = _run(["fit", "--config", str(config), "--data.path", str(tiny_log), "--data.format", "csv", *features,
                 "--trainer.fast_dev_run", "true", "--trainer.enable_progress_bar", "false",
                 "--trainer.accelerator", "cpu", "--trainer.devices", "1"])
     assert cli.model.hparams.num_items == cli.datamodule.num_items  # linked, not typed
     assert cli.model.hparams.max_len == cli.datamodule.max_len
+    assert cli.model.hparams.num_features == cli.datamodule.num_features
 
 
 @pytest.mark.parametrize("fast", [False, True], ids=["slow_bf16_cpu", "fast_bf16_cpu"])

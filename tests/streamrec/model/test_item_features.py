@@ -1,0 +1,103 @@
+"""Item features in the network: id + mean of feature vectors, cold items by features alone, checkpoints carry them."""
+
+from __future__ import annotations
+
+import lightning as L
+import pytest
+import torch
+
+from streamrec.api import Recommender
+from streamrec.data.datamodule import StreamRecDataModule
+from streamrec.model.module import StreamRecModule
+from streamrec.model.sasrec import StreamRecModel
+from streamrec.ranking.batch import RankingOptions, rank
+from streamrec.score import item_table
+
+SIZES = {"d_model": 8, "n_heads": 2, "n_layers": 1, "d_ff": 16, "max_len": 6, "dropout": 0.0}
+FEATURES = torch.tensor([[0, 0], [1, 2], [2, 0], [0, 0], [3, 1]])  # item 3: none; item 4 cold
+COLD = torch.tensor([False, False, False, False, True])
+
+
+def _model(seed: int = 0, **kwargs) -> StreamRecModel:
+    torch.manual_seed(seed)
+    return StreamRecModel(4, **SIZES, **kwargs).eval()
+
+
+def test_without_features_the_model_is_unchanged():
+    plain, zero = _model(), _model(num_features=0, features_per_item=0)
+    assert plain.state_dict().keys() == zero.state_dict().keys()
+    items = torch.tensor([[0, 1, 2, 3], [0, 0, 4, 1]])
+    assert torch.equal(plain.recommend_scores(items), zero.recommend_scores(items))
+    assert plain.item_vectors is plain.item_embedding.weight  # the table itself, as before
+
+
+def test_item_vectors_are_id_plus_mean_of_features_and_cold_items_features_alone():
+    model = _model(num_features=3, features_per_item=2)
+    model.set_item_features(FEATURES, COLD)
+    ids, feats = model.item_embedding.weight, model.feature_embedding.weight
+    expected = torch.stack([ids[0], ids[1] + (feats[1] + feats[2]) / 2, ids[2] + feats[2], ids[3],
+                            (feats[3] + feats[1]) / 2])
+    torch.testing.assert_close(model.item_vectors, expected)
+    inputs = torch.tensor([[1, 4]])
+    torch.testing.assert_close(model._embed(inputs)[0], expected[[1, 4]] * model.item_embedding.scale)
+
+
+def test_a_cold_item_is_scored_and_recommended():
+    model = _model(num_features=3, features_per_item=2)
+    model.set_item_features(FEATURES, COLD)
+    history = torch.tensor([[0, 0, 1, 2]])
+    scores = model.recommend_scores(history)
+    torch.testing.assert_close(scores[0, 4], model.last_hidden(history)[0] @ model.item_vectors[4])
+    allowed = torch.tensor([False, False, False, False, True])
+    top = rank(model, history, None, RankingOptions(top_k=1), allowed=allowed)
+    assert top.items.tolist() == [[4]] and torch.isfinite(top.scores).all()
+
+
+@pytest.mark.parametrize("kwargs", [{"tied": False}, {"features_per_item": 0}])
+def test_features_refuse_what_cannot_hold_them(kwargs):
+    with pytest.raises(ValueError, match="tied|both be 0"):
+        StreamRecModel(4, **SIZES, **{"num_features": 3, "features_per_item": 2, **kwargs})
+
+
+def test_rowwise_adagrad_is_refused_with_features():
+    with pytest.raises(ValueError, match="rowwise_adagrad` does not work with item features"):
+        StreamRecModule(4, num_features=3, features_per_item=2, loss="sampled", item_optimizer="rowwise_adagrad")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A one-epoch fit with features on a tiny log, its data module and checkpoint."""
+    folder = tmp_path_factory.mktemp("features")
+    log = "user_id,item_id,timestamp\n" + "".join(f"u{u},i{(u + t) % 6},{t}\n" for u in range(12) for t in range(5))
+    (folder / "log.csv").write_text(log, encoding="utf-8")
+    rows = "".join(f"i{k},g{k % 3}|h{k % 2}\n" for k in range(6))
+    (folder / "items.csv").write_text(f"item_id,genres\n{rows}cold,g1|h0\n", encoding="utf-8")
+    L.seed_everything(0, verbose=False)
+    data = StreamRecDataModule(str(folder / "log.csv"), max_len=6, batch_size=8,
+                               item_features=str(folder / "items.csv"), feature_columns=["genres"])
+    module = StreamRecModule(data.num_items, **SIZES, num_features=data.num_features,
+                             features_per_item=data.features_per_item)
+    trainer = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, accelerator="cpu", devices=1)
+    trainer.fit(module, data)
+    trainer.save_checkpoint(folder / "features.ckpt")
+    return module.eval(), data, folder / "features.ckpt"
+
+
+def test_training_marks_the_cold_items(trained):
+    module, data, _ = trained
+    cold = data.vocab.index["cold"]
+    assert module.model.cold_items.tolist() == [False] * cold + [True]
+    assert torch.equal(module.model.item_features, data.item_features)
+
+
+def test_a_checkpoint_with_features_loads_and_recommends_cold_items(trained):
+    module, data, ckpt = trained
+    rec = Recommender.load(ckpt)
+    history = ["i0", "i1", "i2"]
+    inputs = torch.tensor([[0, 0, 0, *data.vocab.encode(history)]])
+    torch.testing.assert_close(rec.model.recommend_scores(inputs), module.model.recommend_scores(inputs))
+    top = rec.recommend([history], top_k=1, items=["cold"])[0]
+    assert [item for item, _ in top] == ["cold"]
+    mapped = Recommender.load(ckpt, mmap=True).model  # what `python -m streamrec.score` loads
+    torch.testing.assert_close(item_table(mapped, ckpt, "fp32").vectors, module.model.item_vectors)
