@@ -33,7 +33,8 @@ from core.runtime.errors import InputError
 from core.runtime.export import is_export_folder, load_folder
 from core.runtime.precision import NO_FAST_BF16, cpu_has_fast_bf16, quantize_int8
 from translate.data.vocab import PAD_ID, SubwordVocab, vocabs_from_checkpoint
-from translate.model.transformer import Translator as TranslatorModel
+from translate.model.networks import TranslatorNetwork as TranslatorModel
+from translate.model.networks import build_translator
 from translate.search.align import DEFAULT_LAYER, EMPTY, Layer, WordAlignment, align_batch
 from translate.search.decoding import Hypothesis, search
 from translate.search.ensemble import Ensemble
@@ -276,10 +277,10 @@ def _spans(lengths: Sequence[int], budget: int) -> Iterator[tuple[int, int]]:
 def _load_one(path: Path, device: str | torch.device, dtype: str) -> Translator:
     # The network alone (not the LightningModule that trained it): translating never imports Lightning.
     if is_export_folder(path):  # model.safetensors + config.json + sentencepiece files: no pickle
-        model, config = load_folder(TranslatorModel, path, "translate", EXPORTED_BY)
+        model, config = load_folder(build_translator, path, "translate", EXPORTED_BY)
         vocabs, hparams = _folder_vocabs(path, config), config["hyper_parameters"]
     else:
-        model, state = load_module(TranslatorModel, path, WRITTEN_BY, "Translate", prefix="model.")
+        model, state = load_module(build_translator, path, WRITTEN_BY, "Translate", prefix="model.")
         vocabs, hparams = vocabs_from_checkpoint(state), state["hyper_parameters"]
     if vocabs is None:
         raise InputError(f"{path}: not a Translate checkpoint (no vocabularies); "

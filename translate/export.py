@@ -8,7 +8,8 @@ DIR/tgt.model when the target vocabulary differs); `translate.Translator.load(DI
 pickle (`core.runtime.export`). `ctranslate2` converts the network to CTranslate2's `TransformerSpec` and
 copies the sentencepiece models beside it: CTranslate2 reads and writes pieces (`translate_pieces` does
 both). It needs the `export` extra (`pip install -e ".[export]"`). RoPE, ALiBi and grouped-query attention
-have no CTranslate2 form and are refused by name; `--quantization int8` is CTranslate2's own quantisation.
+have no CTranslate2 form and are refused by name, as is the recurrent network
+(`model.arch: rnn`); `--quantization int8` is CTranslate2's own quantisation.
 
 Legend: S source length, V vocabulary, D model width, F feed-forward width.
 """
@@ -175,6 +176,9 @@ def export_ctranslate2(ckpt: str | Path, out: str | Path, quantization: str | No
 def write_ctranslate2(model: TranslatorModel, hparams: dict[str, Any], vocabs: tuple[SubwordVocab, SubwordVocab],
                       out: str | Path, quantization: str | None = None) -> Path:
     """Convert `model` (with its module's hyper-parameters and vocabularies) into the folder `out`."""
+    if hparams.get("arch", "transformer") != "transformer":
+        raise InputError(f"model.arch {hparams['arch']!r}: the CTranslate2 export converts transformers only; "
+                         "use --format safetensors")
     src, tgt = vocabs
     spec = transformer_spec(model.float().eval(), hparams, src.pieces(range(src.vocab_size)),
                             tgt.pieces(range(tgt.vocab_size)))

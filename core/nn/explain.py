@@ -16,6 +16,10 @@ import torch
 from torch import Tensor, nn
 
 from core.nn.attention import CrossAttention, MultiHeadAttention
+from core.nn.scored_attention import AdditiveAttention, MultiplicativeAttention
+
+CAPTURED = (MultiHeadAttention, CrossAttention, AdditiveAttention, MultiplicativeAttention)
+"""The attention modules that record their weights: the transformer's, and the recurrent decoders' (one head)."""
 
 
 class AttentionCapture:
@@ -23,7 +27,8 @@ class AttentionCapture:
 
     Inside the block each `MultiHeadAttention` / `CrossAttention` computes its weights
     explicitly (same output as the fast path) and appends them, one (B, H, Tq, Tk) tensor
-    per call, under its module name.
+    per call, under its module name; `AdditiveAttention` / `MultiplicativeAttention` append
+    theirs with H = 1.
 
     Example:
         with AttentionCapture(model) as cap:
@@ -36,7 +41,7 @@ class AttentionCapture:
 
     def __init__(self, model: nn.Module):
         self.modules = {
-            name: m for name, m in model.named_modules() if isinstance(m, MultiHeadAttention | CrossAttention)
+            name: m for name, m in model.named_modules() if isinstance(m, CAPTURED)
         }
         if not self.modules:
             raise ValueError(f"{type(model).__name__} contains no core attention module to capture")

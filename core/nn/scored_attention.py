@@ -11,7 +11,14 @@ attend to nothing gets zero weights and a zero context, as `core.nn.attention.at
 The keys' projection does not depend on the query, so `project_keys` computes it once per source and a
 decoder passes it back at every step (`keys=`), as RNN decoders do.
 
-Legend: B batch, T query steps, S source length, Dq query width, Dk key width, A attention width.
+Shared memory rows, as in `core.nn.attention.CrossAttention`: the values may have fewer rows than the queries
+(Bm dividing B); each value row then serves G = B / Bm consecutive query rows (a beam search's beams of one
+sentence), read once for the G rows instead of being copied G times. The mask then has one row per value row.
+
+Inside `core.nn.explain.AttentionCapture` each call appends its weights as (B, 1, T, S): one head.
+
+Legend: B batch (query rows), Bm value rows, G = B / Bm, T query steps, S source length, Dq query width,
+Dk key width, A attention width.
 """
 
 from __future__ import annotations
@@ -32,7 +39,46 @@ def _softmax_over_allowed(scores: Tensor, mask: Tensor | None) -> Tensor:
     return weights.masked_fill(~mask.any(-1, keepdim=True), 0.0)
 
 
-class AdditiveAttention(nn.Module):
+class _ScoredAttention(nn.Module):
+    """What both scorings share: the softmax, shared memory rows and the capture of the weights."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.capture: list[Tensor] | None = None  # set by `core.nn.explain.AttentionCapture`
+
+    def project_keys(self, keys: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def _scores(self, query: Tensor, keys: Tensor) -> Tensor:
+        """(Bm, T', Dq) queries, (Bm, S, .) projected keys -> (Bm, T', S) scores."""
+        raise NotImplementedError
+
+    def forward(self, query: Tensor, values: Tensor, mask: Tensor | None = None,
+                keys: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """(B, T, Dq) queries over (Bm, S, Dk) values -> (B, T, Dk) contexts and (B, T, S) weights.
+
+        Args:
+            query: (B, T, Dq).
+            values: (Bm, S, Dk), Bm dividing B (shared memory rows, see the module).
+            mask: boolean, True = may attend, broadcastable to (Bm, G*T, S); with G > 1, (Bm, 1, S).
+            keys: `project_keys(values)` when already computed.
+        """
+        keys = self.project_keys(values) if keys is None else keys
+        b, t, _ = query.shape
+        bm = values.shape[0]
+        if b % bm:
+            raise ValueError(f"value rows ({bm}) must divide query rows ({b}): each value row serves "
+                             "the same number of consecutive query rows")
+        q = query.reshape(bm, (b // bm) * t, -1)  # (Bm, G*T, Dq): a value row's G query rows as one row
+        weights = _softmax_over_allowed(self._scores(q, keys), mask)  # (Bm, G*T, S)
+        context = (weights @ values).view(b, t, -1)  # (B, T, Dk)
+        weights = weights.view(b, t, -1)  # (B, T, S)
+        if self.capture is not None:
+            self.capture.append(weights[:, None])  # (B, 1, T, S): one head
+        return context, weights
+
+
+class AdditiveAttention(_ScoredAttention):
     """Bahdanau attention.
 
     Args:
@@ -51,19 +97,12 @@ class AdditiveAttention(nn.Module):
         """(B, S, Dk) -> (B, S, A), W_k k + b: computed once per source."""
         return self.key(keys)
 
-    def forward(self, query: Tensor, values: Tensor, mask: Tensor | None = None,
-                keys: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """(B, T, Dq) queries over (B, S, Dk) values -> (B, T, Dk) contexts and (B, T, S) weights.
-
-        `keys`: `project_keys(values)` when already computed.
-        """
-        keys = self.project_keys(values) if keys is None else keys
-        hidden = torch.tanh(self.query(query)[:, :, None, :] + keys[:, None, :, :])  # (B, T, S, A)
-        weights = _softmax_over_allowed(self.v(hidden)[..., 0], mask)
-        return weights @ values, weights
+    def _scores(self, query: Tensor, keys: Tensor) -> Tensor:
+        hidden = torch.tanh(self.query(query)[:, :, None, :] + keys[:, None, :, :])  # (Bm, T, S, A)
+        return self.v(hidden)[..., 0]
 
 
-class MultiplicativeAttention(nn.Module):
+class MultiplicativeAttention(_ScoredAttention):
     """Luong attention, "dot" or "general".
 
     Args:
@@ -85,9 +124,5 @@ class MultiplicativeAttention(nn.Module):
         """(B, S, Dk) -> (B, S, Dq): W k for "general", k itself for "dot"."""
         return keys if self.weight is None else self.weight(keys)
 
-    def forward(self, query: Tensor, values: Tensor, mask: Tensor | None = None,
-                keys: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """(B, T, Dq) queries over (B, S, Dk) values -> (B, T, Dk) contexts and (B, T, S) weights."""
-        keys = self.project_keys(values) if keys is None else keys
-        weights = _softmax_over_allowed(query @ keys.transpose(1, 2), mask)  # (B, T, S)
-        return weights @ values, weights
+    def _scores(self, query: Tensor, keys: Tensor) -> Tensor:
+        return query @ keys.transpose(1, 2)  # (Bm, T, S)

@@ -120,10 +120,9 @@ def load_module(cls: type[Module], path: str | Path, written_by: str, app: str,
     if missing or not isinstance(state["hyper_parameters"], dict):
         raise InputError(f"{path}: not a {app} checkpoint (no {(missing or ['hyper_parameters'])[0]}); "
                          f"pass a checkpoint written by `{written_by}`")
-    accepted = inspect.signature(cls).parameters
     try:
         with _skip_weight_init():
-            module = cls(**{k: v for k, v in state["hyper_parameters"].items() if k in accepted})
+            module = cls(**accepted_arguments(cls, state["hyper_parameters"]))
         weights = state["state_dict"]
         if prefix:
             weights = {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)}
@@ -133,6 +132,15 @@ def load_module(cls: type[Module], path: str | Path, written_by: str, app: str,
         raise InputError(f"{path}: weights do not fit the stored hyperparameters ({first}); "
                          f"pass a checkpoint written by `{written_by}`") from None
     return module.eval(), state
+
+
+def accepted_arguments(cls: Any, hparams: Mapping[str, Any]) -> dict[str, Any]:
+    """The hyper-parameters `cls` takes by name; a `cls` taking `**kwargs` (a factory such as
+    `translate.model.networks.build_translator`) gets all but LightningCLI's bookkeeping (`_instantiator`)."""
+    parameters = inspect.signature(cls).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return {k: v for k, v in hparams.items() if not k.startswith("_")}
+    return {k: v for k, v in hparams.items() if k in parameters}
 
 
 _INIT_FUNCTIONS = ("uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_", "eye_",

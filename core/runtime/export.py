@@ -9,7 +9,6 @@ rebuilds it from a checkpoint. Tied weights are stored once and tied again on lo
 
 from __future__ import annotations
 
-import inspect
 import json
 import sys
 from collections.abc import Callable
@@ -19,6 +18,7 @@ from typing import Any, TypeVar
 from torch import nn
 
 from core.runtime.atomic import atomic_path
+from core.runtime.checkpoint import accepted_arguments
 from core.runtime.errors import InputError, exit_on_error
 
 WEIGHTS = "model.safetensors"
@@ -38,9 +38,7 @@ def constructor_arguments(cls: type, hparams: dict[str, Any]) -> dict[str, Any]:
 
     LightningCLI's bookkeeping (`_instantiator`, `_class_path`) is left out, as `load_module` does.
     """
-    accepted = inspect.signature(cls).parameters
-    kept = {k: v for k, v in hparams.items() if k in accepted}
-    return json.loads(json.dumps(kept, default=_refuse))
+    return json.loads(json.dumps(accepted_arguments(cls, hparams), default=_refuse))
 
 
 def _refuse(value: object) -> Any:

@@ -32,18 +32,20 @@ from core.nn import InverseSqrtLR, WarmupCosineLR, linear_cross_entropy, rdrop_c
 from core.nn.blocks import Activation
 from core.nn.compile import CompileMode, check_backend, compile_in_place, compile_mode, pad_to_bucket
 from core.nn.cpu_fastpath import enable_cpu_fastpath
+from core.nn.recurrent import Cell, Scoring
 from core.nn.stacks import Positions
 from core.runtime.checkpoint import SafeLoadMixin
 from core.runtime.distributed import destroy_process_group_at_exit, process_group_running
 from translate.data.corpus import Batch, Split
 from translate.data.vocab import PAD_ID, SubwordVocab, vocabs_from_checkpoint
-from translate.model.transformer import MAX_LEN, Translator
+from translate.model.networks import Arch, TranslatorNetwork, build_translator
+from translate.model.transformer import MAX_LEN
 from translate.search.decoding import search
 from translate.search.options import SearchOptions
 
 
 def translation_loss(
-    model: Translator, batch: Batch, pad_id: int, smoothing: float, rdrop_alpha: float = 0.0,
+    model: TranslatorNetwork, batch: Batch, pad_id: int, smoothing: float, rdrop_alpha: float = 0.0,
 ) -> Tensor:
     """Mean label-smoothed cross-entropy per non-padding target token of a batch.
 
@@ -123,6 +125,14 @@ class TranslationModule(SafeLoadMixin, L.LightningModule):
             are small and update a KV cache in place. The first steps are slower while it compiles; checkpoints
             are the same either way, and `load_from_checkpoint` outside a trainer stays eager.
         compile_backend: torch.compile backend; "eager" or "aot_eager" check the plumbing without inductor.
+        arch: the network: "transformer" (the default) or "rnn", a bidirectional GRU/LSTM encoder and an
+            attentional decoder with input feeding (`core.nn.recurrent`). The rnn reads `d_model` (embeddings,
+            memory and output width), `n_encoder_layers`, `n_decoder_layers`, `dropout`, `share_embeddings`,
+            `cell`, `attention` and `hidden_size`; the attention-stack settings are the transformer's alone.
+        cell: the rnn's recurrent cell, "gru" or "lstm".
+        attention: the rnn's attention scores: "additive" (Bahdanau), "general" or "dot" (Luong; "dot"
+            needs hidden_size == d_model).
+        hidden_size: the rnn's recurrent width (each encoder direction's, and the decoder's).
     """
 
     def __init__(
@@ -136,7 +146,8 @@ class TranslationModule(SafeLoadMixin, L.LightningModule):
         bleu_tokenize: Literal["13a", "intl", "char", "none"] = "13a", bleu_lowercase: bool = False,
         schedule: Literal["cosine", "inverse_sqrt"] = "cosine",
         rdrop_alpha: float = 0.0, cpu_fastpath: bool = False, compile: bool | CompileMode | None = None,
-        compile_backend: str = "inductor",
+        compile_backend: str = "inductor", arch: Arch = "transformer", cell: Cell = "gru",
+        attention: Scoring = "additive", hidden_size: int = 256,
     ):
         super().__init__()
         if not 0.0 <= label_smoothing < 1.0:
@@ -155,11 +166,12 @@ class TranslationModule(SafeLoadMixin, L.LightningModule):
         compile_mode(compile)  # refuse a bad value before any training
         check_backend(compile_backend)
         self.save_hyperparameters()
-        self.model = Translator(
-            src_vocab_size, tgt_vocab_size, pad_id=pad_id, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads,
-            n_encoder_layers=n_encoder_layers, n_decoder_layers=n_decoder_layers, d_ff=d_ff, dropout=dropout,
-            attn_dropout=attn_dropout, ff_dropout=ff_dropout, max_len=max_len, positions=positions,
-            activation=activation, norm_first=norm_first, share_embeddings=share_embeddings,
+        self.model = build_translator(
+            src_vocab_size, tgt_vocab_size, arch=arch, pad_id=pad_id, d_model=d_model, n_heads=n_heads,
+            n_kv_heads=n_kv_heads, n_encoder_layers=n_encoder_layers, n_decoder_layers=n_decoder_layers, d_ff=d_ff,
+            dropout=dropout, attn_dropout=attn_dropout, ff_dropout=ff_dropout, max_len=max_len, positions=positions,
+            activation=activation, norm_first=norm_first, share_embeddings=share_embeddings, cell=cell,
+            attention=attention, hidden_size=hidden_size,
         )
         if cpu_fastpath:
             enable_cpu_fastpath(self.model)

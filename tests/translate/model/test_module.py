@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import translate.model.module
+import translate.model.networks
 from translate.data.corpus import Batch, TranslationDataModule
 from translate.data.vocab import PAD_ID, train_vocab
 from translate.model.module import TranslationModule, corpus_scores, translation_loss, vocabs_from_checkpoint
@@ -192,7 +192,8 @@ def test_every_model_argument_reaches_the_model_under_its_own_name(monkeypatch) 
             seen.update(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, **kwargs)
             super().__init__(src_vocab_size, tgt_vocab_size, **kwargs)
 
-    monkeypatch.setattr(translate.model.module, "Translator", Spy)
+    Spy.__init__.__signature__ = inspect.signature(Translator.__init__)  # the factory passes what Translator takes
+    monkeypatch.setitem(translate.model.networks.NETWORKS, "transformer", Spy)
     module = _module(n_kv_heads=1, positions="rope", norm_first=False, activation="gelu", ff_dropout=0.0,
                      attn_dropout=0.1, share_embeddings=False, tgt_vocab_size=12)
     assert seen == {name: module.hparams[name] for name in inspect.signature(Translator).parameters}

@@ -1,0 +1,82 @@
+"""The recurrent translator network: `core.nn.recurrent`'s encoder and attentional decoder, tied embeddings.
+
+It has `translate.model.transformer.Translator`'s interface (`encode`, `decode(..., cache)`, `new_cache`,
+`states`, `output`, `tgt_embed`, `max_src_len` / `max_tgt_len`), so search, n-best lists, ensembles and
+alignments (its decoder's `cross_attn`) use it unchanged.
+
+Legend: B batch, S source length, T target length, D model width, V target vocabulary.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from core.nn import TokenEmbedding, padding_mask, tie_weights
+from core.nn.recurrent import Cell, RecurrentCache, RecurrentDecoder, RecurrentEncoder, Scoring
+from translate.data.vocab import PAD_ID
+from translate.model.transformer import MAX_LEN
+
+
+class RecurrentTranslator(nn.Module):
+    """Bidirectional GRU/LSTM encoder, attentional decoder with input feeding, tied embeddings.
+
+    Args: the network's arguments of `translate.model.module.TranslationModule`, with its names, meanings and
+    defaults (a test keeps the defaults equal); `max_len` has no positions to size here, it caps the search.
+    """
+
+    def __init__(
+        self, src_vocab_size: int, tgt_vocab_size: int, *, pad_id: int = PAD_ID, d_model: int = 256,
+        n_encoder_layers: int = 3, n_decoder_layers: int = 3, dropout: float = 0.1, max_len: int = MAX_LEN,
+        share_embeddings: bool = True, cell: Cell = "gru", attention: Scoring = "additive", hidden_size: int = 256,
+    ):
+        super().__init__()
+        if share_embeddings and src_vocab_size != tgt_vocab_size:
+            raise ValueError(
+                f"`share_embeddings` needs a joint vocabulary, but sizes differ "
+                f"({src_vocab_size} vs {tgt_vocab_size}); set share_embeddings: false"
+            )
+        self.pad_id = pad_id
+        self.max_len = max_len
+        self.tgt_embed = TokenEmbedding(tgt_vocab_size, d_model, pad_id=pad_id)
+        self.src_embed = (self.tgt_embed if share_embeddings
+                          else TokenEmbedding(src_vocab_size, d_model, pad_id=pad_id))
+        self.encoder = RecurrentEncoder(d_model, hidden_size, n_layers=n_encoder_layers, dropout=dropout, cell=cell)
+        self.decoder = RecurrentDecoder(d_model, hidden_size, n_layers=n_decoder_layers, dropout=dropout, cell=cell,
+                                        attention=attention)
+        self.output = nn.Linear(d_model, tgt_vocab_size, bias=False)
+        tie_weights(self.output, self.tgt_embed)
+
+    @property
+    def max_src_len(self) -> int:
+        """Longest source the data keeps, in subwords (a recurrent encoder has no position limit)."""
+        return self.max_len
+
+    @property
+    def max_tgt_len(self) -> int:
+        """Longest decoder input (BOS included) a search produces, in subwords."""
+        return self.max_len
+
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        """(B, S) source ids, right-padded with `pad_id` -> memory (B, S, D) and the source mask (B, 1, 1, S)."""
+        src_mask = padding_mask(src, self.pad_id)
+        return self.encoder(self.src_embed(src), src_mask), src_mask
+
+    def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, cache: RecurrentCache | None = None) -> Tensor:
+        """Next-token logits (B, T, V) for each target position; the arguments as `Translator.decode`'s."""
+        return self.output(self.decoder(self.tgt_embed(tgt), memory, src_mask, cache=cache))
+
+    def new_cache(self, capacity: int = 16) -> RecurrentCache:
+        """An empty decoder state (`capacity` is the transformer's; a recurrent state does not grow)."""
+        return self.decoder.new_cache()
+
+    def states(self, src: Tensor, tgt: Tensor) -> Tensor:
+        """Teacher-forced attentional vectors (B, T, D), before the output projection `self.output`.
+
+        Target padding needs no mask: it comes after every real token, and the loss ignores it.
+        """
+        memory, src_mask = self.encode(src)
+        return self.decoder(self.tgt_embed(tgt), memory, src_mask)
+
+    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
+        """Teacher-forced logits (B, T, V): `decode(tgt, *encode(src))`."""
+        return self.output(self.states(src, tgt))
