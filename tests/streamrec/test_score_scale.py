@@ -189,7 +189,7 @@ def test_merge_refuses_another_checkpoint(tiny_ckpt, tiny_log, tmp_path):
     shards.main(["merge", str(folder), "--output", str(tmp_path / "ok.parquet")])
     import torch
 
-    state = torch.load(other, weights_only=False)
+    state = torch.load(other, weights_only=True)
     state["epoch"] = 99
     torch.save(state, other)
     _score(other, tiny_log, folder / "b.parquet", "--shard", "1/2", "--fresh")

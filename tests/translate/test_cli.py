@@ -173,7 +173,7 @@ def test_fit_under_the_ddp_launcher_on_two_cpu_processes(demo_dir, tmp_path):
     assert "sync_dist" not in run.stderr
     ckpts = list(tmp_path.glob("checkpoints/*.ckpt"))
     assert len(ckpts) == 1
-    assert torch.load(ckpts[0], map_location="cpu", weights_only=False)["global_step"] == 3
+    assert torch.load(ckpts[0], map_location="cpu", weights_only=True)["global_step"] == 3
 
 
 def test_separate_vocabularies_with_shared_embeddings_is_one_line(demo_dir, tmp_path, monkeypatch):
@@ -279,7 +279,7 @@ def test_demo_config_keeps_the_best_bleu_checkpoint_and_the_test_command_scores_
     assert sorted(bleu) == [0, 1, 2, 3]
     assert len(set(bleu.values())) > 1  # else any epoch would do
     best = tmp_path / "runs" / "translate_demo" / "checkpoints" / "best.ckpt"
-    assert torch.load(best, weights_only=False)["epoch"] == max(bleu, key=lambda e: (bleu[e], -e))
+    assert torch.load(best, weights_only=True)["epoch"] == max(bleu, key=lambda e: (bleu[e], -e))
     cli = main(["test", *common, "--ckpt_path", str(best)])
     assert "test_bleu" in cli.trainer.callback_metrics
 

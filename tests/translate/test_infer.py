@@ -309,7 +309,7 @@ def test_foreign_checkpoint_is_a_one_line_error(kind, tmp_path):
 
 
 def _perturbed(ckpt: Path, out: Path, step: int, seed: int) -> Path:
-    state = torch.load(ckpt, map_location="cpu", weights_only=False)
+    state = torch.load(ckpt, map_location="cpu", weights_only=True)
     g = torch.Generator().manual_seed(seed)
     state["state_dict"] = {k: v + 0.01 * torch.randn(v.shape, generator=g) if v.is_floating_point() else v
                            for k, v in state["state_dict"].items()}
@@ -321,8 +321,8 @@ def _perturbed(ckpt: Path, out: Path, step: int, seed: int) -> Path:
 def test_average_of_identical_checkpoints_is_the_checkpoint(trained, tmp_path):
     out = tmp_path / "avg.ckpt"
     average.main(["--ckpts", str(trained.ckpt), str(trained.ckpt), "--output", str(out)])
-    a = torch.load(trained.ckpt, weights_only=False)["state_dict"]
-    b = torch.load(out, weights_only=False)
+    a = torch.load(trained.ckpt, weights_only=True)["state_dict"]
+    b = torch.load(out, weights_only=True)
     assert b["state_dict"].keys() == a.keys()
     assert all(torch.equal(a[k], b["state_dict"][k]) for k in a)
     assert "optimizer_states" not in b and b["TranslationDataModule"] == trained.dm.state_dict()
@@ -337,8 +337,8 @@ def test_average_of_two_checkpoints_is_the_mean_and_is_usable(trained, tmp_path)
     second = _perturbed(trained.ckpt, tmp_path / "b.ckpt", 200, seed=2)
     out = tmp_path / "avg.ckpt"
     average.main(["--ckpts", str(first), str(second), "--output", str(out)])
-    a, b = (torch.load(p, weights_only=False)["state_dict"] for p in (first, second))
-    avg = torch.load(out, weights_only=False)["state_dict"]
+    a, b = (torch.load(p, weights_only=True)["state_dict"] for p in (first, second))
+    avg = torch.load(out, weights_only=True)["state_dict"]
     for k in a:
         assert torch.allclose(avg[k], (a[k] + b[k]) / 2, atol=1e-6), k
     # infer and Lightning's test loop accept it

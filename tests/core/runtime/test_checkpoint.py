@@ -100,7 +100,7 @@ def test_every_config_rewrites_last_ckpt_every_epoch(config: Path, tmp_path: Pat
             accelerator="cpu", devices=1, num_sanity_val_steps=0).fit(_WorseEveryEpoch(monitors), data, data)
     (last,) = tmp_path.rglob("last.ckpt")
     assert f"--ckpt_path {last.relative_to(tmp_path)}" in config.read_text()  # the resume command the file prints
-    assert torch.load(last, weights_only=False)["epoch"] == 2
+    assert torch.load(last, weights_only=True)["epoch"] == 2
 
 
 @pytest.mark.parametrize("save_last", [True, "link"])
@@ -111,7 +111,7 @@ def test_the_warning_names_a_callback_whose_last_ckpt_goes_stale(save_last, tmp_
     data = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=4)
     Trainer(max_epochs=3, callbacks=[callback], logger=False, enable_progress_bar=False, enable_model_summary=False,
             accelerator="cpu", devices=1, num_sanity_val_steps=0).fit(_WorseEveryEpoch({"val_bleu": "max"}), data, data)
-    assert torch.load(tmp_path / "last.ckpt", weights_only=False)["epoch"] == 0  # what the warning says: stale
+    assert torch.load(tmp_path / "last.ckpt", weights_only=True)["epoch"] == 0  # what the warning says: stale
 
 
 def test_no_warning_where_every_epoch_is_saved(tmp_path: Path) -> None:

@@ -139,7 +139,7 @@ def test_resumed_fit_equals_uninterrupted(tiny_log, tmp_path):
     for sa, sb in zip(states[0]["state"].values(), states[1]["state"].values(), strict=True):
         assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
     # The reference can fail: without the AdaGrad sums and AdamW moments the resumed run ends elsewhere.
-    state = torch.load(ckpt, weights_only=False)
+    state = torch.load(ckpt, weights_only=True)
     state["optimizer_states"][0]["state"] = {}
     torch.save(state, ckpt)
     fresh, _ = fit(tiny_log, tmp_path / "fresh", ckpt=str(ckpt))
