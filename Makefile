@@ -45,7 +45,7 @@ demo: $(VENV)/.installed
 # One pytest worker per core (pytest-xdist); what many tests share is built once per run (tests/conftest.py).
 test: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -n auto
+	$(PY) -m pytest -n auto --dist worksteal
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/attention.py

@@ -137,7 +137,7 @@ def _cpu_timed(fn: Callable[[], object], seconds: list[float]) -> Callable[[], o
     return timed
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--items", default="100000,1000000,5000000", help="catalogue sizes, comma-separated")
     p.add_argument("--users", type=int, default=512, help="users ranked per pass")
@@ -151,7 +151,7 @@ def main() -> None:
     p.add_argument("--table-file", action="store_true",
                    help="keep the fp32 table in a file (mapped by full/chunked, rows read by bf16); see above")
     p.add_argument("--json", metavar="PATH", help="write the figures as one flat JSON object")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     sizes = [int(s) for s in args.items.split(",")]
     if min(sizes) < 1 or args.users < 1 or args.batch_size < 1 or args.item_chunk < 1 or args.repeats < 1:
         p.error("--items, --users, --batch-size, --item-chunk and --repeats must be positive")

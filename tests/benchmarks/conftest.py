@@ -8,15 +8,17 @@ another. The StreamRec checkpoint they score is the `tiny_ckpt` every test folde
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,14 +46,34 @@ def run_benchmark(tmp_path: Path) -> Callable[..., SimpleNamespace]:
     return run
 
 
+def import_benchmark(script: str) -> ModuleType:
+    """`benchmarks/SCRIPT` imported as a module of its own name, with benchmarks/ on the path for its `_common`."""
+    name = Path(script).stem
+    if name in sys.modules:
+        return sys.modules[name]
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+
 @pytest.fixture
-def benchmark_refuses() -> Callable[..., str]:
-    """`(script, *args) -> stderr`: the script refuses its arguments (exit status 2, argparse's) and says why."""
+def benchmark_refuses(capsys) -> Callable[..., str]:
+    """`(script, *args) -> stderr`: the script's `main(args)` refuses its arguments (exit status 2, argparse's) and
+    says why. In this process: argparse refuses before any work, and a child would import torch again."""
 
     def run(script: str, *args: object) -> str:
-        res = subprocess.run(_command(script, args), cwd=ROOT, capture_output=True, text=True, timeout=120)
-        assert res.returncode == 2, (res.returncode, res.stderr[-3000:])
-        return res.stderr
+        module = import_benchmark(script)
+        capsys.readouterr()
+        threads = torch.get_num_threads()
+        try:
+            with pytest.raises(SystemExit) as exit_:
+                module.main([str(a) for a in args])
+        finally:
+            torch.set_num_threads(threads)
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2, (exit_.value.code, err[-3000:])
+        return err
 
     return run
-

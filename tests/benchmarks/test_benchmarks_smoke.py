@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 pytestmark = pytest.mark.slow  # end-to-end: real processes, servers or training; `pytest -m "not slow"` skips them
 
+ROOT = Path(__file__).resolve().parents[2]
 FIGURES = ("sdpa_ms", "explicit_ms", "time_ratio", "sdpa_mem_mib", "explicit_mem_mib", "mem_ratio", "repeats")
 
 
@@ -96,7 +99,18 @@ def test_recipe_benchmark_compares_variants_on_validation_and_resumes(run_benchm
     assert json.loads(trials[1])["key"]["module"] == {"d_model": 32, "n_heads": 1, "d_ff": 16, "lr": 3e-3,
                                                       "ema_decay": 0.9}  # validated on Lightning's EMA weights
 
-    assert run_benchmark("streamrec_recipe.py", *args).figures == figures
+    # The rerun in this process (a child would import torch and Lightning again): every trial is read back.
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import streamrec_recipe
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    rerun, threads = tmp_path / "rerun.json", torch.get_num_threads()
+    try:
+        streamrec_recipe.main([*map(str, args), "--json", str(rerun)])
+    finally:
+        torch.set_num_threads(threads)  # main sets its --threads for this whole process
+    assert json.loads(rerun.read_text()) == figures
     assert len((tmp_path / "trials" / "trials.jsonl").read_text().splitlines()) == 4  # nothing trained twice
 
     assert "NAME:key=value" in benchmark_refuses("streamrec_recipe.py", "--variants", "lr=3e-3")

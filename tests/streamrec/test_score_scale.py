@@ -198,28 +198,34 @@ def test_merge_refuses_another_checkpoint(tiny_ckpt, tiny_log, tmp_path):
 
 
 @pytest.mark.slow
-def test_ray_engine_equals_the_local_scorer(tiny_ckpt, tiny_log, whole, tmp_path):
+def test_ray_engine_equals_the_local_scorer(tiny_ckpt, tiny_log, whole, tmp_path, monkeypatch):
+    """One local Ray instance serves both cases (each start costs seconds): the command line starts its own when
+    none runs and shuts it down after (the shutdown recorded here, so the instance stays up for the second case),
+    and it uses an instance that is already running, leaving it up."""
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
+    assert not ray.is_initialized()
+    shutdowns = []
+    monkeypatch.setattr(ray, "shutdown", lambda: shutdowns.append(True))
+    # In this process (`main`, what `python -m streamrec.score` runs): a second interpreter would only import torch
+    # again. With no instance running it starts its own local one: 1 worker, 2 CPUs.
+    sharded, local = tmp_path / "ray-shard.parquet", tmp_path / "local-shard.parquet"
     try:
+        _score(tiny_ckpt, tiny_log, sharded, "--engine", "ray", "--workers", "1", "--shard", "1/2")
+        assert ray.is_initialized() and shutdowns == [True]  # it started one and asked to stop it
+        _score(tiny_ckpt, tiny_log, local, "--shard", "1/2")
+        _assert_same_rows(sharded, local)
+        assert shards.read_provenance(sharded)["shard"] == "1/2"
+        assert not list(tmp_path.glob(".*"))  # Ray's parts folder is gone
         out = tmp_path / "ray.parquet"
         _score(tiny_ckpt, tiny_log, out, "--engine", "ray", "--workers", "2", "--cpus-per-worker", "0.5",
                "--chunk-users", "20")
         _assert_same_rows(out, whole)
         assert shards.read_provenance(out)["checkpoint_sha256"] == shards.checkpoint_sha256(tiny_ckpt)
-        assert ray.is_initialized()  # the scorer leaves an instance it did not start running
+        assert shutdowns == [True]  # an instance it did not start is left running
     finally:
+        monkeypatch.undo()
         ray.shutdown()
     assert not ray.is_initialized()
-    # With no instance running, the command line starts (and stops) its own local one: 1 worker, 2 CPUs. In this
-    # process (`main`, what `python -m streamrec.score` runs): a second interpreter would only import torch again.
-    sharded, local = tmp_path / "ray-shard.parquet", tmp_path / "local-shard.parquet"
-    _score(tiny_ckpt, tiny_log, sharded, "--engine", "ray", "--workers", "1", "--shard", "1/2")
-    assert not ray.is_initialized()  # the instance it started is stopped
-    _score(tiny_ckpt, tiny_log, local, "--shard", "1/2")
-    _assert_same_rows(sharded, local)
-    assert shards.read_provenance(sharded)["shard"] == "1/2"
-    assert not list(tmp_path.glob(".*"))  # Ray's parts folder is gone
 
 
 @pytest.mark.parametrize("argv", [["-h"], ["merge", "-h"]])

@@ -122,7 +122,7 @@ AER_THRESHOLD = 0.15
 
 @pytest.fixture(scope="module")
 def trained(demo, tmp_path_factory) -> SimpleNamespace:
-    """A small translator (d_model 64, 1 encoder + 2 decoder layers, no dropout) trained for 300 steps on 2,000
+    """A small translator (d_model 64, 1 encoder + 2 decoder layers, no dropout) trained for 240 steps on 2,000
     fresh demo pairs, on one thread (`_one_thread`: deterministic, and on a busy 2-core machine much faster)."""
     out = tmp_path_factory.mktemp("align_corpus")
     demo.write_corpus(demo.generate(train_size=2000, val_size=10, test_size=200, seed=3), out)
@@ -132,7 +132,7 @@ def trained(demo, tmp_path_factory) -> SimpleNamespace:
     module = TranslationModule(dm.src_vocab_size, dm.tgt_vocab_size, pad_id=dm.pad_id, max_len=48,
                                d_model=64, n_heads=4, n_encoder_layers=1, n_decoder_layers=2, d_ff=128, dropout=0.0,
                                lr=6e-3, warmup_steps=30)
-    trainer = L.Trainer(max_steps=300, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+    trainer = L.Trainer(max_steps=240, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, limit_val_batches=0, use_distributed_sampler=False,
                         gradient_clip_val=1.0)
     trainer.fit(module, dm)
