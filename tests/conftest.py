@@ -220,3 +220,11 @@ def open_page(browser) -> Callable[[Path, int, Path], dict]:
         return {**seen, "errors": errors}
 
     return load
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the files that hold `slow` tests (child processes, servers, training) first, each file's tests kept
+    together in their order: the parallel workers then end on many short tests instead of one worker finishing
+    a long test alone while the others wait. Module-scoped fixtures stay built once, since a file is not split."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)  # stable: the collection order otherwise

@@ -39,6 +39,7 @@ def _fit(module: StreamRecModule, data: StreamRecDataModule, steps: int, ckpt_pa
     return trainer
 
 
+@pytest.mark.slow
 def test_a_compiled_fit_resumes_an_eager_checkpoint_and_its_checkpoint_loads_eager(tiny_log, tmp_path):
     L.seed_everything(0, verbose=False)
     data = StreamRecDataModule(str(tiny_log), max_len=8, batch_size=32)

@@ -42,6 +42,7 @@ def _fit(module: TranslationModule, data: TranslationDataModule, steps: int, ckp
     return trainer
 
 
+@pytest.mark.slow
 def test_a_compiled_fit_resumes_an_eager_checkpoint_and_its_checkpoint_loads_eager(demo_dir, tmp_path):
     L.seed_everything(0, verbose=False)
     data = TranslationDataModule(str(demo_dir / "train"), str(demo_dir / "val"), str(demo_dir / "test"),
