@@ -28,20 +28,38 @@ def _command(script: str, args: tuple[object, ...]) -> list[str]:
 
 
 @pytest.fixture
-def run_benchmark(tmp_path: Path) -> Callable[..., SimpleNamespace]:
-    """`(script, *args, timeout=300) -> (figures, stdout, json)`: `benchmarks/SCRIPT ARGS --json FILE` run to the end;
-    its figures are a flat JSON object of finite ints and floats."""
+def run_benchmark(tmp_path: Path, capsys, monkeypatch) -> Callable[..., SimpleNamespace]:
+    """`(script, *args, timeout=300, in_process=False) -> (figures, stdout, json)`: `benchmarks/SCRIPT ARGS --json
+    FILE` run to the end; its figures are a flat JSON object of finite ints and floats.
 
-    def run(script: str, *args: object, timeout: float = 300) -> SimpleNamespace:
+    `in_process`: call the script's `main(argv)` in this process instead of a child (which would import torch
+    and the apps again), for scripts that neither fork this process nor keep state beyond their torch threads
+    (restored here). Scripts that fork, serve or measure a fresh process's memory run as children.
+    """
+
+    def run(script: str, *args: object, timeout: float = 300, in_process: bool = False) -> SimpleNamespace:
         out = tmp_path / f"{Path(script).stem}.json"
-        res = subprocess.run([*_command(script, args), "--json", str(out)], cwd=ROOT, capture_output=True, text=True,
-                             timeout=timeout)
-        assert res.returncode == 0, res.stderr[-3000:]
+        argv = [*map(str, args), "--json", str(out)]
+        if in_process:
+            module = import_benchmark(script)
+            monkeypatch.chdir(ROOT)
+            capsys.readouterr()
+            threads = torch.get_num_threads()
+            try:
+                module.main(argv)
+            finally:
+                torch.set_num_threads(threads)
+            stdout = capsys.readouterr().out
+        else:
+            res = subprocess.run([*_command(script, ()), *argv], cwd=ROOT, capture_output=True, text=True,
+                                 timeout=timeout)
+            assert res.returncode == 0, res.stderr[-3000:]
+            stdout = res.stdout
         figures = json.loads(out.read_text())
         assert isinstance(figures, dict)
         for name, value in figures.items():
             assert type(value) in (int, float) and math.isfinite(value), (name, value)
-        return SimpleNamespace(figures=figures, stdout=res.stdout, json=out)
+        return SimpleNamespace(figures=figures, stdout=stdout, json=out)
 
     return run
 

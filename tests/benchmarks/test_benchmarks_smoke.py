@@ -40,7 +40,7 @@ def test_long_attention_quick_times_every_path_against_full(run_benchmark, bench
 
 
 def test_dropout_benchmark_writes_flat_json(run_benchmark) -> None:
-    figures = run_benchmark("dropout.py", "--widths", "16", "--repeats", "1", timeout=120).figures
+    figures = run_benchmark("dropout.py", "--widths", "16", "--repeats", "1", timeout=120, in_process=True).figures
     for mode in ("fwd", "train"):
         for figure in ("torch_ms", "core_ms", "speedup"):
             value = figures[f"{mode}_W16_{figure}"]
@@ -50,7 +50,8 @@ def test_dropout_benchmark_writes_flat_json(run_benchmark) -> None:
 
 def test_loss_benchmark_times_a_baseline_chunk_size(run_benchmark, benchmark_refuses) -> None:
     args = ("--positions", "300", "--items", "500", "--d-model", "16", "--repeats", "1")
-    figures = run_benchmark("streamrec_loss.py", *args, "--baseline-chunk-elements", "5000", timeout=120).figures
+    figures = run_benchmark("streamrec_loss.py", *args, "--baseline-chunk-elements", "5000", timeout=120,
+                            in_process=True).figures
     for name in ("naive_ms", "chunked_ms", "baseline_chunk_ms", "speedup", "speedup_vs_baseline_chunk"):
         assert type(figures[name]) is float and figures[name] > 0, name
     assert figures["loss_abs_diff"] < 1e-4  # the chunked loss is the plain cross-entropy
@@ -60,7 +61,7 @@ def test_loss_benchmark_times_a_baseline_chunk_size(run_benchmark, benchmark_ref
 
 def test_rdrop_loss_benchmark_writes_flat_json(run_benchmark, benchmark_refuses) -> None:
     figures = run_benchmark("translate_rdrop_loss.py", "--positions", "300", "--vocab", "500", "--d-model", "16",
-                            "--repeats", "1", timeout=120).figures
+                            "--repeats", "1", timeout=120, in_process=True).figures
     for name in ("naive_ms", "chunked_ms", "speedup"):
         assert type(figures[name]) is float and figures[name] > 0, name
     # Peaks above the inputs' of two separate passes: either may be 0 MiB when the allocator reuses its memory.
@@ -85,7 +86,7 @@ def test_recipe_benchmark_compares_variants_on_validation_and_resumes(run_benchm
             "wide:d_model=32,lr=3e-3,ema_decay=0.9", "--set", "d_model=16,n_heads=1,d_ff=16", "--max-epochs", "2",
             "--limit-batches", "2", "--batch-size", "8", "--max-len", "10", "--precision", "32",
             "--out", tmp_path / "trials")
-    figures = run_benchmark("streamrec_recipe.py", *args).figures
+    figures = run_benchmark("streamrec_recipe.py", *args, in_process=True).figures
     for dataset in ("beauty", "yelp"):
         for variant in ("base", "wide"):
             value = figures[f"{dataset}_{variant}_val_ndcg@10"]
@@ -121,7 +122,7 @@ def test_batching_benchmark_trains_both_orders_and_counts_positions(run_benchmar
     log = tmp_path / "log.csv"
     log.write_text("user_id,item_id,timestamp\n" + "\n".join(rows) + "\n")
     figures = run_benchmark("streamrec_batching.py", "--data", log, "--max-len", "32", "--batch-size", "8",
-                            "--precision", "32", "--repeats", "1").figures
+                            "--precision", "32", "--repeats", "1", in_process=True).figures
     for name in ("grouped_seq_per_s", "free_seq_per_s", "speedup"):
         assert type(figures[name]) is float and figures[name] > 0, name
     # Windows of 1..32 inputs against max_len 32: the free order pads most batches to 32, the grouped one far less.

@@ -10,7 +10,8 @@ CASES = ("streamrec_ml1m", "streamrec_beauty", "translate_multi30k_fp32", "trans
 
 
 def test_quick_run_times_each_case_off_and_on(run_benchmark, benchmark_refuses) -> None:
-    run = run_benchmark("cpu_fastpath.py", "--quick", "--repeats", "1", "--number", "1", "--cases", *CASES)
+    run = run_benchmark("cpu_fastpath.py", "--quick", "--repeats", "1", "--number", "1", "--cases", *CASES,
+                        in_process=True)
     assert "speed-up" in run.stdout
     for case in CASES:
         for figure in ("off_ms", "on_ms", "speedup"):

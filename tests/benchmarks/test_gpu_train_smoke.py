@@ -24,7 +24,7 @@ PEERS = {"translate": ("ours", "torch"), "streamrec": ("ours", "ref")}
 
 
 def test_tiny_preset_on_cpu_writes_every_figure(run_benchmark) -> None:
-    run = run_benchmark("gpu_train.py", *TINY, timeout=180)
+    run = run_benchmark("gpu_train.py", *TINY, timeout=180, in_process=True)
     f = run.figures
     for section, figures in SYSTEM_FIGURES.items():
         for peer in PEERS[section]:

@@ -7,7 +7,7 @@ pytestmark = pytest.mark.slow
 
 def test_topk_benchmark_writes_flat_json(run_benchmark, benchmark_refuses) -> None:
     args = ("--items", "3000,7001", "--users", "40", "--batch-size", "16", "--repeats", "1", "--threads", "1", "--bf16")
-    figures = run_benchmark("streamrec_topk.py", *args, "--item-chunk", "1000").figures
+    figures = run_benchmark("streamrec_topk.py", *args, "--item-chunk", "1000", in_process=True).figures
     for n in (3000, 7001):
         for path in ("full", "chunked", "bf16"):
             assert figures[f"N{n}_{path}_users_per_s"] > 0 and figures[f"N{n}_{path}_peak_rss_mib"] > 0
