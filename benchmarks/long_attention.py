@@ -159,7 +159,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--head-dim", type=int, default=32, help="Dh")
     p.add_argument("--repeats", type=int, default=5, help="timed rounds of all three paths")
     p.add_argument("--threads", type=int, help="torch CPU threads (default torch's choice)")
-    p.add_argument("--quick", action="store_true", help="smoke test: T 64 and 128, W 16, B 1, 1 repeat")
+    p.add_argument("--quick", action="store_true", help="smoke test: T 128, W 16, B 1, 1 repeat")
     p.add_argument("--json", metavar="PATH", help="write every figure as one flat JSON object name -> number")
     args = p.parse_args(argv)
     if args.device == "auto":
@@ -167,7 +167,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda, but torch.cuda.is_available() is False; use --device cpu")
     if args.quick:
-        args.lengths, args.window, args.batch, args.repeats = [64, 128], 16, 1, 1
+        args.lengths, args.window, args.batch, args.repeats = [128], 16, 1, 1
     for name in ("window", "batch", "heads", "head_dim", "repeats"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")

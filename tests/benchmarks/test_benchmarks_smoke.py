@@ -18,9 +18,10 @@ FIGURES = ("sdpa_ms", "explicit_ms", "time_ratio", "sdpa_mem_mib", "explicit_mem
 
 def test_attention_quick_writes_flat_json(run_benchmark) -> None:
     # One thread: with other jobs on the 2 shared cores, 2 spinning threads can run 100x slower.
-    figures = run_benchmark("attention.py", "--quick", "--device", "cpu", "--threads", "1", timeout=120).figures
+    figures = run_benchmark("attention.py", "--quick", "--lengths", "128", "--device", "cpu", "--threads", "1",
+                            timeout=120).figures
     expected = {
-        f"cpu_fp32{mode}_T{t}_{figure}" for mode in ("", "_causal") for t in (128, 512) for figure in FIGURES
+        f"cpu_fp32{mode}_T{t}_{figure}" for mode in ("", "_causal") for t in (128,) for figure in FIGURES
     }
     assert expected <= figures.keys(), sorted(expected - figures.keys())
     assert figures["cpu_threads"] == 1
@@ -30,7 +31,7 @@ def test_attention_quick_writes_flat_json(run_benchmark) -> None:
 
 def test_long_attention_quick_times_every_path_against_full(run_benchmark, benchmark_refuses) -> None:
     figures = run_benchmark("long_attention.py", "--quick", "--device", "cpu", "--threads", "1", timeout=120).figures
-    for t in (64, 128):
+    for t in (128,):
         for path in ("full", "full_nopad", "window", "linear"):
             assert figures[f"T{t}_{path}_ms"] > 0 and figures[f"T{t}_{path}_mem_mib"] >= 0, (t, path)
         for path in ("window", "linear"):
