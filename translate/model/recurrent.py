@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from core.nn import TokenEmbedding, padding_mask, tie_weights
+from core.nn import padding_mask, tie_weights
 from core.nn.recurrent import Cell, RecurrentCache, RecurrentDecoder, RecurrentEncoder, Scoring
 from translate.data.vocab import PAD_ID
-from translate.model.transformer import MAX_LEN
+from translate.model.transformer import MAX_LEN, token_embeddings
 
 
 class RecurrentTranslator(nn.Module):
@@ -30,16 +30,10 @@ class RecurrentTranslator(nn.Module):
         share_embeddings: bool = True, cell: Cell = "gru", attention: Scoring = "additive", hidden_size: int = 256,
     ):
         super().__init__()
-        if share_embeddings and src_vocab_size != tgt_vocab_size:
-            raise ValueError(
-                f"`share_embeddings` needs a joint vocabulary, but sizes differ "
-                f"({src_vocab_size} vs {tgt_vocab_size}); set share_embeddings: false"
-            )
         self.pad_id = pad_id
         self.max_len = max_len
-        self.tgt_embed = TokenEmbedding(tgt_vocab_size, d_model, pad_id=pad_id)
-        self.src_embed = (self.tgt_embed if share_embeddings
-                          else TokenEmbedding(src_vocab_size, d_model, pad_id=pad_id))
+        self.src_embed, self.tgt_embed = token_embeddings(src_vocab_size, tgt_vocab_size, d_model, pad_id,
+                                                          share_embeddings)
         self.encoder = RecurrentEncoder(d_model, hidden_size, n_layers=n_encoder_layers, dropout=dropout, cell=cell)
         self.decoder = RecurrentDecoder(d_model, hidden_size, n_layers=n_decoder_layers, dropout=dropout, cell=cell,
                                         attention=attention)

@@ -19,6 +19,19 @@ MAX_LEN = 128
 positions and the data's length filter (`TranslationDataModule.max_len`, linked into the model's by the CLI)."""
 
 
+def token_embeddings(src_vocab_size: int, tgt_vocab_size: int, d_model: int, pad_id: int,
+                     share: bool) -> tuple[TokenEmbedding, TokenEmbedding]:
+    """(source, target) embeddings of both architectures; one shared table with `share`, which needs one
+    joint vocabulary (the target table is also the tied output projection)."""
+    if share and src_vocab_size != tgt_vocab_size:
+        raise ValueError(
+            f"`share_embeddings` needs a joint vocabulary, but sizes differ "
+            f"({src_vocab_size} vs {tgt_vocab_size}); set share_embeddings: false"
+        )
+    tgt = TokenEmbedding(tgt_vocab_size, d_model, pad_id=pad_id)
+    return (tgt if share else TokenEmbedding(src_vocab_size, d_model, pad_id=pad_id)), tgt
+
+
 class Translator(nn.Module):
     """Bidirectional encoder, causal decoder with cross-attention, tied embeddings.
 
@@ -34,15 +47,9 @@ class Translator(nn.Module):
         norm_first: bool = True, share_embeddings: bool = True,
     ):
         super().__init__()
-        if share_embeddings and src_vocab_size != tgt_vocab_size:
-            raise ValueError(
-                f"`share_embeddings` needs a joint vocabulary, but sizes differ "
-                f"({src_vocab_size} vs {tgt_vocab_size}); set share_embeddings: false"
-            )
         self.pad_id = pad_id
-        self.tgt_embed = TokenEmbedding(tgt_vocab_size, d_model, pad_id=pad_id)
-        self.src_embed = (self.tgt_embed if share_embeddings
-                          else TokenEmbedding(src_vocab_size, d_model, pad_id=pad_id))
+        self.src_embed, self.tgt_embed = token_embeddings(src_vocab_size, tgt_vocab_size, d_model, pad_id,
+                                                          share_embeddings)
         common = dict(n_kv_heads=n_kv_heads, d_ff=d_ff, dropout=dropout, attn_dropout=attn_dropout,
                       ff_dropout=ff_dropout, max_len=max_len, positions=positions, activation=activation,
                       norm_first=norm_first)
