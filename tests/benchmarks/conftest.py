@@ -76,6 +76,12 @@ def import_benchmark(script: str) -> ModuleType:
         sys.path.remove(str(ROOT / "benchmarks"))
 
 
+@pytest.fixture(scope="session")
+def benchmark_module() -> Callable[[str], ModuleType]:
+    """`import_benchmark`, for tests that call a script's functions directly."""
+    return import_benchmark
+
+
 @pytest.fixture
 def benchmark_refuses(capsys) -> Callable[..., str]:
     """`(script, *args) -> stderr`: the script's `main(args)` refuses its arguments (exit status 2, argparse's) and

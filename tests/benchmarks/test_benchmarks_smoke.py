@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -80,7 +79,7 @@ def _tiny_sequences(path: Path, users: int = 60, items: int = 25) -> None:
 
 
 def test_recipe_benchmark_compares_variants_on_validation_and_resumes(run_benchmark, benchmark_refuses,
-                                                                      tmp_path: Path) -> None:
+                                                                      benchmark_module, tmp_path: Path) -> None:
     _tiny_sequences(tmp_path / "data" / "amazon-beauty" / "Beauty.txt")
     _tiny_sequences(tmp_path / "data" / "yelp" / "Yelp.txt", users=40)
     args = ("--data-dir", tmp_path / "data", "--datasets", "beauty", "yelp", "--variants", "base:",
@@ -102,11 +101,7 @@ def test_recipe_benchmark_compares_variants_on_validation_and_resumes(run_benchm
                                                       "ema_decay": 0.9}  # validated on Lightning's EMA weights
 
     # The rerun in this process (a child would import torch and Lightning again): every trial is read back.
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import streamrec_recipe
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    streamrec_recipe = benchmark_module("streamrec_recipe.py")
     rerun, threads = tmp_path / "rerun.json", torch.get_num_threads()
     try:
         streamrec_recipe.main([*map(str, args), "--json", str(rerun)])

@@ -7,7 +7,6 @@ peak is given. No timing is compared with another.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -45,13 +44,5 @@ def test_tiny_preset_on_cpu_writes_every_figure(run_benchmark) -> None:
     assert "HF MarianMTModel: left out (--no-hf)" in run.stdout and "target met" in run.stdout
 
 
-def test_bad_arguments_are_refused_in_one_line(capsys) -> None:
-    """argparse's refusal (exit status 2), checked in this process: a child would import torch again."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import gpu_train
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-    with pytest.raises(SystemExit) as exit_:
-        gpu_train.parse_args(["--steps", "0"])
-    assert exit_.value.code == 2 and "--steps must be >= 1, got 0" in capsys.readouterr().err
+def test_bad_arguments_are_refused_in_one_line(benchmark_refuses) -> None:
+    assert "--steps must be >= 1, got 0" in benchmark_refuses("gpu_train.py", "--steps", "0")

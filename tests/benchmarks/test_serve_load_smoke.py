@@ -3,7 +3,6 @@ the two-setting summary (ratios, tables) on made-up figures."""
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import subprocess
 import sys
@@ -20,16 +19,8 @@ FIGURES = ("rps", "p50_ms", "p95_ms", "p99_ms", "requests", "errors", "server_cp
 
 
 @pytest.fixture(scope="module")
-def bench() -> ModuleType:
-    sys.path.insert(0, str(ROOT / "benchmarks"))  # the script imports `_common` from its own folder
-    try:
-        spec = importlib.util.spec_from_file_location("serve_load", ROOT / "benchmarks" / "serve_load.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-    return module
+def bench(benchmark_module) -> ModuleType:
+    return benchmark_module("serve_load.py")
 
 
 @pytest.mark.slow

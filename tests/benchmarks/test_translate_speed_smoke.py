@@ -6,8 +6,6 @@ the inputs, our decode and our training step at a tiny size, in a second or two.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -23,16 +21,8 @@ TINY = ["--sentences", "6", "--batch-size", "4", "--beam", "3", "--tgt-len", "7"
 
 
 @pytest.fixture(scope="module")
-def bench() -> ModuleType:
-    sys.path.insert(0, str(ROOT / "benchmarks"))  # the script imports `_common` from its own folder
-    try:
-        spec = importlib.util.spec_from_file_location("translate_speed", ROOT / "benchmarks" / "translate_speed.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-    return module
+def bench(benchmark_module) -> ModuleType:
+    return benchmark_module("translate_speed.py")
 
 
 def test_arguments_and_inputs(bench: ModuleType) -> None:

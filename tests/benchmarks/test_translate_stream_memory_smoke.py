@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -14,17 +12,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def bench() -> ModuleType:
-    sys.path.insert(0, str(ROOT / "benchmarks"))  # the script imports `_common` from its own folder
-    try:
-        spec = importlib.util.spec_from_file_location("translate_stream_memory",
-                                                      ROOT / "benchmarks" / "translate_stream_memory.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-    return module
+def bench(benchmark_module) -> ModuleType:
+    return benchmark_module("translate_stream_memory.py")
 
 
 def test_inputs_and_old_modules(bench: ModuleType, tmp_path: Path) -> None:
