@@ -20,8 +20,11 @@ from __future__ import annotations
 import logging
 import math
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -75,26 +78,36 @@ def score_with_ray(ckpt: Path, items: str | None, options: RankingOptions, ray_o
         raise InputError("--engine ray needs Ray Data: pip install -c constraints.txt -e '.[scale]'") from None
     parts = output.resolve().with_name(f".{output.name}.ray")  # hidden; removed at the end, or at the next run
     shutil.rmtree(parts, ignore_errors=True)
+    try:
+        with ray_instance(ray, ray_options):
+            ray.data.DataContext.get_current().enable_progress_bars = False
+            step = ray_options.block_users
+            blocks = [pa.table({"user_id": chunk, "history": [interactions.items[u] for u in chunk]},
+                               schema=pa.schema([("user_id", pa.string()), ("history", pa.list_(pa.string()))]))
+                      for chunk in (users[i : i + step] for i in range(0, len(users), step))]
+            threads = max(1, math.floor(ray_options.cpus_per_worker))
+            kwargs = {"ckpt": ckpt, "items": items, "options": options, "threads": threads}
+            scored = ray.data.from_arrow(blocks).map_batches(
+                UserScorer, fn_constructor_kwargs=kwargs, batch_size=None, batch_format="pyarrow",
+                concurrency=ray_options.workers, num_cpus=ray_options.cpus_per_worker)
+            scored.write_parquet(str(parts))
+            files = sorted(parts.glob("*.parquet"))
+            return write_tables((t for t in (pq.read_table(f) for f in files) if t.num_rows), output, metadata)
+    finally:
+        shutil.rmtree(parts, ignore_errors=True)
+
+
+@contextmanager
+def ray_instance(ray: ModuleType, ray_options: RayOptions) -> Iterator[None]:
+    """Use the Ray instance this process already runs, or start one (local with just the CPUs the workers reserve,
+    or joined to `ray_options.address`) and shut it down at the end: a user's own instance is left running."""
     started = not ray.is_initialized()
     if started:
         cpus = math.ceil(ray_options.workers * ray_options.cpus_per_worker) + 1
         ray.init(address=ray_options.address, include_dashboard=False, log_to_driver=False, configure_logging=False,
                  **({} if ray_options.address else {"num_cpus": cpus}))
     try:
-        ray.data.DataContext.get_current().enable_progress_bars = False
-        step = ray_options.block_users
-        blocks = [pa.table({"user_id": chunk, "history": [interactions.items[u] for u in chunk]},
-                           schema=pa.schema([("user_id", pa.string()), ("history", pa.list_(pa.string()))]))
-                  for chunk in (users[i : i + step] for i in range(0, len(users), step))]
-        threads = max(1, math.floor(ray_options.cpus_per_worker))
-        scored = ray.data.from_arrow(blocks).map_batches(
-            UserScorer, fn_constructor_kwargs={"ckpt": ckpt, "items": items, "options": options, "threads": threads},
-            batch_size=None, batch_format="pyarrow", concurrency=ray_options.workers,
-            num_cpus=ray_options.cpus_per_worker)
-        scored.write_parquet(str(parts))
-        files = sorted(parts.glob("*.parquet"))
-        return write_tables((t for t in (pq.read_table(f) for f in files) if t.num_rows), output, metadata)
+        yield
     finally:
-        shutil.rmtree(parts, ignore_errors=True)
         if started:
             ray.shutdown()

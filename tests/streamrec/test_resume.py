@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -16,6 +17,7 @@ import pytest
 import torch
 
 from core.runtime.checkpoint import load_checkpoint
+from streamrec.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 CKPTS = Path("runs/streamrec_demo/checkpoints")  # where configs/streamrec/demo.yaml puts them, under the cwd
@@ -36,16 +38,31 @@ class KillMidEpoch(Callback):
 '''
 
 
-def _fit(cwd: Path, log: Path, *extra: str, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def _args(cwd: Path, log: Path, *extra: str) -> list[str]:
     """The demo config's fit, with a tiny model for 3 epochs: killed inside the last one, it has a last.ckpt
     of a whole epoch and a step checkpoint inside an epoch to resume from."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(cwd.parent)]), **(env_extra or {})}
-    cmd = [sys.executable, "-m", "streamrec", "fit", "--config", str(REPO / "configs/streamrec/demo.yaml"),
-           "--config", str(cwd.parent / "step.yaml"), "--data.path", str(log), "--data.batch_size", "8",
-           "--data.max_len", "8", "--model.d_model", "16", "--model.d_ff", "32", "--model.n_layers", "1",
-           "--trainer.max_epochs", "3", "--trainer.enable_progress_bar", "false",
-           "--trainer.enable_model_summary", "false", "--trainer.precision", "32-true", *extra]
+    return ["fit", "--config", str(REPO / "configs/streamrec/demo.yaml"), "--config", str(cwd.parent / "step.yaml"),
+            "--data.path", str(log), "--data.batch_size", "8", "--data.max_len", "8", "--model.d_model", "16",
+            "--model.d_ff", "32", "--model.n_layers", "1", "--trainer.max_epochs", "3",
+            "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
+            "--trainer.precision", "32-true", *extra]
+
+
+def _killed_fit(cwd: Path, log: Path, tmpdir: Path) -> subprocess.CompletedProcess:
+    """The one fit that needs a process of its own: SIGKILL ends the process, not only the fit."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(cwd.parent)]), "TMPDIR": str(tmpdir)}
+    cmd = [sys.executable, "-m", "streamrec", *_args(cwd, log, "--trainer.callbacks+=killer.KillMidEpoch")]
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def _fit_here(cwd: Path, log: Path, tmpdir: Path, *extra: str) -> None:
+    """A fit in this test process (one thread, as the killed child's OMP_NUM_THREADS=1): a child would only
+    import torch and Lightning again. `tempfile` caches $TMPDIR, so its cache is pointed there as well."""
+    with pytest.MonkeyPatch.context() as m:
+        m.chdir(cwd)
+        m.setenv("TMPDIR", str(tmpdir))
+        m.setattr(tempfile, "tempdir", str(tmpdir))
+        main(_args(cwd, log, *extra))
 
 
 STEP_CKPT = """
@@ -66,10 +83,8 @@ def runs(tiny_log: Path, built_once) -> SimpleNamespace:
         (root / "step.yaml").write_text(STEP_CKPT)
         for folder in ("whole", "killed", "tmpdir"):
             (root / folder).mkdir()
-        env = {"TMPDIR": str(root / "tmpdir")}
-        done = _fit(root / "whole", tiny_log, env_extra=env)
-        assert done.returncode == 0, done.stderr[-2000:]
-        crash = _fit(root / "killed", tiny_log, "--trainer.callbacks+=killer.KillMidEpoch", env_extra=env)
+        _fit_here(root / "whole", tiny_log, root / "tmpdir")
+        crash = _killed_fit(root / "killed", tiny_log, root / "tmpdir")
         assert crash.returncode == -signal.SIGKILL, crash.stderr[-2000:]
 
     root = built_once(f"streamrec resume {tiny_log}", build)
@@ -82,8 +97,7 @@ def _resume(runs: SimpleNamespace, tmp_path: Path, log: Path, ckpt: str) -> Path
     tmpdir = tmp_path / "tmpdir"
     tmpdir.mkdir()
     folder = shutil.copytree(runs.killed, tmp_path / "killed")
-    resumed = _fit(folder, log, "--ckpt_path", str(folder / CKPTS / ckpt), env_extra={"TMPDIR": str(tmpdir)})
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    _fit_here(folder, log, tmpdir, "--ckpt_path", str(folder / CKPTS / ckpt))
     return folder
 
 

@@ -13,6 +13,7 @@ import pytest
 from core.runtime.errors import InputError
 from core.runtime.precision import cpu_has_fast_bf16
 from streamrec import score, shards
+from streamrec.ray_engine import RayOptions, ray_instance
 
 item_table = score.item_table
 
@@ -198,34 +199,61 @@ def test_merge_refuses_another_checkpoint(tiny_ckpt, tiny_log, tmp_path):
 
 
 @pytest.mark.slow
-def test_ray_engine_equals_the_local_scorer(tiny_ckpt, tiny_log, whole, tmp_path, monkeypatch):
-    """One local Ray instance serves both cases (each start costs seconds): the command line starts its own when
-    none runs and shuts it down after (the shutdown recorded here, so the instance stays up for the second case),
-    and it uses an instance that is already running, leaving it up."""
+def test_ray_engine_equals_the_local_scorer(tiny_ckpt, tiny_log, tmp_path):
+    """One Ray run (each start of an instance and of its replicas costs seconds): two replicas on small blocks
+    score shard 1/2 as the local engine does, and the instance it started is gone after. In this process
+    (`main`, what `python -m streamrec.score` runs): a second interpreter would only import torch again."""
     ray = pytest.importorskip("ray")
     assert not ray.is_initialized()
-    shutdowns = []
-    monkeypatch.setattr(ray, "shutdown", lambda: shutdowns.append(True))
-    # In this process (`main`, what `python -m streamrec.score` runs): a second interpreter would only import torch
-    # again. With no instance running it starts its own local one: 1 worker, 2 CPUs.
     sharded, local = tmp_path / "ray-shard.parquet", tmp_path / "local-shard.parquet"
     try:
-        _score(tiny_ckpt, tiny_log, sharded, "--engine", "ray", "--workers", "1", "--shard", "1/2")
-        assert ray.is_initialized() and shutdowns == [True]  # it started one and asked to stop it
-        _score(tiny_ckpt, tiny_log, local, "--shard", "1/2")
-        _assert_same_rows(sharded, local)
-        assert shards.read_provenance(sharded)["shard"] == "1/2"
-        assert not list(tmp_path.glob(".*"))  # Ray's parts folder is gone
-        out = tmp_path / "ray.parquet"
-        _score(tiny_ckpt, tiny_log, out, "--engine", "ray", "--workers", "2", "--cpus-per-worker", "0.5",
-               "--chunk-users", "20")
-        _assert_same_rows(out, whole)
-        assert shards.read_provenance(out)["checkpoint_sha256"] == shards.checkpoint_sha256(tiny_ckpt)
-        assert shutdowns == [True]  # an instance it did not start is left running
+        _score(tiny_ckpt, tiny_log, sharded, "--engine", "ray", "--workers", "2", "--cpus-per-worker", "0.5",
+               "--chunk-users", "20", "--shard", "1/2")
+        assert not ray.is_initialized()  # the instance it started
     finally:
-        monkeypatch.undo()
         ray.shutdown()
-    assert not ray.is_initialized()
+    _score(tiny_ckpt, tiny_log, local, "--shard", "1/2")
+    _assert_same_rows(sharded, local)
+    provenance = shards.read_provenance(sharded)
+    assert provenance["shard"] == "1/2"
+    assert provenance["checkpoint_sha256"] == shards.checkpoint_sha256(tiny_ckpt)
+    assert not list(tmp_path.glob(".*"))  # Ray's parts folder is gone
+
+
+class _FakeRay:
+    """What `ray_instance` calls of `ray`, recorded."""
+
+    def __init__(self, running: bool):
+        self.running, self.calls = running, []
+
+    def is_initialized(self) -> bool:
+        return self.running
+
+    def init(self, **kwargs) -> None:
+        self.calls.append(("init", kwargs))
+        self.running = True
+
+    def shutdown(self) -> None:
+        self.calls.append(("shutdown", {}))
+        self.running = False
+
+
+@pytest.mark.parametrize("address", [None, "ray://head:10001"])
+def test_ray_instance_starts_and_stops_its_own_only(address):
+    """A running instance (the user's) is used and left running; otherwise one is started with the CPUs the
+    replicas reserve plus one for the driver (a cluster's address: joined, with its own CPUs) and shut down,
+    also when the work fails."""
+    options = RayOptions(workers=3, cpus_per_worker=0.5, address=address)
+    users = _FakeRay(running=True)
+    with ray_instance(users, options):
+        pass
+    assert users.calls == [] and users.running
+    own = _FakeRay(running=False)
+    with pytest.raises(RuntimeError, match="boom"), ray_instance(own, options):
+        raise RuntimeError("boom")
+    (init, kwargs), (shutdown, _) = own.calls
+    assert (init, shutdown) == ("init", "shutdown") and kwargs["address"] == address and not own.running
+    assert kwargs.get("num_cpus") == (None if address else 3)  # ceil(3 x 0.5) + 1
 
 
 @pytest.mark.parametrize("argv", [["-h"], ["merge", "-h"]])
