@@ -82,6 +82,48 @@ class RecurrentEncoder(nn.Module):
         return self.proj(self.dropout(out)) * real[:, :, None]
 
 
+class CausalRecurrentEncoder(nn.Module):
+    """A unidirectional GRU/LSTM over left-padded sequences (GRU4Rec's network): each position's state reads
+    the real items up to it and never a padding column, so a row's outputs do not depend on how much padding
+    precedes it.
+
+    Left padding would run the cell over the padding first (its biases move the state away from zero), so
+    each row is rotated to start at column 0, run, and rotated back: two gathers instead of packing, which
+    also keeps the graph exportable.
+
+    Args:
+        d_model: D, the input and output width (the hidden width too, so states score against item vectors).
+        n_layers: recurrent layers.
+        dropout: dropout on the inputs and between layers.
+        cell: "gru" or "lstm".
+        max_len: the longest sequence the caller gives it (kept for callers that size their inputs by it).
+    """
+
+    def __init__(self, d_model: int, *, n_layers: int = 1, dropout: float = 0.0, cell: Cell = "gru",
+                 max_len: int = 512):
+        super().__init__()
+        self.rnn = recurrent_stack(cell, d_model, d_model, n_layers, dropout, bidirectional=False)
+        self.dropout = nn.Dropout(dropout)
+        self.norm = nn.LayerNorm(d_model)  # as the transformer stack's final norm: item scores keep their scale
+        self.max_len = max_len
+
+    def forward(self, x: Tensor, valid: Tensor) -> Tensor:
+        """(B, T, D) inputs, (B, T) True at real (left-padded: contiguous, last) positions -> (B, T, D); zeros at
+        padding."""
+        b, t, d = x.shape
+        shift = t - valid.sum(1)  # (B,) leading padding columns
+        cols = torch.arange(t, device=x.device)[None, :]
+        # Column j of a rotated row reads column (j + shift) mod T; written with `where`, as the ONNX exporter
+        # has no remainder by a symbolic length.
+        to_front = cols + shift[:, None]
+        to_front = torch.where(to_front >= t, to_front - t, to_front)[..., None]  # (B, T, 1): real items first
+        out, _ = self.rnn(self.dropout(x).gather(1, to_front.expand(-1, -1, d)))  # (B, T, D), padding last
+        back = cols - shift[:, None]
+        back = torch.where(back < 0, back + t, back)[..., None]
+        out = out.gather(1, back.expand(-1, -1, out.shape[-1]))  # (B, T, D) left-padded again
+        return self.norm(out).masked_fill(~valid[..., None], 0.0)
+
+
 class RecurrentCache:
     """What an attentional recurrent decoder carries between steps, reordered as a search's rows change.
 

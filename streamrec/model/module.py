@@ -29,7 +29,7 @@ from streamrec.data.datasets import EvalBatch, PredictBatch, TrainBatch
 from streamrec.data.vocab import VOCAB_KEY, ItemVocab
 from streamrec.model import losses
 from streamrec.model.metrics import RankingMetrics, SampledRankingMetrics, most_popular_scores
-from streamrec.model.sasrec import StreamRecModel
+from streamrec.model.sasrec import Arch, StreamRecModel
 from streamrec.ranking.batch import RankingOptions, rank
 from streamrec.ranking.predict import RankedBatch
 
@@ -38,10 +38,15 @@ ItemOptimizer = Literal["adamw", "rowwise_adagrad"]
 
 
 class StreamRecModule(SafeLoadMixin, L.LightningModule):
-    """Next-item recommender: a causal session transformer trained to predict every next item.
+    """Next-item recommender: a session network trained to predict the next items (`streamrec.model.sasrec`).
 
     Args:
         num_items: catalogue size N (linked from the data module).
+        arch: the network. sasrec (default): a causal transformer trained to predict every next item. bert4rec:
+            a bidirectional transformer trained to fill masked items (`mask_prob`), recommending from a mask
+            token after the history. gru: GRU4Rec, a recurrent network trained like sasrec (`n_layers` GRU
+            layers of width `d_model`; the attention options do not apply, and explanations have no attention
+            view).
         d_model: model width.
         n_heads: attention heads.
         n_kv_heads: key/value heads for grouped-query attention (default n_heads).
@@ -65,6 +70,8 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
             their length: window (each position attends to the last `attention_window` items) or linear
             (linear attention, elu + 1 features). `core.nn.attention.MultiHeadAttention`'s `kind`.
         attention_window: the window of `attention: window`.
+        mask_prob: bert4rec's share of history items masked in each training sequence (at least one per
+            sequence); unused by the other networks.
         loss: full (softmax over all items), sampled (softmax over shared negatives with
             logQ correction), bce (SASRec: one negative set per position), gbce (gSASRec).
         label_smoothing: eps of label smoothing in the full softmax (eps / N on every item); 0: none.
@@ -106,12 +113,14 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
     """
 
     def __init__(
-        self, num_items: int = 1, *, d_model: int = 64, n_heads: int = 2, n_kv_heads: int | None = None,
-        n_layers: int = 2, d_ff: int = 256, dropout: float = 0.2, attn_dropout: float = 0.0, max_len: int = MAX_LEN,
+        self, num_items: int = 1, *, arch: Arch = "sasrec", d_model: int = 64, n_heads: int = 2,
+        n_kv_heads: int | None = None, n_layers: int = 2, d_ff: int = 256, dropout: float = 0.2,
+        attn_dropout: float = 0.0, max_len: int = MAX_LEN,
         positions: Positions = "learned", activation: Activation = "gelu", tied: bool = True,
         item_init_std: float | None = None, lowpass_alpha: float = 0.0, lowpass_window: int = 16,
         num_features: int = 0, features_per_item: int = 0,
-        attention: AttentionKind = "full", attention_window: int = 256, loss: LossName = "full",
+        attention: AttentionKind = "full", attention_window: int = 256, mask_prob: float = 0.2,
+        loss: LossName = "full",
         label_smoothing: float = 0.0, num_negatives: int = 256,
         negative_sampling: Literal["uniform", "popularity"] = "uniform", gbce_t: float = 0.75,
         lr: float = 1e-2, weight_decay: float = 0.0, item_optimizer: ItemOptimizer = "adamw",
@@ -142,8 +151,13 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         if item_optimizer == "rowwise_adagrad" and num_features:
             raise ValueError("`item_optimizer: rowwise_adagrad` does not work with item features: every item's "
                              "vector reads the shared feature table; use `item_optimizer: adamw`")
+        if item_optimizer == "rowwise_adagrad" and arch == "bert4rec":
+            raise ValueError("`item_optimizer: rowwise_adagrad` does not work with arch bert4rec (its item table "
+                             "holds the mask token, which is never scored); use `item_optimizer: adamw`")
         if item_lr <= 0:
             raise ValueError(f"`item_lr` must be > 0, got {item_lr}")
+        if not 0.0 < mask_prob < 1.0:
+            raise ValueError(f"`mask_prob` must be in (0, 1), got {mask_prob}")
         compile_mode(compile)  # refuse a bad value before any training
         check_backend(compile_backend)
         self.save_hyperparameters(ignore=["filter_seen"])
@@ -152,7 +166,7 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
             dropout=dropout, attn_dropout=attn_dropout, max_len=max_len, positions=positions, activation=activation,
             tied=tied, item_init_std=item_init_std, lowpass_alpha=lowpass_alpha, lowpass_window=lowpass_window,
             num_features=num_features, features_per_item=features_per_item,
-            attention=attention, attention_window=attention_window,
+            attention=attention, attention_window=attention_window, arch=arch,
         )
         if cpu_fastpath:
             enable_cpu_fastpath(self.model)
@@ -220,8 +234,12 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
 
     # ------------------------------------------------------------------ training
     def training_step(self, batch: TrainBatch, batch_idx: int) -> Tensor:
-        hidden = self.model.encode(batch.inputs, trim=True)  # (B, T', D): all-padding columns skipped
-        targets = batch.targets[:, -hidden.shape[1]:]  # inputs and targets share their padding
+        inputs, targets = batch.inputs, batch.targets
+        if self.hparams.arch == "bert4rec":  # the cloze task on each sequence's last T items
+            items = torch.cat([inputs, targets[:, -1:]], dim=1)[:, 1:]  # (B, T): targets' last column ends a row
+            inputs, targets = self.model.mask_items(items, self.hparams.mask_prob)
+        hidden = self.model.encode(inputs, trim=True)  # (B, T', D): all-padding columns skipped
+        targets = targets[:, -hidden.shape[1]:]  # inputs and targets share their padding
         keep = targets != 0
         loss = self.compute_loss(hidden[keep], targets[keep])  # (M, D), (M,)
         self.log("train_loss", loss, prog_bar=True, batch_size=int(keep.sum()))

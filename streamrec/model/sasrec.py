@@ -1,8 +1,13 @@
-"""The causal session model: a SASRec-style decoder-only transformer on `core`.
+"""The session networks: one item table and scoring, three sequence encoders on `core` (`arch`).
 
-Each history position predicts the next item. Scores are dot products between the hidden
-state and every item's vector: the item embedding itself (tied, default) or a separate
-output table.
+- sasrec (default): a decoder-only (causal) transformer; each history position predicts the next item.
+- bert4rec: a bidirectional transformer trained by masked item prediction (`mask_items`); it recommends
+  from a mask token appended after the history (`scoring_inputs`).
+- gru: GRU4Rec's recurrent network (`core.nn.recurrent.CausalRecurrentEncoder`), causal like sasrec.
+
+As in RecTools, the variants differ only in the injected encoder and, for bert4rec, the training inputs:
+the item table, features, scoring, ranking and export are shared. Scores are dot products between the
+hidden state and every item's vector: the item embedding itself (tied, default) or a separate output table.
 
 With categorical item features (`num_features` > 0, as RecTools' SASRec offers them), an item's vector is its
 id embedding plus the mean of its features' embeddings, for the inputs and the tied scores alike; a cold item
@@ -14,6 +19,8 @@ M selected positions, F feature slots per item.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 from torch import Tensor, nn
 
@@ -22,8 +29,11 @@ from core.nn.attention import AttentionKind
 from core.nn.blocks import Activation
 from core.nn.compile import bucket_length
 from core.nn.mixing import LowPassMix
+from core.nn.recurrent import CausalRecurrentEncoder
 from core.nn.stacks import Positions
 from streamrec.data.constants import MAX_LEN, PAD_ID
+
+Arch = Literal["sasrec", "bert4rec", "gru"]
 
 
 def trim_padding(items: Tensor, multiple: int = 1) -> tuple[Tensor, int]:
@@ -72,11 +82,13 @@ class StreamRecModel(nn.Module):
         positions: Positions = "learned", activation: Activation = "gelu", tied: bool = True,
         item_init_std: float | None = None, lowpass_alpha: float = 0.0, lowpass_window: int = 16,
         attention: AttentionKind = "full", attention_window: int = 256, num_features: int = 0,
-        features_per_item: int = 0,
+        features_per_item: int = 0, arch: Arch = "sasrec",
     ):
         super().__init__()
         if num_items < 1:
             raise ValueError(f"`num_items` must be >= 1, got {num_items}")
+        _check_arch(arch, lowpass_alpha, attention, num_features)
+        self.arch = arch
         if num_features < 0 or features_per_item < 0 or (num_features > 0) != (features_per_item > 0):
             raise ValueError(f"`num_features` ({num_features}) and `features_per_item` ({features_per_item}) must "
                              "both be 0 (no item features) or both positive; link them from the data module")
@@ -84,13 +96,21 @@ class StreamRecModel(nn.Module):
             raise ValueError("item features need `tied: true`: a separate output table has no features, so it "
                              "could not score cold items")
         self.num_items = num_items
-        self.item_embedding = TokenEmbedding(num_items + 1, d_model, pad_id=PAD_ID, init_std=item_init_std)
-        self.encoder = Encoder(
-            d_model, n_heads, n_kv_heads=n_kv_heads, n_layers=n_layers, d_ff=d_ff, dropout=dropout,
-            attn_dropout=attn_dropout, max_len=max_len, positions=positions, activation=activation, norm_first=True,
-            causal=True, mix=LowPassMix(lowpass_alpha, lowpass_window) if lowpass_alpha > 0 else None,
-            attention=attention, window=attention_window,
-        )
+        # bert4rec's mask token is item N+1: a row of the input table only, never scored (`item_vectors`).
+        self.mask_id = num_items + 1
+        rows = num_items + (2 if arch == "bert4rec" else 1)
+        self.item_embedding = TokenEmbedding(rows, d_model, pad_id=PAD_ID, init_std=item_init_std)
+        self.encoder: Encoder | CausalRecurrentEncoder
+        if arch == "gru":
+            self.encoder = CausalRecurrentEncoder(d_model, n_layers=n_layers, dropout=dropout, max_len=max_len)
+        else:
+            self.encoder = Encoder(
+                d_model, n_heads, n_kv_heads=n_kv_heads, n_layers=n_layers, d_ff=d_ff, dropout=dropout,
+                attn_dropout=attn_dropout, max_len=max_len, positions=positions, activation=activation,
+                norm_first=True, causal=arch == "sasrec",
+                mix=LowPassMix(lowpass_alpha, lowpass_window) if lowpass_alpha > 0 else None,
+                attention=attention, window=attention_window,
+            )
         self.output: nn.Embedding | None = None
         if not tied:
             self.output = nn.Embedding(num_items + 1, d_model, padding_idx=PAD_ID)
@@ -145,7 +165,10 @@ class StreamRecModel(nn.Module):
         """
         if self.feature_embedding is not None:
             return self.item_rows(torch.arange(self.num_items + 1, device=self.item_features.device))
-        return self.item_embedding.weight if self.output is None else self.output.weight
+        if self.output is not None:
+            return self.output.weight
+        weight = self.item_embedding.weight  # whole, not sliced: a sparse gradient (rowwise_adagrad) has no views
+        return weight[: self.num_items + 1] if self.arch == "bert4rec" else weight
 
     def encode(self, items: Tensor, trim: bool = False) -> Tensor:
         """Hidden state after each history position.
@@ -161,8 +184,7 @@ class StreamRecModel(nn.Module):
         offset = 0
         if trim:
             items, offset = trim_padding(items, self.length_multiple)
-        mask, valid = self._masks(items)
-        return self.encoder(self._embed(items), mask, offset=offset, valid=valid)
+        return self._run(items, offset)
 
     def score(self, hidden: Tensor) -> Tensor:
         """(..., D) hidden states -> (..., N+1) scores of every item; column 0 (padding) is -inf, never ranked."""
@@ -172,20 +194,61 @@ class StreamRecModel(nn.Module):
 
     def last_hidden(self, items: Tensor) -> Tensor:
         """(B, T) left-padded histories -> (B, D), the state that recommends the next item."""
-        items, offset = trim_padding(items, self.length_multiple)
-        mask, valid = self._masks(items)
-        return self.encoder(self._embed(items), mask, last=1, offset=offset, valid=valid)[:, -1]
+        items, offset = trim_padding(self.scoring_inputs(items), self.length_multiple)
+        return self._run(items, offset, last=1)[:, -1]
 
-    def _masks(self, items: Tensor) -> tuple[Tensor | None, Tensor | None]:
-        """The encoder's padding inputs for (B, T) items: the (B, 1, T, T) causal padding mask of full attention
-        (None with window or linear attention, which must not hold T x T), and the (B, T) token positions that
-        the low-pass mix and those attentions read (None when nothing reads them)."""
+    def scoring_inputs(self, items: Tensor) -> Tensor:
+        """(B, T) histories -> the (B, T) encoder inputs whose last position recommends: the histories themselves,
+        or for bert4rec their last T - 1 items and the mask token (the position it learned to fill)."""
+        if self.arch != "bert4rec":
+            return items
+        return torch.cat([items[:, 1:], items.new_full((items.shape[0], 1), self.mask_id)], dim=1)
+
+    def mask_items(self, items: Tensor, prob: float, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+        """BERT4Rec's cloze task on (B, T) left-padded histories: each real item is replaced by the mask token with
+        probability `prob`, and every row masks at least one item (its last when the draw masked none, the case
+        that scoring asks for). Returns the (B, T) inputs and (B, T) targets: the masked items, 0 elsewhere."""
+        real = items != PAD_ID
+        chosen = (torch.rand(items.shape, device=items.device, generator=generator) < prob) & real
+        chosen[:, -1] |= ~chosen.any(1) & real[:, -1]
+        return items.masked_fill(chosen, self.mask_id), items.masked_fill(~chosen, PAD_ID)
+
+    def _run(self, items: Tensor, offset: int, last: int | None = None) -> Tensor:
+        """The encoder on (B, T) items whose first column is history position `offset` -> (B, T or last, D)."""
         keys = padding_mask(items, PAD_ID)  # (B, 1, 1, T)
+        if isinstance(self.encoder, CausalRecurrentEncoder):
+            hidden = self.encoder(self._embed(items), keys.reshape(items.shape))
+            return hidden if last is None else hidden[:, -last:]
+        mask, valid = self._masks(items, keys)
+        return self.encoder(self._embed(items), mask, last=last, offset=offset, valid=valid)
+
+    def _masks(self, items: Tensor, keys: Tensor) -> tuple[Tensor | None, Tensor | None]:
+        """The transformer's padding inputs for (B, T) items and their (B, 1, 1, T) padding mask: the attention
+        mask (causal for sasrec: (B, 1, T, T); the padding mask itself for bert4rec; None with window or linear
+        attention, which must not hold T x T), and the (B, T) token positions that the low-pass mix and those
+        attentions read (None when nothing reads them)."""
         full = self.encoder.attention == "full"
         wants_valid = not full or self.encoder.layers[0].mix is not None
-        return (causal_padding_mask(keys) if full else None), (keys.reshape(items.shape) if wants_valid else None)
+        mask = (causal_padding_mask(keys) if self.encoder.causal else keys) if full else None
+        return mask, (keys.reshape(items.shape) if wants_valid else None)
 
     @torch.no_grad()
     def recommend_scores(self, items: Tensor) -> Tensor:
         """(B, T) left-padded histories -> (B, N+1) next-item scores (padding -inf)."""
         return self.score(self.last_hidden(items))
+
+
+def _check_arch(arch: str, lowpass_alpha: float, attention: str, num_features: int) -> None:
+    """Refuse the options an architecture cannot honour, naming the key to change."""
+    if arch not in ("sasrec", "bert4rec", "gru"):
+        raise ValueError(f"`arch` must be sasrec, bert4rec or gru, got {arch!r}")
+    if arch == "sasrec":
+        return
+    if lowpass_alpha > 0:
+        raise ValueError(f"`lowpass_alpha` is a causal filter of the sasrec transformer; set it to 0 for arch {arch}")
+    if attention != "full":
+        raise ValueError(f"`attention: {attention}` is causal attention for sasrec; use `attention: full` with arch "
+                         f"{arch}")
+    if arch == "bert4rec" and num_features:
+        raise ValueError("item features are not offered with arch bert4rec (its mask token has no features); "
+                         "use arch sasrec or gru")

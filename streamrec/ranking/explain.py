@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from core.nn import AttentionCapture, attention_rollout
+from core.runtime.errors import InputError
 from streamrec.model.sasrec import PAD_ID, StreamRecModel
 
 EXPLAIN_COLUMNS = ("because_attention", "attention_weight", "because_occlusion", "occlusion_drop")  # explain_columns'
@@ -35,9 +36,14 @@ def attention_weights(model: StreamRecModel, inputs: Tensor) -> Tensor:
     Returns:
         (B, T) weights; padding positions get 0 and real positions sum to 1.
     """
+    if model.arch == "gru":
+        raise InputError("a gru model has no attention to explain with: ask for the occlusion view only (API: "
+                         "`occlusion_drops`), or explain a sasrec or bert4rec model")
     with AttentionCapture(model.encoder) as cap:
-        model.encode(inputs)
-    rollout = attention_rollout(cap.layers("self_attn"))[:, -1]  # (B, T)
+        model.encode(model.scoring_inputs(inputs))
+    rollout = attention_rollout(cap.layers("self_attn"))[:, -1]  # (B, T) over the encoder's inputs
+    if model.arch == "bert4rec":  # inputs were the last T - 1 items and the mask: back to history positions
+        rollout = torch.cat([torch.zeros_like(rollout[:, :1]), rollout[:, :-1]], dim=1)
     rollout = rollout.masked_fill(inputs == PAD_ID, 0.0)
     return rollout / rollout.sum(-1, keepdim=True).clamp_min(1e-12)
 

@@ -210,3 +210,27 @@ def test_a_second_fit_keeps_the_first_runs_checkpoints_unless_told_to_overwrite(
     assert load_checkpoint(ckpts / "last.ckpt", "fit")["epoch"] == 0
     saved = Path(cli.trainer.log_dir) / "config.yaml"
     assert "overwrite: false" in saved.read_text()  # rerunning the saved config must not overwrite silently
+
+
+@pytest.mark.parametrize("arch", ["bert4rec", "gru"])
+def test_the_other_networks_fit_score_and_export_from_the_command_line(arch, tiny_log, tmp_path, monkeypatch):
+    """`--model.arch` is all a user adds: the same data, checkpoints, batch scoring and safetensors export."""
+    import pyarrow.parquet as pq
+
+    from streamrec import Recommender, score
+    from streamrec.export import export_safetensors
+
+    monkeypatch.chdir(tmp_path)
+    _tiny_fit(tiny_log, "--model.arch", arch, "--trainer.default_root_dir", "run")
+    ckpt = tmp_path / "run/checkpoints/best.ckpt"
+    rec = Recommender.load(ckpt)
+    assert rec.model.arch == arch
+    score.main(["--ckpt", str(ckpt), "--input", str(tiny_log), "--output", "recs.parquet", "--top-k", "3"])
+    rows = pq.read_table("recs.parquet").to_pylist()
+    assert len(rows) == 3 * 81 and {r["rank"] for r in rows} == {1, 2, 3}
+    first = [r["item_id"] for r in rows if r["user_id"] == rows[0]["user_id"]]
+    history = [line.split(",")[1] for line in tiny_log.read_text().splitlines()[1:] if line.split(",")[0] ==
+               rows[0]["user_id"]]
+    assert first == [i for i, _ in rec.recommend([history], top_k=3)[0]]
+    exported = Recommender.load(export_safetensors(ckpt, tmp_path / "st"))
+    assert exported.recommend([history], top_k=3)[0] == rec.recommend([history], top_k=3)[0]

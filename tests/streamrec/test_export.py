@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from streamrec import Recommender
-from streamrec.export import export_safetensors, main
+from streamrec.export import export_safetensors, main, write_onnx
 from streamrec.model.sasrec import PAD_ID, StreamRecModel, trim_padding
 
 
@@ -72,6 +72,21 @@ def test_onnx_scores_equal_pytorch(tiny_ckpt, tmp_path):
         assert torch.isneginf(got[:, PAD_ID]).all()
         torch.testing.assert_close(got[:, 1:], ours[:, 1:], atol=1e-4, rtol=0)
         assert torch.equal(got.topk(10).indices, ours.topk(10).indices)
+
+
+@pytest.mark.parametrize("arch", ["bert4rec", "gru"])
+def test_onnx_scores_of_the_other_networks_equal_pytorch(arch, tmp_path):
+    """bert4rec's appended mask token and the gru's rotations are traced into the graph as well."""
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime not installed: pip install -e '.[export]'")
+    pytest.importorskip("onnxscript", reason="onnxscript not installed: pip install -e '.[export]'")
+    torch.manual_seed(0)
+    model = StreamRecModel(12, arch=arch, d_model=8, n_heads=2, n_layers=2, d_ff=16, max_len=6).eval()
+    write_onnx(model, tmp_path / "model.onnx")
+    session = ort.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
+    for items in _batches(12, 6):
+        ours = model.recommend_scores(items)
+        got = torch.from_numpy(session.run(["scores"], {"items": items.numpy()})[0])
+        torch.testing.assert_close(got[:, 1:], ours[:, 1:], atol=1e-4, rtol=0)
 
 
 def test_export_refuses_missing_checkpoint(tmp_path):
