@@ -35,7 +35,7 @@ _MOVED = {
         "resume", "serve", "precision", "distributed")},
     **{f"streamrec.{m}": f"streamrec.data.{m}" for m in (
         "readers", "columnar", "interactions", "vocab", "splits", "datasets", "encoded", "items", "constants")},
-    "streamrec.data": "streamrec.data.datamodule", "streamrec.model": "streamrec.model.sasrec",
+    "streamrec.data": "streamrec.data.datamodule", "streamrec.model": "streamrec.model.network",
     **{f"streamrec.{m}": f"streamrec.model.{m}" for m in ("module", "losses", "metrics")},
     "streamrec.topk": "streamrec.ranking.topk", "streamrec.predict": "streamrec.ranking.predict",
     "translate.vocab": "translate.data.vocab", "translate.data": "translate.data.corpus",

@@ -35,7 +35,7 @@ from streamrec.data.datasets import EvalDataset, collate_eval
 from streamrec.data.splits import EvalCase, Split
 from streamrec.model.metrics import RankingMetrics
 from streamrec.model.module import StreamRecModule
-from streamrec.model.sasrec import StreamRecModel
+from streamrec.model.network import StreamRecModel
 
 DATA = ROOT.parent / "shared" / "data"
 DATASETS = {

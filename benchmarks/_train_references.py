@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from core.nn.blocks import DecoderLayer, EncoderLayer
-from streamrec.model.sasrec import StreamRecModel
+from streamrec.model.network import StreamRecModel
 from translate.model.transformer import Translator
 
 

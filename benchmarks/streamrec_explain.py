@@ -22,7 +22,7 @@ import torch
 
 from streamrec.api import Recommender
 from streamrec.data.readers import read_interactions
-from streamrec.model.sasrec import PAD_ID
+from streamrec.model.network import PAD_ID
 from streamrec.ranking.batch import RankingOptions, encode_history, recommend
 from streamrec.ranking.explain import agreement, attention_weights, occlusion_drops
 

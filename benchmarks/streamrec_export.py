@@ -33,7 +33,7 @@ from _common import interleave, median_ratio, write_json  # noqa: E402
 
 from streamrec.data.readers import read_interactions  # noqa: E402
 from streamrec.data.vocab import ItemVocab  # noqa: E402
-from streamrec.model.sasrec import PAD_ID, StreamRecModel  # noqa: E402
+from streamrec.model.network import PAD_ID, StreamRecModel  # noqa: E402
 from streamrec.ranking.batch import encode_history, left_pad, length_batches  # noqa: E402
 
 

@@ -97,7 +97,7 @@ from rich.console import Console
 from torch import Tensor
 
 from streamrec.model.module import StreamRecModule
-from streamrec.model.sasrec import StreamRecModel
+from streamrec.model.network import StreamRecModel
 from streamrec.ranking.batch import RankingOptions, length_batches, recommend
 
 TARGETS = {"ndcg_rel_diff": 0.03, "train_speedup": 4.0}

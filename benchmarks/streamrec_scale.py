@@ -82,7 +82,7 @@ def make_checkpoint(path: Path, n_items: int, d_model: int, max_len: int, seed: 
     import torch
 
     from streamrec.data.vocab import VOCAB_KEY
-    from streamrec.model.sasrec import StreamRecModel
+    from streamrec.model.network import StreamRecModel
 
     torch.manual_seed(seed)
     hp = {"num_items": n_items, "max_len": max_len, "d_model": d_model, "n_heads": 2, "n_layers": 2,

@@ -33,7 +33,7 @@ from core.runtime.errors import InputError
 from core.runtime.export import is_export_folder, load_folder
 from streamrec.data.items import ItemCatalog, read_items
 from streamrec.data.vocab import VOCAB_KEY, ItemVocab
-from streamrec.model.sasrec import PAD_ID, StreamRecModel
+from streamrec.model.network import PAD_ID, StreamRecModel
 from streamrec.ranking.batch import (
     RankingOptions,
     encode_histories,

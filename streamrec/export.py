@@ -26,7 +26,7 @@ from core.runtime.checkpoint import load_module
 from core.runtime.export import constructor_arguments, run_export, save_folder, write_json
 from streamrec.data.vocab import ItemVocab
 from streamrec.model.module import VOCAB_KEY, StreamRecModule
-from streamrec.model.sasrec import StreamRecModel
+from streamrec.model.network import StreamRecModel
 
 WRITTEN_BY = "python -m streamrec fit"
 FORMATS = ("safetensors", "onnx")

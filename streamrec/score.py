@@ -42,7 +42,7 @@ from core.runtime.lock import OutputLock, interrupt_on_sigterm
 from core.runtime.precision import cpu_has_fast_bf16
 from streamrec.api import Recommender
 from streamrec.data.readers import read_interactions
-from streamrec.model.sasrec import StreamRecModel
+from streamrec.model.network import StreamRecModel
 from streamrec.ranking.batch import BatchScorer, RankingOptions, write_tables
 from streamrec.ranking.topk import DEFAULT_ITEM_CHUNK, SCAN_CHUNK, FileRows, ItemTable, Precision, scan_table
 from streamrec.ray_engine import RayOptions, score_with_ray

@@ -19,7 +19,7 @@ import pytest
 import core.nn as core
 from streamrec.model.metrics import RankingMetrics, SampledRankingMetrics
 from streamrec.model.module import StreamRecModule
-from streamrec.model.sasrec import StreamRecModel
+from streamrec.model.network import StreamRecModel
 from translate.model.module import TranslationModule
 from translate.model.transformer import Translator
 

@@ -4,7 +4,7 @@ An item's features are the values of the chosen columns of its row in a file `re
 `item_id`, or MovieLens' `movies.dat`, whose column is `genres`); a cell may hold several values separated by
 "|", as `movies.dat`'s Genres does. Each (column, value) pair is one feature, so equal values of two columns stay
 apart. Items the file lists but the interaction log lacks become cold items (`ItemVocab.extended`): the model
-scores them by their features alone (`streamrec.model.sasrec.StreamRecModel`).
+scores them by their features alone (`streamrec.model.network.StreamRecModel`).
 
 Legend: N items (ids 1..N, 0 = padding), F feature slots per item (the most features any item has).
 """

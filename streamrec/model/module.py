@@ -29,7 +29,7 @@ from streamrec.data.datasets import EvalBatch, PredictBatch, TrainBatch
 from streamrec.data.vocab import VOCAB_KEY, ItemVocab
 from streamrec.model import losses
 from streamrec.model.metrics import RankingMetrics, SampledRankingMetrics, most_popular_scores
-from streamrec.model.sasrec import Arch, StreamRecModel
+from streamrec.model.network import Arch, StreamRecModel
 from streamrec.ranking.batch import RankingOptions, rank
 from streamrec.ranking.predict import RankedBatch
 
@@ -38,7 +38,7 @@ ItemOptimizer = Literal["adamw", "rowwise_adagrad"]
 
 
 class StreamRecModule(SafeLoadMixin, L.LightningModule):
-    """Next-item recommender: a session network trained to predict the next items (`streamrec.model.sasrec`).
+    """Next-item recommender: a session network trained to predict the next items (`streamrec.model.network`).
 
     Args:
         num_items: catalogue size N (linked from the data module).

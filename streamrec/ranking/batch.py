@@ -32,7 +32,7 @@ from core.runtime.atomic import atomic_path
 from core.runtime.errors import InputError
 from streamrec.data.items import ItemCatalog
 from streamrec.data.vocab import ItemVocab
-from streamrec.model.sasrec import PAD_ID, StreamRecModel
+from streamrec.model.network import PAD_ID, StreamRecModel
 from streamrec.ranking.explain import EXPLAIN_COLUMNS, explain_columns
 from streamrec.ranking.topk import ItemTable, Precision, TopK, top_k_items
 

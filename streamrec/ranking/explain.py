@@ -20,7 +20,7 @@ from torch import Tensor
 
 from core.nn import AttentionCapture, attention_rollout
 from core.runtime.errors import InputError
-from streamrec.model.sasrec import PAD_ID, StreamRecModel
+from streamrec.model.network import PAD_ID, StreamRecModel
 
 EXPLAIN_COLUMNS = ("because_attention", "attention_weight", "because_occlusion", "occlusion_drop")  # explain_columns'
 

@@ -11,7 +11,7 @@ import streamrec.data.vocab as vocab_module
 from core.runtime.errors import InputError
 from streamrec import Recommender
 from streamrec.data.vocab import ItemVocab
-from streamrec.model.sasrec import PAD_ID
+from streamrec.model.network import PAD_ID
 from streamrec.ranking.batch import encode_histories, encode_history
 from streamrec.ranking.explain import attention_weights, occlusion_drops
 

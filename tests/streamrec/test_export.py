@@ -10,7 +10,7 @@ import torch
 
 from streamrec import Recommender
 from streamrec.export import export_safetensors, main, write_onnx
-from streamrec.model.sasrec import PAD_ID, StreamRecModel, trim_padding
+from streamrec.model.network import PAD_ID, StreamRecModel, trim_padding
 
 
 def test_safetensors_round_trip_gives_identical_recommendations(tiny_ckpt, tmp_path):
@@ -40,7 +40,7 @@ def test_a_folder_of_the_other_app_is_refused(tmp_path):
 def test_trim_padding_keeps_every_column_while_exporting(monkeypatch):
     items = torch.tensor([[0, 0, 3, 4], [0, 0, 0, 5]])
     assert trim_padding(items)[1] == 2
-    monkeypatch.setattr("streamrec.model.sasrec.exporting", lambda: True)
+    monkeypatch.setattr("streamrec.model.network.exporting", lambda: True)
     kept, offset = trim_padding(items)
     assert offset == 0 and torch.equal(kept, items)
 

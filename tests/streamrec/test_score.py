@@ -8,7 +8,7 @@ import torch
 
 from streamrec import api, explain, score
 from streamrec.data.readers import read_interactions
-from streamrec.model.sasrec import PAD_ID
+from streamrec.model.network import PAD_ID
 from streamrec.ranking import batch
 from streamrec.ranking.batch import RankingOptions
 

@@ -11,7 +11,7 @@ from core.nn.recurrent import CausalRecurrentEncoder
 from core.runtime.errors import InputError
 from streamrec.data.datasets import TrainBatch
 from streamrec.model.module import StreamRecModule
-from streamrec.model.sasrec import PAD_ID, StreamRecModel
+from streamrec.model.network import PAD_ID, StreamRecModel
 from streamrec.ranking.explain import attention_weights, occlusion_drops
 
 SMALL = dict(d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=8, dropout=0.0)

@@ -14,7 +14,7 @@ from torch._dynamo import register_backend
 from core.runtime.checkpoint import load_checkpoint
 from streamrec.data.datamodule import StreamRecDataModule
 from streamrec.model.module import StreamRecModule
-from streamrec.model.sasrec import StreamRecModel, trim_padding
+from streamrec.model.network import StreamRecModel, trim_padding
 
 BACKEND = "counting_eager_streamrec"
 GRAPHS: list[torch.fx.GraphModule] = []

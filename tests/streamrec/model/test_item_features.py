@@ -9,7 +9,7 @@ import torch
 from streamrec.api import Recommender
 from streamrec.data.datamodule import StreamRecDataModule
 from streamrec.model.module import StreamRecModule
-from streamrec.model.sasrec import StreamRecModel
+from streamrec.model.network import StreamRecModel
 from streamrec.ranking.batch import RankingOptions, rank
 from streamrec.score import item_table
 

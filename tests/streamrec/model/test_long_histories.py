@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-import streamrec.model.sasrec as sasrec
-from streamrec.model.sasrec import StreamRecModel
+import streamrec.model.network as sasrec
+from streamrec.model.network import StreamRecModel
 
 
 def histories(t: int) -> torch.Tensor:

@@ -18,7 +18,7 @@ from streamrec.data.datamodule import StreamRecDataModule
 from streamrec.data.datasets import EvalBatch, TrainBatch
 from streamrec.model import losses
 from streamrec.model.module import StreamRecModule
-from streamrec.model.sasrec import StreamRecModel
+from streamrec.model.network import StreamRecModel
 
 N = 30
 

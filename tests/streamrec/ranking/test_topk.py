@@ -5,7 +5,7 @@ import os
 import pytest
 import torch
 
-from streamrec.model.sasrec import PAD_ID
+from streamrec.model.network import PAD_ID
 from streamrec.ranking import topk
 from streamrec.ranking.topk import NEG_INF, FileRows, TopK, scan_table, top_k_items
 

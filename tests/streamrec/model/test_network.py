@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from streamrec.model.sasrec import StreamRecModel, trim_padding
+from streamrec.model.network import StreamRecModel, trim_padding
 
 
 def _model(**kw):
