@@ -170,6 +170,14 @@ def print_table(console: Console, title: str, columns: Sequence[str], rows: Sequ
     console.print(table)
 
 
+def print_targets(console: Console, targets: dict[str, float], figures: dict[str, float]) -> None:
+    """One line per target the run measured: its figure against the floor, met or MISSED."""
+    for name, floor in targets.items():
+        if name in figures:
+            verdict = "met" if figures[name] >= floor else "[red]MISSED[/]"
+            console.print(f"target {name} >= {floor:g}: {figures[name]:.3f} {verdict}")
+
+
 def write_json(path: str | Path, figures: dict[str, float]) -> None:
     """Write one flat JSON object name -> finite number; anything else is a bug in the caller."""
     for name, value in figures.items():

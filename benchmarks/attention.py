@@ -60,6 +60,7 @@ from _common import (
     mem_available_bytes,
     peak_rss_bytes,
     print_table,
+    print_targets,
     reset_peak_rss,
     rss_bytes,
     time_call,
@@ -349,10 +350,7 @@ def main(argv: list[str] | None = None) -> None:
     columns = ["T", "SDPA ms", "explicit ms", "time ratio", "SDPA peak MiB", "explicit peak MiB", "mem ratio", "reps"]
     for title, prefixes in tables:
         print_table(console, title, columns, table_rows(figures, prefixes))
-    for name, floor in TARGETS.items():
-        if name in figures:
-            verdict = "met" if figures[name] >= floor else "[red]MISSED[/]"
-            console.print(f"target {name} >= {floor}: {figures[name]:.2f} {verdict}")
+    print_targets(console, TARGETS, figures)
     if args.json:
         write_json(args.json, figures)
         console.print(f"figures written to {args.json}")

@@ -45,6 +45,7 @@ from _common import (
     median_ratio,
     peak_rss_bytes,
     print_table,
+    print_targets,
     reset_peak_rss,
     rss_bytes,
     time_call,
@@ -202,10 +203,7 @@ def main(argv: list[str] | None = None) -> None:
     print_table(console, "ms per step and MiB above the inputs; ratios full / path (above 1: better than full)",
                 ["T", "full ms", "full MiB", "no-pad ms", "no-pad MiB", "window ms", "window MiB", "linear ms",
                  "linear MiB", "window time", "window mem", "linear time", "linear mem"], rows)
-    for key, target in TARGETS.items():
-        if key in figures:
-            met = "met" if figures[key] >= target else "missed"
-            console.print(f"target {key} >= {target:g}: {figures[key]:.2f} ({met})")
+    print_targets(console, TARGETS, figures)
     if args.json:
         write_json(args.json, figures)
         console.print(f"figures written to {args.json}")

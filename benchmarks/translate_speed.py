@@ -88,7 +88,7 @@ from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
-from _common import interleave, median_ratio, print_table, require_fast_bf16, write_json
+from _common import interleave, median_ratio, print_table, print_targets, require_fast_bf16, write_json
 from rich.console import Console
 from torch import Tensor
 
@@ -591,10 +591,7 @@ def report(console: Console, f: dict[str, float], decode: bool, train: bool, ct2
         print_table(console, f"training steps (forward + backward + AdamW), {f['train_batches']:.0f} batches, "
                     f"{f['train_tokens']:.0f} target tokens, {prec}, {f['threads']:.0f} thread(s)",
                     ["system", "s per pass (median)", "target tok/s", "ours / theirs"], rows)
-    for name, floor in TARGETS.items():
-        if name in f:
-            verdict = "met" if f[name] >= floor else "[red]MISSED[/]"
-            console.print(f"target {name} >= {floor:g}: {f[name]:.3f} {verdict}")
+    print_targets(console, TARGETS, f)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
