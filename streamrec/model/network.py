@@ -66,7 +66,8 @@ def exporting() -> bool:
 
 
 class StreamRecModel(nn.Module):
-    """Item embedding x sqrt(d_model), positions, pre-LN causal blocks, final LayerNorm, dot-product scores.
+    """Item embedding x sqrt(d_model), a sequence encoder chosen by `arch` (pre-LN transformer blocks with a final
+    LayerNorm, causal or bidirectional, or GRU layers), dot-product scores against the item vectors.
 
     Args: the network's arguments of `streamrec.model.module.StreamRecModule`, with its names, meanings and
     defaults (a test keeps the defaults equal).
