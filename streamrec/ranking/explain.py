@@ -37,8 +37,9 @@ def attention_weights(model: StreamRecModel, inputs: Tensor) -> Tensor:
         (B, T) weights; padding positions get 0 and real positions sum to 1.
     """
     if model.arch == "gru":
-        raise InputError("a gru model has no attention to explain with: ask for the occlusion view only (API: "
-                         "`occlusion_drops`), or explain a sasrec or bert4rec model")
+        raise InputError("a gru model has no attention to explain with; score it without --explain, and for its "
+                         "occlusion view call `streamrec.ranking.explain.occlusion_drops` (sasrec and bert4rec models "
+                         "explain both ways)")
     with AttentionCapture(model.encoder) as cap:
         model.encode(model.scoring_inputs(inputs))
     rollout = attention_rollout(cap.layers("self_attn"))[:, -1]  # (B, T) over the encoder's inputs
