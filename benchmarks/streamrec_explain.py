@@ -62,7 +62,7 @@ def main() -> None:
         "chance": round(chance / pairs, 4), "seconds": round(seconds, 1), "top_k": args.top_k,
     }
     print(f"checkpoint {args.ckpt}; input {args.input}; {len(users)} users x top-{args.top_k}; "
-          f"history window {model.encoder.max_len}")
+          f"history window {model.max_len}")
     print(f"{'measure':<44}{'value':>10}")
     print(f"{'top-attended item = top-occlusion item':<44}{figures['agreement']:>10.3f}")
     print(f"{'chance (random history position)':<44}{figures['chance']:>10.3f}")

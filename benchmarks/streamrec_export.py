@@ -67,7 +67,7 @@ def main() -> None:
     log = read_interactions(args.input).items
     model, vocab = load_model(args.ckpt, [i for h in log.values() for i in h])
     histories = [h for h in (encode_history(items, vocab)[0] for items in log.values()) if h]
-    batches = [left_pad([histories[i] for i in rows], model.encoder.max_len)
+    batches = [left_pad([histories[i] for i in rows], model.max_len)
                for rows in length_batches([len(h) for h in histories], args.batch_size)]
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -93,7 +93,7 @@ def main() -> None:
     times = interleave({"ours": ours, "onnxruntime": onnx}, repeats)
     ms = {k: 1000 * sorted(v)[len(v) // 2] for k, v in times.items()}
     figures = {
-        "users": len(histories), "items": model.num_items, "max_len": model.encoder.max_len,
+        "users": len(histories), "items": model.num_items, "max_len": model.max_len,
         "batch_size": args.batch_size, "threads": args.threads, "rounds": repeats,
         "ours_ms": round(ms["ours"], 1), "onnxruntime_ms": round(ms["onnxruntime"], 1),
         "speedup_onnxruntime": round(median_ratio(times["ours"], times["onnxruntime"]), 3),

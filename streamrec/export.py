@@ -71,13 +71,13 @@ def export_onnx(ckpt: str | Path, out: str | Path, opset: int = OPSET) -> Path:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     write_onnx(model, out / ONNX_FILE, opset)
-    write_json(out / ITEMS_FILE, {"max_len": model.encoder.max_len, **ItemVocab.from_dict(state[VOCAB_KEY]).to_dict()})
+    write_json(out / ITEMS_FILE, {"max_len": model.max_len, **ItemVocab.from_dict(state[VOCAB_KEY]).to_dict()})
     return out
 
 
 def example_batch(model: StreamRecModel) -> Tensor:
     """Two left-padded histories of different lengths, (2, max_len): the example the exporter traces."""
-    t = model.encoder.max_len
+    t = model.max_len
     items = torch.zeros(2, t, dtype=torch.long)
     items[0, :] = torch.arange(t) % model.num_items + 1
     items[1, t // 2 :] = torch.arange(t - t // 2) % model.num_items + 1
@@ -93,7 +93,7 @@ def write_onnx(model: StreamRecModel, path: Path, opset: int = OPSET) -> None:
     `core.nn.cpu_fastpath` (`model.cpu_fastpath: true`) has no ONNX form.
     """
     graph = ScoringGraph(model).eval()
-    batch, length = torch.export.Dim("batch"), torch.export.Dim("length", max=model.encoder.max_len)
+    batch, length = torch.export.Dim("batch"), torch.export.Dim("length", max=model.max_len)
     with atomic_path(path) as tmp, torch.no_grad(), cpu_fastpath_disabled(model):
         torch.onnx.export(
             graph, (example_batch(model),), str(tmp), input_names=["items"], output_names=["scores"],

@@ -96,16 +96,13 @@ class CausalRecurrentEncoder(nn.Module):
         n_layers: recurrent layers.
         dropout: dropout on the inputs and between layers.
         cell: "gru" or "lstm".
-        max_len: the longest sequence the caller gives it (kept for callers that size their inputs by it).
     """
 
-    def __init__(self, d_model: int, *, n_layers: int = 1, dropout: float = 0.0, cell: Cell = "gru",
-                 max_len: int = 512):
+    def __init__(self, d_model: int, *, n_layers: int = 1, dropout: float = 0.0, cell: Cell = "gru"):
         super().__init__()
         self.rnn = recurrent_stack(cell, d_model, d_model, n_layers, dropout, bidirectional=False)
         self.dropout = nn.Dropout(dropout)
         self.norm = nn.LayerNorm(d_model)  # as the transformer stack's final norm: item scores keep their scale
-        self.max_len = max_len
 
     def forward(self, x: Tensor, valid: Tensor) -> Tensor:
         """(B, T, D) inputs, (B, T) True at real (left-padded: contiguous, last) positions -> (B, T, D); zeros at

@@ -97,13 +97,14 @@ class StreamRecModel(nn.Module):
             raise ValueError("item features need `tied: true`: a separate output table has no features, so it "
                              "could not score cold items")
         self.num_items = num_items
+        self.max_len = max_len  # the history length inputs are padded or cut to, whatever the encoder
         # bert4rec's mask token is item N+1: a row of the input table only, never scored (`item_vectors`).
         self.mask_id = num_items + 1
         rows = num_items + (2 if arch == "bert4rec" else 1)
         self.item_embedding = TokenEmbedding(rows, d_model, pad_id=PAD_ID, init_std=item_init_std)
         self.encoder: Encoder | CausalRecurrentEncoder
         if arch == "gru":
-            self.encoder = CausalRecurrentEncoder(d_model, n_layers=n_layers, dropout=dropout, max_len=max_len)
+            self.encoder = CausalRecurrentEncoder(d_model, n_layers=n_layers, dropout=dropout)
         else:
             self.encoder = Encoder(
                 d_model, n_heads, n_kv_heads=n_kv_heads, n_layers=n_layers, d_ff=d_ff, dropout=dropout,

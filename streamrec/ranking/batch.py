@@ -150,7 +150,7 @@ def recommend(model: StreamRecModel, histories: Sequence[Sequence[int]], options
     """`rank` of model id histories (oldest first, none empty, the whole of each is its seen items): inputs
     (B, T), items (B, K) and scores (B, K)."""
     device = model.item_vectors.device
-    inputs = left_pad(histories, model.encoder.max_len, device)
+    inputs = left_pad(histories, model.max_len, device)
     seen = right_pad(histories, device) if options.exclude_seen else None
     items, scores = rank(model, inputs, seen, options, allowed, table)
     return inputs, items, scores

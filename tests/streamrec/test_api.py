@@ -26,7 +26,7 @@ def rec(tiny_ckpt):
 @torch.no_grad()
 def _scores(rec, ids):
     """Every item's score after the history `ids` (model ids), recomputed in full: (N+1,)."""
-    max_len = rec.model.encoder.max_len
+    max_len = rec.model.max_len
     x = torch.tensor([[PAD_ID] * (max_len - len(ids[-max_len:])) + ids[-max_len:]])
     return rec.model.score(rec.model.encode(x)[:, -1])[0]
 

@@ -218,6 +218,7 @@ def test_the_other_networks_fit_score_and_export_from_the_command_line(arch, tin
     import pyarrow.parquet as pq
 
     from streamrec import Recommender, score
+    from streamrec.data.readers import read_interactions
     from streamrec.export import export_safetensors
 
     monkeypatch.chdir(tmp_path)
@@ -229,8 +230,7 @@ def test_the_other_networks_fit_score_and_export_from_the_command_line(arch, tin
     rows = pq.read_table("recs.parquet").to_pylist()
     assert len(rows) == 3 * 81 and {r["rank"] for r in rows} == {1, 2, 3}
     first = [r["item_id"] for r in rows if r["user_id"] == rows[0]["user_id"]]
-    history = [line.split(",")[1] for line in tiny_log.read_text().splitlines()[1:] if line.split(",")[0] ==
-               rows[0]["user_id"]]
+    history = read_interactions(tiny_log).items[rows[0]["user_id"]]  # the reader `score` uses
     assert first == [i for i, _ in rec.recommend([history], top_k=3)[0]]
     exported = Recommender.load(export_safetensors(ckpt, tmp_path / "st"))
     assert exported.recommend([history], top_k=3)[0] == rec.recommend([history], top_k=3)[0]

@@ -65,7 +65,7 @@ def test_onnx_scores_equal_pytorch(tiny_ckpt, tmp_path):
     rec = Recommender.load(tiny_ckpt)
     assert json.loads((tmp_path / "onnx" / "items.json").read_text()) == {"max_len": 8, "items": rec.vocab.items}
     session = ort.InferenceSession(str(tmp_path / "onnx" / "model.onnx"), providers=["CPUExecutionProvider"])
-    for items in _batches(rec.model.num_items, rec.model.encoder.max_len):
+    for items in _batches(rec.model.num_items, rec.model.max_len):
         ours = rec.model.recommend_scores(items)
         got = torch.from_numpy(session.run(["scores"], {"items": items.numpy()})[0])
         assert got.shape == ours.shape

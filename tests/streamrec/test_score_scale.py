@@ -99,7 +99,7 @@ def _brute_force_rows(ckpt, log, k):
     items = rec.vocab.to_dict()["items"]
     index = {item: n + 1 for n, item in enumerate(items)}
     rows = set()
-    t = rec.model.encoder.max_len
+    t = rec.model.max_len
     for user, history in read_interactions(log).items.items():
         ids = [index[i] for i in history if i in index]
         x = torch.tensor([[0] * (t - len(ids[-t:])) + ids[-t:]])  # (1, T) left-padded
