@@ -6,8 +6,8 @@ on SDPA as a padded batch needs it (`full`: `core.nn.attention.attend` with the 
 mask of causality and padding, which is what StreamRec's encoder builds); `full_nopad` is SDPA's
 `is_causal` path without any mask (flash kernels, no T x T tensor at all), the best case for full
 attention, which ignores the padding. Against them, `core.nn.windowed.windowed_attention` (window W,
-blocked) and `core.nn.linear_attention.causal_linear_attention` (elu + 1 features, chunked), both given
-the padding as (B, T).
+blocked; on CUDA FlexAttention's block-sparse kernel, with the SDPA blocks kept as `window_blocks`) and
+`core.nn.linear_attention.causal_linear_attention` (elu + 1 features, chunked), both given the padding as (B, T).
 
 Time: the paths interleaved in one process, A B C A B C ..., after a warm-up; a time is the median over
 repeats, a ratio the median of the per-repeat ratios full / path (above 1: faster than full).
@@ -24,8 +24,8 @@ causal attention on the padded batch (`T4096_window_time_ratio` >= 3, `T4096_win
 same for linear).
 
 JSON keys: T{T}_{path}_ms, T{T}_{path}_mem_mib, T{T}_{path}_time_ratio, T{T}_{path}_mem_ratio (path:
-full, full_nopad, window, linear; ratios against `full`, for window and linear), repeats, window, batch,
-heads, head_dim.
+full, full_nopad, window, linear, and window_blocks on CUDA; ratios against `full`, for the windowed paths and
+linear), repeats, window, batch, heads, head_dim.
 
 Legend: B batch, H heads, T time, W window, Dh head width.
 """
@@ -72,7 +72,9 @@ def step(path: str, window: int, q: Tensor, k: Tensor, v: Tensor, valid: Tensor)
     elif path == "full_nopad":
         out = attend(q, k, v, is_causal=True)
     elif path == "window":
-        out = windowed_attention(q, k, v, window, valid)
+        out = windowed_attention(q, k, v, window, valid)  # "auto": FlexAttention on CUDA
+    elif path == "window_blocks":
+        out = windowed_attention(q, k, v, window, valid, kernel="blocks")
     else:
         out = causal_linear_attention(q, k, v, valid)
     out.sum().backward()
@@ -129,23 +131,24 @@ def peak_in_child(args: argparse.Namespace, path: str, t: int) -> int | None:
 
 
 def measure(args: argparse.Namespace, t: int, log: Console) -> dict[str, float]:
-    peaks = {p: (peak_bytes(args, p, t) if args.device == "cuda" else peak_in_child(args, p, t)) for p in PATHS}
+    paths = PATHS + (("window_blocks",) if args.device == "cuda" else ())  # on CPU "window" is the blocks
+    peaks = {p: (peak_bytes(args, p, t) if args.device == "cuda" else peak_in_child(args, p, t)) for p in paths}
     qkv = make_inputs(args, t)
     sync = torch.cuda.synchronize if args.device == "cuda" else None
-    fns = {p: partial(step, p, args.window, *qkv) for p in PATHS}
+    fns = {p: partial(step, p, args.window, *qkv) for p in paths}
     for fn in fns.values():
         time_call(fn, sync)  # warm-up
     times = interleave(fns, args.repeats, sync)
     f: dict[str, float] = {}
-    for p in PATHS:
+    for p in paths:
         f[f"T{t}_{p}_ms"] = statistics.median(times[p]) * 1e3
         if peaks[p] is not None:
             f[f"T{t}_{p}_mem_mib"] = peaks[p] / 2**20
-        if p in ("window", "linear"):
+        if p in ("window", "window_blocks", "linear"):
             f[f"T{t}_{p}_time_ratio"] = median_ratio(times["full"], times[p])
             if peaks[p] is not None and peaks["full"] is not None:
                 f[f"T{t}_{p}_mem_ratio"] = peaks["full"] / max(peaks[p], 1)
-    log.log(f"T {t}: " + ", ".join(f"{p} {f[f'T{t}_{p}_ms']:.1f} ms" for p in PATHS))
+    log.log(f"T {t}: " + ", ".join(f"{p} {f[f'T{t}_{p}_ms']:.1f} ms" for p in paths))
     return f
 
 

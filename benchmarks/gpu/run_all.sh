@@ -11,7 +11,8 @@
 # here first with `bash benchmarks/gpu/fetch_wheels.sh [NAME ...]` (into .whl/, pinned as constraints.txt pins)
 # and name ".whl" in carry; this script installs whatever .whl/ holds before anything else.
 # What comes back (at most 8 files in $OUT): gpu_train_{d1024,d512,multi30k}.json, cuda_tests.xml,
-# run_all.log (everything printed) and summary.txt. Off the device machine OUT defaults to runs/gpu.
+# long_attention_cuda.json, run_all.log (everything printed) and summary.txt. Off the device machine OUT
+# defaults to runs/gpu.
 #
 # Knobs (environment): BUDGET_S (default 500) caps the whole script; each stage also has its own cap and never
 # runs past the budget (a stage cut short keeps the sections it finished: gpu_train.py writes its JSON after
@@ -77,7 +78,11 @@ stage cuda-tests 120 python3 -m pytest -q -p no:cacheprovider --junitxml="$OUT/c
     tests/core/test_cuda.py tests/streamrec/test_cuda.py tests/translate/test_cuda.py \
     "tests/streamrec/ranking/test_topk.py::test_bf16_scan_on_cuda_sums_in_fp32_and_restores_the_setting"
 
-# 4. The benchmark: translator at every preset; StreamRec once, beside the last (by default the smallest) one.
+# 4. Long-history attention on the GPU: full vs windowed (FlexAttention, and the SDPA blocks) vs linear.
+stage long-attention 60 python3 benchmarks/long_attention.py --device cuda --lengths 1024 4096 --repeats 3 \
+    --json "$OUT/long_attention_cuda.json"
+
+# 5. The benchmark: translator at every preset; StreamRec once, beside the last (by default the smallest) one.
 for preset in $PRESETS; do
     sections=translate
     cap=170
@@ -88,7 +93,7 @@ for preset in $PRESETS; do
         --compile $COMPILE --steps "$STEPS" --json "$OUT/gpu_train_$preset.json"
 done
 
-# 5. Summary: the stages, then each preset's rows and ratios from its JSON.
+# 6. Summary: the stages, then each preset's rows and ratios from its JSON.
 python3 - "$OUT" <<'PY' | tee -a "$LOG" >>"$SUMMARY"
 import json, sys
 from pathlib import Path

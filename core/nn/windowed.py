@@ -6,11 +6,18 @@ attends only to its own block and the one before it (2W keys, the band masked in
 scores take T x 2W: at T = 4,096 and W = 256, an eighth of full attention's work and memory. SDPA
 runs each block batch (its fused kernels take any number of leading dimensions).
 
+On CUDA the same band runs as FlexAttention's block-sparse kernel instead (`kernel="flex"`, compiled once
+per process): it skips the key blocks outside the band without copying K and V into block pairs. FlexAttention
+has no attention dropout, so a training step with `dropout_p > 0` keeps the blocks.
+
 Legend: B batch, H query heads, Hkv key/value heads, T time, W window, N blocks (T / W rounded up),
 Dh head width.
 """
 
 from __future__ import annotations
+
+from functools import cache
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -24,8 +31,12 @@ def band_mask(t: int, window: int, device: torch.device | str | None = None) -> 
     return (j <= i) & (j > i - window)
 
 
+WindowKernel = Literal["auto", "blocks", "flex"]
+KERNELS: tuple[str, ...] = ("auto", "blocks", "flex")
+
+
 def windowed_attention(q: Tensor, k: Tensor, v: Tensor, window: int, valid: Tensor | None = None,
-                       dropout_p: float = 0.0) -> Tensor:
+                       dropout_p: float = 0.0, kernel: WindowKernel = "auto") -> Tensor:
     """Causal attention of each position to the last `window` positions (itself included).
 
     Args:
@@ -34,12 +45,21 @@ def windowed_attention(q: Tensor, k: Tensor, v: Tensor, window: int, valid: Tens
         window: W >= 1.
         valid: (B, T) True at tokens, False at padding (never attended); None: all valid.
         dropout_p: dropout on the attention weights (pass 0.0 in eval).
+        kernel: "blocks" (SDPA over block pairs, any device), "flex" (FlexAttention with the band as a block
+            mask; no dropout; eager, hence slow, off CUDA) or "auto": flex on CUDA when FlexAttention exists
+            and there is no dropout, blocks otherwise.
 
     Returns:
         (B, H, T, Dh); a query that sees no valid key (padding before the first token) gets zeros.
     """
     if window < 1:
         raise ValueError(f"`window` must be >= 1, got {window}")
+    if kernel not in KERNELS:
+        raise ValueError(f"`kernel` must be one of {KERNELS}, got {kernel!r}")
+    if kernel == "auto":
+        kernel = "flex" if q.is_cuda and dropout_p == 0.0 and _flex() is not None else "blocks"
+    if kernel == "flex":
+        return _flex_windowed(q, k, v, window, valid, dropout_p)
     b, h, t, dh = q.shape
     if k.shape[1] != h:  # grouped K/V heads: each serves H / Hkv query heads
         k = k.repeat_interleave(h // k.shape[1], dim=1)
@@ -69,3 +89,52 @@ def _with_previous_block(x: Tensor, n: int, window: int) -> Tensor:
     blocks = x.reshape(b, h, n, window, dh).transpose(1, 2)  # (B, N, H, W, Dh)
     previous = F.pad(blocks, (0, 0, 0, 0, 0, 0, 1, 0))[:, :n]  # shift by one block
     return torch.cat([previous, blocks], dim=3).reshape(b * n, h, 2 * window, dh)
+
+
+@cache
+def _flex() -> tuple | None:
+    """(flex_attention, create_block_mask) from torch's public module, or None on a torch without it."""
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    except ImportError:
+        return None
+    return flex_attention, create_block_mask
+
+
+def _mask_options(cuda: bool) -> dict[str, bool]:
+    """`_compile=True` where `create_block_mask` takes it (a private flag, hence the check): the eager mask
+    evaluates all B x T x T entries (half a GB at B = 32, T = 4,096), the compiled one only the block summaries."""
+    import inspect
+
+    return {"_compile": True} if cuda and "_compile" in inspect.signature(_flex()[1]).parameters else {}
+
+
+@cache
+def _compiled_flex():
+    """FlexAttention compiled once: uncompiled it runs a reference loop that materialises every score."""
+    return torch.compile(_flex()[0], dynamic=False)
+
+
+def _flex_windowed(q: Tensor, k: Tensor, v: Tensor, window: int, valid: Tensor | None, dropout_p: float) -> Tensor:
+    """The band as a FlexAttention block mask: key blocks wholly outside it are never read."""
+    parts = _flex()
+    if parts is None:
+        raise ValueError(f"kernel 'flex' needs torch.nn.attention.flex_attention, which torch {torch.__version__} "
+                         "lacks; use kernel 'blocks'")
+    if dropout_p:
+        raise ValueError("kernel 'flex' has no attention dropout; use kernel 'blocks' when dropout_p > 0")
+    flex_attention, create_block_mask = parts
+    b, h, t, _ = q.shape
+    keep = torch.ones(b, t, dtype=torch.bool, device=q.device) if valid is None else valid.to(torch.bool)
+
+    def band(batch, head, qi, kj):  # FlexAttention's mask_mod: True where query qi may see key kj
+        return (kj <= qi) & (kj > qi - window) & keep[batch, kj]
+
+    mask = create_block_mask(band, b, None, t, t, device=q.device, **_mask_options(q.is_cuda))
+    run = _compiled_flex() if q.is_cuda else flex_attention
+    out = run(q, k, v, block_mask=mask, enable_gqa=k.shape[1] != h)
+    # A query with no valid key in its window gets zeros, as the blocks give (FlexAttention's own choice for such
+    # rows is not promised across versions): key counts in the window from a running sum of `keep`.
+    seen = F.pad(keep.cumsum(1), (window, 0))
+    visible = (seen[:, window:] - seen[:, :t]) > 0  # (B, T)
+    return out.masked_fill(~visible[:, None, :, None], 0.0)

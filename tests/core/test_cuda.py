@@ -106,3 +106,25 @@ def test_cached_decoding_equals_full_decoding() -> None:
         cache: DecoderCache = dec.new_cache(capacity=4)  # grows past 4 steps on the way
         steps = [dec(x[:, t : t + 1], memory, memory_mask, cache=cache) for t in range(x.shape[1])]
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_windowed_attention_runs_flex_on_cuda_and_matches_the_blocks(dtype: torch.dtype) -> None:
+    """`auto` picks compiled FlexAttention on CUDA; it and its gradients equal the SDPA block path's."""
+    from core.nn import windowed
+
+    if windowed._flex() is None:
+        pytest.skip("this torch has no FlexAttention")
+    g = torch.Generator(device="cuda").manual_seed(0)
+    b, h, t, dh, w = 2, 4, 1000, 32, 128
+    q, k, v = (torch.randn(b, h, t, dh, device="cuda", generator=g, dtype=dtype, requires_grad=True) for _ in range(3))
+    valid = torch.ones(b, t, dtype=torch.bool, device="cuda")
+    valid[1, :300] = False  # left padding
+    tol = {"atol": 2e-2, "rtol": 2e-2} if dtype == torch.bfloat16 else {"atol": 1e-4, "rtol": 1e-4}
+    flex = windowed.windowed_attention(q, k, v, w, valid)  # auto
+    blocks = windowed.windowed_attention(q, k, v, w, valid, kernel="blocks")
+    torch.testing.assert_close(flex, blocks, **tol)
+    grads = torch.autograd.grad(flex.float().square().sum(), (q, k, v))
+    expected = torch.autograd.grad(blocks.float().square().sum(), (q, k, v))
+    for got, want in zip(grads, expected, strict=True):
+        torch.testing.assert_close(got, want, **tol)

@@ -104,3 +104,36 @@ def test_long_attention_kinds_refuse_what_they_cannot_do():
         enc(torch.randn(1, 8, 16), torch.ones(1, 1, 1, 8, dtype=torch.bool))
     with pytest.raises(ValueError, match="full attention"):
         enc.new_cache()
+
+
+@pytest.mark.parametrize("window", [1, 5, 23])
+def test_the_flex_kernel_equals_the_band_mask_and_the_blocks(window):
+    """FlexAttention's path, run eagerly here (compiled, with gradients, on CUDA: tests/core/test_cuda.py), gives
+    the band-masked softmax, zeros for padding queries included."""
+    import warnings
+
+    from core.nn import windowed
+
+    if windowed._flex() is None:
+        pytest.skip("this torch has no FlexAttention")
+    q, k, v = (x.float() for x in qkv(t=37))  # FlexAttention has no CPU backward
+    valid = left_padding(2, 37)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "flex_attention called without torch.compile()": eager is the point here
+        got = windowed_attention(q, k, v, window, valid, kernel="flex")
+    allowed = band_mask(37, window)[None, None] & valid[:, None, None, :]
+    torch.testing.assert_close(got, naive_softmax(q, k, v, allowed), atol=1e-5, rtol=1e-5)
+
+
+def test_the_kernel_choice_and_its_refusals():
+    from core.nn import windowed
+
+    q, k, v = qkv(dtype=torch.float32)
+    with pytest.raises(ValueError, match="kernel"):
+        windowed_attention(q, k, v, 4, kernel="triton")
+    if windowed._flex() is not None:
+        with pytest.raises(ValueError, match="dropout"):
+            windowed_attention(q, k, v, 4, dropout_p=0.1, kernel="flex")
+        # the private flag that keeps the CUDA mask compiled is still where we look for it
+        assert windowed._mask_options(cuda=True) == {"_compile": True}
+    assert windowed._mask_options(cuda=False) == {}
