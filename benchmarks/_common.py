@@ -170,12 +170,15 @@ def print_table(console: Console, title: str, columns: Sequence[str], rows: Sequ
     console.print(table)
 
 
-def print_targets(console: Console, targets: dict[str, float], figures: dict[str, float]) -> None:
-    """One line per target the run measured: its figure against the floor, met or MISSED."""
-    for name, floor in targets.items():
+def print_targets(console: Console, targets: dict[str, float], figures: dict[str, float], *,
+                  ceilings: bool = False) -> None:
+    """One line per target the run measured: its figure against the floor (`ceilings`: the ceiling), met or
+    MISSED."""
+    for name, bound in targets.items():
         if name in figures:
-            verdict = "met" if figures[name] >= floor else "[red]MISSED[/]"
-            console.print(f"target {name} >= {floor:g}: {figures[name]:.3f} {verdict}")
+            met = figures[name] <= bound if ceilings else figures[name] >= bound
+            verdict = "met" if met else "[red]MISSED[/]"
+            console.print(f"target {name} {'<=' if ceilings else '>='} {bound:g}: {figures[name]:.3f} {verdict}")
 
 
 def write_json(path: str | Path, figures: dict[str, float]) -> None:

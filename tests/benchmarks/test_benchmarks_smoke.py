@@ -123,3 +123,22 @@ def test_batching_benchmark_trains_both_orders_and_counts_positions(run_benchmar
         assert type(figures[name]) is float and figures[name] > 0, name
     # Windows of 1..32 inputs against max_len 32: the free order pads most batches to 32, the grouped one far less.
     assert figures["grouped_positions"] < 0.8 * figures["free_positions"] <= 0.8
+
+
+def test_streamrec_long_growth_and_phases(benchmark_module, benchmark_refuses) -> None:
+    """The growth figure by hand, a real training step and scoring at a tiny size, and the refusals (the timed
+    run forks a process per memory point, so it is left to the command line)."""
+    bench = benchmark_module("streamrec_long.py")
+    figures = {"T100_train_full_ms": 10.0, "T400_train_full_ms": 160.0, "T100_train_linear_mem_mib": 8.0,
+               "T400_train_linear_mem_mib": 32.0}
+    got = bench.growth(figures, [400, 100])
+    assert got == {"train_full_time_growth": 4.0, "train_linear_mem_growth": 1.0}  # 16x in 4x the length; 4x
+    args = bench.parse_args(["--quick"])
+    for attention in bench.ATTENTIONS:
+        module, opt, batch = bench.build(args, attention, 32)
+        before = module.model.item_vectors.detach().clone()
+        bench.run_phase("train", module, opt, batch)
+        assert not torch.equal(before, module.model.item_vectors), attention  # the step updated the table
+        scores = module.model.recommend_scores(batch.inputs)
+        assert scores.shape == (2, bench.NUM_ITEMS + 1) and torch.isfinite(scores[:, 1:]).all(), attention
+    assert "two or more different lengths" in benchmark_refuses("streamrec_long.py", "--lengths", "512")
