@@ -72,6 +72,8 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         attention_window: the window of `attention: window`.
         mask_prob: bert4rec's share of history items masked in each training sequence (at least one per
             sequence); unused by the other networks.
+        output_head: a dense layer, GELU and LayerNorm on each hidden state before it is scored: BERT's
+            masked-LM head, part of BERT4Rec as published (and of RecBole's); any network takes it.
         loss: full (softmax over all items), sampled (softmax over shared negatives with
             logQ correction), bce (SASRec: one negative set per position), gbce (gSASRec).
         label_smoothing: eps of label smoothing in the full softmax (eps / N on every item); 0: none.
@@ -120,7 +122,7 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         item_init_std: float | None = None, lowpass_alpha: float = 0.0, lowpass_window: int = 16,
         num_features: int = 0, features_per_item: int = 0,
         attention: AttentionKind = "full", attention_window: int = 256, mask_prob: float = 0.2,
-        loss: LossName = "full",
+        output_head: bool = False, loss: LossName = "full",
         label_smoothing: float = 0.0, num_negatives: int = 256,
         negative_sampling: Literal["uniform", "popularity"] = "uniform", gbce_t: float = 0.75,
         lr: float = 1e-2, weight_decay: float = 0.0, item_optimizer: ItemOptimizer = "adamw",
@@ -166,7 +168,7 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
             dropout=dropout, attn_dropout=attn_dropout, max_len=max_len, positions=positions, activation=activation,
             tied=tied, item_init_std=item_init_std, lowpass_alpha=lowpass_alpha, lowpass_window=lowpass_window,
             num_features=num_features, features_per_item=features_per_item,
-            attention=attention, attention_window=attention_window, arch=arch,
+            attention=attention, attention_window=attention_window, arch=arch, output_head=output_head,
         )
         if cpu_fastpath:
             enable_cpu_fastpath(self.model)

@@ -83,7 +83,7 @@ class StreamRecModel(nn.Module):
         positions: Positions = "learned", activation: Activation = "gelu", tied: bool = True,
         item_init_std: float | None = None, lowpass_alpha: float = 0.0, lowpass_window: int = 16,
         attention: AttentionKind = "full", attention_window: int = 256, num_features: int = 0,
-        features_per_item: int = 0, arch: Arch = "sasrec",
+        features_per_item: int = 0, arch: Arch = "sasrec", output_head: bool = False,
     ):
         super().__init__()
         if num_items < 1:
@@ -113,6 +113,10 @@ class StreamRecModel(nn.Module):
                 mix=LowPassMix(lowpass_alpha, lowpass_window) if lowpass_alpha > 0 else None,
                 attention=attention, window=attention_window,
             )
+        # BERT's masked-LM head (BERT4Rec's, RecBole's): the states are transformed once more before scoring.
+        self.head: nn.Sequential | None = None
+        if output_head:
+            self.head = nn.Sequential(nn.Linear(d_model, d_model), nn.GELU(), nn.LayerNorm(d_model))
         self.output: nn.Embedding | None = None
         if not tied:
             self.output = nn.Embedding(num_items + 1, d_model, padding_idx=PAD_ID)
@@ -220,9 +224,11 @@ class StreamRecModel(nn.Module):
         keys = padding_mask(items, PAD_ID)  # (B, 1, 1, T)
         if isinstance(self.encoder, CausalRecurrentEncoder):
             hidden = self.encoder(self._embed(items), keys.reshape(items.shape))
-            return hidden if last is None else hidden[:, -last:]
-        mask, valid = self._masks(items, keys)
-        return self.encoder(self._embed(items), mask, last=last, offset=offset, valid=valid)
+            hidden = hidden if last is None else hidden[:, -last:]
+        else:
+            mask, valid = self._masks(items, keys)
+            hidden = self.encoder(self._embed(items), mask, last=last, offset=offset, valid=valid)
+        return hidden if self.head is None else self.head(hidden)
 
     def _masks(self, items: Tensor, keys: Tensor) -> tuple[Tensor | None, Tensor | None]:
         """The transformer's padding inputs for (B, T) items and their (B, 1, 1, T) padding mask: the attention

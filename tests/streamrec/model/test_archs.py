@@ -55,6 +55,28 @@ def test_bert4rec_reads_both_ways_and_scores_from_a_mask_token_after_the_history
     assert model.recommend_scores(HISTORIES).shape == (3, 10)
 
 
+@pytest.mark.parametrize("arch", ["sasrec", "bert4rec", "gru"])
+def test_the_output_head_transforms_every_state_that_is_scored(arch):
+    """dense, GELU, LayerNorm written out on the encoder's own states: in training (`encode`) and in scoring
+    (`last_hidden`) alike."""
+    torch.manual_seed(0)
+    model = StreamRecModel(9, arch=arch, output_head=True, **SMALL).eval()
+    dense, norm = model.head[0], model.head[2]
+    head, model.head = model.head, None
+    plain, plain_last = model.encode(HISTORIES), model.last_hidden(HISTORIES)
+    model.head = head
+
+    def by_hand(x):
+        y = x @ dense.weight.T + dense.bias
+        y = 0.5 * y * (1 + torch.erf(y / 2**0.5))
+        y = (y - y.mean(-1, keepdim=True)) / (y.var(-1, unbiased=False, keepdim=True) + norm.eps).sqrt()
+        return y * norm.weight + norm.bias
+
+    torch.testing.assert_close(model.encode(HISTORIES), by_hand(plain), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(model.last_hidden(HISTORIES), by_hand(plain_last), atol=1e-5, rtol=1e-5)
+    assert "head.0.weight" in model.state_dict() and "head.0.weight" not in StreamRecModel(9, **SMALL).state_dict()
+
+
 def test_mask_items_masks_real_items_only_and_at_least_one_per_row():
     model = StreamRecModel(9, arch="bert4rec", **SMALL)
     g = torch.Generator().manual_seed(0)
