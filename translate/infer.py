@@ -27,6 +27,7 @@ from typing import IO
 
 import torch
 
+from core.nn.explain import attention_layers
 from core.runtime.atomic import atomic_path, stale_temporaries
 from core.runtime.deprecation import add_old_flag
 from core.runtime.errors import InputError, check_text, describe_os_error
@@ -194,10 +195,10 @@ def run(args: argparse.Namespace) -> None:
 def _translate(args: argparse.Namespace, options: SearchOptions, layer: Layer) -> None:
     device = torch.device("cpu") if args.dtype == INT8 and args.device == "auto" else _device(args.device)
     translator = Translator.load(args.ckpt, device, args.dtype)
-    n_layers = len(translator.aligner.decoder.layers)
+    n_layers = attention_layers(translator.aligner.decoder, "cross_attn")  # 1 for an RNN
     if layer != "mean" and not -n_layers <= layer < n_layers:  # before any output is written
-        raise InputError(f"--align-layer {layer}: the model has {n_layers} decoder layers "
-                         f"(use 0..{n_layers - 1}, -1 for the last, or mean)")
+        raise InputError(f"--align-layer {layer}: the model has {n_layers} decoder cross-attention "
+                         f"layer{'s' if n_layers != 1 else ''} (use 0..{n_layers - 1}, -1 for the last, or mean)")
     want_align = args.alignments is not None or args.html is not None
     shown: list[tuple[int, WordAlignment]] = []
     warned = [0]

@@ -22,6 +22,12 @@ CAPTURED = (MultiHeadAttention, CrossAttention, AdditiveAttention, Multiplicativ
 """The attention modules that record their weights: the transformer's, and the recurrent decoders' (one head)."""
 
 
+def attention_layers(model: nn.Module, kind: str = "self_attn") -> int:
+    """How many attention modules named `kind` `AttentionCapture(model).layers(kind)` returns: a Transformer
+    decoder has one cross-attention a layer, an attentional recurrent decoder one in all."""
+    return sum(isinstance(m, CAPTURED) and name.split(".")[-1] == kind for name, m in model.named_modules())
+
+
 class AttentionCapture:
     """Context manager that records attention weights of every attention module in a model.
 

@@ -200,7 +200,8 @@ def test_max_len_options_bound_every_output(trained, demo_dir, tmp_path):
 
 @pytest.mark.parametrize("args, match", [
     (["--device", "tpu9"], r"--device 'tpu9': not a device"),
-    (["--align-layer", "7", "--alignments", "a.jsonl"], r"--align-layer 7: the model has 2 decoder layers"),
+    (["--align-layer", "7", "--alignments", "a.jsonl"],
+     r"--align-layer 7: the model has 2 decoder cross-attention layers"),
     (["--max-len-b", "0"], r"`max_len_a` \(1\.5\) must be >= 0 and `max_len_b` \(0\) >= 1"),
     (["--html", "nope/a.html"], r"nope/a\.html: the output folder nope does not exist"),
     (["--alignments", "in.en.d"], r"in\.en\.d: is a folder"),

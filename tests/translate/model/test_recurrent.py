@@ -138,3 +138,23 @@ def test_the_checkpoint_loads_translates_aligns_and_exports(rnn_ckpt, demo_dir, 
     assert Api.load([rnn_ckpt, rnn_ckpt]).translate(lines, beam_size=2) == t.translate(lines, beam_size=2)
     with pytest.raises(InputError, match="model.arch 'rnn'"):
         export.export_ctranslate2(rnn_ckpt, tmp_path / "ct2")
+
+
+def test_the_command_line_translates_and_aligns_with_the_rnn(rnn_ckpt, demo_dir, tmp_path):
+    """`python -m translate.infer` on an rnn checkpoint: the same lines as the API, alignments from its one
+    attention, and `--align-layer` checked against that one layer."""
+    from translate import infer
+
+    src = tmp_path / "src.en"
+    lines = (demo_dir / "test.en").read_text(encoding="utf-8").splitlines()[:3]
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out, aligned = tmp_path / "out.de", tmp_path / "align.jsonl"
+    infer.main(["--ckpt", str(rnn_ckpt), "-i", str(src), "-o", str(out), "--alignments", str(aligned),
+                "--align-layer", "-1"])
+    assert out.read_text(encoding="utf-8").splitlines() == Api.load(rnn_ckpt).translate(lines)
+    assert len(aligned.read_text(encoding="utf-8").splitlines()) == 3
+    with pytest.raises(InputError, match="has 1 decoder cross-attention layer \\(use 0..0"):
+        infer.run(infer.build_parser().parse_args([
+            "--ckpt", str(rnn_ckpt), "-i", str(src), "-o", str(tmp_path / "x.de"), "--alignments",
+            str(tmp_path / "x.jsonl"), "--align-layer", "1"]))
+    assert not (tmp_path / "x.de").exists()
