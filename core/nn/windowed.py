@@ -16,8 +16,9 @@ Dh head width.
 
 from __future__ import annotations
 
+import inspect
 from functools import cache
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -32,7 +33,7 @@ def band_mask(t: int, window: int, device: torch.device | str | None = None) -> 
 
 
 WindowKernel = Literal["auto", "blocks", "flex"]
-KERNELS: tuple[str, ...] = ("auto", "blocks", "flex")
+KERNELS: tuple[str, ...] = get_args(WindowKernel)
 
 
 def windowed_attention(q: Tensor, k: Tensor, v: Tensor, window: int, valid: Tensor | None = None,
@@ -101,11 +102,11 @@ def _flex() -> tuple | None:
     return flex_attention, create_block_mask
 
 
+@cache
 def _mask_options(cuda: bool) -> dict[str, bool]:
-    """`_compile=True` where `create_block_mask` takes it (a private flag, hence the check): the eager mask
-    evaluates all B x T x T entries (half a GB at B = 32, T = 4,096), the compiled one only the block summaries."""
-    import inspect
-
+    """`_compile=True` where `create_block_mask` takes it (a private flag, hence the check, read once): the eager
+    mask evaluates all B x T x T entries (half a GB at B = 32, T = 4,096), the compiled one only the block
+    summaries. Callers unpack the result and never change it."""
     return {"_compile": True} if cuda and "_compile" in inspect.signature(_flex()[1]).parameters else {}
 
 
