@@ -22,10 +22,19 @@ CAPTURED = (MultiHeadAttention, CrossAttention, AdditiveAttention, Multiplicativ
 """The attention modules that record their weights: the transformer's, and the recurrent decoders' (one head)."""
 
 
+def _captured(model: nn.Module) -> dict[str, nn.Module]:
+    """The modules `AttentionCapture` records, by qualified name; the last part of a name is its kind."""
+    return {name: m for name, m in model.named_modules() if isinstance(m, CAPTURED)}
+
+
+def _kind(name: str) -> str:
+    return name.split(".")[-1]
+
+
 def attention_layers(model: nn.Module, kind: str = "self_attn") -> int:
     """How many attention modules named `kind` `AttentionCapture(model).layers(kind)` returns: a Transformer
     decoder has one cross-attention a layer, an attentional recurrent decoder one in all."""
-    return sum(isinstance(m, CAPTURED) and name.split(".")[-1] == kind for name, m in model.named_modules())
+    return sum(_kind(name) == kind for name in _captured(model))
 
 
 class AttentionCapture:
@@ -46,9 +55,7 @@ class AttentionCapture:
     """
 
     def __init__(self, model: nn.Module):
-        self.modules = {
-            name: m for name, m in model.named_modules() if isinstance(m, CAPTURED)
-        }
+        self.modules = _captured(model)
         if not self.modules:
             raise ValueError(f"{type(model).__name__} contains no core attention module to capture")
         self.weights: dict[str, list[Tensor]] = {}
@@ -73,7 +80,7 @@ class AttentionCapture:
         """
         out = []
         for name, calls in self.weights.items():
-            if name.split(".")[-1] == kind and calls:
+            if _kind(name) == kind and calls:
                 out.append(calls[0] if len(calls) == 1 else _concat_queries(calls))
         if not out:
             raise ValueError(f"no captured weights for modules named {kind!r}; have {sorted(self.weights)}")
