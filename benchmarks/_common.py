@@ -10,6 +10,7 @@ import gc
 import importlib
 import json
 import math
+import multiprocessing
 import os
 import resource
 import statistics
@@ -154,6 +155,37 @@ def peak_rss_bytes() -> int:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) * 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+
+def in_fresh_process(fn: Callable[..., object], args: tuple, preload: Sequence[str], threads: int | None = None):
+    """`fn(*args)` in a process of its own, and its result; None when the process dies (killed for memory).
+
+    The process forks from a forkserver that has imported `preload` and run nothing: a clean heap for a memory
+    peak, without paying torch's import again (a plain fork of the caller would inherit its busy thread pool,
+    which can hang the child). The child re-runs the calling script's top level as __mp_main__: preload what
+    that imports. `threads`: torch CPU threads in the child (default torch's choice).
+    """
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(list(preload))
+    receiver, sender = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_send_result, args=(sender, fn, args, threads))
+    proc.start()
+    sender.close()  # so recv() sees EOF if the child dies
+    try:
+        return receiver.recv()
+    except EOFError:
+        return None
+    finally:
+        proc.join()
+
+
+def _send_result(sender, fn: Callable[..., object], args: tuple, threads: int | None) -> None:
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    sender.send(fn(*args))
+    sender.close()
 
 
 def gib(n_bytes: float) -> str:

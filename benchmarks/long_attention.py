@@ -33,7 +33,6 @@ Legend: B batch, H heads, T time, W window, Dh head width.
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import os
 import statistics
 import sys
@@ -41,6 +40,7 @@ from functools import partial
 
 import torch
 from _common import (
+    in_fresh_process,
     interleave,
     median_ratio,
     peak_rss_bytes,
@@ -106,28 +106,14 @@ def peak_bytes(args: argparse.Namespace, path: str, t: int) -> int:
     return max(0, peak_rss_bytes() - base)
 
 
-def _probe(sender, args: argparse.Namespace, path: str, t: int) -> None:
-    sender.send(peak_bytes(args, path, t))
-    sender.close()
+# What a memory probe's process imports before it forks: the script's own imports.
+PRELOAD = ["torch", "rich.console", "_common", "core.nn.attention", "core.nn.linear_attention", "core.nn.windowed",
+           "core.nn.masks"]
 
 
 def peak_in_child(args: argparse.Namespace, path: str, t: int) -> int | None:
-    """`peak_bytes` in a fresh process: forked from a forkserver that has imported torch and core and run
-    nothing (a plain fork of this process would inherit its busy thread pool, which can hang the child)."""
-    ctx = multiprocessing.get_context("forkserver")
-    # The child re-runs this script's top level as __mp_main__: preload what that imports.
-    ctx.set_forkserver_preload(["torch", "rich.console", "_common", "core.nn.attention", "core.nn.linear_attention",
-                                "core.nn.windowed", "core.nn.masks"])
-    receiver, sender = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_probe, args=(sender, args, path, t))
-    proc.start()
-    sender.close()
-    try:
-        return receiver.recv()
-    except EOFError:
-        return None
-    finally:
-        proc.join()
+    """`peak_bytes` in a fresh process (`_common.in_fresh_process`); None if it died."""
+    return in_fresh_process(peak_bytes, (args, path, t), PRELOAD)
 
 
 def measure(args: argparse.Namespace, t: int, log: Console) -> dict[str, float]:

@@ -24,7 +24,6 @@ window, repeats.
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import os
 import statistics
 import sys
@@ -32,7 +31,16 @@ import warnings
 from functools import partial
 
 import torch
-from _common import interleave, peak_rss_bytes, print_table, print_targets, reset_peak_rss, rss_bytes, write_json
+from _common import (
+    in_fresh_process,
+    interleave,
+    peak_rss_bytes,
+    print_table,
+    print_targets,
+    reset_peak_rss,
+    rss_bytes,
+    write_json,
+)
 from rich.console import Console
 
 from streamrec.data.datasets import TrainBatch
@@ -75,28 +83,11 @@ def peak_bytes(args: argparse.Namespace, phase: str, attention: str, t: int) -> 
     return max(0, peak_rss_bytes() - base)
 
 
-def _probe(sender, args: argparse.Namespace, phase: str, attention: str, t: int) -> None:
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    sender.send(peak_bytes(args, phase, attention, t))
-    sender.close()
-
-
 def peak_in_child(args: argparse.Namespace, phase: str, attention: str, t: int) -> int | None:
-    """`peak_bytes` in a fresh process, forked from a forkserver that has imported torch and streamrec only."""
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "rich.console", "_common", "streamrec.model.module",
-                                "streamrec.data.datasets"])
-    receiver, sender = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_probe, args=(sender, args, phase, attention, t))
-    proc.start()
-    sender.close()
-    try:
-        return receiver.recv()
-    except EOFError:  # the child died (out of memory)
-        return None
-    finally:
-        proc.join()
+    """`peak_bytes` in a fresh process (`_common.in_fresh_process`) with --threads; None if it died."""
+    return in_fresh_process(peak_bytes, (args, phase, attention, t),
+                            ["torch", "rich.console", "_common", "streamrec.model.module", "streamrec.data.datasets"],
+                            args.threads)
 
 
 def measure(args: argparse.Namespace, t: int, log: Console) -> dict[str, float]:
