@@ -142,3 +142,11 @@ def test_streamrec_long_growth_and_phases(benchmark_module, benchmark_refuses) -
         scores = module.model.recommend_scores(batch.inputs)
         assert scores.shape == (2, bench.NUM_ITEMS + 1) and torch.isfinite(scores[:, 1:]).all(), attention
     assert "two or more different lengths" in benchmark_refuses("streamrec_long.py", "--lengths", "512")
+
+
+def test_hot_path_times_a_case_on_both_trees(run_benchmark, benchmark_refuses) -> None:
+    args = ("--baseline", "HEAD", "--cases", "streamrec_beauty", "--rounds", "1", "--number", "1", "--quick")
+    figures = run_benchmark("hot_path.py", *args, timeout=240).figures
+    assert figures["streamrec_beauty_baseline_ms"] > 0 and figures["streamrec_beauty_today_ms"] > 0
+    assert figures["streamrec_beauty_ratio"] > 0 and figures["rounds"] == 1
+    assert "must be >= 1" in benchmark_refuses("hot_path.py", "--baseline", "HEAD", "--rounds", "0")

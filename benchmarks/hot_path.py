@@ -1,0 +1,111 @@
+"""The Transformer models' hot path, today's tree against an older commit's: did new options slow what existed?
+
+Each case is one of `cpu_fastpath.py`'s (a StreamRec or Translate training step at the shipped configs' shapes,
+or Translate's beam search), built with `cpu_fastpath` on as the configs train. The older tree (`--baseline`) is
+extracted with `git archive` and imported in place of today's; every measurement is a child process that imports
+one tree, builds the case from seed 0, warms it up and times `--number` calls. Rounds alternate baseline, today,
+baseline, today ..., so a change in the machine's load hits both; the ratio is the median of the per-round
+ratios today / baseline (1.0: unchanged; > 1: today is slower).
+
+    python benchmarks/hot_path.py --baseline e671319^ --json runs/bench/hot_path.json
+    python benchmarks/hot_path.py --baseline HEAD~1 --quick        # tiny sizes: checks the script runs
+
+JSON keys: {case}_{baseline,today}_ms, {case}_ratio for each case; rounds, number, threads, quick.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import ROOT, median_ratio, print_table, write_json
+from rich.console import Console
+from streamrec_scale import old_tree
+
+CASES = ("streamrec_ml1m", "streamrec_beauty", "translate_multi30k_fp32", "translate_decode")
+
+
+def child(tree: str, case: str, number: int, quick: bool, threads: int) -> None:
+    """Time `case` with the apps imported from `tree`; print seconds per call (the median of `number`)."""
+    import warnings
+
+    import torch
+    from cpu_fastpath import streamrec_case, translate_case
+
+    import core
+    import streamrec
+    import translate
+
+    for package in (core, streamrec, translate):  # an editable install must not have won over sys.path
+        if not Path(package.__file__).resolve().is_relative_to(Path(tree).resolve()):
+            sys.exit(f"error: {package.__name__} was imported from {package.__file__}, not from {tree}")
+
+    torch.set_num_threads(threads)
+    warnings.filterwarnings("ignore", ".*self.log.*")  # training_step logs; there is no trainer here
+    fn = (streamrec_case if case.startswith("streamrec") else translate_case)(case, quick)["on"]
+    fn()  # warm-up: oneDNN builds its kernels on the first call
+    times = []
+    for _ in range(number):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    print(json.dumps({"s": statistics.median(times)}))
+
+
+def measure(tree: Path | None, case: str, args: argparse.Namespace) -> float:
+    """Seconds per call of `case` in a fresh child importing `tree` (None: today's)."""
+    code = ("import sys; sys.path[:0] = [{tree!r}, {bench!r}]; import hot_path; "
+            "hot_path.child({tree!r}, {case!r}, {number}, {quick}, {threads})").format(
+        tree=str(tree or ROOT), bench=str(ROOT / "benchmarks"), case=case, number=args.number, quick=args.quick,
+        threads=args.threads)
+    res = subprocess.run([sys.executable, "-c", code], cwd=tree or ROOT, capture_output=True, text=True)
+    if res.returncode:
+        sys.exit(f"error: {case} on {'the baseline' if tree else 'today'}'s tree failed:\n{res.stderr[-2000:]}")
+    return json.loads(res.stdout.strip().splitlines()[-1])["s"]
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--baseline", required=True, help="the commit to compare with (any git revision)")
+    p.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES))
+    p.add_argument("--rounds", type=int, default=5, help="alternating rounds (default 5)")
+    p.add_argument("--number", type=int, default=5, help="timed calls per child (default 5)")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--quick", action="store_true", help="tiny sizes: checks the script runs, times nothing useful")
+    p.add_argument("--json", metavar="PATH")
+    args = p.parse_args(argv)
+    if min(args.rounds, args.number, args.threads) < 1:
+        p.error("--rounds, --number and --threads must be >= 1")
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    figures: dict[str, float] = {"rounds": args.rounds, "number": args.number, "threads": args.threads,
+                                 "quick": int(args.quick)}
+    rows = []
+    with tempfile.TemporaryDirectory() as folder:
+        # core/ and streamrec/ come from old_tree; Translate's cases need translate/ too.
+        tree = old_tree(args.baseline, Path(folder))
+        extra = subprocess.run(["git", "archive", args.baseline, "translate"], cwd=ROOT, capture_output=True)
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=extra.stdout, check=True)
+        for case in args.cases:
+            base, today = [], []
+            for _ in range(args.rounds):
+                base.append(measure(tree, case, args))
+                today.append(measure(None, case, args))
+            ratio = median_ratio(today, base)
+            ms = statistics.median(base) * 1e3, statistics.median(today) * 1e3
+            figures |= {f"{case}_baseline_ms": ms[0], f"{case}_today_ms": ms[1], f"{case}_ratio": ratio}
+            rows.append([case, f"{ms[0]:.1f}", f"{ms[1]:.1f}", f"{ratio:.3f}"])
+    print_table(console, f"today against {args.baseline}: ms per call, median of {args.rounds} alternating rounds "
+                f"of {args.number} calls, {args.threads} thread(s)", ["case", "baseline ms", "today ms", "ratio"],
+                rows)
+    if args.json:
+        write_json(args.json, figures)
+
+
+if __name__ == "__main__":
+    main()
