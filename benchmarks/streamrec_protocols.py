@@ -1,0 +1,115 @@
+"""One StreamRec checkpoint's test metrics under each published protocol: ours beside each anchor on its terms.
+
+The papers we compare with rank the held-out item over the whole catalogue but treat the items a user has
+already seen differently (docs/results.md, "Published anchors"):
+
+  ours  seen items removed, except the target (`streamrec.model.metrics`, what `streamrec test` reports)
+  keep  nothing removed (RB: the RecBole forks of DuoRec and MCLRec)
+  zero  seen items scored 0 rather than removed, the target too when it is a repeat (S3: S3Rec's code, used by
+        BSARec, ICLRec and ICSRec); a seen item then outranks every target with a negative score
+  all   every seen item removed, the target too, so a repeat target is a miss (KV: Klenitskiy & Vasilev)
+  known ours, counted only over cases whose target occurs in the training histories or as a validation target
+        (RT: eSASRec's benchmark drops the rest)
+
+Ties count against the target in every protocol, as in ours. The data module is rebuilt from the hyper-parameters
+the checkpoint stores, so the split is the one the model was trained and tested on.
+
+    python benchmarks/streamrec_protocols.py --ckpt runs/streamrec_beauty/checkpoints/best.ckpt --json runs/p.json
+
+JSON keys: {protocol}_{hr,ndcg}@K, cases, known_cases, repeat_targets (share of test targets already seen).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+import torch
+from _common import print_table, write_json
+from rich.console import Console
+from torch import Tensor
+
+from core.runtime.checkpoint import load_checkpoint
+from streamrec.api import WRITTEN_BY, Recommender
+from streamrec.data.datamodule import StreamRecDataModule
+from streamrec.model.metrics import seen_mask, target_ranks
+
+PROTOCOLS = ("ours", "keep", "zero", "all", "known")
+DATA_KEY = "datamodule_hyper_parameters"  # where Lightning stores the data module's arguments
+
+
+def protocol_ranks(scores: Tensor, targets: Tensor, seen: Tensor) -> dict[str, Tensor]:
+    """0-based rank of each target under every protocol but `known` (a filter over `ours`); a miss is +inf."""
+    mask = seen_mask(seen, scores.shape[1])
+    repeat = mask.gather(1, targets[:, None]).squeeze(1)
+    ours = target_ranks(scores, targets, seen).float()
+    return {
+        "ours": ours,
+        "keep": target_ranks(scores, targets, None).float(),
+        "zero": target_ranks(scores.masked_fill(mask, 0.0), targets, None).float(),
+        "all": ours.masked_fill(repeat, math.inf),
+    }
+
+
+def known_items(data: StreamRecDataModule) -> Tensor:
+    """(N+1,) bool: items in a training history or a validation target."""
+    known = data.train_item_counts() > 0
+    for case in data.splits.valid:
+        known[case.target] = True
+    return known
+
+
+@torch.inference_mode()
+def evaluate(ckpt: str, ks: list[int], batch_size: int) -> dict[str, float]:
+    state = load_checkpoint(ckpt, WRITTEN_BY, mmap=True)
+    if DATA_KEY not in state:
+        sys.exit(f"error: {ckpt}: no data module arguments in the checkpoint; pass one written by streamrec fit")
+    hparams = {k: v for k, v in state[DATA_KEY].items() if not k.startswith("_")}
+    data = StreamRecDataModule(**{**hparams, "batch_size": batch_size, "num_workers": 0})
+    data.setup("test")
+    model = Recommender.load(ckpt).model
+    known = known_items(data)
+    sums = {f"{p}_{m}@{k}": 0.0 for p in PROTOCOLS for m in ("hr", "ndcg") for k in ks}
+    cases = known_cases = repeats = 0
+    for batch in data.test_dataloader():
+        scores = model.recommend_scores(batch.inputs).float()
+        ranks = protocol_ranks(scores, batch.targets, batch.seen)
+        ranks["known"] = ranks["ours"]
+        keep = known[batch.targets]
+        repeats += int(seen_mask(batch.seen, scores.shape[1]).gather(1, batch.targets[:, None]).sum())
+        cases, known_cases = cases + len(batch.targets), known_cases + int(keep.sum())
+        for name, rank in ranks.items():
+            rank = rank[keep] if name == "known" else rank
+            for k in ks:
+                hit = rank < k
+                sums[f"{name}_hr@{k}"] += float(hit.sum())
+                sums[f"{name}_ndcg@{k}"] += float((1.0 / torch.log2(rank[hit] + 2.0)).sum())
+    figures = {name: value / (known_cases if name.startswith("known") else cases) for name, value in sums.items()}
+    return figures | {"cases": cases, "known_cases": known_cases, "repeat_targets": repeats / cases}
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ckpt", required=True, help="a checkpoint written by python -m streamrec fit")
+    p.add_argument("--ks", type=int, nargs="+", default=[10, 20])
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--json", metavar="PATH")
+    args = p.parse_args(argv)
+    if min(args.ks) < 1 or args.batch_size < 1:
+        p.error("--ks and --batch-size must be >= 1")
+    figures = evaluate(args.ckpt, args.ks, args.batch_size)
+    labels = {"ours": "ours: seen removed, target kept", "keep": "RB: nothing removed",
+              "zero": "S3: seen scored 0", "all": "KV: every seen removed, target too",
+              "known": f"RT: ours over {figures['known_cases']} cases with a known target"}
+    rows = [[labels[p], *(f"{figures[f'{p}_{m}@{k}']:.4f}" for k in args.ks for m in ("hr", "ndcg"))]
+            for p in PROTOCOLS]
+    print_table(Console(width=None if sys.stdout.isatty() else 120),
+                f"{args.ckpt}: {figures['cases']} test cases, {figures['repeat_targets']:.2%} repeat targets",
+                ["protocol", *(f"{m}@{k}" for k in args.ks for m in ("HR", "NDCG"))], rows)
+    if args.json:
+        write_json(args.json, figures)
+
+
+if __name__ == "__main__":
+    main()
