@@ -66,6 +66,9 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
             are ids only. An item's vector is then its id embedding plus the mean of its features' embeddings, and a
             cold item's (never in the training histories) its features' alone; needs `tied: true`.
         features_per_item: the most features an item has (linked from the data module); 0 without features.
+        id_dropout: with item features, the share of item id vectors left out in training (each occurrence, in the
+            inputs and the scored table), so that items are also learnt by their features alone, as DropoutNet
+            trains for cold start: without it, cold items score below every warm item. 0 (default): none.
         attention: full (default), or for histories of thousands of items, with time and memory linear in
             their length: window (each position attends to the last `attention_window` items) or linear
             (linear attention, elu + 1 features). `core.nn.attention.MultiHeadAttention`'s `kind`.
@@ -120,7 +123,7 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         attn_dropout: float = 0.0, max_len: int = MAX_LEN,
         positions: Positions = "learned", activation: Activation = "gelu", tied: bool = True,
         item_init_std: float | None = None, lowpass_alpha: float = 0.0, lowpass_window: int = 16,
-        num_features: int = 0, features_per_item: int = 0,
+        num_features: int = 0, features_per_item: int = 0, id_dropout: float = 0.0,
         attention: AttentionKind = "full", attention_window: int = 256, mask_prob: float = 0.2,
         output_head: bool = False, loss: LossName = "full",
         label_smoothing: float = 0.0, num_negatives: int = 256,
@@ -167,7 +170,7 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
             num_items, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads, n_layers=n_layers, d_ff=d_ff,
             dropout=dropout, attn_dropout=attn_dropout, max_len=max_len, positions=positions, activation=activation,
             tied=tied, item_init_std=item_init_std, lowpass_alpha=lowpass_alpha, lowpass_window=lowpass_window,
-            num_features=num_features, features_per_item=features_per_item,
+            num_features=num_features, features_per_item=features_per_item, id_dropout=id_dropout,
             attention=attention, attention_window=attention_window, arch=arch, output_head=output_head,
         )
         if cpu_fastpath:

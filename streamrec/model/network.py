@@ -83,7 +83,7 @@ class StreamRecModel(nn.Module):
         positions: Positions = "learned", activation: Activation = "gelu", tied: bool = True,
         item_init_std: float | None = None, lowpass_alpha: float = 0.0, lowpass_window: int = 16,
         attention: AttentionKind = "full", attention_window: int = 256, num_features: int = 0,
-        features_per_item: int = 0, arch: Arch = "sasrec", output_head: bool = False,
+        features_per_item: int = 0, arch: Arch = "sasrec", output_head: bool = False, id_dropout: float = 0.0,
     ):
         super().__init__()
         if num_items < 1:
@@ -93,6 +93,12 @@ class StreamRecModel(nn.Module):
         if num_features < 0 or features_per_item < 0 or (num_features > 0) != (features_per_item > 0):
             raise ValueError(f"`num_features` ({num_features}) and `features_per_item` ({features_per_item}) must "
                              "both be 0 (no item features) or both positive; link them from the data module")
+        if not 0.0 <= id_dropout < 1.0:
+            raise ValueError(f"`id_dropout` must be in [0, 1), got {id_dropout}")
+        if id_dropout and not num_features:
+            raise ValueError("`id_dropout` needs item features (`data.item_features`): without them an item whose "
+                             "id vector is dropped has no vector at all")
+        self.id_dropout = id_dropout
         if num_features and not tied:
             raise ValueError("item features need `tied: true`: a separate output table has no features, so it "
                              "could not score cold items")
@@ -152,7 +158,10 @@ class StreamRecModel(nn.Module):
         vectors = self.item_embedding.weight[ids]
         if self.feature_embedding is None:
             return vectors
-        vectors = vectors.masked_fill(self.cold_items[ids].unsqueeze(-1), 0.0)  # an untrained id row adds noise
+        drop = self.cold_items[ids]  # an untrained id row adds noise
+        if self.training and self.id_dropout:  # DropoutNet: learn to score an item by its features alone
+            drop = drop | (torch.rand(ids.shape, device=ids.device) < self.id_dropout)
+        vectors = vectors.masked_fill(drop.unsqueeze(-1), 0.0)
         bags = self.feature_embedding(self.item_features[ids].reshape(-1, self.item_features.shape[1]))  # (*, D)
         return vectors + bags.view(vectors.shape)
 

@@ -53,6 +53,32 @@ def test_a_cold_item_is_scored_and_recommended():
     assert top.items.tolist() == [[4]] and torch.isfinite(top.scores).all()
 
 
+def test_id_dropout_leaves_some_items_to_their_features_in_training_only():
+    model = _model(num_features=3, features_per_item=2, id_dropout=0.5)
+    model.set_item_features(FEATURES, COLD)
+    ids, feats = model.item_embedding.weight, model.feature_embedding.weight
+    bags = torch.stack([feats[0], (feats[1] + feats[2]) / 2, feats[2], feats[0], (feats[3] + feats[1]) / 2])
+    full = ids + bags
+    full[4] = bags[4]  # the cold item never has its id
+    torch.testing.assert_close(model.item_vectors, full)  # eval: nothing dropped
+    model.train()
+    torch.manual_seed(1)
+    picks = torch.randint(1, 4, (400,))  # warm items, many times each
+    rows = model.item_rows(picks)
+    dropped = torch.isclose(rows, bags[picks]).all(-1)
+    kept = torch.isclose(rows, full[picks]).all(-1)
+    assert bool((dropped ^ kept).all())  # each occurrence is one or the other
+    assert 0.4 < float(dropped.float().mean()) < 0.6  # 400 draws at 0.5: outside this 1 run in 10^4
+    torch.testing.assert_close(model.item_rows(torch.tensor([4, 4, 4])), bags[[4, 4, 4]])
+
+
+@pytest.mark.parametrize("kwargs", [{"id_dropout": 0.3}, {"id_dropout": 1.0, "num_features": 3,
+                                                            "features_per_item": 2}])
+def test_id_dropout_refuses_what_it_cannot_do(kwargs):
+    with pytest.raises(ValueError, match="id_dropout"):
+        StreamRecModel(4, **SIZES, **kwargs)
+
+
 @pytest.mark.parametrize("kwargs", [{"tied": False}, {"features_per_item": 0}])
 def test_features_refuse_what_cannot_hold_them(kwargs):
     with pytest.raises(ValueError, match="tied|both be 0"):
