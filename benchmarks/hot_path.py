@@ -87,10 +87,7 @@ def main(argv: list[str] | None = None) -> None:
                                  "quick": int(args.quick)}
     rows = []
     with tempfile.TemporaryDirectory() as folder:
-        # core/ and streamrec/ come from old_tree; Translate's cases need translate/ too.
-        tree = old_tree(args.baseline, Path(folder))
-        extra = subprocess.run(["git", "archive", args.baseline, "translate"], cwd=ROOT, capture_output=True)
-        subprocess.run(["tar", "-x", "-C", str(tree)], input=extra.stdout, check=True)
+        tree = old_tree(args.baseline, Path(folder), ("core", "streamrec", "translate"), "--baseline")
         for case in args.cases:
             base, today = [], []
             for _ in range(args.rounds):

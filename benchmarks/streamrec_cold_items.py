@@ -82,16 +82,13 @@ def hold_out(features: dict[str, list[str]], fraction: float, seed: int) -> set[
     return set(random.Random(seed).sample(items, max(1, round(fraction * len(items)))))
 
 
-def write_warm_log(histories: dict[str, list[str]], held: set[str], path: Path) -> int:
-    """The log without the held-out items, as `user item` lines (the sasrec format); returns the events written."""
-    written = 0
+def write_warm_log(histories: dict[str, list[str]], held: set[str], path: Path) -> None:
+    """The log without the held-out items, as `user item` lines (the sasrec format)."""
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as out:
         for user, items in histories.items():
             for item in items:
                 if item not in held:
                     out.write(f"{user} {item}\n")
-                    written += 1
-    return written
 
 
 def fit(args: argparse.Namespace, warm_log: Path, run: Path) -> Path:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from collections.abc import Sequence
 
 import torch
 from _common import print_table, write_json
@@ -33,23 +34,28 @@ from torch import Tensor
 from core.runtime.checkpoint import load_checkpoint
 from streamrec.api import WRITTEN_BY, Recommender
 from streamrec.data.datamodule import StreamRecDataModule
-from streamrec.model.metrics import seen_mask, target_ranks
+from streamrec.model.metrics import RankingMetrics, seen_mask, target_ranks
 
 PROTOCOLS = ("ours", "keep", "zero", "all", "known")
 DATA_KEY = "datamodule_hyper_parameters"  # where Lightning stores the data module's arguments
 
 
-def protocol_ranks(scores: Tensor, targets: Tensor, seen: Tensor) -> dict[str, Tensor]:
-    """0-based rank of each target under every protocol but `known` (a filter over `ours`); a miss is +inf."""
-    mask = seen_mask(seen, scores.shape[1])
-    repeat = mask.gather(1, targets[:, None]).squeeze(1)
-    ours = target_ranks(scores, targets, seen).float()
-    return {
-        "ours": ours,
-        "keep": target_ranks(scores, targets, None).float(),
-        "zero": target_ranks(scores.masked_fill(mask, 0.0), targets, None).float(),
-        "all": ours.masked_fill(repeat, math.inf),
-    }
+class ProtocolMetrics(RankingMetrics):
+    """`RankingMetrics` with the target ranked as `protocol` says (one of PROTOCOLS; `known` is `ours` over the
+    cases the caller passes)."""
+
+    def __init__(self, protocol: str, ks: Sequence[int]):
+        super().__init__(ks, filter_seen=protocol != "keep")
+        self.protocol = protocol
+
+    def ranks(self, scores: Tensor, targets: Tensor, seen: Tensor | None) -> Tensor:
+        if self.protocol not in ("zero", "all"):
+            return target_ranks(scores, targets, seen)
+        mask = seen_mask(seen, scores.shape[1])
+        if self.protocol == "zero":
+            return target_ranks(scores.masked_fill(mask, 0.0), targets, None)
+        repeat = mask.gather(1, targets[:, None]).squeeze(1)  # a repeat target is a miss: rank +inf
+        return target_ranks(scores, targets, seen).float().masked_fill(repeat, math.inf)
 
 
 def known_items(data: StreamRecDataModule) -> Tensor:
@@ -70,22 +76,20 @@ def evaluate(ckpt: str, ks: list[int], batch_size: int) -> dict[str, float]:
     data.setup("test")
     model = Recommender.load(ckpt).model
     known = known_items(data)
-    sums = {f"{p}_{m}@{k}": 0.0 for p in PROTOCOLS for m in ("hr", "ndcg") for k in ks}
-    cases = known_cases = repeats = 0
+    metrics = {p: ProtocolMetrics(p, ks) for p in PROTOCOLS}
+    repeats = 0
     for batch in data.test_dataloader():
         scores = model.recommend_scores(batch.inputs).float()
-        ranks = protocol_ranks(scores, batch.targets, batch.seen)
-        ranks["known"] = ranks["ours"]
         keep = known[batch.targets]
         repeats += int(seen_mask(batch.seen, scores.shape[1]).gather(1, batch.targets[:, None]).sum())
-        cases, known_cases = cases + len(batch.targets), known_cases + int(keep.sum())
-        for name, rank in ranks.items():
-            rank = rank[keep] if name == "known" else rank
-            for k in ks:
-                hit = rank < k
-                sums[f"{name}_hr@{k}"] += float(hit.sum())
-                sums[f"{name}_ndcg@{k}"] += float((1.0 / torch.log2(rank[hit] + 2.0)).sum())
-    figures = {name: value / (known_cases if name.startswith("known") else cases) for name, value in sums.items()}
+        for name, metric in metrics.items():
+            if name == "known":
+                metric.update(scores[keep], batch.targets[keep], batch.seen[keep])
+            else:
+                metric.update(scores, batch.targets, batch.seen)
+    figures = {f"{p}_{name}": float(value) for p, metric in metrics.items()
+               for name, value in metric.compute().items() if not name.startswith("mrr")}
+    cases, known_cases = int(metrics["ours"].count), int(metrics["known"].count)
     return figures | {"cases": cases, "known_cases": known_cases, "repeat_targets": repeats / cases}
 
 

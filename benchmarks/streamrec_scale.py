@@ -58,14 +58,19 @@ from streamrec_ingest import BASELINE_COMMIT, generate, run_child, run_in_proces
 PATHS = ("old", "new", "bf16")
 
 
-def old_tree(commit: str, folder: Path) -> Path:
-    """core/ and streamrec/ at `commit`, extracted into `folder` (the old scorer imports only those and libraries)."""
+def old_tree(commit: str, folder: Path, packages: tuple[str, ...] = ("core", "streamrec"),
+             option: str = "--baseline-commit") -> Path:
+    """`packages` at `commit`, extracted into `folder` (the old scorer imports only core/, streamrec/ and libraries).
+
+    `option` is the command-line option that names the commit, for the error when git cannot read it.
+    """
     archive = folder / "old.tar"
-    res = subprocess.run(["git", "archive", "-o", str(archive), commit, "core", "streamrec"], cwd=ROOT,
+    res = subprocess.run(["git", "archive", "-o", str(archive), commit, *packages], cwd=ROOT,
                          capture_output=True, text=True)
     if res.returncode:
-        sys.exit(f"error: cannot read core/ and streamrec/ at {commit} ({res.stderr.strip()}); "
-                 "run from a git checkout that has that commit, or pass --baseline-commit")
+        names = ", ".join(f"{p}/" for p in packages)
+        sys.exit(f"error: cannot read {names} at {commit} ({res.stderr.strip()}); "
+                 f"run from a git checkout that has that commit, or pass another {option}")
     tree = folder / "old_tree"
     with tarfile.open(archive) as tar:
         tar.extractall(tree, filter="data")

@@ -68,7 +68,7 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         features_per_item: the most features an item has (linked from the data module); 0 without features.
         id_dropout: with item features, the share of item id vectors left out in training (each occurrence, in the
             inputs and the scored table), so that items are also learnt by their features alone, as DropoutNet
-            trains for cold start: without it, cold items score below every warm item. 0 (default): none.
+            trains for cold start: cold items have nothing else to be scored by. 0 (default): none.
         attention: full (default), or for histories of thousands of items, with time and memory linear in
             their length: window (each position attends to the last `attention_window` items) or linear
             (linear attention, elu + 1 features). `core.nn.attention.MultiHeadAttention`'s `kind`.
