@@ -26,7 +26,6 @@ from typing import Any
 import lightning as L
 import torch
 from _common import ROOT
-from lightning.pytorch.callbacks import EMAWeightAveraging
 from torch import Tensor
 from torch.utils.data import DataLoader
 
@@ -228,7 +227,11 @@ def train_ours(data: Data, module_kwargs: dict[str, Any], args: argparse.Namespa
     L.seed_everything(args.seed, verbose=False)
     module = StreamRecModule(num_items=data.num_items, max_len=args.max_len, **kwargs)
     ema_decay = getattr(args, "ema_decay", None)
-    averaging = None if not ema_decay else EMAWeightAveraging(decay=ema_decay)
+    averaging = None
+    if ema_decay:  # imported here: Lightning < 2.6 (the RecTools venv's) has no EMAWeightAveraging
+        from lightning.pytorch.callbacks import EMAWeightAveraging
+
+        averaging = EMAWeightAveraging(decay=ema_decay)
     keeper = best_epoch_keeper(
         L.Callback, lambda m: m.model, lambda net: evaluate(partial(ours_scores, net), data.split.valid, args.max_len),
         args.patience, 60 * args.trial_minutes, averaging,

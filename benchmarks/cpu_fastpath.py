@@ -7,6 +7,8 @@ shapes of the shipped configs:
 - streamrec_ml1m: configs/streamrec/ml1m.yaml (3,416 items, 128 histories x 200, d_model 64, 1 head,
   2 layers, d_ff 256, dropout 0.2), fp32 as the config trains;
 - streamrec_beauty: configs/streamrec/beauty.yaml (12,101 items, 128 x 50, dropout 0.5), fp32;
+- streamrec_ml1m_bf16: StreamRecModule's defaults (the default recipe: 2 heads, d_ff 256, GELU) at ML-1M's
+  shape under bf16 autocast, as `streamrec_rectools.py --ours-recipe default --precision bf16` trains it;
 - translate_multi30k_{fp32,bf16}: configs/translate/multi30k_en_de.yaml (vocabulary 10,000, d_model 128,
   4+4 layers, d_ff 256, dropout 0.3, ff_dropout 0; a 4,096-token batch of 128 x 32), in fp32 and under
   bf16 autocast (what the config asks for; only where this CPU has fast bf16);
@@ -49,13 +51,14 @@ from translate.search.decoding import beam_search
 STREAMREC = {
     "streamrec_ml1m": dict(num_items=3416, max_len=200, d_model=64, n_heads=1, n_layers=2, d_ff=256, dropout=0.2),
     "streamrec_beauty": dict(num_items=12101, max_len=50, d_model=64, n_heads=1, n_layers=2, d_ff=256, dropout=0.5),
+    "streamrec_ml1m_bf16": dict(num_items=3416, max_len=200),  # the module's defaults otherwise
 }
 TRANSLATE = dict(src_vocab_size=10000, tgt_vocab_size=10000, d_model=128, n_heads=4, n_encoder_layers=4,
                  n_decoder_layers=4, d_ff=256, dropout=0.3, ff_dropout=0.0)
 QUICK = dict(num_items=50, max_len=12, src_vocab_size=60, tgt_vocab_size=60, d_model=16, n_heads=2, d_ff=32)
 BATCH, TRANSLATE_BATCH, TRANSLATE_LEN = 128, (128, 32), 20  # histories; (sentences, tokens); decoder steps
-CASES = ("streamrec_ml1m", "streamrec_beauty", "translate_multi30k_fp32", "translate_multi30k_bf16",
-         "translate_decode")
+CASES = ("streamrec_ml1m", "streamrec_beauty", "streamrec_ml1m_bf16", "translate_multi30k_fp32",
+         "translate_multi30k_bf16", "translate_decode")
 
 
 def build(cls: type, kwargs: dict, fastpath: bool, quick: bool) -> torch.nn.Module:
@@ -89,7 +92,7 @@ def streamrec_case(name: str, quick: bool) -> dict[str, Callable[[], None]]:
         g = torch.Generator().manual_seed(1)
         items = torch.randint(1, hp.num_items + 1, (8 if quick else BATCH, hp.max_len + 1), generator=g)
         batch = TrainBatch(inputs=items[:, :-1], targets=items[:, 1:])
-        fns[key] = train_step(module, batch, bf16=False)
+        fns[key] = train_step(module, batch, bf16=name.endswith("bf16"))
     return fns
 
 

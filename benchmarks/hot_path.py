@@ -28,7 +28,10 @@ from _common import ROOT, median_ratio, print_table, write_json
 from rich.console import Console
 from streamrec_scale import old_tree
 
-CASES = ("streamrec_ml1m", "streamrec_beauty", "translate_multi30k_fp32", "translate_decode")
+from core.runtime.precision import cpu_has_fast_bf16
+
+CASES = ("streamrec_ml1m", "streamrec_beauty", "streamrec_ml1m_bf16", "translate_multi30k_fp32",
+         "translate_multi30k_bf16", "translate_decode")
 
 
 def child(tree: str, case: str, number: int, quick: bool, threads: int) -> None:
@@ -89,6 +92,9 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as folder:
         tree = old_tree(args.baseline, Path(folder), ("core", "streamrec", "translate"), "--baseline")
         for case in args.cases:
+            if case.endswith("bf16") and not cpu_has_fast_bf16():
+                console.print(f"[yellow]{case}: skipped, this CPU has no fast bf16 matmul[/]")
+                continue
             base, today = [], []
             for _ in range(args.rounds):
                 base.append(measure(tree, case, args))

@@ -1,18 +1,20 @@
-"""Which SDPA backend is faster on CPU: flash against math, fp32 and bf16, forward and forward+backward.
+"""Which SDPA path is faster on CPU: flash against math, fp32 and bf16, forward and forward+backward.
 
 PyTorch's CPU flash-attention kernel is the default for `scaled_dot_product_attention`, but
-its bf16 backward is far slower than the math backend's at the short sequences translation
-and short-session recommendation train on. `core.nn.attention.attend` picks the math backend
-where this benchmark shows it faster (`core.nn.attention.MATH_MAX_KEYS`); this script is the
-evidence, and `--rule` adds a column with what `attend` does now against plain flash.
+its bf16 backward is far slower than its fp32 one at the lengths translation and session
+recommendation train on. For bf16 the script also times the fp32 flash kernel on inputs cast
+up (`fp32` columns); `core.nn.attention.attend` runs that where this benchmark shows it the
+fastest (`core.nn.attention.FP32_MAX_KEYS`); this script is the evidence, and `--rule` adds a
+column with what `attend` does now against plain flash.
 
-Shapes keep B x T roughly constant (a token-count batch): (B, 4 heads, T, 64), a boolean
+Shapes keep B x T roughly constant (a token-count batch): (B, heads, T, head width), a boolean
 key-padding mask with some padded rows. Interleaved rounds; time = median; ratio = median of
 per-round ratios flash / math (> 1: math is faster).
 
     python benchmarks/sdpa_cpu_backend.py --threads 1 --json runs/bench/sdpa_cpu_backend.json
 
-JSON keys: {fp32,bf16}_{fwd,train}_T{T}_{flash_ms,math_ms,flash_over_math}[, _attend_ms, _flash_over_attend].
+JSON keys: {fp32,bf16}_{fwd,train}_T{T}_{flash_ms,math_ms,flash_over_math}; bf16 also _fp32_ms, _flash_over_fp32,
+_math_over_fp32; with --rule _attend_ms, _flash_over_attend.
 """
 
 from __future__ import annotations
@@ -34,11 +36,11 @@ from core.runtime.precision import NO_FAST_BF16, cpu_has_fast_bf16
 TOKENS = 4096  # queries x batch per call, like a max_tokens 4096 batch
 
 
-def case(dtype: torch.dtype, t: int, train: bool) -> dict[str, Callable[[], None]]:
+def case(dtype: torch.dtype, t: int, train: bool, heads: int = 4, head_dim: int = 64) -> dict[str, Callable[[], None]]:
     """Flash, math and `attend` closures for one (dtype, T, train) point."""
     g = torch.Generator().manual_seed(t)
     b = max(1, TOKENS // t)
-    q, k, v = (torch.randn(b, 4, t, 64, generator=g).to(dtype).requires_grad_(train) for _ in range(3))
+    q, k, v = (torch.randn(b, heads, t, head_dim, generator=g).to(dtype).requires_grad_(train) for _ in range(3))
     mask = torch.ones(b, 1, 1, t, dtype=torch.bool)
     mask[: b // 2, ..., t - max(1, t // 8):] = False  # half the rows end in padding
 
@@ -56,8 +58,15 @@ def case(dtype: torch.dtype, t: int, train: bool) -> dict[str, Callable[[], None
                 return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return fn
 
-    return {"flash": run(backend(SDPBackend.FLASH_ATTENTION)), "math": run(backend(SDPBackend.MATH)),
-            "attend": run(lambda: attend(q, k, v, mask))}
+    def upcast() -> torch.Tensor:  # bf16 inputs, the fp32 flash kernel, a bf16 output (autocast off inside)
+        with torch.autocast("cpu", enabled=False):
+            return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask).to(dtype)
+
+    fns = {"flash": run(backend(SDPBackend.FLASH_ATTENTION)), "math": run(backend(SDPBackend.MATH)),
+           "attend": run(lambda: attend(q, k, v, mask))}
+    if dtype != torch.float32:
+        fns["fp32"] = run(upcast)
+    return fns
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -65,13 +74,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--lengths", type=int, nargs="+", default=[16, 32, 64, 128, 192, 256, 512, 1024],
                    help="sequence lengths T (queries = keys)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    p.add_argument("--heads", type=int, default=4, help="attention heads (default 4)")
+    p.add_argument("--head-dim", type=int, default=64, help="width of one head (default 64)")
     p.add_argument("--repeats", type=int, default=7, help="interleaved rounds (default 7)")
     p.add_argument("--rule", action="store_true", help="also time core.nn.attention.attend (the backend rule)")
     p.add_argument("--json", metavar="PATH", help="write the figures as one flat JSON object")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     console = Console(width=None if sys.stdout.isatty() else 120)
-    figures: dict[str, float] = {"threads": args.threads, "tokens": TOKENS}
+    figures: dict[str, float] = {"threads": args.threads, "tokens": TOKENS, "heads": args.heads,
+                                 "head_dim": args.head_dim}
     dtypes = [(torch.float32, "fp32"), (torch.bfloat16, "bf16")]
     if not cpu_has_fast_bf16():
         console.print(f"{NO_FAST_BF16}: bf16 is left out, it would time PyTorch's fallback")
@@ -82,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
             mode = "train" if train else "fwd"
             rows = []
             for t in args.lengths:
-                fns = case(dtype, t, train)
+                fns = case(dtype, t, train, args.heads, args.head_dim)
                 if not args.rule:
                     del fns["attend"]
                 for fn in fns.values():  # warm-up
@@ -94,14 +106,22 @@ def main(argv: list[str] | None = None) -> None:
                 figures |= {f"{key}_flash_ms": ms["flash"], f"{key}_math_ms": ms["math"],
                             f"{key}_flash_over_math": ratio}
                 row = [str(t), f"{ms['flash']:.2f}", f"{ms['math']:.2f}", f"{ratio:.2f}x"]
+                if "fp32" in times:  # the fp32 flash kernel on upcast inputs, against flash and math in bf16
+                    up = {name: median_ratio(times[name], times["fp32"]) for name in ("flash", "math")}
+                    figures |= {f"{key}_fp32_ms": ms["fp32"], f"{key}_flash_over_fp32": up["flash"],
+                                f"{key}_math_over_fp32": up["math"]}
+                    row += [f"{ms['fp32']:.2f}", f"{up['flash']:.2f}x", f"{up['math']:.2f}x"]
                 if args.rule:
                     rule = median_ratio(times["flash"], times["attend"])
                     figures |= {f"{key}_attend_ms": ms["attend"], f"{key}_flash_over_attend": rule}
                     row += [f"{ms['attend']:.2f}", f"{rule:.2f}x"]
                 rows.append(row)
-            cols = ["T", "flash ms", "math ms", "flash / math"] + (["attend ms", "flash / attend"] if args.rule else [])
-            print_table(console, f"{dname} {'forward + backward' if train else 'forward'}, "
-                                 f"{TOKENS} queries a call, {args.threads} thread(s)", cols, rows)
+            cols = ["T", "flash ms", "math ms", "flash / math"]
+            if dtype != torch.float32:
+                cols += ["fp32 flash ms", "flash / fp32", "math / fp32"]
+            cols += ["attend ms", "flash / attend"] if args.rule else []
+            print_table(console, f"{dname} {'forward + backward' if train else 'forward'}, {TOKENS} queries a call, "
+                                 f"{args.heads} heads of {args.head_dim}, {args.threads} thread(s)", cols, rows)
     if args.json:
         write_json(args.json, figures)
         console.print(f"figures written to {args.json}")

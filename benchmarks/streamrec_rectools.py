@@ -132,7 +132,7 @@ def trial_ours(data: Data, loss: str, lr: float, args: argparse.Namespace) -> di
 
 def trial_ours_default(data: Data, args: argparse.Namespace) -> dict[str, object]:
     """StreamRec with its default recipe, no search: the same early stopping, test metrics and scoring time."""
-    keeper, model = train_ours(data, default_recipe(), args)
+    keeper, model = train_ours(data, {**default_recipe(), "cpu_fastpath": args.cpu_fastpath}, args)
     cases = data.split.test
     test = evaluate_full(partial(ours_scores, model), cases, args.max_len)
     histories = [list(c.history) for c in cases]
@@ -255,7 +255,7 @@ def trial_key(data: Data, system: str, loss: str, lr: float, args: argparse.Name
             **({"item_init_std": args.item_init_std} if args.item_init_std is not None and system == "ours" else {}),
             **({"recipe": default_recipe()} if loss == DEFAULT else {}),
             **({"group_by_length": GROUPED} if args.group_by_length and system == "ours" else {}),
-            **({"cpu_fastpath": True} if args.cpu_fastpath and system == "ours" and loss != DEFAULT else {})}
+            **({"cpu_fastpath": True} if args.cpu_fastpath and system == "ours" else {})}
 
 
 def search(data: Data, args: argparse.Namespace, trials: TrialLog, log: Console) -> dict[str, list[dict]]:
@@ -368,8 +368,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--malloc", choices=("default", "keep"), default="default",
                    help="keep: glibc keeps freed memory (no per-step page faults on big tensors), both models")
     p.add_argument("--cpu-fastpath", action="store_true",
-                   help="ours, matched trials: model.cpu_fastpath (oneDNN fp32 linears, a cheaper dropout mask), as "
-                        "ml1m.yaml and beauty.yaml set it")
+                   help="ours: model.cpu_fastpath (oneDNN fp32 linears, a cheaper dropout mask), as ml1m.yaml and "
+                        "beauty.yaml set it; with --ours-recipe default too")
     p.add_argument("--random-batches", action="store_true",
                    help="ours: random batches (data.group_by_length false), not fit's default length-grouped ones")
     p.add_argument("--group-by-length", action="store_true", help=argparse.SUPPRESS)  # the default; older commands

@@ -15,13 +15,11 @@ H query heads, Hkv key/value heads, Dh head width (D / H).
 from __future__ import annotations
 
 import math
-from contextlib import AbstractContextManager, nullcontext
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from core.nn.cpu_fastpath import sdpa_math_with_cheap_dropout
 from core.nn.kv_cache import KVCache, StaticKV
@@ -30,19 +28,18 @@ from core.nn.masks import causal_mask, combine_masks
 from core.nn.positions import RotaryEmbedding, apply_rope
 from core.nn.windowed import windowed_attention
 
-# Longest key sequence for which bf16 training on CPU uses SDPA's math backend instead of the CPU
-# flash kernel, whose bf16 backward is slow at short lengths: math is faster up to here, flash beyond
-# (`benchmarks/sdpa_cpu_backend.py`; docs/results.md, "Core kernels"). fp32 and inference keep SDPA's own
-# choice (flash is as fast or faster at every length there); fp16 and GPUs are not measured and keep it too.
-MATH_MAX_KEYS = 128
+# Longest key sequence for which bf16 training on CPU runs SDPA in fp32 (the inputs cast up, the output cast
+# back): PyTorch's CPU flash kernel has a bf16 backward slower than its fp32 one up to here, and the math backend is
+# slower than both but at the shortest lengths; beyond it bf16 flash is the faster (`benchmarks/sdpa_cpu_backend.py`;
+# docs/results.md, "Core kernels"). fp32, inference and attention-weight dropout keep SDPA's own choice; fp16 and
+# GPUs are not measured and keep it too.
+FP32_MAX_KEYS = 512
 
 
-def sdpa_backend(q: Tensor, k: Tensor) -> AbstractContextManager:
-    """The SDPA backend context for this call: the math backend where it measured faster, else SDPA's choice."""
-    if (q.device.type == "cpu" and q.dtype == torch.bfloat16 and k.shape[-2] <= MATH_MAX_KEYS
-            and torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)):
-        return sdpa_kernel(SDPBackend.MATH)
-    return nullcontext()
+def _fp32_on_cpu(q: Tensor, k: Tensor, dropout_p: float) -> bool:
+    """Whether this call is bf16 training on the CPU at a length where the fp32 kernel is the faster."""
+    return (q.device.type == "cpu" and q.dtype == torch.bfloat16 and k.shape[-2] <= FP32_MAX_KEYS
+            and dropout_p == 0.0 and torch.is_grad_enabled() and (q.requires_grad or k.requires_grad))
 
 
 def attend(
@@ -91,11 +88,17 @@ def attend(
     enable_gqa = k.shape[1] != q.shape[1]
     if cheap_dropout and dropout_p > 0 and q.device.type == "cpu":
         out = sdpa_math_with_cheap_dropout(q, k, v, attn_mask, dropout_p, is_causal, enable_gqa)
-    else:
-        with sdpa_backend(q, k):
+    elif _fp32_on_cpu(q, k, dropout_p):
+        if attn_mask is not None and attn_mask.is_floating_point():
+            attn_mask = attn_mask.float()
+        with torch.autocast("cpu", enabled=False):  # autocast would cast the fp32 inputs straight back to bf16
             out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, enable_gqa=enable_gqa,
-            )
+                q.float(), k.float(), v.float(), attn_mask=attn_mask, is_causal=is_causal, enable_gqa=enable_gqa,
+            ).to(q.dtype)
+    else:
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, enable_gqa=enable_gqa,
+        )
     if bias is not None and mask is not None:
         # With finite fill values a query that sees no key would average every value;
         # give it 0, as SDPA does for a boolean mask and as capture mode does.
