@@ -416,6 +416,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.ours_recipe == DEFAULT:
         metrics_only = ("ks", "sampled_metrics", "popularity_baseline")
         recipe = {k: v for k, v in default_recipe().items() if k not in metrics_only}
+        recipe["cpu_fastpath"] = args.cpu_fastpath
         console.print(f"StreamRec: its default recipe, one trial, no search: {recipe}")
     console.print(f"protocol: leave-one-out; pick by validation NDCG@{K}; test = full ranking over all items, seen "
                   f"items removed, our RankingMetrics on both networks' scores")
