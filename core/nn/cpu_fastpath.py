@@ -204,6 +204,8 @@ class _KeepScale(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor, keep: Tensor, scale: float) -> Tensor:
+        if x.dtype in (torch.bfloat16, torch.float16):
+            keep = keep.view(torch.uint8)  # mul casts uint8 to bf16 about twice as fast as bool (same bytes)
         ctx.save_for_backward(keep)
         ctx.scale = scale
         return torch.mul(x, keep).mul_(scale)

@@ -45,9 +45,11 @@ def test_effective_p_is_p_to_a_32768th():
         assert abs(effective_p(p) - p) <= 0.5 / 32768
 
 
-def test_output_and_gradient_equal_mask_times_scale():
-    x = torch.randn(64, 48, dtype=torch.float64, requires_grad=True)
-    upstream = torch.randn(64, 48, dtype=torch.float64)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16, torch.float16])
+def test_output_and_gradient_equal_mask_times_scale(dtype):
+    """Half types take the mask as uint8 bytes; the result must be the same product as with the bool mask."""
+    x = torch.randn(64, 48, dtype=dtype, requires_grad=True)
+    upstream = torch.randn(64, 48, dtype=dtype)
     p = 0.3
     torch.manual_seed(7)
     out = dropout(x, p)
