@@ -113,6 +113,11 @@ def default_recipe() -> dict[str, object]:
     return {name: p.default for name, p in params.items() if name not in ("self", "num_items", "max_len")}
 
 
+def ours_default_recipe(args: argparse.Namespace) -> dict[str, object]:
+    """The default recipe as `--ours-recipe default` trains it: with the fast path when `--cpu-fastpath` asks."""
+    return {**default_recipe(), "cpu_fastpath": args.cpu_fastpath}
+
+
 # ----------------------------------------------------------------------------- one trial per system
 
 
@@ -132,7 +137,7 @@ def trial_ours(data: Data, loss: str, lr: float, args: argparse.Namespace) -> di
 
 def trial_ours_default(data: Data, args: argparse.Namespace) -> dict[str, object]:
     """StreamRec with its default recipe, no search: the same early stopping, test metrics and scoring time."""
-    keeper, model = train_ours(data, {**default_recipe(), "cpu_fastpath": args.cpu_fastpath}, args)
+    keeper, model = train_ours(data, ours_default_recipe(args), args)
     cases = data.split.test
     test = evaluate_full(partial(ours_scores, model), cases, args.max_len)
     histories = [list(c.history) for c in cases]
@@ -415,8 +420,7 @@ def main(argv: list[str] | None = None) -> None:
                   f"{args.precision}; gbce = {GBCE_NEGATIVES} uniform negatives, t {GBCE_T}")
     if args.ours_recipe == DEFAULT:
         metrics_only = ("ks", "sampled_metrics", "popularity_baseline")
-        recipe = {k: v for k, v in default_recipe().items() if k not in metrics_only}
-        recipe["cpu_fastpath"] = args.cpu_fastpath
+        recipe = {k: v for k, v in ours_default_recipe(args).items() if k not in metrics_only}
         console.print(f"StreamRec: its default recipe, one trial, no search: {recipe}")
     console.print(f"protocol: leave-one-out; pick by validation NDCG@{K}; test = full ranking over all items, seen "
                   f"items removed, our RankingMetrics on both networks' scores")
