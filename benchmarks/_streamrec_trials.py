@@ -194,7 +194,7 @@ class TrialLog:
 
 def load_data(name: str, args: argparse.Namespace) -> Data:
     dm = StreamRecDataModule(str(args.paths[name]), max_len=args.max_len, batch_size=args.batch_size,
-                             group_by_length=args.group_by_length)
+                             group_by_length=args.group_by_length, prefixes=getattr(args, "prefixes", False))
     dm.setup("fit")
     return Data(name, dm, dm.splits, dm.num_items)
 

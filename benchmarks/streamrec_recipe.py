@@ -42,6 +42,7 @@ from _streamrec_trials import (
 from rich.console import Console
 
 MAX_LEN_KEY = "max_len"  # a data setting, not a module argument: variants may set it too
+PREFIXES_KEY = "prefixes"  # the data module's `prefixes` (every prefix its own example), also a data setting
 EMA_KEY = "ema_decay"  # a trainer callback (Lightning's EMAWeightAveraging), not a module argument
 
 
@@ -87,16 +88,19 @@ def run(args: argparse.Namespace, console: Console, log: Console) -> dict[str, f
     trials = TrialLog(args.out / "trials.jsonl")
     results: dict[tuple[str, str], dict[str, object]] = {}
     for dataset in args.datasets:
-        cache: dict[int, object] = {}
+        cache: dict[tuple[int, bool], object] = {}
         for name, assignments in args.variants:
             kwargs = {**args.base, **assignments}
             max_len = int(kwargs.pop(MAX_LEN_KEY, args.max_len))
-            key = trial_key(dataset, kwargs, max_len, args)
+            prefixes = bool(kwargs.pop(PREFIXES_KEY, False))
+            # Stored as a module setting in the key only when on, so earlier trials' keys still match.
+            key = trial_key(dataset, {**kwargs, **({PREFIXES_KEY: True} if prefixes else {})}, max_len, args)
             result = trials.get(key)
             if result is None:
-                if max_len not in cache:
-                    cache[max_len] = load_data(dataset, argparse.Namespace(**{**vars(args), "max_len": max_len}))
-                data = cache[max_len]
+                if (max_len, prefixes) not in cache:
+                    cache[max_len, prefixes] = load_data(dataset, argparse.Namespace(
+                        **{**vars(args), "max_len": max_len, PREFIXES_KEY: prefixes}))
+                data = cache[max_len, prefixes]
                 log.log(f"{dataset}: {name} {kwargs} max_len {max_len} ...")
                 module_kwargs = {k: v for k, v in kwargs.items() if k != EMA_KEY}
                 keeper, _ = train_ours(data, module_kwargs, argparse.Namespace(

@@ -66,6 +66,11 @@ class StreamRecDataModule(L.LightningDataModule):
         item_col: item column name.
         time_col: timestamp column name; None means the file order is chronological.
         sliding_window: train on every max_len-window of long histories, not only the last.
+        prefixes: train on every prefix of each history as its own example, predicting only its last item (the
+            augmentation of FMLP-Rec, BSARec and RecBole), instead of one window predicting every next item: the
+            same targets, but each sees its history under its own dropout, and the position next to a target is
+            always the last. An epoch encodes about (mean history length) / 2 times more positions, so it suits
+            short histories (docs/results.md, "StreamRec").
         temporal_cutoffs: (valid, test) timestamps for split=temporal; None uses `temporal_quantiles`.
         temporal_quantiles: (valid, test) quantiles of all timestamps used when no cutoffs are given.
         num_workers: DataLoader worker processes.
@@ -87,6 +92,7 @@ class StreamRecDataModule(L.LightningDataModule):
         self, path: str, format: Format = "auto", max_len: int = 50, batch_size: int = 128,
         split: SplitName = "leave_one_out", min_interactions: int = 2, user_col: str = "user_id",
         item_col: str = "item_id", time_col: str | None = "timestamp", sliding_window: bool = False,
+        prefixes: bool = False,
         temporal_cutoffs: tuple[float, float] | None = None, temporal_quantiles: tuple[float, float] = (0.8, 0.9),
         num_workers: int = 0, cache_dir: str | None = None, group_by_length: bool = True,
         item_features: str | None = None, feature_columns: list[str] | None = None,
@@ -104,7 +110,7 @@ class StreamRecDataModule(L.LightningDataModule):
         self.path, self.format, self.max_len, self.batch_size = path, format, max_len, batch_size
         self.split_name, self.min_interactions = split, min_interactions
         self.columns = {"user_col": user_col, "item_col": item_col, "time_col": time_col}
-        self.sliding_window, self.num_workers = sliding_window, num_workers
+        self.sliding_window, self.prefixes, self.num_workers = sliding_window, prefixes, num_workers
         self.temporal_cutoffs, self.temporal_quantiles = temporal_cutoffs, temporal_quantiles
         self.cache_dir, self.group_by_length = cache_dir, group_by_length
         self.item_features_path, self.feature_columns = item_features, feature_columns
@@ -216,7 +222,8 @@ class StreamRecDataModule(L.LightningDataModule):
         index = {u: k for k, u in enumerate(self._log.users)}
         starts = np.asarray(self._log.offsets)[:-1][[index[u] for u in self.splits.train]]
         ends = starts + np.array([len(h) for h in self.splits.train.values()], dtype=np.int64)
-        return TrainDataset.from_spans(self._log.items, starts, ends, self.max_len, self.sliding_window)
+        return TrainDataset.from_spans(self._log.items, starts, ends, self.max_len, self.sliding_window,
+                                       self.prefixes)
 
     def state_dict(self) -> dict[str, dict[str, list[str]]]:
         """The vocabulary, saved by Lightning in every checkpoint."""
@@ -233,11 +240,12 @@ class StreamRecDataModule(L.LightningDataModule):
         # Shuffled from (seed, epoch), and a generator of the loader's own: fetching data draws nothing from
         # the global generator, so a run resumed from a checkpoint replays the same batches (core.runtime.resume).
         seed = torch.initial_seed() % 2**31  # seed_everything's seed
-        collate = partial(collate_train, max_len=self.max_len)
+        collate = partial(collate_train, max_len=self.max_len, last_only=self.prefixes)
         loader = {"num_workers": self.num_workers, "collate_fn": collate, "persistent_workers": self.num_workers > 0,
                   "generator": torch.Generator().manual_seed(seed)}
         if self.group_by_length and not process_group_running():
-            sampler = LengthGroupedBatchSampler(self.train_set.lengths, self.batch_size, seed)
+            sampler = LengthGroupedBatchSampler(self.train_set.lengths, self.batch_size, seed,
+                                                targets=self.train_set.targets)
             return DataLoader(self.train_set, batch_sampler=sampler, **loader)
         if self.group_by_length:
             log.info("training batches are random under DDP: Lightning's DistributedSampler shards them "

@@ -1,7 +1,8 @@
 """Datasets and collate functions: SASRec-style causal training examples and evaluation batches.
 
 `TrainDataset` + `collate_train` give the last max_len+1 training items, inputs = seq[:-1],
-targets = seq[1:], both left-padded with 0 (target 0 = ignore). `EvalDataset` + `collate_eval`
+targets = seq[1:], both left-padded with 0 (target 0 = ignore); with `prefixes`, every prefix of a history
+instead, each with only its last item as target. `EvalDataset` + `collate_eval`
 give the last max_len history items, the held-out target and every item already seen (for
 filtering). `collate_predict` does the same for whole sequences. `LengthGroupedBatchSampler` cuts
 training batches of windows of similar length.
@@ -27,19 +28,22 @@ from streamrec.data.splits import EvalCase, Split
 log = logging.getLogger(__name__)
 
 
-def training_windows(history: Sequence[int], max_len: int, sliding_window: bool = False) -> list[list[int]]:
+def training_windows(history: Sequence[int], max_len: int, sliding_window: bool = False,
+                     prefixes: bool = False) -> list[list[int]]:
     """Cut an encoded chronological history into windows of at most max_len + 1 items (max_len next-item pairs).
 
     By default only the last window is kept, as SASRec does. With `sliding_window` the windows
-    step back by max_len and overlap by one item, so every transition is a target exactly once.
+    step back by max_len and overlap by one item, so every transition is a target exactly once. With
+    `prefixes` every prefix of two items or more ends a window (its last max_len + 1 items), and only a
+    window's last item is meant as a target (`collate_train(last_only=True)`).
     """
     windows = []
     end = len(history)
     while end >= 2:
         windows.append(list(history[max(0, end - max_len - 1) : end]))
-        if not sliding_window:
+        if not (sliding_window or prefixes):
             break
-        end -= max_len
+        end -= 1 if prefixes else max_len
     return windows[::-1]
 
 
@@ -71,10 +75,13 @@ class TrainBatch(NamedTuple):
     Args:
         inputs: (B, T) item ids, left-padded with 0.
         targets: (B, T) the item after each input position; 0 = ignore.
+        last_only: only the last column holds targets (prefix windows), so the model may compute the final
+            layer there alone.
     """
 
     inputs: Tensor
     targets: Tensor
+    last_only: bool = False
 
 
 class EvalBatch(NamedTuple):
@@ -103,45 +110,48 @@ class TrainDataset(Dataset):
         histories: encoded training histories, one per user.
         max_len: model context length T.
         sliding_window: one window per max_len items instead of only the last one.
+        prefixes: one window per prefix, each a single target (its last item; see `training_windows`).
     """
 
-    def __init__(self, histories: Iterable[Sequence[int]], max_len: int, sliding_window: bool = False):
+    def __init__(self, histories: Iterable[Sequence[int]], max_len: int, sliding_window: bool = False,
+                 prefixes: bool = False):
         histories = [np.asarray(h, dtype=np.int32) for h in histories]
         lengths = np.array([len(h) for h in histories], dtype=np.int64)
         ends = np.cumsum(lengths)
         flat = np.concatenate(histories) if histories else np.zeros(0, dtype=np.int32)
-        self._init(flat, ends - lengths, ends, max_len, sliding_window)
+        self._init(flat, ends - lengths, ends, max_len, sliding_window, prefixes)
 
     @classmethod
     def from_spans(cls, items: np.ndarray, starts: np.ndarray, ends: np.ndarray, max_len: int,
-                   sliding_window: bool = False) -> TrainDataset:
+                   sliding_window: bool = False, prefixes: bool = False) -> TrainDataset:
         """Histories items[starts[k] : ends[k]] of one flat array, which is kept, not copied.
 
         Args:
             items: (E,) encoded items, e.g. `np.load(..., mmap_mode="r")`.
             starts: (U,) first index of each history.
             ends: (U,) one past the last index of each history.
-            max_len, sliding_window: as in `TrainDataset`.
+            max_len, sliding_window, prefixes: as in `TrainDataset`.
         """
         dataset = cls.__new__(cls)
         dataset._init(items, np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64), max_len,
-                      sliding_window)
+                      sliding_window, prefixes)
         return dataset
 
     def _init(self, items: np.ndarray, starts: np.ndarray, ends: np.ndarray, max_len: int,
-              sliding_window: bool) -> None:
+              sliding_window: bool, prefixes: bool) -> None:
         # The windows `training_windows` cuts, for all histories at once: window j (0 = the last) of a
-        # history ends j * max_len items before its end; each history's windows go oldest first.
+        # history ends j * step items before its end; each history's windows go oldest first.
         lengths = ends - starts
-        counts = np.where(lengths >= 2, (lengths - 2) // max_len + 1 if sliding_window else 1, 0)
+        step = 1 if prefixes else max_len
+        counts = np.where(lengths >= 2, (lengths - 2) // step + 1 if sliding_window or prefixes else 1, 0)
         too_short = int((lengths < 2).sum())
         if too_short:
             log.info("%d users have fewer than 2 training interactions and give no training example", too_short)
         history = np.repeat(np.arange(len(lengths)), counts)
         first = np.cumsum(counts) - counts  # (U,) index of each history's first window
         j = counts[history] - 1 - (np.arange(len(history)) - first[history])  # counts down to 0 per history
-        self.items = items
-        self.ends = ends[history] - j * max_len
+        self.items, self.prefixes = items, prefixes
+        self.ends = ends[history] - j * step
         self.starts = np.maximum(starts[history], self.ends - max_len - 1)
 
     @property
@@ -153,6 +163,11 @@ class TrainDataset(Dataset):
     def lengths(self) -> np.ndarray:
         """(len(self),) input length of every window (its items less the last, which is only a target)."""
         return self.ends - self.starts - 1
+
+    @property
+    def targets(self) -> np.ndarray:
+        """(len(self),) targets of every window: its length, or 1 with `prefixes`."""
+        return np.ones_like(self.starts) if self.prefixes else self.lengths
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -180,20 +195,24 @@ class LengthGroupedBatchSampler(EpochBatchSampler):
     Every window is seen once an epoch. Epochs, `set_epoch` and `skip_batches`: `core.runtime.resume.EpochBatchSampler`.
 
     Args:
-        lengths: (W,) length of every window (`TrainDataset.lengths`), its number of targets.
+        lengths: (W,) length of every window (`TrainDataset.lengths`), by which the groups are sorted.
         batch_size: windows a batch holds on average; the epoch has ceil(W / batch_size) batches (fewer only where
             one window would hold more targets than a batch's share).
         seed: seed of the permutations; the same (seed, epoch) gives the same batches.
         group_batches: batches per sorted group; more gives less padding and less random batches.
+        targets: (W,) targets of every window (`TrainDataset.targets`), which the batches share equally; None:
+            `lengths` (a window predicts each of its items).
     """
 
-    def __init__(self, lengths: np.ndarray, batch_size: int, seed: int = 0, group_batches: int = 64):
+    def __init__(self, lengths: np.ndarray, batch_size: int, seed: int = 0, group_batches: int = 64,
+                 targets: np.ndarray | None = None):
         self.lengths = np.asarray(lengths, dtype=np.int64)
-        if len(self.lengths) and self.lengths.min() < 1:
+        self.targets = self.lengths if targets is None else np.asarray(targets, dtype=np.int64)
+        if len(self.targets) and self.targets.min() < 1:
             raise ValueError("every window needs at least one target (length >= 1)")
         super().__init__(seed)
         self.batch_size, self.group_batches = batch_size, group_batches
-        total, longest = int(self.lengths.sum()), int(self.lengths.max(initial=1))
+        total, longest = int(self.targets.sum()), int(self.targets.max(initial=1))
         # No batch may be empty: every cut must be at least one window (the longest) apart.
         self.num_batches = max(1, min(-(-len(self.lengths) // batch_size), total // longest)) if total else 0
 
@@ -209,9 +228,9 @@ class LengthGroupedBatchSampler(EpochBatchSampler):
             order[start : start + group] = chunk[np.argsort(self.lengths[chunk], kind="stable")]
         # Window i goes to batch floor(targets before it x K / total): K runs of equal target counts; a cut falls
         # in every run because no window is longer than total / K.
-        lengths = self.lengths[order]
-        before = np.cumsum(lengths) - lengths
-        batch_of = before * self.num_batches // max(int(lengths.sum()), 1)
+        targets = self.targets[order]
+        before = np.cumsum(targets) - targets
+        batch_of = before * self.num_batches // max(int(targets.sum()), 1)
         batches = np.split(order, np.flatnonzero(np.diff(batch_of)) + 1) if len(order) else []
         return [batches[b] for b in rng.permutation(len(batches))]
 
@@ -229,9 +248,11 @@ class EvalDataset(Dataset):
         return i, self.cases[i]
 
 
-def collate_train(windows: Sequence[Sequence[int]], max_len: int) -> TrainBatch:
-    """`TrainDataset` windows of <= max_len + 1 items -> inputs = w[:-1], targets = w[1:], left-padded to max_len."""
-    return TrainBatch(_left_padded([w[:-1] for w in windows], max_len), _left_padded([w[1:] for w in windows], max_len))
+def collate_train(windows: Sequence[Sequence[int]], max_len: int, last_only: bool = False) -> TrainBatch:
+    """`TrainDataset` windows of <= max_len + 1 items -> inputs = w[:-1], targets = w[1:], left-padded to max_len;
+    with `last_only` (`TrainDataset.prefixes`) the targets are 0 but in the last column."""
+    targets = [w[-1:] if last_only else w[1:] for w in windows]
+    return TrainBatch(_left_padded([w[:-1] for w in windows], max_len), _left_padded(targets, max_len), last_only)
 
 
 def collate_eval(cases: Sequence[tuple[int, EvalCase]], max_len: int) -> EvalBatch:

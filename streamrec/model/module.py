@@ -243,7 +243,8 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         if self.hparams.arch == "bert4rec":  # the cloze task on each sequence's last T items
             items = torch.cat([inputs, targets[:, -1:]], dim=1)[:, 1:]  # (B, T): targets' last column ends a row
             inputs, targets = self.model.mask_items(items, self.hparams.mask_prob)
-        hidden = self.model.encode(inputs, trim=True)  # (B, T', D): all-padding columns skipped
+        last = 1 if batch.last_only and self.hparams.arch != "bert4rec" else None  # prefix windows
+        hidden = self.model.encode(inputs, trim=True, last=last)  # (B, T', D): all-padding columns skipped
         targets = targets[:, -hidden.shape[1]:]  # inputs and targets share their padding
         keep = targets != 0
         loss = self.compute_loss(hidden[keep], targets[keep])  # (M, D), (M,)

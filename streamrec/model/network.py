@@ -185,21 +185,23 @@ class StreamRecModel(nn.Module):
         weight = self.item_embedding.weight  # whole, not sliced: a sparse gradient (rowwise_adagrad) has no views
         return weight[: self.num_items + 1] if self.arch == "bert4rec" else weight
 
-    def encode(self, items: Tensor, trim: bool = False) -> Tensor:
+    def encode(self, items: Tensor, trim: bool = False, last: int | None = None) -> Tensor:
         """Hidden state after each history position.
 
         Args:
             items: (B, T) item ids, left-padded with 0.
             trim: skip the leading columns that are padding in every row (see `trim_padding`); the
                 result then covers only the last T' <= T positions, with the same values there.
+            last: return only the last `last` positions (the final layer computes only those).
 
         Returns:
-            (B, T, D), or (B, T', D) with `trim`; position t summarises items up to and including t.
+            (B, T, D), or (B, T', D) with `trim`, or (B, last, D); position t summarises items up to and
+            including t.
         """
         offset = 0
         if trim:
             items, offset = trim_padding(items, self.length_multiple)
-        return self._run(items, offset)
+        return self._run(items, offset, last)
 
     def score(self, hidden: Tensor) -> Tensor:
         """(..., D) hidden states -> (..., N+1) scores of every item; column 0 (padding) is -inf, never ranked."""

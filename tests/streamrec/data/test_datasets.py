@@ -40,6 +40,39 @@ def test_spans_equal_training_windows_of_each_history(sliding_window, max_len):
     assert spans.items is flat  # kept, not copied
 
 
+@pytest.mark.parametrize("max_len", [1, 3, 50])
+def test_prefix_windows_are_every_prefix_cut_to_max_len_with_one_target_each(max_len):
+    # Reference: each prefix of >= 2 items, by hand from its definition; spans and the naive cut agree with it.
+    rng = random.Random(max_len)
+    histories = [[rng.randint(1, 50) for _ in range(rng.randint(0, 12))] for _ in range(30)]
+    expected = [h[max(0, e - max_len - 1) : e] for h in histories for e in range(2, len(h) + 1)]
+    assert [w for h in histories for w in training_windows(h, max_len, prefixes=True)] == expected
+    flat = np.array([i for h in histories for i in h], dtype=np.int32)
+    ends = np.cumsum([len(h) for h in histories])
+    spans = TrainDataset.from_spans(flat, ends - [len(h) for h in histories], ends, max_len, prefixes=True)
+    assert spans.windows == expected
+    assert spans.targets.tolist() == [1] * len(expected)
+    assert spans.lengths.tolist() == [len(w) - 1 for w in expected]
+    batch = collate_train([np.array([4, 5, 6]), np.array([7, 8])], max_len=3, last_only=True)
+    assert batch.inputs.tolist() == [[0, 4, 5], [0, 0, 7]] and batch.targets.tolist() == [[0, 0, 6], [0, 0, 8]]
+
+
+def test_prefix_datamodule_batches_hold_each_training_transition_once_as_a_last_target(write):
+    # Every training transition (history item -> next training item) is the last target of exactly one window,
+    # and no other column holds a target: the same targets as one window per user, one example each.
+    rng = random.Random(1)
+    path = write("log.csv", CSV + "".join(f"u{rng.randint(0, 9)},i{rng.randint(0, 30)},{t}\n" for t in range(120)))
+    dm = StreamRecDataModule(str(path), max_len=4, batch_size=5, prefixes=True)
+    dm.setup("fit")
+    got = []
+    for b in dm.train_dataloader():
+        assert not b.targets[:, :-1].any()
+        got += [(tuple(x for x in row if x), t) for row, t in zip(b.inputs.tolist(), b.targets[:, -1].tolist())]
+    want = [(tuple(h[max(0, e - 5) : e - 1]), h[e - 1]) for h in (x.tolist() for x in dm.splits.train.values())
+            for e in range(2, len(h) + 1)]
+    assert sorted(got) == sorted(want)
+
+
 def test_collate_of_numpy_views_builds_the_hand_written_batches():
     flat = np.array([1, 2, 3, 4, 5, 7, 8, 3, 1, 3], dtype=np.int32)
     batch = collate_train([flat[0:5], flat[5:7], flat[7:10]], max_len=4)
@@ -111,6 +144,18 @@ def test_length_grouped_batches_hold_equal_targets_in_runs_of_each_sorted_group(
     assert [r[0] for r in runs] == [0, *np.cumsum([r[2] for r in runs])[:-1].tolist()]  # tiling the sorted order
     share = lengths.sum() / len(batches)
     assert all(abs(lengths[b].sum() - share) <= lengths.max() for b in batches)
+
+
+def test_length_grouped_batches_share_given_targets_and_sort_by_length():
+    # One target per window (prefixes): batches hold equal window counts, however long the windows are, and
+    # each is a run of its group sorted by length.
+    lengths = np.random.default_rng(5).integers(1, 50, 1000)
+    sampler = LengthGroupedBatchSampler(lengths, 32, seed=2, group_batches=16, targets=np.ones(1000, dtype=int))
+    batches = list(sampler)
+    assert sorted(i for b in batches for i in b) == list(range(1000)) and len(batches) == -(-1000 // 32)
+    assert {len(b) for b in batches} <= {31, 32}
+    spread = [lengths[b].max() - lengths[b].min() for b in batches]
+    assert np.median(spread) < 0.2 * (lengths.max() - lengths.min())  # random batches: about 0.9
 
 
 def test_length_grouped_order_is_fixed_by_seed_and_epoch_and_cuts_padding():

@@ -67,6 +67,27 @@ def test_training_loss_is_unchanged_by_trimming():
     assert torch.allclose(module.training_step(TrainBatch(inputs, targets), 0), want, atol=1e-6)
 
 
+@pytest.mark.parametrize("arch", ["sasrec", "gru"])
+def test_prefix_batch_loss_is_the_cross_entropy_of_each_prefix_scored_alone(arch):
+    # Reference: each prefix through the untrimmed encoder on its own, its last state scored against all items
+    # by plain F.cross_entropy; the prefix batch computes the final layer at the last column only.
+    from streamrec.data.datasets import collate_train
+    from streamrec.model.module import StreamRecModule
+
+    torch.manual_seed(0)
+    module = StreamRecModule(num_items=30, arch=arch, d_model=16, n_heads=2, n_layers=2, d_ff=32, max_len=6,
+                             dropout=0.0)
+    module.log = lambda *a, **k: None  # no trainer attached
+    windows = [[3, 4, 5, 6], [9, 2], [1, 7, 7, 8, 2, 5, 11]]
+    batch = collate_train(windows, max_len=6, last_only=True)
+    right_aligned = [[0] * (7 - len(w)) + w[:-1] for w in windows]  # the learned positions count from the end
+    logits = torch.stack([module.model.encode(torch.tensor([r]))[0, -1] for r in right_aligned])
+    logits = logits @ module.model.item_vectors.T
+    logits[:, 0] = float("-inf")  # padding is never a candidate
+    want = torch.nn.functional.cross_entropy(logits, torch.tensor([w[-1] for w in windows]))
+    assert torch.allclose(module.training_step(batch, 0), want, atol=1e-5)
+
+
 def test_untied_head_uses_its_own_table():
     model = _model(tied=False)
     assert model.item_vectors.data_ptr() != model.item_embedding.weight.data_ptr()
