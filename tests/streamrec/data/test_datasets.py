@@ -67,7 +67,8 @@ def test_prefix_datamodule_batches_hold_each_training_transition_once_as_a_last_
     got = []
     for b in dm.train_dataloader():
         assert not b.targets[:, :-1].any()
-        got += [(tuple(x for x in row if x), t) for row, t in zip(b.inputs.tolist(), b.targets[:, -1].tolist())]
+        rows = zip(b.inputs.tolist(), b.targets[:, -1].tolist(), strict=True)
+        got += [(tuple(x for x in row if x), t) for row, t in rows]
     want = [(tuple(h[max(0, e - 5) : e - 1]), h[e - 1]) for h in (x.tolist() for x in dm.splits.train.values())
             for e in range(2, len(h) + 1)]
     assert sorted(got) == sorted(want)
