@@ -99,6 +99,8 @@ def best_epoch_keeper(base: type, network, validate, patience: int, cap_s: float
             score = validate(net)
             net.train(was_training)
             self.val.append(score)
+            print(f"  epoch {len(self.val)}: val NDCG@10 {score:.4f} ({self.seconds[-1]:.0f} s)", file=sys.stderr,
+                  flush=True)  # long trials show their progress in the log
             if score > self.best:
                 self.best, self.best_epoch = score, len(self.val)
                 self.best_state = {k: v.detach().clone() for k, v in net.state_dict().items()}

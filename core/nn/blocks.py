@@ -85,7 +85,7 @@ class EncoderLayer(nn.Module):
             None uses `dropout`.
         activation: feed-forward activation.
         norm_first: pre-LN (True) or post-LN (False).
-        mix: a causal low-pass filter branch mixed with self-attention (`core.nn.mixing`); None: attention only.
+        mix: a low-pass filter branch mixed with self-attention (`core.nn.mixing`); None: attention only.
         attention: "full", "window" or "linear" (`MultiHeadAttention`'s `kind`).
         window: the window of attention "window".
     """
@@ -104,7 +104,7 @@ class EncoderLayer(nn.Module):
         self.attn_block = _Residual(d_model, **res)
         self.ff_block = _Residual(d_model, **res)
         self.mix = mix
-        self.filter = None if mix is None else LowPassFilter(d_model, mix.window)
+        self.filter = None if mix is None else LowPassFilter(d_model, mix)
 
     def forward(
         self, x: Tensor, mask: Tensor | None = None, *, is_causal: bool = False,

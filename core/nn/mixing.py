@@ -6,9 +6,10 @@ self-attention's output: alpha * filter + (1 - alpha) * attention. Attention alo
 low-pass filter that smooths away the high-frequency, item-to-item signal; the filter branch
 puts it back. Its Fourier transform runs over the whole sequence, which is fine when a model is
 trained and scored at the last position only, but a model trained on every next item (ours)
-would then see each position's future. Here the low-pass is a causal moving average over the
-last `window` valid positions: the same split into a slow trend and what is left, with no
-future in it, at O(T D) cost.
+would then see each position's future. Here the low-pass is by default a causal moving average
+over the last `window` valid positions: the same split into a slow trend and what is left, with
+no future in it, at O(T D) cost. `kind="fourier"` is BSARec's own filter, for models trained at
+the last position only (StreamRec's `data.prefixes`).
 
 Legend: B batch, T time, D model width, W window.
 """
@@ -16,9 +17,12 @@ Legend: B batch, T time, D model width, W window.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
+
+LowPassKind = Literal["causal", "fourier"]
 
 
 @dataclass(frozen=True)
@@ -27,18 +31,29 @@ class LowPassMix:
 
     Args:
         alpha: the filter branch's weight; attention gets 1 - alpha. BSARec's best values were 0.3-0.7.
-        window: moving-average length W; a box filter of length W keeps roughly the periods longer than
-            W steps (BSARec's c = 5 bins of a 50-item sequence keep periods of about 17 items and more).
+        window: causal: moving-average length W; a box filter of length W keeps roughly the periods longer
+            than W steps. fourier: BSARec's c, which keeps the lowest c // 2 + 1 Fourier bins over `length`
+            positions (c = 5 of 50 keeps periods of 25 items and more).
+        kind: causal (position t reads positions <= t) or fourier (BSARec's: every position reads the whole
+            history, so only a model trained at the last position may use it).
+        length: the fourier transform's length, the model's max_len: a bin then means the same period
+            whatever a batch's length (histories are zero-padded to it).
     """
 
     alpha: float = 0.5
     window: int = 16
+    kind: LowPassKind = "causal"
+    length: int = 50
 
     def __post_init__(self) -> None:
         if not 0.0 < self.alpha <= 1.0:
             raise ValueError(f"`alpha` of the low-pass mix must be in (0, 1], got {self.alpha}")
         if self.window < 1:
             raise ValueError(f"`window` of the low-pass mix must be >= 1, got {self.window}")
+        if self.kind not in ("causal", "fourier"):
+            raise ValueError(f"`kind` of the low-pass mix must be causal or fourier, got {self.kind!r}")
+        if self.length < 1:
+            raise ValueError(f"`length` of the low-pass mix must be >= 1, got {self.length}")
 
 
 def causal_moving_average(x: Tensor, window: int, valid: Tensor | None = None) -> Tensor:
@@ -56,20 +71,40 @@ def causal_moving_average(x: Tensor, window: int, valid: Tensor | None = None) -
     return sums / counts.clamp_min(1.0).unsqueeze(-1)
 
 
+def fourier_low_pass(x: Tensor, bins: int, length: int, valid: Tensor | None = None) -> Tensor:
+    """(B, T, D) -> (B, T, D): x with all but its lowest `bins` Fourier bins over `length` >= T positions removed.
+
+    BSARec's filter (rfft, zeroed bins, irfft, orthonormal). The rows are zero-padded from T to `length`
+    at the end; with the left padding inside T that is a circular shift of a history padded on the left
+    to `length`, which a Fourier filter shifts alike. `valid` (B, T) zeroes the padding first.
+    """
+    if valid is not None:
+        x = x * valid.unsqueeze(-1).to(x.dtype)
+    wide = x if x.dtype in (torch.float32, torch.float64) else x.float()  # no half-precision FFT on the CPU
+    spectrum = torch.fft.rfft(wide, n=max(length, x.shape[1]), dim=1, norm="ortho")
+    spectrum[:, bins:] = 0
+    low = torch.fft.irfft(spectrum, n=max(length, x.shape[1]), dim=1, norm="ortho")
+    return low[:, : x.shape[1]].to(x.dtype)
+
+
 class LowPassFilter(nn.Module):
-    """The filter branch: low + beta^2 * (x - low), with the causal moving average as `low`.
+    """The filter branch: low + beta^2 * (x - low), with the causal moving average or BSARec's Fourier
+    low-pass as `low`.
 
     Args:
         d_model: model width D (beta is per channel, initialised N(0, 1) as in BSARec).
-        window: moving-average length.
+        mix: the settings (kind, window, length).
     """
 
-    def __init__(self, d_model: int, window: int):
+    def __init__(self, d_model: int, mix: LowPassMix):
         super().__init__()
-        self.window = window
+        self.mix = mix
         self.sqrt_beta = nn.Parameter(torch.randn(1, 1, d_model))
 
     def forward(self, x: Tensor, valid: Tensor | None = None) -> Tensor:
-        """(B, T, D) -> (B, T, D); position t reads only positions <= t."""
-        low = causal_moving_average(x, self.window, valid)
+        """(B, T, D) -> (B, T, D); causal: position t reads only positions <= t."""
+        if self.mix.kind == "fourier":
+            low = fourier_low_pass(x, self.mix.window // 2 + 1, self.mix.length, valid)
+        else:
+            low = causal_moving_average(x, self.mix.window, valid)
         return low + self.sqrt_beta.square() * (x - low)

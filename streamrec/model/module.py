@@ -19,11 +19,13 @@ from core.nn.attention import AttentionKind
 from core.nn.blocks import Activation
 from core.nn.compile import BUCKET, CompileMode, check_backend, compile_in_place, compile_mode
 from core.nn.cpu_fastpath import enable_cpu_fastpath
+from core.nn.mixing import LowPassKind
 from core.nn.optim import RowwiseAdagradAdamW
 from core.nn.stacks import Positions
 from core.runtime.checkpoint import SafeLoadMixin
 from core.runtime.deprecation import warn_renamed
 from core.runtime.distributed import destroy_process_group_at_exit
+from core.runtime.errors import InputError
 from streamrec.data.constants import MAX_LEN
 from streamrec.data.datasets import EvalBatch, PredictBatch, TrainBatch
 from streamrec.data.vocab import VOCAB_KEY, ItemVocab
@@ -61,7 +63,9 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         item_init_std: standard deviation of the initial item vectors (None: d_model ** -0.5).
         lowpass_alpha: weight of a causal low-pass filter branch mixed with each layer's attention (BSARec's
             "beyond self-attention", made causal: `core.nn.mixing`); 0 (default): attention only.
-        lowpass_window: that filter's moving-average length in items.
+        lowpass_window: that filter's moving-average length in items (fourier: BSARec's c, `core.nn.mixing`).
+        lowpass_kind: causal (default), or fourier: BSARec's own filter over the whole history, which reads each
+            position's future, so it needs training at the last position only (`data.prefixes: true`).
         num_features: distinct categorical item features (linked from the data module's `item_features`); 0: items
             are ids only. An item's vector is then its id embedding plus the mean of its features' embeddings, and a
             cold item's (never in the training histories) its features' alone; needs `tied: true`.
@@ -123,6 +127,7 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         attn_dropout: float = 0.0, max_len: int = MAX_LEN,
         positions: Positions = "learned", activation: Activation = "gelu", tied: bool = True,
         item_init_std: float | None = None, lowpass_alpha: float = 0.0, lowpass_window: int = 16,
+        lowpass_kind: LowPassKind = "causal",
         num_features: int = 0, features_per_item: int = 0, id_dropout: float = 0.0,
         attention: AttentionKind = "full", attention_window: int = 256, mask_prob: float = 0.2,
         output_head: bool = False, loss: LossName = "full",
@@ -170,6 +175,7 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
             num_items, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads, n_layers=n_layers, d_ff=d_ff,
             dropout=dropout, attn_dropout=attn_dropout, max_len=max_len, positions=positions, activation=activation,
             tied=tied, item_init_std=item_init_std, lowpass_alpha=lowpass_alpha, lowpass_window=lowpass_window,
+            lowpass_kind=lowpass_kind,
             num_features=num_features, features_per_item=features_per_item, id_dropout=id_dropout,
             attention=attention, attention_window=attention_window, arch=arch, output_head=output_head,
         )
@@ -199,6 +205,10 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         datamodule = getattr(self.trainer, "datamodule", None)
         if datamodule is None:
             return
+        hp = self.hparams
+        if stage == "fit" and hp.lowpass_kind == "fourier" and hp.lowpass_alpha > 0 and not datamodule.prefixes:
+            raise InputError("`model.lowpass_kind: fourier` reads each position's future, so it trains at the last "
+                             "position only: set `data.prefixes: true` (or `model.lowpass_kind: causal`)")
         if datamodule.num_items != self.hparams.num_items:
             raise ValueError(f"the data has {datamodule.num_items} items but the model was built for "
                              f"{self.hparams.num_items}; use the checkpoint's data file or retrain")

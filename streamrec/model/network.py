@@ -28,7 +28,7 @@ from core.nn import Encoder, TokenEmbedding, causal_padding_mask, padding_mask
 from core.nn.attention import AttentionKind
 from core.nn.blocks import Activation
 from core.nn.compile import bucket_length
-from core.nn.mixing import LowPassMix
+from core.nn.mixing import LowPassKind, LowPassMix
 from core.nn.recurrent import CausalRecurrentEncoder
 from core.nn.stacks import Positions
 from streamrec.data.constants import MAX_LEN, PAD_ID
@@ -82,8 +82,9 @@ class StreamRecModel(nn.Module):
         n_layers: int = 2, d_ff: int = 256, dropout: float = 0.2, attn_dropout: float = 0.0, max_len: int = MAX_LEN,
         positions: Positions = "learned", activation: Activation = "gelu", tied: bool = True,
         item_init_std: float | None = None, lowpass_alpha: float = 0.0, lowpass_window: int = 16,
-        attention: AttentionKind = "full", attention_window: int = 256, num_features: int = 0,
-        features_per_item: int = 0, arch: Arch = "sasrec", output_head: bool = False, id_dropout: float = 0.0,
+        lowpass_kind: LowPassKind = "causal", attention: AttentionKind = "full", attention_window: int = 256,
+        num_features: int = 0, features_per_item: int = 0, arch: Arch = "sasrec", output_head: bool = False,
+        id_dropout: float = 0.0,
     ):
         super().__init__()
         if num_items < 1:
@@ -116,7 +117,7 @@ class StreamRecModel(nn.Module):
                 d_model, n_heads, n_kv_heads=n_kv_heads, n_layers=n_layers, d_ff=d_ff, dropout=dropout,
                 attn_dropout=attn_dropout, max_len=max_len, positions=positions, activation=activation,
                 norm_first=True, causal=arch == "sasrec",
-                mix=LowPassMix(lowpass_alpha, lowpass_window) if lowpass_alpha > 0 else None,
+                mix=LowPassMix(lowpass_alpha, lowpass_window, lowpass_kind, max_len) if lowpass_alpha > 0 else None,
                 attention=attention, window=attention_window,
             )
         # BERT's masked-LM head (BERT4Rec's, RecBole's): the states are transformed once more before scoring.

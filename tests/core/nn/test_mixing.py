@@ -1,14 +1,16 @@
 """The causal low-pass mix: the moving average against a loop over windows, no future leak, and the
-layer's output against the formula alpha * filter + (1 - alpha) * attention written out by hand."""
+layer's output against the formula alpha * filter + (1 - alpha) * attention written out by hand. BSARec's
+Fourier low-pass against numpy's FFT of the history padded on the left, as BSARec pads it."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 from core.nn import Encoder
 from core.nn.blocks import EncoderLayer
-from core.nn.mixing import LowPassMix, causal_moving_average
+from core.nn.mixing import LowPassMix, causal_moving_average, fourier_low_pass
 
 
 def naive_average(x: torch.Tensor, window: int, valid: torch.Tensor) -> torch.Tensor:
@@ -32,6 +34,36 @@ def test_moving_average_matches_a_loop_with_padding(window):
     torch.testing.assert_close(got, naive_average(x, window, valid))
 
 
+@pytest.mark.parametrize("bins, length", [(3, 50), (1, 9), (5, 12)])
+def test_fourier_low_pass_matches_numpy_on_the_left_padded_history(bins, length):
+    torch.manual_seed(0)
+    x = torch.randn(3, 9, 4, dtype=torch.float64)
+    valid = torch.ones(3, 9, dtype=torch.bool)
+    valid[0, :4] = False
+    valid[2, :8] = False
+    got = fourier_low_pass(x.float(), bins, length, valid).double()
+    for b in range(3):
+        seq = (x[b] * valid[b, :, None]).numpy()
+        padded = np.concatenate([np.zeros((length - 9, 4)), seq])  # BSARec's layout: padding first
+        spectrum = np.fft.rfft(padded, axis=0, norm="ortho")
+        spectrum[bins:] = 0
+        want = np.fft.irfft(spectrum, n=length, axis=0, norm="ortho")[-9:]
+        np.testing.assert_allclose(got[b].numpy(), want, atol=1e-5)
+    all_bins = fourier_low_pass(x, 9 // 2 + 1, 9)  # every bin kept: the signal itself
+    torch.testing.assert_close(all_bins, x)
+
+
+def test_fourier_mix_reads_the_future():
+    torch.manual_seed(0)
+    layer = EncoderLayer(8, 2, d_ff=16, mix=LowPassMix(0.5, 5, "fourier", 10)).eval()
+    x = torch.randn(2, 6, 8)
+    changed = x.clone()
+    changed[:, 4:] += torch.randn(2, 2, 8)
+    assert not torch.allclose(layer(changed, is_causal=True)[:, :4], layer(x, is_causal=True)[:, :4])
+    with pytest.raises(ValueError, match="kind"):
+        LowPassMix(kind="wavelet")
+
+
 def test_layer_is_the_mixed_formula_and_sees_no_future():
     torch.manual_seed(0)
     mix = LowPassMix(alpha=0.3, window=4)
@@ -48,7 +80,7 @@ def test_layer_is_the_mixed_formula_and_sees_no_future():
     torch.testing.assert_close(layer(x, is_causal=True), expected)
 
     changed = x.clone()
-    changed[:, 4:] += 1.0
+    changed[:, 4:] += torch.randn(2, 2, 8)  # not a constant shift, which the layer's LayerNorm would remove
     torch.testing.assert_close(layer(changed, is_causal=True)[:, :4], layer(x, is_causal=True)[:, :4])
 
 

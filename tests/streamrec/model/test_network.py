@@ -88,6 +88,18 @@ def test_prefix_batch_loss_is_the_cross_entropy_of_each_prefix_scored_alone(arch
     assert torch.allclose(module.training_step(batch, 0), want, atol=1e-5)
 
 
+def test_fourier_low_pass_is_refused_by_fit_without_prefix_windows():
+    from types import SimpleNamespace
+
+    from core.runtime.errors import InputError
+    from streamrec.model.module import StreamRecModule
+
+    module = StreamRecModule(num_items=30, d_model=16, max_len=6, lowpass_alpha=0.5, lowpass_kind="fourier")
+    module._trainer = SimpleNamespace(datamodule=SimpleNamespace(prefixes=False, num_items=30))
+    with pytest.raises(InputError, match="data.prefixes: true"):
+        module.setup("fit")
+
+
 def test_untied_head_uses_its_own_table():
     model = _model(tied=False)
     assert model.item_vectors.data_ptr() != model.item_embedding.weight.data_ptr()
