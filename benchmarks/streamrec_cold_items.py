@@ -8,7 +8,10 @@ held-out items included, as cold items). The target is ranked, seen items remove
 
 - among the held-out items only, against two references that need no training: a random order, and a content
   baseline that ranks by the cosine between the item's features and the feature counts of the user's history;
-- among the whole catalogue, where a model without features can never recommend it (HR@10 0 by construction).
+- among the whole catalogue, where a model without features can never recommend it (HR@10 0 by construction);
+- with `--cold-slots C` (`RankingOptions.cold_slots`): the top K of the whole catalogue with C slots kept for
+  the best cold items. Their cost is measured on warm targets: each user's last item of the warm log (the
+  fit's own test split), ranked with C slots and without.
 
 Ties are broken at random and the metrics are their expectation, so a coarse score (the content baseline's) is
 not punished for ties. The fit's own output (validation and test on the warm items) is in OUT/run/.
@@ -22,7 +25,8 @@ not punished for ties. The fit's own output (validation and test on the warm ite
 the fit from its last.ckpt, or skips it once it has finished.
 
 JSON keys: cases, held_out_items, catalogue; {model,content,random}_cold_{hr,ndcg}@K (among held-out items);
-model_all_{hr,ndcg}@K (the whole catalogue).
+model_all_{hr,ndcg}@K (the whole catalogue); slotsC_cold_{hr,ndcg}@K (cold targets, C slots) and
+slotsC_warm_{hr,ndcg}@K (warm targets; slots0_warm: no slots), warm_cases.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from streamrec.api import Recommender
 from streamrec.data.features import read_item_features
 from streamrec.data.readers import read_interactions
 from streamrec.model.metrics import seen_mask
-from streamrec.ranking.batch import left_pad, right_pad
+from streamrec.ranking.batch import RankingOptions, left_pad, rank, right_pad
 
 DONE = "fit.done"  # written after the fit ends, so a rerun goes straight to the evaluation
 
@@ -157,6 +161,44 @@ def evaluate(ckpt: Path, test: list[tuple[list[str], str]], held: set[str], ks: 
     return {name: value / len(test) for name, value in sums.items()} | {"catalogue": n - 1, "cases": len(test)}
 
 
+def ranked_hits(items: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row, HR and NDCG of `targets` (B,) in the ranked lists `items` (B, K)."""
+    hit = items == targets[:, None]
+    position = hit.float().argmax(1)  # 0-based rank where hit
+    found = hit.any(1)
+    return found.float(), torch.where(found, 1.0 / torch.log2(position.float() + 2.0), 0.0)
+
+
+@torch.inference_mode()
+def evaluate_slots(ckpt: Path, cold_cases: list[tuple[list[str], str]], warm_cases: list[tuple[list[str], str]],
+                   slots: Sequence[int], ks: Sequence[int], batch_size: int) -> dict[str, float]:
+    """HR / NDCG of cold and of warm targets in the top K with C cold slots (C = 0 too, for the warm cost)."""
+    rec = Recommender.load(ckpt)
+    model, index = rec.model, rec.vocab.index
+    out: dict[str, float] = {}
+    for kind, cases_ in (("cold", cold_cases), ("warm", warm_cases)):
+        cases_ = [(h, t) for h, t in cases_ if any(i in index for i in h) and t in index]
+        for c, k in ((c, k) for c in ([0, *slots] if kind == "warm" else slots) for k in ks):
+            if c > k:
+                continue
+            hr = ndcg = 0.0
+            for start in range(0, len(cases_), batch_size):
+                chunk = cases_[start:start + batch_size]
+                ids = [[index[i] for i in history if i in index] for history, _ in chunk]
+                top = rank(model, left_pad(ids, model.max_len), right_pad(ids), RankingOptions(top_k=k, cold_slots=c))
+                h, g = ranked_hits(top.items, torch.tensor([index[t] for _, t in chunk]))
+                hr, ndcg = hr + float(h.sum()), ndcg + float(g.sum())
+            out[f"slots{c}_{kind}_hr@{k}"], out[f"slots{c}_{kind}_ndcg@{k}"] = hr / len(cases_), ndcg / len(cases_)
+        out[f"{kind}_cases"] = len(cases_)
+    return out
+
+
+def warm_test_cases(warm_log: Path) -> list[tuple[list[str], str]]:
+    """Each warm-log user's last item after the rest (the fit's test split: leave-one-out)."""
+    histories = read_interactions(str(warm_log), "sasrec").items
+    return [(list(items[:-1]), items[-1]) for items in histories.values() if len(items) >= 3]
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True, help="the streamrec fit config (its data.path is replaced)")
@@ -171,11 +213,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", required=True, help="folder for the warm log and the run")
     p.add_argument("--json", metavar="PATH")
     p.add_argument("--fit-args", default="", type=shlex.split, help="more arguments for streamrec fit, one string")
+    p.add_argument("--cold-slots", type=int, nargs="*", default=[1, 2],
+                   help="also rank the whole catalogue with this many of the top K kept for cold items")
     args = p.parse_args(argv)
     if not 0 < args.holdout < 1:
         p.error(f"--holdout must be in (0, 1), got {args.holdout}")
     if min(args.ks) < 1:
         p.error(f"--ks must be >= 1, got {args.ks}")
+    if args.cold_slots and min(args.cold_slots) < 1:
+        p.error(f"--cold-slots must be >= 1, got {args.cold_slots}")
     return args
 
 
@@ -196,11 +242,18 @@ def main(argv: list[str] | None = None) -> None:
     if not test:
         sys.exit(f"error: {args.log}: no user has a held-out item after a first item; raise --holdout")
     figures = evaluate(best, test, held, args.ks, args.batch_size) | {"held_out_items": len(held)}
+    if args.cold_slots:
+        figures |= evaluate_slots(best, test, warm_test_cases(warm_log), args.cold_slots, args.ks, args.batch_size)
+    labels = [("model, among held-out items", "model_cold"), ("content baseline, among held-out items",
+              "content_cold"), ("random order, among held-out items", "random_cold"),
+              ("model, whole catalogue", "model_all")]
+    labels += [(f"model, whole catalogue, {c} cold slot(s)", f"slots{c}_cold") for c in args.cold_slots]
+    labels += [(f"warm targets, {c} cold slot(s)", f"slots{c}_warm") for c in ([0, *args.cold_slots]
+                                                                                if args.cold_slots else [])]
     rows = []
-    for label, prefix in (("model, among held-out items", "model_cold"), ("content baseline, among held-out items",
-                          "content_cold"), ("random order, among held-out items", "random_cold"),
-                          ("model, whole catalogue", "model_all")):
-        rows.append([label, *(f"{figures[f'{prefix}_{m}@{k}']:.4f}" for k in args.ks for m in ("hr", "ndcg"))])
+    for label, prefix in labels:
+        rows.append([label, *(f"{figures.get(f'{prefix}_{m}@{k}', float('nan')):.4f}" for k in args.ks
+                              for m in ("hr", "ndcg"))])
     print_table(console, f"{figures['cases']} users, {len(held)} held-out items of {figures['catalogue']} ({args.log})",
                 ["ranking", *(f"{m}@{k}" for k in args.ks for m in ("HR", "NDCG"))], rows)
     if args.json:

@@ -156,7 +156,7 @@ class Recommender:
     @renamed_keywords(OLD_NAMES)
     def recommend(self, histories: Sequence[Sequence[str]], top_k: int = 10, exclude_seen: bool = True,
                   items: Iterable[str] | None = None, batch_size: int = 256,
-                  item_chunk: int | None = None) -> Recommendations:
+                  item_chunk: int | None = None, cold_slots: int = 0) -> Recommendations:
         """The `top_k` best items for each of many users.
 
         Args:
@@ -166,6 +166,8 @@ class Recommender:
             items: an allow-list: recommend only among these ids; None: the whole catalogue.
             batch_size: users per forward pass.
             item_chunk: items scored at once (memory is about batch_size x item_chunk scores); None: the default.
+            cold_slots: of the `top_k`, how many go to the best cold items (a model trained with item features:
+                items known by their features only), placed by score (`RankingOptions.cold_slots`).
 
         Returns:
             `Recommendations`: `result[u]` is user u's (item_id, score) list; a user with no known
@@ -173,7 +175,7 @@ class Recommender:
         """
         if isinstance(histories, str) or any(isinstance(h, str) for h in histories):
             raise InputError("`histories` takes one list of item ids per user; for one user pass [history]")
-        options = RankingOptions(top_k, exclude_seen, item_chunk, batch_size=batch_size)
+        options = RankingOptions(top_k, exclude_seen, item_chunk, batch_size=batch_size, cold_slots=cold_slots)
         encoded, missing = encode_histories(histories, self.vocab)
         unknown = dict.fromkeys(i for m in missing for i in m)
         allowed = None if items is None else self._allow_list(items, unknown)

@@ -51,6 +51,11 @@ class RankingOptions:
             items and scores, faster on CPUs with fast bf16 matmuls).
         explain: add the "because you watched" columns (`streamrec.ranking.explain.explain_columns`).
         batch_size: users per forward pass.
+        cold_slots: of the `top_k`, how many go to the best cold items (known by their features only, in no
+            training history), placed among the rest by score. A model ranks a cold item below the warm ones it
+            knows from many histories, so without slots new items are almost never shown (docs/results.md,
+            "Item features and cold items on ML-1M"). 0: one ranking of the whole catalogue. Models without
+            item features have no cold items, and then all slots are warm.
     """
 
     top_k: int = 10
@@ -59,12 +64,15 @@ class RankingOptions:
     precision: Precision = "fp32"
     explain: bool = False
     batch_size: int = 256
+    cold_slots: int = 0
 
     def __post_init__(self) -> None:
         for name in ("top_k", "item_chunk", "batch_size"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise InputError(f"`{name}` ({value}) must be >= 1")
+        if not 0 <= self.cold_slots <= self.top_k:
+            raise InputError(f"`cold_slots` ({self.cold_slots}) must be between 0 and `top_k` ({self.top_k})")
         if self.precision not in ("fp32", "bf16"):
             raise InputError(f"`precision` ({self.precision!r}) must be 'fp32' or 'bf16'")
 
@@ -139,9 +147,21 @@ def rank(model: StreamRecModel, inputs: Tensor, seen: Tensor | None, options: Ra
         table: where the item vectors are read (`FileRows` of the checkpoint, the bf16 scan table); None: the model's.
     """
     vectors, scan = (model.item_vectors, None) if table is None else table
-    return top_k_items(model.last_hidden(inputs), vectors, options.top_k, allowed=allowed,
-                       exclude=seen if options.exclude_seen else None, item_chunk=options.item_chunk,
-                       precision=options.precision, scan=scan)
+    hidden = model.last_hidden(inputs)
+
+    def top(k: int, among: Tensor | None) -> TopK:
+        return top_k_items(hidden, vectors, k, allowed=among, exclude=seen if options.exclude_seen else None,
+                           item_chunk=options.item_chunk, precision=options.precision, scan=scan)
+
+    cold = getattr(model, "cold_items", None)
+    if not options.cold_slots or cold is None or not bool(cold.any()):
+        return top(options.top_k, allowed)
+    both = (torch.ones_like(cold) if allowed is None else allowed.to(cold.device))
+    parts = [top(k, both & mask) for k, mask in ((options.top_k - options.cold_slots, ~cold),
+                                                    (options.cold_slots, cold)) if k]
+    items, scores = torch.cat([p.items for p in parts], 1), torch.cat([p.scores for p in parts], 1)
+    order = scores.argsort(dim=1, descending=True, stable=True)  # empty slots (-inf) go last
+    return TopK(items.gather(1, order), scores.gather(1, order))
 
 
 @torch.no_grad()

@@ -52,6 +52,8 @@ def test_cold_items_benchmark_trains_and_ranks_held_out_items(run_benchmark, ben
     # At most ~12 unseen held-out items: a random order puts the target in the top 20 always.
     assert figures["random_cold_hr@20"] == 1.0
     assert figures["model_all_hr@10"] <= figures["model_cold_hr@10"]  # more competitors, never a better rank
+    assert figures["warm_cases"] > 0 and {"slots0_warm_ndcg@10", "slots2_warm_ndcg@10", "slots1_cold_hr@20"} <= set(
+        figures)
     assert (tmp_path / "out" / "run" / "fit.done").exists()
     assert "--holdout must be in (0, 1)" in benchmark_refuses("streamrec_cold_items.py", *args[:8], "--holdout", "0",
                                                               "--out", tmp_path / "x")

@@ -6,6 +6,7 @@ import lightning as L
 import pytest
 import torch
 
+from core.runtime.errors import InputError
 from streamrec.api import Recommender
 from streamrec.data.datamodule import StreamRecDataModule
 from streamrec.model.module import StreamRecModule
@@ -51,6 +52,37 @@ def test_a_cold_item_is_scored_and_recommended():
     allowed = torch.tensor([False, False, False, False, True])
     top = rank(model, history, None, RankingOptions(top_k=1), allowed=allowed)
     assert top.items.tolist() == [[4]] and torch.isfinite(top.scores).all()
+
+
+@pytest.mark.parametrize("slots", [0, 1, 3, 5])
+def test_cold_slots_hold_the_best_cold_items_among_the_best_warm_ones_by_score(slots):
+    # Reference: every item scored at once, seen items removed, the top (K - slots) warm and top `slots` cold
+    # picked by sorting, the two merged by score.
+    torch.manual_seed(3)
+    n, k = 30, 5
+    model = StreamRecModel(n, **SIZES, num_features=6, features_per_item=2).eval()
+    features = torch.randint(1, 7, (n + 1, 2))
+    features[0] = 0
+    cold = torch.zeros(n + 1, dtype=torch.bool)
+    cold[torch.randperm(n)[:8] + 1] = True
+    model.set_item_features(features, cold)
+    inputs = torch.tensor([[0, 0, 3, 7, 9, 12], [0, 0, 0, 0, 5, 2]])
+    seen = torch.tensor([[3, 7, 9, 12], [5, 2, 0, 0]])
+    got = rank(model, inputs, seen, RankingOptions(top_k=k, cold_slots=slots))
+    scores = model.recommend_scores(inputs)
+    for row in range(2):
+        s = scores[row].clone()
+        s[seen[row][seen[row] > 0]] = float("-inf")
+        order = sorted(range(1, n + 1), key=lambda i: (-float(s[i]), i))  # ties: the lower id first
+        warm = [i for i in order if not cold[i]][: k - slots]
+        colds = [i for i in order if cold[i]][:slots]
+        want = sorted(warm + colds, key=order.index)
+        if not slots:  # one ranking of the whole catalogue, cold items in it
+            want = order[:k]
+        assert got.items[row].tolist() == want
+        torch.testing.assert_close(got.scores[row], s[want])
+    with pytest.raises(InputError, match="cold_slots"):
+        RankingOptions(top_k=2, cold_slots=3)
 
 
 def test_id_dropout_leaves_some_items_to_their_features_in_training_only():
@@ -125,5 +157,7 @@ def test_a_checkpoint_with_features_loads_and_recommends_cold_items(trained):
     torch.testing.assert_close(rec.model.recommend_scores(inputs), module.model.recommend_scores(inputs))
     top = rec.recommend([history], top_k=1, items=["cold"])[0]
     assert [item for item, _ in top] == ["cold"]
+    with_slot = rec.recommend([history], top_k=3, cold_slots=1)[0]
+    assert len(with_slot) == 3 and "cold" in [item for item, _ in with_slot]
     mapped = Recommender.load(ckpt, mmap=True).model  # what `python -m streamrec.score` loads
     torch.testing.assert_close(item_table(mapped, ckpt, "fp32").vectors, module.model.item_vectors)
