@@ -2,7 +2,7 @@
 
     python -m streamrec.score --ckpt CKPT --input FILE --output recs.parquet --top-k 10 \\
         [--no-exclude-seen] [--explain] [--batch-size N] [--users FILE] [--items FILE] [--item-chunk N] \\
-        [--shard I/N] [--engine local|ray --workers N]
+        [--cold-slots C] [--shard I/N] [--engine local|ray --workers N]
 
 Writes rows `user_id, rank, item_id, score` (original ids; rank 1 = best), as CSV or Parquet by the
 output's extension; `--explain` adds the "because you watched" columns and `--items FILE` the titles.
@@ -171,10 +171,12 @@ class ScoreJob:
             raise InputError("--top-k, --batch-size, --chunk-users and --item-chunk must be positive")
         if args.workers < 1 or args.cpus_per_worker <= 0 or args.threads < 0:
             raise InputError("--workers and --cpus-per-worker must be positive, --threads 0 or more")
+        if not 0 <= args.cold_slots <= args.top_k:
+            raise InputError(f"--cold-slots ({args.cold_slots}) must be between 0 and --top-k ({args.top_k})")
         device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
         ranking = RankingOptions(top_k=args.top_k, exclude_seen=args.exclude_seen, item_chunk=args.item_chunk,
                                  precision=scan_precision(args.precision, device), explain=args.explain,
-                                 batch_size=args.batch_size)
+                                 batch_size=args.batch_size, cold_slots=args.cold_slots)
         ray = RayOptions(args.workers, args.cpus_per_worker, args.ray_address, args.chunk_users)
         return cls(Path(args.ckpt), args.input, Path(args.output), ranking, device, args.format, args.users,
                    args.items, None if args.shard is None else parse_shard(args.shard), args.chunk_users,
@@ -184,7 +186,7 @@ class ScoreJob:
         """What the output's Parquet metadata records (`streamrec.shards.provenance`)."""
         r = self.ranking
         return provenance(checkpoint_sha256(self.ckpt), r.top_k, r.exclude_seen, self.shard, explain=r.explain,
-                          titles=self.items is not None, precision=r.precision)
+                          titles=self.items is not None, precision=r.precision, cold_slots=r.cold_slots)
 
     def manifest(self) -> dict[str, object]:
         """The settings that shape the rows: parts of an interrupted run are resumed only under the same."""
@@ -193,7 +195,8 @@ class ScoreJob:
                 "input": str(Path(self.input).resolve()), "users": self.users, "top_k": r.top_k,
                 "exclude_seen": r.exclude_seen, "explain": r.explain,
                 "items": str(Path(self.items).resolve()) if self.items else None,
-                "shard": None if self.shard is None else list(self.shard), "precision": r.precision}
+                "shard": None if self.shard is None else list(self.shard), "precision": r.precision,
+                "cold_slots": r.cold_slots}
 
 
 MAX_USERS_FILE_BYTES = 1 << 30
@@ -231,6 +234,9 @@ def main(argv: list[str] | None = None) -> None:
                    help="leave out items already in the user's history (default: yes)")
     add_old_flag(p, "--include-seen", "--no-exclude-seen", dest="exclude_seen", nargs=0, const=False)
     p.add_argument("--explain", action="store_true", help="add 'because you watched' columns (slower)")
+    p.add_argument("--cold-slots", type=int, default=0, metavar="C",
+                   help="of the top K, C go to the best cold items of a model trained with item features (items "
+                        "known by their features only), placed by score; default 0: one ranking of every item")
     p.add_argument("--batch-size", type=int, default=256, help="users per forward pass (default 256)")
     p.add_argument("--users", help="file with one user id per line: score only these users")
     p.add_argument("--items", help="item titles: CSV/TSV with item_id,title,... or MovieLens' movies.dat; "

@@ -10,6 +10,8 @@ Request (POST /predict, a JSON object; only these fields):
   top_k         items to return, 1 to min(1000, catalogue size) (default 10; `k`, its old name, still works)
   exclude_seen  leave out items already in the history (default true)
   items         an allow-list: recommend only among these ids (default null: the whole catalogue)
+  cold_slots    of the top_k, how many go to the best cold items of a model trained with item features
+                (default 0; at most top_k; not with explain)
   explain       add "explanation": attention over the history and, per item, the history item
                 whose removal costs it most (default false; one model call per request, slower)
 
@@ -52,7 +54,18 @@ def request_fields(num_items: int) -> dict[str, Field]:
         "exclude_seen": Field(bool, True),
         "items": Field(list, None, hi=MAX_ALLOWED, item=str, item_hi=MAX_ID_CHARS),
         "explain": Field(bool, False),
+        "cold_slots": Field(int, 0, lo=0, hi=min(MAX_TOP_K, num_items)),
     }
+
+
+def check_request(payload: object, fields: dict[str, Field]) -> dict[str, Any]:
+    """The request with its defaults filled in, or a `RequestError` naming the field at fault."""
+    request = check_fields(renamed_fields(payload), fields)
+    if request["cold_slots"] > request["top_k"]:
+        raise RequestError(f"`cold_slots` ({request['cold_slots']}) must be at most `top_k` ({request['top_k']})")
+    if request["cold_slots"] and request["explain"]:
+        raise RequestError("`cold_slots` does not apply to explained answers; send explain: false or cold_slots: 0")
+    return request
 
 
 def renamed_fields(payload: object) -> object:
@@ -61,7 +74,8 @@ def renamed_fields(payload: object) -> object:
 
 
 class StreamRecAPI(BatchedAPI):
-    """Recommendations for a batch of requests: one `Recommender.recommend` call per distinct (exclude_seen, items).
+    """Recommendations for a batch of requests: one `Recommender.recommend` call per distinct (exclude_seen, items,
+    cold_slots).
 
     Args:
         ckpt: the checkpoint (loaded in each worker process by `setup`).
@@ -77,18 +91,23 @@ class StreamRecAPI(BatchedAPI):
         self.rec = Recommender.load(self.ckpt, device)
 
     def predict_many(self, requests: list[dict]) -> list[dict]:
-        """One answer per request; users who share `exclude_seen` and the allow-list are scored together."""
+        """One answer per request; users who share `exclude_seen`, the allow-list and the cold slots are scored
+        together."""
         answers: list[dict[str, Any]] = [{} for _ in requests]
-        groups: dict[tuple[bool, tuple[str, ...] | None], list[int]] = {}
+        groups: dict[tuple, list[int]] = {}
         for i, r in enumerate(requests):
             if r["explain"]:
                 answers[i] = self._explained(r)
             else:
-                groups.setdefault((r["exclude_seen"], None if r["items"] is None else tuple(r["items"])), []).append(i)
-        for (exclude_seen, items), rows in groups.items():
-            # Each user's top K is the head of the top (largest K): one call serves every K.
+                # With cold slots a shorter list is not the head of a longer one: K joins the key.
+                key = (r["exclude_seen"], None if r["items"] is None else tuple(r["items"]), r["cold_slots"],
+                       r["top_k"] if r["cold_slots"] else None)
+                groups.setdefault(key, []).append(i)
+        for (exclude_seen, items, cold_slots, _), rows in groups.items():
+            # Otherwise each user's top K is the head of the top (largest K): one call serves every K.
             top_k = max(requests[i]["top_k"] for i in rows)
-            recs = self.rec.recommend([requests[i]["history"] for i in rows], top_k, exclude_seen, items)
+            recs = self.rec.recommend([requests[i]["history"] for i in rows], top_k, exclude_seen, items,
+                                      cold_slots=cold_slots)
             for i, ranked in zip(rows, recs, strict=True):
                 answers[i] = self._answer(requests[i], ranked[: requests[i]["top_k"]])
         return answers
@@ -133,7 +152,7 @@ def main(argv: list[str] | None = None) -> None:
                            options.batch_timeout)
         metadata = {"app": "streamrec", "ckpt": args.ckpt, "num_items": num_items, "max_top_k": fields["top_k"].hi,
                     "max_history": MAX_HISTORY, "max_body_bytes": options.max_body_bytes}
-        run_server(api, lambda payload: check_fields(renamed_fields(payload), fields), options, metadata)
+        run_server(api, lambda payload: check_request(payload, fields), options, metadata)
 
 
 if __name__ == "__main__":

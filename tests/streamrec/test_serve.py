@@ -128,6 +128,8 @@ BAD = {
     "exclude_seen is a string": {"history": ["a"], "exclude_seen": "no"},
     "a number in the history": {"history": ["a", 3]},
     "oversize body": {"history": ["x" * 100] * (MAX_BODY // 100)},
+    "cold_slots above top_k": {"history": ["a"], "top_k": 2, "cold_slots": 3},
+    "cold_slots with explain": {"history": ["a"], "cold_slots": 1, "explain": True},
 }
 
 
@@ -140,6 +142,15 @@ def test_bad_requests_get_a_one_line_4xx_and_the_server_keeps_serving(server, re
     status, answer = post(server, {"history": history, "top_k": 2})
     assert status == 200
     assert_same(answer, expected(rec, history, 2))
+
+
+def test_cold_slots_reach_the_api_and_a_shorter_list_is_not_cut_from_a_longer_one(server, rec):
+    history = rec.vocab.items[:4]
+    with ThreadPoolExecutor(2) as pool:  # sent together: may share a batch
+        answers = list(pool.map(lambda k: post(server, {"history": history, "top_k": k, "cold_slots": 1}), (2, 5)))
+    for (status, answer), k in zip(answers, (2, 5), strict=True):
+        assert status == 200
+        assert_same(answer, rec.recommend([history], top_k=k, cold_slots=1)[0])
 
 
 def test_the_old_field_k_still_works_and_warns(server, rec):
@@ -219,7 +230,7 @@ def test_an_explained_answer_encodes_the_history_once(tiny_ckpt, monkeypatch):
     api.load("cpu")
     known = api.rec.vocab.items[:4]
     request = {"history": ["zz1", *known[:3]], "top_k": 2, "exclude_seen": True, "items": [known[3], "zz2"],
-               "explain": True}
+               "explain": True, "cold_slots": 0}
     lookups = []
     encode = api.rec.encode
     monkeypatch.setattr(api.rec, "encode", lambda ids: lookups.append(list(ids)) or encode(ids))

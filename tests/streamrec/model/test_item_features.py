@@ -161,3 +161,46 @@ def test_a_checkpoint_with_features_loads_and_recommends_cold_items(trained):
     assert len(with_slot) == 3 and "cold" in [item for item, _ in with_slot]
     mapped = Recommender.load(ckpt, mmap=True).model  # what `python -m streamrec.score` loads
     torch.testing.assert_close(item_table(mapped, ckpt, "fp32").vectors, module.model.item_vectors)
+
+
+def test_server_batches_keep_each_requests_cold_slot(trained):
+    # Two requests of different K with a cold slot, scored in one batch: each equals its own API call (a top 2 with
+    # a cold slot is not the head of a top 5 with one).
+    from streamrec.serve import StreamRecAPI, check_request, request_fields
+
+    _, data, ckpt = trained
+    api = StreamRecAPI(str(ckpt))
+    api.load("cpu")
+    fields = request_fields(data.num_items)
+    history = ["i0", "i1", "i2"]
+    requests = [check_request({"history": history, "top_k": k, "cold_slots": 1}, fields) for k in (2, 5)]
+    for answer, k in zip(api.predict_many(requests), (2, 5), strict=True):
+        want = api.rec.recommend([history], top_k=k, cold_slots=1)[0]
+        assert [i["item_id"] for i in answer["items"]] == [item for item, _ in want]
+        assert "cold" in [i["item_id"] for i in answer["items"]]
+
+
+def test_batch_scoring_keeps_the_cold_slots_and_records_them(trained, tmp_path):
+    import pyarrow.parquet as pq
+
+    from streamrec import score, shards
+
+    _, _, ckpt = trained
+    log = ckpt.parent / "log.csv"
+    out = tmp_path / "recs.parquet"
+    score.main(["--ckpt", str(ckpt), "--input", str(log), "--output", str(out), "--top-k", "3", "--cold-slots", "1",
+                "--precision", "fp32"])
+    rows = pq.read_table(out).to_pylist()
+    rec = Recommender.load(ckpt)
+    histories: dict[str, list[str]] = {}
+    for line in log.read_text().splitlines()[1:]:
+        user, item, _ = line.split(",")
+        histories.setdefault(user, []).append(item)
+    for user, history in histories.items():
+        got = [r["item_id"] for r in rows if r["user_id"] == user]
+        assert got == [item for item, _ in rec.recommend([history], top_k=3, cold_slots=1)[0]]
+        assert "cold" in got
+    assert shards.read_provenance(out)["cold_slots"] == 1
+    with pytest.raises(SystemExit):
+        score.main(["--ckpt", str(ckpt), "--input", str(log), "--output", str(tmp_path / "x.csv"), "--top-k", "2",
+                    "--cold-slots", "3"])
