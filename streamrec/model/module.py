@@ -206,7 +206,8 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         if datamodule is None:
             return
         hp = self.hparams
-        if stage == "fit" and hp.lowpass_kind == "fourier" and hp.lowpass_alpha > 0 and not datamodule.prefixes:
+        prefixes = getattr(datamodule, "prefixes", False)
+        if stage == "fit" and hp.lowpass_kind == "fourier" and hp.lowpass_alpha > 0 and not prefixes:
             raise InputError("`model.lowpass_kind: fourier` reads each position's future, so it trains at the last "
                              "position only: set `data.prefixes: true` (or `model.lowpass_kind: causal`)")
         if datamodule.num_items != self.hparams.num_items:

@@ -156,7 +156,7 @@ def rank(model: StreamRecModel, inputs: Tensor, seen: Tensor | None, options: Ra
     cold = getattr(model, "cold_items", None)
     if not options.cold_slots or cold is None or not bool(cold.any()):
         return top(options.top_k, allowed)
-    both = (torch.ones_like(cold) if allowed is None else allowed.to(cold.device))
+    both = torch.ones_like(cold) if allowed is None else allowed.to(cold.device)
     parts = [top(k, both & mask) for k, mask in ((options.top_k - options.cold_slots, ~cold),
                                                     (options.cold_slots, cold)) if k]
     items, scores = torch.cat([p.items for p in parts], 1), torch.cat([p.scores for p in parts], 1)
