@@ -125,9 +125,10 @@ def cases(histories: dict[str, list[str]], held: set[str]) -> list[tuple[list[st
 
 
 @torch.inference_mode()
-def evaluate(ckpt: Path, test: list[tuple[list[str], str]], held: set[str], ks: Sequence[int], batch_size: int,
-             ) -> dict[str, float]:
-    rec = Recommender.load(ckpt)
+def evaluate(rec: Recommender, ckpt: Path, test: list[tuple[list[str], str]], held: set[str], ks: Sequence[int],
+             batch_size: int) -> dict[str, float]:
+    """The held-out targets among the held-out items (model, content baseline, random) and the whole catalogue;
+    `ckpt` is `rec`'s file, named in errors."""
     model, index = rec.model, rec.vocab.index
     n = model.item_features.shape[0]  # N + 1 columns of scores
     cold = torch.zeros(n, dtype=torch.bool)
@@ -170,10 +171,9 @@ def ranked_hits(items: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tenso
 
 
 @torch.inference_mode()
-def evaluate_slots(ckpt: Path, cold_cases: list[tuple[list[str], str]], warm_cases: list[tuple[list[str], str]],
+def evaluate_slots(rec: Recommender, cold_cases: list[tuple[list[str], str]], warm_cases: list[tuple[list[str], str]],
                    slots: Sequence[int], ks: Sequence[int], batch_size: int) -> dict[str, float]:
     """HR / NDCG of cold and of warm targets in the top K with C cold slots (C = 0 too, for the warm cost)."""
-    rec = Recommender.load(ckpt)
     model, index = rec.model, rec.vocab.index
     out: dict[str, float] = {}
     for kind, cases_ in (("cold", cold_cases), ("warm", warm_cases)):
@@ -241,9 +241,10 @@ def main(argv: list[str] | None = None) -> None:
     test = cases(histories, held)
     if not test:
         sys.exit(f"error: {args.log}: no user has a held-out item after a first item; raise --holdout")
-    figures = evaluate(best, test, held, args.ks, args.batch_size) | {"held_out_items": len(held)}
+    rec = Recommender.load(best)  # once, for both evaluations
+    figures = evaluate(rec, best, test, held, args.ks, args.batch_size) | {"held_out_items": len(held)}
     if args.cold_slots:
-        figures |= evaluate_slots(best, test, warm_test_cases(warm_log), args.cold_slots, args.ks, args.batch_size)
+        figures |= evaluate_slots(rec, test, warm_test_cases(warm_log), args.cold_slots, args.ks, args.batch_size)
     labels = [("model, among held-out items", "model_cold"), ("content baseline, among held-out items",
               "content_cold"), ("random order, among held-out items", "random_cold"),
               ("model, whole catalogue", "model_all")]
