@@ -1,6 +1,7 @@
 """Next-item training losses, each on the selected (non-padding) positions.
 
 - `full_softmax`: cross-entropy over the whole catalogue (default; best quality when it fits).
+- `rdrop_softmax`: the same over two dropout passes, plus R-Drop's consistency term between them.
 - `sampled_softmax`: softmax over the positive and K shared sampled negatives, with the
   logQ correction (Yi et al., 2019) so popular negatives are not over-penalised.
 - `bce`: one positive vs K uniform negatives per position (original SASRec).
@@ -26,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from core.nn import linear_cross_entropy
+from core.nn import linear_cross_entropy, rdrop_cross_entropy
 from core.nn.loss import CHUNK_ELEMENTS
 
 
@@ -37,6 +38,13 @@ def full_softmax(hidden: Tensor, targets: Tensor, item_vectors: Tensor, label_sm
     over every item."""
     return linear_cross_entropy(hidden, item_vectors[1:], targets - 1, label_smoothing=label_smoothing,
                                 chunk_elements=chunk_elements)
+
+
+def rdrop_softmax(pair: Tensor, targets: Tensor, item_vectors: Tensor, label_smoothing: float = 0.0,
+                  alpha: float = 1.0) -> Tensor:
+    """`full_softmax` on (2, M, D) states of the same positions under two dropout masks, plus R-Drop's
+    symmetric KL between the two distributions over the N items, weighted by `alpha` (`core.rdrop_cross_entropy`)."""
+    return rdrop_cross_entropy(pair, item_vectors[1:], targets - 1, label_smoothing=label_smoothing, alpha=alpha)
 
 
 def sample_negatives(

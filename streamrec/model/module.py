@@ -84,6 +84,10 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         loss: full (softmax over all items), sampled (softmax over shared negatives with
             logQ correction), bce (SASRec: one negative set per position), gbce (gSASRec).
         label_smoothing: eps of label smoothing in the full softmax (eps / N on every item); 0: none.
+        rdrop_alpha: R-Drop's weight (Liang et al., 2021; 0, the default, is off): each training batch runs
+            through two dropout masks, and `core.rdrop_cross_entropy` adds the symmetric KL between the two
+            predicted next-item distributions to their mean cross-entropy. A training step costs about twice
+            as much; needs `loss: full`.
         num_negatives: negatives per step (sampled: shared by the batch; bce/gbce: per position).
         negative_sampling: uniform or popularity (popularity only for `sampled`).
         gbce_t: gSASRec calibration t in [0, 1] (0 = plain BCE).
@@ -131,7 +135,7 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         num_features: int = 0, features_per_item: int = 0, id_dropout: float = 0.0,
         attention: AttentionKind = "full", attention_window: int = 256, mask_prob: float = 0.2,
         output_head: bool = False, loss: LossName = "full",
-        label_smoothing: float = 0.0, num_negatives: int = 256,
+        label_smoothing: float = 0.0, rdrop_alpha: float = 0.0, num_negatives: int = 256,
         negative_sampling: Literal["uniform", "popularity"] = "uniform", gbce_t: float = 0.75,
         lr: float = 1e-2, weight_decay: float = 0.0, item_optimizer: ItemOptimizer = "adamw",
         item_lr: float = 0.1, warmup_steps: int = 100, lr_floor: float = 0.1,
@@ -149,6 +153,10 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
             raise ValueError(f"`label_smoothing` must be in [0, 1), got {label_smoothing}")
         if label_smoothing and loss != "full":
             raise ValueError(f"`label_smoothing` works with `loss: full` only, not {loss!r}")
+        if rdrop_alpha < 0.0:
+            raise ValueError(f"`rdrop_alpha` must be >= 0 (0 turns R-Drop off), got {rdrop_alpha}")
+        if rdrop_alpha and loss != "full":
+            raise ValueError(f"`rdrop_alpha` works with `loss: full` only, not {loss!r}")
         if loss != "full" and num_negatives < 1:
             raise ValueError(f"`num_negatives` must be >= 1 for loss={loss!r}, got {num_negatives}")
         if negative_sampling == "popularity" and loss != "sampled":
@@ -255,10 +263,16 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
             items = torch.cat([inputs, targets[:, -1:]], dim=1)[:, 1:]  # (B, T): targets' last column ends a row
             inputs, targets = self.model.mask_items(items, self.hparams.mask_prob)
         last = 1 if batch.last_only and self.hparams.arch != "bert4rec" else None  # prefix windows
-        hidden = self.model.encode(inputs, trim=True, last=last)  # (B, T', D): all-padding columns skipped
-        targets = targets[:, -hidden.shape[1]:]  # inputs and targets share their padding
+        rdrop = self.hparams.rdrop_alpha > 0.0
+        hidden = self.model.encode(inputs.repeat(2, 1) if rdrop else inputs, trim=True, last=last)  # (B, T', D)
+        targets = targets[:, -hidden.shape[1]:]  # inputs and targets share their padding; all-padding columns skipped
         keep = targets != 0
-        loss = self.compute_loss(hidden[keep], targets[keep])  # (M, D), (M,)
+        if rdrop:  # the same rows under two dropout masks
+            pair = torch.stack([half[keep] for half in hidden.chunk(2)])  # (2, M, D)
+            loss = losses.rdrop_softmax(pair, targets[keep], self.model.item_vectors, self.hparams.label_smoothing,
+                                        self.hparams.rdrop_alpha)
+        else:
+            loss = self.compute_loss(hidden[keep], targets[keep])  # (M, D), (M,)
         self.log("train_loss", loss, prog_bar=True, batch_size=int(keep.sum()))
         return loss
 

@@ -50,6 +50,26 @@ def test_training_loss_is_cross_entropy_over_the_catalogue_at_non_padding_positi
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`")
+def test_rdrop_loss_is_mean_cross_entropy_of_two_dropout_passes_plus_their_symmetric_kl():
+    module = make_module(dropout=0.3, rdrop_alpha=2.0, label_smoothing=0.1).train()
+    inputs = torch.tensor([[2, 3, 7, 9, 0, 4], [0, 5, 6, 2, 8, 1]])  # no all-padding column: nothing is trimmed
+    targets = torch.tensor([[3, 7, 9, 4, 4, 11], [0, 6, 2, 8, 1, 12]])
+    torch.manual_seed(5)
+    got = module.training_step(TrainBatch(inputs, targets), 0)
+    # Reference: the same two passes (same seed), explicit (M, N) logits, PyTorch's CE and KL written out.
+    torch.manual_seed(5)
+    first, second = module.model.encode(inputs.repeat(2, 1)).chunk(2)
+    keep = targets != 0
+    items = module.model.item_vectors[1:]
+    z1, z2, t = first[keep] @ items.T, second[keep] @ items.T, targets[keep] - 1
+    ce = (F.cross_entropy(z1, t, label_smoothing=0.1) + F.cross_entropy(z2, t, label_smoothing=0.1)) / 2
+    l1, l2 = z1.log_softmax(-1), z2.log_softmax(-1)
+    kl = ((l1.exp() * (l1 - l2)).sum(-1) + (l2.exp() * (l2 - l1)).sum(-1)).mean()
+    assert kl > 1e-3  # the two masks differ, so the consistency term is in play
+    torch.testing.assert_close(got, ce + 2.0 / 4 * kl, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("loss", ["bce", "gbce", "sampled"])
 def test_each_sampled_loss_is_the_named_function_on_the_same_negatives(loss):
     module = make_module(loss=loss, num_negatives=5)
@@ -131,6 +151,10 @@ def test_bad_loss_settings_name_the_argument():
         make_module(label_smoothing=1.0)
     with pytest.raises(ValueError, match="label_smoothing. works with .loss: full. only"):
         make_module(loss="sampled", label_smoothing=0.1)
+    with pytest.raises(ValueError, match="rdrop_alpha. must be >= 0"):
+        make_module(rdrop_alpha=-1.0)
+    with pytest.raises(ValueError, match="rdrop_alpha. works with .loss: full. only"):
+        make_module(loss="gbce", rdrop_alpha=1.0)
 
 
 @pytest.mark.parametrize("tied", [True, False])
