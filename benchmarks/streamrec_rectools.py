@@ -21,7 +21,9 @@ RecTools drops from training (fewer than 2 training items) are still scored
 
 `--ours-recipe default` races StreamRec as a new user gets it instead: one trial with
 `StreamRecModule`'s defaults (what `python -m streamrec fit --data.path FILE` trains: its own width,
-heads, feed-forward, dropout, loss and learning rate), no search, against RecTools' full search.
+heads, feed-forward, dropout, loss and learning rate), no search, against RecTools' full search;
+with `--ours-config configs/streamrec/ml1m.yaml` that trial trains the config's model block over the
+defaults instead, as `fit --config` does (pass its `data.max_len` as `--max-len`).
 
 Reported per data set: both picks' test HR@10 / NDCG@10, their validation settings (loss, lr,
 best epoch, epochs run), training sequences/s (median epoch, validation excluded) and the time to
@@ -69,6 +71,7 @@ import numpy as np
 import pandas as pd
 import pytorch_lightning as PL
 import torch
+import yaml
 from _common import print_table, write_json
 from _streamrec_trials import (
     DATA,
@@ -113,9 +116,28 @@ def default_recipe() -> dict[str, object]:
     return {name: p.default for name, p in params.items() if name not in ("self", "num_items", "max_len")}
 
 
+def config_model(path: Path | None) -> dict[str, object]:
+    """The `model:` block of a StreamRec YAML config (`--ours-config`): what `fit --config PATH` trains over the
+    module's defaults. Its `base:` file holds no model settings, so it is not read."""
+    if path is None:
+        return {}
+    model = (yaml.safe_load(path.read_text()) or {}).get("model") or {}
+    unknown = sorted(set(model) - set(default_recipe()))
+    if unknown:
+        sys.exit(f"error: {path}: model keys {unknown} are not StreamRecModule arguments")
+    return model
+
+
+def ours_recipe_settings(args: argparse.Namespace) -> dict[str, object]:
+    """The recipe one `--ours-recipe default` trial trains: the module's defaults, or with `--ours-config` a
+    config's model block over them (trial keys record it)."""
+    return {**default_recipe(), **config_model(args.ours_config)}
+
+
 def ours_default_recipe(args: argparse.Namespace) -> dict[str, object]:
     """The default recipe as `--ours-recipe default` trains it: with the fast path when `--cpu-fastpath` asks."""
-    return {**default_recipe(), "cpu_fastpath": args.cpu_fastpath}
+    recipe = ours_recipe_settings(args)
+    return {**recipe, "cpu_fastpath": args.cpu_fastpath or bool(recipe["cpu_fastpath"])}
 
 
 # ----------------------------------------------------------------------------- one trial per system
@@ -258,7 +280,7 @@ def trial_key(data: Data, system: str, loss: str, lr: float, args: argparse.Name
             "precision": args.precision, "threads": args.threads, "limit_batches": args.limit_batches or 0,
             # Added later: present only when set, so trials stored before the option still match.
             **({"item_init_std": args.item_init_std} if args.item_init_std is not None and system == "ours" else {}),
-            **({"recipe": default_recipe()} if loss == DEFAULT else {}),
+            **({"recipe": ours_recipe_settings(args)} if loss == DEFAULT else {}),
             **({"group_by_length": GROUPED} if args.group_by_length and system == "ours" else {}),
             **({"cpu_fastpath": True} if args.cpu_fastpath and system == "ours" else {})}
 
@@ -269,7 +291,7 @@ def search(data: Data, args: argparse.Namespace, trials: TrialLog, log: Console)
     plan = [(system, loss, lr) for loss in args.losses for lr in args.lrs for system in args.systems
             if not (system == "ours" and args.ours_recipe == DEFAULT)]
     if "ours" in args.systems and args.ours_recipe == DEFAULT:
-        plan.insert(0, ("ours", DEFAULT, default_recipe()["lr"]))
+        plan.insert(0, ("ours", DEFAULT, ours_recipe_settings(args)["lr"]))
     for system, loss, lr in plan:
         key = trial_key(data, system, loss, lr, args)
         result = trials.get(key)
@@ -368,6 +390,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ours-recipe", choices=("matched", DEFAULT), default="matched",
                    help="matched: ours gets RecTools' block shape and the same loss x lr search; default: ours trains "
                         "once with StreamRecModule's defaults (what fit gets when only the data is named), no search")
+    p.add_argument("--ours-config", type=Path, metavar="YAML",
+                   help="with --ours-recipe default: train the model block of this StreamRec config over the "
+                        "module's defaults (e.g. configs/streamrec/ml1m.yaml), as fit --config trains it")
     p.add_argument("--item-init-std", type=float,
                    help="ours: standard deviation of the initial item vectors (default: the module's)")
     p.add_argument("--malloc", choices=("default", "keep"), default="default",
@@ -384,6 +409,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--json", metavar="PATH", help="write every figure as one flat JSON object name -> number")
     args = p.parse_args(argv)
     args.group_by_length = not args.random_batches
+    if args.ours_config is not None and args.ours_recipe != DEFAULT:
+        p.error("--ours-config needs --ours-recipe default (matched races RecTools' block shape)")
+    if args.ours_config is not None and not args.ours_config.is_file():
+        p.error(f"--ours-config: {args.ours_config} not found")
     for name in ("max_len", "max_epochs", "patience", "threads", "batch_size", "limit_batches"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
@@ -421,7 +450,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.ours_recipe == DEFAULT:
         metrics_only = ("ks", "sampled_metrics", "popularity_baseline")
         recipe = {k: v for k, v in ours_default_recipe(args).items() if k not in metrics_only}
-        console.print(f"StreamRec: its default recipe, one trial, no search: {recipe}")
+        source = f"{args.ours_config}'s model block over its defaults" if args.ours_config else "its default recipe"
+        console.print(f"StreamRec: {source}, one trial, no search: {recipe}")
     console.print(f"protocol: leave-one-out; pick by validation NDCG@{K}; test = full ranking over all items, seen "
                   f"items removed, our RankingMetrics on both networks' scores")
     console.print(f"torch {torch.__version__} | threads {torch.get_num_threads()} | Lightning {L.__version__} | "
