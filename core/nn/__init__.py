@@ -9,7 +9,7 @@ from core.nn.blocks import DecoderLayer, EncoderLayer, FeedForward
 from core.nn.cpu_fastpath import FastDropout, FastLinear, disable_cpu_fastpath, enable_cpu_fastpath
 from core.nn.explain import AttentionCapture, attention_entropy, attention_rollout, save_attention_json, save_heatmap
 from core.nn.kv_cache import DecoderCache, KVCache, StaticKV
-from core.nn.loss import linear_cross_entropy, rdrop_cross_entropy
+from core.nn.loss import contrastive_loss, linear_cross_entropy, rdrop_cross_entropy
 from core.nn.masks import additive_mask, causal_mask, causal_padding_mask, combine_masks, lengths_mask, padding_mask
 from core.nn.positions import ALiBi, LearnedPositions, RotaryEmbedding, SinusoidalPositions, alibi_slopes, apply_rope
 from core.nn.schedule import InverseSqrt, InverseSqrtLR, WarmupCosine, WarmupCosineLR, stops_on_time
@@ -20,7 +20,7 @@ __all__ = [
     "EncoderLayer", "FastDropout", "FastLinear", "FeedForward", "InverseSqrt", "InverseSqrtLR", "KVCache",
     "LearnedPositions", "MultiHeadAttention", "RotaryEmbedding", "SinusoidalPositions", "StaticKV", "TokenEmbedding",
     "WarmupCosine", "WarmupCosineLR", "additive_mask", "alibi_slopes", "apply_rope", "attend", "attention_entropy",
-    "attention_rollout", "causal_mask", "causal_padding_mask", "combine_masks", "disable_cpu_fastpath",
-    "enable_cpu_fastpath", "init_linear", "lengths_mask", "linear_cross_entropy", "padding_mask",
-    "rdrop_cross_entropy", "save_attention_json", "save_heatmap", "stops_on_time", "tie_weights",
+    "attention_rollout", "causal_mask", "causal_padding_mask", "combine_masks", "contrastive_loss",
+    "disable_cpu_fastpath", "enable_cpu_fastpath", "init_linear", "lengths_mask", "linear_cross_entropy",
+    "padding_mask", "rdrop_cross_entropy", "save_attention_json", "save_heatmap", "stops_on_time", "tie_weights",
 ]

@@ -9,6 +9,9 @@ pass instead; `benchmarks/streamrec_loss.py` measures it against `F.cross_entrop
 `rdrop_cross_entropy` is R-Drop (Liang et al., 2021): the same rows through two dropout masks,
 cross-entropy on both plus a symmetric KL between the two predicted distributions.
 
+`contrastive_loss` is the in-batch InfoNCE (NT-Xent) of two views of each row, as CL4SRec and DuoRec
+add to a sequential recommender's next-item loss: each view must pick its twin out of the batch.
+
 Legend: M rows (positions), D width, V classes.
 """
 
@@ -127,6 +130,38 @@ class _ChunkedRDrop(torch.autograd.Function):
         dh = None if grad_h is None else grad_h * scale.to(grad_h.dtype)
         dw = None if grad_w is None else (grad_w * scale).to(ctx.weight_dtype)
         return dh, dw, None, None, None, None
+
+
+def contrastive_loss(first: Tensor, second: Tensor, temperature: float = 1.0, groups: Tensor | None = None) -> Tensor:
+    """Mean NT-Xent (SimCLR's InfoNCE over 2B views) of two views of B rows.
+
+    Each of the 2B views is classified among the other 2B - 1 by dot product / `temperature`; its twin
+    (the other view of its row) is the answer. Rows of the same `groups` value (DuoRec: the same next
+    item) are not pushed apart: they are left out of each other's candidates, as false negatives.
+
+    Args:
+        first: (B, D) first views.
+        second: (B, D) second views of the same rows.
+        temperature: divides every similarity (CL4SRec and DuoRec use 1 with dot products).
+        groups: (B,) labels; rows sharing one are not each other's negatives. None: every other row is one.
+    """
+    if temperature <= 0:
+        raise ValueError(f"`temperature` must be > 0, got {temperature}")
+    if first.shape != second.shape or first.dim() != 2:
+        raise ValueError(f"two (B, D) views needed, got {tuple(first.shape)} and {tuple(second.shape)}")
+    rows = first.shape[0]
+    views = torch.cat([first, second])
+    views = views.to(torch.promote_types(views.dtype, torch.float32))  # (2B, D); bf16 views compare in fp32
+    sim = views @ views.T / temperature  # (2B, 2B)
+    index = torch.arange(2 * rows, device=views.device)
+    twin = (index + rows) % (2 * rows)
+    row = index % rows
+    excluded = index[:, None] == index[None, :]  # a view is not its own candidate
+    if groups is not None:
+        label = groups[row]
+        excluded = excluded | ((label[:, None] == label[None, :]) & (row[:, None] != row[None, :]))
+    sim = sim.masked_fill(excluded, float("-inf"))
+    return torch.nn.functional.cross_entropy(sim, twin)
 
 
 def _matmul_dtype(x: Tensor) -> torch.dtype:

@@ -14,7 +14,7 @@ import lightning as L
 import torch
 from torch import Tensor
 
-from core.nn import WarmupCosineLR, stops_on_time
+from core.nn import WarmupCosineLR, contrastive_loss, stops_on_time
 from core.nn.attention import AttentionKind
 from core.nn.blocks import Activation
 from core.nn.compile import BUCKET, CompileMode, check_backend, compile_in_place, compile_mode
@@ -88,6 +88,12 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
             through two dropout masks, and `core.rdrop_cross_entropy` adds the symmetric KL between the two
             predicted next-item distributions to their mean cross-entropy. A training step costs about twice
             as much; needs `loss: full`.
+        contrastive_weight: weight of a contrastive term (CL4SRec, DuoRec; 0, the default, is off): each batch
+            runs through two dropout masks, and each window's last state must pick its other view out of the
+            batch (`core.contrastive_loss`; windows with the same last target are not negatives, as DuoRec
+            has it), added to the two passes' mean cross-entropy. About twice the step; `loss: full`, and a
+            causal network (sasrec, gru).
+        contrastive_temperature: that term's temperature on dot products (1, as CL4SRec and DuoRec).
         num_negatives: negatives per step (sampled: shared by the batch; bce/gbce: per position).
         negative_sampling: uniform or popularity (popularity only for `sampled`).
         gbce_t: gSASRec calibration t in [0, 1] (0 = plain BCE).
@@ -135,7 +141,8 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         num_features: int = 0, features_per_item: int = 0, id_dropout: float = 0.0,
         attention: AttentionKind = "full", attention_window: int = 256, mask_prob: float = 0.2,
         output_head: bool = False, loss: LossName = "full",
-        label_smoothing: float = 0.0, rdrop_alpha: float = 0.0, num_negatives: int = 256,
+        label_smoothing: float = 0.0, rdrop_alpha: float = 0.0, contrastive_weight: float = 0.0,
+        contrastive_temperature: float = 1.0, num_negatives: int = 256,
         negative_sampling: Literal["uniform", "popularity"] = "uniform", gbce_t: float = 0.75,
         lr: float = 1e-2, weight_decay: float = 0.0, item_optimizer: ItemOptimizer = "adamw",
         item_lr: float = 0.1, warmup_steps: int = 100, lr_floor: float = 0.1,
@@ -157,6 +164,12 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
             raise ValueError(f"`rdrop_alpha` must be >= 0 (0 turns R-Drop off), got {rdrop_alpha}")
         if rdrop_alpha and loss != "full":
             raise ValueError(f"`rdrop_alpha` works with `loss: full` only, not {loss!r}")
+        if contrastive_weight < 0.0 or contrastive_temperature <= 0.0:
+            raise ValueError(f"`contrastive_weight` must be >= 0 and `contrastive_temperature` > 0, got "
+                             f"{contrastive_weight} and {contrastive_temperature}")
+        if contrastive_weight and (loss != "full" or arch == "bert4rec"):
+            raise ValueError("`contrastive_weight` needs `loss: full` and a causal network (sasrec, gru), not "
+                             f"loss {loss!r} with arch {arch!r}")
         if loss != "full" and num_negatives < 1:
             raise ValueError(f"`num_negatives` must be >= 1 for loss={loss!r}, got {num_negatives}")
         if negative_sampling == "popularity" and loss != "sampled":
@@ -263,14 +276,20 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
             items = torch.cat([inputs, targets[:, -1:]], dim=1)[:, 1:]  # (B, T): targets' last column ends a row
             inputs, targets = self.model.mask_items(items, self.hparams.mask_prob)
         last = 1 if batch.last_only and self.hparams.arch != "bert4rec" else None  # prefix windows
-        rdrop = self.hparams.rdrop_alpha > 0.0
-        hidden = self.model.encode(inputs.repeat(2, 1) if rdrop else inputs, trim=True, last=last)  # (B, T', D)
+        hp = self.hparams
+        two_passes = hp.rdrop_alpha > 0.0 or hp.contrastive_weight > 0.0
+        # (B, T', D), or (2B, T', D) with two passes
+        hidden = self.model.encode(inputs.repeat(2, 1) if two_passes else inputs, trim=True, last=last)
         targets = targets[:, -hidden.shape[1]:]  # inputs and targets share their padding; all-padding columns skipped
         keep = targets != 0
-        if rdrop:  # the same rows under two dropout masks
-            pair = torch.stack([half[keep] for half in hidden.chunk(2)])  # (2, M, D)
-            loss = losses.rdrop_softmax(pair, targets[keep], self.model.item_vectors, self.hparams.label_smoothing,
-                                        self.hparams.rdrop_alpha)
+        if two_passes:  # the same rows under two dropout masks
+            first, second = hidden.chunk(2)
+            pair = torch.stack([first[keep], second[keep]])  # (2, M, D)
+            loss = losses.rdrop_softmax(pair, targets[keep], self.model.item_vectors, hp.label_smoothing,
+                                        hp.rdrop_alpha)
+            if hp.contrastive_weight > 0.0:  # windows are right-aligned: the last column is every row's last target
+                loss = loss + hp.contrastive_weight * contrastive_loss(
+                    first[:, -1], second[:, -1], hp.contrastive_temperature, groups=targets[:, -1])
         else:
             loss = self.compute_loss(hidden[keep], targets[keep])  # (M, D), (M,)
         self.log("train_loss", loss, prog_bar=True, batch_size=int(keep.sum()))

@@ -1,12 +1,15 @@
-"""`core.linear_cross_entropy` and `core.rdrop_cross_entropy` against autograd on materialised logits."""
+"""`core.linear_cross_entropy` and `core.rdrop_cross_entropy` against autograd on materialised logits;
+`core.contrastive_loss` against NT-Xent written out view by view."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from core.nn import linear_cross_entropy, rdrop_cross_entropy
+from core.nn import contrastive_loss, linear_cross_entropy, rdrop_cross_entropy
 
 M, D, V = 37, 8, 23
 
@@ -117,3 +120,46 @@ def test_rdrop_needs_two_passes():
     hidden, weight, targets = _inputs()
     with pytest.raises(ValueError, match=r"\(2, M, D\)"):
         rdrop_cross_entropy(hidden, weight, targets)
+
+
+def _nt_xent_by_hand(first, second, temperature, groups):
+    """Each of the 2B views against every other view but itself and (with groups) the other rows of its group."""
+    views, rows = torch.cat([first, second]).tolist(), first.shape[0]
+    total = 0.0
+    for i in range(2 * rows):
+        twin = (i + rows) % (2 * rows)
+        denominator, numerator = 0.0, 0.0
+        for j in range(2 * rows):
+            same_group = groups is not None and i % rows != j % rows and groups[i % rows] == groups[j % rows]
+            if j == i or same_group:
+                continue
+            e = math.exp(sum(a * b for a, b in zip(views[i], views[j], strict=True)) / temperature)
+            denominator += e
+            if j == twin:
+                numerator = e
+        total += -math.log(numerator / denominator)
+    return total / (2 * rows)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.3])
+@pytest.mark.parametrize("groups", [None, [4, 1, 4, 2, 1, 9]])
+def test_contrastive_loss_is_nt_xent_over_both_views(temperature, groups):
+    g = torch.Generator().manual_seed(1)
+    first, second = torch.randn(6, 5, generator=g, dtype=torch.float64), torch.randn(6, 5, generator=g,
+                                                                                       dtype=torch.float64)
+    labels = None if groups is None else torch.tensor(groups)
+    want = _nt_xent_by_hand(first, second, temperature, groups)
+    assert contrastive_loss(first, second, temperature, labels).item() == pytest.approx(want, rel=1e-10)
+
+
+def test_contrastive_loss_prefers_views_that_agree():
+    g = torch.Generator().manual_seed(2)
+    first = torch.randn(8, 4, generator=g)
+    assert contrastive_loss(first, first) < contrastive_loss(first, torch.randn(8, 4, generator=g))
+
+
+def test_contrastive_loss_rejects_bad_input():
+    with pytest.raises(ValueError, match="temperature"):
+        contrastive_loss(torch.ones(2, 3), torch.ones(2, 3), temperature=0.0)
+    with pytest.raises(ValueError, match="two .B, D. views"):
+        contrastive_loss(torch.ones(2, 3), torch.ones(3, 3))

@@ -70,6 +70,29 @@ def test_rdrop_loss_is_mean_cross_entropy_of_two_dropout_passes_plus_their_symme
     torch.testing.assert_close(got, ce + 2.0 / 4 * kl, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`")
+def test_contrastive_term_compares_each_windows_last_state_across_two_dropout_passes():
+    module = make_module(dropout=0.3, contrastive_weight=0.5, contrastive_temperature=0.7).train()
+    inputs = torch.tensor([[2, 3, 7, 9, 0, 4], [0, 5, 6, 2, 8, 1], [0, 0, 0, 4, 3, 2]])
+    targets = torch.tensor([[3, 7, 9, 4, 4, 11], [0, 6, 2, 8, 1, 12], [0, 0, 0, 3, 2, 11]])  # rows 0 and 2 end alike
+    torch.manual_seed(5)
+    got = module.training_step(TrainBatch(inputs, targets), 0)
+    torch.manual_seed(5)
+    first, second = module.model.encode(inputs.repeat(2, 1)).chunk(2)
+    keep = targets != 0
+    items = module.model.item_vectors[1:]
+    ce = (F.cross_entropy(first[keep] @ items.T, targets[keep] - 1)
+          + F.cross_entropy(second[keep] @ items.T, targets[keep] - 1)) / 2
+    # NT-Xent over the six last states by hand; rows 0 and 2 (last target 11) are not each other's negatives.
+    views = torch.cat([first[:, -1], second[:, -1]])
+    sim = views @ views.T / 0.7
+    terms = []
+    for i in range(6):
+        others = [j for j in range(6) if j != i and {i % 3, j % 3} != {0, 2}]
+        terms.append(torch.logsumexp(sim[i, others], 0) - sim[i, (i + 3) % 6])
+    torch.testing.assert_close(got, ce + 0.5 * torch.stack(terms).mean(), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("loss", ["bce", "gbce", "sampled"])
 def test_each_sampled_loss_is_the_named_function_on_the_same_negatives(loss):
     module = make_module(loss=loss, num_negatives=5)
@@ -155,6 +178,10 @@ def test_bad_loss_settings_name_the_argument():
         make_module(rdrop_alpha=-1.0)
     with pytest.raises(ValueError, match="rdrop_alpha. works with .loss: full. only"):
         make_module(loss="gbce", rdrop_alpha=1.0)
+    with pytest.raises(ValueError, match="contrastive_temperature. > 0"):
+        make_module(contrastive_weight=0.1, contrastive_temperature=0.0)
+    with pytest.raises(ValueError, match="contrastive_weight. needs .loss: full. and a causal network"):
+        make_module(arch="bert4rec", contrastive_weight=0.1)
 
 
 @pytest.mark.parametrize("tied", [True, False])
