@@ -50,19 +50,24 @@ def test_training_loss_is_cross_entropy_over_the_catalogue_at_non_padding_positi
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`")
+def _two_passes(module, inputs, targets):
+    """The training step's loss under seed 5, and the reference's pieces from the same two passes (same seed):
+    each pass's (M, N) logits at the non-padding positions, their targets, and each pass's (B, D) last states."""
+    module.log = lambda *a, **k: None  # no trainer attached
+    torch.manual_seed(5)
+    got = module.training_step(TrainBatch(inputs, targets), 0)
+    torch.manual_seed(5)
+    first, second = module.model.encode(inputs.repeat(2, 1)).chunk(2)
+    keep, items = targets != 0, module.model.item_vectors[1:]
+    return got, first[keep] @ items.T, second[keep] @ items.T, targets[keep] - 1, first[:, -1], second[:, -1]
+
+
 def test_rdrop_loss_is_mean_cross_entropy_of_two_dropout_passes_plus_their_symmetric_kl():
     module = make_module(dropout=0.3, rdrop_alpha=2.0, label_smoothing=0.1).train()
     inputs = torch.tensor([[2, 3, 7, 9, 0, 4], [0, 5, 6, 2, 8, 1]])  # no all-padding column: nothing is trimmed
     targets = torch.tensor([[3, 7, 9, 4, 4, 11], [0, 6, 2, 8, 1, 12]])
-    torch.manual_seed(5)
-    got = module.training_step(TrainBatch(inputs, targets), 0)
-    # Reference: the same two passes (same seed), explicit (M, N) logits, PyTorch's CE and KL written out.
-    torch.manual_seed(5)
-    first, second = module.model.encode(inputs.repeat(2, 1)).chunk(2)
-    keep = targets != 0
-    items = module.model.item_vectors[1:]
-    z1, z2, t = first[keep] @ items.T, second[keep] @ items.T, targets[keep] - 1
+    got, z1, z2, t, _, _ = _two_passes(module, inputs, targets)
+    # Reference: PyTorch's CE and the KL written out on explicit logits.
     ce = (F.cross_entropy(z1, t, label_smoothing=0.1) + F.cross_entropy(z2, t, label_smoothing=0.1)) / 2
     l1, l2 = z1.log_softmax(-1), z2.log_softmax(-1)
     kl = ((l1.exp() * (l1 - l2)).sum(-1) + (l2.exp() * (l2 - l1)).sum(-1)).mean()
@@ -70,21 +75,14 @@ def test_rdrop_loss_is_mean_cross_entropy_of_two_dropout_passes_plus_their_symme
     torch.testing.assert_close(got, ce + 2.0 / 4 * kl, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`")
 def test_contrastive_term_compares_each_windows_last_state_across_two_dropout_passes():
     module = make_module(dropout=0.3, contrastive_weight=0.5, contrastive_temperature=0.7).train()
     inputs = torch.tensor([[2, 3, 7, 9, 0, 4], [0, 5, 6, 2, 8, 1], [0, 0, 0, 4, 3, 2]])
     targets = torch.tensor([[3, 7, 9, 4, 4, 11], [0, 6, 2, 8, 1, 12], [0, 0, 0, 3, 2, 11]])  # rows 0 and 2 end alike
-    torch.manual_seed(5)
-    got = module.training_step(TrainBatch(inputs, targets), 0)
-    torch.manual_seed(5)
-    first, second = module.model.encode(inputs.repeat(2, 1)).chunk(2)
-    keep = targets != 0
-    items = module.model.item_vectors[1:]
-    ce = (F.cross_entropy(first[keep] @ items.T, targets[keep] - 1)
-          + F.cross_entropy(second[keep] @ items.T, targets[keep] - 1)) / 2
+    got, z1, z2, t, last1, last2 = _two_passes(module, inputs, targets)
+    ce = (F.cross_entropy(z1, t) + F.cross_entropy(z2, t)) / 2
     # NT-Xent over the six last states by hand; rows 0 and 2 (last target 11) are not each other's negatives.
-    views = torch.cat([first[:, -1], second[:, -1]])
+    views = torch.cat([last1, last2])
     sim = views @ views.T / 0.7
     terms = []
     for i in range(6):
