@@ -152,7 +152,8 @@ def contrastive_loss(first: Tensor, second: Tensor, temperature: float = 1.0, gr
     rows = first.shape[0]
     views = torch.cat([first, second])
     views = views.to(torch.promote_types(views.dtype, torch.float32))  # (2B, D); bf16 views compare in fp32
-    sim = views @ views.T / temperature  # (2B, 2B)
+    with torch.autocast(views.device.type, enabled=False):  # autocast would run the product in bf16 again
+        sim = views @ views.T / temperature  # (2B, 2B)
     index = torch.arange(2 * rows, device=views.device)
     twin = (index + rows) % (2 * rows)
     row = index % rows

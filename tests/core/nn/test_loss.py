@@ -152,6 +152,14 @@ def test_contrastive_loss_is_nt_xent_over_both_views(temperature, groups):
     assert contrastive_loss(first, second, temperature, labels).item() == pytest.approx(want, rel=1e-10)
 
 
+def test_contrastive_loss_under_bf16_autocast_compares_in_fp32():
+    g = torch.Generator().manual_seed(3)
+    first, second = 4 * torch.randn(8, 16, generator=g), 4 * torch.randn(8, 16, generator=g)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = contrastive_loss(first, second)
+    assert got.item() == pytest.approx(contrastive_loss(first, second).item(), rel=1e-6)
+
+
 def test_contrastive_loss_prefers_views_that_agree():
     g = torch.Generator().manual_seed(2)
     first = torch.randn(8, 4, generator=g)
