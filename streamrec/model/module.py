@@ -271,28 +271,35 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
 
     # ------------------------------------------------------------------ training
     def training_step(self, batch: TrainBatch, batch_idx: int) -> Tensor:
-        inputs, targets = batch.inputs, batch.targets
-        if self.hparams.arch == "bert4rec":  # the cloze task on each sequence's last T items
+        hp, inputs, targets = self.hparams, batch.inputs, batch.targets
+        if hp.arch == "bert4rec":  # the cloze task on each sequence's last T items
             items = torch.cat([inputs, targets[:, -1:]], dim=1)[:, 1:]  # (B, T): targets' last column ends a row
-            inputs, targets = self.model.mask_items(items, self.hparams.mask_prob)
-        last = 1 if batch.last_only and self.hparams.arch != "bert4rec" else None  # prefix windows
-        hp = self.hparams
+            inputs, targets = self.model.mask_items(items, hp.mask_prob)
+        last = 1 if batch.last_only and hp.arch != "bert4rec" else None  # prefix windows
         two_passes = hp.rdrop_alpha > 0.0 or hp.contrastive_weight > 0.0
         # (B, T', D), or (2B, T', D) with two passes
         hidden = self.model.encode(inputs.repeat(2, 1) if two_passes else inputs, trim=True, last=last)
         targets = targets[:, -hidden.shape[1]:]  # inputs and targets share their padding; all-padding columns skipped
         keep = targets != 0
-        if two_passes:  # the same rows under two dropout masks
-            first, second = hidden.chunk(2)
-            pair = torch.stack([first[keep], second[keep]])  # (2, M, D)
-            loss = losses.rdrop_softmax(pair, targets[keep], self.model.item_vectors, hp.label_smoothing,
-                                        hp.rdrop_alpha)
-            if hp.contrastive_weight > 0.0:  # windows are right-aligned: the last column is every row's last target
-                loss = loss + hp.contrastive_weight * contrastive_loss(
-                    first[:, -1], second[:, -1], hp.contrastive_temperature, groups=targets[:, -1])
+        if two_passes:
+            loss = self.two_pass_loss(*hidden.chunk(2), targets, keep)
         else:
             loss = self.compute_loss(hidden[keep], targets[keep])  # (M, D), (M,)
         self.log("train_loss", loss, prog_bar=True, batch_size=int(keep.sum()))
+        return loss
+
+    def two_pass_loss(self, first: Tensor, second: Tensor, targets: Tensor, keep: Tensor) -> Tensor:
+        """The loss of (B, T', D) states of the same rows under two dropout masks: R-Drop's, or the two passes'
+        mean cross-entropy, plus the contrastive term when it is on."""
+        hp = self.hparams
+        if hp.rdrop_alpha > 0.0:
+            loss = losses.rdrop_softmax(torch.stack([first[keep], second[keep]]), targets[keep],
+                                        self.model.item_vectors, hp.label_smoothing, hp.rdrop_alpha)
+        else:  # without R-Drop's KL work
+            loss = self.compute_loss(torch.cat([first[keep], second[keep]]), targets[keep].repeat(2))
+        if hp.contrastive_weight > 0.0:  # windows are right-aligned: the last column is every row's last target
+            loss = loss + hp.contrastive_weight * contrastive_loss(
+                first[:, -1], second[:, -1], hp.contrastive_temperature, groups=targets[:, -1])
         return loss
 
     def compute_loss(self, hidden: Tensor, targets: Tensor) -> Tensor:
