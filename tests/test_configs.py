@@ -22,7 +22,8 @@ MAINS = {"streamrec": streamrec_main, "translate": translate_main}
 # Values changed on purpose since FULL (a recipe picked later), laid over the full YAML's before comparing.
 CHANGED_SINCE_FULL = {
     ("streamrec", "beauty"): {"trainer": {"max_epochs": 50}, "early_stopping": 10,
-                              "model": {"n_heads": 2, "dropout": 0.35, "attn_dropout": 0.2, "label_smoothing": 0.3}},
+                              "model": {"n_heads": 2, "dropout": 0.35, "attn_dropout": 0.2, "label_smoothing": 0.3,
+                                        "contrastive_weight": 0.1}},
     ("streamrec", "ml1m"): {"trainer": {"max_epochs": 40}, "early_stopping": 10, "model": {"d_model": 128}},
 }
 

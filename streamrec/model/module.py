@@ -169,7 +169,7 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
                              f"{contrastive_weight} and {contrastive_temperature}")
         if contrastive_weight and (loss != "full" or arch == "bert4rec"):
             raise ValueError("`contrastive_weight` needs `loss: full` and a causal network (sasrec, gru), not "
-                             f"loss {loss!r} with arch {arch!r}")
+                             f"loss {loss!r} with arch {arch!r}; `--model.contrastive_weight 0` trains without it")
         if loss != "full" and num_negatives < 1:
             raise ValueError(f"`num_negatives` must be >= 1 for loss={loss!r}, got {num_negatives}")
         if negative_sampling == "popularity" and loss != "sampled":

@@ -232,3 +232,15 @@ def test_the_first_trial_is_the_config_and_max_time_caps_every_trial(tiny_log, t
     assert first["loss"] == "full" and 1e-4 <= float(first["weight_decay"]) <= 1.0  # sampled
     assert float(second["lr"]) != pytest.approx(0.004)
     assert caps == ["00:00:10:00"] * 2
+
+
+def test_a_config_with_a_contrastive_term_keeps_its_loss(tiny_log, tmp_path, capsys):
+    """The term needs the full softmax: searching the loss would fail every trial that proposes gbce."""
+    config = tmp_path / "cl.yaml"
+    config.write_text(BASE.format(path=tiny_log) + "  contrastive_weight: 0.1\n")
+    out = tmp_path / "search"
+    main(["tune", "--config", str(config), "--budget", "2", "--out", str(out), *FAST])
+    rows = _trials(out)
+    assert len(rows) == 2 and all("loss" not in row for row in rows)
+    assert all(row["state"] == "complete" for row in rows)
+    assert "the loss is not searched" in capsys.readouterr().err
