@@ -91,9 +91,13 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         contrastive_weight: weight of a contrastive term (CL4SRec, DuoRec; 0, the default, is off): each batch
             runs through two dropout masks, and each window's last state must pick its other view out of the
             batch (`core.contrastive_loss`; windows with the same last target are not negatives, as DuoRec
-            has it), added to the two passes' mean cross-entropy. About twice the step; `loss: full`, and a
-            causal network (sasrec, gru).
+            has it), added to the two passes' mean cross-entropy. About twice the step (`second_pass_softmax`);
+            `loss: full`, and a causal network (sasrec, gru).
         contrastive_temperature: that term's temperature on dot products (1, as CL4SRec and DuoRec).
+        second_pass_softmax: with the contrastive term alone, whether the second pass also trains the full softmax
+            at every position. False runs it for the term only (its last state, as DuoRec arranges the passes):
+            the softmax over the catalogue is most of a step on sparse data, so the term then costs a fraction of
+            a step instead of doubling it. R-Drop needs both passes' softmax.
         num_negatives: negatives per step (sampled: shared by the batch; bce/gbce: per position).
         negative_sampling: uniform or popularity (popularity only for `sampled`).
         gbce_t: gSASRec calibration t in [0, 1] (0 = plain BCE).
@@ -142,7 +146,7 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         attention: AttentionKind = "full", attention_window: int = 256, mask_prob: float = 0.2,
         output_head: bool = False, loss: LossName = "full",
         label_smoothing: float = 0.0, rdrop_alpha: float = 0.0, contrastive_weight: float = 0.0,
-        contrastive_temperature: float = 1.0, num_negatives: int = 256,
+        contrastive_temperature: float = 1.0, second_pass_softmax: bool = True, num_negatives: int = 256,
         negative_sampling: Literal["uniform", "popularity"] = "uniform", gbce_t: float = 0.75,
         lr: float = 1e-2, weight_decay: float = 0.0, item_optimizer: ItemOptimizer = "adamw",
         item_lr: float = 0.1, warmup_steps: int = 100, lr_floor: float = 0.1,
@@ -170,6 +174,9 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         if contrastive_weight and (loss != "full" or arch == "bert4rec"):
             raise ValueError("`contrastive_weight` needs `loss: full` and a causal network (sasrec, gru), not "
                              f"loss {loss!r} with arch {arch!r}; `--model.contrastive_weight 0` trains without it")
+        if not second_pass_softmax and (not contrastive_weight or rdrop_alpha):
+            raise ValueError("`second_pass_softmax: false` needs the contrastive term without R-Drop "
+                             f"(contrastive_weight > 0, rdrop_alpha 0), got {contrastive_weight} and {rdrop_alpha}")
         if loss != "full" and num_negatives < 1:
             raise ValueError(f"`num_negatives` must be >= 1 for loss={loss!r}, got {num_negatives}")
         if negative_sampling == "popularity" and loss != "sampled":
@@ -276,7 +283,7 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
             items = torch.cat([inputs, targets[:, -1:]], dim=1)[:, 1:]  # (B, T): targets' last column ends a row
             inputs, targets = self.model.mask_items(items, hp.mask_prob)
         last = 1 if batch.last_only and hp.arch != "bert4rec" else None  # prefix windows
-        two_passes = hp.rdrop_alpha > 0.0 or hp.contrastive_weight > 0.0
+        two_passes = (hp.rdrop_alpha > 0.0 or hp.contrastive_weight > 0.0) and hp.second_pass_softmax
         # (B, T', D), or (2B, T', D) with two passes
         hidden = self.model.encode(inputs.repeat(2, 1) if two_passes else inputs, trim=True, last=last)
         targets = targets[:, -hidden.shape[1]:]  # inputs and targets share their padding; all-padding columns skipped
@@ -285,6 +292,10 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
             loss = self.two_pass_loss(*hidden.chunk(2), targets, keep)
         else:
             loss = self.compute_loss(hidden[keep], targets[keep])  # (M, D), (M,)
+            if hp.contrastive_weight > 0.0:  # the second pass for the term alone: only its last state
+                second = self.model.encode(inputs, trim=True, last=1)[:, -1]
+                loss = loss + hp.contrastive_weight * contrastive_loss(
+                    hidden[:, -1], second, hp.contrastive_temperature, groups=targets[:, -1])
         self.log("train_loss", loss, prog_bar=True, batch_size=int(keep.sum()))
         return loss
 

@@ -91,6 +91,28 @@ def test_contrastive_term_compares_each_windows_last_state_across_two_dropout_pa
     torch.testing.assert_close(got, ce + 0.5 * torch.stack(terms).mean(), rtol=1e-5, atol=1e-5)
 
 
+def test_without_the_second_pass_softmax_the_second_pass_serves_only_the_contrastive_term():
+    module = make_module(dropout=0.3, contrastive_weight=0.5, second_pass_softmax=False).train()
+    module.log = lambda *a, **k: None
+    inputs = torch.tensor([[2, 3, 7, 9, 0, 4], [0, 5, 6, 2, 8, 1], [0, 0, 0, 4, 3, 2]])
+    targets = torch.tensor([[3, 7, 9, 4, 4, 11], [0, 6, 2, 8, 1, 12], [0, 0, 0, 3, 2, 11]])  # rows 0 and 2 end alike
+    torch.manual_seed(5)
+    got = module.training_step(TrainBatch(inputs, targets), 0)
+    torch.manual_seed(5)
+    first = module.model.encode(inputs)
+    last2 = module.model.encode(inputs, last=1)[:, -1]
+    keep = targets != 0
+    ce = F.cross_entropy(first[keep] @ module.model.item_vectors[1:].T, targets[keep] - 1)  # the first pass only
+    views = torch.cat([first[:, -1], last2])
+    assert not torch.allclose(views[:3], views[3:])  # two dropout masks
+    sim = views @ views.T
+    terms = []
+    for i in range(6):
+        others = [j for j in range(6) if j != i and {i % 3, j % 3} != {0, 2}]
+        terms.append(torch.logsumexp(sim[i, others], 0) - sim[i, (i + 3) % 6])
+    torch.testing.assert_close(got, ce + 0.5 * torch.stack(terms).mean(), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("loss", ["bce", "gbce", "sampled"])
 def test_each_sampled_loss_is_the_named_function_on_the_same_negatives(loss):
     module = make_module(loss=loss, num_negatives=5)
@@ -178,6 +200,10 @@ def test_bad_loss_settings_name_the_argument():
         make_module(loss="gbce", rdrop_alpha=1.0)
     with pytest.raises(ValueError, match="contrastive_temperature. > 0"):
         make_module(contrastive_weight=0.1, contrastive_temperature=0.0)
+    with pytest.raises(ValueError, match="second_pass_softmax: false. needs the contrastive term without R-Drop"):
+        make_module(contrastive_weight=0.1, rdrop_alpha=1.0, second_pass_softmax=False)
+    with pytest.raises(ValueError, match="second_pass_softmax: false. needs the contrastive term"):
+        make_module(second_pass_softmax=False)
     with pytest.raises(ValueError, match="contrastive_weight. needs .loss: full. and a causal network"):
         make_module(arch="bert4rec", contrastive_weight=0.1)
 
