@@ -294,8 +294,7 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
             loss = self.compute_loss(hidden[keep], targets[keep])  # (M, D), (M,)
             if hp.contrastive_weight > 0.0:  # the second pass for the term alone: only its last state
                 second = self.model.encode(inputs, trim=True, last=1)[:, -1]
-                loss = loss + hp.contrastive_weight * contrastive_loss(
-                    hidden[:, -1], second, hp.contrastive_temperature, groups=targets[:, -1])
+                loss = loss + self.contrastive_term(hidden[:, -1], second, targets)
         self.log("train_loss", loss, prog_bar=True, batch_size=int(keep.sum()))
         return loss
 
@@ -308,10 +307,16 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
                                         self.model.item_vectors, hp.label_smoothing, hp.rdrop_alpha)
         else:  # without R-Drop's KL work
             loss = self.compute_loss(torch.cat([first[keep], second[keep]]), targets[keep].repeat(2))
-        if hp.contrastive_weight > 0.0:  # windows are right-aligned: the last column is every row's last target
-            loss = loss + hp.contrastive_weight * contrastive_loss(
-                first[:, -1], second[:, -1], hp.contrastive_temperature, groups=targets[:, -1])
+        if hp.contrastive_weight > 0.0:
+            loss = loss + self.contrastive_term(first[:, -1], second[:, -1], targets)
         return loss
+
+    def contrastive_term(self, first: Tensor, second: Tensor, targets: Tensor) -> Tensor:
+        """The weighted NT-Xent between two (B, D) views of each window's last state; windows are right-aligned, so
+        the last column of the (B, T') targets is every row's last target, and rows sharing it are not negatives."""
+        hp = self.hparams
+        return hp.contrastive_weight * contrastive_loss(first, second, hp.contrastive_temperature,
+                                                        groups=targets[:, -1])
 
     def compute_loss(self, hidden: Tensor, targets: Tensor) -> Tensor:
         """The configured loss on (M, D) states and (M,) next items."""
