@@ -42,6 +42,7 @@ from core.runtime.cli import BASE, config_chain
 from core.runtime.errors import InputError, exit_on_error
 from core.runtime.lock import OutputLock
 from streamrec.lightning_cli import build_cli
+from streamrec.model.module import full_softmax_terms
 
 METRIC = "val_ndcg@10"
 STUDY_NAME = "streamrec"
@@ -448,12 +449,12 @@ def search(options: TuneOptions) -> None:
     if 10 not in base.model.hparams.ks:
         raise InputError(f"tune maximises {METRIC}; keep 10 in model.ks (got {list(base.model.hparams.ks)})")
     hp = base.model.hparams
-    if "loss" in options.params and (hp.contrastive_weight or hp.rdrop_alpha):
-        # both terms ride on the full softmax (StreamRecModule refuses them with another loss), so a config that
-        # sets one (beauty.yaml) keeps its loss rather than failing every trial that proposes gbce
+    terms = full_softmax_terms(hp)
+    if "loss" in options.params and terms:
+        # StreamRecModule refuses these terms with another loss, so a config that sets one (beauty.yaml) keeps its
+        # loss rather than failing every trial that proposes gbce
         options = replace(options, params=tuple(p for p in options.params if p != "loss"))
-        print("tune: the loss is not searched: the config's contrastive_weight or rdrop_alpha needs loss: full",
-              file=sys.stderr)
+        print(f"tune: the loss is not searched: the config's {' and '.join(terms)} needs loss: full", file=sys.stderr)
     start = starting_point({"lr": hp.lr, "weight_decay": hp.weight_decay, "dropout": hp.dropout, "d_model": hp.d_model,
                             "loss": hp.loss, "max_len": base.datamodule.max_len}, options.params)
     del base

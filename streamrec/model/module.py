@@ -8,6 +8,7 @@ Legend: B batch, T history length, D model width, N items, M non-padding positio
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import lightning as L
@@ -37,6 +38,17 @@ from streamrec.ranking.predict import RankedBatch
 
 LossName = Literal["full", "sampled", "bce", "gbce"]
 ItemOptimizer = Literal["adamw", "rowwise_adagrad"]
+
+
+FULL_SOFTMAX_TERMS = ("label_smoothing", "rdrop_alpha", "contrastive_weight")
+
+
+def full_softmax_terms(hparams: Mapping[str, Any]) -> list[str]:
+    """The training terms `hparams` turns on that ride on the full softmax, so that `loss` must stay full.
+
+    One list for the module's refusal and for `tune`, which leaves the loss out of its search when a config sets one.
+    """
+    return [name for name in FULL_SOFTMAX_TERMS if hparams.get(name)]
 
 
 class StreamRecModule(SafeLoadMixin, L.LightningModule):
@@ -162,18 +174,20 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
             raise ValueError(f"`loss` must be full, sampled, bce or gbce, got {loss!r}")
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"`label_smoothing` must be in [0, 1), got {label_smoothing}")
-        if label_smoothing and loss != "full":
-            raise ValueError(f"`label_smoothing` works with `loss: full` only, not {loss!r}")
         if rdrop_alpha < 0.0:
             raise ValueError(f"`rdrop_alpha` must be >= 0 (0 turns R-Drop off), got {rdrop_alpha}")
-        if rdrop_alpha and loss != "full":
-            raise ValueError(f"`rdrop_alpha` works with `loss: full` only, not {loss!r}")
         if contrastive_weight < 0.0 or contrastive_temperature <= 0.0:
             raise ValueError(f"`contrastive_weight` must be >= 0 and `contrastive_temperature` > 0, got "
                              f"{contrastive_weight} and {contrastive_temperature}")
-        if contrastive_weight and (loss != "full" or arch == "bert4rec"):
-            raise ValueError("`contrastive_weight` needs `loss: full` and a causal network (sasrec, gru), not "
-                             f"loss {loss!r} with arch {arch!r}; `--model.contrastive_weight 0` trains without it")
+        terms = full_softmax_terms({"label_smoothing": label_smoothing, "rdrop_alpha": rdrop_alpha,
+                                    "contrastive_weight": contrastive_weight})
+        if terms and loss != "full":
+            raise ValueError(f"{' and '.join(f'`{t}`' for t in terms)} {'needs' if len(terms) == 1 else 'need'} "
+                             f"`loss: full`, not {loss!r}; {' '.join(f'--model.{t} 0' for t in terms)} trains "
+                             "without")
+        if contrastive_weight and arch == "bert4rec":
+            raise ValueError("`contrastive_weight` needs a causal network (sasrec, gru), not bert4rec; "
+                             "`--model.contrastive_weight 0` trains without it")
         if not second_pass_softmax and (not contrastive_weight or rdrop_alpha):
             raise ValueError("`second_pass_softmax: false` needs the contrastive term without R-Drop "
                              f"(contrastive_weight > 0, rdrop_alpha 0), got {contrastive_weight} and {rdrop_alpha}")

@@ -234,10 +234,11 @@ def test_the_first_trial_is_the_config_and_max_time_caps_every_trial(tiny_log, t
     assert caps == ["00:00:10:00"] * 2
 
 
-def test_a_config_with_a_contrastive_term_keeps_its_loss(tiny_log, tmp_path, capsys):
-    """The term needs the full softmax: searching the loss would fail every trial that proposes gbce."""
-    config = tmp_path / "cl.yaml"
-    config.write_text(BASE.format(path=tiny_log) + "  contrastive_weight: 0.1\n")
+@pytest.mark.parametrize("term", ["contrastive_weight: 0.1", "label_smoothing: 0.3"])
+def test_a_config_with_a_full_softmax_term_keeps_its_loss(tiny_log, tmp_path, capsys, term):
+    """Both terms need the full softmax: searching the loss would fail every trial that proposes gbce."""
+    config = tmp_path / "term.yaml"
+    config.write_text(BASE.format(path=tiny_log) + f"  {term}\n")
     out = tmp_path / "search"
     main(["tune", "--config", str(config), "--budget", "2", "--out", str(out), *FAST])
     rows = _trials(out)

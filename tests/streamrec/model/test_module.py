@@ -192,19 +192,21 @@ def test_bad_loss_settings_name_the_argument():
         make_module(loss="sampled", item_optimizer="rowwise_adagrad", item_lr=0.0)
     with pytest.raises(ValueError, match="label_smoothing. must be in"):
         make_module(label_smoothing=1.0)
-    with pytest.raises(ValueError, match="label_smoothing. works with .loss: full. only"):
+    with pytest.raises(ValueError, match="label_smoothing. needs .loss: full., not 'sampled'; --model.label_smooth"):
         make_module(loss="sampled", label_smoothing=0.1)
     with pytest.raises(ValueError, match="rdrop_alpha. must be >= 0"):
         make_module(rdrop_alpha=-1.0)
-    with pytest.raises(ValueError, match="rdrop_alpha. works with .loss: full. only"):
+    with pytest.raises(ValueError, match="rdrop_alpha. needs .loss: full., not 'gbce'"):
         make_module(loss="gbce", rdrop_alpha=1.0)
+    with pytest.raises(ValueError, match="label_smoothing. and .contrastive_weight. need .loss: full., not 'bce'"):
+        make_module(loss="bce", label_smoothing=0.1, contrastive_weight=0.1)
     with pytest.raises(ValueError, match="contrastive_temperature. > 0"):
         make_module(contrastive_weight=0.1, contrastive_temperature=0.0)
     with pytest.raises(ValueError, match="second_pass_softmax: false. needs the contrastive term without R-Drop"):
         make_module(contrastive_weight=0.1, rdrop_alpha=1.0, second_pass_softmax=False)
     with pytest.raises(ValueError, match="second_pass_softmax: false. needs the contrastive term"):
         make_module(second_pass_softmax=False)
-    with pytest.raises(ValueError, match="contrastive_weight. needs .loss: full. and a causal network"):
+    with pytest.raises(ValueError, match="contrastive_weight. needs a causal network"):
         make_module(arch="bert4rec", contrastive_weight=0.1)
 
 
