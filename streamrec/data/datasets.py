@@ -176,6 +176,37 @@ class TrainDataset(Dataset):
         return self.items[self.starts[i] : self.ends[i]]
 
 
+class SameTargetWindows:
+    """Training windows by their last item, from which each training row draws a partner window with the same last
+    target: another history heading for the same next item (DuoRec's supervised positive, Qiu et al., 2022).
+
+    Draws are uniform over the windows ending in the target, the row's own window among them, so a target that ends
+    one window only gives the row its own window back (a second dropout view of it).
+
+    Args:
+        dataset: the training windows.
+        num_items: N (item ids 1..N).
+    """
+
+    def __init__(self, dataset: TrainDataset, num_items: int):
+        last = np.asarray(dataset.items[dataset.ends - 1], dtype=np.int64)  # (W,) each window's last item
+        self.dataset = dataset
+        self.order = np.argsort(last, kind="stable")  # window indices, grouped by last item
+        self.offsets = np.concatenate([[0], np.cumsum(np.bincount(last, minlength=num_items + 1))])  # (N+2,)
+
+    def draw(self, targets: Tensor, length: int, generator: torch.Generator) -> Tensor:
+        """(B, length) inputs (a window less its last item, left-padded with 0) of one window per (B,) last target,
+        drawn with `generator`."""
+        t = targets.cpu().numpy()
+        count = self.offsets[t + 1] - self.offsets[t]
+        if (count < 1).any():
+            raise ValueError(f"no training window ends in item {int(t[count < 1][0])}: these are not the training "
+                             "windows the batch came from")
+        u = torch.rand(len(t), generator=generator, dtype=torch.float64).numpy()
+        picks = self.order[self.offsets[t] + np.minimum((u * count).astype(np.int64), count - 1)]
+        return _left_padded([self.dataset[k][:-1] for k in picks], length)
+
+
 class LengthGroupedBatchSampler(EpochBatchSampler):
     """Shuffled batches of windows of similar length, each holding the same number of targets.
 

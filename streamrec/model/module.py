@@ -28,7 +28,7 @@ from core.runtime.deprecation import warn_renamed
 from core.runtime.distributed import destroy_process_group_at_exit
 from core.runtime.errors import InputError
 from streamrec.data.constants import MAX_LEN
-from streamrec.data.datasets import EvalBatch, PredictBatch, TrainBatch
+from streamrec.data.datasets import EvalBatch, PredictBatch, SameTargetWindows, TrainBatch, TrainDataset
 from streamrec.data.vocab import VOCAB_KEY, ItemVocab
 from streamrec.model import losses
 from streamrec.model.metrics import RankingMetrics, SampledRankingMetrics, most_popular_scores
@@ -106,6 +106,11 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
             has it), added to the two passes' mean cross-entropy. About twice the step (`second_pass_softmax`);
             `loss: full`, and a causal network (sasrec, gru).
         contrastive_temperature: that term's temperature on dot products (1, as CL4SRec and DuoRec).
+        contrastive_positive: what the term's second view of a window is. dropout (default): the window itself under
+            another dropout mask (CL4SRec's and DuoRec's unsupervised view). same_target: another training window
+            with the same last target (DuoRec's supervised positive: two histories heading for the same item should
+            look alike; `streamrec.data.datasets.SameTargetWindows`); needs `second_pass_softmax: false`, since the
+            second pass then encodes other windows.
         second_pass_softmax: with the contrastive term alone, whether the second pass also trains the full softmax
             at every position. False runs it for the term only (its last state, as DuoRec arranges the passes):
             the softmax over the catalogue is most of a step on sparse data, so the term then costs a fraction of
@@ -158,7 +163,8 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         attention: AttentionKind = "full", attention_window: int = 256, mask_prob: float = 0.2,
         output_head: bool = False, loss: LossName = "full",
         label_smoothing: float = 0.0, rdrop_alpha: float = 0.0, contrastive_weight: float = 0.0,
-        contrastive_temperature: float = 1.0, second_pass_softmax: bool = True, num_negatives: int = 256,
+        contrastive_temperature: float = 1.0, contrastive_positive: Literal["dropout", "same_target"] = "dropout",
+        second_pass_softmax: bool = True, num_negatives: int = 256,
         negative_sampling: Literal["uniform", "popularity"] = "uniform", gbce_t: float = 0.75,
         lr: float = 1e-2, weight_decay: float = 0.0, item_optimizer: ItemOptimizer = "adamw",
         item_lr: float = 0.1, warmup_steps: int = 100, lr_floor: float = 0.1,
@@ -191,6 +197,11 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         if not second_pass_softmax and (not contrastive_weight or rdrop_alpha):
             raise ValueError("`second_pass_softmax: false` needs the contrastive term without R-Drop "
                              f"(contrastive_weight > 0, rdrop_alpha 0), got {contrastive_weight} and {rdrop_alpha}")
+        if contrastive_positive not in ("dropout", "same_target"):
+            raise ValueError(f"`contrastive_positive` must be dropout or same_target, got {contrastive_positive!r}")
+        if contrastive_positive == "same_target" and second_pass_softmax:
+            raise ValueError("`contrastive_positive: same_target` needs `second_pass_softmax: false` (and the "
+                             "contrastive term): its second pass encodes other windows than the first")
         if loss != "full" and num_negatives < 1:
             raise ValueError(f"`num_negatives` must be >= 1 for loss={loss!r}, got {num_negatives}")
         if negative_sampling == "popularity" and loss != "sampled":
@@ -236,6 +247,7 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         self.baseline_metrics = RankingMetrics(ks, exclude_seen) if popularity_baseline else None
         self.item_vocab: ItemVocab | None = None
         self._compiled = False
+        self._partners: SameTargetWindows | None = None  # training windows by last target, on the first draw
         # (N+1,) item counts in the training histories, filled in setup() (zeros until then). Sized here, not
         # there: a weight-averaging callback (Lightning's EMAWeightAveraging) copies the module before setup.
         self.register_buffer("item_counts", torch.zeros(num_items + 1), persistent=False)
@@ -307,10 +319,24 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         else:
             loss = self.compute_loss(hidden[keep], targets[keep])  # (M, D), (M,)
             if hp.contrastive_weight > 0.0:  # the second pass for the term alone: only its last state
-                second = self.model.encode(inputs, trim=True, last=1)[:, -1]
+                views = inputs if hp.contrastive_positive == "dropout" else self.partner_inputs(targets[:, -1])
+                second = self.model.encode(views, trim=True, last=1)[:, -1]
                 loss = loss + self.contrastive_term(hidden[:, -1], second, targets)
         self.log("train_loss", loss, prog_bar=True, batch_size=int(keep.sum()))
         return loss
+
+    def partner_inputs(self, last_targets: Tensor) -> Tensor:
+        """(B, max_len) inputs of a training window ending in each of the (B,) last targets, for
+        `contrastive_positive: same_target`. Drawn from (seed, global step), so a resumed run draws the same."""
+        if self._partners is None:  # the windows of the loader being trained on, with or without a data module
+            dataset = getattr(self.trainer.train_dataloader, "dataset", None)
+            if not isinstance(dataset, TrainDataset):
+                raise RuntimeError("`contrastive_positive: same_target` draws windows from the training data: train "
+                                   "on a StreamRecDataModule's training loader")
+            self._partners = SameTargetWindows(dataset, self.hparams.num_items)
+        seed = torch.initial_seed() % 2**31  # seed_everything's
+        generator = torch.Generator().manual_seed(seed * 1_000_003 + self.global_step)
+        return self._partners.draw(last_targets, self.hparams.max_len, generator).to(last_targets.device)
 
     def two_pass_loss(self, first: Tensor, second: Tensor, targets: Tensor, keep: Tensor) -> Tensor:
         """The loss of (B, T', D) states of the same rows under two dropout masks: R-Drop's, or the two passes'

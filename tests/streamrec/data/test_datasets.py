@@ -4,6 +4,7 @@ same batches as reading the file, from a read-only memory map."""
 
 from __future__ import annotations
 
+import collections
 import itertools
 import os
 import random
@@ -15,6 +16,7 @@ import torch
 from streamrec.data.datamodule import StreamRecDataModule
 from streamrec.data.datasets import (
     LengthGroupedBatchSampler,
+    SameTargetWindows,
     TrainDataset,
     collate_eval,
     collate_predict,
@@ -213,3 +215,28 @@ def test_datamodule_trains_on_every_window_once_an_epoch(write, group_by_length)
         targets = [int((b.targets > 0).sum()) for b in batches]
         assert len(batches) == -(-len(dm.train_set) // 4)
         assert max(targets) - min(targets) <= 2 * int(dm.train_set.lengths.max())
+
+
+@pytest.mark.parametrize("sliding_window", [False, True])
+def test_same_target_partners_are_drawn_uniformly_from_the_windows_ending_in_the_target(sliding_window):
+    histories = [[1, 2, 3], [4, 3], [5, 6], [7, 2, 3], [8, 9, 6, 1, 2, 3]]
+    dataset = TrainDataset(histories, max_len=3, sliding_window=sliding_window)
+    partners = SameTargetWindows(dataset, num_items=9)
+    # Reference: the windows themselves, picked by their last item.
+    ending = {t: [tuple(w[:-1]) for w in dataset.windows if w[-1] == t] for t in (3, 6)}
+    assert ending[6] == ([(5,), (8, 9)] if sliding_window else [(5,)])  # sliding: the last history's first window
+    targets = torch.tensor([3, 6, 3])
+    drawn = {t: collections.Counter() for t in ending}
+    g = torch.Generator().manual_seed(0)
+    for _ in range(300):
+        rows = partners.draw(targets, 4, g)
+        for t, row in zip(targets.tolist(), rows.tolist(), strict=True):
+            drawn[t][tuple(i for i in row if i)] += 1
+    for t, windows in ending.items():
+        assert set(drawn[t]) == set(windows)  # only windows ending in t, each of them
+        per = sum(drawn[t].values()) / len(windows)
+        assert all(abs(n - per) < 5 * per**0.5 for n in drawn[t].values())  # uniform (5 sigma)
+    assert partners.draw(targets, 4, torch.Generator().manual_seed(1)).tolist() == \
+        partners.draw(targets, 4, torch.Generator().manual_seed(1)).tolist()  # the generator decides
+    with pytest.raises(ValueError, match="no training window ends in item 4"):
+        partners.draw(torch.tensor([3, 4]), 4, g)

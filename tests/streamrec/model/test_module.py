@@ -15,7 +15,7 @@ import streamrec.model.module
 from core.nn.optim import RowwiseAdagradAdamW
 from streamrec.data.constants import MAX_LEN
 from streamrec.data.datamodule import StreamRecDataModule
-from streamrec.data.datasets import EvalBatch, TrainBatch
+from streamrec.data.datasets import EvalBatch, TrainBatch, TrainDataset
 from streamrec.model import losses
 from streamrec.model.module import StreamRecModule
 from streamrec.model.network import StreamRecModel
@@ -113,6 +113,35 @@ def test_without_the_second_pass_softmax_the_second_pass_serves_only_the_contras
                                rtol=1e-5, atol=1e-5)
 
 
+def test_same_target_positives_contrast_each_window_with_a_training_window_heading_for_its_item():
+    module = make_module(dropout=0.3, contrastive_weight=0.5, second_pass_softmax=False,
+                         contrastive_positive="same_target").train()
+    module.log = lambda *a, **k: None
+    # One training window ends in 8 and one in 10, so each row's partner is known whatever the draw.
+    windows = TrainDataset([[5, 6, 8], [1, 2, 3, 4, 11, 12, 10], [7, 9]], max_len=6)
+    module._trainer = SimpleNamespace(train_dataloader=SimpleNamespace(dataset=windows), global_step=3)
+    inputs = torch.tensor([[2, 3, 7, 9, 0, 4], [0, 5, 6, 2, 8, 1], [0, 0, 0, 4, 3, 2]])
+    targets = torch.tensor([[3, 7, 9, 4, 4, 8], [0, 6, 2, 8, 1, 10], [0, 0, 0, 3, 2, 8]])  # rows 0 and 2 end alike
+    torch.manual_seed(5)
+    got = module.training_step(TrainBatch(inputs, targets), 0)
+    partners = torch.tensor([[0, 0, 0, 0, 5, 6], [1, 2, 3, 4, 11, 12], [0, 0, 0, 0, 5, 6]])  # by hand
+    torch.manual_seed(5)
+    first = module.model.encode(inputs)
+    last2 = module.model.encode(partners, last=1)[:, -1]
+    keep = targets != 0
+    ce = F.cross_entropy(first[keep] @ module.model.item_vectors[1:].T, targets[keep] - 1)
+    torch.testing.assert_close(got, ce + 0.5 * _nt_xent_rows_0_and_2_alike(first[:, -1], last2, 1.0),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_same_target_positives_need_the_training_windows():
+    module = make_module(contrastive_weight=0.5, second_pass_softmax=False, contrastive_positive="same_target")
+    module.log = lambda *a, **k: None
+    module._trainer = SimpleNamespace(train_dataloader=SimpleNamespace(dataset=[[1, 2]]), global_step=0)
+    with pytest.raises(RuntimeError, match="draws windows from the training data"):
+        module.training_step(padded_batch(), 0)
+
+
 @pytest.mark.parametrize("loss", ["bce", "gbce", "sampled"])
 def test_each_sampled_loss_is_the_named_function_on_the_same_negatives(loss):
     module = make_module(loss=loss, num_negatives=5)
@@ -206,6 +235,10 @@ def test_bad_loss_settings_name_the_argument():
         make_module(contrastive_weight=0.1, rdrop_alpha=1.0, second_pass_softmax=False)
     with pytest.raises(ValueError, match="second_pass_softmax: false. needs the contrastive term"):
         make_module(second_pass_softmax=False)
+    with pytest.raises(ValueError, match="contrastive_positive: same_target. needs .second_pass_softmax: false"):
+        make_module(contrastive_weight=0.1, contrastive_positive="same_target")
+    with pytest.raises(ValueError, match="contrastive_positive. must be dropout or same_target"):
+        make_module(contrastive_weight=0.1, second_pass_softmax=False, contrastive_positive="batch")
     with pytest.raises(ValueError, match="contrastive_weight. needs a causal network"):
         make_module(arch="bert4rec", contrastive_weight=0.1)
 
