@@ -454,7 +454,8 @@ def search(options: TuneOptions) -> None:
         # StreamRecModule refuses these terms with another loss, so a config that sets one (beauty.yaml) keeps its
         # loss rather than failing every trial that proposes gbce
         options = replace(options, params=tuple(p for p in options.params if p != "loss"))
-        print(f"tune: the loss is not searched: the config's {' and '.join(terms)} needs loss: full", file=sys.stderr)
+        print(f"tune: the loss is not searched: the config's {' and '.join(terms)} "
+              f"{'needs' if len(terms) == 1 else 'need'} loss: full", file=sys.stderr)
     start = starting_point({"lr": hp.lr, "weight_decay": hp.weight_decay, "dropout": hp.dropout, "d_model": hp.d_model,
                             "loss": hp.loss, "max_len": base.datamodule.max_len}, options.params)
     del base

@@ -188,9 +188,10 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         terms = full_softmax_terms({"label_smoothing": label_smoothing, "rdrop_alpha": rdrop_alpha,
                                     "contrastive_weight": contrastive_weight})
         if terms and loss != "full":
-            raise ValueError(f"{' and '.join(f'`{t}`' for t in terms)} {'needs' if len(terms) == 1 else 'need'} "
-                             f"`loss: full`, not {loss!r}; {' '.join(f'--model.{t} 0' for t in terms)} trains "
-                             "without")
+            one = len(terms) == 1
+            raise ValueError(f"{' and '.join(f'`{t}`' for t in terms)} {'needs' if one else 'need'} `loss: full`, "
+                             f"not {loss!r}; {' '.join(f'--model.{t} 0' for t in terms)} trains without "
+                             f"{'it' if one else 'them'}")
         if contrastive_weight and arch == "bert4rec":
             raise ValueError("`contrastive_weight` needs a causal network (sasrec, gru), not bert4rec; "
                              "`--model.contrastive_weight 0` trains without it")
