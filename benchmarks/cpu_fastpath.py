@@ -5,7 +5,7 @@ Each case builds the app's LightningModule twice from the same seed, `cpu_fastpa
 shapes of the shipped configs:
 
 - streamrec_ml1m: configs/streamrec/ml1m.yaml (3,416 items, 128 histories x 200, d_model 128, 1 head,
-  2 layers, d_ff 256, dropout 0.2), fp32 as the config trains;
+  3 layers, d_ff 256, dropout 0.2), fp32 as the config trains;
 - streamrec_beauty: configs/streamrec/beauty.yaml (12,101 items, 128 x 50, 2 heads, dropout 0.35, attention
   dropout 0.2), fp32;
 - streamrec_ml1m_bf16: StreamRecModule's defaults (the default recipe: 2 heads, d_ff 256, GELU) at ML-1M's
@@ -50,7 +50,7 @@ from translate.search.decoding import beam_search
 
 # case -> module arguments; batch shapes below. "quick" shrinks every size for the smoke test.
 STREAMREC = {
-    "streamrec_ml1m": dict(num_items=3416, max_len=200, d_model=128, n_heads=1, n_layers=2, d_ff=256, dropout=0.2),
+    "streamrec_ml1m": dict(num_items=3416, max_len=200, d_model=128, n_heads=1, n_layers=3, d_ff=256, dropout=0.2),
     "streamrec_beauty": dict(num_items=12101, max_len=50, d_model=64, n_heads=2, n_layers=2, d_ff=256, dropout=0.35,
                              attn_dropout=0.2),
     "streamrec_ml1m_bf16": dict(num_items=3416, max_len=200),  # the module's defaults otherwise
