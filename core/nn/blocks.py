@@ -2,6 +2,8 @@
 
 Pre-LN (`norm_first=True`, default): x + f(norm(x)); trains without warmup tricks and
 needs a final norm after the stack. Post-LN: norm(x + f(x)), the original Transformer.
+Gated (encoder layers, pre-LN only): x + sigmoid(x G + c) * f(norm(x)), LiGR's residual (Gui et al., 2025,
+arXiv 2502.03417) as eSASRec trains it: each position learns how much of each sublayer's update to take.
 
 Legend: B batch, T target/time, S source, D model width, F feed-forward width.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -54,19 +57,25 @@ class FeedForward(nn.Module):
 
 
 class _Residual(nn.Module):
-    """One sublayer with its norm, dropout and residual connection."""
+    """One sublayer with its norm, dropout and residual connection (gated: the module docstring)."""
 
-    def __init__(self, d_model: int, *, dropout: float, norm_first: bool):
+    def __init__(self, d_model: int, *, dropout: float, norm_first: bool, gated: bool = False):
         super().__init__()
+        if gated and not norm_first:
+            raise ValueError("a gated residual is pre-LN's (`norm_first=True`): post-LN normalises the sum instead")
         self.norm = nn.LayerNorm(d_model)
         self.drop = nn.Dropout(dropout)
         self.norm_first = norm_first
+        self.gate = nn.Linear(d_model, d_model) if gated else None
 
     def forward(self, x: Tensor, fn: Callable[[Tensor], Tensor]) -> Tensor:
         # `fn` may return only the last positions (see `EncoderLayer`'s `last`): the residual follows it.
         if self.norm_first:
             out = fn(self.norm(x))
-            return x[:, x.shape[1] - out.shape[1] :] + self.drop(out)
+            skip = x[:, x.shape[1] - out.shape[1] :]
+            if self.gate is not None:
+                return skip + torch.sigmoid(self.gate(skip)) * self.drop(out)
+            return skip + self.drop(out)
         out = fn(x)
         return self.norm(x[:, x.shape[1] - out.shape[1] :] + self.drop(out))
 
@@ -88,17 +97,20 @@ class EncoderLayer(nn.Module):
         mix: a low-pass filter branch mixed with self-attention (`core.nn.mixing`); None: attention only.
         attention: "full", "window" or "linear" (`MultiHeadAttention`'s `kind`).
         window: the window of attention "window".
+        gated_residual: both sublayers' updates scaled by a learned sigmoid gate of the layer's input (the module
+            docstring); pre-LN only.
     """
 
     def __init__(
         self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, d_ff: int, dropout: float = 0.0,
         attn_dropout: float = 0.0, ff_dropout: float | None = None, activation: Activation = "gelu",
         norm_first: bool = True, mix: LowPassMix | None = None, attention: AttentionKind = "full", window: int = 256,
+        gated_residual: bool = False,
     ):
         super().__init__()
         attn = dict(n_kv_heads=n_kv_heads, dropout=attn_dropout)
         ff_p = dropout if ff_dropout is None else ff_dropout
-        res = dict(dropout=dropout, norm_first=norm_first)
+        res = dict(dropout=dropout, norm_first=norm_first, gated=gated_residual)
         self.self_attn = MultiHeadAttention(d_model, n_heads, kind=attention, window=window, **attn)
         self.ff = FeedForward(d_model, d_ff, dropout=ff_p, activation=activation)
         self.attn_block = _Residual(d_model, **res)

@@ -154,6 +154,7 @@ class Encoder(_Stack):
         attention: "full", or for long histories "window" / "linear" (`MultiHeadAttention`'s `kind`): causal
             only; the stack then never builds a (T, T) mask and takes the padding as `valid`.
         window: the window of attention "window".
+        gated_residual: LiGR's gated residuals in every layer (`core.nn.blocks`); pre-LN only.
     """
 
     def __init__(
@@ -161,6 +162,7 @@ class Encoder(_Stack):
         dropout: float = 0.0, attn_dropout: float = 0.0, ff_dropout: float | None = None, max_len: int,
         positions: Positions = "sinusoidal", activation: Activation = "gelu", norm_first: bool = True,
         causal: bool = False, mix: LowPassMix | None = None, attention: AttentionKind = "full", window: int = 256,
+        gated_residual: bool = False,
     ):
         if mix is not None and not causal:
             raise ValueError("the low-pass mix is a causal filter: use it with `causal=True`")
@@ -170,6 +172,7 @@ class Encoder(_Stack):
             EncoderLayer, d_model, n_heads, n_kv_heads=n_kv_heads, n_layers=n_layers, d_ff=d_ff, dropout=dropout,
             attn_dropout=attn_dropout, ff_dropout=ff_dropout, max_len=max_len, positions=positions,
             activation=activation, norm_first=norm_first, mix=mix, attention=attention, window=window,
+            gated_residual=gated_residual,
         )
         self.causal = causal
         self.attention = attention

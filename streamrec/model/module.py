@@ -71,6 +71,9 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         max_len: history length read by the model (linked from the data module).
         positions: learned (SASRec), sinusoidal, rope, alibi or none.
         activation: feed-forward activation.
+        gated_residual: each block's two residual updates scaled by a learned sigmoid gate of the block's input
+            (LiGR's block, which eSASRec trains with `activation: swiglu`; `core.nn.blocks`). Transformer
+            networks only (sasrec, bert4rec).
         tied: score with the item embedding (True) or a separate output table.
         item_init_std: standard deviation of the initial item vectors (None: d_model ** -0.5).
         lowpass_alpha: weight of a causal low-pass filter branch mixed with each layer's attention (BSARec's
@@ -156,8 +159,8 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         self, num_items: int = 1, *, arch: Arch = "sasrec", d_model: int = 64, n_heads: int = 2,
         n_kv_heads: int | None = None, n_layers: int = 2, d_ff: int = 256, dropout: float = 0.2,
         attn_dropout: float = 0.0, max_len: int = MAX_LEN,
-        positions: Positions = "learned", activation: Activation = "gelu", tied: bool = True,
-        item_init_std: float | None = None, lowpass_alpha: float = 0.0, lowpass_window: int = 16,
+        positions: Positions = "learned", activation: Activation = "gelu", gated_residual: bool = False,
+        tied: bool = True, item_init_std: float | None = None, lowpass_alpha: float = 0.0, lowpass_window: int = 16,
         lowpass_kind: LowPassKind = "causal",
         num_features: int = 0, features_per_item: int = 0, id_dropout: float = 0.0,
         attention: AttentionKind = "full", attention_window: int = 256, mask_prob: float = 0.2,
@@ -232,6 +235,7 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
             lowpass_kind=lowpass_kind,
             num_features=num_features, features_per_item=features_per_item, id_dropout=id_dropout,
             attention=attention, attention_window=attention_window, arch=arch, output_head=output_head,
+            gated_residual=gated_residual,
         )
         if cpu_fastpath:
             enable_cpu_fastpath(self.model)

@@ -84,12 +84,15 @@ class StreamRecModel(nn.Module):
         item_init_std: float | None = None, lowpass_alpha: float = 0.0, lowpass_window: int = 16,
         lowpass_kind: LowPassKind = "causal", attention: AttentionKind = "full", attention_window: int = 256,
         num_features: int = 0, features_per_item: int = 0, arch: Arch = "sasrec", output_head: bool = False,
-        id_dropout: float = 0.0,
+        id_dropout: float = 0.0, gated_residual: bool = False,
     ):
         super().__init__()
         if num_items < 1:
             raise ValueError(f"`num_items` must be >= 1, got {num_items}")
         _check_arch(arch, lowpass_alpha, attention, num_features)
+        if arch == "gru" and gated_residual:
+            raise ValueError("`gated_residual` gates the transformer blocks' residuals; arch gru has none: set it "
+                             "to false")
         self.arch = arch
         if num_features < 0 or features_per_item < 0 or (num_features > 0) != (features_per_item > 0):
             raise ValueError(f"`num_features` ({num_features}) and `features_per_item` ({features_per_item}) must "
@@ -118,7 +121,7 @@ class StreamRecModel(nn.Module):
                 attn_dropout=attn_dropout, max_len=max_len, positions=positions, activation=activation,
                 norm_first=True, causal=arch == "sasrec",
                 mix=LowPassMix(lowpass_alpha, lowpass_window, lowpass_kind, max_len) if lowpass_alpha > 0 else None,
-                attention=attention, window=attention_window,
+                attention=attention, window=attention_window, gated_residual=gated_residual,
             )
         # BERT's masked-LM head (BERT4Rec's, RecBole's): the states are transformed once more before scoring.
         self.head: nn.Sequential | None = None

@@ -136,6 +136,23 @@ def test_pre_ln_encoder_layer_equals_hand_computation(is_causal: bool) -> None:
     torch.testing.assert_close(layer(x, is_causal=is_causal), expected)
 
 
+def test_gated_residual_encoder_layer_equals_hand_computation() -> None:
+    """LiGR's residual: x + sigmoid(x G + c) * f(norm(x)), the gate read from the sublayer's input before its norm."""
+    layer = _randomise(EncoderLayer(D, H, d_ff=FF, dropout=0.0, gated_residual=True)).double().eval()
+    x = torch.randn(B, T, D, dtype=torch.float64)
+
+    def gate(h: Tensor, linear: nn.Linear) -> Tensor:
+        return 1.0 / (1.0 + torch.exp(-(h @ linear.weight.T + linear.bias)))
+
+    h = x + gate(x, layer.attn_block.gate) * layer.self_attn(layer_norm(x, layer.attn_block.norm), is_causal=True)
+    expected = h + gate(h, layer.ff_block.gate) * layer.ff(layer_norm(h, layer.ff_block.norm))
+    torch.testing.assert_close(layer(x, is_causal=True), expected)
+    # `last`: the final layer computes only the last positions, gated from those positions' own inputs
+    torch.testing.assert_close(layer(x, is_causal=True, last=2), expected[:, -2:])
+    with pytest.raises(ValueError, match="pre-LN"):
+        EncoderLayer(D, H, d_ff=FF, norm_first=False, gated_residual=True)
+
+
 @pytest.mark.parametrize("norm_first", [True, False])
 def test_decoder_layer_equals_hand_computation(norm_first: bool) -> None:
     layer = _randomise(DecoderLayer(D, H, d_ff=FF, dropout=0.0, norm_first=norm_first)).double().eval()

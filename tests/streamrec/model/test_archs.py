@@ -99,14 +99,15 @@ def _cycles(rows: int, length: int, n: int, g: torch.Generator) -> torch.Tensor:
 
 
 @pytest.mark.filterwarnings(r"ignore:You are trying to `self.log\(\)`")
-@pytest.mark.parametrize("arch", ["sasrec", "bert4rec", "gru"])
-def test_each_network_learns_the_next_item_of_a_cycle(arch):
+@pytest.mark.parametrize(("arch", "options"), [("sasrec", {}), ("bert4rec", {}), ("gru", {}),
+                                               ("sasrec", {"gated_residual": True, "activation": "swiglu"})])
+def test_each_network_learns_the_next_item_of_a_cycle(arch, options):
     """The next item is the last one + 1 (mod n): a most-popular ranking gets 1 in n right; a network has to
     read the history. Trained through `training_step` (for bert4rec: its cloze task), judged on its top item."""
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(1)
     n = 12
-    module = StreamRecModule(n, arch=arch, lr=1e-2, warmup_steps=1, popularity_baseline=False, **SMALL)
+    module = StreamRecModule(n, arch=arch, lr=1e-2, warmup_steps=1, popularity_baseline=False, **SMALL, **options)
     opt = torch.optim.AdamW(module.parameters(), lr=1e-2)
     module.train()
     for _ in range(150):
@@ -125,6 +126,8 @@ def test_each_network_learns_the_next_item_of_a_cycle(arch):
 def test_the_networks_refuse_options_they_cannot_honour():
     with pytest.raises(ValueError, match=r"`lowpass_alpha` .* set it to 0 for arch gru"):
         StreamRecModel(9, arch="gru", lowpass_alpha=0.5)
+    with pytest.raises(ValueError, match="`gated_residual` gates the transformer blocks' residuals; arch gru"):
+        StreamRecModel(9, arch="gru", gated_residual=True)
     with pytest.raises(ValueError, match=r"`attention: window` .* use `attention: full` with arch bert4rec"):
         StreamRecModel(9, arch="bert4rec", attention="window")
     with pytest.raises(ValueError, match="item features are not offered with arch bert4rec"):
