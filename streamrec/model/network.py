@@ -89,10 +89,7 @@ class StreamRecModel(nn.Module):
         super().__init__()
         if num_items < 1:
             raise ValueError(f"`num_items` must be >= 1, got {num_items}")
-        _check_arch(arch, lowpass_alpha, attention, num_features)
-        if arch == "gru" and gated_residual:
-            raise ValueError("`gated_residual` gates the transformer blocks' residuals; arch gru has none: set it "
-                             "to false")
+        _check_arch(arch, lowpass_alpha, attention, num_features, gated_residual)
         self.arch = arch
         if num_features < 0 or features_per_item < 0 or (num_features > 0) != (features_per_item > 0):
             raise ValueError(f"`num_features` ({num_features}) and `features_per_item` ({features_per_item}) must "
@@ -261,7 +258,7 @@ class StreamRecModel(nn.Module):
         return self.score(self.last_hidden(items))
 
 
-def _check_arch(arch: str, lowpass_alpha: float, attention: str, num_features: int) -> None:
+def _check_arch(arch: str, lowpass_alpha: float, attention: str, num_features: int, gated_residual: bool) -> None:
     """Refuse the options an architecture cannot honour, naming the key to change."""
     if arch not in ("sasrec", "bert4rec", "gru"):
         raise ValueError(f"`arch` must be sasrec, bert4rec or gru, got {arch!r}")
@@ -272,6 +269,9 @@ def _check_arch(arch: str, lowpass_alpha: float, attention: str, num_features: i
     if attention != "full":
         raise ValueError(f"`attention: {attention}` is causal attention for sasrec; use `attention: full` with arch "
                          f"{arch}")
+    if arch == "gru" and gated_residual:
+        raise ValueError("`gated_residual` gates the transformer blocks' residuals; arch gru has none: set it "
+                         "to false")
     if arch == "bert4rec" and num_features:
         raise ValueError("item features are not offered with arch bert4rec (its mask token has no features); "
                          "use arch sasrec or gru")
