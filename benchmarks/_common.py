@@ -74,13 +74,13 @@ def ensure_peer_venv(script: str, modules: Sequence[str], venv: str, make_target
                  f"create it with `make {make_target}` (or `bash benchmarks/envs/{make_target.rsplit('-', 1)[-1]}.sh`)")
 
 
-def require_fast_bf16(option: str) -> None:
+def require_bf16_kernels(option: str) -> None:
     """Exit with one line when asked to time bf16 on a CPU where PyTorch runs it through its slow fallback."""
     # Imported here: scripts import _common before re-running themselves in a peer venv; that should not wait for torch.
-    from core.runtime.precision import NO_FAST_BF16, cpu_has_fast_bf16
+    from core.runtime.precision import NO_BF16_KERNELS, cpu_has_bf16_kernels
 
-    if not cpu_has_fast_bf16():
-        sys.exit(f"error: {option}: {NO_FAST_BF16}, so bf16 timings would measure PyTorch's fallback, not the "
+    if not cpu_has_bf16_kernels():
+        sys.exit(f"error: {option}: {NO_BF16_KERNELS}, so bf16 timings would measure PyTorch's fallback, not the "
                  "hardware; time fp32 here, bf16 on a CPU that has it")
 
 

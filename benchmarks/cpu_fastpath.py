@@ -40,7 +40,7 @@ from _common import interleave, median_ratio, print_table, write_json
 from rich.console import Console
 
 from core.nn.cpu_fastpath import onednn_available
-from core.runtime.precision import cpu_has_fast_bf16
+from core.runtime.precision import cpu_has_bf16_kernels
 from streamrec.data.datasets import TrainBatch
 from streamrec.model.module import StreamRecModule
 from translate.data.corpus import Batch
@@ -138,12 +138,12 @@ def main(argv: list[str] | None = None) -> None:
     warnings.filterwarnings("ignore", ".*self.log.*")  # training_step logs; there is no trainer here
     console = Console(width=None if sys.stdout.isatty() else 120)
     figures: dict[str, float] = {"threads": args.threads, "onednn": int(onednn_available()),
-                                 "fast_bf16": int(cpu_has_fast_bf16()), "quick": int(args.quick),
+                                 "fast_bf16": int(cpu_has_bf16_kernels()), "quick": int(args.quick),
                                  "load_avg_start": os.getloadavg()[0]}
     rows = []
     for name in args.cases:
-        if name.endswith("bf16") and not cpu_has_fast_bf16():
-            console.print(f"[yellow]{name}: skipped, this CPU has no fast bf16 matmul[/]")
+        if name.endswith("bf16") and not cpu_has_bf16_kernels():
+            console.print(f"[yellow]{name}: skipped, this CPU has no bf16 matmul kernels[/]")
             continue
         fns = streamrec_case(name, args.quick) if name.startswith("streamrec") else translate_case(name, args.quick)
         for fn in fns.values():  # warm-up (oneDNN builds its kernels on the first call)

@@ -94,7 +94,7 @@ from _common import (
     median_ratio,
     peak_rss_bytes,
     print_table,
-    require_fast_bf16,
+    require_bf16_kernels,
     reset_peak_rss,
     rss_bytes,
     write_json,
@@ -578,7 +578,7 @@ def main(argv: list[str] | None = None) -> None:
     bf16 = args.precision == "bf16"
     if device.type == "cpu":
         if bf16:
-            require_fast_bf16("--precision bf16")
+            require_bf16_kernels("--precision bf16")
         if args.threads:
             torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore", ".*enable_nested_tensor is True.*")

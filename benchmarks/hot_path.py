@@ -28,7 +28,7 @@ from _common import ROOT, median_ratio, print_table, write_json
 from rich.console import Console
 from streamrec_scale import old_tree
 
-from core.runtime.precision import cpu_has_fast_bf16
+from core.runtime.precision import cpu_has_bf16_kernels
 
 CASES = ("streamrec_ml1m", "streamrec_beauty", "streamrec_ml1m_bf16", "translate_multi30k_fp32",
          "translate_multi30k_bf16", "translate_decode")
@@ -92,8 +92,8 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as folder:
         tree = old_tree(args.baseline, Path(folder), ("core", "streamrec", "translate"), "--baseline")
         for case in args.cases:
-            if case.endswith("bf16") and not cpu_has_fast_bf16():
-                console.print(f"[yellow]{case}: skipped, this CPU has no fast bf16 matmul[/]")
+            if case.endswith("bf16") and not cpu_has_bf16_kernels():
+                console.print(f"[yellow]{case}: skipped, this CPU has no bf16 matmul kernels[/]")
                 continue
             base, today = [], []
             for _ in range(args.rounds):

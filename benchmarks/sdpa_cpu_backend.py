@@ -31,7 +31,7 @@ from rich.console import Console
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from core.nn.attention import attend
-from core.runtime.precision import NO_FAST_BF16, cpu_has_fast_bf16
+from core.runtime.precision import NO_BF16_KERNELS, cpu_has_bf16_kernels
 
 TOKENS = 4096  # queries x batch per call, like a max_tokens 4096 batch
 
@@ -85,10 +85,10 @@ def main(argv: list[str] | None = None) -> None:
     figures: dict[str, float] = {"threads": args.threads, "tokens": TOKENS, "heads": args.heads,
                                  "head_dim": args.head_dim}
     dtypes = [(torch.float32, "fp32"), (torch.bfloat16, "bf16")]
-    if not cpu_has_fast_bf16():
-        console.print(f"{NO_FAST_BF16}: bf16 is left out, it would time PyTorch's fallback")
+    if not cpu_has_bf16_kernels():
+        console.print(f"{NO_BF16_KERNELS}: bf16 is left out, it would time PyTorch's fallback")
         dtypes = dtypes[:1]
-    figures["cpu_fast_bf16"] = int(cpu_has_fast_bf16())
+    figures["cpu_fast_bf16"] = int(cpu_has_bf16_kernels())
     for dtype, dname in dtypes:
         for train in (False, True):
             mode = "train" if train else "fwd"

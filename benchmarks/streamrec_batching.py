@@ -33,7 +33,7 @@ from pathlib import Path
 import lightning as L
 import numpy as np
 import torch
-from _common import ROOT, median_ratio, print_table, require_fast_bf16, write_json
+from _common import ROOT, median_ratio, print_table, require_bf16_kernels, write_json
 from rich.console import Console
 
 from streamrec.data.datamodule import StreamRecDataModule
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("error: --device cuda: no CUDA GPU here; run on one or use --device cpu")
     if args.device == "cpu" and args.precision == "bf16" and not args.positions_only:
-        require_fast_bf16("--precision bf16")
+        require_bf16_kernels("--precision bf16")
     torch.set_num_threads(args.threads)
     console = Console(width=None if sys.stdout.isatty() else 120)
 

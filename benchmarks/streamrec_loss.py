@@ -29,7 +29,7 @@ from _common import (
     compare_loss_steps,
     median_ratio,
     print_table,
-    require_fast_bf16,
+    require_bf16_kernels,
     write_json,
 )
 from rich.console import Console
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
     targets = torch.randint(1, args.items + 1, (args.positions,), generator=g)
     bf16 = args.precision == "bf16"
     if bf16:
-        require_fast_bf16("--precision bf16")
+        require_bf16_kernels("--precision bf16")
 
     def step(loss_fn):
         def run() -> float:

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from _common import (
     compare_loss_steps,
     print_table,
-    require_fast_bf16,
+    require_bf16_kernels,
     write_json,
 )
 from rich.console import Console
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> None:
     console = Console(width=None if sys.stdout.isatty() else 120)
     bf16 = args.precision == "bf16"
     if bf16:
-        require_fast_bf16("--precision bf16")
+        require_bf16_kernels("--precision bf16")
 
     g = torch.Generator().manual_seed(0)
     base = torch.randn(args.positions, args.d_model, generator=g)

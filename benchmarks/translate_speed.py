@@ -88,7 +88,7 @@ from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
-from _common import interleave, median_ratio, print_table, print_targets, require_fast_bf16, write_json
+from _common import interleave, median_ratio, print_table, print_targets, require_bf16_kernels, write_json
 from rich.console import Console
 from torch import Tensor
 
@@ -783,9 +783,9 @@ def run_train(log: Console, args: argparse.Namespace, ours: Translator, hf, f: d
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.precision == "bf16" and not args.skip_train:
-        require_fast_bf16("--precision bf16")
+        require_bf16_kernels("--precision bf16")
     if args.decode_dtype == "bfloat16" and not args.skip_decode:
-        require_fast_bf16("--decode-dtype bfloat16")
+        require_bf16_kernels("--decode-dtype bfloat16")
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore", ".*generation flags are not valid.*")
     import transformers

@@ -31,7 +31,7 @@ from core.nn.cpu_fastpath import enable_cpu_fastpath
 from core.runtime.checkpoint import load_module
 from core.runtime.errors import InputError
 from core.runtime.export import is_export_folder, load_folder
-from core.runtime.precision import NO_FAST_BF16, cpu_has_fast_bf16, quantize_int8
+from core.runtime.precision import cpu_has_fast_bf16, no_fast_bf16_reason, quantize_int8
 from translate.data.vocab import PAD_ID, SubwordVocab, vocabs_from_checkpoint
 from translate.model.networks import TranslatorNetwork as TranslatorModel
 from translate.model.networks import build_translator
@@ -294,7 +294,7 @@ def _load_one(path: Path, device: str | torch.device, dtype: str) -> Translator:
                              "or --dtype bfloat16 on a GPU")
         return Translator(quantize_int8(model, inplace=True), *vocabs)
     if dtype == "bfloat16" and on_cpu and not cpu_has_fast_bf16():
-        log.warning("--dtype bfloat16: %s, so decoding runs in float32", NO_FAST_BF16)
+        log.warning("--dtype bfloat16: %s, so decoding runs in float32", no_fast_bf16_reason())
         dtype = "float32"
     if hparams.get("cpu_fastpath"):  # as trained: the module turns it on for its network
         enable_cpu_fastpath(model)

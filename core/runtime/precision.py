@@ -1,26 +1,35 @@
-"""bf16 "where the hardware has it": whether this CPU runs bf16 matmuls fast, and what to train in if not.
+"""bf16 "where the hardware has it": whether this CPU runs bf16 matmuls faster than fp32, and what to train in if not.
 
-PyTorch runs CPU bf16 matmuls through oneDNN only on cores with AVX-512 (natively with AVX512-BF16
-or AMX). Elsewhere it falls back to a reference loop two orders of magnitude slower than fp32
-(docs/results.md, "Precision and the fp32 fallback"): a config that asks for bf16-mixed would then
-train far slower, so the CLIs fall back to fp32 there and say so.
+PyTorch runs CPU bf16 matmuls through oneDNN only on cores with AVX-512. Elsewhere it falls back to a
+reference loop two orders of magnitude slower than fp32 (docs/results.md, "Precision and the fp32
+fallback"). Having the kernels is not enough either: a Xeon whose hypervisor hides AMX runs its
+AVX512-BF16 matmuls at half its fp32 rate, while a Zen 5 runs them several times faster. Flags cannot
+tell the two apart, so `cpu_has_fast_bf16` times one small matmul in each precision, once per process.
+Where bf16 is not the faster one, the CLIs train in fp32 and say so.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
+import time
 import warnings
 
 import torch
 from torch import nn
 
-# What the CLIs, `translate.infer` and the benchmarks say when they do not use bf16.
-NO_FAST_BF16 = "this CPU has no fast bf16 matmul (no AVX-512/AMX; bf16 runs in a reference loop, far slower than fp32)"
+# What the benchmarks say when they will not time bf16; `no_fast_bf16_reason` adds the slower-than-fp32 case.
+NO_BF16_KERNELS = "this CPU has no bf16 matmul kernels (no AVX-512: bf16 runs in a slow reference loop)"
+
+# The probe: (PROBE_ROWS x PROBE_WIDTH) @ (PROBE_WIDTH x PROBE_ROWS), the shape class of a training step's
+# projections; the best of 2 x PROBE_REPEATS runs in each precision (a few milliseconds in all).
+PROBE_ROWS, PROBE_WIDTH, PROBE_REPEATS = 512, 256, 5
+# bf16 must beat fp32 by this much to be used: near 1 the two are equally good and fp32 is exact.
+FAST_BF16_MIN_SPEEDUP = 1.1
 
 
 @functools.cache
-def cpu_has_fast_bf16() -> bool:
+def cpu_has_bf16_kernels() -> bool:
     """True where PyTorch's CPU bf16 matmuls go through oneDNN (AVX-512 / AMX cores), not a slow fallback."""
     # The same probe torch._inductor uses (`is_mkldnn_bf16_supported`); absent in some builds.
     probe = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
@@ -28,6 +37,44 @@ def cpu_has_fast_bf16() -> bool:
         return bool(probe()) if probe is not None else False
     except RuntimeError:  # a build without oneDNN
         return False
+
+
+def _matmul_seconds(dtype: torch.dtype) -> float:
+    """Seconds of one warm probe matmul in `dtype` (the best of `PROBE_REPEATS`, so noise only adds)."""
+    a = torch.randn(PROBE_ROWS, PROBE_WIDTH).to(dtype)
+    b = torch.randn(PROBE_WIDTH, PROBE_ROWS).to(dtype)
+    a @ b  # the first call builds oneDNN's kernel
+    best = float("inf")
+    for _ in range(PROBE_REPEATS):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+@functools.cache
+def cpu_bf16_speedup() -> float:
+    """fp32 matmul time / bf16 matmul time on this CPU at the current thread count (> 1: bf16 is faster)."""
+    if not cpu_has_bf16_kernels():
+        return 0.0
+    fp32 = bf16 = float("inf")
+    for _ in range(2):  # interleaved, so a burst of load hits both
+        fp32 = min(fp32, _matmul_seconds(torch.float32))
+        bf16 = min(bf16, _matmul_seconds(torch.bfloat16))
+    return fp32 / max(bf16, 1e-12)
+
+
+def cpu_has_fast_bf16() -> bool:
+    """True where this CPU runs bf16 matmuls at least `FAST_BF16_MIN_SPEEDUP` times faster than fp32."""
+    return cpu_has_bf16_kernels() and cpu_bf16_speedup() >= FAST_BF16_MIN_SPEEDUP
+
+
+def no_fast_bf16_reason() -> str:
+    """Why bf16 is not used on this CPU, in words for a one-line warning."""
+    if not cpu_has_bf16_kernels():
+        return NO_BF16_KERNELS
+    return (f"bf16 matmuls on this CPU run at {cpu_bf16_speedup():.2f}x the fp32 rate, below the "
+            f"{FAST_BF16_MIN_SPEEDUP}x that pays for bf16 (timed at start-up)")
 
 
 def runs_on_cpu(accelerator: str) -> bool:
@@ -48,7 +95,7 @@ def cpu_precision_fallback(precision: str | int | None, accelerator: str) -> tup
     """
     if not str(precision).startswith("bf16") or not runs_on_cpu(str(accelerator)) or cpu_has_fast_bf16():
         return None
-    return "32-true", (f"trainer.precision {precision}: {NO_FAST_BF16}, so training runs in 32-true; "
+    return "32-true", (f"trainer.precision {precision}: {no_fast_bf16_reason()}, so training runs in 32-true; "
                        "pass --trainer.precision 32-true to say so yourself")
 
 

@@ -1,4 +1,5 @@
-"""bf16 only where the CPU runs it fast: the probe against the CPU's own flags, and the fallback rule."""
+"""bf16 only where the CPU runs it faster than fp32: the kernel probe against the CPU's flags, the timed probe's
+rule (with fake timings) and the fallback rule."""
 
 from __future__ import annotations
 
@@ -9,7 +10,13 @@ import pytest
 import torch
 
 from core.runtime import precision
-from core.runtime.precision import cpu_has_fast_bf16, cpu_precision_fallback, quantize_int8, runs_on_cpu
+from core.runtime.precision import (
+    cpu_has_bf16_kernels,
+    cpu_has_fast_bf16,
+    cpu_precision_fallback,
+    quantize_int8,
+    runs_on_cpu,
+)
 
 
 def _cpu_flags() -> set[str] | None:
@@ -20,15 +27,49 @@ def _cpu_flags() -> set[str] | None:
     return None if line is None else set(line.split(":", 1)[1].split())
 
 
-def test_probe_agrees_with_the_cpu_flags():
+def test_kernel_probe_agrees_with_the_cpu_flags():
     """oneDNN's bf16 kernels need AVX-512 (BW/VL/DQ at least); native bf16 units always qualify."""
     flags = _cpu_flags()
     if flags is None:
         pytest.skip("needs Linux on x86-64 to read the CPU flags")
     if {"avx512_bf16", "amx_bf16"} & flags:
-        assert cpu_has_fast_bf16()
+        assert cpu_has_bf16_kernels()
     if "avx512f" not in flags:
-        assert not cpu_has_fast_bf16()
+        assert not cpu_has_bf16_kernels() and not cpu_has_fast_bf16()
+
+
+def test_speedup_is_the_ratio_of_the_best_timed_matmuls(monkeypatch):
+    """Best of each precision's runs (noise only adds time), fp32 over bf16: a hand computation."""
+    times = {torch.float32: iter([3.0, 2.0]), torch.bfloat16: iter([5.0, 4.0])}
+    monkeypatch.setattr(precision, "cpu_has_bf16_kernels", lambda: True)
+    monkeypatch.setattr(precision, "_matmul_seconds", lambda dtype: next(times[dtype]))
+    precision.cpu_bf16_speedup.cache_clear()
+    try:
+        assert precision.cpu_bf16_speedup() == pytest.approx(2.0 / 4.0)
+    finally:
+        precision.cpu_bf16_speedup.cache_clear()
+
+
+@pytest.mark.parametrize(("kernels", "speedup", "fast"), [
+    (True, 4.0, True), (True, precision.FAST_BF16_MIN_SPEEDUP, True), (True, 1.05, False), (True, 0.52, False),
+    (False, 4.0, False),
+])
+def test_bf16_is_fast_only_with_kernels_that_beat_fp32(monkeypatch, kernels, speedup, fast):
+    monkeypatch.setattr(precision, "cpu_has_bf16_kernels", lambda: kernels)
+    monkeypatch.setattr(precision, "cpu_bf16_speedup", lambda: speedup)
+    assert cpu_has_fast_bf16() is fast
+    if not fast:
+        reason = precision.no_fast_bf16_reason()
+        assert "\n" not in reason
+        assert (f"{speedup:.2f}x the fp32 rate" in reason) if kernels else reason == precision.NO_BF16_KERNELS
+
+
+def test_the_real_probe_times_both_precisions():
+    if not cpu_has_bf16_kernels():
+        pytest.skip("no bf16 kernels on this CPU")
+    for dtype in (torch.float32, torch.bfloat16):
+        assert 0 < precision._matmul_seconds(dtype) < 1.0
+    assert precision.cpu_bf16_speedup() > 0
 
 
 @pytest.fixture
