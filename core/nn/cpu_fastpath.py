@@ -10,8 +10,10 @@ gains depends on the CPU, so it stays off unless a config turns it on.
 Linear: PyTorch's fp32 `F.linear` on CPU calls MKL's sgemm, which takes an AVX2 path on AMD's AVX-512 CPUs;
 oneDNN's GEMM (the op torch's inductor calls for frozen CPU linears, `torch.ops.mkldnn._linear_pointwise`)
 uses AVX-512 there and agrees with MKL to ~1e-6 relative (`benchmarks/linear.py`). `FastLinear` sends fp32
-CPU inputs there outside autocast: the forward, the input gradient and, below `ONEDNN_MAX_GRAD_ROWS` outputs,
-the weight gradient. Everything else (GPUs, autocast, bf16, a torch build without the op) is `F.linear`.
+CPU inputs there outside autocast: the forward, the input gradient and, below `ONEDNN_MAX_GRAD_ROWS` outputs
+and where MKL is on its AVX2 path (`mkl_takes_avx2_path`), the weight gradient: on an Intel AVX-512 core MKL's
+own weight gradient is the faster one, as oneDNN needs a transposed copy of the inputs for it. Everything
+else (GPUs, autocast, bf16, a torch build without the op) is `F.linear`.
 
 Dropout: `F.dropout` on CPU draws one random number per element (`bernoulli_`, a visible share of a
 training step). `dropout_mask` takes four 15-bit uniform integers from each 64-bit draw and keeps an
@@ -113,6 +115,24 @@ def onednn_available() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
+@functools.cache
+def mkl_takes_avx2_path() -> bool:
+    """False on Intel CPUs with AVX-512, where MKL's sgemm runs its AVX-512 kernels; True elsewhere.
+
+    MKL picks its kernels by the CPU's vendor: on AMD's AVX-512 cores (Zen 4, Zen 5) it runs AVX2 code, and
+    oneDNN, which picks by instruction set, is faster. Read from /proc/cpuinfo; where that is missing (not
+    Linux) it says True, which keeps oneDNN for the weight gradient, the choice measured on AMD.
+    """
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as info:
+            head = info.read(1 << 16)
+    except OSError:
+        return True
+    fields = dict(line.split(":", 1) for line in head.splitlines() if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    return not (fields.get("vendor_id") == "GenuineIntel" and "avx512f" in fields.get("flags", "").split())
+
+
 def _uses_onednn(x: Tensor, weight: Tensor) -> bool:
     return (
         x.device.type == "cpu"
@@ -144,7 +164,7 @@ class _OneDNNLinear(torch.autograd.Function):
         rows = grad.reshape(-1, grad.shape[-1])
         if ctx.needs_input_grad[1]:
             x_rows = x.reshape(-1, x.shape[-1])
-            if weight.shape[0] <= ONEDNN_MAX_GRAD_ROWS:  # (x.T @ grad).T in oneDNN
+            if weight.shape[0] <= ONEDNN_MAX_GRAD_ROWS and mkl_takes_avx2_path():  # (x.T @ grad).T in oneDNN
                 grad_w = _onednn(x_rows.t(), rows.t(), None).t().contiguous()
             else:
                 grad_w = rows.t() @ x_rows

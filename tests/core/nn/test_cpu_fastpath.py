@@ -195,11 +195,45 @@ def test_a_non_contiguous_input_and_a_frozen_weight(route):
 
 
 @needs_onednn
-def test_fp32_cpu_goes_to_onednn_forward_and_both_gradients(calls):
+@pytest.mark.parametrize("avx2_mkl", [True, False], ids=["amd_or_other", "intel_avx512"])
+def test_fp32_cpu_goes_to_onednn_forward_and_both_gradients_unless_mkl_is_native(calls, avx2_mkl, monkeypatch):
+    monkeypatch.setattr(fastpath, "mkl_takes_avx2_path", lambda: avx2_mkl)
     x = torch.randn(5, 8, requires_grad=True)
     w = torch.randn(3, 8, requires_grad=True)
     linear(x, w).sum().backward()
-    assert calls == [(5, 8), (5, 3), (8, 5)]  # the forward, grad @ weight, then (x.T @ grad).T
+    torch.testing.assert_close(w.grad, torch.ones(3, 5) @ x.detach())  # d sum(x w^T) / dw, by hand
+    # the forward, grad @ weight, then (x.T @ grad).T where MKL would run AVX2 code; MKL's own on Intel AVX-512
+    assert calls == ([(5, 8), (5, 3), (8, 5)] if avx2_mkl else [(5, 8), (5, 3)])
+
+
+@pytest.mark.parametrize(("text", "avx2"), [
+    ("vendor_id\t: GenuineIntel\nflags\t\t: fpu avx2 avx512f avx512bw\n", False),
+    ("vendor_id\t: GenuineIntel\nflags\t\t: fpu avx2\n", True),  # no AVX-512: MKL's AVX2 is its best
+    ("vendor_id\t: AuthenticAMD\nflags\t\t: fpu avx2 avx512f avx512bw\n", True),
+    (None, True),  # no /proc/cpuinfo
+])
+def test_mkl_path_is_read_from_the_cpu_vendor_and_flags(text, avx2, monkeypatch, tmp_path):
+    import builtins
+
+    real_open = builtins.open
+    info = tmp_path / "cpuinfo"
+    if text is not None:
+        info.write_text(text)
+
+    def fake_open(path, *args, **kwargs):
+        if path == "/proc/cpuinfo":
+            if text is None:
+                raise FileNotFoundError(path)
+            return real_open(info, *args, **kwargs)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", fake_open)
+    fastpath.mkl_takes_avx2_path.cache_clear()
+    try:
+        assert fastpath.mkl_takes_avx2_path() is avx2
+    finally:
+        monkeypatch.undo()
+        fastpath.mkl_takes_avx2_path.cache_clear()
 
 
 def test_other_dtypes_autocast_and_a_missing_op_keep_f_linear(calls, monkeypatch):
