@@ -90,12 +90,16 @@ def streamrec_case(name: str, quick: bool) -> dict[str, Callable[[], None]]:
     fns = {}
     for key, on in (("off", False), ("on", True)):
         module = build(StreamRecModule, kwargs, on, quick)
-        hp = module.hparams
-        g = torch.Generator().manual_seed(1)
-        items = torch.randint(1, hp.num_items + 1, (8 if quick else BATCH, hp.max_len + 1), generator=g)
-        batch = TrainBatch(inputs=items[:, :-1], targets=items[:, 1:])
-        fns[key] = train_step(module, batch, bf16=name.endswith("bf16"))
+        fns[key] = train_step(module, streamrec_batch(module, quick), bf16=name.endswith("bf16"))
     return fns
+
+
+def streamrec_batch(module: StreamRecModule, quick: bool) -> TrainBatch:
+    """A full batch of random histories at the module's max_len, the same for every build (seed 1)."""
+    hp = module.hparams
+    g = torch.Generator().manual_seed(1)
+    items = torch.randint(1, hp.num_items + 1, (8 if quick else BATCH, hp.max_len + 1), generator=g)
+    return TrainBatch(inputs=items[:, :-1], targets=items[:, 1:])
 
 
 def translate_batch(vocab: int, quick: bool) -> Batch:
@@ -123,12 +127,14 @@ def translate_case(name: str, quick: bool) -> dict[str, Callable[[], None]]:
     return fns
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES), help="what to time (default: all)")
+def parse_step_args(doc: str, cases: tuple[str, ...], number: int,
+                    argv: list[str] | None) -> tuple[argparse.Namespace, Console]:
+    """The options of a script that times training steps case by case, checked; threads and warnings set."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--cases", nargs="+", choices=cases, default=list(cases), help="what to time (default: all)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     ap.add_argument("--repeats", type=int, default=7, help="interleaved rounds (default 7)")
-    ap.add_argument("--number", type=int, default=3, help="steps per timing (default 3)")
+    ap.add_argument("--number", type=int, default=number, help=f"steps per timing (default {number})")
     ap.add_argument("--quick", action="store_true", help="tiny sizes: checks the script runs, times nothing useful")
     ap.add_argument("--json", metavar="PATH", help="write the figures as one flat JSON object")
     args = ap.parse_args(argv)
@@ -136,7 +142,11 @@ def main(argv: list[str] | None = None) -> None:
         ap.error("--threads, --repeats and --number must be >= 1")
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore", ".*self.log.*")  # training_step logs; there is no trainer here
-    console = Console(width=None if sys.stdout.isatty() else 120)
+    return args, Console(width=None if sys.stdout.isatty() else 120)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args, console = parse_step_args(__doc__, CASES, 3, argv)
     figures: dict[str, float] = {"threads": args.threads, "onednn": int(onednn_available()),
                                  "fast_bf16": int(cpu_has_bf16_kernels()), "quick": int(args.quick),
                                  "load_avg_start": os.getloadavg()[0]}

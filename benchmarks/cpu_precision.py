@@ -22,24 +22,18 @@ quick, load_avg_start, load_avg_end.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
-import warnings
 
-import torch
 from _common import interleave, median_ratio, print_table, write_json
-from cpu_fastpath import STREAMREC, TRANSLATE, build, train_step, translate_batch
-from rich.console import Console
+from cpu_fastpath import STREAMREC, TRANSLATE, build, parse_step_args, streamrec_batch, train_step, translate_batch
 
 from core.runtime.precision import FAST_BF16_MIN_SPEEDUP, cpu_bf16_speedup, cpu_has_bf16_kernels, cpu_has_fast_bf16
-from streamrec.data.datasets import TrainBatch
 from streamrec.model.module import StreamRecModule
 from translate.model.module import TranslationModule
 
 CASES = ("streamrec_ml1m", "streamrec_beauty", "translate_multi30k")
-BATCH = 128
 NEAR = 0.1  # a step within this fraction of level is no wrong verdict either way
 
 
@@ -49,10 +43,7 @@ def steps(name: str, quick: bool) -> dict[str, object]:
     for key in ("fp32", "bf16"):
         if name.startswith("streamrec"):
             module = build(StreamRecModule, STREAMREC[name], True, quick)
-            hp = module.hparams
-            g = torch.Generator().manual_seed(1)
-            items = torch.randint(1, hp.num_items + 1, (8 if quick else BATCH, hp.max_len + 1), generator=g)
-            batch = TrainBatch(inputs=items[:, :-1], targets=items[:, 1:])
+            batch = streamrec_batch(module, quick)
         else:
             module = build(TranslationModule, TRANSLATE, True, quick)
             batch = translate_batch(module.hparams.tgt_vocab_size, quick)
@@ -61,22 +52,10 @@ def steps(name: str, quick: bool) -> dict[str, object]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES), help="what to time (default: all)")
-    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
-    ap.add_argument("--repeats", type=int, default=7, help="interleaved rounds (default 7)")
-    ap.add_argument("--number", type=int, default=2, help="steps per timing (default 2)")
-    ap.add_argument("--quick", action="store_true", help="tiny sizes: checks the script runs, times nothing useful")
-    ap.add_argument("--json", metavar="PATH", help="write the figures as one flat JSON object")
-    args = ap.parse_args(argv)
-    if args.threads < 1 or args.repeats < 1 or args.number < 1:
-        ap.error("--threads, --repeats and --number must be >= 1")
+    args, console = parse_step_args(__doc__, CASES, 2, argv)
     if not cpu_has_bf16_kernels():
         sys.exit("error: this CPU has no bf16 matmul kernels: bf16 would time PyTorch's reference loop; "
                  "nothing to compare")
-    torch.set_num_threads(args.threads)
-    warnings.filterwarnings("ignore", ".*self.log.*")  # training_step logs; there is no trainer here
-    console = Console(width=None if sys.stdout.isatty() else 120)
     probe, fast = cpu_bf16_speedup(), cpu_has_fast_bf16()
     figures: dict[str, float] = {"threads": args.threads, "quick": int(args.quick), "probe_speedup": probe,
                                  "probe_fast_bf16": int(fast), "load_avg_start": os.getloadavg()[0]}
