@@ -23,7 +23,8 @@ MAINS = {"streamrec": streamrec_main, "translate": translate_main}
 CHANGED_SINCE_FULL = {
     ("streamrec", "beauty"): {"trainer": {"max_epochs": 50}, "early_stopping": 10,
                               "model": {"n_heads": 2, "dropout": 0.35, "attn_dropout": 0.2, "label_smoothing": 0.3,
-                                        "contrastive_weight": 0.1, "second_pass_softmax": False}},
+                                        "contrastive_weight": 0.1, "second_pass_softmax": False,
+                                        "weight_decay": 0.01}},
     ("streamrec", "ml1m"): {"trainer": {"max_epochs": 40}, "early_stopping": 10,
                             "model": {"d_model": 128, "n_layers": 3}},
 }
