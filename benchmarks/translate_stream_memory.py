@@ -3,7 +3,7 @@
 The old path is `translate/infer.py` and `translate/api.py` as they were at `--baseline` (a git
 revision; default: the commit before streaming was bounded), read with `git show` into a temporary
 folder as `old_infer` / `old_api`; the rest of the package is today's, so the import line and the
-calls whose arguments have since become keyword-only (`COMPAT`) are rewritten. Each run is a fresh
+calls whose arguments have since become keyword-only or names since changed (`COMPAT`) are rewritten. Each run is a fresh
 process (`python -c`) whose peak RSS (VmHWM) and wall time it reports itself, so nothing of one run
 stays in the next; a one-line input gives each path's floor (Python,
 torch and the model), and "above floor" is what the input added. Both translate the same
@@ -49,9 +49,13 @@ from rich.console import Console
 
 BASELINE = "323717e6fe19ce35b9556d1a8243b5d891a7519a"  # infer: 10,000-line chunks encoded whole
 DECODE = ["--beam", "1", "--max-len-a", "0", "--max-len-b", "1"]
-COMPAT = {  # old call -> the same call under today's signatures (search functions' options became keyword-only)
+COMPAT = {  # old text -> the same under today's signatures and names
+    # search functions' options became keyword-only
     "greedy_search(model, src, BOS_ID, EOS_ID, max_len_a, max_len_b)":
         "greedy_search(model, src, BOS_ID, EOS_ID, max_len_a=max_len_a, max_len_b=max_len_b)",
+    # the bf16 warning's constant became a function of the measured probe
+    "from core.precision import NO_FAST_BF16, cpu_has_fast_bf16, quantize_int8":
+        "from core.precision import NO_BF16_KERNELS as NO_FAST_BF16, cpu_has_fast_bf16, quantize_int8",
 }
 # Runs in the child: import the script's module, translate, report VmHWM (fresh after exec) and seconds.
 PROBE = """
