@@ -3,8 +3,8 @@
 The old path is `translate/infer.py` and `translate/api.py` as they were at `--baseline` (a git
 revision; default: the commit before streaming was bounded), read with `git show` into a temporary
 folder as `old_infer` / `old_api`; the rest of the package is today's, so the import line and the
-calls whose arguments have since become keyword-only or names since changed (`COMPAT`) are rewritten. Each run is a fresh
-process (`python -c`) whose peak RSS (VmHWM) and wall time it reports itself, so nothing of one run
+calls whose arguments have since become keyword-only or names since changed (`COMPAT`) are rewritten.
+Each run is a fresh process (`python -c`) whose peak RSS (VmHWM) and wall time it reports itself, so nothing of one run
 stays in the next; a one-line input gives each path's floor (Python,
 torch and the model), and "above floor" is what the input added. Both translate the same
 files with their default chunking (old: 10,000 lines, each encoded whole; new: `--chunk-lines`
