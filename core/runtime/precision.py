@@ -22,7 +22,7 @@ from torch import nn
 NO_BF16_KERNELS = "this CPU has no bf16 matmul kernels (no AVX-512: bf16 runs in a slow reference loop)"
 
 # The probe: (PROBE_ROWS x PROBE_WIDTH) @ (PROBE_WIDTH x PROBE_ROWS), the shape class of a training step's
-# projections; the best of 2 x PROBE_REPEATS runs in each precision (a few milliseconds in all).
+# projections; the best of 2 x PROBE_REPEATS runs in each precision (tens of milliseconds with kernel set-up).
 PROBE_ROWS, PROBE_WIDTH, PROBE_REPEATS = 512, 256, 5
 # bf16 must beat fp32 by this much to be used: near 1 the two are equally good and fp32 is exact.
 FAST_BF16_MIN_SPEEDUP = 1.1
