@@ -24,12 +24,11 @@ from __future__ import annotations
 
 import os
 import statistics
-import sys
 
-from _common import interleave, median_ratio, print_table, write_json
+from _common import interleave, median_ratio, print_table, require_bf16_kernels, write_json
 from cpu_fastpath import STREAMREC, TRANSLATE, build, parse_step_args, streamrec_batch, train_step, translate_batch
 
-from core.runtime.precision import FAST_BF16_MIN_SPEEDUP, cpu_bf16_speedup, cpu_has_bf16_kernels, cpu_has_fast_bf16
+from core.runtime.precision import FAST_BF16_MIN_SPEEDUP, cpu_bf16_speedup, cpu_has_fast_bf16
 from streamrec.model.module import StreamRecModule
 from translate.model.module import TranslationModule
 
@@ -53,9 +52,7 @@ def steps(name: str, quick: bool) -> dict[str, object]:
 
 def main(argv: list[str] | None = None) -> None:
     args, console = parse_step_args(__doc__, CASES, 2, argv)
-    if not cpu_has_bf16_kernels():
-        sys.exit("error: this CPU has no bf16 matmul kernels: bf16 would time PyTorch's reference loop; "
-                 "nothing to compare")
+    require_bf16_kernels("benchmarks/cpu_precision.py")
     probe, fast = cpu_bf16_speedup(), cpu_has_fast_bf16()
     figures: dict[str, float] = {"threads": args.threads, "quick": int(args.quick), "probe_speedup": probe,
                                  "probe_fast_bf16": int(fast), "load_avg_start": os.getloadavg()[0]}
