@@ -4,12 +4,11 @@ The old path is `translate/infer.py` and `translate/api.py` as they were at `--b
 revision; default: the commit before streaming was bounded), read with `git show` into a temporary
 folder as `old_infer` / `old_api`; the rest of the package is today's, so the import line and the
 calls whose arguments have since become keyword-only or names since changed (`COMPAT`) are rewritten.
-Each run is a fresh process (`python -c`) whose peak RSS (VmHWM) and wall time it reports itself, so nothing of one run
-stays in the next; a one-line input gives each path's floor (Python,
-torch and the model), and "above floor" is what the input added. Both translate the same
-files with their default chunking (old: 10,000 lines, each encoded whole; new: `--chunk-lines`
-2,000 or 16 MiB of text, encoded 1 Mi characters at a time and truncated at once) and must write
-identical output (`outputs_equal_N`).
+Each run is a fresh process (`python -c`) whose peak RSS (VmHWM) and wall time it reports itself, so
+nothing of one run stays in the next; a one-line input gives each path's floor (Python, torch and the
+model), and "above floor" is what the input added. Both translate the same files with their default
+chunking (old: 10,000 lines, each encoded whole; new: `--chunk-lines` 2,000 or 16 MiB of text, encoded
+1 Mi characters at a time and truncated at once) and must write identical output (`outputs_equal_N`).
 
 The model is tiny and barely trained (one step on the demo corpus, d_model 16, max_len 256) and
 decoding is cut to one subword (`--beam 1 --max-len-a 0 --max-len-b 1`): the speed of search

@@ -119,7 +119,7 @@ def onednn_available() -> bool:
 def mkl_takes_avx2_path() -> bool:
     """False on Intel CPUs with AVX-512, where MKL's sgemm runs its AVX-512 kernels; True elsewhere.
 
-    MKL picks its kernels by the CPU's vendor: on AMD's AVX-512 cores (Zen 4, Zen 5) it runs AVX2 code, and
+    MKL picks its kernels by the CPU's vendor: on AMD's AVX-512 cores it runs AVX2 code, and
     oneDNN, which picks by instruction set, is faster. Read from /proc/cpuinfo; where that is missing (not
     Linux) it says True, which keeps oneDNN for the weight gradient, the choice measured on AMD.
     """

@@ -2,10 +2,11 @@
 
 PyTorch runs CPU bf16 matmuls through oneDNN only on cores with AVX-512. Elsewhere it falls back to a
 reference loop two orders of magnitude slower than fp32 (docs/results.md, "Precision and the fp32
-fallback"). Having the kernels is not enough either: a Xeon whose hypervisor hides AMX runs its
-AVX512-BF16 matmuls at half its fp32 rate, while a Zen 5 runs them several times faster. Flags cannot
-tell the two apart, so `cpu_has_fast_bf16` times one small matmul in each precision, once per process.
-Where bf16 is not the faster one, the CLIs train in fp32 and say so.
+fallback"). Having the kernels is not enough either: a CPU with AVX512-BF16 whose AMX units are
+hidden (as hypervisors may) can run bf16 matmuls slower than fp32, while others with the same flags run
+them several times faster (docs/core.md). Flags cannot tell the two apart, so `cpu_has_fast_bf16` times
+one small matmul in each precision, once per process. Where bf16 is not the faster one, the CLIs train
+in fp32 and say so.
 """
 
 from __future__ import annotations
