@@ -88,6 +88,9 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         id_dropout: with item features, the share of item id vectors left out in training (each occurrence, in the
             inputs and the scored table), so that items are also learnt by their features alone, as DropoutNet
             trains for cold start: cold items have nothing else to be scored by. 0 (default): none.
+        history_dropout: the share of history items blanked in training (input vector zeroed, position kept; each
+            pass draws its own, so the contrastive term's two views differ by items too, as CL4SRec's item masks
+            do): no single past item is relied on, which sparse histories overfit to. 0 (default): none.
         attention: full (default), or for histories of thousands of items, with time and memory linear in
             their length: window (each position attends to the last `attention_window` items) or linear
             (linear attention, elu + 1 features). `core.nn.attention.MultiHeadAttention`'s `kind`.
@@ -162,7 +165,7 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         positions: Positions = "learned", activation: Activation = "gelu", gated_residual: bool = False,
         tied: bool = True, item_init_std: float | None = None, lowpass_alpha: float = 0.0, lowpass_window: int = 16,
         lowpass_kind: LowPassKind = "causal",
-        num_features: int = 0, features_per_item: int = 0, id_dropout: float = 0.0,
+        num_features: int = 0, features_per_item: int = 0, id_dropout: float = 0.0, history_dropout: float = 0.0,
         attention: AttentionKind = "full", attention_window: int = 256, mask_prob: float = 0.2,
         output_head: bool = False, loss: LossName = "full",
         label_smoothing: float = 0.0, rdrop_alpha: float = 0.0, contrastive_weight: float = 0.0,
@@ -235,7 +238,7 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
             lowpass_kind=lowpass_kind,
             num_features=num_features, features_per_item=features_per_item, id_dropout=id_dropout,
             attention=attention, attention_window=attention_window, arch=arch, output_head=output_head,
-            gated_residual=gated_residual,
+            gated_residual=gated_residual, history_dropout=history_dropout,
         )
         if cpu_fastpath:
             enable_cpu_fastpath(self.model)

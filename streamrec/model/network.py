@@ -84,7 +84,7 @@ class StreamRecModel(nn.Module):
         item_init_std: float | None = None, lowpass_alpha: float = 0.0, lowpass_window: int = 16,
         lowpass_kind: LowPassKind = "causal", attention: AttentionKind = "full", attention_window: int = 256,
         num_features: int = 0, features_per_item: int = 0, arch: Arch = "sasrec", output_head: bool = False,
-        id_dropout: float = 0.0, gated_residual: bool = False,
+        id_dropout: float = 0.0, gated_residual: bool = False, history_dropout: float = 0.0,
     ):
         super().__init__()
         if num_items < 1:
@@ -100,6 +100,9 @@ class StreamRecModel(nn.Module):
             raise ValueError("`id_dropout` needs item features (`data.item_features`): without them an item whose "
                              "id vector is dropped has no vector at all")
         self.id_dropout = id_dropout
+        if not 0.0 <= history_dropout < 1.0:
+            raise ValueError(f"`history_dropout` must be in [0, 1), got {history_dropout}")
+        self.history_dropout = history_dropout
         if num_features and not tied:
             raise ValueError("item features need `tied: true`: a separate output table has no features, so it "
                              "could not score cold items")
@@ -167,10 +170,16 @@ class StreamRecModel(nn.Module):
         return vectors + bags.view(vectors.shape)
 
     def _embed(self, items: Tensor) -> Tensor:
-        """(B, T) ids -> (B, T, D) encoder inputs, scaled by sqrt(D) as `TokenEmbedding` scales them."""
+        """(B, T) ids -> (B, T, D) encoder inputs, scaled by sqrt(D) as `TokenEmbedding` scales them; in training,
+        `history_dropout` blanks whole history items (their position stays), so that no single item is relied on."""
         if self.feature_embedding is None:
-            return self.item_embedding(items)
-        return self.item_rows(items) * self.item_embedding.scale
+            vectors = self.item_embedding(items)
+        else:
+            vectors = self.item_rows(items) * self.item_embedding.scale
+        if self.training and self.history_dropout:
+            blank = (torch.rand(items.shape, device=items.device) < self.history_dropout) & (items != PAD_ID)
+            vectors = vectors.masked_fill(blank.unsqueeze(-1), 0.0)
+        return vectors
 
     @property
     def item_vectors(self) -> Tensor:

@@ -126,3 +126,26 @@ def test_seed_m4_parameter_count_matches_hand_arithmetic():
     expected = item_table + positions + 2 * per_layer + final_norm
     assert expected == 531_328
     assert sum(p.numel() for p in model.parameters()) == expected
+
+
+def test_history_dropout_blanks_whole_items_in_training_only():
+    items = torch.tensor([[0, 0, 3, 4, 5, 6, 7, 8, 9, 10]] * 200)
+    plain, model = _model(dropout=0.0), _model(dropout=0.0, history_dropout=0.3)
+    assert torch.equal(model.recommend_scores(items), plain.recommend_scores(items))  # eval: nothing blanked
+    model.train()
+    rows = model._embed(items)  # (200, 10, D)
+    whole = model.item_embedding(items)  # the scaled vectors, unblanked
+    blank = (rows == 0).all(-1)
+    assert torch.equal(rows[~blank], whole[~blank])  # a row is its item's vector or zero, never partly changed
+    real = items != 0
+    share = float(blank[real].float().mean())  # 1,600 real items at 0.3: sd 0.011
+    assert 0.25 < share < 0.35
+    assert bool(blank[~real].all())  # padding stays padding
+    per_item = blank[real].view(200, 8)
+    assert per_item.any(0).all() and not per_item.all(1).any()  # draws vary by row and position
+
+
+@pytest.mark.parametrize("p", [-0.1, 1.0])
+def test_history_dropout_refuses_a_share_outside_0_1(p):
+    with pytest.raises(ValueError, match="history_dropout"):
+        _model(history_dropout=p)
