@@ -90,7 +90,8 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
             trains for cold start: cold items have nothing else to be scored by. 0 (default): none.
         history_dropout: the share of history items blanked in training (input vector zeroed, position kept; each
             pass draws its own, so the contrastive term's two views differ by items too, as CL4SRec's item masks
-            do): no single past item is relied on, which sparse histories overfit to. 0 (default): none.
+            do), against leaning on single past items, which short sparse histories invite. It did not beat
+            `beauty.yaml` on Beauty's validation (docs/results.md, "StreamRec"). 0 (default): none.
         attention: full (default), or for histories of thousands of items, with time and memory linear in
             their length: window (each position attends to the last `attention_window` items) or linear
             (linear attention, elu + 1 features). `core.nn.attention.MultiHeadAttention`'s `kind`.

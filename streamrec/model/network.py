@@ -177,7 +177,8 @@ class StreamRecModel(nn.Module):
         else:
             vectors = self.item_rows(items) * self.item_embedding.scale
         if self.training and self.history_dropout:
-            blank = (torch.rand(items.shape, device=items.device) < self.history_dropout) & (items != PAD_ID)
+            real = (items != PAD_ID) & (items != self.mask_id)  # bert4rec's mask tokens are what it must fill
+            blank = (torch.rand(items.shape, device=items.device) < self.history_dropout) & real
             vectors = vectors.masked_fill(blank.unsqueeze(-1), 0.0)
         return vectors
 

@@ -149,3 +149,12 @@ def test_history_dropout_blanks_whole_items_in_training_only():
 def test_history_dropout_refuses_a_share_outside_0_1(p):
     with pytest.raises(ValueError, match="history_dropout"):
         _model(history_dropout=p)
+
+
+def test_history_dropout_never_blanks_bert4rec_mask_tokens():
+    model = _model(dropout=0.0, history_dropout=0.9, arch="bert4rec").train()
+    items = torch.full((50, 10), model.mask_id)
+    items[:, :5] = torch.arange(1, 6)
+    rows = model._embed(items)
+    assert not (rows[:, 5:] == 0).all(-1).any()  # every mask token keeps its vector
+    assert (rows[:, :5] == 0).all(-1).float().mean() > 0.8  # 250 real items at 0.9
