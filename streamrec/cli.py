@@ -17,9 +17,10 @@ from streamrec.lightning_cli import StreamRecCLI, build_cli
 def main(args: list[str] | None = None) -> StreamRecCLI:
     """Run the CLI; a user's mistake (bad file, bad value) ends with one line, not a traceback."""
     log_info_to_stderr("streamrec")  # data counts (skipped users and ids, cold starts)
-    args = sys.argv[1:] if args is None else args
-    if args[:1] == ["tune"]:  # not a Lightning subcommand: a search of many fits (streamrec.tune)
-        return tune.main(args[1:])
+    argv = sys.argv[1:] if args is None else args
+    if argv[:1] == ["tune"]:  # not a Lightning subcommand: a search of many fits (streamrec.tune)
+        return tune.main(argv[1:])
+    # `args` as given: LightningCLI reads sys.argv itself when it is None, and warns when given both
     with exit_on_error():  # also an unwritable run folder, a full disk while saving a checkpoint
         return build_cli(args)
 

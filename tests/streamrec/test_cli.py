@@ -1,6 +1,8 @@
 """The `python -m streamrec` CLI: help, every YAML config, user errors, and DDP parity."""
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -235,3 +237,11 @@ def test_the_other_networks_fit_score_and_export_from_the_command_line(arch, tin
     assert first == [i for i, _ in rec.recommend([history], top_k=3)[0]]
     exported = Recommender.load(export_safetensors(ckpt, tmp_path / "st"))
     assert exported.recommend([history], top_k=3)[0] == rec.recommend([history], top_k=3)[0]
+
+
+def test_the_command_line_runs_without_lightnings_args_warning():
+    """`python -m streamrec` leaves sys.argv to LightningCLI: given both, Lightning warns on every run."""
+    done = subprocess.run([sys.executable, "-m", "streamrec", "fit", "--help"], cwd=REPO, capture_output=True,
+                          text=True, check=True)
+    assert "usage" in done.stdout
+    assert "args parameter is intended" not in done.stderr, done.stderr
