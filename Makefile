@@ -25,8 +25,6 @@ install-dev: $(VENV)/.installed-dev
 SR := runs/streamrec_demo
 TR := runs/translate_demo
 demo: $(VENV)/.installed
-	@echo "== core: the seed pattern classifier (small run) =="
-	$(PY) benchmarks/seed_pattern.py --epochs 5 --num-sequences 4000
 	@echo "== StreamRec: demo data, training, test (model vs most-popular), batch scoring, explanations =="
 	$(PY) data/make_streamrec_demo.py
 	$(PY) -m streamrec fit --config configs/streamrec/demo.yaml --overwrite
@@ -47,9 +45,11 @@ test: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -n auto --dist worksteal
 
+# Kernel micro-benchmarks of core, each against the PyTorch path it replaces, in one run (a few minutes).
 bench: $(VENV)/.installed
-	$(PY) benchmarks/attention.py
-	$(PY) benchmarks/seed_pattern.py
+	$(PY) benchmarks/attention.py --lengths 128 512 1024
+	$(PY) benchmarks/linear.py
+	$(PY) benchmarks/dropout.py
 
 clean:
 	rm -rf $(VENV) lightning_logs runs .pytest_cache .ruff_cache
