@@ -1,9 +1,16 @@
 """The package layout's import rules, read from the source (imports inside functions included).
 
+Imports point down only:
+
+    programs -> LightningModules (`<app>/model/module.py`) -> `ranking/` and `search/`
+             -> the rest of `model/` (networks, losses, metrics) -> `data/` -> `core`
+
 - `core.nn` is pure PyTorch: it imports nothing from `core.runtime`, the apps, Lightning or LitServe.
 - `core` never imports an app; `streamrec` and `translate` never import each other.
-- In each app, `data/` imports no other part of the app, and `data/`, `model/`, `ranking/` and `search/`
-  never import the programs (the app's top-level modules: CLIs, API, servers, exports).
+- In each app a module imports only from its own layer or the layers below it: `ranking/` and `search/` never
+  import `<app>.model.module`; the files of `model/` other than `module.py` never import `ranking/` or
+  `search/`; `data/` imports no other part of its app; no layer below the programs imports a program (the
+  app's top-level modules: CLIs, API, servers, exports, and the package itself, which re-exports the API).
 - No import cycle between any two modules.
 - The programs that use a trained model (scoring, serving, translating, averaging) never reach Lightning.
 The reference is a plain AST walk over every file, independent of how the packages import at run time.
@@ -20,7 +27,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("core", "streamrec", "translate")
-LOWER = ("data", "model", "ranking", "search")
+APPS = ("streamrec", "translate")
+
+# An app's layers, bottom up; a module may import its own layer and the ones below it.
+LAYERS = ("data", "model", "ranking/search", "module", "program")
 
 
 def module_name(path: Path) -> str:
@@ -31,12 +41,17 @@ def module_name(path: Path) -> str:
 def imports(path: Path) -> set[str]:
     """Every module of ours (and Lightning, LitServe) that `path` names in an import statement, at any depth."""
     found = set()
+    package = module_name(path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            found.add(node.module)
-            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []  # `from ..x import y`
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            found.add(module)
+            found.update(f"{module}.{alias.name}" for alias in node.names)
     return {name for name in found if name.split(".")[0] in (*PACKAGES, "lightning", "litserve")}
 
 
@@ -45,6 +60,55 @@ GRAPH = {module_name(p): imports(p) for pkg in PACKAGES for p in (ROOT / pkg).rg
 
 def violations(rule) -> list[str]:
     return sorted(f"{src} imports {dst}" for src, targets in GRAPH.items() for dst in targets if rule(src, dst))
+
+
+def layer(name: str) -> str | None:
+    """The app layer of a dotted name (a module, or a name imported from one); None outside the apps.
+
+    `streamrec.model.module.StreamRecModule` is in "module", `translate.search.decoding` in "ranking/search",
+    `streamrec.model.network` in "model", `streamrec.cli` and `streamrec` itself in "program".
+    """
+    parts = name.split(".")
+    if parts[0] not in APPS:
+        return None
+    if len(parts) == 1 or parts[1] not in ("data", "model", "ranking", "search"):
+        return "program"
+    if parts[1] == "model":
+        return "module" if parts[2:3] == ["module"] else "model"
+    return "ranking/search" if parts[1] in ("ranking", "search") else "data"
+
+
+def upward(src: str, dst: str) -> bool:
+    """True when `src` imports a module of its own app from a higher layer than its own."""
+    if layer(src) is None or src.split(".")[0] != dst.split(".")[0]:
+        return False
+    return LAYERS.index(layer(dst)) > LAYERS.index(layer(src))
+
+
+def test_the_layers_of_the_apps() -> None:
+    assert [layer(n) for n in ("streamrec", "streamrec.cli", "translate.infer", "streamrec.model.module",
+                               "translate.model.module.TranslationModule", "streamrec.ranking.topk",
+                               "translate.search.decoding", "streamrec.model", "streamrec.model.network",
+                               "translate.model.transformer", "streamrec.data.vocab", "core.nn.masks")] == [
+        "program", "program", "program", "module", "module", "ranking/search", "ranking/search", "model", "model",
+        "model", "data", None]
+
+
+def test_the_layer_rule_finds_a_planted_upward_import() -> None:
+    planted = [("streamrec.ranking.topk", "streamrec.model.module"),        # ranking above the LightningModule
+               ("translate.model.transformer", "translate.search.decoding"),  # the network above search
+               ("streamrec.data.vocab", "streamrec.model.network"),         # data is the bottom of the app
+               ("translate.model.module", "translate.infer")]               # a LightningModule under a program
+    allowed = [("streamrec.model.module", "streamrec.ranking.batch"), ("translate.model.module", "translate.search"),
+               ("streamrec.ranking.batch", "streamrec.model.network"), ("streamrec.cli", "streamrec.model.module"),
+               ("streamrec.model.losses", "streamrec.data.constants"), ("streamrec.data.readers", "core.runtime"),
+               ("streamrec.model.module", "translate.model.module")]          # crossing apps: its own test
+    assert [upward(s, d) for s, d in planted] == [True] * len(planted)
+    assert [upward(s, d) for s, d in allowed] == [False] * len(allowed)
+
+
+def test_imports_point_down_the_layers_of_each_app() -> None:
+    assert not violations(upward), "imports that point up (programs -> module.py -> ranking/search -> model -> data)"
 
 
 def test_core_nn_is_pure_pytorch() -> None:
@@ -57,18 +121,6 @@ def test_core_imports_no_app_and_the_apps_not_each_other() -> None:
         return a != b and b in PACKAGES and b != "core"
 
     assert not violations(crosses)
-
-
-def test_data_model_ranking_search_never_import_the_programs() -> None:
-    def upward(src: str, dst: str) -> bool:
-        s, d = src.split("."), dst.split(".")
-        if s[0] == "core" or s[0] != d[0] or len(s) < 3 or s[1] not in LOWER:
-            return False
-        if s[1] == "data" and len(d) > 1 and d[1] != "data":
-            return True  # data is the bottom of the app
-        return len(d) >= 2 and d[1] not in LOWER and f"{d[0]}.{d[1]}" in GRAPH  # a program module
-
-    assert not violations(upward)
 
 
 def strongly_connected(edges: dict[str, set[str]]) -> list[list[str]]:
