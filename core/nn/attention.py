@@ -15,7 +15,7 @@ H query heads, Hkv key/value heads, Dh head width (D / H).
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -23,10 +23,8 @@ from torch import Tensor, nn
 
 from core.nn.cpu_fastpath import sdpa_math_with_cheap_dropout
 from core.nn.kv_cache import KVCache, StaticKV
-from core.nn.linear_attention import causal_linear_attention
 from core.nn.masks import causal_mask, combine_masks
 from core.nn.positions import RotaryEmbedding, apply_rope
-from core.nn.windowed import windowed_attention
 
 # Longest key sequence for which bf16 training on CPU runs SDPA in fp32 (the inputs cast up, the output cast
 # back): PyTorch's CPU flash kernel has a bf16 backward slower than its fp32 one up to here, and the math backend is
@@ -160,7 +158,12 @@ class _HeadsMixin(nn.Module):
         return self.dropout if self.training else 0.0
 
 
-AttentionKind = Literal["full", "window", "linear"]
+class SequenceKernel(Protocol):
+    """Causal self-attention over whole sequences that never holds a (T, T) matrix, in place of the softmax over
+    every allowed key: `core.nn.windowed.WindowAttention`, `core.nn.linear_attention.LinearAttention`."""
+
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor, valid: Tensor | None, dropout_p: float) -> Tensor:
+        """(B, H, T, Dh) queries, (B, Hkv, T, Dh) keys and values, (B, T) True at tokens -> (B, H, T, Dh)."""
 
 
 class MultiHeadAttention(_HeadsMixin):
@@ -172,24 +175,18 @@ class MultiHeadAttention(_HeadsMixin):
         n_kv_heads: key/value heads (grouped-query attention); must divide H. Default H.
         dropout: dropout on attention weights during training.
         bias: whether projections have a bias.
-        kind: "full" (softmax over every allowed key), or for long causal sequences, with time and memory
-            linear in T: "window" (each position sees the last `window` positions, `core.nn.windowed`) or
-            "linear" (elu + 1 features, `core.nn.linear_attention`). The last two are causal only, take the
-            padding as `valid` (B, T) instead of a mask, and have no KV cache, positional bias or capture.
-        window: the window W of kind "window".
+        kernel: None (default): the softmax over every allowed key (SDPA). For long causal sequences, with time
+            and memory linear in T, a `SequenceKernel` (`WindowAttention`, `LinearAttention`): causal only, it
+            takes the padding as `valid` (B, T) instead of a mask, and has no KV cache, positional bias or capture.
     """
 
     def __init__(
         self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, dropout: float = 0.0, bias: bool = True,
-        kind: AttentionKind = "full", window: int = 256,
+        kernel: SequenceKernel | None = None,
     ):
         super().__init__()
         self._init_heads(d_model, n_heads, n_kv_heads, dropout)
-        if kind not in ("full", "window", "linear"):
-            raise ValueError(f"attention `kind` must be full, window or linear, got {kind!r}")
-        if kind == "window" and window < 1:
-            raise ValueError(f"attention `window` must be >= 1, got {window}")
-        self.kind, self.window = kind, window
+        self.kernel = kernel
         self.qkv = nn.Linear(d_model, d_model + 2 * self.kv_dim, bias=bias)  # rows: [q; k; v]
         self.out = nn.Linear(d_model, d_model, bias=bias)
 
@@ -216,7 +213,7 @@ class MultiHeadAttention(_HeadsMixin):
             cache: self-attention cache; new keys/values are appended to it.
             last: only the last `last` positions query (all are keys): a model that needs one
                 output per sequence skips the other queries' attention and everything after it.
-            valid: (B, T) True at tokens: the padding of kinds "window" and "linear" (they read no `mask`).
+            valid: (B, T) True at tokens: the padding a `kernel` reads (it reads no `mask`).
 
         Returns:
             (B, T, D), or (B, last, D).
@@ -225,14 +222,11 @@ class MultiHeadAttention(_HeadsMixin):
         q, k, v = self._split(q, self.n_heads), self._split(k, self.n_kv_heads), self._split(v, self.n_kv_heads)
         if rope is not None:
             q, k = apply_rope(q, k, rope, offset=0 if cache is None else cache.length)
-        if self.kind != "full":
+        if self.kernel is not None:
             if not is_causal or mask is not None or bias is not None or cache is not None or self.capture is not None:
-                raise ValueError(f"attention kind {self.kind!r} is causal self-attention over whole sequences: "
-                                 "padding as `valid`, no mask, bias, KV cache or capture")
-            if self.kind == "window":
-                out = windowed_attention(q, k, v, self.window, valid, dropout_p=self._dropout_p())
-            else:
-                out = causal_linear_attention(q, k, v, valid)
+                raise ValueError(f"attention {type(self.kernel).__name__} is causal self-attention over whole "
+                                 "sequences: padding as `valid`, no mask, bias, KV cache or capture")
+            out = self.kernel(q, k, v, valid, self._dropout_p())
             out = out if last is None else out[:, :, -last:]
             return self.out(self._merge(out))
         if cache is not None:

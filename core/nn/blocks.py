@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from core.nn.attention import AttentionKind, CrossAttention, MultiHeadAttention
+from core.nn.attention import CrossAttention, MultiHeadAttention, SequenceKernel
 from core.nn.kv_cache import KVCache, StaticKV
 from core.nn.mixing import LowPassFilter, LowPassMix
 from core.nn.positions import RotaryEmbedding
@@ -56,28 +56,48 @@ class FeedForward(nn.Module):
         return self.down(self.drop(h))
 
 
-class _Residual(nn.Module):
-    """One sublayer with its norm, dropout and residual connection (gated: the module docstring)."""
+class Residual(nn.Module):
+    """One sublayer with its norm, dropout and residual connection: pre-LN x + f(norm(x)), post-LN norm(x + f(x)).
 
-    def __init__(self, d_model: int, *, dropout: float, norm_first: bool, gated: bool = False):
+    Args:
+        d_model: model width D.
+        dropout: dropout on the sublayer's output.
+        norm_first: pre-LN (True) or post-LN (False).
+    """
+
+    def __init__(self, d_model: int, *, dropout: float, norm_first: bool):
         super().__init__()
-        if gated and not norm_first:
-            raise ValueError("a gated residual is pre-LN's (`norm_first=True`): post-LN normalises the sum instead")
         self.norm = nn.LayerNorm(d_model)
         self.drop = nn.Dropout(dropout)
         self.norm_first = norm_first
-        self.gate = nn.Linear(d_model, d_model) if gated else None
 
     def forward(self, x: Tensor, fn: Callable[[Tensor], Tensor]) -> Tensor:
         # `fn` may return only the last positions (see `EncoderLayer`'s `last`): the residual follows it.
         if self.norm_first:
             out = fn(self.norm(x))
-            skip = x[:, x.shape[1] - out.shape[1] :]
-            if self.gate is not None:
-                return skip + torch.sigmoid(self.gate(skip)) * self.drop(out)
-            return skip + self.drop(out)
+            return self._skip(x, out) + self.drop(out)
         out = fn(x)
-        return self.norm(x[:, x.shape[1] - out.shape[1] :] + self.drop(out))
+        return self.norm(self._skip(x, out) + self.drop(out))
+
+    @staticmethod
+    def _skip(x: Tensor, out: Tensor) -> Tensor:
+        return x[:, x.shape[1] - out.shape[1] :]
+
+
+class GatedResidual(Residual):
+    """A pre-LN residual whose update is scaled by a learned sigmoid gate of the sublayer's input (LiGR's block,
+    the module docstring): x + sigmoid(W x + b) * f(norm(x)), so each position learns how much update to take."""
+
+    def __init__(self, d_model: int, *, dropout: float, norm_first: bool):
+        if not norm_first:
+            raise ValueError("a gated residual is pre-LN's (`norm_first=True`): post-LN normalises the sum instead")
+        super().__init__(d_model, dropout=dropout, norm_first=norm_first)
+        self.gate = nn.Linear(d_model, d_model)
+
+    def forward(self, x: Tensor, fn: Callable[[Tensor], Tensor]) -> Tensor:
+        out = fn(self.norm(x))
+        skip = self._skip(x, out)
+        return skip + torch.sigmoid(self.gate(skip)) * self.drop(out)
 
 
 class EncoderLayer(nn.Module):
@@ -95,26 +115,25 @@ class EncoderLayer(nn.Module):
         activation: feed-forward activation.
         norm_first: pre-LN (True) or post-LN (False).
         mix: a low-pass filter branch mixed with self-attention (`core.nn.mixing`); None: attention only.
-        attention: "full", "window" or "linear" (`MultiHeadAttention`'s `kind`).
-        window: the window of attention "window".
-        gated_residual: both sublayers' updates scaled by a learned sigmoid gate of the layer's input (the module
-            docstring); pre-LN only.
+        kernel: the self-attention's `SequenceKernel` for long causal sequences (`MultiHeadAttention`); None: the
+            softmax over every allowed key.
+        residual: the residual kind of both sublayers: `Residual` or `GatedResidual` (pre-LN only).
     """
 
     def __init__(
         self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, d_ff: int, dropout: float = 0.0,
         attn_dropout: float = 0.0, ff_dropout: float | None = None, activation: Activation = "gelu",
-        norm_first: bool = True, mix: LowPassMix | None = None, attention: AttentionKind = "full", window: int = 256,
-        gated_residual: bool = False,
+        norm_first: bool = True, mix: LowPassMix | None = None, kernel: SequenceKernel | None = None,
+        residual: type[Residual] = Residual,
     ):
         super().__init__()
         attn = dict(n_kv_heads=n_kv_heads, dropout=attn_dropout)
         ff_p = dropout if ff_dropout is None else ff_dropout
-        res = dict(dropout=dropout, norm_first=norm_first, gated=gated_residual)
-        self.self_attn = MultiHeadAttention(d_model, n_heads, kind=attention, window=window, **attn)
+        res = dict(dropout=dropout, norm_first=norm_first)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, kernel=kernel, **attn)
         self.ff = FeedForward(d_model, d_ff, dropout=ff_p, activation=activation)
-        self.attn_block = _Residual(d_model, **res)
-        self.ff_block = _Residual(d_model, **res)
+        self.attn_block = residual(d_model, **res)
+        self.ff_block = residual(d_model, **res)
         self.mix = mix
         self.filter = None if mix is None else LowPassFilter(d_model, mix)
 
@@ -134,7 +153,7 @@ class EncoderLayer(nn.Module):
         return self.ff_block(x, self.ff)
 
     def _mixed(self, h: Tensor, mask: Tensor | None, *, valid: Tensor | None, last: int | None, **attn) -> Tensor:
-        out = self.self_attn(h, mask, last=last, valid=valid if self.self_attn.kind != "full" else None, **attn)
+        out = self.self_attn(h, mask, last=last, valid=valid if self.self_attn.kernel is not None else None, **attn)
         if self.filter is None:
             return out
         if attn["cache"] is not None:
@@ -172,9 +191,9 @@ class DecoderLayer(nn.Module):
         self.self_attn = MultiHeadAttention(d_model, n_heads, **attn)
         self.cross_attn = CrossAttention(d_model, n_heads, **attn)
         self.ff = FeedForward(d_model, d_ff, dropout=ff_p, activation=activation)
-        self.self_block = _Residual(d_model, **res)
-        self.cross_block = _Residual(d_model, **res)
-        self.ff_block = _Residual(d_model, **res)
+        self.self_block = Residual(d_model, **res)
+        self.cross_block = Residual(d_model, **res)
+        self.ff_block = Residual(d_model, **res)
 
     def forward(
         self, x: Tensor, memory: Tensor, memory_mask: Tensor | None = None, *, self_mask: Tensor | None = None,

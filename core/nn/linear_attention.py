@@ -88,3 +88,12 @@ def linear_attention_step(q: Tensor, k: Tensor, v: Tensor, state: LinearAttentio
     num = (fq[..., None, :] @ state.sums)[..., 0, :]  # (B, H, Dh)
     den = (fq * state.norms).sum(-1, keepdim=True)
     return (num / den).to(q.dtype)[:, :, None]
+
+
+@dataclass(frozen=True)
+class LinearAttention:
+    """Causal linear attention as a part `MultiHeadAttention` takes (`kernel`); it has no attention dropout."""
+
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor, valid: Tensor | None, dropout_p: float) -> Tensor:
+        """(B, H, T, Dh) queries, (B, Hkv, T, Dh) keys and values, (B, T) `valid` tokens -> (B, H, T, Dh)."""
+        return causal_linear_attention(q, k, v, valid)

@@ -17,8 +17,8 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from core.nn.attention import AttentionKind
-from core.nn.blocks import Activation, DecoderLayer, EncoderLayer
+from core.nn.attention import SequenceKernel
+from core.nn.blocks import Activation, DecoderLayer, EncoderLayer, Residual
 from core.nn.kv_cache import DecoderCache
 from core.nn.masks import additive_mask, causal_mask, combine_masks
 from core.nn.mixing import LowPassMix
@@ -151,35 +151,34 @@ class Encoder(_Stack):
         norm_first: pre-LN (True) or post-LN (False).
         causal: forbid attending to later positions.
         mix: a causal low-pass branch beside each layer's attention (`core.nn.mixing`); needs `causal`.
-        attention: "full", or for long histories "window" / "linear" (`MultiHeadAttention`'s `kind`): causal
-            only; the stack then never builds a (T, T) mask and takes the padding as `valid`.
-        window: the window of attention "window".
-        gated_residual: LiGR's gated residuals in every layer (`core.nn.blocks`); pre-LN only.
+        kernel: for long histories, every layer's `SequenceKernel` in place of the softmax over all keys
+            (`core.nn.windowed.WindowAttention`, `core.nn.linear_attention.LinearAttention`): causal only; the stack
+            then never builds a (T, T) mask and takes the padding as `valid`.
+        residual: every layer's residual kind (`core.nn.blocks.Residual`, or `GatedResidual`: pre-LN only).
     """
 
     def __init__(
         self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, n_layers: int, d_ff: int,
         dropout: float = 0.0, attn_dropout: float = 0.0, ff_dropout: float | None = None, max_len: int,
         positions: Positions = "sinusoidal", activation: Activation = "gelu", norm_first: bool = True,
-        causal: bool = False, mix: LowPassMix | None = None, attention: AttentionKind = "full", window: int = 256,
-        gated_residual: bool = False,
+        causal: bool = False, mix: LowPassMix | None = None, kernel: SequenceKernel | None = None,
+        residual: type[Residual] = Residual,
     ):
         if mix is not None and not causal:
             raise ValueError("the low-pass mix is a causal filter: use it with `causal=True`")
-        if attention != "full" and (not causal or positions == "alibi"):
-            raise ValueError(f"attention {attention!r} needs `causal=True` and positions other than alibi")
+        if kernel is not None and (not causal or positions == "alibi"):
+            raise ValueError(f"attention {type(kernel).__name__} needs `causal=True` and positions other than alibi")
         super().__init__(
             EncoderLayer, d_model, n_heads, n_kv_heads=n_kv_heads, n_layers=n_layers, d_ff=d_ff, dropout=dropout,
             attn_dropout=attn_dropout, ff_dropout=ff_dropout, max_len=max_len, positions=positions,
-            activation=activation, norm_first=norm_first, mix=mix, attention=attention, window=window,
-            gated_residual=gated_residual,
+            activation=activation, norm_first=norm_first, mix=mix, kernel=kernel, residual=residual,
         )
         self.causal = causal
-        self.attention = attention
+        self.kernel = kernel
 
     def new_cache(self) -> DecoderCache:
         """An empty cache for incremental causal decoding with this stack."""
-        if not self.causal or self.attention != "full":
+        if not self.causal or self.kernel is not None:
             raise ValueError("incremental decoding needs a causal encoder (`causal=True`) with full attention")
         return DecoderCache(len(self.layers), cross=False)
 
@@ -197,8 +196,8 @@ class Encoder(_Stack):
                 (a recommender needs the last state alone: ~40% less work at 2 layers).
             offset: position of the first column without a cache, so that left-padded inputs cut to
                 their longest row keep every item's position (a cache supplies its own offset).
-            valid: (B, T), True at tokens: what a low-pass mix averages, and the padding of attention "window" or
-                "linear" (all positions when None).
+            valid: (B, T), True at tokens: what a low-pass mix averages, and the padding a `kernel` reads (all
+                positions when None).
 
         Returns:
             (B, T, D), or (B, last, D).
@@ -208,8 +207,8 @@ class Encoder(_Stack):
         x, bias = self._positions(x, offset, cached=cache is not None)
         causal = self.causal
         capturing = any(layer.self_attn.capture is not None for layer in self.layers)
-        if self.attention != "full" and mask is not None:
-            raise ValueError(f"attention {self.attention!r} takes the padding as `valid` (B, T), not a mask")
+        if self.kernel is not None and mask is not None:
+            raise ValueError(f"attention {type(self.kernel).__name__} takes the padding as `valid` (B, T), not a mask")
         if causal and mask is not None and cache is None and not capturing:
             # Causality and padding folded into one float mask here, not re-combined and converted in each
             # layer. (Capture mode keeps the boolean mask: it reports a query that sees no key as a zero row.)

@@ -17,6 +17,7 @@ Dh head width.
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 from functools import cache
 from typing import Literal, get_args
 
@@ -139,3 +140,22 @@ def _flex_windowed(q: Tensor, k: Tensor, v: Tensor, window: int, valid: Tensor |
     seen = F.pad(keep.cumsum(1), (window, 0))
     visible = (seen[:, window:] - seen[:, :t]) > 0  # (B, T)
     return out.masked_fill(~visible[:, None, :, None], 0.0)
+
+
+@dataclass(frozen=True)
+class WindowAttention:
+    """Causal attention over the last `window` positions, as a part `MultiHeadAttention` takes (`kernel`).
+
+    Args:
+        window: W, the positions each query sees, itself included.
+    """
+
+    window: int = 256
+
+    def __post_init__(self) -> None:
+        if self.window < 1:
+            raise ValueError(f"attention `window` must be >= 1, got {self.window}")
+
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor, valid: Tensor | None, dropout_p: float) -> Tensor:
+        """(B, H, T, Dh) queries, (B, Hkv, T, Dh) keys and values, (B, T) `valid` tokens -> (B, H, T, Dh)."""
+        return windowed_attention(q, k, v, self.window, valid, dropout_p=dropout_p)

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from core.nn.blocks import DecoderLayer, EncoderLayer, FeedForward
+from core.nn.blocks import DecoderLayer, EncoderLayer, FeedForward, GatedResidual
 from core.nn.stacks import Decoder, Encoder, TokenEmbedding, init_linear, tie_weights
 
 B, T, D, H, FF = 2, 5, 16, 4, 24
@@ -138,7 +138,7 @@ def test_pre_ln_encoder_layer_equals_hand_computation(is_causal: bool) -> None:
 
 def test_gated_residual_encoder_layer_equals_hand_computation() -> None:
     """LiGR's residual: x + sigmoid(x G + c) * f(norm(x)), the gate read from the sublayer's input before its norm."""
-    layer = _randomise(EncoderLayer(D, H, d_ff=FF, dropout=0.0, gated_residual=True)).double().eval()
+    layer = _randomise(EncoderLayer(D, H, d_ff=FF, dropout=0.0, residual=GatedResidual)).double().eval()
     x = torch.randn(B, T, D, dtype=torch.float64)
 
     def gate(h: Tensor, linear: nn.Linear) -> Tensor:
@@ -150,7 +150,7 @@ def test_gated_residual_encoder_layer_equals_hand_computation() -> None:
     # `last`: the final layer computes only the last positions, gated from those positions' own inputs
     torch.testing.assert_close(layer(x, is_causal=True, last=2), expected[:, -2:])
     with pytest.raises(ValueError, match="pre-LN"):
-        EncoderLayer(D, H, d_ff=FF, norm_first=False, gated_residual=True)
+        EncoderLayer(D, H, d_ff=FF, norm_first=False, residual=GatedResidual)
 
 
 @pytest.mark.parametrize("norm_first", [True, False])

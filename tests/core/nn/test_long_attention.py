@@ -6,8 +6,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from core.nn.linear_attention import LinearAttentionState, causal_linear_attention, feature_map, linear_attention_step
-from core.nn.windowed import band_mask, windowed_attention
+from core.nn.linear_attention import (
+    LinearAttention,
+    LinearAttentionState,
+    causal_linear_attention,
+    feature_map,
+    linear_attention_step,
+)
+from core.nn.windowed import WindowAttention, band_mask, windowed_attention
 
 
 def qkv(b=2, h=4, hkv=2, t=23, dh=8, dtype=torch.float64):
@@ -84,7 +90,7 @@ def test_an_encoder_with_a_window_as_long_as_the_input_is_full_attention():
 
     torch.manual_seed(0)
     full = Encoder(16, 2, n_layers=2, d_ff=32, max_len=12, causal=True).eval()
-    windowed = Encoder(16, 2, n_layers=2, d_ff=32, max_len=12, causal=True, attention="window", window=12).eval()
+    windowed = Encoder(16, 2, n_layers=2, d_ff=32, max_len=12, causal=True, kernel=WindowAttention(12)).eval()
     windowed.load_state_dict(full.state_dict())
     x = torch.randn(2, 12, 16)
     valid = left_padding(2, 12)
@@ -98,8 +104,8 @@ def test_long_attention_kinds_refuse_what_they_cannot_do():
     from core.nn import Encoder
 
     with pytest.raises(ValueError, match="causal"):
-        Encoder(16, 2, n_layers=1, d_ff=32, max_len=8, attention="linear")
-    enc = Encoder(16, 2, n_layers=1, d_ff=32, max_len=8, causal=True, attention="linear")
+        Encoder(16, 2, n_layers=1, d_ff=32, max_len=8, kernel=LinearAttention())
+    enc = Encoder(16, 2, n_layers=1, d_ff=32, max_len=8, causal=True, kernel=LinearAttention())
     with pytest.raises(ValueError, match="valid"):
         enc(torch.randn(1, 8, 16), torch.ones(1, 1, 1, 8, dtype=torch.bool))
     with pytest.raises(ValueError, match="full attention"):
@@ -137,3 +143,13 @@ def test_the_kernel_choice_and_its_refusals():
         # the private flag that keeps the CUDA mask compiled is still where we look for it
         assert windowed._mask_options(cuda=True) == {"_compile": True}
     assert windowed._mask_options(cuda=False) == {}
+
+
+def test_window_part_refuses_an_empty_window() -> None:
+    with pytest.raises(ValueError, match="`window` must be >= 1, got 0"):
+        WindowAttention(0)
+
+
+def test_a_kernel_part_needs_a_causal_stack() -> None:
+    with pytest.raises(ValueError, match="WindowAttention needs `causal=True`"):
+        Encoder(16, 2, n_layers=1, d_ff=32, max_len=8, kernel=WindowAttention(4))

@@ -1,0 +1,79 @@
+"""Typed option groups: a model's settings that belong together, as one frozen, validated object.
+
+A LightningModule takes each group as one argument (`speed: SpeedOptions = SpeedOptions()`), which
+LightningCLI exposes as `--model.speed.compile default` and YAML as a nested mapping. Each group checks its
+own rules in `__post_init__`, so a bad value is refused in one place, before anything is built.
+
+Checkpoints hold the groups as plain dicts (`as_dict`): the safe loader unpickles no class of ours, and
+`OptionGroup.of` turns such a dict back into the group, refusing a key the group does not have.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from core.nn.compile import CompileMode, check_backend, compile_mode
+
+Group = TypeVar("Group", bound="OptionGroup")
+
+
+class OptionGroup:
+    """Base of the frozen dataclasses that hold one group of a module's settings."""
+
+    @classmethod
+    def of(cls: type[Group], value: Group | Mapping[str, Any] | None, name: str = "") -> Group:
+        """`value` as this group: itself, or built from a mapping (a checkpoint's, a config's); None: defaults.
+
+        Args:
+            value: the group, a mapping of its fields, or None.
+            name: the group's key in messages (`model.objective`); the class name when empty.
+
+        Raises:
+            ValueError: a key the group does not have, in one line with the keys it has.
+        """
+        if value is None:
+            return cls()
+        if isinstance(value, cls):
+            return value
+        if not isinstance(value, Mapping):
+            raise ValueError(f"`{name or cls.__name__}` must be a mapping of its keys, got {value!r}")
+        fields = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+        unknown = [key for key in value if key not in fields]
+        if unknown:
+            raise ValueError(f"`{name or cls.__name__}` has no key {unknown[0]!r}; its keys are {', '.join(fields)}")
+        return cls(**dict(value))
+
+    def as_dict(self) -> dict[str, Any]:
+        """The group's fields as plain values (tuples as lists), as checkpoints and exports store them."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}  # type: ignore[call-overload]
+
+
+@dataclasses.dataclass(frozen=True)
+class SpeedOptions(OptionGroup):
+    """How a network runs, not what it computes: a checkpoint is the same under every setting.
+
+    Args:
+        cpu_fastpath: fp32 CPU linears in oneDNN and a cheaper dropout mask (`core.nn.cpu_fastpath`; off: plain
+            `nn.Linear` / `nn.Dropout`). Off by default: what it gains depends on the CPU
+            (`benchmarks/cpu_fastpath.py` measures it).
+        compile: torch.compile the stacks when a trainer sets the module up (`core.nn.compile`): null or false
+            (default) runs eager; default, reduce-overhead (CUDA graphs; lengths are then rounded up to a multiple
+            of 16 so that a few graphs serve every batch), max-autotune or max-autotune-no-cudagraphs. The first
+            steps are slower while it compiles; `load_from_checkpoint` outside a trainer stays eager.
+        compile_backend: torch.compile backend; "eager" or "aot_eager" check the plumbing without inductor.
+    """
+
+    cpu_fastpath: bool = False
+    compile: bool | CompileMode | None = None
+    compile_backend: str = "inductor"
+
+    def __post_init__(self) -> None:
+        compile_mode(self.compile)  # refuse a bad value before any training
+        check_backend(self.compile_backend)
+
+    @property
+    def compile_mode(self) -> str | None:
+        """The torch.compile mode, or None for eager."""
+        return compile_mode(self.compile)
