@@ -1,4 +1,5 @@
-"""Small helpers shared by the benchmark scripts: interleaved timing, memory probes, tables, JSON.
+"""What the benchmark scripts share: interleaved timing, memory probes, tables, JSON, and the shipped configs'
+training steps (the cases `cpu_fastpath.py`, `cpu_precision.py` and `hot_path.py` time).
 
 Benchmarks here report ratios against a baseline measured in the same run, never a lone
 absolute time: the CPUs are shared and one run can be 2x slower than the next.
@@ -6,53 +7,28 @@ absolute time: the CPUs are shared and one run can be 2x slower than the next.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import importlib
+import inspect
 import json
 import math
 import multiprocessing
 import os
 import resource
 import statistics
+import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-# Old-commit baselines (`git show REV:FILE`) import modules by the names they had before the packages were
-# split into sub-packages; `with_current_imports` points those imports at where the modules live now.
-_MOVED = {
-    **{f"core.{m}": f"core.nn.{m}" for m in (
-        "attention", "blocks", "cpu_fastpath", "explain", "kv_cache", "loss", "masks", "positions", "stacks",
-        "schedule", "optim")},
-    **{f"core.{m}": f"core.runtime.{m}" for m in (
-        "atomic", "checkpoint", "checkpoint_io", "cli", "curves", "errors", "export", "lock", "logs", "prediction",
-        "resume", "serve", "precision", "distributed")},
-    **{f"streamrec.{m}": f"streamrec.data.{m}" for m in (
-        "readers", "columnar", "interactions", "vocab", "splits", "datasets", "encoded", "items", "constants")},
-    "streamrec.data": "streamrec.data.datamodule", "streamrec.model": "streamrec.model.network",
-    **{f"streamrec.{m}": f"streamrec.model.{m}" for m in ("module", "losses", "metrics")},
-    "streamrec.topk": "streamrec.ranking.topk", "streamrec.predict": "streamrec.ranking.predict",
-    "translate.vocab": "translate.data.vocab", "translate.data": "translate.data.corpus",
-    "translate.model": "translate.model.transformer", "translate.module": "translate.model.module",
-    "translate.search": "translate.search.decoding", "translate.ensemble": "translate.search.ensemble",
-    "translate.align": "translate.search.align",
-}
-
-
-def with_current_imports(source: str) -> str:
-    """`source` of an old commit, its `from PKG.MODULE import` and `from core import` lines aimed at today's modules."""
-    import re
-
-    source = re.sub(r"^(\s*)from core import ", r"\1from core.nn import ", source, flags=re.M)
-    return re.sub(r"^(\s*)from ((?:core|streamrec|translate)\.\w+) import ",
-                  lambda m: f"{m[1]}from {_MOVED.get(m[2], m[2])} import ", source, flags=re.M)
 
 
 def ensure_peer_venv(script: str, modules: Sequence[str], venv: str, make_target: str) -> None:
@@ -256,3 +232,150 @@ def compare_loss_steps(
         ["loss", f"{values['naive']:.5f}", f"{values['chunked']:.5f}", ""],
     ]
     return f, times, rows
+
+
+def old_tree(commit: str, folder: Path, packages: Sequence[str] = ("core", "streamrec", "translate")) -> Path:
+    """`packages` as they were at `commit` (`git archive`), extracted into `folder`; exits with one line if git
+    cannot read them."""
+    archive = folder / "old.tar"
+    res = subprocess.run(["git", "archive", "-o", str(archive), commit, *packages], cwd=ROOT, capture_output=True,
+                         text=True)
+    if res.returncode:
+        sys.exit(f"error: cannot read {', '.join(packages)} at {commit} ({res.stderr.strip()}); "
+                 "run from a git checkout that has that commit")
+    tree = folder / "old_tree"
+    with tarfile.open(archive) as tar:
+        tar.extractall(tree, filter="data")
+    archive.unlink()
+    return tree
+
+
+def for_signature(cls: type, **kwargs: object) -> dict[str, object]:
+    """`kwargs`, named flat (`attn_dropout=0.2`), as `cls` takes them: a top-level argument, or a field of one of
+    its option groups (`block={"attn_dropout": 0.2}`). Lets one case run on trees before and after a grouping."""
+    params = inspect.signature(cls).parameters
+    out: dict[str, object] = {}
+    for name, value in kwargs.items():
+        if name in params:
+            out[name] = value
+            continue
+        group = next((g for g, p in params.items() if dataclasses.is_dataclass(p.default)
+                      and name in {f.name for f in dataclasses.fields(p.default)}), None)
+        if group is None:
+            raise TypeError(f"{cls.__name__} takes no {name!r}, neither as an argument nor in an option group")
+        out.setdefault(group, {})[name] = value  # type: ignore[union-attr]
+    return out
+
+
+# The shipped configs' training steps: case -> module arguments (flat names). "quick" shrinks every size.
+STEP_CASES = {
+    # configs/streamrec/ml1m.yaml, fp32 as the config trains
+    "streamrec_ml1m": dict(num_items=3416, max_len=200, d_model=128, n_heads=1, n_layers=3, d_ff=256, dropout=0.2),
+    # configs/streamrec/beauty.yaml's network, fp32
+    "streamrec_beauty": dict(num_items=12101, max_len=50, d_model=64, n_heads=2, n_layers=2, d_ff=256, dropout=0.35,
+                             attn_dropout=0.2),
+    # StreamRecModule's defaults at ML-1M's shape under bf16 autocast
+    "streamrec_ml1m_bf16": dict(num_items=3416, max_len=200),
+    # configs/translate/multi30k_en_de.yaml: a 4,096-token batch of 128 x 32, fp32 and bf16 autocast; beam 5 in fp32
+    **{f"translate_{name}": dict(src_vocab_size=10000, tgt_vocab_size=10000, d_model=128, n_heads=4,
+                                 n_encoder_layers=4, n_decoder_layers=4, d_ff=256, dropout=0.3, ff_dropout=0.0)
+       for name in ("multi30k_fp32", "multi30k_bf16", "decode")},
+}
+QUICK = dict(num_items=50, max_len=12, src_vocab_size=60, tgt_vocab_size=60, d_model=16, n_heads=2, d_ff=32)
+
+
+def step_case(name: str, *, fastpath: bool = True, bf16: bool | None = None, quick: bool = False) -> Callable[[], None]:
+    """One call of case `name` from seed 0: a training step (training_step, backward, AdamW) or a beam search.
+
+    `bf16`: autocast to bf16 (default: as the case's name says). Imports the apps from wherever `sys.path` finds
+    them, so `hot_path.py` can build the same case on an older tree.
+    """
+    import torch
+
+    kwargs = dict(STEP_CASES[name])
+    if quick:
+        kwargs |= {k: v for k, v in QUICK.items() if k in kwargs}
+    bf16 = name.endswith("bf16") if bf16 is None else bf16
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    if name.startswith("streamrec"):
+        from streamrec.data.datasets import TrainBatch
+        from streamrec.model.module import StreamRecModule
+
+        module = StreamRecModule(**for_signature(StreamRecModule, **kwargs, cpu_fastpath=fastpath))
+        items = torch.randint(1, kwargs["num_items"] + 1, (8 if quick else 128, kwargs["max_len"] + 1), generator=g)
+        batch = TrainBatch(inputs=items[:, :-1], targets=items[:, 1:])
+    else:
+        from translate.data.corpus import Batch
+        from translate.data.vocab import BOS_ID, EOS_ID
+        from translate.model.module import TranslationModule
+        from translate.search.decoding import beam_search
+
+        module = TranslationModule(**for_signature(TranslationModule, **kwargs, cpu_fastpath=fastpath))
+        b, t = (4, 6) if quick else (128, 32)
+        ids = torch.randint(4, kwargs["tgt_vocab_size"], (2, b, t), generator=g)
+        if name == "translate_decode":
+            model, n = module.model.eval(), 3 if quick else 19  # n subwords, then the forced EOS
+            src = ids[0, :32, :20]
+            return lambda: beam_search(model, src, BOS_ID, EOS_ID, beam_size=5, max_len_a=0.0, max_len_b=n, max_len=n)
+        tgt_in = torch.cat([torch.full((b, 1), BOS_ID), ids[1, :, :-1]], 1)  # bos + target
+        batch = Batch(src=ids[0], tgt_in=tgt_in, tgt_out=ids[1], index=torch.arange(b))
+    opt = torch.optim.AdamW(module.parameters(), lr=1e-4)
+    module.train()
+
+    def step() -> None:
+        with torch.autocast("cpu", torch.bfloat16) if bf16 else nullcontext():
+            loss = module.training_step(batch, 0)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def parse_step_args(doc: str, cases: Sequence[str], number: int, argv: list[str] | None):
+    """The options of a script that times step cases against each other, checked; torch threads set.
+
+    Returns (args, console).
+    """
+    import argparse
+    import warnings
+
+    import torch
+
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--cases", nargs="+", choices=cases, default=list(cases), help="what to time (default: all)")
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    ap.add_argument("--repeats", type=int, default=7, help="interleaved rounds (default 7)")
+    ap.add_argument("--number", type=int, default=number, help=f"steps per timing (default {number})")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes: checks the script runs, times nothing useful")
+    ap.add_argument("--json", metavar="PATH", help="write the figures as one flat JSON object")
+    args = ap.parse_args(argv)
+    if min(args.threads, args.repeats, args.number) < 1:
+        ap.error("--threads, --repeats and --number must be >= 1")
+    torch.set_num_threads(args.threads)
+    warnings.filterwarnings("ignore", ".*self.log.*")  # training_step logs; there is no trainer here
+    return args, Console(width=None if sys.stdout.isatty() else 120)
+
+
+def time_pairs(console: Console, args, title: str, labels: tuple[str, str],
+               make: Callable[[str, str], Callable[[], None]]) -> dict[str, float]:
+    """Each case of `args.cases` under both `labels` (`make(case, label)` builds its call), interleaved rounds;
+    prints the table and returns {case}_{label}_ms and {case}_speedup (median of per-round ratios first / second).
+    """
+    figures: dict[str, float] = {"threads": args.threads, "quick": int(args.quick),
+                                 "load_avg_start": os.getloadavg()[0]}
+    rows = []
+    for case in args.cases:
+        fns = {label: make(case, label) for label in labels}
+        for fn in fns.values():  # warm-up: oneDNN builds its kernels on the first call
+            fn()
+        times = interleave(fns, args.repeats, number=args.number)
+        ms = {label: statistics.median(t) * 1e3 for label, t in times.items()}
+        ratio = median_ratio(times[labels[0]], times[labels[1]])
+        figures |= {f"{case}_{label}_ms": ms[label] for label in labels} | {f"{case}_speedup": ratio}
+        rows.append([case, f"{ms[labels[0]]:.1f}", f"{ms[labels[1]]:.1f}", f"{ratio:.2f}x"])
+    figures["load_avg_end"] = os.getloadavg()[0]
+    print_table(console, f"{title}, ms per call, {args.threads} thread(s), load average "
+                f"{figures['load_avg_start']:.1f} -> {figures['load_avg_end']:.1f}",
+                ["case", f"{labels[0]} ms", f"{labels[1]} ms", "speed-up"], rows)
+    return figures

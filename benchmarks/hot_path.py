@@ -1,7 +1,7 @@
 """The Transformer models' hot path, today's tree against an older commit's: did new options slow what existed?
 
-Each case is one of `cpu_fastpath.py`'s (a StreamRec or Translate training step at the shipped configs' shapes,
-or Translate's beam search), built with `cpu_fastpath` on as the configs train. The older tree (`--baseline`) is
+Each case is one of `_common.STEP_CASES` (a StreamRec or Translate training step at the shipped configs' shapes,
+or Translate's beam search), built with the fast path on as the configs train. The older tree (`--baseline`) is
 extracted with `git archive` and imported in place of today's; every measurement is a child process that imports
 one tree, builds the case from seed 0, warms it up and times `--number` calls. Rounds alternate baseline, today,
 baseline, today ..., so a change in the machine's load hits both; the ratio is the median of the per-round
@@ -24,14 +24,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import ROOT, median_ratio, print_table, write_json
+from _common import ROOT, STEP_CASES, median_ratio, old_tree, print_table, step_case, write_json
 from rich.console import Console
-from streamrec_scale import old_tree
 
 from core.runtime.precision import cpu_has_bf16_kernels
 
-CASES = ("streamrec_ml1m", "streamrec_beauty", "streamrec_ml1m_bf16", "translate_multi30k_fp32",
-         "translate_multi30k_bf16", "translate_decode")
+CASES = tuple(STEP_CASES)
 
 
 def child(tree: str, case: str, number: int, quick: bool, threads: int) -> None:
@@ -39,7 +37,6 @@ def child(tree: str, case: str, number: int, quick: bool, threads: int) -> None:
     import warnings
 
     import torch
-    from cpu_fastpath import streamrec_case, translate_case
 
     import core
     import streamrec
@@ -51,7 +48,7 @@ def child(tree: str, case: str, number: int, quick: bool, threads: int) -> None:
 
     torch.set_num_threads(threads)
     warnings.filterwarnings("ignore", ".*self.log.*")  # training_step logs; there is no trainer here
-    fn = (streamrec_case if case.startswith("streamrec") else translate_case)(case, quick)["on"]
+    fn = step_case(case, quick=quick)
     fn()  # warm-up: oneDNN builds its kernels on the first call
     times = []
     for _ in range(number):
@@ -90,7 +87,7 @@ def main(argv: list[str] | None = None) -> None:
                                  "quick": int(args.quick)}
     rows = []
     with tempfile.TemporaryDirectory() as folder:
-        tree = old_tree(args.baseline, Path(folder), ("core", "streamrec", "translate"), "--baseline")
+        tree = old_tree(args.baseline, Path(folder))
         for case in args.cases:
             if case.endswith("bf16") and not cpu_has_bf16_kernels():
                 console.print(f"[yellow]{case}: skipped, this CPU has no bf16 matmul kernels[/]")
