@@ -28,7 +28,6 @@ from torch import Tensor
 
 from core.nn.cpu_fastpath import enable_cpu_fastpath
 from core.runtime.checkpoint import load_module
-from core.runtime.deprecation import renamed_keywords
 from core.runtime.errors import InputError
 from core.runtime.export import is_export_folder, load_folder
 from streamrec.data.items import ItemCatalog, read_items
@@ -46,7 +45,6 @@ from streamrec.ranking.topk import top_k_items
 
 WRITTEN_BY = "python -m streamrec fit"
 EXPORTED_BY = "python -m streamrec.export --format safetensors"
-OLD_NAMES = {"k": "top_k"}  # deprecated keyword -> its name now
 
 
 @dataclass
@@ -153,7 +151,6 @@ class Recommender:
         _check_ids(history, "history")
         return encode_history(history, self.vocab)
 
-    @renamed_keywords(OLD_NAMES)
     def recommend(self, histories: Sequence[Sequence[str]], top_k: int = 10, exclude_seen: bool = True,
                   items: Iterable[str] | None = None, batch_size: int = 256,
                   item_chunk: int | None = None, cold_slots: int = 0) -> Recommendations:
@@ -188,7 +185,6 @@ class Recommender:
                 ranked[i] = self._named(row_items, row_scores)
         return Recommendations(ranked, list(unknown), [i for i, ids in enumerate(encoded) if not ids])
 
-    @renamed_keywords(OLD_NAMES)
     @torch.no_grad()
     def similar_items(self, item_ids: Sequence[str], top_k: int = 10, item_chunk: int | None = None) -> Recommendations:
         """The `top_k` items whose vectors are closest (cosine) to each given item's, the item itself left out.
@@ -219,7 +215,6 @@ class Recommender:
         cold = np.flatnonzero(found == 0).tolist()
         return Recommendations(ranked, list(dict.fromkeys(item_ids[i] for i in cold)), cold)
 
-    @renamed_keywords(OLD_NAMES)
     @torch.no_grad()
     def explain(self, history: Sequence[str], top_k: int = 10, exclude_seen: bool = True,
                 items: Iterable[str] | None = None) -> Explanation:

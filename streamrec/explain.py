@@ -19,7 +19,6 @@ from pathlib import Path
 from torch import Tensor
 
 from core.runtime.atomic import atomic_path
-from core.runtime.deprecation import add_old_flag
 from core.runtime.errors import InputError, exit_on_error
 from streamrec.api import Explanation, Recommender
 from streamrec.data.readers import read_interactions
@@ -130,7 +129,6 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--format", default="auto", help="input format (auto, csv, tsv, parquet, sasrec, lines)")
     p.add_argument("--exclude-seen", action=argparse.BooleanOptionalAction, default=True,
                    help="leave out items already in the user's history (default: yes)")
-    add_old_flag(p, "--include-seen", "--no-exclude-seen", dest="exclude_seen", nargs=0, const=False)
     p.add_argument("--items", help="item titles and metadata: CSV/TSV with item_id,title,... or MovieLens' "
                                    "movies.dat (ids it lacks show as themselves)")
     args = p.parse_args(argv)

@@ -36,7 +36,6 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from core.runtime.atomic import atomic_path, stale_temporaries
-from core.runtime.deprecation import add_old_flag
 from core.runtime.errors import InputError, check_text, exit_on_error
 from core.runtime.lock import OutputLock, interrupt_on_sigterm
 from core.runtime.precision import cpu_has_fast_bf16
@@ -232,7 +231,6 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--top-k", type=int, default=10, help="items per user (default 10)")
     p.add_argument("--exclude-seen", action=argparse.BooleanOptionalAction, default=True,
                    help="leave out items already in the user's history (default: yes)")
-    add_old_flag(p, "--include-seen", "--no-exclude-seen", dest="exclude_seen", nargs=0, const=False)
     p.add_argument("--explain", action="store_true", help="add 'because you watched' columns (slower)")
     p.add_argument("--cold-slots", type=int, default=0, metavar="C",
                    help="of the top K, C go to the best cold items of a model trained with item features (items "

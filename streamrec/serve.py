@@ -7,7 +7,7 @@
 
 Request (POST /predict, a JSON object; only these fields):
   history       item ids, oldest first (required; at most 10,000)
-  top_k         items to return, 1 to min(1000, catalogue size) (default 10; `k`, its old name, still works)
+  top_k         items to return, 1 to min(1000, catalogue size) (default 10)
   exclude_seen  leave out items already in the history (default true)
   items         an allow-list: recommend only among these ids (default null: the whole catalogue)
   cold_slots    of the top_k, how many go to the best cold items of a model trained with item features
@@ -27,7 +27,6 @@ import argparse
 import sys
 from typing import Any
 
-from core.runtime.deprecation import rename_old
 from core.runtime.serve import (
     BatchedAPI,
     Field,
@@ -38,7 +37,7 @@ from core.runtime.serve import (
     run_server,
     serve_parser,
 )
-from streamrec.api import OLD_NAMES, Recommender
+from streamrec.api import Recommender
 
 MAX_TOP_K = 1000
 MAX_HISTORY = 10_000  # items per history; only the last max_len reach the model, the rest only filter seen items
@@ -60,17 +59,12 @@ def request_fields(num_items: int) -> dict[str, Field]:
 
 def check_request(payload: object, fields: dict[str, Field]) -> dict[str, Any]:
     """The request with its defaults filled in, or a `RequestError` naming the field at fault."""
-    request = check_fields(renamed_fields(payload), fields)
+    request = check_fields(payload, fields)
     if request["cold_slots"] > request["top_k"]:
         raise RequestError(f"`cold_slots` ({request['cold_slots']}) must be at most `top_k` ({request['top_k']})")
     if request["cold_slots"] and request["explain"]:
         raise RequestError("`cold_slots` does not apply to explained answers; send explain: false or cold_slots: 0")
     return request
-
-
-def renamed_fields(payload: object) -> object:
-    """The request with the deprecated field `k` renamed `top_k`, and a DeprecationWarning."""
-    return rename_old(dict(payload), OLD_NAMES, RequestError) if isinstance(payload, dict) else payload
 
 
 class StreamRecAPI(BatchedAPI):

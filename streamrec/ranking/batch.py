@@ -2,9 +2,7 @@
 
 Each entry point (`python -m streamrec.score` and its Ray workers, `predict`'s `RecommendationWriter`, the
 server, `streamrec.Recommender`) builds one `RankingOptions` from its own spelling (flags, YAML, JSON,
-keywords) and hands it down. A setting has one name everywhere (`top_k`, `exclude_seen`, `item_chunk`); the
-old names (`k`, `include_seen`, `filter_seen`) still work for now, with a DeprecationWarning
-(`core.runtime.deprecation`).
+keywords) and hands it down. A setting has one name everywhere (`top_k`, `exclude_seen`, `item_chunk`).
 `rank` is the one path from left-padded histories to top-K items (`streamrec.ranking.topk.top_k_items`);
 `recommend` pads id histories and ranks them. `BatchScorer` turns a block of users into output rows
 (`recommendation_table`'s schema, which `predict` writes too, with titles, in the users' order);

@@ -99,15 +99,11 @@ def test_explain_reuses_the_explanation_views(rec):
         rec.explain(["unknown"])
 
 
-def test_the_old_keyword_k_still_works_and_warns(rec):
+def test_the_old_keyword_k_is_refused(rec):
     history = rec.vocab.items[:6]
-    for method, query in ((rec.recommend, [history]), (rec.similar_items, history[:2])):
-        with pytest.warns(DeprecationWarning, match="`k` is deprecated.*`top_k`"):
-            old = method(query, k=3)
-        assert old.items == method(query, top_k=3).items and len(old[0]) == 3
-    with pytest.warns(DeprecationWarning, match="`k` is deprecated"):
-        old = rec.explain(history, k=2)
-    assert old.recommendations == rec.explain(history, top_k=2).recommendations
+    for method, query in ((rec.recommend, [history]), (rec.similar_items, history[:2]), (rec.explain, history)):
+        with pytest.raises(TypeError, match="unexpected keyword argument 'k'"):
+            method(query, k=3)
 
 
 def _hash_by_length(s: object) -> int:

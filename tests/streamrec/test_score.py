@@ -1,6 +1,4 @@
-"""Batch scoring against brute force: top-K, seen filtering, resume, atomic output, errors, old flag names."""
-
-import re
+"""Batch scoring against brute force: top-K, seen filtering, resume, atomic output, errors, old flag names refused."""
 
 import pyarrow.parquet as pq
 import pytest
@@ -166,19 +164,15 @@ def test_checkpoint_from_elsewhere_is_refused(tiny_log, tmp_path):
         score.main(["--ckpt", str(ckpt), "--input", str(tiny_log), "--output", str(tmp_path / "r.csv")])
 
 
-def test_the_old_include_seen_flag_still_works_and_warns(tiny_ckpt, tiny_log, tmp_path):
-    args = ["--ckpt", str(tiny_ckpt), "--input", str(tiny_log), "--top-k", "3"]
-    score.main([*args, "--output", str(tmp_path / "new.csv"), "--no-exclude-seen"])
-    with pytest.warns(DeprecationWarning, match="--include-seen.*--no-exclude-seen"):
-        score.main([*args, "--output", str(tmp_path / "old.csv"), "--include-seen"])
-    assert (tmp_path / "old.csv").read_text() == (tmp_path / "new.csv").read_text()
-    user = next(iter(read_interactions(tiny_log).items))
-    page = ["--ckpt", str(tiny_ckpt), "--input", str(tiny_log), "--user", user, "--top-k", "3"]
-    explain.main([*page, "--html", str(tmp_path / "new.html"), "--no-exclude-seen"])
-    with pytest.warns(DeprecationWarning, match="--include-seen"):
-        explain.main([*page, "--html", str(tmp_path / "old.html"), "--include-seen"])
-    rows = [re.sub(r"base64,[^\"]*", "", (tmp_path / f"{n}.html").read_text()) for n in ("old", "new")]
-    assert rows[0] == rows[1]
+@pytest.mark.parametrize("old", ["--include-seen", "--k"])
+def test_the_old_flags_are_refused(old, tiny_ckpt, tiny_log, tmp_path, capsys):
+    args = ["--ckpt", str(tiny_ckpt), "--input", str(tiny_log), *(["--k", "3"] if old == "--k" else [old])]
+    for main, out in ((score.main, ["--output", str(tmp_path / "r.csv")]),
+                      (explain.main, ["--user", "u", "--html", str(tmp_path / "p.html")])):
+        with pytest.raises(SystemExit) as exit_:
+            main([*args, *out])
+        assert exit_.value.code == 2 and f"unrecognized arguments: {old}" in capsys.readouterr().err
+    assert not (tmp_path / "r.csv").exists() and not (tmp_path / "p.html").exists()
 
 
 def test_a_sharded_run_resumes(tiny_ckpt, tiny_log, tmp_path, monkeypatch):

@@ -153,13 +153,9 @@ def test_cold_slots_reach_the_api_and_a_shorter_list_is_not_cut_from_a_longer_on
         assert_same(answer, rec.recommend([history], top_k=k, cold_slots=1)[0])
 
 
-def test_the_old_field_k_still_works_and_warns(server, rec):
-    history = rec.vocab.items[:4]
-    status, answer = post(server, {"history": history, "k": 3})
-    assert status == 200
-    assert_same(answer, expected(rec, history, 3))
-    with pytest.warns(DeprecationWarning, match="`k` is deprecated.*`top_k`"):
-        assert streamrec_serve.renamed_fields({"history": ["a"], "k": 3}) == {"history": ["a"], "top_k": 3}
+def test_the_old_field_k_is_refused(server, rec):
+    status, answer = post(server, {"history": rec.vocab.items[:4], "k": 3})
+    assert status == 422 and answer["error"].startswith("unknown field `k`; allowed fields: history, top_k")
 
 
 def test_errors_name_the_problem(server, rec):
