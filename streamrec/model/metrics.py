@@ -5,7 +5,7 @@ Conventions, shared by every function here:
 - `scores` (B, N + 1): column 0 is padding and is never a candidate.
 - `targets` (B,): the held-out item, in 1..N. There is one relevant item per row.
 - `seen`: items the user already interacted with, either padded ids (B, L) with 0 = pad or a
-  boolean mask (B, N + 1). With filtering on they are removed from the candidates, except
+  boolean mask (B, N + 1). With `exclude_seen` they are removed from the candidates, except
   the target itself (users do re-consume items).
 - rank (0-based) = number of candidates whose score is >= the target's. **Ties count against
   the target (pessimistic)**, and so does NaN: a model that scores everything equal, or
@@ -108,7 +108,7 @@ class RankingMetrics(Metric):
 
     Args:
         ks: cutoffs K.
-        filter_seen: remove already-seen items (except the target) from the candidates.
+        exclude_seen: remove already-seen items (except the target) from the candidates.
     """
 
     full_state_update = False
@@ -116,12 +116,12 @@ class RankingMetrics(Metric):
     is_differentiable = False
     name_prefix = ""
 
-    def __init__(self, ks: Sequence[int] = (10, 20), filter_seen: bool = True):
+    def __init__(self, ks: Sequence[int] = (10, 20), exclude_seen: bool = True):
         super().__init__()
         if not ks or any(int(k) < 1 for k in ks):
             raise ValueError(f"`ks` must be positive cutoffs, got {list(ks)}")
         self.ks = sorted({int(k) for k in ks})
-        self.filter_seen = filter_seen
+        self.exclude_seen = exclude_seen
         for name in ("hr", "ndcg", "mrr"):
             self.add_state(name, default=torch.zeros(len(self.ks)), dist_reduce_fx="sum")
         self.add_state("count", default=torch.tensor(0), dist_reduce_fx="sum")
@@ -133,7 +133,7 @@ class RankingMetrics(Metric):
     def update(self, scores: Tensor, targets: Tensor, seen: Tensor | None = None) -> None:
         """Add a batch: `scores`, `targets` and `seen` as the module's conventions say."""
         _check(scores, targets, seen)
-        rank = self.ranks(scores.detach(), targets, seen if self.filter_seen else None)  # (B,)
+        rank = self.ranks(scores.detach(), targets, seen if self.exclude_seen else None)  # (B,)
         ks = torch.tensor(self.ks, device=rank.device)
         hit = (rank[:, None] < ks).float()  # (B, K)
         pos = rank[:, None].float() + 1.0  # 1-based rank, (B, 1)
@@ -156,7 +156,7 @@ class SampledRankingMetrics(RankingMetrics):
 
     Numbers are much higher than full-ranking ones and are reported only for comparison
     with papers; keys start with "sampled_". Seen items are never drawn as negatives (with
-    `filter_seen`). The generator is re-seeded on `reset()`, so every evaluation epoch draws
+    `exclude_seen`). The generator is re-seeded on `reset()`, so every evaluation epoch draws
     the same negatives for the same batches.
 
     Args:
@@ -165,7 +165,7 @@ class SampledRankingMetrics(RankingMetrics):
         num_negatives: C negatives per target.
         sampling: uniform, or popularity (proportional to `item_counts`).
         item_counts: (N + 1,) training counts, required for popularity sampling.
-        filter_seen: never sample already-seen items.
+        exclude_seen: never sample already-seen items.
         seed: seed of the negative sampler.
     """
 
@@ -174,9 +174,9 @@ class SampledRankingMetrics(RankingMetrics):
     def __init__(
         self, num_items: int, ks: Sequence[int] = (10, 20), *, num_negatives: int = 100,
         sampling: Literal["uniform", "popularity"] = "uniform", item_counts: Tensor | None = None,
-        filter_seen: bool = True, seed: int = 0,
+        exclude_seen: bool = True, seed: int = 0,
     ):
-        super().__init__(ks, filter_seen)
+        super().__init__(ks, exclude_seen)
         if sampling == "uniform":
             weights = torch.ones(num_items + 1)
         elif sampling == "popularity":

@@ -79,14 +79,14 @@ def test_padding_column_never_counts():
     assert int(target_ranks(high, targets).max()) <= 18  # at most N - 1 = 18 other candidates
 
 
-def _torchmetrics_reference(scores, targets, seen, k, filter_seen):
+def _torchmetrics_reference(scores, targets, seen, k, exclude_seen):
     """Flattened (preds, target, indexes) over each row's candidates: items 1..N minus seen, plus the target."""
     preds, target, indexes = [], [], []
     mask = seen_mask(seen, scores.shape[1])
     for row in range(scores.shape[0]):
         keep = torch.ones(scores.shape[1], dtype=torch.bool)
         keep[0] = False
-        if filter_seen:
+        if exclude_seen:
             keep &= ~mask[row]
         keep[targets[row]] = True
         items = keep.nonzero().squeeze(1)
@@ -100,9 +100,9 @@ def _torchmetrics_reference(scores, targets, seen, k, filter_seen):
     return out
 
 
-@pytest.mark.parametrize("filter_seen", [True, False])
+@pytest.mark.parametrize("exclude_seen", [True, False])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_random_batches_match_torchmetrics(filter_seen, seed):
+def test_random_batches_match_torchmetrics(exclude_seen, seed):
     g = torch.Generator().manual_seed(seed)
     b, n, ks = 24, 40, (1, 5, 10)
     scores = torch.randn(b, n + 1, generator=g)
@@ -110,12 +110,12 @@ def test_random_batches_match_torchmetrics(filter_seen, seed):
     targets = torch.randint(1, n + 1, (b,), generator=g)
     seen = torch.randint(0, n + 1, (b, 12), generator=g)  # pads and repeats; some rows contain the target
     seen[:4, 0] = targets[:4]
-    metric = RankingMetrics(ks=ks, filter_seen=filter_seen)
+    metric = RankingMetrics(ks=ks, exclude_seen=exclude_seen)
     metric.update(scores[:10], targets[:10], seen[:10])  # two batches accumulate into one mean
     metric.update(scores[10:], targets[10:], seen[10:])
     result = metric.compute()
     for k in ks:
-        for name, value in _torchmetrics_reference(scores, targets, seen, k, filter_seen).items():
+        for name, value in _torchmetrics_reference(scores, targets, seen, k, exclude_seen).items():
             assert result[name].item() == pytest.approx(value.item(), abs=1e-6), name
 
 
