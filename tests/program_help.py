@@ -1,0 +1,56 @@
+"""Every program's `--help`, captured in-process (no child processes: the imports are paid once per run).
+
+A program is named as it is typed: `python -m streamrec fit`, `python -m translate.infer`, or a script,
+`python data/make_streamrec_demo.py`. Shared by tests/test_help_text.py and tests/test_docs_examples.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import io
+import runpy
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+# `python -m PROG [SUBCOMMAND]` -> (the module whose main(argv) runs it, the subcommand's argv)
+PROGRAMS: dict[str, tuple[str, list[str]]] = {
+    **{f"python -m streamrec {sub}": ("streamrec.cli", [sub])
+       for sub in ("fit", "validate", "test", "predict", "tune")},
+    "python -m streamrec": ("streamrec.cli", []),
+    **{f"python -m streamrec.{name}": (f"streamrec.{name}", []) for name in ("score", "explain", "serve", "export")},
+    "python -m streamrec.shards": ("streamrec.shards", []),
+    "python -m streamrec.shards merge": ("streamrec.shards", ["merge"]),
+    **{f"python -m translate {sub}": ("translate.cli", [sub]) for sub in ("fit", "validate", "test", "predict")},
+    "python -m translate": ("translate.cli", []),
+    **{f"python -m translate.{name}": (f"translate.{name}", []) for name in ("infer", "average", "serve", "export")},
+    "python -m core.runtime.curves": ("core.runtime.curves", []),
+}
+
+
+def _captured(run) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        try:
+            run()
+        except SystemExit as exit_:
+            assert exit_.code in (0, None), f"--help exited with {exit_.code}:\n{out.getvalue()}"
+    return out.getvalue()
+
+
+@functools.cache
+def help_text(program: str) -> str:
+    """The `--help` output of `program`: a key of PROGRAMS, or `python PATH.py` for a script of the repository."""
+    if program in PROGRAMS:
+        module, argv = PROGRAMS[program]
+        return _captured(lambda: importlib.import_module(module).main([*argv, "--help"]))
+    script = REPO / program.removeprefix("python ").strip()
+    saved = sys.argv, sys.path[:]
+    sys.argv, sys.path[:0] = [str(script), "--help"], [str(script.parent)]  # as `python PATH.py` sets them
+    try:
+        return _captured(lambda: runpy.run_path(str(script), run_name="__main__"))
+    finally:
+        sys.argv, sys.path[:] = saved
