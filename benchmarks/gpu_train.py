@@ -1,67 +1,40 @@
-"""Training-step speed on a GPU: ours against torch.nn.Transformer, HF MarianMTModel and a plain SASRec, one run.
+"""Training-step speed on a GPU: ours against HF MarianMTModel, one run; and StreamRec's step throughput.
 
-One step = forward + loss + backward + optimizer step (AdamW, fused on CUDA) under bf16 autocast on CUDA
-(`--precision fp32|bf16`; fp32 by default on CPU). Every system gets the same shapes and the same random
-batch: full-length rows (no padding, so tokens per step are B x T for everyone), though each still builds
-its padding masks as a training run would.
+One step = forward + loss + backward + AdamW (fused on CUDA) under bf16 autocast on CUDA (`--precision
+fp32|bf16`; fp32 by default on CPU). Every system gets the same shapes and the same random batch of full-length
+rows (tokens per step are B x T for everyone), though each still builds its padding masks.
 
-Translator section (`--preset`, sizes below; TranslationModule's defaults otherwise: pre-LN, ReLU,
-sinusoidal positions, shared embeddings, dropout 0.1, label smoothing 0.1):
-- ours: the network `TranslationModule` builds (`translate.model.transformer.Translator`) and its loss,
-  `TranslationModule.compute_loss` (`core.nn.linear_cross_entropy`: no (tokens, V) logits tensor).
-  Compiled: its encoder and decoder stacks (`nn.Module.compile`, in place), the work a training step
-  spends in layers; embeddings and the chunked loss stay eager (the loss's row loop would unroll).
-- torch.nn.Transformer of the same size, pre-LN, with shared embeddings, positions and a tied output layer
-  (`benchmarks/_train_references.py`), label-smoothed `F.cross_entropy` on its logits. It starts from OUR
-  weights, so the two losses at initialisation must agree (`translate_init_loss_abs_diff_torch`).
-- HF MarianMTModel (`MarianConfig` of the same size, post-LN as Marian always is, attn_implementation
-  "sdpa"), the same label-smoothed loss on its logits. Skipped with a note where `transformers` does not
-  import; started from an interpreter without CUDA, the script re-runs itself in `.venv-translate`
-  (`make bench-env-translate`) as benchmarks/translate_speed.py does.
-Peers compile their whole loss function. Each compiled row uses `--compile` modes (default "default" on
-CUDA, none on CPU, where inductor's C++ build is slow); a compile that fails becomes a note, not an error.
+Translator (`--preset`, sizes below; TranslationModule's defaults otherwise): ours is the network and loss
+`TranslationModule` trains (`core.nn.linear_cross_entropy`: no (tokens, V) logits tensor), its encoder and
+decoder stacks compiled in place for each `--compile` mode; HF MarianMTModel of the same size (post-LN, SDPA
+attention) with label-smoothed `F.cross_entropy` on its logits, its whole loss function compiled. Marian is
+skipped with a note where `transformers` does not import (without CUDA the script re-runs itself in
+`.venv-translate`, `make bench-env-translate`). A compile that fails becomes a note, not an error.
+StreamRec (ML-1M-like: 3,416 items, histories of 200, d_model 64, 2 layers, 1 head, batch 128): ours, eager and
+with its encoder compiled.
 
-StreamRec section (ML-1M-like: 3,416 items, histories of 200, d_model 64, 2 layers, 1 head, batch 128;
-the tiny preset shrinks it): ours (`StreamRecModel` as `StreamRecModule` builds it, its full-softmax loss
-as its `training_step` computes it) against `SASRecReference`, plain PyTorch with a tied full softmax,
-started from our weights (`streamrec_init_loss_abs_diff_ref`). Compiled: our encoder stack, in place.
-
-Measured: step time (median over `--rounds` interleaved rounds of `--steps` steps, after `--warmup` steps;
-`torch.cuda.synchronize` around each round on CUDA), tokens/s (translator, target tokens) or sequences/s
-(StreamRec), FLOPs per step (counted once per eager system with `torch.utils.flop_counter.FlopCounterMode`;
-MFU divides OUR count, the model's FLOPs, by each row's step time and `--peak-tflops`), and peak memory:
-parameters + optimizer state + the peak of one step above what was allocated before it
-(`torch.cuda.max_memory_allocated` on CUDA, peak RSS on CPU). Ratios are medians of per-round ratios
-against the faster of each peer's eager and compiled rows.
-
-`--peak-tflops` defaults to 989 on CUDA: the dense bf16 tensor-core peak of an H100 or H200 SXM (NVIDIA's
-data sheets quote twice that with 2:4 sparsity). On another GPU or in fp32 pass its own peak; on CPU MFU is
-n/a unless a peak is given.
+Measured: step time (median of `--rounds` interleaved rounds of `--steps` steps after `--warmup`), tokens/s or
+sequences/s, FLOPs per step (`FlopCounterMode`, eager), MFU (ours' FLOPs / step time / `--peak-tflops`, by
+default 989: H100/H200 SXM bf16 dense), peak memory (parameters + optimizer state + one step's peak).
 
 Presets (d_model, heads, encoder+decoder layers, d_ff, vocabulary, batch x length):
-  d512      512,  8, 6+6, 2048, 32000, 64 x 128
-  d1024     1024, 16, 6+6, 4096, 32000, 32 x 256
-  multi30k  128,  4, 4+4,  256, 10000, 128 x 32   (configs/translate/multi30k_en_de.yaml's network)
-  tiny      32,   2, 1+1,   64,   300, 4 x 8      (CPU smoke tests; StreamRec 50 items, histories of 12)
+  d512 512, 8, 6+6, 2048, 32000, 64 x 128;  d1024 1024, 16, 6+6, 4096, 32000, 32 x 256;
+  multi30k 128, 4, 4+4, 256, 10000, 128 x 32;  tiny 32, 2, 1+1, 64, 300, 4 x 8 (CPU smoke tests)
 
     python benchmarks/gpu_train.py --preset d512 --json runs/gpu_train_d512.json
-    python benchmarks/gpu_train.py --preset d1024 --compile default max-autotune
     python benchmarks/gpu_train.py --preset tiny --device cpu --steps 2     # CPU smoke run, no compile
     bash benchmarks/gpu/run_all.sh                                          # every preset + CUDA tests (GPU box)
 
-Targets (printed as "target met", never asserted): at d512 and d1024 ours trains >= 1.3x as many tokens/s
-as HF Marian and >= 1.2x as many as nn.Transformer (each peer's faster row); at d1024 ours reaches MFU >= 45%.
+Targets (printed, never asserted): at d512 and d1024 ours trains >= 1.3x the tokens/s of HF Marian's faster row
+and reaches MFU >= 45% at d1024.
 
-JSON keys (flat numbers): the setting (d_model, n_heads, n_layers, d_ff, vocab, batch_size, length,
-steps, warmup, rounds, bf16, cuda, hf_available, peak_tflops where known), then per system
-`translate_{ours,torch,hf}_{eager,compile_MODE}_{step_ms,tok_s,tflops,peak_mib[,mfu]}`,
-`translate_{ours,torch,hf}_flops_per_step`, `translate_init_loss_abs_diff_torch`,
-`translate_{speedup,eager_speedup}_vs_{torch,hf}` (ours' faster / ours eager against the peer's faster row),
-`translate_mfu_best`; `streamrec_{ours,ref}_{eager,compile_MODE}_{step_ms,seq_s,tflops,peak_mib[,mfu]}`,
-`streamrec_{ours,ref}_flops_per_step`, `streamrec_init_loss_abs_diff_ref`, `streamrec_{speedup,eager_speedup}_vs_ref`,
-and the StreamRec setting (streamrec_{num_items,max_len,batch_size,d_model,n_layers}).
+JSON keys: the setting (d_model, n_heads, n_layers, d_ff, vocab, batch_size, length, steps, warmup, rounds, bf16,
+cuda, hf_available, peak_tflops), `translate_{ours,hf}_{eager,compile_MODE}_{step_ms,tok_s,tflops,peak_mib[,mfu]}`,
+`translate_{ours,hf}_flops_per_step`, `translate_{speedup,eager_speedup}_vs_hf`, `translate_mfu_best`,
+`streamrec_ours_{eager,compile_MODE}_{step_ms,seq_s,tflops,peak_mib[,mfu]}`, `streamrec_ours_flops_per_step` and
+streamrec_{num_items,max_len,batch_size,d_model,n_layers}.
 
-Legend: B batch, S source length, T target or history length, D model width, V vocabulary, N items.
+Legend: B batch, T length, D model width, V vocabulary, N items.
 """
 
 from __future__ import annotations
@@ -70,7 +43,7 @@ import importlib.util
 import sys
 
 import torch
-from _common import ROOT, ensure_peer_venv
+from _common import ROOT, ensure_peer_venv, for_signature
 
 if (__name__ == "__main__" and "--no-hf" not in sys.argv and importlib.util.find_spec("transformers") is None
         and not torch.cuda.is_available()):
@@ -99,14 +72,6 @@ from _common import (
     rss_bytes,
     write_json,
 )
-from _train_references import (
-    SASRecReference,
-    TorchTranslator,
-    copy_sasrec_weights,
-    copy_translator_weights,
-    sasrec_loss,
-    torch_translation_loss,
-)
 from rich.console import Console
 from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
@@ -119,9 +84,9 @@ from translate.model.module import TranslationModule
 H100_BF16_DENSE_TFLOPS = 989.0  # H100 / H200 SXM, bf16 tensor cores, dense (no 2:4 sparsity)
 FIRST_WORD = 4  # ids below are pad, unk, bos, eos
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-TARGETS = {"hf": 1.3, "torch": 1.2}  # ours' step throughput over each peer's faster row, at d512 and d1024
+TARGETS = {"hf": 1.3}  # ours' step throughput over the peer's faster row, at d512 and d1024
 MFU_TARGET = 0.45  # at d1024
-PEERS = {"torch": "nn.Transformer", "hf": "HF MarianMTModel", "ref": "plain SASRec"}
+PEERS = {"hf": "HF MarianMTModel"}
 
 
 @dataclass(frozen=True)
@@ -347,43 +312,26 @@ def translator_section(args: argparse.Namespace, device: torch.device, autocast,
                                n_encoder_layers=args.n_layers, n_decoder_layers=args.n_layers, d_ff=args.d_ff,
                                max_len=max_len)
     hp = module.hparams
-    ref = TorchTranslator(args.vocab, args.d_model, args.n_heads, args.n_layers, args.d_ff, hp.dropout, max_len,
-                          PAD_ID)
-    copy_translator_weights(module.model, ref)
     module.to(device)
-    ref.to(device)
     batch = translator_batch(args, device)
     smoothing = hp.label_smoothing
     section = Section("translate", f"Translator training step: d_model {args.d_model}, {args.n_layers}+{args.n_layers}"
                       f" layers, {args.n_heads} heads, FFN {args.d_ff}, vocab {args.vocab}, batch {args.batch_size} x "
                       f"{args.length}", "tokens/s", "tok_s", args.batch_size * args.length)
 
-    def ref_loss(model: nn.Module) -> Callable[[], Tensor]:
-        return lambda: torch_translation_loss(model, batch.src, batch.tgt_in, batch.tgt_out, PAD_ID, smoothing)
-
-    module.eval()
-    ref.eval()
-    with torch.no_grad():
-        diff = abs(float(module.compute_loss(batch)) - float(ref_loss(ref)()))
-    figures["translate_init_loss_abs_diff_torch"] = diff
-    log.log(f"translator: ours and nn.Transformer from the same weights, loss at init differs by {diff:.2e}")
     module.train()
-    ref.train()
     opt_args = dict(lr=hp.lr, betas=tuple(hp.betas), weight_decay=hp.weight_decay, device=device)
 
     def add(peer: str, label: str, model: nn.Module, loss_fn: Callable[[], Tensor], mode: str | None) -> None:
         opt = adamw(model.parameters(), **opt_args)
         section.systems.append(System(peer, label, mode, train_step(loss_fn, opt, autocast), static_bytes(model, opt)))
 
-    copies = {mode: (copy.deepcopy(module), copy.deepcopy(ref)) for mode in args.compile}  # before any step
+    copies = {mode: copy.deepcopy(module) for mode in args.compile}  # before any step
     add("ours", "ours", module, lambda: module.compute_loss(batch), None)
-    for mode, (mod, _) in copies.items():
+    for mode, mod in copies.items():
         for stack in (mod.model.encoder, mod.model.decoder):
             stack.compile(mode=mode)  # in place; the embeddings and the chunked loss stay eager
         add("ours", "ours", mod, lambda mod=mod: mod.compute_loss(batch), mode)
-    add("torch", PEERS["torch"], ref, ref_loss(ref), None)
-    for mode, (_, r) in copies.items():
-        add("torch", PEERS["torch"], r, torch.compile(ref_loss(r), mode=mode), mode)
     figures["hf_available"] = 0
     if args.no_hf:
         section.notes.append(f"{PEERS['hf']}: left out (--no-hf)")
@@ -398,7 +346,7 @@ def translator_section(args: argparse.Namespace, device: torch.device, autocast,
         torch.manual_seed(args.seed)
         try:
             hf = build_marian(args, max_len).to(device).train()
-        except Exception as e:  # an API change in transformers becomes a note; ours and torch still run
+        except Exception as e:  # an API change in transformers becomes a note; ours still runs
             section.notes.append(f"{PEERS['hf']}: skipped, building it failed with transformers "
                                  f"{transformers.__version__}: {type(e).__name__}: {str(e)[:200]}")
             return section
@@ -426,18 +374,13 @@ def translator_section(args: argparse.Namespace, device: torch.device, autocast,
 
 def streamrec_section(args: argparse.Namespace, device: torch.device, autocast, figures: dict[str, float],
                       log: Console) -> Section:
-    """Ours and the plain SASRec, from the same weights, on one batch of full-length histories."""
+    """Ours, eager and compiled, on one batch of full-length histories."""
     rec = args.rec
     torch.manual_seed(args.seed)
-    module = StreamRecModule(args.num_items, d_model=rec.rec_d_model, n_heads=rec.rec_n_heads,
-                             n_layers=rec.rec_n_layers, max_len=args.max_len, loss="full",
-                             popularity_baseline=False)
-    hp = module.hparams
-    ref = SASRecReference(args.num_items, rec.rec_d_model, rec.rec_n_heads, rec.rec_n_layers, hp.d_ff, hp.dropout,
-                          args.max_len)
-    copy_sasrec_weights(module.model, ref)
+    module = StreamRecModule(**for_signature(
+        StreamRecModule, num_items=args.num_items, d_model=rec.rec_d_model, n_heads=rec.rec_n_heads,
+        n_layers=rec.rec_n_layers, max_len=args.max_len, loss="full", popularity_baseline=False))
     module.to(device)
-    ref.to(device)
     g = torch.Generator().manual_seed(args.seed + 2)
     shape = (args.rec_batch_size, args.max_len)
     items = torch.randint(1, args.num_items + 1, shape, generator=g).to(device)
@@ -458,27 +401,18 @@ def streamrec_section(args: argparse.Namespace, device: torch.device, autocast, 
             return mod.compute_loss(hidden[keep], tgt[keep])  # (M, D), (M,)
         return loss
 
-    module.eval()
-    ref.eval()
-    with torch.no_grad():
-        diff = abs(float(ours_loss(module)()) - float(sasrec_loss(ref, items, targets)))
-    figures["streamrec_init_loss_abs_diff_ref"] = diff
-    log.log(f"StreamRec: ours and the plain SASRec from the same weights, loss at init differs by {diff:.2e}")
     module.train()
-    ref.train()
-    copies = {mode: (copy.deepcopy(module), copy.deepcopy(ref)) for mode in args.compile}
+    copies = {mode: copy.deepcopy(module) for mode in args.compile}
 
-    def add(peer: str, label: str, model: nn.Module, loss_fn: Callable[[], Tensor], mode: str | None) -> None:
-        opt = adamw(model.parameters(), lr=hp.lr, betas=(0.9, 0.999), weight_decay=hp.weight_decay, device=device)
-        section.systems.append(System(peer, label, mode, train_step(loss_fn, opt, autocast), static_bytes(model, opt)))
+    def add(model: nn.Module, loss_fn: Callable[[], Tensor], mode: str | None) -> None:
+        opt = adamw(model.parameters(), lr=module.hparams.lr, betas=(0.9, 0.999), weight_decay=0.0, device=device)
+        section.systems.append(System("ours", "ours", mode, train_step(loss_fn, opt, autocast),
+                                      static_bytes(model, opt)))
 
-    add("ours", "ours", module, ours_loss(module), None)
-    for mode, (mod, _) in copies.items():
+    add(module, ours_loss(module), None)
+    for mode, mod in copies.items():
         mod.model.encoder.compile(mode=mode)  # in place; trimming, embeddings and the loss stay eager
-        add("ours", "ours", mod, ours_loss(mod), mode)
-    add("ref", PEERS["ref"], ref, lambda: sasrec_loss(ref, items, targets), None)
-    for mode, (_, r) in copies.items():
-        add("ref", PEERS["ref"], r, torch.compile(lambda r=r: sasrec_loss(r, items, targets), mode=mode), mode)
+        add(mod, ours_loss(mod), mode)
     return section
 
 
@@ -546,7 +480,7 @@ def report_targets(section: Section, ok: list[System], times: dict[str, list[flo
     ours_best = fastest(ok, times, "ours")
     ours_eager = next((s for s in ok if s.peer == "ours" and s.mode is None), None)
     rows = []
-    for peer in ("torch", "hf") if key == "translate" else ("ref",):
+    for peer in ("hf",) if key == "translate" else ():
         theirs = fastest(ok, times, peer)
         target = TARGETS[peer] if key == "translate" else None
         wanted = f">= {target}x" if target else "-"
@@ -567,7 +501,7 @@ def report_targets(section: Section, ok: list[System], times: dict[str, list[flo
         figures[f"{key}_mfu_best"] = mfu
         rows.append(["MFU of ours (faster row)", ours_best.how, f"{100 * mfu:.1f}%", f">= {100 * MFU_TARGET:.0f}%",
                      "yes" if mfu >= MFU_TARGET else "no"])
-    where = " (the issue's targets hold at d512 and d1024; MFU at d1024)" if key == "translate" else ""
+    where = " (targets at d512 and d1024; MFU at d1024)" if key == "translate" else ""
     print_table(console, f"{section.title.split(':')[0]}: step throughput, ratios{where}",
                 ["comparison", "rows", "ratio", "target", "target met"], rows)
 
@@ -590,7 +524,7 @@ def main(argv: list[str] | None = None) -> None:
 
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else \
         f"CPU, {torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
-    console.print(f"[bold]Training step: ours vs nn.Transformer, HF Marian and a plain SASRec[/] ({args.preset}) | "
+    console.print(f"[bold]Training step: ours vs HF Marian; StreamRec[/] ({args.preset}) | "
                   f"{where} | torch {torch.__version__} | {args.precision} | "
                   f"compile: {', '.join(args.compile) or 'none'} | AdamW{' fused' if device.type == 'cuda' else ''}")
     console.print(f"MFU against {args.peak_tflops:g} TFLOP/s" if args.peak_tflops else "MFU: n/a (no --peak-tflops)")

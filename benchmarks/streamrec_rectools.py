@@ -20,10 +20,9 @@ RecTools drops from training (fewer than 2 training items) are still scored
 (`on_unsupported_targets="warn"`); items it never saw score -inf.
 
 `--ours-recipe default` races StreamRec as a new user gets it instead: one trial with
-`StreamRecModule`'s defaults (what `python -m streamrec fit --data.path FILE` trains: its own width,
-heads, feed-forward, dropout, loss and learning rate), no search, against RecTools' full search;
-with `--ours-config configs/streamrec/ml1m.yaml` that trial trains the config's model block over the
-defaults instead, as `fit --config` does (pass its `data.max_len` as `--max-len`).
+`StreamRecModule`'s defaults (what `python -m streamrec fit --data.path FILE` trains), no search, against
+RecTools' full search; with `--ours-config configs/streamrec/ml1m.yaml` that trial trains the config's model
+block over the defaults, as `fit --config` does (pass its `data.max_len` as `--max-len`).
 
 Reported per data set: both picks' test HR@10 / NDCG@10, their validation settings (loss, lr,
 best epoch, epochs run), training sequences/s (median epoch, validation excluded) and the time to
@@ -44,6 +43,9 @@ JSON keys, per data set D: D_{ours,rectools}_{test_ndcg@10, test_hr@10, val_ndcg
 epochs, seq_per_s, score_s, trials}, D_ndcg_rel_diff, D_train_speedup, D_score_speedup, D_num_users,
 D_num_items, plus the setting (max_len, max_epochs, patience, trial_minutes, threads, bf16, dropout).
 
+Trials of ours and theirs train the same way: Lightning without its validation loop, a callback that times every
+epoch, scores the validation split, keeps the best epoch's weights and stops on patience or the time cap.
+
 Legend: U users, B batch, T max_len, N items (ours 1..N, 0 = padding), K top-K.
 """
 
@@ -53,18 +55,24 @@ import os
 import sys
 from pathlib import Path
 
-from _common import ROOT, ensure_peer_venv
+from _common import ROOT, ensure_peer_venv, for_signature
 
 if __name__ == "__main__":
     ensure_peer_venv(__file__, ["rectools"], ".venv-rectools", "bench-env-rectools")
 
 # ruff: noqa: E402  (imports after the venv check on purpose)
 import argparse
+import ctypes
 import inspect
+import json
 import logging
+import statistics
+import time
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import lightning as L
 import numpy as np
@@ -73,35 +81,33 @@ import pytorch_lightning as PL
 import torch
 import yaml
 from _common import print_table, write_json
-from _streamrec_trials import (
-    DATA,
-    DATASETS,
-    GROUPED,
-    PRECISIONS,
-    SCORE_BATCH,
-    Data,
-    K,
-    TrialLog,
-    best_epoch_keeper,
-    evaluate,
-    evaluate_full,
-    keep_freed_memory,
-    load_data,
-    median_seconds,
-    ours_scores,
-    train_ours,
-    trainer_kwargs,
-    trial_result,
-)
 from rectools import Columns
 from rectools.dataset import Dataset
 from rectools.models import SASRecModel
 from rich.console import Console
 from torch import Tensor
+from torch.utils.data import DataLoader
 
+from streamrec.data.datamodule import StreamRecDataModule
+from streamrec.data.datasets import EvalDataset, collate_eval
+from streamrec.data.splits import EvalCase, Split
+from streamrec.model.metrics import RankingMetrics
 from streamrec.model.module import StreamRecModule
 from streamrec.model.network import StreamRecModel
 from streamrec.ranking.batch import RankingOptions, length_batches, recommend
+
+DATA = ROOT.parent / "shared" / "data"
+DATASETS = {
+    "ml-1m": DATA / "ml-1m" / "ml-1m.sasrec-prefix.txt",
+    "beauty": DATA / "amazon-beauty" / "Beauty.txt",
+    "sports": DATA / "amazon-sports" / "Sports_and_Outdoors.txt",
+    "yelp": DATA / "yelp" / "Yelp.txt",
+}
+K = 10
+SCORE_BATCH = 256  # users per forward pass when scoring, both libraries (RecTools' default)
+SCORE_REPEATS = 3
+PRECISIONS = {"32": "32-true", "bf16": "bf16-mixed"}
+
 
 TARGETS = {"ndcg_rel_diff": 0.03, "train_speedup": 4.0}
 LOSSES = {"softmax": {"ours": "full", "rectools": "softmax"}, "gbce": {"ours": "gbce", "rectools": "gBCE"}}
@@ -110,34 +116,202 @@ SYSTEMS = ("ours", "rectools")
 DEFAULT = "default"  # the loss label of ours' one trial with `--ours-recipe default`
 
 
-def default_recipe() -> dict[str, object]:
-    """StreamRecModule's defaults: what `python -m streamrec fit --data.path FILE` trains (data-linked values aside)."""
-    params = inspect.signature(StreamRecModule.__init__).parameters
-    return {name: p.default for name, p in params.items() if name not in ("self", "num_items", "max_len")}
-
-
-def config_model(path: Path | None) -> dict[str, object]:
-    """The `model:` block of a StreamRec YAML config (`--ours-config`): what `fit --config PATH` trains over the
-    module's defaults. Its `base:` file holds no model settings, so it is not read."""
+def config_recipe(path: Path | None) -> dict[str, object]:
+    """The `model:` block of a StreamRec YAML config (`--ours-config`), its option groups flattened: what
+    `fit --config PATH` trains over the module's defaults. Its `base:` file holds no model settings."""
     if path is None:
         return {}
-    model = (yaml.safe_load(path.read_text()) or {}).get("model") or {}
-    unknown = sorted(set(model) - set(default_recipe()))
-    if unknown:
-        sys.exit(f"error: {path}: model keys {unknown} are not StreamRecModule arguments")
-    return model
+    recipe: dict[str, object] = {}
+    for name, value in ((yaml.safe_load(path.read_text()) or {}).get("model") or {}).items():
+        recipe.update(value if isinstance(value, dict) else {name: value})
+    try:
+        for_signature(StreamRecModule, **recipe)
+    except TypeError as e:
+        sys.exit(f"error: {path}: {e}")
+    return recipe
 
 
-def ours_recipe_settings(args: argparse.Namespace) -> dict[str, object]:
-    """The recipe one `--ours-recipe default` trial trains: the module's defaults, or with `--ours-config` a
-    config's model block over them (trial keys record it)."""
-    return {**default_recipe(), **config_model(args.ours_config)}
+def ours_recipe(args: argparse.Namespace) -> dict[str, object]:
+    """What one `--ours-recipe default` trial trains: a config's model block over the defaults, with the fast path
+    when `--cpu-fastpath` asks."""
+    return {**config_recipe(args.ours_config), **({"cpu_fastpath": True} if args.cpu_fastpath else {})}
 
 
-def ours_default_recipe(args: argparse.Namespace) -> dict[str, object]:
-    """The default recipe as `--ours-recipe default` trains it: with the fast path when `--cpu-fastpath` asks."""
-    recipe = ours_recipe_settings(args)
-    return {**recipe, "cpu_fastpath": args.cpu_fastpath or bool(recipe["cpu_fastpath"])}
+def default_lr(args: argparse.Namespace) -> float:
+    lr = ours_recipe(args).get("lr", inspect.signature(StreamRecModule).parameters["lr"].default)
+    return float(lr)  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------- training and evaluation
+
+
+def keep_freed_memory() -> bool:
+    """glibc: serve big blocks from the heap and never trim it, so freed memory is reused without page faults.
+
+    By default every block over 32 MiB (the (M, N) logits and their gradients, ~180 MB at
+    max_len 200) is a fresh mmap, zero-filled page by page on first touch and unmapped on free:
+    that page-faulting cost ~30% of a StreamRec step at max_len 200. mallopt(M_MMAP_MAX=0,
+    M_TRIM_THRESHOLD=2 GiB, M_TOP_PAD=1 GiB); the same as MALLOC_MMAP_MAX_=0 etc. in the environment.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    return all(libc.mallopt(option, value) == 1 for option, value in ((-4, 0), (-1, 2**31 - 1), (-2, 1 << 30)))
+
+
+
+def best_epoch_keeper(base: type, network, validate, patience: int, cap_s: float) -> object:
+    """A callback (subclass of `base`, Lightning's or pytorch_lightning's Callback) shared by both trainers.
+
+    It times each training epoch, then scores the validation split with `validate(net)` (outside the
+    timed span), keeps the best epoch's weights, and stops training after `patience` epochs without
+    a gain or once the timed epochs add up to `cap_s` seconds. `network(pl_module)` is the nn.Module
+    that scores: ours `module.model`, RecTools' `lightning_model.torch_model`.
+    """
+
+    class BestEpoch(base):
+        def __init__(self) -> None:
+            self.seconds: list[float] = []
+            self.val: list[float] = []
+            self.best, self.best_epoch, self.best_state, self.stopped_by = -1.0, 0, None, "max_epochs"
+            self._start = 0.0
+
+        def on_train_epoch_start(self, trainer, pl_module) -> None:
+            self._start = time.perf_counter()
+
+        def on_train_epoch_end(self, trainer, pl_module) -> None:
+            self.seconds.append(time.perf_counter() - self._start)
+            net = network(pl_module)
+            was_training = net.training
+            net.eval()
+            score = validate(net)
+            net.train(was_training)
+            self.val.append(score)
+            print(f"  epoch {len(self.val)}: val NDCG@10 {score:.4f} ({self.seconds[-1]:.0f} s)", file=sys.stderr,
+                  flush=True)  # long trials show their progress in the log
+            if score > self.best:
+                self.best, self.best_epoch = score, len(self.val)
+                self.best_state = {k: v.detach().clone() for k, v in net.state_dict().items()}
+            if len(self.val) - self.best_epoch >= patience:
+                trainer.should_stop, self.stopped_by = True, "patience"
+            if sum(self.seconds) >= cap_s and not trainer.should_stop:
+                trainer.should_stop, self.stopped_by = True, "time cap"
+
+    return BestEpoch()
+
+
+
+
+def trainer_kwargs(args: argparse.Namespace) -> dict[str, object]:
+    """The same trainer settings for both libraries: CPU, no Lightning validation, no logging or checkpoints."""
+    return dict(max_epochs=args.max_epochs, accelerator="cpu", devices=1, precision=PRECISIONS[args.precision],
+                logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                num_sanity_val_steps=0, limit_val_batches=0, limit_train_batches=args.limit_batches or 1.0)
+
+
+def median_seconds(fn, repeats: int = SCORE_REPEATS) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+@dataclass
+class Data:
+    """One data set's split, as both systems see it."""
+
+    name: str
+    dm: StreamRecDataModule
+    split: Split
+    num_items: int
+
+
+def evaluate_full(score_fn, cases: Sequence[EvalCase], max_len: int) -> dict[str, float]:
+    """Full-ranking HR@K / NDCG@K with our metric code: scores (B, N+1) per `EvalBatch`."""
+    metrics = RankingMetrics(ks=(K,), exclude_seen=True)
+    loader = DataLoader(EvalDataset(cases), batch_size=SCORE_BATCH, collate_fn=partial(collate_eval, max_len=max_len))
+    for batch in loader:
+        metrics.update(score_fn(batch), batch.targets, batch.seen)
+    return {name: float(value) for name, value in metrics.compute().items()}
+
+
+def evaluate(score_fn, cases: Sequence[EvalCase], max_len: int) -> float:
+    """Validation NDCG@K, the figure both searches maximise."""
+    return evaluate_full(score_fn, cases, max_len)[f"ndcg@{K}"]
+
+
+class TrialLog:
+    """`OUT/trials.jsonl`: one line per finished trial, appended and flushed as it ends."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.done: dict[str, dict[str, object]] = {}
+        if path.exists():
+            for n, line in enumerate(path.read_text().splitlines(), start=1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                    self.done[json.dumps(row["key"], sort_keys=True)] = row["result"]
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    sys.exit(f"error: {path} line {n}: not a trial record; move the file away or pass another --out")
+
+    def get(self, key: dict[str, object]) -> dict[str, object] | None:
+        return self.done.get(json.dumps(key, sort_keys=True))
+
+    def add(self, key: dict[str, object], result: dict[str, object]) -> None:
+        self.done[json.dumps(key, sort_keys=True)] = result
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a") as f:
+            f.write(json.dumps({"key": key, "result": result}) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def load_data(name: str, args: argparse.Namespace) -> Data:
+    dm = StreamRecDataModule(str(args.paths[name]), max_len=args.max_len, batch_size=args.batch_size,
+                             group_by_length=not args.random_batches)
+    dm.setup("fit")
+    return Data(name, dm, dm.splits, dm.num_items)
+
+
+def trial_result(keeper, n_seq: int, test: dict[str, float], score_s: float, args: argparse.Namespace
+                 ) -> dict[str, object]:
+    epoch_s = statistics.median(keeper.seconds)
+    if args.limit_batches:
+        n_seq = min(n_seq, args.limit_batches * args.batch_size)
+    return {
+        "val_ndcg@10": keeper.best, "best_epoch": keeper.best_epoch, "epochs": len(keeper.seconds),
+        "stopped_by": keeper.stopped_by, "val_curve": [round(v, 5) for v in keeper.val],
+        "epoch_s": epoch_s, "train_s": sum(keeper.seconds), "seq_per_s": n_seq / epoch_s,
+        "test_ndcg@10": test[f"ndcg@{K}"], "test_hr@10": test[f"hr@{K}"], "score_s": score_s,
+    }
+
+
+@torch.no_grad()
+def ours_scores(model: StreamRecModel, batch) -> Tensor:
+    """(B, N+1) float32 scores of one `EvalBatch`."""
+    return model.recommend_scores(batch.inputs).float()
+
+
+def train_ours(data: Data, recipe: dict[str, object], args: argparse.Namespace) -> tuple[Any, StreamRecModel]:
+    """Train StreamRec with `recipe` (flat argument names, `_common.for_signature`); the keeper and the best epoch's
+    model, in eval mode."""
+    L.seed_everything(args.seed, verbose=False)
+    module = StreamRecModule(**for_signature(StreamRecModule, num_items=data.num_items, max_len=args.max_len,
+                                             ks=(K,), popularity_baseline=False, **recipe))
+    keeper = best_epoch_keeper(
+        L.Callback, lambda m: m.model, lambda net: evaluate(partial(ours_scores, net), data.split.valid, args.max_len),
+        args.patience, 60 * args.trial_minutes,
+    )
+    trainer = L.Trainer(callbacks=[keeper], **trainer_kwargs(args))
+    trainer.fit(module, train_dataloaders=data.dm.train_dataloader())
+    model = module.model.eval()
+    model.load_state_dict(keeper.best_state)
+    return keeper, model
 
 
 # ----------------------------------------------------------------------------- one trial per system
@@ -145,10 +319,12 @@ def ours_default_recipe(args: argparse.Namespace) -> dict[str, object]:
 
 def trial_ours(data: Data, loss: str, lr: float, args: argparse.Namespace) -> dict[str, object]:
     """Train StreamRec with early stopping on validation; the best epoch's test metrics and scoring time."""
+    batches = args.limit_batches or -(-len(data.dm.train_set) // args.batch_size)
     keeper, model = train_ours(data, dict(
         d_model=args.d_model, n_heads=args.n_heads, n_layers=args.n_layers, d_ff=args.d_model, dropout=args.dropout,
         attn_dropout=args.dropout, activation="relu", loss=LOSSES[loss]["ours"], num_negatives=GBCE_NEGATIVES,
-        gbce_t=GBCE_T, lr=lr, item_init_std=args.item_init_std, cpu_fastpath=args.cpu_fastpath,
+        gbce_t=GBCE_T, lr=lr, cpu_fastpath=args.cpu_fastpath,
+        warmup_steps=min(100, max(1, args.max_epochs * batches // 10)),  # a tenth of the budget's steps, <= 100
     ), args)
     cases = data.split.test
     test = evaluate_full(partial(ours_scores, model), cases, args.max_len)
@@ -159,7 +335,7 @@ def trial_ours(data: Data, loss: str, lr: float, args: argparse.Namespace) -> di
 
 def trial_ours_default(data: Data, args: argparse.Namespace) -> dict[str, object]:
     """StreamRec with its default recipe, no search: the same early stopping, test metrics and scoring time."""
-    keeper, model = train_ours(data, ours_default_recipe(args), args)
+    keeper, model = train_ours(data, ours_recipe(args), args)
     cases = data.split.test
     test = evaluate_full(partial(ours_scores, model), cases, args.max_len)
     histories = [list(c.history) for c in cases]
@@ -278,10 +454,8 @@ def trial_key(data: Data, system: str, loss: str, lr: float, args: argparse.Name
             "trial_minutes": args.trial_minutes, "d_model": args.d_model, "n_layers": args.n_layers,
             "n_heads": args.n_heads, "dropout": args.dropout, "batch_size": args.batch_size, "seed": args.seed,
             "precision": args.precision, "threads": args.threads, "limit_batches": args.limit_batches or 0,
-            # Added later: present only when set, so trials stored before the option still match.
-            **({"item_init_std": args.item_init_std} if args.item_init_std is not None and system == "ours" else {}),
-            **({"recipe": ours_recipe_settings(args)} if loss == DEFAULT else {}),
-            **({"group_by_length": GROUPED} if args.group_by_length and system == "ours" else {}),
+            **({"recipe": ours_recipe(args)} if loss == DEFAULT else {}),
+            **({"random_batches": True} if args.random_batches and system == "ours" else {}),
             **({"cpu_fastpath": True} if args.cpu_fastpath and system == "ours" else {})}
 
 
@@ -291,7 +465,7 @@ def search(data: Data, args: argparse.Namespace, trials: TrialLog, log: Console)
     plan = [(system, loss, lr) for loss in args.losses for lr in args.lrs for system in args.systems
             if not (system == "ours" and args.ours_recipe == DEFAULT)]
     if "ours" in args.systems and args.ours_recipe == DEFAULT:
-        plan.insert(0, ("ours", DEFAULT, ours_recipe_settings(args)["lr"]))
+        plan.insert(0, ("ours", DEFAULT, default_lr(args)))
     for system, loss, lr in plan:
         key = trial_key(data, system, loss, lr, args)
         result = trials.get(key)
@@ -393,8 +567,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ours-config", type=Path, metavar="YAML",
                    help="with --ours-recipe default: train the model block of this StreamRec config over the "
                         "module's defaults (e.g. configs/streamrec/ml1m.yaml), as fit --config trains it")
-    p.add_argument("--item-init-std", type=float,
-                   help="ours: standard deviation of the initial item vectors (default: the module's)")
     p.add_argument("--malloc", choices=("default", "keep"), default="default",
                    help="keep: glibc keeps freed memory (no per-step page faults on big tensors), both models")
     p.add_argument("--cpu-fastpath", action="store_true",
@@ -402,13 +574,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "beauty.yaml set it; with --ours-recipe default too")
     p.add_argument("--random-batches", action="store_true",
                    help="ours: random batches (data.group_by_length false), not fit's default length-grouped ones")
-    p.add_argument("--group-by-length", action="store_true", help=argparse.SUPPRESS)  # the default; older commands
     p.add_argument("--limit-batches", type=int, help="train on only the first N batches an epoch (smoke runs only)")
     p.add_argument("--seed", type=int, default=0, help="seed for both")
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "rectools_fair", help="folder for trials.jsonl")
     p.add_argument("--json", metavar="PATH", help="write every figure as one flat JSON object name -> number")
     args = p.parse_args(argv)
-    args.group_by_length = not args.random_batches
     if args.ours_config is not None and args.ours_recipe != DEFAULT:
         p.error("--ours-config needs --ours-recipe default (matched races RecTools' block shape)")
     if args.ours_config is not None and not args.ours_config.is_file():
@@ -448,10 +618,8 @@ def main(argv: list[str] | None = None) -> None:
                   f"ReLU, dropout {args.dropout}, max_len {args.max_len}, batch {args.batch_size}, precision "
                   f"{args.precision}; gbce = {GBCE_NEGATIVES} uniform negatives, t {GBCE_T}")
     if args.ours_recipe == DEFAULT:
-        metrics_only = ("ks", "sampled_metrics", "popularity_baseline")
-        recipe = {k: v for k, v in ours_default_recipe(args).items() if k not in metrics_only}
         source = f"{args.ours_config}'s model block over its defaults" if args.ours_config else "its default recipe"
-        console.print(f"StreamRec: {source}, one trial, no search: {recipe}")
+        console.print(f"StreamRec: {source}, one trial, no search: {ours_recipe(args)}")
     console.print(f"protocol: leave-one-out; pick by validation NDCG@{K}; test = full ranking over all items, seen "
                   f"items removed, our RankingMetrics on both networks' scores")
     console.print(f"torch {torch.__version__} | threads {torch.get_num_threads()} | Lightning {L.__version__} | "
