@@ -122,7 +122,7 @@ def load_module(cls: type[Module], path: str | Path, written_by: str, app: str,
                          f"pass a checkpoint written by `{written_by}`")
     try:
         with _skip_weight_init():
-            module = cls(**accepted_arguments(cls, state["hyper_parameters"]))
+            module = build_from_hparams(cls, state["hyper_parameters"])
         weights = state["state_dict"]
         if prefix:
             weights = {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)}
@@ -134,9 +134,19 @@ def load_module(cls: type[Module], path: str | Path, written_by: str, app: str,
     return module.eval(), state
 
 
+def build_from_hparams(cls: Any, hparams: Mapping[str, Any]) -> Any:
+    """The one handoff from stored hyper-parameters to a module: `cls.from_hparams(hparams)` where the class
+    defines it (it refuses a key it does not know), else `cls` called with the arguments it takes."""
+    from_hparams = getattr(cls, "from_hparams", None)
+    return from_hparams(hparams) if from_hparams is not None else cls(**accepted_arguments(cls, hparams))
+
+
 def accepted_arguments(cls: Any, hparams: Mapping[str, Any]) -> dict[str, Any]:
-    """The hyper-parameters `cls` takes by name; a `cls` taking `**kwargs` (a factory such as
-    `translate.model.networks.build_translator`) gets all but LightningCLI's bookkeeping (`_instantiator`)."""
+    """The hyper-parameters `cls` takes by name, after `cls.upgrade_hparams` (old names mapped) where the class
+    has it; a `cls` taking `**kwargs` (a factory) gets all but LightningCLI's bookkeeping (`_instantiator`)."""
+    upgrade = getattr(cls, "upgrade_hparams", None)
+    if upgrade is not None:
+        hparams = upgrade(hparams)
     parameters = inspect.signature(cls).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
         return {k: v for k, v in hparams.items() if not k.startswith("_")}
@@ -236,6 +246,10 @@ class SafeLoadMixin:
 
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: str | Path, *args: Any, **kwargs: Any) -> Any:
+        upgrade = getattr(cls, "upgrade_hparams", None)
+        if upgrade is not None and Path(checkpoint_path).is_file():  # old names mapped; Lightning drops the rest
+            hparams = load_checkpoint(checkpoint_path, "python -m <app> fit").get("hyper_parameters") or {}
+            kwargs = {**upgrade(hparams), **kwargs}
         kwargs["weights_only"] = True
         try:
             with torch.serialization.safe_globals(ALLOWED_GLOBALS):

@@ -44,7 +44,7 @@ from core.runtime.resume import ExactResume
 BASE = "base"  # the key of a config file that names the file it builds on
 # Model arguments that say how this process runs the network, not what it is: on resume or test the command line's
 # value holds, not the checkpoint's (a run compiled on a GPU is tested eager on a CPU).
-RUNTIME_HPARAMS = ("compile", "compile_backend")
+RUNTIME_HPARAMS = ("speed", "compile", "compile_backend")
 RESUME_KEYWORDS = ("last", "hpc")  # `--ckpt_path` values with which Lightning resumes the run's own checkpoints
 _KEY = re.compile(r"""(?:option|key) ["']([\w.]+)["']""", re.IGNORECASE)
 _SUBCOMMAND = re.compile(r"^Subcommand '(\w+)'")
@@ -314,6 +314,9 @@ class AppCLI(LightningCLI):
         if not ckpt_path or not Path(ckpt_path).is_file():
             return
         hparams = load_checkpoint(ckpt_path, self.written_by).get("hyper_parameters", {})
+        upgrade = getattr(self.model_class, "upgrade_hparams", None)
+        if upgrade is not None and isinstance(hparams, dict):
+            hparams = upgrade(hparams)
         dropped = ("_instantiator", *RUNTIME_HPARAMS)
         hparams = {k: v for k, v in hparams.items() if k not in dropped} if isinstance(hparams, dict) else {}
         if not hparams:

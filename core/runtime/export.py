@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from torch import nn
 
 from core.runtime.atomic import atomic_path
-from core.runtime.checkpoint import accepted_arguments
+from core.runtime.checkpoint import accepted_arguments, build_from_hparams
 from core.runtime.errors import InputError, exit_on_error
 
 WEIGHTS = "model.safetensors"
@@ -119,7 +119,7 @@ def load_folder(cls: type[Module], folder: str | Path, app: str, written_by: str
 
     config = read_config(folder, app, written_by)
     try:
-        module = cls(**constructor_arguments(cls, config["hyper_parameters"]))
+        module = build_from_hparams(cls, config["hyper_parameters"])
         load_model(getattr(module, model_attr) if model_attr else module, str(Path(folder) / WEIGHTS), strict=True)
     except (RuntimeError, TypeError, ValueError, SafetensorError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__

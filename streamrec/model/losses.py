@@ -13,6 +13,9 @@ The three sampled losses read only the rows they score. With `sparse=True` they 
 table's gradient is then (rows read, D) sparse, for a row-wise optimizer (`core.nn.optim`). Without it the
 table is cast whole and its gradient is dense (N+1, D), as `torch.optim.AdamW` needs.
 
+`Objective` puts them together: the configured loss and the terms on it (label smoothing, R-Drop, the
+contrastive term) on one training batch of a network, callable without a Trainer.
+
 Every loss takes `hidden` (M, D) states, `targets` (M,) positive item ids and `item_vectors` (N+1, D)
 (row 0 padding); `sparse` chooses the gradient of `item_vectors` (`item_rows`).
 
@@ -27,8 +30,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from core.nn import linear_cross_entropy, rdrop_cross_entropy
+from core.nn import contrastive_loss, linear_cross_entropy, rdrop_cross_entropy
 from core.nn.loss import CHUNK_ELEMENTS
+from streamrec.data.datasets import TrainBatch
+from streamrec.model.network import StreamRecModel
+from streamrec.model.options import ContrastiveOptions, ObjectiveOptions
 
 
 def full_softmax(hidden: Tensor, targets: Tensor, item_vectors: Tensor, label_smoothing: float = 0.0,
@@ -134,3 +140,90 @@ def gbce(hidden: Tensor, targets: Tensor, item_vectors: Tensor, neg_ids: Tensor,
     neg = torch.einsum("md,mkd->mk", hidden, rows(neg_ids)).float()  # (M, K)
     # -log sigmoid(x) = softplus(-x); -log(1 - sigmoid(x)) = softplus(x)
     return (beta * F.softplus(-pos) + F.softplus(neg).sum(-1)).mean()
+
+
+class Objective:
+    """The training loss of one batch: the configured loss on every trained position, R-Drop's and the contrastive
+    term's second pass when they are on.
+
+    Args:
+        objective: the loss and its terms.
+        contrastive: the contrastive term (`weight` 0: off).
+        sparse: the sampled losses gather the rows they score (`rowwise_adagrad`'s sparse item gradients).
+    """
+
+    def __init__(self, objective: ObjectiveOptions, contrastive: ContrastiveOptions, sparse: bool = False):
+        self.objective, self.contrastive, self.sparse = objective, contrastive, sparse
+
+    @property
+    def two_passes(self) -> bool:
+        """Whether both dropout passes train the softmax (R-Drop, or the contrastive term with it)."""
+        terms = self.objective.rdrop_alpha > 0.0 or self.contrastive.weight > 0.0
+        return terms and self.contrastive.second_pass_softmax
+
+    def __call__(self, network: StreamRecModel, batch: TrainBatch, item_counts: Tensor | None = None,
+                 partners: Callable[[Tensor], Tensor] | None = None) -> tuple[Tensor, int]:
+        """The loss of `batch` and the number of positions it trained.
+
+        Args:
+            network: the network in training mode.
+            batch: (B, T) inputs and targets (`streamrec.data.datasets.TrainBatch`).
+            item_counts: (N+1,) training counts, for `negative_sampling: popularity`.
+            partners: (B,) last targets -> (B, T) inputs of other windows with those targets, for
+                `contrastive.positive: same_target`.
+        """
+        inputs, targets, last = network.training_inputs(batch.inputs, batch.targets, batch.last_only,
+                                                        self.objective.mask_prob)
+        # (B, T', D), or (2B, T', D) with two passes
+        hidden = network.encode(inputs.repeat(2, 1) if self.two_passes else inputs, trim=True, last=last)
+        targets = targets[:, -hidden.shape[1]:]  # inputs and targets share their padding; all-padding columns skipped
+        keep = targets != 0
+        if self.two_passes:
+            first, second = hidden.chunk(2)
+            loss = self._two_pass_loss(network, first, second, targets, keep, item_counts)
+        else:
+            loss = self.loss(network, hidden[keep], targets[keep], item_counts)  # (M, D), (M,)
+            if self.contrastive.weight > 0.0:  # the second pass for the term alone: only its last state
+                if self.contrastive.positive == "dropout":
+                    views = inputs
+                elif partners is None:
+                    raise ValueError("`contrastive.positive: same_target` needs the training windows (`partners`)")
+                else:
+                    views = partners(targets[:, -1])
+                second = network.encode(views, trim=True, last=1)[:, -1]
+                loss = loss + self.contrastive_term(hidden[:, -1], second, targets)
+        return loss, int(keep.sum())
+
+    def _two_pass_loss(self, network: StreamRecModel, first: Tensor, second: Tensor, targets: Tensor, keep: Tensor,
+                       item_counts: Tensor | None) -> Tensor:
+        """The loss of (B, T', D) states of the same rows under two dropout masks: R-Drop's, or the two passes'
+        mean cross-entropy, plus the contrastive term when it is on."""
+        if self.objective.rdrop_alpha > 0.0:
+            loss = rdrop_softmax(torch.stack([first[keep], second[keep]]), targets[keep], network.item_vectors,
+                                 self.objective.label_smoothing, self.objective.rdrop_alpha)
+        else:  # without R-Drop's KL work
+            loss = self.loss(network, torch.cat([first[keep], second[keep]]), targets[keep].repeat(2), item_counts)
+        if self.contrastive.weight > 0.0:
+            loss = loss + self.contrastive_term(first[:, -1], second[:, -1], targets)
+        return loss
+
+    def contrastive_term(self, first: Tensor, second: Tensor, targets: Tensor) -> Tensor:
+        """The weighted NT-Xent between two (B, D) views of each window's last state; windows are right-aligned, so
+        the last column of the (B, T') targets is every row's last target, and rows sharing it are not negatives."""
+        c = self.contrastive
+        return c.weight * contrastive_loss(first, second, c.temperature, groups=targets[:, -1])
+
+    def loss(self, network: StreamRecModel, hidden: Tensor, targets: Tensor, item_counts: Tensor | None) -> Tensor:
+        """The configured loss on (M, D) states and (M,) next items."""
+        o, vectors, num_items = self.objective, network.item_vectors, network.num_items
+        if o.loss == "full":
+            return full_softmax(hidden, targets, vectors, label_smoothing=o.label_smoothing)
+        if o.loss == "sampled":
+            probs = item_counts if o.negative_sampling == "popularity" else None
+            neg = sample_negatives(num_items, o.num_negatives, hidden.device, probs)
+            log_q = None if probs is None else (probs / probs[1:].sum()).clamp_min(1e-12).log()
+            return sampled_softmax(hidden, targets, vectors, neg, log_q, sparse=self.sparse)
+        neg = torch.randint(1, num_items + 1, (hidden.shape[0], o.num_negatives), device=hidden.device)
+        if o.loss == "bce":
+            return bce(hidden, targets, vectors, neg, sparse=self.sparse)
+        return gbce(hidden, targets, vectors, neg, gbce_beta(o.num_negatives, num_items, o.gbce_t), sparse=self.sparse)

@@ -1,13 +1,16 @@
-"""The session networks: one item table and scoring, three sequence encoders on `core` (`arch`).
+"""The session networks: one item table and scoring, and three sequence encoders on `core`, one class each.
 
-- sasrec (default): a decoder-only (causal) transformer; each history position predicts the next item.
-- bert4rec: a bidirectional transformer trained by masked item prediction (`mask_items`); it recommends
-  from a mask token appended after the history (`scoring_inputs`).
-- gru: GRU4Rec's recurrent network (`core.nn.recurrent.CausalRecurrentEncoder`), causal like sasrec.
+- `SASRec` (`arch: sasrec`, default): a decoder-only (causal) transformer; each history position predicts the
+  next item.
+- `BERT4Rec` (`bert4rec`): a bidirectional transformer trained by masked item prediction (`training_inputs`);
+  it recommends from a mask token appended after the history (`scoring_inputs`).
+- `GRU4Rec` (`gru`): GRU4Rec's recurrent network (`core.nn.recurrent.CausalRecurrentEncoder`), causal like sasrec.
 
-As in RecTools, the variants differ only in the injected encoder and, for bert4rec, the training inputs:
-the item table, features, scoring, ranking and export are shared. Scores are dot products between the
-hidden state and every item's vector: the item embedding itself (tied, default) or a separate output table.
+As in RecTools, the variants differ only in injected parts: the encoder, the training inputs, the attention
+masks and what each cannot honour (`refuse`). The item table, features, scoring, ranking and export are the
+base class's. A new network is one subclass and one line of `NETWORKS`; nothing else names an architecture.
+Scores are dot products between the hidden state and every item's vector: the item embedding itself (tied,
+default) or a separate output table.
 
 With categorical item features (`num_features` > 0, as RecTools' SASRec offers them), an item's vector is its
 id embedding plus the mean of its features' embeddings, for the inputs and the tied scores alike; a cold item
@@ -19,19 +22,26 @@ M selected positions, F feature slots per item.
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
 
 from core.nn import Encoder, TokenEmbedding, causal_padding_mask, padding_mask
-from core.nn.attention import AttentionKind
-from core.nn.blocks import Activation
+from core.nn.blocks import GatedResidual, Residual
 from core.nn.compile import bucket_length
-from core.nn.mixing import LowPassKind, LowPassMix
 from core.nn.recurrent import CausalRecurrentEncoder
-from core.nn.stacks import Positions
 from streamrec.data.constants import MAX_LEN, PAD_ID
+from streamrec.model.hparams import upgrade_hparams
+from streamrec.model.options import (
+    BlockOptions,
+    ContrastiveOptions,
+    ItemOptions,
+    MixingOptions,
+    ObjectiveOptions,
+    OptimizerOptions,
+)
 
 Arch = Literal["sasrec", "bert4rec", "gru"]
 
@@ -66,82 +76,131 @@ def exporting() -> bool:
 
 
 class StreamRecModel(nn.Module):
-    """Item embedding x sqrt(d_model), a sequence encoder chosen by `arch` (pre-LN transformer blocks with a final
-    LayerNorm, causal or bidirectional, or GRU layers), dot-product scores against the item vectors.
+    """Item embedding x sqrt(d_model), a sequence encoder (the subclass's), dot-product scores against the item
+    vectors. Build one with `build_network` or a subclass (`SASRec`, `BERT4Rec`, `GRU4Rec`).
 
     Args: the network's arguments of `streamrec.model.module.StreamRecModule`, with its names, meanings and
     defaults (a test keeps the defaults equal).
     """
+
+    arch: str = ""  # the `model.arch` name of the subclass, set by `NETWORKS`
+    causal: bool = True  # position t summarises items up to t only (the contrastive term needs it)
+    has_attention: bool = True  # explanations can read attention weights
+    extra_rows: int = 0  # input-table rows past the items that are never scored (bert4rec's mask token)
 
     # Lengths a trimmed batch is rounded up to (`trim_padding`'s `multiple`); 1: the longest row's. Not an
     # argument: only CUDA graphs want it, and `StreamRecModule` sets it when it compiles in that mode.
     length_multiple: int = 1
 
     def __init__(
-        self, num_items: int, *, d_model: int = 64, n_heads: int = 2, n_kv_heads: int | None = None,
-        n_layers: int = 2, d_ff: int = 256, dropout: float = 0.2, attn_dropout: float = 0.0, max_len: int = MAX_LEN,
-        positions: Positions = "learned", activation: Activation = "gelu", tied: bool = True,
-        item_init_std: float | None = None, lowpass_alpha: float = 0.0, lowpass_window: int = 16,
-        lowpass_kind: LowPassKind = "causal", attention: AttentionKind = "full", attention_window: int = 256,
-        num_features: int = 0, features_per_item: int = 0, arch: Arch = "sasrec", output_head: bool = False,
-        id_dropout: float = 0.0, gated_residual: bool = False, history_dropout: float = 0.0,
+        self, num_items: int, *, d_model: int = 64, n_heads: int = 2, n_layers: int = 2, d_ff: int = 256,
+        dropout: float = 0.2, max_len: int = MAX_LEN, num_features: int = 0, features_per_item: int = 0,
+        block: BlockOptions | Mapping[str, Any] | None = None, mixing: MixingOptions | Mapping[str, Any] | None = None,
+        items: ItemOptions | Mapping[str, Any] | None = None,
     ):
         super().__init__()
+        block, mixing = BlockOptions.of(block, "model.block"), MixingOptions.of(mixing, "model.mixing")
+        items = ItemOptions.of(items, "model.items")
         if num_items < 1:
             raise ValueError(f"`num_items` must be >= 1, got {num_items}")
-        _check_arch(arch, lowpass_alpha, attention, num_features, gated_residual)
-        self.arch = arch
         if num_features < 0 or features_per_item < 0 or (num_features > 0) != (features_per_item > 0):
             raise ValueError(f"`num_features` ({num_features}) and `features_per_item` ({features_per_item}) must "
                              "both be 0 (no item features) or both positive; link them from the data module")
-        if not 0.0 <= id_dropout < 1.0:
-            raise ValueError(f"`id_dropout` must be in [0, 1), got {id_dropout}")
-        if id_dropout and not num_features:
-            raise ValueError("`id_dropout` needs item features (`data.item_features`): without them an item whose "
-                             "id vector is dropped has no vector at all")
-        self.id_dropout = id_dropout
-        if not 0.0 <= history_dropout < 1.0:
-            raise ValueError(f"`history_dropout` must be in [0, 1), got {history_dropout}")
-        self.history_dropout = history_dropout
-        if num_features and not tied:
-            raise ValueError("item features need `tied: true`: a separate output table has no features, so it "
-                             "could not score cold items")
+        if items.id_dropout and not num_features:
+            raise ValueError("`model.items.id_dropout` needs item features (`data.item_features`): without them an "
+                             "item whose id vector is dropped has no vector at all")
+        if num_features and not items.tied:
+            raise ValueError("item features need `model.items.tied: true`: a separate output table has no features, "
+                             "so it could not score cold items")
+        self.refuse(block, mixing, num_features)
+        self.block, self.mixing, self.items = block, mixing, items
+        self.id_dropout, self.history_dropout = items.id_dropout, items.history_dropout
         self.num_items = num_items
         self.max_len = max_len  # the history length inputs are padded or cut to, whatever the encoder
-        # bert4rec's mask token is item N+1: a row of the input table only, never scored (`item_vectors`).
-        self.mask_id = num_items + 1
-        rows = num_items + (2 if arch == "bert4rec" else 1)
-        self.item_embedding = TokenEmbedding(rows, d_model, pad_id=PAD_ID, init_std=item_init_std)
-        self.encoder: Encoder | CausalRecurrentEncoder
-        if arch == "gru":
-            self.encoder = CausalRecurrentEncoder(d_model, n_layers=n_layers, dropout=dropout)
-        else:
-            self.encoder = Encoder(
-                d_model, n_heads, n_kv_heads=n_kv_heads, n_layers=n_layers, d_ff=d_ff, dropout=dropout,
-                attn_dropout=attn_dropout, max_len=max_len, positions=positions, activation=activation,
-                norm_first=True, causal=arch == "sasrec",
-                mix=LowPassMix(lowpass_alpha, lowpass_window, lowpass_kind, max_len) if lowpass_alpha > 0 else None,
-                attention=attention, window=attention_window, gated_residual=gated_residual,
-            )
+        self.mask_id = num_items + 1  # bert4rec's mask token: a row of the input table only, never scored
+        init_std = items.init_std
+        self.item_embedding = TokenEmbedding(num_items + 1 + self.extra_rows, d_model, pad_id=PAD_ID,
+                                             init_std=init_std)
+        self.encoder = self.build_encoder(d_model, n_heads, n_layers, d_ff, dropout, max_len, block, mixing)
         # BERT's masked-LM head (BERT4Rec's, RecBole's): the states are transformed once more before scoring.
         self.head: nn.Sequential | None = None
-        if output_head:
+        if block.output_head:
             self.head = nn.Sequential(nn.Linear(d_model, d_model), nn.GELU(), nn.LayerNorm(d_model))
         self.output: nn.Embedding | None = None
-        if not tied:
+        if not items.tied:
             self.output = nn.Embedding(num_items + 1, d_model, padding_idx=PAD_ID)
-            nn.init.normal_(self.output.weight, std=d_model**-0.5 if item_init_std is None else item_init_std)
+            nn.init.normal_(self.output.weight, std=d_model**-0.5 if init_std is None else init_std)
         self.feature_embedding: nn.EmbeddingBag | None = None
         if num_features:
             # A mean over each item's features; padding slots are left out (an item without any gets zeros).
             self.feature_embedding = nn.EmbeddingBag(num_features + 1, d_model, mode="mean", padding_idx=PAD_ID)
-            std = d_model**-0.5 if item_init_std is None else item_init_std
-            nn.init.normal_(self.feature_embedding.weight, std=std)
+            nn.init.normal_(self.feature_embedding.weight, std=d_model**-0.5 if init_std is None else init_std)
             self.feature_embedding.weight.data[PAD_ID].zero_()
             # Filled by `set_item_features` from the data; persistent, so checkpoints and exports carry them.
             self.register_buffer("item_features", torch.zeros(num_items + 1, features_per_item, dtype=torch.long))
             self.register_buffer("cold_items", torch.zeros(num_items + 1, dtype=torch.bool))
 
+    upgrade_hparams = staticmethod(upgrade_hparams)  # for the loaders in `core.runtime`
+
+    @classmethod
+    def from_hparams(cls, hparams: Mapping[str, Any]) -> StreamRecModel:
+        """The network a module's hyper-parameters describe, of the class their `arch` names (`build_network`)."""
+        return build_network(hparams)
+
+    # ------------------------------------------------------------------ what a subclass injects
+    @classmethod
+    def refuse(cls, block: BlockOptions, mixing: MixingOptions, num_features: int) -> None:
+        """Raise ValueError, naming the key to change, for a setting this network cannot honour."""
+
+    @classmethod
+    def refuse_training(cls, objective: ObjectiveOptions, contrastive: ContrastiveOptions,
+                        optimizer: OptimizerOptions) -> None:
+        """Raise ValueError for a training setting this network cannot honour (the module asks)."""
+        if contrastive.weight and not cls.causal:
+            raise ValueError(f"`model.contrastive.weight` needs a causal network (sasrec, gru), not {cls.arch}; "
+                             "`--model.contrastive.weight 0` trains without it")
+
+    def build_encoder(self, d_model: int, n_heads: int, n_layers: int, d_ff: int, dropout: float, max_len: int,
+                      block: BlockOptions, mixing: MixingOptions) -> nn.Module:
+        """The sequence encoder: pre-LN transformer blocks with a final LayerNorm (causal when `causal`)."""
+        return Encoder(
+            d_model, n_heads, n_kv_heads=block.n_kv_heads, n_layers=n_layers, d_ff=d_ff, dropout=dropout,
+            attn_dropout=block.attn_dropout, max_len=max_len, positions=block.positions, activation=block.activation,
+            norm_first=True, causal=self.causal, mix=mixing.lowpass(max_len), kernel=mixing.kernel(),
+            residual=GatedResidual if block.residual == "gated" else Residual,
+        )
+
+    def training_inputs(self, inputs: Tensor, targets: Tensor, last_only: bool,
+                        mask_prob: float) -> tuple[Tensor, Tensor, int | None]:
+        """A training batch's (B, T) inputs and targets as this network trains on them, and how many last positions
+        to train (None: all). Causal networks predict the next item at each position (prefix windows: the last)."""
+        return inputs, targets, 1 if last_only else None
+
+    def scoring_inputs(self, items: Tensor) -> Tensor:
+        """(B, T) histories -> the (B, T) encoder inputs whose last position recommends: the histories themselves."""
+        return items
+
+    def history_positions(self, weights: Tensor) -> Tensor:
+        """(B, T) weights over `scoring_inputs` positions -> the same over the history's positions."""
+        return weights
+
+    def _masks(self, items: Tensor, keys: Tensor) -> tuple[Tensor | None, Tensor | None]:
+        """The transformer's padding inputs for (B, T) items and their (B, 1, 1, T) padding mask: the attention
+        mask ((B, 1, T, T) causal and padding; None with a long-history kernel, which must not hold T x T), and
+        the (B, T) token positions that the low-pass mix and those kernels read (None when nothing reads them)."""
+        full = self.encoder.kernel is None
+        wants_valid = not full or self.encoder.layers[0].mix is not None
+        mask = (causal_padding_mask(keys) if self.causal else keys) if full else None
+        return mask, (keys.reshape(items.shape) if wants_valid else None)
+
+    def _run(self, items: Tensor, offset: int, last: int | None = None) -> Tensor:
+        """The encoder on (B, T) items whose first column is history position `offset` -> (B, T or last, D)."""
+        keys = padding_mask(items, PAD_ID)  # (B, 1, 1, T)
+        mask, valid = self._masks(items, keys)
+        hidden = self.encoder(self._embed(items), mask, last=last, offset=offset, valid=valid)
+        return hidden if self.head is None else self.head(hidden)
+
+    # ------------------------------------------------------------------ items, shared by every network
     def set_item_features(self, features: Tensor, cold: Tensor) -> None:
         """Take the data's (N+1, F) feature ids and (N+1,) bool cold items (never in the training histories)."""
         if self.feature_embedding is None:
@@ -194,8 +253,9 @@ class StreamRecModel(nn.Module):
         if self.output is not None:
             return self.output.weight
         weight = self.item_embedding.weight  # whole, not sliced: a sparse gradient (rowwise_adagrad) has no views
-        return weight[: self.num_items + 1] if self.arch == "bert4rec" else weight
+        return weight[: self.num_items + 1] if self.extra_rows else weight
 
+    # ------------------------------------------------------------------ encoding and scoring
     def encode(self, items: Tensor, trim: bool = False, last: int | None = None) -> Tensor:
         """Hidden state after each history position.
 
@@ -225,12 +285,52 @@ class StreamRecModel(nn.Module):
         items, offset = trim_padding(self.scoring_inputs(items), self.length_multiple)
         return self._run(items, offset, last=1)[:, -1]
 
+    @torch.no_grad()
+    def recommend_scores(self, items: Tensor) -> Tensor:
+        """(B, T) left-padded histories -> (B, N+1) next-item scores (padding -inf)."""
+        return self.score(self.last_hidden(items))
+
+
+class SASRec(StreamRecModel):
+    """A causal transformer (Kang & McAuley, 2018): every history position predicts the next item."""
+
+
+class BERT4Rec(StreamRecModel):
+    """A bidirectional transformer trained to fill masked items (Sun et al., 2019), recommending from a mask token
+    placed after the history."""
+
+    causal = False
+    extra_rows = 1
+
+    @classmethod
+    def refuse(cls, block: BlockOptions, mixing: MixingOptions, num_features: int) -> None:
+        _refuse_causal_mixing(cls.arch, mixing)
+        if num_features:
+            raise ValueError("item features are not offered with arch bert4rec (its mask token has no features); "
+                             "use arch sasrec or gru")
+
+    @classmethod
+    def refuse_training(cls, objective: ObjectiveOptions, contrastive: ContrastiveOptions,
+                        optimizer: OptimizerOptions) -> None:
+        super().refuse_training(objective, contrastive, optimizer)
+        if optimizer.sparse:
+            raise ValueError("`model.optimizer.item_optimizer: rowwise_adagrad` does not work with arch bert4rec (its "
+                             "item table holds the mask token, which is never scored); use `item_optimizer: adamw`")
+
+    def training_inputs(self, inputs: Tensor, targets: Tensor, last_only: bool,
+                        mask_prob: float) -> tuple[Tensor, Tensor, int | None]:
+        """The cloze task on each sequence's last T items (targets' last column ends a row), at every position."""
+        items = torch.cat([inputs, targets[:, -1:]], dim=1)[:, 1:]  # (B, T)
+        masked, chosen = self.mask_items(items, mask_prob)
+        return masked, chosen, None
+
     def scoring_inputs(self, items: Tensor) -> Tensor:
-        """(B, T) histories -> the (B, T) encoder inputs whose last position recommends: the histories themselves,
-        or for bert4rec their last T - 1 items and the mask token (the position it learned to fill)."""
-        if self.arch != "bert4rec":
-            return items
+        """(B, T) histories -> their last T - 1 items and the mask token (the position it learned to fill)."""
         return torch.cat([items[:, 1:], items.new_full((items.shape[0], 1), self.mask_id)], dim=1)
+
+    def history_positions(self, weights: Tensor) -> Tensor:
+        """The inputs were the last T - 1 items and the mask: shift back to the history's positions."""
+        return torch.cat([torch.zeros_like(weights[:, :1]), weights[:, :-1]], dim=1)
 
     def mask_items(self, items: Tensor, prob: float, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
         """BERT4Rec's cloze task on (B, T) left-padded histories: each real item is replaced by the mask token with
@@ -241,47 +341,74 @@ class StreamRecModel(nn.Module):
         chosen[:, -1] |= ~chosen.any(1) & real[:, -1]
         return items.masked_fill(chosen, self.mask_id), items.masked_fill(~chosen, PAD_ID)
 
+
+class GRU4Rec(StreamRecModel):
+    """GRU4Rec's recurrent network (Hidasi et al., 2016): `n_layers` GRU layers of width `d_model`, causal like
+    sasrec; the attention settings do not apply, and explanations have no attention view."""
+
+    has_attention = False
+
+    @classmethod
+    def refuse(cls, block: BlockOptions, mixing: MixingOptions, num_features: int) -> None:
+        _refuse_causal_mixing(cls.arch, mixing)
+        if block.residual != "plain":
+            raise ValueError("`model.block.residual: gated` gates the transformer blocks' residuals; arch gru has "
+                             "none: set it to plain")
+
+    def build_encoder(self, d_model: int, n_heads: int, n_layers: int, d_ff: int, dropout: float, max_len: int,
+                      block: BlockOptions, mixing: MixingOptions) -> nn.Module:
+        return CausalRecurrentEncoder(d_model, n_layers=n_layers, dropout=dropout)
+
     def _run(self, items: Tensor, offset: int, last: int | None = None) -> Tensor:
-        """The encoder on (B, T) items whose first column is history position `offset` -> (B, T or last, D)."""
-        keys = padding_mask(items, PAD_ID)  # (B, 1, 1, T)
-        if isinstance(self.encoder, CausalRecurrentEncoder):
-            hidden = self.encoder(self._embed(items), keys.reshape(items.shape))
-            hidden = hidden if last is None else hidden[:, -last:]
-        else:
-            mask, valid = self._masks(items, keys)
-            hidden = self.encoder(self._embed(items), mask, last=last, offset=offset, valid=valid)
+        keys = padding_mask(items, PAD_ID).reshape(items.shape)  # (B, T) True at items
+        hidden = self.encoder(self._embed(items), keys)
+        hidden = hidden if last is None else hidden[:, -last:]
         return hidden if self.head is None else self.head(hidden)
 
-    def _masks(self, items: Tensor, keys: Tensor) -> tuple[Tensor | None, Tensor | None]:
-        """The transformer's padding inputs for (B, T) items and their (B, 1, 1, T) padding mask: the attention
-        mask (causal for sasrec: (B, 1, T, T); the padding mask itself for bert4rec; None with window or linear
-        attention, which must not hold T x T), and the (B, T) token positions that the low-pass mix and those
-        attentions read (None when nothing reads them)."""
-        full = self.encoder.attention == "full"
-        wants_valid = not full or self.encoder.layers[0].mix is not None
-        mask = (causal_padding_mask(keys) if self.encoder.causal else keys) if full else None
-        return mask, (keys.reshape(items.shape) if wants_valid else None)
 
-    @torch.no_grad()
-    def recommend_scores(self, items: Tensor) -> Tensor:
-        """(B, T) left-padded histories -> (B, N+1) next-item scores (padding -inf)."""
-        return self.score(self.last_hidden(items))
+def _refuse_causal_mixing(arch: str, mixing: MixingOptions) -> None:
+    if mixing.lowpass_alpha > 0:
+        raise ValueError(f"`model.mixing.lowpass_alpha` is a causal filter of the sasrec transformer; set it to 0 for "
+                         f"arch {arch}")
+    if mixing.attention != "full":
+        raise ValueError(f"`model.mixing.attention: {mixing.attention}` is causal attention for sasrec; use "
+                         f"`attention: full` with arch {arch}")
 
 
-def _check_arch(arch: str, lowpass_alpha: float, attention: str, num_features: int, gated_residual: bool) -> None:
-    """Refuse the options an architecture cannot honour, naming the key to change."""
-    if arch not in ("sasrec", "bert4rec", "gru"):
-        raise ValueError(f"`arch` must be sasrec, bert4rec or gru, got {arch!r}")
-    if arch == "sasrec":
-        return
-    if lowpass_alpha > 0:
-        raise ValueError(f"`lowpass_alpha` is a causal filter of the sasrec transformer; set it to 0 for arch {arch}")
-    if attention != "full":
-        raise ValueError(f"`attention: {attention}` is causal attention for sasrec; use `attention: full` with arch "
-                         f"{arch}")
-    if arch == "gru" and gated_residual:
-        raise ValueError("`gated_residual` gates the transformer blocks' residuals; arch gru has none: set it "
-                         "to false")
-    if arch == "bert4rec" and num_features:
-        raise ValueError("item features are not offered with arch bert4rec (its mask token has no features); "
-                         "use arch sasrec or gru")
+# The one place an architecture's name is read: `model.arch` -> its class.
+NETWORKS: dict[str, type[StreamRecModel]] = {"sasrec": SASRec, "bert4rec": BERT4Rec, "gru": GRU4Rec}
+for _name, _cls in NETWORKS.items():
+    _cls.arch = _name
+
+# The module's hyper-parameters the network takes; the others are training settings.
+NETWORK_KEYS = ("num_items", "d_model", "n_heads", "n_layers", "d_ff", "dropout", "max_len", "num_features",
+                "features_per_item", "block", "mixing", "items")
+TRAINING_KEYS = ("lr", "weight_decay", "objective", "contrastive", "optimizer", "evaluation", "speed")
+
+
+def network_class(arch: str) -> type[StreamRecModel]:
+    """The network class of `model.arch`."""
+    if arch not in NETWORKS:
+        raise ValueError(f"`model.arch` must be {', '.join(NETWORKS)}; got {arch!r}")
+    return NETWORKS[arch]
+
+
+def network_arguments(hparams: Mapping[str, Any]) -> tuple[type[StreamRecModel], dict[str, Any]]:
+    """The one handoff from a module's hyper-parameters (a checkpoint's, an export's, the module's own) to its
+    network: the class and exactly its arguments. Old flat names are mapped first (`upgrade_hparams`).
+
+    Raises:
+        ValueError: a key that is neither the network's nor a training setting, in one line.
+    """
+    hp = upgrade_hparams(hparams)
+    unknown = [k for k in hp if k not in ("arch", *NETWORK_KEYS, *TRAINING_KEYS) and not k.startswith("_")]
+    if unknown:
+        raise ValueError(f"hyper-parameter {unknown[0]!r} is not a StreamRec setting; the settings are arch, "
+                         f"{', '.join(NETWORK_KEYS + TRAINING_KEYS)}")
+    return network_class(hp.get("arch", "sasrec")), {k: hp[k] for k in NETWORK_KEYS if k in hp}
+
+
+def build_network(hparams: Mapping[str, Any]) -> StreamRecModel:
+    """The network a module's hyper-parameters describe (`network_arguments`)."""
+    cls, arguments = network_arguments(hparams)
+    return cls(**arguments)

@@ -36,15 +36,14 @@ def attention_weights(model: StreamRecModel, inputs: Tensor) -> Tensor:
     Returns:
         (B, T) weights; padding positions get 0 and real positions sum to 1.
     """
-    if model.arch == "gru":
-        raise InputError("a gru model has no attention to explain with; score it without --explain, and for its "
-                         "occlusion view call `streamrec.ranking.explain.occlusion_drops` (sasrec and bert4rec models "
-                         "explain both ways)")
+    if not model.has_attention:
+        raise InputError(f"a {model.arch} model has no attention to explain with; score it without --explain, and "
+                         "for its occlusion view call `streamrec.ranking.explain.occlusion_drops` (sasrec and bert4rec "
+                         "models explain both ways)")
     with AttentionCapture(model.encoder) as cap:
         model.encode(model.scoring_inputs(inputs))
     rollout = attention_rollout(cap.layers("self_attn"))[:, -1]  # (B, T) over the encoder's inputs
-    if model.arch == "bert4rec":  # inputs were the last T - 1 items and the mask: back to history positions
-        rollout = torch.cat([torch.zeros_like(rollout[:, :1]), rollout[:, :-1]], dim=1)
+    rollout = model.history_positions(rollout)
     rollout = rollout.masked_fill(inputs == PAD_ID, 0.0)
     return rollout / rollout.sum(-1, keepdim=True).clamp_min(1e-12)
 

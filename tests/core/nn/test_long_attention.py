@@ -13,6 +13,7 @@ from core.nn.linear_attention import (
     feature_map,
     linear_attention_step,
 )
+from core.nn.stacks import Encoder
 from core.nn.windowed import WindowAttention, band_mask, windowed_attention
 
 

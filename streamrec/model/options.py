@@ -1,0 +1,307 @@
+"""StreamRec's option groups: the settings of one part of the model or its training, each validated in one place.
+
+`StreamRecModule` takes one object per group (`--model.objective.loss sampled`, `--model.contrastive.weight 0.1`
+on the command line, nested mappings in YAML); checkpoints store them as plain dicts. A rule that involves two
+groups lives in `check_training`; a rule a network cannot honour lives in that network's class
+(`streamrec.model.network`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from core.nn.blocks import Activation
+from core.nn.linear_attention import LinearAttention
+from core.nn.mixing import LowPassKind, LowPassMix
+from core.nn.options import OptionGroup
+from core.nn.stacks import Positions
+from core.nn.windowed import WindowAttention
+
+LossName = Literal["full", "sampled", "bce", "gbce"]
+ItemOptimizer = Literal["adamw", "rowwise_adagrad"]
+AttentionName = Literal["full", "window", "linear"]
+ResidualName = Literal["plain", "gated"]
+
+
+def _choice(name: str, value: object, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"`{name}` must be {', '.join(choices[:-1])} or {choices[-1]}, got {value!r}")
+
+
+def _share(name: str, value: float) -> None:
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"`{name}` must be in [0, 1), got {value}")
+
+
+@dataclass(frozen=True)
+class BlockOptions(OptionGroup):
+    """The transformer blocks' shape beyond width and depth.
+
+    Args:
+        n_kv_heads: key/value heads for grouped-query attention (None: n_heads).
+        attn_dropout: dropout on attention weights.
+        positions: learned (SASRec), sinusoidal, rope, alibi or none.
+        activation: feed-forward activation.
+        residual: plain, or gated: each block's two residual updates scaled by a learned sigmoid gate of the
+            block's input (LiGR's block, which eSASRec trains with `activation: swiglu`; `core.nn.blocks`).
+            Transformer networks only.
+        output_head: a dense layer, GELU and LayerNorm on each hidden state before it is scored: BERT's
+            masked-LM head, part of BERT4Rec as published (and of RecBole's); any network takes it.
+    """
+
+    n_kv_heads: int | None = None
+    attn_dropout: float = 0.0
+    positions: Positions = "learned"
+    activation: Activation = "gelu"
+    residual: ResidualName = "plain"
+    output_head: bool = False
+
+    def __post_init__(self) -> None:
+        _share("model.block.attn_dropout", self.attn_dropout)
+        _choice("model.block.residual", self.residual, ("plain", "gated"))
+
+
+@dataclass(frozen=True)
+class MixingOptions(OptionGroup):
+    """How each block mixes a history's positions.
+
+    Args:
+        attention: full (default), or for histories of thousands of items, with time and memory linear in
+            their length: window (each position attends to the last `window` items) or linear (linear
+            attention, elu + 1 features). Window and linear are sasrec's.
+        window: the window of `attention: window`.
+        lowpass_alpha: weight of a causal low-pass filter branch mixed with each layer's attention (BSARec's
+            "beyond self-attention", made causal: `core.nn.mixing`); 0 (default): attention only. sasrec's.
+        lowpass_window: that filter's moving-average length in items (fourier: BSARec's c, `core.nn.mixing`).
+        lowpass_kind: causal (default), or fourier: BSARec's own filter over the whole history, which reads each
+            position's future, so it needs training at the last position only (`data.prefixes: true`).
+    """
+
+    attention: AttentionName = "full"
+    window: int = 256
+    lowpass_alpha: float = 0.0
+    lowpass_window: int = 16
+    lowpass_kind: LowPassKind = "causal"
+
+    def __post_init__(self) -> None:
+        _choice("model.mixing.attention", self.attention, ("full", "window", "linear"))
+        if self.window < 1:
+            raise ValueError(f"`model.mixing.window` must be >= 1, got {self.window}")
+        if self.lowpass_alpha < 0:
+            raise ValueError(f"`model.mixing.lowpass_alpha` must be >= 0 (0: attention only), got {self.lowpass_alpha}")
+        LowPassMix(self.lowpass_alpha or 1.0, self.lowpass_window, self.lowpass_kind)  # the mix checks the rest
+
+    def kernel(self) -> WindowAttention | LinearAttention | None:
+        """The attention part of `attention` (None: the softmax over every allowed key)."""
+        if self.attention == "window":
+            return WindowAttention(self.window)
+        return LinearAttention() if self.attention == "linear" else None
+
+    def lowpass(self, max_len: int) -> LowPassMix | None:
+        """The low-pass branch, or None without one."""
+        if self.lowpass_alpha <= 0:
+            return None
+        return LowPassMix(self.lowpass_alpha, self.lowpass_window, self.lowpass_kind, max_len)
+
+
+@dataclass(frozen=True)
+class ItemOptions(OptionGroup):
+    """How items become vectors.
+
+    Args:
+        tied: score with the item embedding (True) or a separate output table.
+        init_std: standard deviation of the initial item vectors (None: d_model ** -0.5).
+        id_dropout: with item features, the share of item id vectors left out in training (each occurrence, in the
+            inputs and the scored table), so that items are also learnt by their features alone, as DropoutNet
+            trains for cold start: cold items have nothing else to be scored by. 0 (default): none.
+        history_dropout: the share of history items blanked in training (input vector zeroed, position kept; each
+            pass draws its own, so the contrastive term's two views differ by items too, as CL4SRec's item masks
+            do), against leaning on single past items. 0 (default): none.
+    """
+
+    tied: bool = True
+    init_std: float | None = None
+    id_dropout: float = 0.0
+    history_dropout: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.init_std is not None and self.init_std <= 0:
+            raise ValueError(f"`model.items.init_std` must be > 0, got {self.init_std}")
+        _share("model.items.id_dropout", self.id_dropout)
+        _share("model.items.history_dropout", self.history_dropout)
+
+
+@dataclass(frozen=True)
+class ObjectiveOptions(OptionGroup):
+    """The training loss and the terms on it.
+
+    Args:
+        loss: full (softmax over all items), sampled (softmax over shared negatives with logQ correction), bce
+            (SASRec: one negative set per position), gbce (gSASRec).
+        label_smoothing: eps of label smoothing in the full softmax (eps / N on every item); 0: none.
+        rdrop_alpha: R-Drop's weight (Liang et al., 2021; 0, the default, is off): each training batch runs
+            through two dropout masks, and `core.rdrop_cross_entropy` adds the symmetric KL between the two
+            predicted next-item distributions to their mean cross-entropy. About twice a step; `loss: full`.
+        num_negatives: negatives per step (sampled: shared by the batch; bce/gbce: per position).
+        negative_sampling: uniform or popularity (popularity only for `sampled`).
+        gbce_t: gSASRec calibration t in [0, 1] (0 = plain BCE).
+        mask_prob: bert4rec's share of history items masked in each training sequence (at least one per
+            sequence); unused by the other networks.
+    """
+
+    loss: LossName = "full"
+    label_smoothing: float = 0.0
+    rdrop_alpha: float = 0.0
+    num_negatives: int = 256
+    negative_sampling: Literal["uniform", "popularity"] = "uniform"
+    gbce_t: float = 0.75
+    mask_prob: float = 0.2
+
+    def __post_init__(self) -> None:
+        _choice("model.objective.loss", self.loss, ("full", "sampled", "bce", "gbce"))
+        _share("model.objective.label_smoothing", self.label_smoothing)
+        if self.rdrop_alpha < 0.0:
+            raise ValueError(f"`model.objective.rdrop_alpha` must be >= 0 (0 turns R-Drop off), got {self.rdrop_alpha}")
+        if self.loss != "full" and self.num_negatives < 1:
+            raise ValueError(f"`model.objective.num_negatives` must be >= 1 for loss {self.loss!r}, "
+                             f"got {self.num_negatives}")
+        _choice("model.objective.negative_sampling", self.negative_sampling, ("uniform", "popularity"))
+        if self.negative_sampling == "popularity" and self.loss != "sampled":
+            raise ValueError("`model.objective.negative_sampling: popularity` needs `loss: sampled` (it relies on "
+                             "the logQ correction)")
+        if not 0.0 < self.mask_prob < 1.0:
+            raise ValueError(f"`model.objective.mask_prob` must be in (0, 1), got {self.mask_prob}")
+
+
+@dataclass(frozen=True)
+class ContrastiveOptions(OptionGroup):
+    """A contrastive term beside the loss (CL4SRec, DuoRec).
+
+    Args:
+        weight: the term's weight (0, the default, is off): each batch runs through two dropout masks, and each
+            window's last state must pick its other view out of the batch (`core.contrastive_loss`; windows with the
+            same last target are not negatives, as DuoRec has it). About twice the step (`second_pass_softmax`);
+            `loss: full`, and a causal network (sasrec, gru).
+        temperature: the term's temperature on dot products (1, as CL4SRec and DuoRec).
+        positive: what the term's second view of a window is. dropout (default): the window itself under another
+            dropout mask (CL4SRec's and DuoRec's unsupervised view). same_target: another training window with the
+            same last target (DuoRec's supervised positive; `streamrec.data.datasets.SameTargetWindows`); needs
+            `second_pass_softmax: false`, since the second pass then encodes other windows.
+        second_pass_softmax: whether the second pass also trains the full softmax at every position. False runs it
+            for the term only (its last state, as DuoRec arranges the passes): the softmax over the catalogue is
+            most of a step on sparse data, so the term then costs a fraction of a step instead of doubling it.
+            R-Drop needs both passes' softmax.
+    """
+
+    weight: float = 0.0
+    temperature: float = 1.0
+    positive: Literal["dropout", "same_target"] = "dropout"
+    second_pass_softmax: bool = True
+
+    def __post_init__(self) -> None:
+        if self.weight < 0.0 or self.temperature <= 0.0:
+            raise ValueError(f"`model.contrastive.weight` must be >= 0 and `model.contrastive.temperature` > 0, "
+                             f"got {self.weight} and {self.temperature}")
+        _choice("model.contrastive.positive", self.positive, ("dropout", "same_target"))
+        if self.positive == "same_target" and self.second_pass_softmax:
+            raise ValueError("`model.contrastive.positive: same_target` needs `second_pass_softmax: false`: its "
+                             "second pass encodes other windows than the first")
+        if not self.second_pass_softmax and not self.weight:
+            raise ValueError("`model.contrastive.second_pass_softmax: false` needs the term on "
+                             f"(`model.contrastive.weight` > 0), got {self.weight}")
+
+
+@dataclass(frozen=True)
+class OptimizerOptions(OptionGroup):
+    """The schedule and how the item tables learn (the peak `lr` and `weight_decay` are the module's own).
+
+    Args:
+        warmup_steps: linear warmup steps of the warmup-cosine schedule.
+        lr_floor: final learning rate as a fraction of the peak.
+        item_optimizer: how the item table(s) learn. adamw (default): like every other parameter, with a dense
+            (N, D) gradient and two AdamW states, about 6 item tables at the peak of a step. rowwise_adagrad:
+            sparse gradients (only the rows a step reads: its inputs, targets and negatives) and row-wise AdaGrad
+            with one accumulator per row (TorchRec / FBGEMM's embedding optimizer), about 1 table plus the
+            touched rows; the rest of the model keeps AdamW and the schedule scales both. Use it when the item
+            table dominates memory (millions of items); it needs a sampled loss (sampled, bce or gbce), and
+            under DDP a backend that all-reduces sparse gradients (gloo; not NCCL).
+        item_lr: peak learning rate of the item rows under `rowwise_adagrad` (unused with adamw). AdaGrad's steps
+            shrink as a row's squared gradients add up, so it wants a larger rate than AdamW.
+    """
+
+    warmup_steps: int = 100
+    lr_floor: float = 0.1
+    item_optimizer: ItemOptimizer = "adamw"
+    item_lr: float = 0.1
+
+    def __post_init__(self) -> None:
+        _choice("model.optimizer.item_optimizer", self.item_optimizer, ("adamw", "rowwise_adagrad"))
+        if self.item_lr <= 0:
+            raise ValueError(f"`model.optimizer.item_lr` must be > 0, got {self.item_lr}")
+
+    @property
+    def sparse(self) -> bool:
+        """Whether the item tables take sparse gradients (`rowwise_adagrad`)."""
+        return self.item_optimizer == "rowwise_adagrad"
+
+
+@dataclass(frozen=True)
+class EvalOptions(OptionGroup):
+    """What validation and test measure.
+
+    Args:
+        ks: cutoffs for HR@K, NDCG@K, MRR@K.
+        exclude_seen: leave items already in the history out of the validation and test ranking.
+        sampled_metrics: also log the SASRec paper's sampled metrics (100 negatives; for comparison only).
+        popularity_baseline: also log a most-popular baseline's metrics on the same cases (`*_mostpop_*`), so
+            every run shows what the model adds.
+    """
+
+    ks: tuple[int, ...] = (10, 20)
+    exclude_seen: bool = True
+    sampled_metrics: bool = False
+    popularity_baseline: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ks", tuple(self.ks))  # a list from YAML or a checkpoint
+        if not self.ks or any(int(k) < 1 for k in self.ks):
+            raise ValueError(f"`model.evaluation.ks` must be cutoffs >= 1, got {list(self.ks)}")
+
+
+FULL_SOFTMAX_TERMS = (("objective", "label_smoothing"), ("objective", "rdrop_alpha"), ("contrastive", "weight"))
+
+
+def full_softmax_terms(hparams: Mapping[str, Any]) -> list[str]:
+    """The training terms `hparams` (a module's, groups as mappings or objects) turns on that ride on the full
+    softmax, as `group.key`, so that the loss must stay full.
+
+    One list for the module's refusal and for `tune`, which leaves the loss out of its search when a config sets
+    one.
+    """
+    def value(group: str, key: str) -> Any:
+        options = hparams.get(group)
+        return getattr(options, key, None) if not isinstance(options, Mapping) else options.get(key)
+
+    return [f"{group}.{key}" for group, key in FULL_SOFTMAX_TERMS if value(group, key)]
+
+
+def check_training(objective: ObjectiveOptions, contrastive: ContrastiveOptions,
+                   optimizer: OptimizerOptions, num_features: int) -> None:
+    """The rules that span groups: terms that ride on the full softmax, and the sparse item optimizer's needs."""
+    terms = full_softmax_terms({"objective": objective, "contrastive": contrastive})
+    if terms and objective.loss != "full":
+        one = len(terms) == 1
+        raise ValueError(f"{' and '.join(f'`model.{t}`' for t in terms)} {'needs' if one else 'need'} "
+                         f"`model.objective.loss: full`, not {objective.loss!r}; "
+                         f"{' '.join(f'--model.{t} 0' for t in terms)} trains without {'it' if one else 'them'}")
+    if not contrastive.second_pass_softmax and objective.rdrop_alpha:
+        raise ValueError("`model.contrastive.second_pass_softmax: false` does not work with R-Drop, which needs both "
+                         f"passes' softmax (`model.objective.rdrop_alpha` {objective.rdrop_alpha}); set it to 0")
+    if optimizer.sparse and objective.loss == "full":
+        raise ValueError("`model.optimizer.item_optimizer: rowwise_adagrad` needs a sampled loss (sampled, bce or "
+                         "gbce): `loss: full` gives every item row a gradient each step")
+    if optimizer.sparse and num_features:
+        raise ValueError("`model.optimizer.item_optimizer: rowwise_adagrad` does not work with item features: "
+                         "every item's vector reads the shared feature table; use `item_optimizer: adamw`")
