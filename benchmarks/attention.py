@@ -8,19 +8,10 @@ the weight capture and the fp32 softmax upcast (the same for fp32).
 One step: q, k, v of (B=8, H=8, T, Dh=64) with requires_grad, out = attention(q, k, v),
 out.sum().backward().
 
-Time: both paths on the same inputs in one process, interleaved A B A B ... after a
-warm-up; a time is the median over repeats (one repeat = one A B round), a ratio the
-median of the per-repeat ratios explicit / SDPA. The number of repeats adapts to T (about
-15 s per cell, 3 to 25, so fewer at large T) unless --repeats sets it.
-Under load (load average above the core count) times inflate and ratios favour SDPA,
-whose two fused kernels wait at far fewer parallel barriers: the header warns; use an idle
-machine or --threads 1.
-Memory: peak working memory of one step on top of its inputs. On CPU a fresh process per
-path and cell (forked from a forkserver that has imported torch and core, run nothing)
-allocates the inputs, reads its RSS, runs one step and reports peak RSS (VmHWM) minus that;
-no warm-up, it would raise the high-water mark. On CUDA, max_memory_allocated minus
-memory_allocated after the inputs. A cell whose estimated need exceeds 60% of free memory
-(MemAvailable, or free GPU memory) is skipped, for time and memory alike.
+Time: both paths on the same inputs, interleaved A B A B ... after a warm-up; time = median over rounds, ratio =
+median of per-round ratios explicit / SDPA; rounds adapt to T (about 15 s a cell) unless --repeats sets them.
+Memory: one step's peak above its inputs, on CPU in a fresh process per path and cell (`_common.in_fresh_process`,
+peak RSS), on CUDA from max_memory_allocated. A cell whose estimated need exceeds 60% of free memory is skipped.
 
     python benchmarks/attention.py                             # CPU fp32, T 128..4096, full and causal
     python benchmarks/attention.py --json runs/attention.json  # also every figure as one flat JSON object
@@ -42,19 +33,18 @@ from __future__ import annotations
 
 import argparse
 import math
-import multiprocessing
 import os
 import statistics
 import sys
 from dataclasses import dataclass
 from functools import partial
-from multiprocessing.connection import Connection
 from pathlib import Path
 
 import torch
 from _common import (
     adaptive_repeats,
     gib,
+    in_fresh_process,
     interleave,
     median_ratio,
     mem_available_bytes,
@@ -193,41 +183,9 @@ def measure_peak(path: str, cell: Cell) -> int:
 
 
 def peaks_in_fresh_processes(paths: list[str], cell: Cell) -> dict[str, int | None]:
-    """measure_peak for each path, each in a fresh process; None (error logged) where one dies.
-
-    The processes fork from a forkserver that has only imported this script (torch, core), so
-    each starts with a clean heap without paying torch's import again. They run side by side when
-    their estimates fit the memory budget together: RSS is per process.
-    """
-    ctx = multiprocessing.get_context("forkserver")
-    # Each child re-runs this script's top level (as __mp_main__, so main() stays put; a
-    # "__main__" preload is ignored before Python 3.13): preload what that imports.
-    ctx.set_forkserver_preload(["torch", "rich.console", "_common", "core.nn.attention", "core.nn.masks"])
-    together = sum(estimate_bytes(p, cell) for p in paths) <= memory_budget(cell.device)
-    peaks: dict[str, int | None] = {}
-    for batch in [paths] if together else [[p] for p in paths]:
-        running = []
-        for p in batch:
-            receiver, sender = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_probe, args=(sender, p, cell, torch.get_num_threads()), daemon=True)
-            proc.start()
-            sender.close()  # so recv() sees EOF if the child dies
-            running.append((p, proc, receiver))
-        for p, proc, receiver in running:
-            try:
-                peaks[p] = receiver.recv()
-            except EOFError:  # e.g. killed for memory: the table says "failed"
-                peaks[p] = None
-            proc.join()
-            if proc.exitcode != 0:
-                print(f"{cell.prefix} {p}: memory probe died with exit code {proc.exitcode}", file=sys.stderr)
-    return peaks
-
-
-def _probe(sender: Connection, path: str, cell: Cell, threads: int) -> None:
-    torch.set_num_threads(threads)
-    sender.send(measure_peak(path, cell))
-    sender.close()
+    """measure_peak for each path, each in a fresh process; None where one dies (killed for memory)."""
+    preload = ["torch", "rich.console", "_common", "core.nn.attention", "core.nn.masks"]
+    return {p: in_fresh_process(measure_peak, (p, cell), preload, torch.get_num_threads()) for p in paths}
 
 
 def measure_cell(cell: Cell, repeats: int | None, log: Console) -> dict[str, float]:

@@ -45,7 +45,7 @@ class ProtocolMetrics(RankingMetrics):
     cases the caller passes)."""
 
     def __init__(self, protocol: str, ks: Sequence[int]):
-        super().__init__(ks, filter_seen=protocol != "keep")
+        super().__init__(ks, exclude_seen=protocol != "keep")
         self.protocol = protocol
 
     def ranks(self, scores: Tensor, targets: Tensor, seen: Tensor | None) -> Tensor:

@@ -1,50 +1,31 @@
 """StreamRec against RecTools' SASRecModel, a fair race: same split, same budget, same search, four data sets.
 
-For every data set, both systems run the same validation-driven search: every learning rate in
-`--lrs` times every loss in `--losses` (softmax = our "full" / RecTools "softmax"; gbce = gSASRec's
-loss with 256 uniform negatives and t = 0.75 on both sides: RecTools' documented best losses). Each
-trial trains up to `--max-epochs` and evaluates validation NDCG@10 after every epoch (full ranking,
-seen items removed, our `RankingMetrics` on both networks' scores); it stops after `--patience`
-epochs without a gain, or when its training time reaches `--trial-minutes` (the same cap for
-both), and keeps its best epoch's weights. The trial with the best validation NDCG is each
-system's pick; only the picks are scored on the test split. Nothing about the test split is
-seen before that.
+For every data set both systems run the same validation-driven search: every lr in `--lrs` times every loss in
+`--losses` (softmax; gbce: gSASRec's loss, 256 uniform negatives, t 0.75). A trial trains up to `--max-epochs`,
+scores validation NDCG@10 after every epoch (full ranking, seen items removed, our `RankingMetrics` on both
+networks' scores), stops after `--patience` epochs without a gain or at `--trial-minutes` of training, and keeps
+its best epoch. Each system's pick (best validation NDCG@10) alone is scored on the test split.
 
-Same for both: the leave-one-out split (`streamrec.data.splits.leave_one_out_split`: last item test,
-second-to-last validation, the rest training, one training sequence per user), the model size
-(d_model 64, 2 blocks, 1 head, feed-forward width 64 with ReLU, as RecTools' block; dropout on
-embeddings, attention weights, inside and after the FFN), learned positions, tied item
-embeddings, batch 128, max_len, precision and threads. The optimisers stay each library's own
-(ours: AdamW with warmup-cosine over `--max-epochs`; RecTools: Adam, constant lr). Users that
-RecTools drops from training (fewer than 2 training items) are still scored
-(`on_unsupported_targets="warn"`); items it never saw score -inf.
+Same for both: the leave-one-out split, the block (d_model 64, 2 blocks, 1 head, FFN 64 ReLU, dropout 0.2:
+RecTools'), learned positions, tied item embeddings, batch 128, max_len, precision, threads; each keeps its own
+optimiser (ours AdamW with warmup-cosine, RecTools Adam). `--ours-recipe default` races one trial of
+`StreamRecModule`'s defaults instead (with `--ours-config YAML`: that config's model block over them, as
+`fit --config` trains; pass its `data.max_len` as `--max-len`) against RecTools' full search.
 
-`--ours-recipe default` races StreamRec as a new user gets it instead: one trial with
-`StreamRecModule`'s defaults (what `python -m streamrec fit --data.path FILE` trains), no search, against
-RecTools' full search; with `--ours-config configs/streamrec/ml1m.yaml` that trial trains the config's model
-block over the defaults, as `fit --config` does (pass its `data.max_len` as `--max-len`).
-
-Reported per data set: both picks' test HR@10 / NDCG@10, their validation settings (loss, lr,
-best epoch, epochs run), training sequences/s (median epoch, validation excluded) and the time to
-score every test user top-10 with seen items filtered (median of 3, each in its own trial:
-not interleaved). Every trial is appended to `OUT/trials.jsonl` as it ends; a rerun with the same
-settings skips the trials already there, so an interrupted search resumes trial by trial.
+Reported per data set: both picks' test HR@10 / NDCG@10, settings, training sequences/s (median epoch) and the
+time to score every test user top-10. Every trial is appended to `OUT/trials.jsonl`; a rerun with the same
+settings reads them back, so a search resumes, and two processes (`--systems ours`, `--systems rectools`, one per
+core) can share the work before a run with both prints the tables.
 
     make bench-env-rectools                                    # once: creates .venv-rectools
-    python benchmarks/streamrec_rectools.py --datasets beauty --out runs/rectools_fair --json runs/rectools_fair.json
-    python benchmarks/streamrec_rectools.py --datasets ml-1m beauty sports yelp --threads 1 --trial-minutes 20
+    python benchmarks/streamrec_rectools.py --datasets beauty --out runs/race --json runs/race.json
     python benchmarks/streamrec_rectools.py --datasets beauty --lrs 1e-3 --losses softmax --max-epochs 1   # smoke run
-    python benchmarks/streamrec_rectools.py --datasets sports --systems rectools &   # one system per core, then
-    python benchmarks/streamrec_rectools.py --datasets sports --systems ours; ...   # both (reads the trials) for tables
 
 Targets per data set: ours test NDCG@10 >= 1.03 x RecTools', training sequences/s >= 4x.
 
 JSON keys, per data set D: D_{ours,rectools}_{test_ndcg@10, test_hr@10, val_ndcg@10, lr, gbce, best_epoch,
 epochs, seq_per_s, score_s, trials}, D_ndcg_rel_diff, D_train_speedup, D_score_speedup, D_num_users,
 D_num_items, plus the setting (max_len, max_epochs, patience, trial_minutes, threads, bf16, dropout).
-
-Trials of ours and theirs train the same way: Lightning without its validation loop, a callback that times every
-epoch, scores the validation split, keeps the best epoch's weights and stops on patience or the time cap.
 
 Legend: U users, B batch, T max_len, N items (ours 1..N, 0 = padding), K top-K.
 """
