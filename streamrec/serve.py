@@ -27,16 +27,9 @@ import argparse
 import sys
 from typing import Any
 
-from core.runtime.serve import (
-    BatchedAPI,
-    Field,
-    RequestError,
-    ServerOptions,
-    check_fields,
-    one_line_errors,
-    run_server,
-    serve_parser,
-)
+from core.runtime.serving.cli import ServerOptions, one_line_errors, run_server, serve_parser
+from core.runtime.serving.litserver import BatchedAPI
+from core.runtime.serving.schema import Field, RequestError, check_fields
 from streamrec.api import Recommender
 
 MAX_TOP_K = 1000
@@ -73,7 +66,7 @@ class StreamRecAPI(BatchedAPI):
 
     Args:
         ckpt: the checkpoint (loaded in each worker process by `setup`).
-        threads, max_batch_size, batch_timeout: as in `core.runtime.serve.BatchedAPI`.
+        threads, max_batch_size, batch_timeout: as in `core.runtime.serving.litserver.BatchedAPI`.
     """
 
     def __init__(self, ckpt: str, threads: int = 0, max_batch_size: int = 1, batch_timeout: float = 0.0):
@@ -130,7 +123,7 @@ class StreamRecAPI(BatchedAPI):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """`python -m streamrec.serve`'s options (those of `core.runtime.serve.serve_parser`)."""
+    """`python -m streamrec.serve`'s options (those of `core.runtime.serving.cli.serve_parser`)."""
     return serve_parser("python -m streamrec.serve", __doc__, 8000, "a checkpoint written by `python -m streamrec fit`")
 
 

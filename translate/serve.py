@@ -28,16 +28,9 @@ from typing import Any
 
 from core.runtime.deprecation import rename_old
 from core.runtime.errors import InputError
-from core.runtime.serve import (
-    BatchedAPI,
-    Field,
-    RequestError,
-    ServerOptions,
-    check_fields,
-    one_line_errors,
-    run_server,
-    serve_parser,
-)
+from core.runtime.serving.cli import ServerOptions, one_line_errors, run_server, serve_parser
+from core.runtime.serving.litserver import BatchedAPI
+from core.runtime.serving.schema import Field, RequestError, check_fields
 from translate.search.options import OLD_NAMES, SearchOptions
 
 MAX_SENTENCES = 64  # per request
@@ -76,7 +69,7 @@ class TranslateAPI(BatchedAPI):
     Args:
         ckpt: the checkpoint (loaded in each worker process by `setup`).
         dtype: "float32", "bfloat16" or "int8", as `Translator.load` takes it.
-        threads, max_batch_size, batch_timeout: as in `core.runtime.serve.BatchedAPI`.
+        threads, max_batch_size, batch_timeout: as in `core.runtime.serving.litserver.BatchedAPI`.
     """
 
     def __init__(self, ckpt: str, dtype: str = "float32", threads: int = 0, max_batch_size: int = 1,
@@ -116,7 +109,7 @@ def _encode(result: Any, with_scores: bool) -> Any:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """`python -m translate.serve`'s options: those of `core.runtime.serve.serve_parser` and --dtype."""
+    """`python -m translate.serve`'s options: those of `core.runtime.serving.cli.serve_parser` and --dtype."""
     p = serve_parser("python -m translate.serve", __doc__, 8001, "a checkpoint written by `python -m translate fit`")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "int8"),
                    help="weights and activations: float32, bfloat16 (CPUs with bf16 units, GPUs) or int8 (CPU)")

@@ -6,6 +6,7 @@ every test; the answers must equal `Recommender.recommend` called directly.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import socket
 import subprocess
@@ -17,9 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from core.runtime.serve import local_server
 from streamrec import Recommender
 from streamrec import serve as streamrec_serve
+
+_harness = importlib.util.spec_from_file_location("serving_harness", Path(__file__).parents[1] / "serving_harness.py")
+serving_harness = importlib.util.module_from_spec(_harness)
+_harness.loader.exec_module(serving_harness)
+local_server = serving_harness.local_server
 
 pytestmark = pytest.mark.slow  # end-to-end: real processes, servers or training; `pytest -m "not slow"` skips them
 

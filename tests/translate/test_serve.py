@@ -6,6 +6,7 @@ every test; the answers must equal `Translator.translate` called directly.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -16,9 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from core.runtime.serve import local_server
 from translate import Translator
 from translate import serve as translate_serve
+
+_harness = importlib.util.spec_from_file_location("serving_harness", Path(__file__).parents[1] / "serving_harness.py")
+serving_harness = importlib.util.module_from_spec(_harness)
+_harness.loader.exec_module(serving_harness)
+local_server = serving_harness.local_server
 
 pytestmark = pytest.mark.slow  # end-to-end: real processes, servers or training; `pytest -m "not slow"` skips them
 

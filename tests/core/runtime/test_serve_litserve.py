@@ -1,5 +1,5 @@
-"""core.runtime.serve.PipeLitServer against the private LitServer internals it replaces (no public API chooses
-LitServe's queues): these fail on a litserve upgrade, so the override is checked again before the pin moves."""
+"""core.runtime.serving.litserver.PipeLitServer against the private LitServer internals it replaces (no public API
+chooses LitServe's queues): these fail on a litserve upgrade, so the override is checked again before the pin moves."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import litserve as ls
 import pytest
 from litserve.transport.process_transport import MPQueueTransport
 
-from core.runtime import serve
+from core.runtime.serving import litserver as serve
 
 
 class _Echo(serve.BatchedAPI):

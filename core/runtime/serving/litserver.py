@@ -1,0 +1,111 @@
+"""LitServe glue: `BatchedAPI`, the LitAPI an app fills in, and `PipeLitServer`, a LitServer on pipe queues.
+
+`PipeLitServer` overrides private LitServer internals (no public API chooses the queues between its processes),
+so it refuses any litserve but `LITSERVE_VERSION`; tests/core/runtime/test_serve_litserve.py fails on an upgrade.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+from typing import Any
+
+import litserve as ls
+from fastapi.responses import JSONResponse, Response
+from litserve.transport.process_transport import MPQueueTransport
+
+log = logging.getLogger("core.runtime.serving")
+LITSERVE_VERSION = "0.2.19"  # the one whose private `LitServer._init_manager` and `_transport` PipeLitServer replaces
+
+
+class BatchedAPI(ls.LitAPI):
+    """A LitAPI whose subclasses answer a list of checked requests at once (`predict_many`).
+
+    LitServe hands `predict` a list of requests when `max_batch_size` > 1 and a single request
+    otherwise; both reach `predict_many` as a list. `decode_request`, `batch` and `unbatch` keep
+    LitServe's defaults: the requests arrive as checked dicts (`JSONGate`). `encode_response` renders
+    each answer to JSON bytes here, in the worker, so the HTTP process passes the response through
+    instead of walking it with FastAPI's `jsonable_encoder`.
+
+    Args:
+        threads: torch intra-op threads of the worker process (0: leave PyTorch's default).
+        max_batch_size: the most requests answered together.
+        batch_timeout: seconds to wait for a batch to fill.
+    """
+
+    def __init__(self, threads: int = 0, *, max_batch_size: int = 1, batch_timeout: float = 0.0):
+        super().__init__(max_batch_size=max_batch_size, batch_timeout=batch_timeout)
+        self.threads = threads
+
+    def setup(self, device: str) -> None:
+        """Load the model onto `device` (called once in each worker process)."""
+        import torch
+
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        self.load(device)
+
+    def load(self, device: str) -> None:
+        """Load the model onto `device`."""
+        raise NotImplementedError
+
+    def predict(self, x: Any) -> Any:
+        """One answer per request: a list for a batch, a single answer otherwise."""
+        return self.predict_many(x) if self.max_batch_size > 1 else self.predict_many([x])[0]
+
+    def encode_response(self, output: dict) -> Response:
+        """One answer as a rendered JSON response; a value JSON cannot hold (NaN) fails this request only."""
+        try:
+            return JSONResponse(output)
+        except (TypeError, ValueError) as err:  # LitServe would fail the whole batch with a plain-text 500
+            log.error("encoding an answer failed: %s", err)
+            return JSONResponse({"error": "Internal server error: the answer could not be encoded as JSON"}, 500)
+
+    def predict_many(self, requests: list[dict]) -> list[dict]:
+        """One JSON-ready answer per checked request, in order."""
+        raise NotImplementedError
+
+
+class PipeLitServer(ls.LitServer):
+    """A LitServer whose processes talk through pipes (`multiprocessing.Queue`), not Manager proxies.
+
+    LitServe passes every request and every answer through queues of a `multiprocessing.Manager`: each
+    put and each get is a round trip to the Manager's own process, and the worker fetches a batch one
+    request at a time, so dynamic batching saves only the model's share of a request. Its public
+    `fast_queue=True` (ZeroMQ) does not help: `LitServer.__init__` passes it as `transport_config=`, a
+    field `TransportConfig` does not have, so the Manager queues stay; and when wired by hand its PUB/SUB
+    sockets drop the first answers under load. Pipe queues are LitServe's own `MPQueueTransport` with
+    `multiprocessing.Queue`s in it: the same interface, no third process, nothing dropped.
+
+    No public API chooses the queues, so `_init_manager` (private) is overridden to replace the queues it
+    built in `litapi_request_queues` and `_transport` (private). Only `LITSERVE_VERSION` is accepted.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        if ls.__version__ != LITSERVE_VERSION:
+            raise RuntimeError(f"litserve {ls.__version__} is installed, but core.runtime.serving.litserver replaces "
+                               f"private LitServer queues of litserve {LITSERVE_VERSION} only; install that version: "
+                               f"pip install -c constraints.txt litserve=={LITSERVE_VERSION}")
+        super().__init__(*args, **kwargs)
+
+    def _init_manager(self, num_api_servers: int) -> Any:
+        manager = super()._init_manager(num_api_servers)
+        for path in self.litapi_request_queues:
+            self.litapi_request_queues[path] = _pipe_queue()
+        self._transport = MPQueueTransport(manager, [_pipe_queue() for _ in range(num_api_servers)])
+        return manager
+
+
+def _pipe_queue() -> Any:
+    """A `multiprocessing.Queue` for spawned workers and forked HTTP processes alike.
+
+    A process that ends does not wait for its queue's feeder thread: at shutdown the reader may be gone.
+    """
+    queue = mp.get_context("spawn").Queue()
+    queue.cancel_join_thread()
+    return queue
+
+
+async def no_auth() -> None:
+    """Let every request in, on the event loop: LitServe's default is a sync FastAPI dependency, which
+    FastAPI runs in a thread pool, a thread hand-off per request."""
