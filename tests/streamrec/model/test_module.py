@@ -1,5 +1,6 @@
-"""StreamRecModule against hand-written references: the training loss on padded (trimmed) batches,
-the loss dispatch, validation metrics from a brute-force ranking, the optimiser's schedule and the guards."""
+"""StreamRecModule against hand-written references: the training loss on padded (trimmed) batches and its terms,
+validation metrics from a brute-force ranking, the optimiser's schedule and the sparse item gradients, the handoff
+of its option groups to the network and the refusal of the old flat names."""
 
 from __future__ import annotations
 
@@ -11,14 +12,23 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import streamrec.model.module
 from core.nn.optim import RowwiseAdagradAdamW
+from core.nn.options import OptionGroup, SpeedOptions
 from streamrec.data.constants import MAX_LEN
 from streamrec.data.datamodule import StreamRecDataModule
 from streamrec.data.datasets import EvalBatch, TrainBatch, TrainDataset
-from streamrec.model import losses
+from streamrec.model import network
 from streamrec.model.module import StreamRecModule
-from streamrec.model.network import StreamRecModel
+from streamrec.model.network import NETWORK_KEYS, NETWORKS, SASRec, StreamRecModel
+from streamrec.model.options import (
+    BlockOptions,
+    ContrastiveOptions,
+    EvalOptions,
+    ItemOptions,
+    MixingOptions,
+    ObjectiveOptions,
+    OptimizerOptions,
+)
 
 N = 30
 
@@ -26,7 +36,7 @@ N = 30
 def make_module(**kw) -> StreamRecModule:
     torch.manual_seed(0)
     args = dict(num_items=N, max_len=6, d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.0,
-                popularity_baseline=False, ks=(10,))
+                evaluation=EvalOptions(ks=(10,), popularity_baseline=False))
     return StreamRecModule(**{**args, **kw})
 
 
@@ -63,7 +73,7 @@ def _two_passes(module, inputs, targets):
 
 
 def test_rdrop_loss_is_mean_cross_entropy_of_two_dropout_passes_plus_their_symmetric_kl():
-    module = make_module(dropout=0.3, rdrop_alpha=2.0, label_smoothing=0.1).train()
+    module = make_module(dropout=0.3, objective=ObjectiveOptions(rdrop_alpha=2.0, label_smoothing=0.1)).train()
     inputs = torch.tensor([[2, 3, 7, 9, 0, 4], [0, 5, 6, 2, 8, 1]])  # no all-padding column: nothing is trimmed
     targets = torch.tensor([[3, 7, 9, 4, 4, 11], [0, 6, 2, 8, 1, 12]])
     got, z1, z2, t, _, _ = _two_passes(module, inputs, targets)
@@ -88,7 +98,7 @@ def _nt_xent_rows_0_and_2_alike(last1, last2, temperature: float):
 
 
 def test_contrastive_term_compares_each_windows_last_state_across_two_dropout_passes():
-    module = make_module(dropout=0.3, contrastive_weight=0.5, contrastive_temperature=0.7).train()
+    module = make_module(dropout=0.3, contrastive=ContrastiveOptions(weight=0.5, temperature=0.7)).train()
     inputs = torch.tensor([[2, 3, 7, 9, 0, 4], [0, 5, 6, 2, 8, 1], [0, 0, 0, 4, 3, 2]])
     targets = torch.tensor([[3, 7, 9, 4, 4, 11], [0, 6, 2, 8, 1, 12], [0, 0, 0, 3, 2, 11]])  # rows 0 and 2 end alike
     got, z1, z2, t, last1, last2 = _two_passes(module, inputs, targets)
@@ -97,7 +107,7 @@ def test_contrastive_term_compares_each_windows_last_state_across_two_dropout_pa
 
 
 def test_without_the_second_pass_softmax_the_second_pass_serves_only_the_contrastive_term():
-    module = make_module(dropout=0.3, contrastive_weight=0.5, second_pass_softmax=False).train()
+    module = make_module(dropout=0.3, contrastive=ContrastiveOptions(weight=0.5, second_pass_softmax=False)).train()
     module.log = lambda *a, **k: None
     inputs = torch.tensor([[2, 3, 7, 9, 0, 4], [0, 5, 6, 2, 8, 1], [0, 0, 0, 4, 3, 2]])
     targets = torch.tensor([[3, 7, 9, 4, 4, 11], [0, 6, 2, 8, 1, 12], [0, 0, 0, 3, 2, 11]])  # rows 0 and 2 end alike
@@ -114,8 +124,8 @@ def test_without_the_second_pass_softmax_the_second_pass_serves_only_the_contras
 
 
 def test_same_target_positives_contrast_each_window_with_a_training_window_heading_for_its_item():
-    module = make_module(dropout=0.3, contrastive_weight=0.5, second_pass_softmax=False,
-                         contrastive_positive="same_target").train()
+    module = make_module(dropout=0.3, contrastive=ContrastiveOptions(weight=0.5, second_pass_softmax=False,
+                                                                     positive="same_target")).train()
     module.log = lambda *a, **k: None
     # One training window ends in 8 and one in 10, so each row's partner is known whatever the draw.
     windows = TrainDataset([[5, 6, 8], [1, 2, 3, 4, 11, 12, 10], [7, 9]], max_len=6)
@@ -135,37 +145,11 @@ def test_same_target_positives_contrast_each_window_with_a_training_window_headi
 
 
 def test_same_target_positives_need_the_training_windows():
-    module = make_module(contrastive_weight=0.5, second_pass_softmax=False, contrastive_positive="same_target")
+    module = make_module(contrastive={"weight": 0.5, "second_pass_softmax": False, "positive": "same_target"})
     module.log = lambda *a, **k: None
     module._trainer = SimpleNamespace(train_dataloader=SimpleNamespace(dataset=[[1, 2]]), global_step=0)
     with pytest.raises(RuntimeError, match="draws windows from the training data"):
         module.training_step(padded_batch(), 0)
-
-
-@pytest.mark.parametrize("loss", ["bce", "gbce", "sampled"])
-def test_each_sampled_loss_is_the_named_function_on_the_same_negatives(loss):
-    module = make_module(loss=loss, num_negatives=5)
-    hidden, targets = torch.randn(4, 16), torch.tensor([1, 5, 9, 30])
-    vectors = module.model.item_vectors
-    torch.manual_seed(3)
-    got = module.compute_loss(hidden, targets)
-    torch.manual_seed(3)
-    if loss == "sampled":
-        neg = torch.randint(1, N + 1, (5,))
-        want = losses.sampled_softmax(hidden, targets, vectors, neg, None)
-    else:
-        neg = torch.randint(1, N + 1, (4, 5))
-        if loss == "bce":
-            want = losses.bce(hidden, targets, vectors, neg)
-        else:
-            want = losses.gbce(hidden, targets, vectors, neg, losses.gbce_beta(5, N, 0.75))
-    torch.testing.assert_close(got, want)
-    # And bce itself, by hand: -log sigmoid(positive) - sum log(1 - sigmoid(negative)), averaged over positions.
-    if loss == "bce":
-        pos = (hidden * vectors[targets]).sum(-1)
-        negs = torch.einsum("md,mkd->mk", hidden, vectors[neg])
-        by_hand = -(F.logsigmoid(pos) + F.logsigmoid(-negs).sum(-1)).mean()
-        torch.testing.assert_close(got, by_hand, rtol=1e-5, atol=1e-5)
 
 
 def test_validation_metrics_equal_a_brute_force_ranking():
@@ -189,7 +173,7 @@ def test_validation_metrics_equal_a_brute_force_ranking():
 
 
 def test_optimiser_is_adamw_with_linear_warmup_then_cosine_to_the_floor():
-    module = make_module(lr=2e-3, weight_decay=0.05, warmup_steps=4, lr_floor=0.1)
+    module = make_module(lr=2e-3, weight_decay=0.05, optimizer=OptimizerOptions(warmup_steps=4, lr_floor=0.1))
     module._trainer = SimpleNamespace(estimated_stepping_batches=20, callbacks=[])  # what the method reads
     config = module.configure_optimizers()
     opt, sched = config["optimizer"], config["lr_scheduler"]["scheduler"]
@@ -206,47 +190,11 @@ def test_optimiser_is_adamw_with_linear_warmup_then_cosine_to_the_floor():
     assert lrs[-1] >= 2e-4 * 0.999 and lrs[-1] < 2e-3 * 0.5  # towards the floor, not below it
 
 
-def test_bad_loss_settings_name_the_argument():
-    with pytest.raises(ValueError, match="loss"):
-        make_module(loss="softmax")
-    with pytest.raises(ValueError, match="num_negatives"):
-        make_module(loss="gbce", num_negatives=0)
-    with pytest.raises(ValueError, match="negative_sampling"):
-        make_module(loss="full", negative_sampling="popularity")
-    with pytest.raises(ValueError, match="item_optimizer"):
-        make_module(loss="sampled", item_optimizer="sparse_adam")
-    with pytest.raises(ValueError, match="item_optimizer: rowwise_adagrad. needs a sampled loss"):
-        make_module(loss="full", item_optimizer="rowwise_adagrad")  # every row has a gradient anyway
-    with pytest.raises(ValueError, match="item_lr"):
-        make_module(loss="sampled", item_optimizer="rowwise_adagrad", item_lr=0.0)
-    with pytest.raises(ValueError, match="label_smoothing. must be in"):
-        make_module(label_smoothing=1.0)
-    with pytest.raises(ValueError, match="label_smoothing. needs .loss: full., not 'sampled'; --model.label_smooth"):
-        make_module(loss="sampled", label_smoothing=0.1)
-    with pytest.raises(ValueError, match="rdrop_alpha. must be >= 0"):
-        make_module(rdrop_alpha=-1.0)
-    with pytest.raises(ValueError, match="rdrop_alpha. needs .loss: full., not 'gbce'"):
-        make_module(loss="gbce", rdrop_alpha=1.0)
-    with pytest.raises(ValueError, match="label_smoothing. and .contrastive_weight. need .loss: full., not 'bce'"):
-        make_module(loss="bce", label_smoothing=0.1, contrastive_weight=0.1)
-    with pytest.raises(ValueError, match="contrastive_temperature. > 0"):
-        make_module(contrastive_weight=0.1, contrastive_temperature=0.0)
-    with pytest.raises(ValueError, match="second_pass_softmax: false. needs the contrastive term without R-Drop"):
-        make_module(contrastive_weight=0.1, rdrop_alpha=1.0, second_pass_softmax=False)
-    with pytest.raises(ValueError, match="second_pass_softmax: false. needs the contrastive term"):
-        make_module(second_pass_softmax=False)
-    with pytest.raises(ValueError, match="contrastive_positive: same_target. needs .second_pass_softmax: false"):
-        make_module(contrastive_weight=0.1, contrastive_positive="same_target")
-    with pytest.raises(ValueError, match="contrastive_positive. must be dropout or same_target"):
-        make_module(contrastive_weight=0.1, second_pass_softmax=False, contrastive_positive="batch")
-    with pytest.raises(ValueError, match="contrastive_weight. needs a causal network"):
-        make_module(arch="bert4rec", contrastive_weight=0.1)
-
-
 @pytest.mark.parametrize("tied", [True, False])
 def test_rowwise_adagrad_is_one_optimizer_with_the_item_tables_in_a_rowwise_group(tied):
-    module = make_module(loss="sampled", item_optimizer="rowwise_adagrad", lr=2e-3, item_lr=0.05, weight_decay=0.01,
-                         warmup_steps=4, tied=tied)
+    module = make_module(lr=2e-3, weight_decay=0.01, objective=ObjectiveOptions(loss="sampled"),
+                         optimizer=OptimizerOptions(item_optimizer="rowwise_adagrad", item_lr=0.05, warmup_steps=4),
+                         items=ItemOptions(tied=tied))
     module._trainer = SimpleNamespace(estimated_stepping_batches=20, callbacks=[])
     config = module.configure_optimizers()
     opt, sched = config["optimizer"], config["lr_scheduler"]["scheduler"]
@@ -264,13 +212,14 @@ def test_rowwise_adagrad_is_one_optimizer_with_the_item_tables_in_a_rowwise_grou
 
 @pytest.mark.parametrize("loss", ["bce", "gbce", "sampled"])
 def test_rowwise_adagrad_losses_equal_the_dense_ones_with_sparse_table_gradients(loss):
-    dense, sparse = make_module(loss=loss, num_negatives=5), make_module(loss=loss, num_negatives=5,
-                                                                         item_optimizer="rowwise_adagrad")
+    objective = ObjectiveOptions(loss=loss, num_negatives=5)
+    dense = make_module(objective=objective)
+    sparse = make_module(objective=objective, optimizer=OptimizerOptions(item_optimizer="rowwise_adagrad"))
     hidden, targets = torch.randn(4, 16), torch.tensor([1, 5, 9, 30])
     got, values = [], []
     for module in (dense, sparse):
         torch.manual_seed(3)
-        values.append(module.compute_loss(hidden, targets))
+        values.append(module.loss_fn.loss(module.model, hidden, targets, None))
         values[-1].backward()
         got.append(module.model.item_vectors.grad)
     assert torch.equal(values[0], values[1])
@@ -278,31 +227,65 @@ def test_rowwise_adagrad_losses_equal_the_dense_ones_with_sparse_table_gradients
     torch.testing.assert_close(got[1].to_dense(), got[0])
 
 
-def test_every_model_argument_reaches_the_model_under_its_own_name(monkeypatch):
-    """The module forwards each `StreamRecModel` argument by keyword; a dropped or renamed one fails here."""
+def test_every_network_argument_reaches_the_network_under_its_own_name(monkeypatch):
+    """The module hands the network exactly `NETWORK_KEYS`, each by keyword, the groups as validated objects; a
+    dropped or renamed one fails here."""
     seen: dict = {}
 
-    class Spy(StreamRecModel):
+    class Spy(SASRec):
         def __init__(self, num_items, **kwargs):
             seen.update(num_items=num_items, **kwargs)
             super().__init__(num_items, **kwargs)
 
-    monkeypatch.setattr(streamrec.model.module, "StreamRecModel", Spy)
-    module = make_module(n_kv_heads=1, positions="rope", tied=False, item_init_std=0.05, attn_dropout=0.1)
-    assert seen == {name: module.hparams[name] for name in inspect.signature(StreamRecModel).parameters}
+    monkeypatch.setitem(network.NETWORKS, "sasrec", Spy)
+    module = make_module(block=BlockOptions(n_kv_heads=1, positions="rope", attn_dropout=0.1),
+                         mixing={"lowpass_alpha": 0.5}, items=ItemOptions(tied=False, init_std=0.05))
+    assert isinstance(module.model, Spy)
+    assert set(seen) == set(NETWORK_KEYS) == set(inspect.signature(StreamRecModel).parameters)
+    assert all(isinstance(seen[g], cls) for g, cls in (("block", BlockOptions), ("mixing", MixingOptions),
+                                                       ("items", ItemOptions)))
+    plain = {k: v.as_dict() if isinstance(v, OptionGroup) else v for k, v in seen.items()}
+    assert plain == {name: module.hparams[name] for name in NETWORK_KEYS}
+    assert module.hparams["mixing"]["lowpass_alpha"] == 0.5 and module.hparams["items"]["init_std"] == 0.05
 
 
-def test_model_module_and_data_share_their_defaults():
-    """One home for defaults: `streamrec.data.constants.MAX_LEN`, and the module's defaults are the model's."""
-    model, module = inspect.signature(StreamRecModel).parameters, inspect.signature(StreamRecModule).parameters
+def _group_default(name: str, default: object) -> object:
+    """A network's default for an option group is None, which stands for the group's own defaults."""
+    groups = {"block": BlockOptions, "mixing": MixingOptions, "items": ItemOptions}
+    return groups[name].of(default) if name in groups else default
+
+
+def test_network_module_and_data_share_their_defaults():
+    """One home for defaults: `streamrec.data.constants.MAX_LEN`, and the network's arguments are the module's,
+    with the module's defaults; the module's arguments are the network's and the training settings."""
+    module = inspect.signature(StreamRecModule).parameters
     assert inspect.signature(StreamRecDataModule).parameters["max_len"].default == MAX_LEN
-    assert model["max_len"].default == module["max_len"].default == MAX_LEN
-    shared = [name for name, p in model.items() if p.default is not inspect.Parameter.empty]
-    assert shared and {n: model[n].default for n in shared} == {n: module[n].default for n in shared}
+    assert set(module) == {"arch", *NETWORK_KEYS, *network.TRAINING_KEYS}
+    for cls in (StreamRecModel, *NETWORKS.values()):
+        model = inspect.signature(cls).parameters
+        assert list(model) == list(NETWORK_KEYS), cls.__name__
+        assert model["max_len"].default == module["max_len"].default == MAX_LEN
+        defaults = {n: _group_default(n, p.default) for n, p in model.items()
+                    if p.default is not inspect.Parameter.empty}
+        assert set(defaults) == set(NETWORK_KEYS) - {"num_items"}
+        assert defaults == {n: module[n].default for n in defaults}, cls.__name__
+    assert module["speed"].default == SpeedOptions()
 
 
-def test_the_old_hparam_filter_seen_still_works_and_warns():
-    with pytest.warns(DeprecationWarning, match="`filter_seen` is deprecated.*`exclude_seen`"):
-        old = make_module(filter_seen=False)
-    assert old.hparams.exclude_seen is False and "filter_seen" not in old.hparams
-    assert old.val_metrics.filter_seen is False and make_module().val_metrics.filter_seen is True
+@pytest.mark.parametrize("old", [{"filter_seen": False}, {"exclude_seen": False}, {"contrastive_weight": 0.1},
+                                 {"loss": "sampled"}, {"attention_window": 16}, {"gated_residual": True}])
+def test_the_old_flat_names_are_refused_by_the_constructor(old):
+    """Only the loaders map the old flat names (`streamrec.model.hparams`); a call or config must use the groups."""
+    with pytest.raises(TypeError, match=next(iter(old))):
+        make_module(**old)
+
+
+def test_a_group_given_as_a_mapping_is_validated_and_stored_as_a_plain_dict():
+    module = make_module(evaluation={"exclude_seen": False, "ks": [5, 10], "popularity_baseline": False})
+    assert module.hparams["evaluation"] == {"ks": [5, 10], "exclude_seen": False, "sampled_metrics": False,
+                                            "popularity_baseline": False}
+    assert module.val_metrics.exclude_seen is False and make_module().val_metrics.exclude_seen is True
+    assert module.baseline_metrics is None and module.sampled_metrics is None
+    with pytest.raises(ValueError, match="`model.evaluation` has no key 'filter_seen'; its keys are ks, ") as err:
+        make_module(evaluation={"filter_seen": False})
+    assert "\n" not in str(err.value)
