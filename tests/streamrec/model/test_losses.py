@@ -1,10 +1,23 @@
-"""Losses against naive formulas written out here."""
+"""Losses against naive formulas written out here, and `Objective` (the training loss of a batch) on a tiny
+network without a Trainer, against the same formulas on explicit logits."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from streamrec.model.losses import bce, full_softmax, gbce, gbce_beta, sample_negatives, sampled_softmax
+from core.nn import contrastive_loss
+from streamrec.data.datasets import TrainBatch
+from streamrec.model.losses import (
+    Objective,
+    bce,
+    full_softmax,
+    gbce,
+    gbce_beta,
+    sample_negatives,
+    sampled_softmax,
+)
+from streamrec.model.network import SASRec
+from streamrec.model.options import ContrastiveOptions, ObjectiveOptions
 
 N, D, M = 12, 8, 20
 
@@ -158,3 +171,94 @@ def test_sparse_gathering_casts_rows_not_the_table_under_bf16(batch):
     assert torch.equal(sparse[0], dense[0])
     assert sparse[2].dtype == torch.float32  # the table's own dtype: rows come back through the cast
     torch.testing.assert_close(sparse[2].to_dense(), dense[2], rtol=2e-2, atol=2e-3)
+
+
+# ----------------------------------------------------------------------------- Objective, without a Trainer
+def _network(dropout: float = 0.0) -> SASRec:
+    torch.manual_seed(0)
+    return SASRec(N, d_model=D, n_heads=2, n_layers=1, d_ff=16, max_len=6, dropout=dropout).train()
+
+
+# Rows 0 and 2 end in the same item (11): they are not each other's negatives in the contrastive term.
+INPUTS = torch.tensor([[2, 3, 7, 9, 0, 4], [0, 5, 6, 2, 8, 1], [0, 0, 0, 4, 3, 2]])
+TARGETS = torch.tensor([[3, 7, 9, 4, 4, 11], [0, 6, 2, 8, 1, 12], [0, 0, 0, 3, 2, 11]])
+
+
+def test_objective_full_softmax_with_label_smoothing_is_torch_cross_entropy_on_explicit_logits():
+    network = _network()
+    batch = TrainBatch(torch.tensor([[0, 0, 0, 3, 7, 9], [0, 0, 5, 6, 2, 8]]),  # two all-padding columns: trimmed
+                       torch.tensor([[0, 0, 0, 7, 9, 4], [0, 0, 6, 2, 8, 1]]))
+    loss, positions = Objective(ObjectiveOptions(label_smoothing=0.1), ContrastiveOptions())(network, batch)
+    keep = batch.targets != 0
+    logits = network.encode(batch.inputs)[keep] @ network.item_vectors[1:].T  # (M, N), untrimmed
+    want = F.cross_entropy(logits, batch.targets[keep] - 1, label_smoothing=0.1)
+    torch.testing.assert_close(loss, want, rtol=1e-5, atol=1e-6)
+    assert positions == int(keep.sum()) == 7
+
+
+def test_objective_two_passes_are_their_mean_cross_entropy_plus_the_weighted_contrastive_term():
+    network = _network(dropout=0.3)  # two dropout masks: the passes differ
+    objective = Objective(ObjectiveOptions(), ContrastiveOptions(weight=0.5, temperature=0.7))
+    assert objective.two_passes
+    torch.manual_seed(5)
+    loss, positions = objective(network, TrainBatch(INPUTS, TARGETS))
+    torch.manual_seed(5)  # the same draws: nothing is trimmed, so both runs encode the same (2B, T) batch
+    first, second = network.encode(INPUTS.repeat(2, 1)).chunk(2)
+    keep, items = TARGETS != 0, network.item_vectors[1:]
+    assert not torch.allclose(first, second)
+    ce = (F.cross_entropy(first[keep] @ items.T, TARGETS[keep] - 1)
+          + F.cross_entropy(second[keep] @ items.T, TARGETS[keep] - 1)) / 2
+    term = contrastive_loss(first[:, -1], second[:, -1], 0.7, groups=TARGETS[:, -1])
+    torch.testing.assert_close(loss, ce + 0.5 * term, rtol=1e-5, atol=1e-6)
+    assert positions == int(keep.sum())
+
+
+def test_objective_same_target_positives_need_the_partner_windows():
+    objective = Objective(ObjectiveOptions(), ContrastiveOptions(weight=0.5, positive="same_target",
+                                                                 second_pass_softmax=False))
+    assert not objective.two_passes
+    with pytest.raises(ValueError, match="needs the training windows"):
+        objective(_network(), TrainBatch(INPUTS, TARGETS))
+
+
+@pytest.mark.parametrize("loss", ["bce", "gbce", "sampled"])
+def test_each_sampled_loss_is_the_named_function_on_the_same_negatives(loss):
+    network = _network()
+    objective = Objective(ObjectiveOptions(loss=loss, num_negatives=5), ContrastiveOptions())
+    hidden, targets = torch.randn(4, D), torch.tensor([1, 5, 9, 12])
+    vectors = network.item_vectors
+    torch.manual_seed(3)
+    got = objective.loss(network, hidden, targets, None)
+    torch.manual_seed(3)
+    if loss == "sampled":
+        neg = torch.randint(1, N + 1, (5,))
+        want = sampled_softmax(hidden, targets, vectors, neg, None)
+    else:
+        neg = torch.randint(1, N + 1, (4, 5))
+        want = bce(hidden, targets, vectors, neg) if loss == "bce" else \
+            gbce(hidden, targets, vectors, neg, gbce_beta(5, N, 0.75))
+    torch.testing.assert_close(got, want)
+    if loss == "bce":  # and bce itself, by hand: -log sigmoid(positive) - sum log(1 - sigmoid(negative))
+        pos = (hidden * vectors[targets]).sum(-1)
+        negs = torch.einsum("md,mkd->mk", hidden, vectors[neg])
+        by_hand = -(F.logsigmoid(pos) + F.logsigmoid(-negs).sum(-1)).mean()
+        torch.testing.assert_close(got, by_hand, rtol=1e-5, atol=1e-5)
+
+
+def test_popularity_negatives_are_drawn_from_the_counts_with_their_logq_correction():
+    network = _network()
+    objective = Objective(ObjectiveOptions(loss="sampled", num_negatives=6, negative_sampling="popularity"),
+                          ContrastiveOptions())
+    counts = torch.arange(N + 1, dtype=torch.float32) + 1.0  # row 0 (padding) is never drawn
+    hidden, targets = torch.randn(4, D), torch.tensor([1, 5, 9, 12])
+    torch.manual_seed(3)
+    got = objective.loss(network, hidden, targets, counts)
+    torch.manual_seed(3)
+    neg = torch.multinomial(counts[1:], 6, replacement=True) + 1
+    log_q = (counts / counts[1:].sum()).log()
+    rows = []
+    for h, t in zip(hidden, targets, strict=True):  # positive first, then the negatives that are not it
+        logits = [h @ network.item_vectors[t] - log_q[t]]
+        logits += [h @ network.item_vectors[j] - log_q[j] for j in neg.tolist() if j != t]
+        rows.append(-torch.log_softmax(torch.stack(logits), 0)[0])
+    torch.testing.assert_close(got, torch.stack(rows).mean(), rtol=1e-5, atol=1e-6)
