@@ -40,6 +40,7 @@ from core.runtime.errors import InputError
 from core.runtime.lock import OutputLock
 from core.runtime.precision import cpu_precision_fallback
 from core.runtime.resume import ExactResume
+from core.runtime.threads import set_threads
 
 BASE = "base"  # the key of a config file that names the file it builds on
 # Model arguments that say how this process runs the network, not what it is: on resume or test the command line's
@@ -274,9 +275,17 @@ class AppCLI(LightningCLI):
         parser.add_argument(f"--{BASE}", type=str | None, default=None,
                             help="in a config file: the YAML it builds on, relative to it (`base: base.yaml`); "
                                  "that file is read first, and this one changes only the keys it sets")
+        parser.add_argument("--threads", type=int | None, default=None,
+                            help="torch threads (default: the CPUs this process may use: its affinity and the "
+                                 "container's CPU quota, not the host's cores); 1 on a machine other jobs share")
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
+        try:
+            threads = set_threads(config.get("threads"))
+        except ValueError as err:
+            raise InputError(str(err)) from None
+        logging.getLogger(self.log_name).info(f"computing with {threads} torch thread{'s' * (threads != 1)}")
         fallback = cpu_precision_fallback(config.trainer.precision, config.trainer.accelerator)
         if fallback is not None:
             config.trainer.precision, reason = fallback

@@ -1,0 +1,68 @@
+"""How many CPU threads a program computes with: the CPUs this process may use, or what the user set.
+
+torch starts with one thread per core of the host. A container whose CPU quota is below that, a process pinned
+to some cores (`taskset`, a scheduler's cpuset), or cores another job keeps busy then run more threads than
+there are CPUs to run them, and every matmul waits on the slowest thread. Every program therefore takes one
+`threads` setting (`--threads N`, YAML `threads: N`), whose default counts the CPUs this process may use: its
+affinity mask, capped by the cgroup's CPU quota, never the host's core count. On a machine that other jobs
+share, `--threads 1` is usually the fastest.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import torch
+
+CGROUP = Path("/sys/fs/cgroup")
+
+
+def cgroup_cpu_limit(root: Path = CGROUP) -> float | None:
+    """The CPUs the cgroup's quota allows (quota / period), or None without a quota.
+
+    cgroup v2 writes "QUOTA PERIOD" (or "max PERIOD") to cpu.max; v1 writes them to cpu.cfs_quota_us
+    (-1: none) and cpu.cfs_period_us.
+    """
+    try:
+        text = (root / "cpu.max").read_text().split()
+        if text and text[0] != "max":
+            return int(text[0]) / int(text[1])
+        if text:
+            return None
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        quota = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
+        period = int((root / "cpu" / "cpu.cfs_period_us").read_text())
+    except (OSError, ValueError):
+        return None
+    return quota / period if quota > 0 and period > 0 else None
+
+
+def available_cpus(root: Path = CGROUP) -> int:
+    """The CPUs this process may use: its affinity mask, capped by the cgroup quota (rounded up), at least 1."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        cpus = os.cpu_count() or 1
+    limit = cgroup_cpu_limit(root)
+    if limit is not None:
+        cpus = min(cpus, math.ceil(limit))
+    return max(1, cpus)
+
+
+def check_threads(threads: int | None, name: str = "--threads") -> None:
+    """Refuse a thread count below 1 (None is the default: `available_cpus`)."""
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"`{name}` must be a whole number >= 1 (or unset: the CPUs this process may use), "
+                         f"got {threads!r}")
+
+
+def set_threads(threads: int | None = None) -> int:
+    """Compute with `threads` torch threads (None: `available_cpus()`); returns the count set."""
+    check_threads(threads)
+    count = available_cpus() if threads is None else threads
+    torch.set_num_threads(count)
+    return count
