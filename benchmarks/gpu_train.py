@@ -181,20 +181,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-hf", action="store_true", help="leave HF MarianMTModel out (and never switch venvs)")
     p.add_argument("--threads", type=int, help="torch threads on CPU (default torch's)")
     p.add_argument("--seed", type=int, default=0, help="seed of weights and batches (default 0)")
-    for name, help_ in (("d-model", "translator width"), ("n-heads", "translator heads"),
-                        ("n-layers", "encoder and decoder layers, each"), ("d-ff", "translator feed-forward width"),
-                        ("vocab", "joint vocabulary"), ("batch-size", "translator batch B"),
-                        ("length", "source and target length T"), ("num-items", "StreamRec catalogue N"),
-                        ("max-len", "StreamRec history length"), ("rec-batch-size", "StreamRec batch")):
-        p.add_argument(f"--{name}", type=int, help=f"{help_} (default: the preset's)")
     p.add_argument("--json", metavar="PATH", help="write every figure as one flat JSON object name -> number")
     args = p.parse_args(argv)
     if args.device == "cuda" and not cuda:
         p.error("--device cuda: torch sees no CUDA device here; use --device cpu")
     args.precision = args.precision or ("bf16" if args.device == "cuda" else "fp32")
     args.compile = [m for m in (args.compile or (["default"] if args.device == "cuda" else ["none"])) if m != "none"]
-    for name in ("steps", "warmup", "rounds", "threads", "d_model", "n_heads", "n_layers", "d_ff", "batch_size",
-                 "length", "num_items", "max_len", "rec_batch_size"):
+    for name in ("steps", "warmup", "rounds", "threads"):
         value = getattr(args, name)
         if value is not None and value < (0 if name == "warmup" else 1):
             p.error(f"--{name.replace('_', '-')} must be >= {0 if name == 'warmup' else 1}, got {value}")
@@ -203,14 +196,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     preset = PRESETS[args.preset]
     for name in ("d_model", "n_heads", "n_layers", "d_ff", "vocab", "batch_size", "length", "num_items", "max_len",
                  "rec_batch_size"):
-        if getattr(args, name) is None:
-            setattr(args, name, getattr(preset, name))
-    if args.d_model % args.n_heads or args.d_model % 2:
-        p.error(f"--n-heads ({args.n_heads}) must divide --d-model ({args.d_model}), and --d-model must be even")
-    if args.vocab <= FIRST_WORD:
-        p.error(f"--vocab must be > {FIRST_WORD}, got {args.vocab}")
-    if args.length < 2 or args.max_len < 2:
-        p.error(f"--length ({args.length}) and --max-len ({args.max_len}) must be >= 2")
+        setattr(args, name, getattr(preset, name))
     args.rec = preset
     if args.peak_tflops is None and args.device == "cuda":
         args.peak_tflops = H100_BF16_DENSE_TFLOPS
@@ -314,13 +300,13 @@ def translator_section(args: argparse.Namespace, device: torch.device, autocast,
     hp = module.hparams
     module.to(device)
     batch = translator_batch(args, device)
-    smoothing = hp.label_smoothing
+    smoothing = module.objective.label_smoothing
     section = Section("translate", f"Translator training step: d_model {args.d_model}, {args.n_layers}+{args.n_layers}"
                       f" layers, {args.n_heads} heads, FFN {args.d_ff}, vocab {args.vocab}, batch {args.batch_size} x "
                       f"{args.length}", "tokens/s", "tok_s", args.batch_size * args.length)
 
     module.train()
-    opt_args = dict(lr=hp.lr, betas=tuple(hp.betas), weight_decay=hp.weight_decay, device=device)
+    opt_args = dict(lr=hp.lr, betas=tuple(module.optimizer.betas), weight_decay=hp.weight_decay, device=device)
 
     def add(peer: str, label: str, model: nn.Module, loss_fn: Callable[[], Tensor], mode: str | None) -> None:
         opt = adamw(model.parameters(), **opt_args)

@@ -58,7 +58,7 @@ from core.nn.cpu_fastpath import enable_cpu_fastpath
 from translate.data.corpus import Batch, Example, TokenBatchSampler, collate
 from translate.data.vocab import EOS_ID, PAD_ID, UNK_ID
 from translate.model.module import translation_loss
-from translate.model.transformer import Translator
+from translate.model.transformer import TransformerTranslator
 from translate.search.decoding import beam_search
 
 START_ID = PAD_ID  # decoder start: a zero embedding in all three systems (see the module docstring)
@@ -107,13 +107,13 @@ def training_batches(s: SimpleNamespace, seed: int = 1) -> list[Batch]:
     return [collate([examples[i] for i in b]) for b in batches[::step][: s.train_batches]]
 
 
-def build_ours(s: SimpleNamespace) -> Translator:
+def build_ours(s: SimpleNamespace) -> TransformerTranslator:
     """Our translator at the benchmark size: post-LN like Marian, so the weights copy one to one."""
     torch.manual_seed(0)
-    return Translator(s.vocab, s.vocab, pad_id=PAD_ID, d_model=s.d_model, n_heads=s.n_heads,
-                      n_encoder_layers=s.n_layers, n_decoder_layers=s.n_layers, d_ff=s.d_ff, dropout=s.dropout,
-                      max_len=s.max_positions, positions="sinusoidal", norm_first=False, activation="relu",
-                      share_embeddings=True)
+    return TransformerTranslator(
+        s.vocab, s.vocab, pad_id=PAD_ID, d_model=s.d_model, n_heads=s.n_heads, n_encoder_layers=s.n_layers,
+        n_decoder_layers=s.n_layers, d_ff=s.d_ff, dropout=s.dropout, max_len=s.max_positions, positions="sinusoidal",
+        norm_first=False, activation="relu", share_embeddings=True)
 
 
 def build_marian(s: SimpleNamespace):
@@ -134,7 +134,7 @@ def build_marian(s: SimpleNamespace):
 
 
 @torch.no_grad()
-def copy_weights(ours: Translator, hf) -> None:
+def copy_weights(ours: TransformerTranslator, hf) -> None:
     """Put our weights into the Marian model, and Marian's sinusoid layout into ours: then both compute one function.
 
     Ours fuses q/k/v (self-attention) and k/v (cross-attention) into one projection, rows [q; k; v].
@@ -176,7 +176,7 @@ def copy_weights(ours: Translator, hf) -> None:
 
 
 @torch.no_grad()
-def max_logit_diff(ours: Translator, hf, batch: Batch) -> float:
+def max_logit_diff(ours: TransformerTranslator, hf, batch: Batch) -> float:
     """Largest |ours - Marian| teacher-forced logit on one batch (eval mode, fp32)."""
     tgt_in = batch.tgt_in.clone()
     tgt_in[:, 0] = START_ID
@@ -229,7 +229,7 @@ def convert_ct2(hf, vocab: int, workdir: Path) -> Path:
     return ct2_dir
 
 
-def decode_ours(model: Translator, batches: Sequence[Tensor], beam: int, steps: int) -> list[list[int]]:
+def decode_ours(model: TransformerTranslator, batches: Sequence[Tensor], beam: int, steps: int) -> list[list[int]]:
     """Best hypothesis per sentence after exactly `steps` decoder steps (the last one the forced EOS)."""
     out = []
     for src in batches:
@@ -271,7 +271,7 @@ def agreement(a: Sequence[Sequence[int]], b: Sequence[Sequence[int]], n: int) ->
     return sum(list(x[:n]) == list(y[:n]) for x, y in zip(a, b, strict=True)) / len(a)
 
 
-def train_step_ours(model: Translator, opt: torch.optim.Optimizer, batch: Batch, bf16: bool) -> None:
+def train_step_ours(model: TransformerTranslator, opt: torch.optim.Optimizer, batch: Batch, bf16: bool) -> None:
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
         loss = translation_loss(model, batch, PAD_ID, SMOOTHING)
     loss.backward()
@@ -296,7 +296,8 @@ def adamw(model: torch.nn.Module) -> torch.optim.Optimizer:
 # ----------------------------------------------------------------------------- the race
 
 
-def run_decode(log: Console, s: SimpleNamespace, ours: Translator, hf, f: dict[str, float]) -> list[list[str]]:
+def run_decode(log: Console, s: SimpleNamespace, ours: TransformerTranslator, hf,
+               f: dict[str, float]) -> list[list[str]]:
     """Times every system's decoding; returns the table rows."""
     sources = make_sources(s.sentences, s.min_src, s.max_src, s.vocab, seed=0)
     batches = source_batches(sources, s.batch_size)
@@ -338,7 +339,8 @@ def run_decode(log: Console, s: SimpleNamespace, ours: Translator, hf, f: dict[s
     return rows
 
 
-def run_train(log: Console, s: SimpleNamespace, ours: Translator, hf, f: dict[str, float]) -> list[list[str]]:
+def run_train(log: Console, s: SimpleNamespace, ours: TransformerTranslator, hf,
+              f: dict[str, float]) -> list[list[str]]:
     """Times both systems' training steps; returns the table rows."""
     batches = training_batches(s)
     ours, hf, bf16 = ours.train(), hf.train(), s.precision == "bf16"
