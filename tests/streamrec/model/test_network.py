@@ -1,14 +1,15 @@
-"""StreamRecModel invariants."""
+"""StreamRecModel invariants (on SASRec, the default network, unless a test names another)."""
 
 import pytest
 import torch
 
-from streamrec.model.network import StreamRecModel, trim_padding
+from streamrec.model.network import BERT4Rec, SASRec, StreamRecModel, trim_padding
+from streamrec.model.options import BlockOptions, ItemOptions, MixingOptions
 
 
-def _model(**kw):
+def _model(cls: type[StreamRecModel] = SASRec, **kw) -> StreamRecModel:
     torch.manual_seed(0)
-    return StreamRecModel(num_items=30, d_model=16, n_heads=2, n_layers=2, d_ff=32, max_len=10, **kw).eval()
+    return cls(num_items=30, d_model=16, n_heads=2, n_layers=2, d_ff=32, max_len=10, **kw).eval()
 
 
 def test_future_items_do_not_change_earlier_states():
@@ -41,7 +42,7 @@ def test_trim_padding_drops_only_columns_padded_in_every_row():
 @pytest.mark.parametrize("positions", ["learned", "sinusoidal", "rope", "alibi"])
 def test_trimmed_padding_leaves_every_real_state_unchanged(positions):
     """Short histories are encoded without their all-padding columns; the full-width run is the reference."""
-    model = _model(positions=positions)
+    model = _model(block=BlockOptions(positions=positions))
     items = torch.tensor([[0, 0, 0, 0, 0, 0, 3, 4, 5, 6], [0, 0, 0, 0, 0, 0, 0, 0, 9, 2]])
     full = model.encode(items)
     trimmed = model.encode(items, trim=True)
@@ -94,14 +95,32 @@ def test_fourier_low_pass_is_refused_by_fit_without_prefix_windows():
     from core.runtime.errors import InputError
     from streamrec.model.module import StreamRecModule
 
-    module = StreamRecModule(num_items=30, d_model=16, max_len=6, lowpass_alpha=0.5, lowpass_kind="fourier")
+    module = StreamRecModule(num_items=30, d_model=16, max_len=6,
+                             mixing=MixingOptions(lowpass_alpha=0.5, lowpass_kind="fourier"))
     module._trainer = SimpleNamespace(datamodule=SimpleNamespace(prefixes=False, num_items=30))
-    with pytest.raises(InputError, match="data.prefixes: true"):
+    with pytest.raises(InputError, match="`model.mixing.lowpass_kind: fourier` reads .* `data.prefixes: true`"):
         module.setup("fit")
 
 
+def test_setup_refuses_data_the_module_was_not_built_for():
+    from types import SimpleNamespace
+
+    from streamrec.model.module import StreamRecModule
+
+    module = StreamRecModule(num_items=30, d_model=16, max_len=6)
+    module._trainer = SimpleNamespace(datamodule=SimpleNamespace(prefixes=False, num_items=31))
+    with pytest.raises(ValueError, match="the data has 31 items but the model was built for 30"):
+        module.setup("fit")
+    featured = StreamRecModule(num_items=30, d_model=16, max_len=6, num_features=3, features_per_item=2)
+    plain_data = SimpleNamespace(prefixes=False, num_items=30, vocab=None, item_features=None,
+                                 train_item_counts=lambda: torch.ones(31))
+    featured._trainer = SimpleNamespace(datamodule=plain_data)
+    with pytest.raises(ValueError, match=r"the data has 0 item features \(0 per item\) but the model was built for 3"):
+        featured.setup("fit")
+
+
 def test_untied_head_uses_its_own_table():
-    model = _model(tied=False)
+    model = _model(items=ItemOptions(tied=False))
     assert model.item_vectors.data_ptr() != model.item_embedding.weight.data_ptr()
     assert model.item_vectors.shape == (31, 16)
 
@@ -114,7 +133,7 @@ def test_padding_positions_stay_finite():
 
 def test_seed_m4_parameter_count_matches_hand_arithmetic():
     """configs/streamrec/seed_m4.yaml's model: 1,000 items, d_model 128, 4 heads, 2 layers, d_ff 512, max_len 50."""
-    model = StreamRecModel(num_items=1000, d_model=128, n_heads=4, n_layers=2, d_ff=512, max_len=50)
+    model = SASRec(num_items=1000, d_model=128, n_heads=4, n_layers=2, d_ff=512, max_len=50)
     d, f, n, t = 128, 512, 1000, 50
     item_table = (n + 1) * d  # padding row included; tied output adds nothing
     positions = t * d
@@ -130,7 +149,7 @@ def test_seed_m4_parameter_count_matches_hand_arithmetic():
 
 def test_history_dropout_blanks_whole_items_in_training_only():
     items = torch.tensor([[0, 0, 3, 4, 5, 6, 7, 8, 9, 10]] * 200)
-    plain, model = _model(dropout=0.0), _model(dropout=0.0, history_dropout=0.3)
+    plain, model = _model(dropout=0.0), _model(dropout=0.0, items=ItemOptions(history_dropout=0.3))
     assert torch.equal(model.recommend_scores(items), plain.recommend_scores(items))  # eval: nothing blanked
     model.train()
     rows = model._embed(items)  # (200, 10, D)
@@ -147,12 +166,12 @@ def test_history_dropout_blanks_whole_items_in_training_only():
 
 @pytest.mark.parametrize("p", [-0.1, 1.0])
 def test_history_dropout_refuses_a_share_outside_0_1(p):
-    with pytest.raises(ValueError, match="history_dropout"):
-        _model(history_dropout=p)
+    with pytest.raises(ValueError, match=rf"`model.items.history_dropout` must be in \[0, 1\), got {p}"):
+        _model(items={"history_dropout": p})
 
 
 def test_history_dropout_never_blanks_bert4rec_mask_tokens():
-    model = _model(dropout=0.0, history_dropout=0.9, arch="bert4rec").train()
+    model = _model(BERT4Rec, dropout=0.0, items=ItemOptions(history_dropout=0.9)).train()
     items = torch.full((50, 10), model.mask_id)
     items[:, :5] = torch.arange(1, 6)
     rows = model._embed(items)
