@@ -1,6 +1,6 @@
 """Item metadata (titles, genres, ...) read from a user's file, so pages show names instead of raw ids.
 
-Two formats, told apart by the content:
+Three formats, told apart by the content:
 
 - CSV or TSV with a header row holding `item_id`; a `title` column gives the display name (without
   one, the first other column does), and every other column is kept as metadata:
@@ -9,6 +9,10 @@ Two formats, told apart by the content:
       v0001,"Series 0, episode 1",genre06
 
 - MovieLens-1M `movies.dat`: `MovieID::Title::Genres`, no header, Latin-1 (as GroupLens ships it).
+
+- A JSON object of item id -> list of attribute ids, as S3Rec, FDSA and DIF-SR ship their item side
+  information (`Beauty_item2attributes.json`): one `attributes` column, its values separated by "|", which
+  `data.feature_columns: [attributes]` reads as features.
 
 Every problem is one `InputError` line naming the file and line. Ids missing from the file are not an
 error: `ItemCatalog.title` falls back to the raw id.
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +34,7 @@ from core.runtime.errors import InputError, check_text
 MAX_ITEMS_FILE_BYTES = 256 << 20  # ML-1M's movies.dat is 171 kB; a catalogue of millions of titles still fits
 ID_COLUMN = "item_id"
 TITLE_COLUMN = "title"
+ATTRIBUTES_COLUMN = "attributes"  # the column a JSON attributes file becomes
 
 
 @dataclass
@@ -90,6 +96,8 @@ def read_items(path: str | Path) -> ItemCatalog:
     data = file.read_bytes()
     check_text(data, file)
     first = data.split(b"\n", 1)[0]
+    if file.suffix.lower() == ".json" or data.lstrip()[:1] == b"{":
+        return _read_attributes_json(file, data)
     if b"::" in first and ID_COLUMN.encode() not in first:
         return _read_movielens(file, data.decode("latin-1"))
     try:
@@ -118,6 +126,29 @@ def _read_movielens(file: Path, text: str) -> ItemCatalog:
     if not rows:
         raise InputError(f"{file}: no items found; expected MovieID::Title::Genres lines")
     return ItemCatalog([TITLE_COLUMN, "genres"], rows, TITLE_COLUMN, str(file), {"genres": ", "})
+
+
+def _read_attributes_json(file: Path, data: bytes) -> ItemCatalog:
+    """`{"item id": [attribute, ...], ...}`: each item's attribute ids (numbers or strings)."""
+    try:
+        mapping = json.loads(data.decode("utf-8-sig"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        where = f":{err.lineno}" if isinstance(err, json.JSONDecodeError) else ""
+        raise InputError(f"{file}{where}: not a JSON object of item id -> attribute list ({err}); "
+                         "fix the file") from None
+    if not isinstance(mapping, dict) or not mapping:
+        raise InputError(f"{file}: expected a JSON object of item id -> list of attributes; got "
+                         f"{type(mapping).__name__ if mapping else 'an empty one'}")
+    rows: dict[str, dict[str, str]] = {}
+    for item_id, values in mapping.items():
+        if not isinstance(values, list) or not all(isinstance(v, str | int) and not isinstance(v, bool)
+                                                   for v in values):
+            raise InputError(f"{file}: item {item_id!r} maps to {json.dumps(values)[:40]}, not a list of attribute "
+                             "ids (numbers or strings); fix the file")
+        rows[str(item_id).strip()] = {ATTRIBUTES_COLUMN: "|".join(str(v).strip() for v in values)}
+    if "" in rows:
+        raise InputError(f"{file}: an empty item id; every item needs one")
+    return ItemCatalog([ATTRIBUTES_COLUMN], rows, ID_COLUMN, str(file))
 
 
 def _read_delimited(file: Path, text: str) -> ItemCatalog:

@@ -78,3 +78,33 @@ def test_a_file_of_other_ids_is_refused(write):
                                feature_columns=["g"])
     with pytest.raises(InputError, match="none of its 1 items is in the log"):
         _ = data.vocab
+
+
+def test_an_item2attributes_json_is_read_as_the_attributes_column(tmp_path) -> None:
+    import json
+
+    from streamrec.data.features import read_item_features
+    from streamrec.data.items import read_items
+
+    path = tmp_path / "Beauty_item2attributes.json"
+    path.write_text(json.dumps({"4": [1, 2, 3], "83": [4, 5, 6, 2], "90": [], "7": ["brand_x"]}))
+    catalog = read_items(path)
+    assert catalog.columns == ["attributes"] and catalog.title("4") == "4"
+    assert read_item_features(path, ["attributes"]) == {
+        "4": ["attributes=1", "attributes=2", "attributes=3"],
+        "83": ["attributes=4", "attributes=5", "attributes=6", "attributes=2"],
+        "7": ["attributes=brand_x"],
+    }  # an item with no attribute has no features
+
+
+@pytest.mark.parametrize(("text", "wrong"), [("{\"4\": [1,", "not a JSON object"), ("[1, 2]", "expected a JSON object"),
+                                             ("{\"4\": 3}", "not a list of attribute ids"), ("{}", "an empty one")])
+def test_a_bad_attributes_json_is_one_line_naming_the_file(tmp_path, text, wrong) -> None:
+    from core.runtime.errors import InputError
+    from streamrec.data.items import read_items
+
+    path = tmp_path / "attrs.json"
+    path.write_text(text)
+    with pytest.raises(InputError) as err:
+        read_items(path)
+    assert str(path) in str(err.value) and wrong in str(err.value) and "\n" not in str(err.value)
