@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import csv
+import functools
 from pathlib import Path
 
+import lightning
 import optuna
 import pytest
 import yaml
 
 from streamrec.cli import main
 from streamrec.data.datamodule import StreamRecDataModule
-from streamrec.tune import Budget, best_config
+from streamrec.lightning_cli import build_cli
+from streamrec.model.module import StreamRecModule
+from streamrec.tuning.options import Budget
+from streamrec.tuning.report import best_config
+from streamrec.tuning.space import SPACE, config_value
 
 pytestmark = pytest.mark.slow  # end-to-end: real processes, servers or training; `pytest -m "not slow"` skips them
 
@@ -31,7 +37,8 @@ model:
   n_heads: 2
   n_layers: 1
   d_ff: 32
-  popularity_baseline: false
+  evaluation:
+    popularity_baseline: false
 """
 FAST = ["--max-epochs", "2", "--startup-trials", "2", "--params", "lr", "dropout", "weight_decay", "loss"]
 
@@ -101,34 +108,45 @@ def test_best_yaml_is_the_best_trial_and_fit_takes_it(tiny_log, tmp_path, monkey
           "--out", str(out), *FAST])
     rows = [r for r in _trials(out) if r["state"] == "complete"]
     best = max(rows, key=lambda r: float(r["val_ndcg@10"]))
-    config = yaml.safe_load((out / "best.yaml").read_text())
-    assert config["model"]["lr"] == pytest.approx(float(best["lr"]))
-    assert config["model"]["dropout"] == pytest.approx(float(best["dropout"]))
-    assert config["model"]["loss"] == best["loss"]
-    assert config["model"]["d_model"] == 16 and config["data"]["max_len"] == 8  # the rest: the user's
-    assert config["data"]["path"] == str(tiny_log) and config["model"]["d_ff"] == 24  # and the command line's
     assert "test split was not read" in (out / "best.yaml").read_text()
     assert (out / "trials.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     cli = main(["fit", "--config", str(out / "best.yaml"), "--trainer.fast_dev_run", "true"])
-    assert cli.model.hparams.lr == pytest.approx(float(best["lr"]))
+    hp = cli.model.hparams
+    assert hp.lr == pytest.approx(float(best["lr"])) and hp.dropout == pytest.approx(float(best["dropout"]))
+    assert hp.objective["loss"] == best["loss"]
+    assert hp.d_model == 16 and cli.datamodule.max_len == 8  # the rest: the user's
+    assert cli.datamodule.path == str(tiny_log) and hp.d_ff == 24  # and the command line's
     # The best trial's weights are kept: validating them gives the value the study recorded; no other trial's are.
     assert not (out / "trials").exists() or not any((out / "trials").iterdir())
     cli = main(["validate", "--config", str(out / "best.yaml"), "--ckpt_path", str(out / "best.ckpt")])
     assert float(cli.trainer.callback_metrics["val_ndcg@10"]) == pytest.approx(float(best["val_ndcg@10"]), abs=1e-4)
 
 
-def test_best_config_applies_overrides_typed_as_the_command_line_types_them(tmp_path):
-    base = tmp_path / "base.yaml"
-    base.write_text("trainer:\n  max_epochs: 3\ndata:\n  path: a.csv\nmodel:\n  lr: 0.1\n")
-    text = best_config([str(base)], {"dropout": 0.25}, "header", [
-        "--data.path", "b.csv", "--trainer.precision=bf16-mixed", "--trainer.max_time", "00:00:08:00",
-        "--model.weight_decay", "1e-4", "--trainer.logger", "false", "--seed_everything", "7"])
-    config = yaml.safe_load(text)
-    assert text.startswith("# header\n")
-    assert config == {"trainer": {"max_epochs": 3, "precision": "bf16-mixed", "max_time": "00:00:08:00",
-                                  "logger": False},
-                      "data": {"path": "b.csv"}, "model": {"lr": 0.1, "weight_decay": 1e-4, "dropout": 0.25},
-                      "seed_everything": 7}
+def test_best_config_is_fits_config_with_the_overrides_and_the_winning_values(tiny_log, tmp_path):
+    """best.yaml is what fit's parser reads from the trials' command line plus the winner: bases, typed values."""
+    (tmp_path / "base.yaml").write_text("trainer:\n  max_epochs: 3\nmodel:\n  lr: 0.1\n  d_model: 16\n")
+    config = tmp_path / "data.yaml"
+    config.write_text(f"base: base.yaml\ndata:\n  path: {tiny_log}\n")
+    args = ["--config", str(config), "--trainer.precision=bf16-mixed", "--trainer.max_time", "00:00:08:00",
+            "--model.weight_decay", "1e-4", "--trainer.logger", "false", "--seed_everything", "7"]
+    parser = build_cli(["--config", str(config)], run=False).parser
+    text = best_config(parser, args, {"dropout": 0.25, "loss": "gbce", "max_len": 20}, "header\nsecond")
+    assert text.startswith("# header\n# second\n")
+    assert "base" not in yaml.safe_load(text)  # the bases are read into it
+    written = tmp_path / "best.yaml"
+    written.write_text(text)
+    parsed = parser.parse_args(["--config", str(written)])
+    expected = {"trainer.max_epochs": 3, "trainer.precision": "bf16-mixed", "trainer.max_time": "00:00:08:00",
+                "trainer.logger": False, "seed_everything": 7, "data.path": str(tiny_log), "model.lr": 0.1,
+                "model.d_model": 16, "model.weight_decay": 1e-4, "model.dropout": 0.25,
+                "model.objective.loss": "gbce", "data.max_len": 20}
+    assert {key: config_value(parsed, key) for key in expected} == expected
+
+
+def test_every_searched_parameter_names_a_key_fit_takes(tiny_log, tmp_path):
+    parser = build_cli(["--config", str(_config(tmp_path, tiny_log))], run=False).parser
+    config = parser.parse_args(["--config", str(_config(tmp_path, tiny_log))])
+    assert all(config_value(config, param.key) is not None for param in SPACE.values())
 
 
 def test_an_interrupted_search_resumes_and_reruns_the_cut_off_trial(tiny_log, tmp_path):
@@ -150,8 +168,6 @@ def test_an_interrupted_search_resumes_and_reruns_the_cut_off_trial(tiny_log, tm
 
 def test_a_trial_that_raises_leaves_no_weights_behind(tiny_log, tmp_path, monkeypatch):
     """Optuna calls no callback for a failed trial: its folder (weights of its best epoch so far) must go too."""
-    from streamrec.model.module import StreamRecModule
-
     out, seen = tmp_path / "search", []
     real = StreamRecModule.training_step
 
@@ -179,7 +195,7 @@ def test_a_study_with_other_settings_is_refused_in_one_line(tiny_log, tmp_path):
 @pytest.mark.parametrize(("args", "message"), [
     (["--model.d_modle", "8"], "d_modle"),
     (["--bogus"], "unknown option --bogus"),
-    (["--model.ks", "[5]"], "keep 10 in model.ks"),
+    (["--model.evaluation.ks", "[5]"], "keep 10 in model.evaluation.ks"),
 ])
 def test_bad_options_fail_before_any_trial(tiny_log, tmp_path, capsys, args, message):
     out = tmp_path / "search"
@@ -207,10 +223,6 @@ def test_bad_budget_is_refused(text):
 
 
 def test_the_first_trial_is_the_config_and_max_time_caps_every_trial(tiny_log, tmp_path, monkeypatch):
-    import functools
-
-    import lightning
-
     caps = []
     real = lightning.Trainer.__init__
 
@@ -223,7 +235,7 @@ def test_the_first_trial_is_the_config_and_max_time_caps_every_trial(tiny_log, t
     monkeypatch.setattr(lightning.Trainer, "__init__", spy)
     config = tmp_path / "start.yaml"
     text = BASE.format(path=tiny_log).replace("trainer:\n", 'trainer:\n  max_time: "00:00:10:00"\n')
-    config.write_text(text + "  lr: 0.004\n  dropout: 0.35\n  loss: full\n"
+    config.write_text(text + "  lr: 0.004\n  dropout: 0.35\n  objective:\n    loss: full\n"
                       "  weight_decay: 0.0\n")  # weight decay 0 lies outside the log-scale space
     out = tmp_path / "search"
     main(["tune", "--config", str(config), "--budget", "2", "--out", str(out), *FAST])
@@ -234,7 +246,7 @@ def test_the_first_trial_is_the_config_and_max_time_caps_every_trial(tiny_log, t
     assert caps == ["00:00:10:00"] * 2
 
 
-@pytest.mark.parametrize("term", ["contrastive_weight: 0.1", "label_smoothing: 0.3"])
+@pytest.mark.parametrize("term", ["contrastive:\n    weight: 0.1", "objective:\n    label_smoothing: 0.3"])
 def test_a_config_with_a_full_softmax_term_keeps_its_loss(tiny_log, tmp_path, capsys, term):
     """Both terms need the full softmax: searching the loss would fail every trial that proposes gbce."""
     config = tmp_path / "term.yaml"

@@ -1,0 +1,95 @@
+"""What a search leaves: trials.csv, trials.png, a table of the best trials, and best.yaml."""
+
+from __future__ import annotations
+
+import csv
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import optuna
+from jsonargparse import ArgumentParser
+from matplotlib.figure import Figure
+from optuna.trial import TrialState
+from rich.console import Console
+from rich.table import Table
+
+from core.runtime.atomic import atomic_path
+from streamrec.tuning.space import overrides
+from streamrec.tuning.trial import METRIC
+
+Row = dict[str, Any]
+
+
+def trial_rows(study: optuna.Study) -> list[Row]:
+    """One row per finished (complete or pruned) trial: its value, epochs, minutes and parameters."""
+    rows = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+        reported = list(t.intermediate_values.values())
+        value = t.value if t.value is not None else (max(reported) if reported else math.nan)
+        best_epoch = t.user_attrs.get("best_epoch", reported.index(value) + 1 if value in reported else "")
+        rows.append({"trial": t.number, "state": t.state.name.lower(), METRIC: value,
+                     "best_epoch": best_epoch, "epochs": t.user_attrs.get("epochs", len(reported)),
+                     "minutes": round(t.user_attrs.get("minutes", math.nan), 2), **t.params})
+    return rows
+
+
+def write_table(rows: list[Row], path: Path, params: tuple[str, ...]) -> None:
+    """`rows` as CSV at `path`, written atomically."""
+    fields = ["trial", "state", METRIC, "best_epoch", "epochs", "minutes", *params]
+    with atomic_path(path) as tmp, tmp.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def plot_trials(rows: list[Row], path: Path) -> None:
+    """Left: each trial's validation NDCG@10 and the best so far; right: against the learning rate."""
+    fig = Figure(figsize=(11, 4), layout="constrained")  # no pyplot: no backend, no global figure state
+    ax, ax_lr = fig.subplots(1, 2)
+    for state, marker in (("complete", "o"), ("pruned", "x")):
+        pts = [(r["trial"], r[METRIC], r.get("lr")) for r in rows if r["state"] == state]
+        if pts:
+            ax.scatter([p[0] for p in pts], [p[1] for p in pts], marker=marker, label=state)
+            if all(p[2] is not None for p in pts):
+                ax_lr.scatter([p[2] for p in pts], [p[1] for p in pts], marker=marker, label=state)
+    done = sorted((r["trial"], r[METRIC]) for r in rows if r["state"] == "complete")
+    if done:
+        best = [max(v for _, v in done[: i + 1]) for i in range(len(done))]
+        ax.step([n for n, _ in done], best, where="post", color="black", label="best so far")
+    ax.set(xlabel="trial", ylabel=f"{METRIC} (pruned: last reported)", title="trials")
+    ax_lr.set(xlabel="learning rate", ylabel=METRIC, xscale="log", title="learning rate")
+    ax.legend()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+
+
+def print_table(rows: list[Row], params: tuple[str, ...], top: int = 10) -> None:
+    """The `top` trials by validation NDCG@10, as a table on stdout."""
+    table = Table(title=f"best {min(top, len(rows))} of {len(rows)} trials by {METRIC} (validation only)",
+                  title_justify="left")
+    for col in ("trial", "state", METRIC, "epoch", "min", *params):
+        table.add_column(col, justify="right")
+    ranked = sorted((r for r in rows if not math.isnan(r[METRIC])), key=lambda r: -r[METRIC])
+    for r in ranked[:top]:
+        table.add_row(str(r["trial"]), r["state"], f"{r[METRIC]:.4f}", f"{r['best_epoch']}/{r['epochs']}",
+                      f"{r['minutes']:.1f}", *(fmt(r.get(p)) for p in params))
+    Console(width=None if sys.stdout.isatty() else 140).print(table)
+
+
+def fmt(value: Any) -> str:
+    """A parameter value as the tables show it: floats to 3 significant digits."""
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def best_config(parser: ArgumentParser, config_args: Sequence[str], values: dict[str, Any], header: str) -> str:
+    """The config `fit` parses from `config_args` (the --config files, then the overrides every trial got) with
+    the winning `values`, as YAML, after `header` as comment lines.
+
+    Read and written by fit's own parser (`streamrec.lightning_cli`), so the file holds what the trials trained
+    with: the bases, the command line's values typed as fit types them, and every default.
+    """
+    config = parser.parse_args([*config_args, *overrides(values)])
+    return "".join(f"# {line}\n" for line in header.splitlines()) + parser.dump(config)

@@ -1,0 +1,88 @@
+"""One trial: `fit`'s settings plus the trial's proposal, trained on the training split and scored on validation."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import lightning as L
+import optuna
+from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
+from optuna.trial import FrozenTrial, TrialState
+
+from core.runtime.errors import InputError
+from streamrec.lightning_cli import build_cli
+from streamrec.model.module import StreamRecModule
+from streamrec.tuning.options import TuneOptions
+from streamrec.tuning.space import overrides, suggest
+
+METRIC = "val_ndcg@10"
+Progress = Callable[[str], None]
+
+
+class ReportToStudy(Callback):
+    """Reports validation NDCG@10 after each epoch to Optuna and stops a trial the pruner gives up on.
+
+    Ours, not optuna-integration's PyTorchLightningPruningCallback: that package pins its own Lightning import
+    path and adds a dependency for a few lines.
+
+    Args:
+        trial: the trial reported to.
+        progress: called with one line after each epoch.
+    """
+
+    def __init__(self, trial: optuna.Trial, progress: Progress):
+        self.trial, self.progress = trial, progress
+        self.values: list[float] = []
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: StreamRecModule) -> None:
+        if trainer.sanity_checking or METRIC not in trainer.callback_metrics:
+            return
+        value = float(trainer.callback_metrics[METRIC])
+        self.values.append(value)
+        epoch = len(self.values)
+        self.trial.report(value, epoch)
+        self.progress(f"trial {self.trial.number}: epoch {epoch}, {METRIC} {value:.4f} (best {max(self.values):.4f})")
+        if self.trial.should_prune():
+            raise optuna.TrialPruned(f"{METRIC} {value:.4f} at epoch {epoch}")
+
+
+def run_trial(trial: optuna.Trial, options: TuneOptions, n_heads: int, progress: Progress) -> float:
+    """Train one proposal with `fit`'s settings; the best validation NDCG@10 over its epochs."""
+    values = suggest(trial, options.params, n_heads)
+    cli = build_cli([*options.config_args, *overrides(values)], run=False)  # fit's parser, links and checks
+    base = cli.config["trainer"]
+    report = ReportToStudy(trial, progress)
+    stop = EarlyStopping(monitor=METRIC, mode="max", patience=options.patience, check_finite=False)
+    keep = ModelCheckpoint(dirpath=options.trial_dir(trial.number), filename="best", monitor=METRIC, mode="max",
+                           save_weights_only=True, enable_version_counter=False)
+    trainer = L.Trainer(
+        max_epochs=options.max_epochs or base.max_epochs or 100, max_time=base.max_time,
+        accelerator=base.accelerator, devices=1, precision=cli.trainer.precision, callbacks=[stop, report, keep],
+        logger=False, enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+        limit_train_batches=base.limit_train_batches, limit_val_batches=base.limit_val_batches,
+    )
+    start = time.perf_counter()
+    try:
+        trainer.fit(cli.model, datamodule=cli.datamodule)  # fit and validation only: never the test split
+    finally:
+        trial.set_user_attr("epochs", len(report.values))
+        trial.set_user_attr("minutes", (time.perf_counter() - start) / 60)
+    if not report.values:
+        raise InputError(f"no {METRIC} was logged; tune needs validation every epoch and 10 in "
+                         "model.evaluation.ks")
+    best = max(report.values)
+    trial.set_user_attr("best_epoch", report.values.index(best) + 1)
+    return best
+
+
+def keep_if_best(study: optuna.Study, trial: FrozenTrial, out: Path, folder: Path) -> None:
+    """The best trial's weights (in `folder`) become OUT/best.ckpt (test them without training again); others
+    are deleted."""
+    ckpt = folder / "best.ckpt"
+    if trial.state == TrialState.COMPLETE and study.best_trial.number == trial.number and ckpt.is_file():
+        os.replace(ckpt, out / "best.ckpt")  # one rename on the same disk: never half-written
+    shutil.rmtree(folder, ignore_errors=True)
