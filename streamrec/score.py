@@ -117,8 +117,8 @@ class ResumableOutput:
 def scan_precision(choice: str, device: str) -> Precision:
     """`--precision auto` made concrete: the exact bf16 scan where bf16 matmuls are fast, fp32 elsewhere.
 
-    The scan gives the same top K as fp32; where the CPU has native bf16 matmuls it is faster and holds a
-    half-size table (docs/results.md, "Scale"). CUDA keeps fp32: the bf16 scan is not measured there.
+    The scan gives the same top K as fp32 from a half-size table, on the CPU's native bf16 matmuls
+    (docs/results.md, "Scale"). CUDA keeps fp32: the bf16 scan is not measured there.
     """
     if choice != "auto":
         return choice
@@ -231,7 +231,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--top-k", type=int, default=10, help="items per user (default 10)")
     p.add_argument("--exclude-seen", action=argparse.BooleanOptionalAction, default=True,
                    help="leave out items already in the user's history (default: yes)")
-    p.add_argument("--explain", action="store_true", help="add 'because you watched' columns (slower)")
+    p.add_argument("--explain", action="store_true",
+                   help="add 'because you watched' columns (more model calls per user)")
     p.add_argument("--cold-slots", type=int, default=0, metavar="C",
                    help="of the top K, C go to the best cold items of a model trained with item features (items "
                         "known by their features only), placed by score; default 0: one ranking of every item")
@@ -249,9 +250,10 @@ def main(argv: list[str] | None = None) -> None:
                         f"{DEFAULT_ITEM_CHUNK:,}; {SCAN_CHUNK:,} with the bf16 scan, whose scores then stay in cache)")
     p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
                    help="bf16: each item chunk scanned in bf16 and the items that can reach the top K (a proven "
-                        "bound on bf16 rounding) re-scored in fp32: the same items and scores as fp32, faster and in "
-                        "half the memory on CPUs with AVX512-BF16 or AMX (see streamrec.ranking.topk). auto (default): "
-                        "bf16 on such a CPU, else fp32; the output's provenance records which ran")
+                        "bound on bf16 rounding) re-scored in fp32: the same items and scores as fp32, in half the "
+                        "memory, on the native bf16 matmuls of CPUs with AVX512-BF16 or AMX (see "
+                        "streamrec.ranking.topk). auto (default): bf16 on such a CPU, else fp32; the output's "
+                        "provenance records which ran")
     p.add_argument("--threads", type=int, default=0,
                    help="torch threads of the local engine (default 0: one per core); 1 where other jobs keep the "
                         "cores busy: waiting for a second thread then costs more than it gives")

@@ -13,7 +13,7 @@ Request (POST /predict, a JSON object; only these fields):
   cold_slots    of the top_k, how many go to the best cold items of a model trained with item features
                 (default 0; at most top_k; not with explain)
   explain       add "explanation": attention over the history and, per item, the history item
-                whose removal costs it most (default false; one model call per request, slower)
+                whose removal costs it most (default false; one model call per request, not one per batch)
 
 Requests arriving together (up to --max-batch-size, waiting at most --batch-timeout seconds) are
 scored in one model call (`streamrec.Recommender.recommend`). A malformed or out-of-range request gets

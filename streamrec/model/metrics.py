@@ -94,8 +94,8 @@ def sample_negatives(
         raise ValueError(f"a row has only {available} items to sample as negatives but `num_negatives` is "
                          f"{num_negatives}; lower `num_negatives`")
     # Gumbel-top-k: the C largest log(w) + Gumbel noise are a draw without replacement with
-    # probabilities proportional to w (Kool et al. 2019), at the cost of one topk, unlike
-    # torch.multinomial without replacement, which was ~10x slower here.
+    # probabilities proportional to w (Kool et al. 2019), at the cost of one topk (torch.multinomial without
+    # replacement draws the C items one after another).
     u = torch.rand(w.shape, generator=generator, device=w.device).clamp_(min=1e-20)  # (B, N+1)
     keys = w.log() - (-u.log()).log()  # log(0) = -inf keeps excluded items last
     return keys.topk(num_negatives, dim=1).indices

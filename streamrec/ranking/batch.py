@@ -46,7 +46,7 @@ class RankingOptions:
         item_chunk: items scored at once (`streamrec.ranking.topk.top_k_items`): memory is about
             batch_size x item_chunk scores, whatever the catalogue's size; None: the ranker's default.
         precision: "fp32", or "bf16": a bf16 scan whose possible top-K items are re-scored in fp32 (the same
-            items and scores, faster on CPUs with fast bf16 matmuls).
+            items and scores; for CPUs with native bf16 matmuls, docs/results.md, "Scale").
         explain: add the "because you watched" columns (`streamrec.ranking.explain.explain_columns`).
         batch_size: users per forward pass.
         cold_slots: of the `top_k`, how many go to the best cold items (known by their features only, in no

@@ -80,8 +80,8 @@ class ServerOptions:
     def threads_per_worker(self) -> int:
         """`--threads`, or the CPU cores but one (the HTTP process's) shared out among the workers.
 
-        A worker with as many torch threads as cores answers far slower: the HTTP process and the worker's
-        last thread preempt each other.
+        A worker with as many torch threads as cores competes with the HTTP process: the HTTP process and the
+        worker's last thread preempt each other.
         """
         return self.threads or max(1, ((os.cpu_count() or 1) - 1) // self.workers)
 
