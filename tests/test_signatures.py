@@ -1,4 +1,4 @@
-"""Constructor conventions across core and both apps (issue 26, "code shape").
+"""Constructor conventions across core and both apps.
 
 Every constructor takes at most two positional arguments; the rest are keyword-only, so a call
 cannot silently swap two ints. The shared vocabulary (docs/core.md, "Constructors") keeps one
