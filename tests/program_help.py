@@ -10,6 +10,7 @@ import contextlib
 import functools
 import importlib
 import io
+import re
 import runpy
 import sys
 from pathlib import Path
@@ -43,10 +44,18 @@ def _captured(run) -> str:
 
 @functools.cache
 def help_text(program: str) -> str:
-    """The `--help` output of `program`: a key of PROGRAMS, or `python PATH.py` for a script of the repository."""
+    """The `--help` output of `program`: a key of PROGRAMS, or `python PATH.py` for a script of the repository.
+
+    For a LightningCLI program, the help of each `--model.GROUP` option group follows the main help.
+    """
     if program in PROGRAMS:
         module, argv = PROGRAMS[program]
-        return _captured(lambda: importlib.import_module(module).main([*argv, "--help"]))
+        main = importlib.import_module(module).main
+        text = _captured(lambda: main([*argv, "--help"]))
+        # An option group typed by a class (`--model.objective`) lists its fields in its own help only.
+        groups = re.findall(r"(--model\.\w+)\.help \[CLASS_PATH_OR_NAME\]\s+Show the help for the given subclass of\s+"
+                            r"(\w+)", text)
+        return "\n".join([text, *(_captured(lambda g=g, c=c: main([*argv, f"{g}.help", c])) for g, c in groups)])
     script = REPO / program.removeprefix("python ").strip()
     saved = sys.argv, sys.path[:]
     sys.argv, sys.path[:0] = [str(script), "--help"], [str(script.parent)]  # as `python PATH.py` sets them
