@@ -16,6 +16,7 @@ import html
 import io
 from pathlib import Path
 
+from matplotlib.figure import Figure
 from torch import Tensor
 
 from core.runtime.atomic import atomic_path
@@ -31,13 +32,9 @@ def _short(text: str, width: int = 24) -> str:
 
 def _heatmap_png(drops: Tensor, rows: list[str], cols: list[str]) -> str:
     """Occlusion heatmap (recommendations x history) as a base64 PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     rows, cols = [_short(r) for r in rows], [_short(c) for c in cols]
-    fig, ax = plt.subplots(figsize=(max(5.0, 0.35 * len(cols) + 3), max(3.0, 0.35 * len(rows) + 2.5)))
+    fig = Figure(figsize=(max(5.0, 0.35 * len(cols) + 3), max(3.0, 0.35 * len(rows) + 2.5)))  # no pyplot state
+    ax = fig.subplots()
     im = ax.imshow(drops.float().numpy(), cmap="magma", aspect="auto")
     ax.set_xticks(range(len(cols)), cols, rotation=90, fontsize=7)
     ax.set_yticks(range(len(rows)), rows, fontsize=8)
@@ -48,7 +45,6 @@ def _heatmap_png(drops: Tensor, rows: list[str], cols: list[str]) -> str:
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 

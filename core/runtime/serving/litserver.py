@@ -11,6 +11,7 @@ import multiprocessing as mp
 from typing import Any
 
 import litserve as ls
+import torch
 from fastapi.responses import JSONResponse, Response
 from litserve.transport.process_transport import MPQueueTransport
 
@@ -39,8 +40,6 @@ class BatchedAPI(ls.LitAPI):
 
     def setup(self, device: str) -> None:
         """Load the model onto `device` (called once in each worker process)."""
-        import torch
-
         if self.threads:
             torch.set_num_threads(self.threads)
         self.load(device)
