@@ -21,7 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from core.nn.cpu_fastpath import cpu_fastpath_disabled
-from core.runtime.atomic import atomic_path
+from core.runtime.atomic import atomic_folder_files
 from core.runtime.checkpoint import load_module
 from core.runtime.export import constructor_arguments, run_export, save_folder, write_json
 from streamrec.data.vocab import ItemVocab
@@ -94,10 +94,13 @@ def write_onnx(model: StreamRecModel, path: Path, opset: int = OPSET) -> None:
     """
     graph = ScoringGraph(model).eval()
     batch, length = torch.export.Dim("batch"), torch.export.Dim("length", max=model.max_len)
-    with atomic_path(path) as tmp, torch.no_grad(), cpu_fastpath_disabled(model):
+    # The graph names its weights file after the path it is written to: written under its final name in a
+    # folder of its own, then moved beside `path`, it names `model.onnx.data`, which travels with it.
+    with atomic_folder_files(path) as tmp, torch.no_grad(), cpu_fastpath_disabled(model):
         torch.onnx.export(
             graph, (example_batch(model),), str(tmp), input_names=["items"], output_names=["scores"],
             dynamic_shapes={"items": {0: batch, 1: length}}, opset_version=opset, dynamo=True, verbose=False,
+            external_data=True,
         )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob
 import itertools
 import os
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -44,9 +45,42 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{next(_serial)}.tmp")
     try:
         yield tmp
+        if tmp.is_file():
+            os.chmod(tmp, _umask_mode())  # a writer's own temporary file (safetensors') may be 0600
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+@contextmanager
+def atomic_folder_files(path: str | Path) -> Iterator[Path]:
+    """Yield `path`'s name inside a new hidden folder beside it; when the block succeeds, move every file the
+    block wrote there beside `path`, `path` itself last, then delete the folder (on failure too).
+
+    For writers that name companion files after their output (an ONNX graph's `model.onnx.data`): written
+    under the final name, the companions' names are right once moved. Each file is renamed into place
+    atomically; `path` last, so a reader never finds it without its companions.
+    """
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise FileNotFoundError(f"{path}: the output folder {path.parent} does not exist")
+    folder = path.with_name(f".{path.name}.{os.getpid()}.{next(_serial)}.tmpdir")
+    folder.mkdir()
+    try:
+        yield folder / path.name
+        files = sorted(folder.iterdir(), key=lambda f: f.name == path.name)  # the main file last
+        for file in files:
+            os.chmod(file, _umask_mode())
+            os.replace(file, path.with_name(file.name))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _umask_mode() -> int:
+    """The mode a new file gets from this process's umask (0644 under the usual 022)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def stale_temporaries(path: str | Path) -> list[Path]:

@@ -130,9 +130,17 @@ def load_folder(cls: type[Module], folder: str | Path, app: str, written_by: str
 
 def run_export(write: Callable[[], Path], fmt: str, output: str) -> None:
     """Run an export command's `write()`; a user's mistake, a full disk or a missing extra ends in one line."""
-    with exit_on_error(output):
-        try:
-            out = write()
-        except ModuleNotFoundError as err:
-            sys.exit(f"error: --format {fmt} needs {err.name}; install it with `pip install -e \".[export]\"`")
+    folder = Path(output)
+    created = not folder.exists()
+    try:
+        with exit_on_error(output):
+            try:
+                out = write()
+            except ModuleNotFoundError as err:
+                sys.exit(f"error: --format {fmt} needs {err.name}; install it with "
+                         f"`pip install -c constraints.txt -e \".[export]\"`")
+    except BaseException:
+        if created and folder.is_dir() and not any(folder.iterdir()):  # a failed export leaves no empty folder
+            folder.rmdir()
+        raise
     print(f"wrote {out}")
