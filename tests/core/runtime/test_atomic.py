@@ -83,3 +83,21 @@ def test_a_folder_is_refused_before_anything_is_written(tmp_path: Path) -> None:
     with pytest.raises(IsADirectoryError, match=r"sub: is a folder"), atomic_path(folder):
         pytest.fail("the block must not run")
     assert list(folder.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["sub"]
+
+
+def test_atomic_folder_files_moves_the_companions_and_cleans_up(tmp_path) -> None:
+    from core.runtime.atomic import atomic_folder_files
+
+    target = tmp_path / "model.onnx"
+    with atomic_folder_files(target) as tmp:
+        assert tmp.name == "model.onnx" and tmp.parent != tmp_path
+        tmp.write_text("graph")
+        tmp.with_name("model.onnx.data").write_text("weights")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx", "model.onnx.data"]
+    try:
+        with atomic_folder_files(tmp_path / "other.onnx") as tmp:
+            tmp.write_text("half")
+            raise RuntimeError("the writer failed")
+    except RuntimeError:
+        pass
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx", "model.onnx.data"]  # nothing left over
