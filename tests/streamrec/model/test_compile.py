@@ -11,10 +11,11 @@ import pytest
 import torch
 from torch._dynamo import register_backend
 
+from core.nn.options import SpeedOptions
 from core.runtime.checkpoint import load_checkpoint
 from streamrec.data.datamodule import StreamRecDataModule
 from streamrec.model.module import StreamRecModule
-from streamrec.model.network import StreamRecModel, trim_padding
+from streamrec.model.network import SASRec, trim_padding
 
 BACKEND = "counting_eager_streamrec"
 GRAPHS: list[torch.fx.GraphModule] = []
@@ -28,7 +29,7 @@ def _counting(gm: torch.fx.GraphModule, example_inputs) -> object:
 if BACKEND not in torch.compiler.list_backends(exclude_tags=()):
     register_backend(_counting, BACKEND)
 
-TINY = dict(max_len=8, d_model=16, n_heads=2, n_layers=1, d_ff=32, popularity_baseline=False)
+TINY = dict(max_len=8, d_model=16, n_heads=2, n_layers=1, d_ff=32, evaluation={"popularity_baseline": False})
 
 
 def _fit(module: StreamRecModule, data: StreamRecDataModule, steps: int, ckpt_path=None) -> L.Trainer:
@@ -46,7 +47,8 @@ def test_a_compiled_fit_resumes_an_eager_checkpoint_and_its_checkpoint_loads_eag
     eager = StreamRecModule(num_items=data.num_items, **TINY)
     _fit(eager, data, 1).save_checkpoint(tmp_path / "eager.ckpt")
 
-    compiled = StreamRecModule(num_items=data.num_items, compile="default", compile_backend=BACKEND, **TINY)
+    compiled = StreamRecModule(num_items=data.num_items, speed=SpeedOptions(compile="default", compile_backend=BACKEND),
+                               **TINY)
     GRAPHS.clear()
     trainer = _fit(compiled, data, 3, ckpt_path=tmp_path / "eager.ckpt")
     assert trainer.global_step == 3 and GRAPHS  # resumed, and the encoder went through torch.compile
@@ -54,9 +56,11 @@ def test_a_compiled_fit_resumes_an_eager_checkpoint_and_its_checkpoint_loads_eag
     trainer.save_checkpoint(tmp_path / "compiled.ckpt")
 
     saved = load_checkpoint(tmp_path / "compiled.ckpt", "test")  # weights_only: plain hyper-parameters
-    assert saved["hyper_parameters"]["compile"] == "default"
+    speed = {"cpu_fastpath": False, "compile": "default", "compile_backend": BACKEND}
+    assert saved["hyper_parameters"]["speed"] == speed
     assert list(saved["state_dict"]) == list(eager.state_dict())  # the same keys, compiled or not
-    loaded = StreamRecModule.load_from_checkpoint(tmp_path / "compiled.ckpt", compile=None).eval()
+    loaded = StreamRecModule.load_from_checkpoint(tmp_path / "compiled.ckpt", speed=SpeedOptions()).eval()
+    assert loaded.speed.compile_mode is None and not loaded._compiled
     items = torch.tensor([[0, 0, 3, 7, 9, 2, 5, 1], [0, 0, 0, 0, 0, 6, 2, 8]])
     torch.testing.assert_close(compiled.eval().model.recommend_scores(items), loaded.model.recommend_scores(items))
 
@@ -64,21 +68,21 @@ def test_a_compiled_fit_resumes_an_eager_checkpoint_and_its_checkpoint_loads_eag
 @pytest.mark.parametrize(("key", "value"), [("compile", "fast"), ("compile", "max_autotune"),
                                             ("compile_backend", "no_such_backend")])
 def test_a_bad_compile_value_is_refused_in_one_line(key, value):
-    with pytest.raises(ValueError, match=f"`model.{key}` must be") as err:
-        StreamRecModule(num_items=5, **{key: value})
+    with pytest.raises(ValueError, match=f"{key}` must be") as err:  # the key's name: test_options
+        StreamRecModule(num_items=5, speed={key: value})
     assert "\n" not in str(err.value)
 
 
 def test_reduce_overhead_trims_to_16_column_buckets_with_the_same_outputs(tiny_log):
     data = StreamRecDataModule(str(tiny_log), max_len=8, batch_size=32)
-    module = StreamRecModule(num_items=data.num_items, compile="reduce-overhead", compile_backend=BACKEND,
+    module = StreamRecModule(num_items=data.num_items, speed={"compile": "reduce-overhead", "compile_backend": BACKEND},
                              **{**TINY, "max_len": 40})
     module.trainer = L.Trainer(accelerator="cpu", logger=False)  # setup compiles for the trainer's process
     module.setup("fit")
     assert module.model.length_multiple == 16
 
     torch.manual_seed(0)
-    model = StreamRecModel(40, max_len=40, d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.0).eval()
+    model = SASRec(40, max_len=40, d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.0).eval()
     items = torch.zeros(3, 40, dtype=torch.long)
     items[0, -5:] = torch.tensor([3, 7, 9, 2, 5])
     items[1, -2:] = torch.tensor([6, 2])

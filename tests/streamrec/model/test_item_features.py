@@ -10,7 +10,8 @@ from core.runtime.errors import InputError
 from streamrec.api import Recommender
 from streamrec.data.datamodule import StreamRecDataModule
 from streamrec.model.module import StreamRecModule
-from streamrec.model.network import StreamRecModel
+from streamrec.model.network import SASRec, StreamRecModel
+from streamrec.model.options import ItemOptions
 from streamrec.ranking.batch import RankingOptions, rank
 from streamrec.score import item_table
 
@@ -21,7 +22,7 @@ COLD = torch.tensor([False, False, False, False, True])
 
 def _model(seed: int = 0, **kwargs) -> StreamRecModel:
     torch.manual_seed(seed)
-    return StreamRecModel(4, **SIZES, **kwargs).eval()
+    return SASRec(4, **SIZES, **kwargs).eval()
 
 
 def test_without_features_the_model_is_unchanged():
@@ -60,7 +61,7 @@ def test_cold_slots_hold_the_best_cold_items_among_the_best_warm_ones_by_score(s
     # picked by sorting, the two merged by score.
     torch.manual_seed(3)
     n, k = 30, 5
-    model = StreamRecModel(n, **SIZES, num_features=6, features_per_item=2).eval()
+    model = SASRec(n, **SIZES, num_features=6, features_per_item=2).eval()
     features = torch.randint(1, 7, (n + 1, 2))
     features[0] = 0
     cold = torch.zeros(n + 1, dtype=torch.bool)
@@ -86,7 +87,7 @@ def test_cold_slots_hold_the_best_cold_items_among_the_best_warm_ones_by_score(s
 
 
 def test_id_dropout_leaves_some_items_to_their_features_in_training_only():
-    model = _model(num_features=3, features_per_item=2, id_dropout=0.5)
+    model = _model(num_features=3, features_per_item=2, items=ItemOptions(id_dropout=0.5))
     model.set_item_features(FEATURES, COLD)
     ids, feats = model.item_embedding.weight, model.feature_embedding.weight
     bags = torch.stack([feats[0], (feats[1] + feats[2]) / 2, feats[2], feats[0], (feats[3] + feats[1]) / 2])
@@ -104,22 +105,27 @@ def test_id_dropout_leaves_some_items_to_their_features_in_training_only():
     torch.testing.assert_close(model.item_rows(torch.tensor([4, 4, 4])), bags[[4, 4, 4]])
 
 
-@pytest.mark.parametrize("kwargs", [{"id_dropout": 0.3}, {"id_dropout": 1.0, "num_features": 3,
-                                                            "features_per_item": 2}])
-def test_id_dropout_refuses_what_it_cannot_do(kwargs):
-    with pytest.raises(ValueError, match="id_dropout"):
-        StreamRecModel(4, **SIZES, **kwargs)
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"items": {"id_dropout": 0.3}}, "`model.items.id_dropout` needs item features"),
+    ({"items": {"id_dropout": 1.0}, "num_features": 3, "features_per_item": 2},
+     r"`model.items.id_dropout` must be in \[0, 1\), got 1.0"),
+])
+def test_id_dropout_refuses_what_it_cannot_do(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SASRec(4, **SIZES, **kwargs)
 
 
-@pytest.mark.parametrize("kwargs", [{"tied": False}, {"features_per_item": 0}])
-def test_features_refuse_what_cannot_hold_them(kwargs):
-    with pytest.raises(ValueError, match="tied|both be 0"):
-        StreamRecModel(4, **SIZES, **{"num_features": 3, "features_per_item": 2, **kwargs})
+@pytest.mark.parametrize(("kwargs", "message"), [({"items": ItemOptions(tied=False)}, "`model.items.tied: true`"),
+                                                 ({"features_per_item": 0}, "both be 0")])
+def test_features_refuse_what_cannot_hold_them(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SASRec(4, **SIZES, **{"num_features": 3, "features_per_item": 2, **kwargs})
 
 
 def test_rowwise_adagrad_is_refused_with_features():
     with pytest.raises(ValueError, match="rowwise_adagrad` does not work with item features"):
-        StreamRecModule(4, num_features=3, features_per_item=2, loss="sampled", item_optimizer="rowwise_adagrad")
+        StreamRecModule(4, num_features=3, features_per_item=2, objective={"loss": "sampled"},
+                        optimizer={"item_optimizer": "rowwise_adagrad"})
 
 
 @pytest.fixture(scope="module")

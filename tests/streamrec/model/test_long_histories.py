@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import streamrec.model.network as sasrec
-from streamrec.model.network import StreamRecModel
+from streamrec.model.network import SASRec
+from streamrec.model.options import MixingOptions
 
 
 def histories(t: int) -> torch.Tensor:
@@ -19,8 +20,8 @@ def histories(t: int) -> torch.Tensor:
 
 def test_a_window_covering_the_history_recommends_as_full_attention():
     torch.manual_seed(0)
-    full = StreamRecModel(40, max_len=16).eval()
-    windowed = StreamRecModel(40, max_len=16, attention="window", attention_window=16).eval()
+    full = SASRec(40, max_len=16).eval()
+    windowed = SASRec(40, max_len=16, mixing=MixingOptions(attention="window", window=16)).eval()
     windowed.load_state_dict(full.state_dict())
     items = histories(16)
     torch.testing.assert_close(windowed.recommend_scores(items), full.recommend_scores(items))
@@ -35,7 +36,7 @@ def test_long_histories_build_no_square_mask_and_train(kind, monkeypatch):
 
     monkeypatch.setattr(sasrec, "causal_padding_mask", refuse)
     torch.manual_seed(0)
-    model = StreamRecModel(40, d_model=16, n_heads=2, d_ff=32, max_len=2000, attention=kind, attention_window=64)
+    model = SASRec(40, d_model=16, n_heads=2, d_ff=32, max_len=2000, mixing=MixingOptions(attention=kind, window=64))
     items = histories(2000)
     hidden = model.encode(items, trim=True)
     loss = model.score(hidden[items[:, -hidden.shape[1]:] != 0])[:, 1:].logsumexp(-1).mean()

@@ -14,14 +14,17 @@ from core.runtime.resume import ExactResume
 from streamrec.data.datamodule import StreamRecDataModule
 from streamrec.data.datasets import TrainBatch
 from streamrec.model.module import StreamRecModule
+from streamrec.model.options import EvalOptions, ItemOptions, ObjectiveOptions, OptimizerOptions
 
 N, K = 5000, 7
+ROWWISE = OptimizerOptions(item_optimizer="rowwise_adagrad")
 
 
 def make_module(**kw) -> StreamRecModule:
     torch.manual_seed(0)
-    args = dict(num_items=N, max_len=6, d_model=8, n_heads=2, n_layers=1, d_ff=16, dropout=0.0, loss="sampled",
-                num_negatives=K, item_optimizer="rowwise_adagrad", popularity_baseline=False)
+    args = dict(num_items=N, max_len=6, d_model=8, n_heads=2, n_layers=1, d_ff=16, dropout=0.0,
+                objective=ObjectiveOptions(loss="sampled", num_negatives=K), optimizer=ROWWISE,
+                evaluation=EvalOptions(popularity_baseline=False))
     return StreamRecModule(**{**args, **kw})
 
 
@@ -68,7 +71,7 @@ def test_a_step_touches_exactly_the_rows_it_reads():
 @pytest.mark.parametrize("item_optimizer", ["rowwise_adagrad", "adamw"])
 def test_no_table_sized_tensor_is_made_in_a_bf16_step(item_optimizer):
     """Under bf16 autocast the old path casts the whole table and gets dense gradients: the check sees them."""
-    module = make_module(item_optimizer=item_optimizer).train()
+    module = make_module(optimizer=OptimizerOptions(item_optimizer=item_optimizer)).train()
     opt = module.make_optimizer()
     with TableSizedTensors() as seen:
         with torch.autocast("cpu", torch.bfloat16):
@@ -94,8 +97,9 @@ class StopAfter(L.Callback):
 def fit(log: Path, root: Path, ckpt: str | None = None, stop: int = 4) -> tuple[StreamRecModule, L.Trainer]:
     L.seed_everything(0, verbose=False)
     data = StreamRecDataModule(str(log), max_len=8, batch_size=16)
-    module = StreamRecModule(num_items=40, max_len=8, d_model=16, n_heads=2, n_layers=1, d_ff=32, loss="sampled",
-                             num_negatives=16, item_optimizer="rowwise_adagrad", warmup_steps=5, weight_decay=0.01)
+    module = StreamRecModule(num_items=40, max_len=8, d_model=16, n_heads=2, n_layers=1, d_ff=32, weight_decay=0.01,
+                             objective=ObjectiveOptions(loss="sampled", num_negatives=16),
+                             optimizer=OptimizerOptions(item_optimizer="rowwise_adagrad", warmup_steps=5))
     trainer = L.Trainer(max_epochs=4, logger=False, enable_progress_bar=False, enable_model_summary=False,
                         enable_checkpointing=False, default_root_dir=root, callbacks=[ExactResume(), StopAfter(stop)])
     trainer.fit(module, data, ckpt_path=ckpt)
@@ -113,8 +117,9 @@ class EpochLosses(L.Callback):
 def test_a_short_fit_learns_and_beats_popularity(tiny_log, tmp_path):
     L.seed_everything(0, verbose=False)
     data = StreamRecDataModule(str(tiny_log), max_len=8, batch_size=16)
-    module = StreamRecModule(num_items=40, max_len=8, d_model=16, n_heads=2, n_layers=1, d_ff=32, loss="sampled",
-                             num_negatives=16, item_optimizer="rowwise_adagrad", warmup_steps=5)
+    module = StreamRecModule(num_items=40, max_len=8, d_model=16, n_heads=2, n_layers=1, d_ff=32,
+                             objective=ObjectiveOptions(loss="sampled", num_negatives=16),
+                             optimizer=OptimizerOptions(item_optimizer="rowwise_adagrad", warmup_steps=5))
     losses = EpochLosses()
     trainer = L.Trainer(max_epochs=8, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, callbacks=[losses], gradient_clip_val=1.0)  # clips dense only
@@ -160,8 +165,9 @@ def test_two_gloo_ranks_all_reduce_the_sparse_gradients_and_end_equal(tiny_log, 
     """DDP on CPU (gloo) all-reduces sparse gradients: the ranks end with the same tables (NCCL cannot)."""
     L.seed_everything(0, verbose=False)
     data = StreamRecDataModule(str(tiny_log), max_len=8, batch_size=16)
-    module = StreamRecModule(num_items=40, max_len=8, d_model=16, n_heads=2, n_layers=1, d_ff=32, loss="sampled",
-                             num_negatives=16, item_optimizer="rowwise_adagrad", tied=tied, popularity_baseline=False)
+    module = StreamRecModule(num_items=40, max_len=8, d_model=16, n_heads=2, n_layers=1, d_ff=32,
+                             objective=ObjectiveOptions(loss="sampled", num_negatives=16), optimizer=ROWWISE,
+                             items=ItemOptions(tied=tied), evaluation=EvalOptions(popularity_baseline=False))
     start = {k: v.clone() for k, v in module.state_dict().items()}
     trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp_fork", max_epochs=1, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
