@@ -2,7 +2,8 @@
 
 The DataModule only chains the steps, each in a module of its own:
 
-1. `streamrec.data.readers.read_interactions` reads a log into `Interactions`.
+1. `streamrec.data.readers.read_interactions` reads a log into `Interactions`, by the DataModule's reading
+   options (`ReadOptions`, kept in every checkpoint: `read_options_from_checkpoint`).
 2. `streamrec.data.vocab.ItemVocab` maps item ids to 1..N; 0 is padding. With an item features file
    (`streamrec.data.features`), the items it lists that the log lacks are appended as cold items.
 3. `streamrec.data.splits` cuts every user's sequence into a training history and evaluation cases.
@@ -39,7 +40,8 @@ from streamrec.data.datasets import (
 )
 from streamrec.data.encoded import EncodedLog, cache_key
 from streamrec.data.features import ItemFeatures, feature_table, read_item_features
-from streamrec.data.readers import Format, _existing_path, read_interactions
+from streamrec.data.ingest.options import READ_OPTIONS_KEY, DuplicatePolicy
+from streamrec.data.readers import Format, ReadOptions, existing_path, read_interactions
 from streamrec.data.splits import Split, SplitName, leave_one_out_split, temporal_split, time_quantiles
 from streamrec.data.vocab import ItemVocab
 
@@ -54,17 +56,34 @@ class StreamRecDataModule(L.LightningDataModule):
     works right after construction.
 
     Args:
-        path: interaction log (CSV/TSV/Parquet with user, item, timestamp columns; SASRec
-            "user item" lines; or one line per user "user item item ...").
-        format: auto (by content, then extension), csv, tsv, parquet, sasrec or lines.
+        path: interaction log (CSV/TSV/Parquet with user, item, timestamp columns; MovieLens ratings.dat;
+            SASRec "user item" lines; or one line per user "user item item ..."), or a folder of them.
+        format: auto (by content, then extension), csv, tsv, parquet, movielens (ratings.dat:
+            user::item::rating::timestamp, no header), sasrec or lines.
         max_len: model context length: the last max_len items are the input.
         batch_size: examples per batch (training and evaluation).
         split: leave_one_out (last item test, second-to-last validation) or temporal (global
             time cutoffs; needs timestamps).
         min_interactions: users with fewer events are dropped before anything else.
-        user_col: user column name.
+        user_col: user column name (in a file without header, its position: 0, 1, ...).
         item_col: item column name.
         time_col: timestamp column name; None means the file order is chronological.
+        delimiter: the field separator of a CSV-like file: ',', ';', '|' or tab ('\t'); None: ',' for csv,
+            tab for tsv, and for auto what the content shows (a file split by ';' or '|' needs it).
+        header: whether the file's first line names its columns; false: `columns` names them, or
+            `user_col`/`item_col`/`time_col` give positions (0, 1, 2).
+        columns: the column names of a file without header, in file order, e.g. [user_id, item_id, timestamp].
+        time_format: how `time_col` is written: auto (numbers, or ISO-8601 dates and times such as 2024-05-01,
+            2024-05-01 12:00:00 or 2024-05-01T12:00:00+02:00), unix (numbers only), iso, or a strptime pattern
+            such as %d/%m/%Y %H:%M. A time without a zone is taken as UTC.
+        filter: keep only the events whose value in one column passes, e.g. "rating >= 4", "event_type == buy"
+            or "event_type in [view, buy]" (==, !=, >, >=, <, <=, in, not in). None: every event.
+        duplicates: exact duplicate events (same user, item and time; without a time column the same item
+            twice in a row): keep, drop (all but the first) or error. Their count is logged either way.
+        min_item_count: items with fewer events (after `filter` and `duplicates`) are dropped, once, before
+            `min_interactions` drops short users.
+        k_core: keep only the part of the log where every user and every item has at least k_core events,
+            dropping and recounting until nothing changes (e.g. 5 for the usual 5-core); None: no k-core.
         sliding_window: train on every max_len-window of long histories, not only the last.
         prefixes: train on every prefix of each history as its own example, predicting only its last item (the
             augmentation of FMLP-Rec, BSARec and RecBole), instead of one window predicting every next item: the
@@ -96,6 +115,9 @@ class StreamRecDataModule(L.LightningDataModule):
         temporal_cutoffs: tuple[float, float] | None = None, temporal_quantiles: tuple[float, float] = (0.8, 0.9),
         num_workers: int = 0, cache_dir: str | None = None, group_by_length: bool = True,
         item_features: str | None = None, feature_columns: list[str] | None = None,
+        delimiter: str | None = None, header: bool = True, columns: list[str] | None = None,
+        time_format: str = "auto", filter: str | None = None, duplicates: DuplicatePolicy = "keep",
+        min_item_count: int = 1, k_core: int | None = None,
     ):
         super().__init__()
         for name, value, low in (("max_len", max_len, 1), ("batch_size", batch_size, 1),
@@ -104,12 +126,15 @@ class StreamRecDataModule(L.LightningDataModule):
                 raise InputError(f"`{name}` must be at least {low}, got {value}")
         if split not in ("leave_one_out", "temporal"):
             raise InputError(f"`split` must be leave_one_out or temporal, got {split!r}")
-        _existing_path(path)  # fail at construction, not at the first batch
+        existing_path(path)  # fail at construction, not at the first batch
+        self.read_options = ReadOptions(
+            format=format, delimiter=delimiter, header=header, columns=None if columns is None else tuple(columns),
+            user_col=user_col, item_col=item_col, time_col=time_col, time_format=time_format, filter=filter,
+            duplicates=duplicates, min_item_count=min_item_count, k_core=k_core)
         _check_features(item_features, feature_columns)
         self.save_hyperparameters()
         self.path, self.format, self.max_len, self.batch_size = path, format, max_len, batch_size
         self.split_name, self.min_interactions = split, min_interactions
-        self.columns = {"user_col": user_col, "item_col": item_col, "time_col": time_col}
         self.sliding_window, self.prefixes, self.num_workers = sliding_window, prefixes, num_workers
         self.temporal_cutoffs, self.temporal_quantiles = temporal_cutoffs, temporal_quantiles
         self.cache_dir, self.group_by_length = cache_dir, group_by_length
@@ -145,11 +170,11 @@ class StreamRecDataModule(L.LightningDataModule):
     def _encoded_log(self) -> EncodedLog:
         key = None
         if self.cache_dir is not None:
-            key = cache_key(self.path, format=self.format, min_interactions=self.min_interactions, **self.columns)
+            key = cache_key(self.path, min_interactions=self.min_interactions, **self.read_options.to_dict())
             if (cached := EncodedLog.load(self.cache_dir, key)) is not None:
                 log.info("%s: mapped the encoded log cached in %s", self.path, self.cache_dir)
                 return cached
-        kept = read_interactions(self.path, self.format, **self.columns).drop_short_users(self.min_interactions)
+        kept = read_interactions(self.path, options=self.read_options).drop_short_users(self.min_interactions)
         if not kept.users:
             raise InputError(f"{self.path}: no user has {self.min_interactions} or more interactions; "
                              "lower `min_interactions`")
@@ -225,11 +250,12 @@ class StreamRecDataModule(L.LightningDataModule):
         return TrainDataset.from_spans(self._log.items, starts, ends, self.max_len, self.sliding_window,
                                        self.prefixes)
 
-    def state_dict(self) -> dict[str, dict[str, list[str]]]:
-        """The vocabulary, saved by Lightning in every checkpoint."""
-        return {"vocab": self.vocab.to_dict()}
+    def state_dict(self) -> dict[str, dict]:
+        """The vocabulary and the reading options (plain values), saved by Lightning in every checkpoint under
+        the class name: `streamrec.data.readers.read_options_from_checkpoint` reads new logs the same way."""
+        return {"vocab": self.vocab.to_dict(), READ_OPTIONS_KEY: self.read_options.to_dict()}
 
-    def load_state_dict(self, state_dict: dict[str, dict[str, list[str]]]) -> None:
+    def load_state_dict(self, state_dict: dict[str, dict]) -> None:
         """Refuse to resume on data whose item ids map differently from the checkpoint's."""
         saved = ItemVocab.from_dict(state_dict["vocab"])
         if saved.items != self.vocab.items:

@@ -109,11 +109,18 @@ class Interactions:
         if not dropped:
             return self
         log.info("skipped %d of %d users with fewer than %d interactions", dropped, len(self.users), min_interactions)
-        rows = np.repeat(keep, lengths)  # (E,) event of a kept user
-        offsets = np.concatenate([[0], np.cumsum(lengths[keep], dtype=np.int64)])
-        users = [u for u, k in zip(self.users, keep.tolist(), strict=True) if k]
-        times = None if self.times is None else self.times[rows]
-        return Interactions(users, self.item_ids, self.codes[rows], offsets, times)
+        return self.select(np.repeat(keep, lengths))
+
+    def select(self, keep: np.ndarray) -> Interactions:
+        """The events where the (E,) bool `keep` is True, in their order; users left with none are removed."""
+        if keep.all():
+            return self
+        # Every user has an event, so the starts increase strictly, as reduceat needs.
+        counts = np.add.reduceat(keep.view(np.uint8), self.offsets[:-1], dtype=np.int64)  # (U,) kept per user
+        offsets = np.concatenate([[0], np.cumsum(counts[counts > 0], dtype=np.int64)])
+        users = [u for u, n in zip(self.users, counts.tolist(), strict=True) if n]
+        times = None if self.times is None else self.times[keep]
+        return Interactions(users, self.item_ids, self.codes[keep], offsets, times)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Interactions):

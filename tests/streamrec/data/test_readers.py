@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from streamrec.data import columnar, readers
+from streamrec.data.ingest import arrays, build, parse
 from streamrec.data.interactions import Interactions
 from streamrec.data.readers import read_interactions
 
@@ -30,9 +30,9 @@ CSV = "user_id,item_id,timestamp\n"
 @pytest.fixture
 def tiny_groups(monkeypatch):
     """Encode ids every 7 rows, place them 5 at a time, sort times 3 events at a time."""
-    monkeypatch.setattr(columnar, "_GROUP_ROWS", 7)
-    monkeypatch.setattr(columnar, "_DEST_ROWS", 5)
-    monkeypatch.setattr(columnar, "_SORT_ROWS", 3)
+    monkeypatch.setattr(build, "_GROUP_ROWS", 7)
+    monkeypatch.setattr(build, "_DEST_ROWS", 5)
+    monkeypatch.setattr(build, "_SORT_ROWS", 3)
 
 
 def reference(text: str, delimiter: str = ",", time_col: str | None = "timestamp") -> tuple[dict, dict | None]:
@@ -71,10 +71,10 @@ def random_csv(rng: random.Random, rows: int, delimiter: str = ",") -> str:
 
 
 @pytest.mark.parametrize("groups", ["default", "tiny"])
-@pytest.mark.parametrize("block", [readers._BLOCK, 64])
+@pytest.mark.parametrize("block", [parse.BLOCK, 64])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_random_csv_and_tsv_equal_the_csv_module_reference(write, monkeypatch, request, block, seed, groups):
-    monkeypatch.setattr(readers, "_BLOCK", block)  # 64 bytes: dozens of blocks, every boundary crossed
+    monkeypatch.setattr(parse, "BLOCK", block)  # 64 bytes: dozens of blocks, every boundary crossed
     if groups == "tiny":
         request.getfixturevalue("tiny_groups")
     rng = random.Random(seed)
@@ -106,9 +106,9 @@ def test_no_time_column_keeps_file_order(write):
     same(read_interactions(write("log.csv", text), time_col=None), *reference(text, time_col=None))
 
 
-@pytest.mark.parametrize("block", [readers._BLOCK, 16])
+@pytest.mark.parametrize("block", [parse.BLOCK, 16])
 def test_text_formats_equal_str_split(write, monkeypatch, block):
-    monkeypatch.setattr(readers, "_BLOCK", block)
+    monkeypatch.setattr(parse, "BLOCK", block)
     lines = "u1 a b c\n\nu2\tb  d\r\n   \nu1 e\ru3 a\n"
     expected: dict[str, list[str]] = {}
     for line in lines.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
@@ -120,9 +120,9 @@ def test_text_formats_equal_str_split(write, monkeypatch, block):
                                                                           "10": ["1"]}, None)
 
 
-@pytest.mark.parametrize("block", [readers._BLOCK, 16])
+@pytest.mark.parametrize("block", [parse.BLOCK, 16])
 def test_text_errors_name_the_line_across_blocks(write, monkeypatch, block):
-    monkeypatch.setattr(readers, "_BLOCK", block)
+    monkeypatch.setattr(parse, "BLOCK", block)
     text = "".join(f"user{k} item{k}\n" for k in range(30)) + "\nlonely\n"
     with pytest.raises(ValueError, match=r"users\.txt line 32: expected 'user item \[.*got only 'lonely'"):
         read_interactions(write("users.txt", text), format="lines")
@@ -134,7 +134,7 @@ def test_text_errors_name_the_line_across_blocks(write, monkeypatch, block):
 def test_a_line_longer_than_many_blocks_is_read_whole(write, format):
     rng = random.Random(0)
     heavy = "heavy " + " ".join(f"i{rng.randrange(100_000)}" for _ in range(350_000))  # one user's line
-    assert len(heavy) > max(2 << 20, 8 * readers._BLOCK)
+    assert len(heavy) > max(2 << 20, 8 * parse.BLOCK)
     text = f"u1 a b\n{heavy}\nu2 c d\n"
     inter = read_interactions(write("users.txt", text), format=format)
     expected = {line.split()[0]: line.split()[1:] for line in text.splitlines()}
@@ -145,13 +145,13 @@ def test_a_line_longer_than_many_blocks_is_read_whole(write, format):
 
 
 def test_a_sasrec_line_longer_than_a_block_is_read_whole(write):
-    long_id = "x" * (3 * readers._BLOCK)
+    long_id = "x" * (3 * parse.BLOCK)
     text = f"1 a\n1 {long_id}\n2 b\n"
     same(read_interactions(write("seq.txt", text), format="sasrec"), {"1": ["a", long_id], "2": ["b"]}, None)
 
 
 def test_csv_errors_name_the_line_in_a_late_block(write, monkeypatch):
-    monkeypatch.setattr(readers, "_BLOCK", 64)
+    monkeypatch.setattr(parse, "BLOCK", 64)
     good = "".join(f"u{k},i{k},{k}\n" for k in range(40))
     for bad, expected in (("u,x,soon", r"line 42, column 'timestamp': timestamp 'soon'"),
                           ("u,,1", r"line 42, column 'item_id': empty id"),
@@ -188,7 +188,7 @@ def test_a_folder_of_files_reads_as_their_concatenation_in_name_order(write, tmp
 
 def test_unknown_format_and_missing_column_are_one_line_errors(write):
     path = write("log.csv", CSV + "u,a,1\n")
-    with pytest.raises(ValueError, match=r"`format` must be auto, csv, tsv, parquet, sasrec, lines; got 'xls'"):
+    with pytest.raises(ValueError, match=r"`format` must be auto, csv, tsv, parquet, sasrec, lines, movielens; got"):
         read_interactions(path, format="xls")
     with pytest.raises(ValueError, match=r"log\.csv: no column 'who' \(columns: user_id, item_id, timestamp\)"):
         read_interactions(path, user_col="who")
@@ -206,7 +206,7 @@ def test_from_dict_and_drop_short_users_keep_order_and_alignment():
 def test_a_fault_after_many_encoded_groups_is_read_again_from_the_start(write, monkeypatch, tiny_groups):
     # Blocks of 64 bytes and groups of 7 rows: dozens of groups are encoded before arrow meets the quoted
     # newline near the end; the tolerant second pass must give those rows' ids the same codes again.
-    monkeypatch.setattr(readers, "_BLOCK", 64)
+    monkeypatch.setattr(parse, "BLOCK", 64)
     rng = random.Random(7)
     rows = [f"u{rng.randint(0, 30)},i{rng.randint(0, 50)},{rng.randint(0, 9)}" for _ in range(300)]
     text = CSV + "\n".join(rows) + '\nu999,"new\nline",5\nu1,late,3\n'
@@ -231,7 +231,7 @@ def test_tiny_groups_across_a_folder_and_text_formats(write, tmp_path, tiny_grou
 
 def test_reading_imports_neither_torch_nor_pandas(write):
     # torch (~190 MiB) and pandas (~50 MiB, which arrow imports on its first `to_numpy` or Python
-    # scalar) would be most of a read step's memory: the readers avoid both (see columnar.as_numpy).
+    # scalar) would be most of a read step's memory: the readers avoid both (see arrays.as_numpy).
     csv_path = write("log.csv", CSV + "u1,a,2\nu2,b,1\nu1,c,1\n")
     parquet_path = csv_path.with_suffix(".parquet")
     pq.write_table(pa.table({"user_id": ["u1"], "item_id": ["a"], "timestamp": [1]}), parquet_path)
@@ -239,14 +239,14 @@ def test_reading_imports_neither_torch_nor_pandas(write):
             f"for path in ({str(csv_path)!r}, {str(parquet_path)!r}):\n    read_interactions(path)\n"
             "print(sorted(m for m in ('torch', 'pandas') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=columnar.__file__.rsplit("/streamrec/", 1)[0])
+                         cwd=build.__file__.rsplit("/streamrec/", 1)[0])
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
 def test_as_numpy_and_as_arrow_share_memory_and_keep_values():
     values = np.array([3, -1, 7, 2**40], dtype=np.int64)
-    array = columnar.as_arrow(values)
+    array = arrays.as_arrow(values)
     assert array.type == pa.int64() and array.to_pylist() == values.tolist()
-    view = columnar.as_numpy(array.slice(1, 2))  # an offset into the buffer
+    view = arrays.as_numpy(array.slice(1, 2))  # an offset into the buffer
     assert view.tolist() == [-1, 7] and np.shares_memory(view, values)
-    assert columnar.as_numpy(pa.array([1.5, 2.5])).dtype == np.float64
+    assert arrays.as_numpy(pa.array([1.5, 2.5])).dtype == np.float64
