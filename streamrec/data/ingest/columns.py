@@ -1,0 +1,232 @@
+"""Step 3 of reading a log: the parsed columns named (user, item, time, the filter's) and converted.
+
+Ids become arrow strings (as `str(value)` writes them), times float64 Unix seconds (`TimeParser`).
+A value that cannot be converted raises `Fault` with its row in the batch: the delimited reader
+re-reads the file to name its line (`streamrec.data.ingest.locate`), Parquet names the row at once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from core.runtime.errors import InputError
+from streamrec.data.ingest.arrays import as_arrow, as_numpy
+from streamrec.data.ingest.options import ReadOptions
+
+_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+ISO_EXAMPLES = "e.g. 2024-05-01, 2024-05-01 12:00:00 or 2024-05-01T12:00:00+02:00"
+
+
+class Fault(Exception):
+    """A value of a parsed batch that cannot be used: `row` in the batch, `column` (the option's name) and why."""
+
+    def __init__(self, row: int, column: str, reason: str):
+        super().__init__(reason)
+        self.row, self.column, self.reason = row, column, reason
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One converted block: (B,) user and item ids (arrow strings), (B,) float64 seconds or None, and
+    the filter column's cells (arrow) or None."""
+
+    users: pa.Array
+    items: pa.Array
+    times: np.ndarray | None
+    filter_values: pa.Array | None = None
+
+
+@dataclass(frozen=True)
+class ColumnPlan:
+    """Which parsed columns hold what, for one file.
+
+    Args:
+        columns: role (user_col, item_col, time_col, filter) -> the column's name in the parsed batches.
+        shown: role -> the column's name in the file (header name, given name or position), for messages.
+        empty: parsed columns that must be empty (the gaps of MovieLens' '::').
+        width: the number of fields per row of a delimited file.
+    """
+
+    columns: dict[str, str]
+    shown: dict[str, str]
+    empty: tuple[str, ...] = ()
+    width: int = 0
+
+    @property
+    def read(self) -> list[str]:
+        """Every parsed column the steps need."""
+        return list(dict.fromkeys([*self.columns.values(), *self.empty]))
+
+
+def plan_columns(path: Path, found: Sequence[str], options: ReadOptions, parsed: Sequence[str] | None = None,
+                 hints: Sequence[str] = ()) -> ColumnPlan:
+    """Find the options' columns among `found` (the file's names); `parsed` names the same columns in the
+    batches (default: `found`). `hints` end the missing-column message (e.g. the delimiter option)."""
+    parsed = list(found) if parsed is None else list(parsed)
+    wanted = {"user_col": options.user_col, "item_col": options.item_col, "time_col": options.time_col,
+              "filter": None if options.filter is None else options.filter.column}
+    columns, shown = {}, {}
+    for role, name in wanted.items():
+        if name is None:
+            continue
+        if name not in found:
+            arg = "filter" if role == "filter" else role
+            fix = f"rename it in the file or pass {arg}=<your column name>" if role != "filter" else (
+                "filter on one of these columns")
+            raise InputError("; ".join([f"{path}: no column {name!r} (columns: {', '.join(map(str, found)) or 'none'})",
+                                        fix, *hints]))
+        k = list(found).index(name)
+        columns[role], shown[role] = parsed[k], name
+    return ColumnPlan(columns, shown)
+
+
+class TimeParser:
+    """Times -> float64 Unix seconds, by `time_format`; auto settles on numbers or ISO-8601 at the first time
+    read and keeps to it for the whole log (a log mixing both would mix units).
+
+    Args:
+        time_format: auto, unix, iso or a strptime pattern (`ReadOptions.time_format`).
+    """
+
+    def __init__(self, time_format: str):
+        self.pattern = time_format if "%" in time_format else None
+        self.kind = "pattern" if self.pattern else (None if time_format == "auto" else time_format)
+
+    def seconds(self, array: pa.Array) -> np.ndarray:
+        """(B,) seconds of a null-free arrow array of any type; raises `Fault` at the first bad value."""
+        kind = array.type
+        if pa.types.is_dictionary(kind):
+            return self.seconds(pc.cast(array, kind.value_type))
+        if pa.types.is_date(kind):
+            array, kind = pc.cast(array, pa.timestamp("s")), pa.timestamp("s")
+        if pa.types.is_timestamp(kind):  # Unix seconds, whatever unit the file stores
+            values = as_numpy(pc.cast(array, pa.int64())).astype(np.float64) / _PER_SECOND[kind.unit]
+        elif pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):
+            values = as_numpy(pc.cast(array, pa.float64()))
+        elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
+            values = self._text(pc.utf8_trim_whitespace(array))
+        else:
+            values = self.python(array.to_pylist())  # imports pandas: rare types only
+        bad = np.flatnonzero(~np.isfinite(values))
+        if len(bad):
+            raise Fault(int(bad[0]), "time_col", self.why(array[int(bad[0])].as_py()))
+        return values
+
+    def _text(self, array: pa.Array) -> np.ndarray:
+        if self.kind in (None, "unix"):
+            try:
+                values = as_numpy(pc.cast(array, pa.float64()))
+                self.kind = "unix"
+                return values
+            except pa.ArrowInvalid:
+                if self.kind == "unix":
+                    return self.python(array.to_pylist())
+        for unit in (pa.timestamp("us"), pa.timestamp("us", "UTC")):  # zone-less, then with zones
+            try:
+                values = as_numpy(pc.cast(self._arrow_time(array, unit), pa.int64())) / 1e6
+                self.kind = self.kind or "iso"
+                return values
+            except pa.ArrowInvalid:
+                continue
+        return self.python(array.to_pylist())  # mixed forms: each value on its own, or the first bad one
+
+    def _arrow_time(self, array: pa.Array, unit: pa.DataType) -> pa.Array:
+        if self.pattern is None:
+            return pc.cast(array, unit)
+        parsed = pc.strptime(array, format=self.pattern, unit="us", error_is_null=True)
+        if parsed.null_count:
+            raise pa.ArrowInvalid("a time does not match the pattern")
+        return parsed
+
+    def python(self, values: list) -> np.ndarray:
+        """Each value parsed on its own (the csv scan and rare types); raises `Fault` at the first bad one."""
+        out = np.empty(len(values), dtype=np.float64)
+        for k, value in enumerate(values):
+            try:
+                out[k] = self.parse(value)
+            except ValueError as e:
+                raise Fault(k, "time_col", str(e)) from None
+        return out
+
+    def parse(self, value: object) -> float:
+        """One time as seconds; ValueError says why it is not one."""
+        text = str(value).strip() if value is not None else ""
+        if self.kind in (None, "unix"):
+            try:
+                number = float(text)
+            except ValueError:
+                number = math.nan
+            if math.isfinite(number) or self.kind == "unix" or not text:
+                if not math.isfinite(number):
+                    raise ValueError(self.why(value))
+                self.kind = "unix"
+                return number
+        try:
+            if self.pattern is not None:
+                moment = datetime.strptime(text, self.pattern)
+            else:
+                moment = datetime.fromisoformat(text)
+        except ValueError:
+            raise ValueError(self.why(value)) from None
+        self.kind = self.kind or "iso"
+        return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+    def why(self, value: object) -> str:
+        """The message for a value that is not a time of this log's kind."""
+        if self.kind == "pattern":
+            return f"timestamp {value!r} does not match time_format {self.pattern!r}; fix the value or the pattern"
+        if self.kind == "iso":
+            return (f"timestamp {value!r} is not an ISO-8601 date or time ({ISO_EXAMPLES}), as the file's "
+                    "earlier ones are; fix the value, or set time_format to its strptime pattern")
+        return (f"timestamp {value!r} is not a finite number; timestamps must be numeric (e.g. Unix seconds) "
+                f"or ISO-8601 dates and times throughout ({ISO_EXAMPLES}); set time_format for another form")
+
+
+def as_ids(array: pa.Array, role: str = "user_col") -> pa.Array:
+    """Ids as strings, as `str(value)` would write them (integers cast in arrow, rarer types in Python)."""
+    kind = array.type
+    if pa.types.is_dictionary(kind):
+        return as_ids(pc.cast(array, kind.value_type), role)
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return array
+    if pa.types.is_integer(kind):
+        return pc.cast(array, pa.string())
+    try:
+        return pa.array([str(v) for v in array.to_pylist()], pa.string())  # imports pandas: rare types only
+    except pa.ArrowException as e:
+        raise Fault(0, role, f"its ids cannot be read as text ({e}); store ids as strings or integers") from e
+
+
+def convert(batch: pa.RecordBatch, plan: ColumnPlan, times: TimeParser, trim: bool, drop_blank: bool = False,
+            ) -> Chunk:
+    """The batch's ids, seconds and filter cells; `trim`: strip the spaces around text ids (delimited text);
+    `drop_blank`: rows with an empty user id are blank lines (the tolerant CSV pass), not faults."""
+    for column in plan.empty:
+        lengths = as_numpy(pc.binary_length(batch.column(column)))
+        if lengths.any():
+            raise Fault(int(np.flatnonzero(lengths)[0]), "user_col", "expected 'user::item::rating::timestamp'")
+    ids = []
+    for role in ("user_col", "item_col"):
+        column = as_ids(batch.column(plan.columns[role]), role)
+        ids.append(pc.utf8_trim_whitespace(column) if trim else column)
+    if drop_blank:
+        keep = np.flatnonzero(as_numpy(pc.binary_length(ids[0])) > 0)
+        if len(keep) < batch.num_rows:
+            index = as_arrow(keep.astype(np.int64))
+            batch, ids = batch.take(index), [i.take(index) for i in ids]
+    for role, column in zip(("user_col", "item_col"), ids, strict=True):
+        empty = np.flatnonzero(as_numpy(pc.binary_length(column)) == 0)
+        if len(empty):
+            raise Fault(int(empty[0]), role, "empty id; every row needs a user and an item")
+    time_column = plan.columns.get("time_col")
+    seconds = None if time_column is None else times.seconds(batch.column(time_column))
+    filter_column = plan.columns.get("filter")
+    return Chunk(ids[0], ids[1], seconds, None if filter_column is None else batch.column(filter_column))

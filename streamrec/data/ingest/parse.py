@@ -1,0 +1,200 @@
+"""Step 2 of reading a log: the file parsed into arrow record batches, by pyarrow itself.
+
+Delimited text goes through pyarrow's CSV reader, its options built here from the `Layout`
+(`pyarrow.csv.ReadOptions`: block size, header, column names; `ParseOptions`: delimiter, quoted
+newlines, blank rows; `ConvertOptions`: the wanted columns, as strings, never null), streamed in
+256 KiB blocks (arrow reads up to 32 ahead). Parquet comes in record batches; SASRec and per-user
+lines in blocks split with arrow's string kernels. Importing this module does not import torch.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pa_csv
+import pyarrow.parquet as pq
+
+from core.runtime.errors import InputError
+from streamrec.data.ingest.arrays import as_arrow, as_numpy
+from streamrec.data.ingest.columns import ColumnPlan, plan_columns
+from streamrec.data.ingest.detect import MOVIELENS_COLUMNS, Layout, delimiter_hint, sniff_delimiter
+from streamrec.data.ingest.options import ReadOptions
+
+BLOCK = 1 << 18  # bytes per CSV/text block: arrow's CSV reader reads up to 32 blocks ahead
+TOLERANT_BLOCK = 16 << 20  # the rare second CSV pass: room for long quoted fields
+PARQUET_BATCH = 1 << 16  # rows per Parquet record batch
+SNIFF_BYTES = 1 << 16
+
+
+def first_row(path: Path, delimiter: str) -> list[str]:
+    """The first line's fields, trimmed (utf-8-sig drops the byte-order mark of spreadsheet exports)."""
+    with path.open(newline="", encoding="utf-8-sig") as f:
+        return [h.strip() for h in next(csv.reader(f, delimiter=delimiter), [])]
+
+
+def delimited_plan(path: Path, layout: Layout, options: ReadOptions) -> ColumnPlan:
+    """Find the options' columns in a delimited file: by its header, by `layout.names`, or by position."""
+    if layout.format == "movielens":  # user::item::rating::timestamp, read as ':' with empty fields between
+        plan = plan_columns(path, MOVIELENS_COLUMNS, options, [f"c{2 * k}" for k in range(4)])
+        return ColumnPlan(plan.columns, plan.shown, empty=("c1", "c3", "c5"), width=7)
+    fields = first_row(path, layout.delimiter)
+    if not any(fields):
+        if not layout.header:
+            raise InputError(f"{path}: no interactions found; the file must hold at least one (user, item) row")
+        names = (options.user_col, options.item_col, options.time_col)
+        raise InputError(f"{path}: the file is empty; expected a header row such as "
+                         f"{layout.delimiter.join(c for c in names if c)} and one row per event")
+    width = len(fields)
+    parsed = [f"c{k}" for k in range(width)]
+    if layout.header:
+        found, hints = fields, _header_hints(path, fields)
+    elif layout.names is not None:
+        if len(layout.names) != width:
+            raise InputError(f"{path}: `columns` names {len(layout.names)} columns but line 1 has {width} fields; "
+                             "give one name per field")
+        found, hints = list(layout.names), []
+    else:
+        found, hints = [str(k) for k in range(width)], ["the file has no header: its columns are positions 0, 1, ..."]
+    plan = plan_columns(path, found, options, parsed, hints)
+    return ColumnPlan(plan.columns, plan.shown, width=width)
+
+
+def _header_hints(path: Path, header: list[str]) -> list[str]:
+    """Why a header may lack a column: another delimiter, or no header at all."""
+    hints = []
+    if len(header) == 1 and (found := sniff_delimiter(path)):
+        hints.append(f"the header is one field split by {found!r}: {delimiter_hint(found)}")
+    if any(_is_number(h) for h in header):
+        hints.append("if the first line is an event, not a header, pass header=false (--data.header false) and "
+                     "columns=[...] or positions (user_col=0)")
+    return hints
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def estimate_rows(path: Path) -> int:
+    """About how many lines the file has, from the line lengths of its head."""
+    with path.open("rb") as f:
+        head = f.read(SNIFF_BYTES)
+    return int(path.stat().st_size * (head.count(b"\n") + 1) / max(len(head), 1) * 1.05)
+
+
+def _blank_row_handler(delimiter: str) -> Callable[[object], str]:
+    """Arrow's handler for rows with a wrong field count: skip blank ones (as the csv module reader does)."""
+    def handle(row) -> str:
+        fields = next(csv.reader([row.text], delimiter=delimiter), [])
+        return "skip" if not any(v.strip() for v in fields) else "error"
+    return handle
+
+
+def csv_options(layout: Layout, plan: ColumnPlan, tolerant: bool, block: int | None = None,
+                ) -> tuple[pa_csv.ReadOptions, pa_csv.ParseOptions, pa_csv.ConvertOptions]:
+    """pyarrow's CSV options for the layout: every wanted column as a non-null string; `tolerant`: quoted
+    newlines allowed, in bigger blocks (the second pass, after the csv scan found no fault)."""
+    names = [f"c{k}" for k in range(plan.width)]
+    read = pa_csv.ReadOptions(column_names=names, skip_rows=1 if layout.header else 0,
+                              block_size=TOLERANT_BLOCK if tolerant else (block or BLOCK))
+    parse = pa_csv.ParseOptions(delimiter=layout.delimiter, newlines_in_values=tolerant,
+                                invalid_row_handler=_blank_row_handler(layout.delimiter))
+    convert = pa_csv.ConvertOptions(include_columns=plan.read, column_types=dict.fromkeys(plan.read, pa.string()),
+                                    strings_can_be_null=False)
+    return read, parse, convert
+
+
+def delimited_batches(path: Path, layout: Layout, plan: ColumnPlan, tolerant: bool) -> Iterator[pa.RecordBatch]:
+    """The file's record batches of the wanted columns; a fault arrow finds raises `pa.ArrowException`."""
+    read, parse, convert = csv_options(layout, plan, tolerant, BLOCK)
+    yield from pa_csv.open_csv(path, read_options=read, parse_options=parse, convert_options=convert)
+
+
+def parquet_batches(path: Path, options: ReadOptions) -> tuple[ColumnPlan, int, Iterator[pa.RecordBatch]]:
+    """The plan, the number of rows and the record batches of a Parquet file (errors: one line, no traceback)."""
+    try:
+        file = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as e:
+        raise _parquet_error(path, e) from e
+    names = file.schema_arrow.names
+    plan = plan_columns(path, names, options)
+    if file.metadata.num_rows == 0:
+        raise InputError(f"{path}: the file has no rows; it must hold one row per (user, item) event")
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        try:
+            with file:
+                yield from file.iter_batches(batch_size=PARQUET_BATCH, columns=plan.read)
+        except (pa.ArrowException, OSError) as e:
+            raise _parquet_error(path, e) from e
+
+    return plan, file.metadata.num_rows, batches()
+
+
+def _parquet_error(path: Path, e: Exception) -> InputError:
+    reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+    return InputError(f"{path}: cannot read it as Parquet ({reason}); check the file, "
+                      "or pass format='csv'/'tsv' if it is text")
+
+
+def _text_blocks(path: Path) -> Iterator[tuple[int, str]]:
+    """(first line number, text) blocks cut after a newline, decoded as UTF-8; a line longer than a block
+    (a heavy user's one line) grows its block until the line ends, whatever its length."""
+    line, offset = 1, 0
+    with path.open("rb") as f:
+        rest: list[bytes] = []  # the unfinished line: pieces, joined once (not re-copied per read)
+        while True:
+            data = f.read(BLOCK)
+            cut = data.rfind(b"\n") + 1
+            if data and not cut:
+                rest.append(data)
+                continue
+            block, rest = b"".join([*rest, data[:cut]]), [data[cut:]]
+            if not block:
+                break
+            try:
+                text = block.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise InputError(f"{path}: not UTF-8 text (byte {offset + e.start}); "
+                                 "pass format='parquet' if it is Parquet") from e
+            # Python's universal newlines, as reading the file in text mode did: \r\n, \r and \n end a line.
+            text = text.replace("\r\n", "\n").replace("\r", "\n").removesuffix("\n")
+            yield line, text
+            line += text.count("\n") + 1
+            offset += len(block)
+
+
+def text_batches(path: Path, fmt: str) -> Iterator[tuple[pa.Array, pa.Array]]:
+    """(user ids, item ids) of SASRec ("user item" per line) or one-line-per-user ("user item item ...") blocks."""
+    for first_line, text in _text_blocks(path):
+        data = text.encode()
+        block = pa.Array.from_buffers(pa.large_string(), 1, [None, pa.py_buffer(np.array([0, len(data)], np.int64)),
+                                                             pa.py_buffer(data)])
+        lines = pc.split_pattern(block, "\n").values  # one string per line
+        tokens = pc.utf8_split_whitespace(lines)
+        words, parent = pc.list_flatten(tokens), as_numpy(pc.list_parent_indices(tokens))
+        real = np.flatnonzero(as_numpy(pc.binary_length(words)) > 0)  # runs of whitespace leave empty tokens
+        words, parent = words.take(as_arrow(real)), parent[real]
+        counts = np.bincount(parent, minlength=len(lines))
+        bad = np.flatnonzero(counts != 2) if fmt == "sasrec" else np.flatnonzero(counts == 1)
+        bad = bad[counts[bad] > 0]
+        if len(bad):
+            k, n = int(bad[0]), int(counts[bad[0]])
+            if n >= 2:
+                raise InputError(f"{path} line {first_line + k}: expected 'user item' (2 fields), got {n}; "
+                                 "fix the line, or pass format='lines' for one user per line")
+            only = words[int(np.searchsorted(parent, k))].as_py()
+            raise InputError(f"{path} line {first_line + k}: expected 'user item [item ...]', got only "
+                             f"{only!r}; remove the line or add the user's items")
+        first = np.ones(len(parent), dtype=bool)
+        first[1:] = parent[1:] != parent[:-1]  # the first word of a line is its user
+        heads, rest = np.flatnonzero(first), np.flatnonzero(~first)
+        yield words.take(as_arrow(heads[np.cumsum(first)[rest] - 1])), words.take(as_arrow(rest))
