@@ -33,12 +33,16 @@ PROGRAMS: dict[str, tuple[str, list[str]]] = {
 
 
 def _captured(run) -> str:
-    out = io.StringIO()
+    """What `run()` prints, and its exit; sys.argv holds no pytest arguments meanwhile (LightningCLI warns on them)."""
+    out, saved = io.StringIO(), sys.argv
+    sys.argv = saved[:1]
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
         try:
             run()
         except SystemExit as exit_:
             assert exit_.code in (0, None), f"--help exited with {exit_.code}:\n{out.getvalue()}"
+        finally:
+            sys.argv = saved
     return out.getvalue()
 
 
@@ -57,9 +61,14 @@ def help_text(program: str) -> str:
                             r"(\w+)", text)
         return "\n".join([text, *(_captured(lambda g=g, c=c: main([*argv, f"{g}.help", c])) for g, c in groups)])
     script = REPO / program.removeprefix("python ").strip()
-    saved = sys.argv, sys.path[:]
-    sys.argv, sys.path[:0] = [str(script), "--help"], [str(script.parent)]  # as `python PATH.py` sets them
+    saved = sys.path[:]
+    sys.path[:0] = [str(script.parent)]  # as `python PATH.py` sets it
+
+    def run() -> None:
+        sys.argv = [str(script), "--help"]
+        runpy.run_path(str(script), run_name="__main__")
+
     try:
-        return _captured(lambda: runpy.run_path(str(script), run_name="__main__"))
+        return _captured(run)
     finally:
-        sys.argv, sys.path[:] = saved
+        sys.path[:] = saved
