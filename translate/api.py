@@ -28,17 +28,18 @@ import torch
 from torch import Tensor
 
 from core.nn.cpu_fastpath import enable_cpu_fastpath
+from core.nn.options import SpeedOptions
 from core.runtime.checkpoint import load_module
 from core.runtime.errors import InputError
 from core.runtime.export import is_export_folder, load_folder
 from core.runtime.precision import cpu_has_fast_bf16, no_fast_bf16_reason, quantize_int8
 from translate.data.vocab import PAD_ID, SubwordVocab, vocabs_from_checkpoint
-from translate.model.networks import TranslatorNetwork as TranslatorModel
-from translate.model.networks import build_translator
+from translate.model.hparams import upgrade_hparams
+from translate.model.networks import TranslatorNetwork, network_from_hparams
 from translate.search.align import DEFAULT_LAYER, EMPTY, Layer, WordAlignment, align_batch
 from translate.search.decoding import Hypothesis, search
 from translate.search.ensemble import Ensemble
-from translate.search.options import SearchOptions, accepts_old_names
+from translate.search.options import SearchOptions
 
 log = logging.getLogger("translate.api")
 WRITTEN_BY = "python -m translate fit"
@@ -90,7 +91,7 @@ class Translator:
         tgt_vocab: the target vocabulary.
     """
 
-    def __init__(self, model: TranslatorModel | Ensemble, src_vocab: SubwordVocab, tgt_vocab: SubwordVocab):
+    def __init__(self, model: TranslatorNetwork | Ensemble, src_vocab: SubwordVocab, tgt_vocab: SubwordVocab):
         self.model, self.src_vocab, self.tgt_vocab = model.eval(), src_vocab, tgt_vocab
 
     @classmethod
@@ -127,11 +128,10 @@ class Translator:
         return self.model.max_src_len
 
     @property
-    def aligner(self) -> TranslatorModel:
+    def aligner(self) -> TranslatorNetwork:
         """The translator whose cross-attention gives the alignments: an ensemble's first member."""
         return self.model.members[0] if isinstance(self.model, Ensemble) else self.model
 
-    @accepts_old_names
     def translate(self, sentences: Sequence[str], beam_size: int = 5, n_best: int = 1, return_scores: bool = False,
                   return_alignments: bool = False, alpha: float = 0.6, max_len_a: float = 1.5, max_len_b: int = 10,
                   batch_size: int = 64, align_layer: Layer = DEFAULT_LAYER,
@@ -152,7 +152,6 @@ class Translator:
         options = SearchOptions(beam_size, n_best, alpha, max_len_a, max_len_b, batch_size)
         return self.translate_with(sentences, options, return_scores, align_layer if return_alignments else None)
 
-    @accepts_old_names
     def translate_iter(self, sentences: Iterable[str], beam_size: int = 5, n_best: int = 1,
                        return_scores: bool = False, return_alignments: bool = False, alpha: float = 0.6,
                        max_len_a: float = 1.5, max_len_b: int = 10, batch_size: int = 64,
@@ -277,10 +276,10 @@ def _spans(lengths: Sequence[int], budget: int) -> Iterator[tuple[int, int]]:
 def _load_one(path: Path, device: str | torch.device, dtype: str) -> Translator:
     # The network alone (not the LightningModule that trained it): translating never imports Lightning.
     if is_export_folder(path):  # model.safetensors + config.json + sentencepiece files: no pickle
-        model, config = load_folder(build_translator, path, "translate", EXPORTED_BY)
+        model, config = load_folder(network_from_hparams, path, "translate", EXPORTED_BY)
         vocabs, hparams = _folder_vocabs(path, config), config["hyper_parameters"]
     else:
-        model, state = load_module(build_translator, path, WRITTEN_BY, "Translate", prefix="model.")
+        model, state = load_module(network_from_hparams, path, WRITTEN_BY, "Translate", prefix="model.")
         vocabs, hparams = vocabs_from_checkpoint(state), state["hyper_parameters"]
     if vocabs is None:
         raise InputError(f"{path}: not a Translate checkpoint (no vocabularies); "
@@ -296,7 +295,7 @@ def _load_one(path: Path, device: str | torch.device, dtype: str) -> Translator:
     if dtype == "bfloat16" and on_cpu and not cpu_has_fast_bf16():
         log.warning("--dtype bfloat16: %s, so decoding runs in float32", no_fast_bf16_reason())
         dtype = "float32"
-    if hparams.get("cpu_fastpath"):  # as trained: the module turns it on for its network
+    if SpeedOptions.of(upgrade_hparams(hparams).get("speed"), "model.speed").cpu_fastpath:  # as the module does
         enable_cpu_fastpath(model)
     return Translator(model.to(device=device, dtype=DTYPES[dtype]), *vocabs)
 

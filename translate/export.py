@@ -27,11 +27,11 @@ from torch import Tensor
 from core.runtime.checkpoint import load_module
 from core.runtime.errors import InputError
 from core.runtime.export import constructor_arguments, run_export, save_folder
-from translate.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, SubwordVocab
-from translate.model.module import TranslationModule, vocabs_from_checkpoint
-from translate.model.transformer import Translator as TranslatorModel
-from translate.search.decoding import max_output_lengths
-from translate.search.options import SearchOptions, accepts_old_names
+from translate.data.vocab import BOS_ID, EOS_ID, UNK_ID, SubwordVocab, vocabs_from_checkpoint
+from translate.model.hparams import upgrade_hparams
+from translate.model.networks import TranslatorNetwork, network_from_hparams
+from translate.model.options import TransformerOptions
+from translate.model.transformer import TransformerTranslator
 
 WRITTEN_BY = "python -m translate fit"
 FORMATS = ("safetensors", "ctranslate2")
@@ -40,14 +40,15 @@ SRC_MODEL, TGT_MODEL = "src.model", "tgt.model"
 LAYER_NORM_EPS = 1e-5  # torch's nn.LayerNorm default; CTranslate2's own default differs
 
 
-def load(ckpt: str | Path) -> tuple[TranslationModule, dict[str, Any], tuple[SubwordVocab, SubwordVocab]]:
-    """The module, checkpoint dict and (source, target) vocabularies of a `python -m translate fit` checkpoint."""
-    module, state = load_module(TranslationModule, ckpt, WRITTEN_BY, "Translate")
+def load(ckpt: str | Path) -> tuple[TranslatorNetwork, dict[str, Any], tuple[SubwordVocab, SubwordVocab]]:
+    """The network, its hyper-parameters (in today's layout, `upgrade_hparams`) and (source, target) vocabularies
+    of a `python -m translate fit` checkpoint."""
+    model, state = load_module(network_from_hparams, ckpt, WRITTEN_BY, "Translate", prefix="model.")
     vocabs = vocabs_from_checkpoint(state)
     if vocabs is None:
         raise InputError(f"{ckpt}: not a Translate checkpoint (no vocabularies); pass a checkpoint written by "
                          f"`{WRITTEN_BY}`")
-    return module, state, vocabs
+    return model, upgrade_hparams(state["hyper_parameters"]), vocabs
 
 
 def write_vocabs(out: Path, vocabs: tuple[SubwordVocab, SubwordVocab]) -> dict[str, str]:
@@ -62,22 +63,22 @@ def write_vocabs(out: Path, vocabs: tuple[SubwordVocab, SubwordVocab]) -> dict[s
 
 def export_safetensors(ckpt: str | Path, out: str | Path) -> Path:
     """Write DIR/model.safetensors, DIR/config.json and the sentencepiece models; returns the folder."""
-    module, state, vocabs = load(ckpt)
+    model, hparams, vocabs = load(ckpt)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     names = write_vocabs(out, vocabs)
-    hparams = constructor_arguments(TranslationModule, state["hyper_parameters"])
-    return save_folder(out, module.model, "translate", hparams, names)
+    return save_folder(out, model, "translate", constructor_arguments(network_from_hparams, hparams), names)
 
 
 # ---------------------------------------------------------------------------------------------- CTranslate2
-def transformer_spec(model: TranslatorModel, hparams: dict[str, Any], src_pieces: Sequence[str],
+def transformer_spec(model: TransformerTranslator, hparams: dict[str, Any], src_pieces: Sequence[str],
                      tgt_pieces: Sequence[str]):
     """Our network as a `ctranslate2.specs.TransformerSpec`, weights set and vocabularies registered.
 
     Args:
         model: the network (float32, eval mode).
-        hparams: its module's hyper-parameters (positions, activation, heads, norm_first).
+        hparams: its module's hyper-parameters (`n_heads`, and `block`'s positions, activation, n_kv_heads and
+            norm_first), in today's layout (`translate.model.hparams.upgrade_hparams`).
         src_pieces: the source token of each id, in id order (sentencepiece pieces).
         tgt_pieces: the target token of each id; ids 1, 2, 3 are unk, BOS (the decoder's start) and EOS.
 
@@ -87,8 +88,9 @@ def transformer_spec(model: TranslatorModel, hparams: dict[str, Any], src_pieces
     from ctranslate2.specs import common_spec
     from ctranslate2.specs import transformer_spec as ts
 
-    positions, activation = hparams.get("positions", "sinusoidal"), hparams.get("activation", "relu")
-    n_heads, n_kv = hparams.get("n_heads", 4), hparams.get("n_kv_heads")
+    block = TransformerOptions.of(hparams.get("block"), "model.block")
+    positions, activation = block.positions, block.activation
+    n_heads, n_kv = hparams.get("n_heads", 4), block.n_kv_heads
     if positions in ("rope", "alibi"):
         raise InputError(f"positions {positions!r}: the CTranslate2 export maps sinusoidal, learned or none only")
     if n_kv not in (None, n_heads):
@@ -96,7 +98,7 @@ def transformer_spec(model: TranslatorModel, hparams: dict[str, Any], src_pieces
                          "attention only")
     act = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU,
            "swiglu": common_spec.Activation.SWISH}[activation]
-    pre_norm = bool(hparams.get("norm_first", True))
+    pre_norm = block.norm_first
     spec = ts.TransformerSpec.from_config(
         (len(model.encoder.layers), len(model.decoder.layers)), n_heads, pre_norm=pre_norm,
         no_final_norm=not pre_norm, activation=act, ffn_glu=activation == "swiglu",
@@ -169,13 +171,14 @@ def _set_ffn(spec, ff, norm: torch.nn.LayerNorm) -> None:
 
 def export_ctranslate2(ckpt: str | Path, out: str | Path, quantization: str | None = None) -> Path:
     """Convert a checkpoint to a CTranslate2 model folder (plus src.model / tgt.model); returns the folder."""
-    module, state, vocabs = load(ckpt)
-    return write_ctranslate2(module.model, state["hyper_parameters"], vocabs, out, quantization)
+    model, hparams, vocabs = load(ckpt)
+    return write_ctranslate2(model, hparams, vocabs, out, quantization)
 
 
-def write_ctranslate2(model: TranslatorModel, hparams: dict[str, Any], vocabs: tuple[SubwordVocab, SubwordVocab],
+def write_ctranslate2(model: TranslatorNetwork, hparams: dict[str, Any], vocabs: tuple[SubwordVocab, SubwordVocab],
                       out: str | Path, quantization: str | None = None) -> Path:
-    """Convert `model` (with its module's hyper-parameters and vocabularies) into the folder `out`."""
+    """Convert `model` (with its module's hyper-parameters, either layout, and vocabularies) into the folder `out`."""
+    hparams = upgrade_hparams(hparams)
     if hparams.get("arch", "transformer") != "transformer":
         raise InputError(f"model.arch {hparams['arch']!r}: the CTranslate2 export converts transformers only; "
                          "use --format safetensors")
@@ -200,66 +203,6 @@ def convert_spec(spec, out: str | Path, quantization: str | None = None) -> Path
         raise InputError(f"--output {out}: is a file; name a folder")
     _Ours().convert(str(out), quantization=quantization, force=True)
     return out
-
-
-class CT2Translator:
-    """A CTranslate2 export with its sentencepiece models, decoding as our `Translator` does.
-
-    Args:
-        folder: written by `python -m translate.export --format ctranslate2`.
-        max_len: the model's max_len (positions), which caps source and output lengths.
-        compute_type: CTranslate2's compute type ("default": the stored weights' type).
-        threads: intra-op threads.
-    """
-
-    def __init__(self, folder: str | Path, max_len: int, compute_type: str = "default", threads: int = 1):
-        import ctranslate2
-
-        folder = Path(folder)
-        self.translator = ctranslate2.Translator(str(folder), device="cpu", compute_type=compute_type,
-                                                 intra_threads=threads)
-        self.src_vocab = SubwordVocab.from_file(folder / SRC_MODEL)
-        tgt = folder / TGT_MODEL
-        self.tgt_vocab = SubwordVocab.from_file(tgt) if tgt.is_file() else self.src_vocab
-        self.max_len = max_len
-        self._suppress = [[p] for p in self.tgt_vocab.pieces([PAD_ID, BOS_ID])]  # as our search: never generated
-        self._ids = {p: i for i, p in enumerate(self.tgt_vocab.pieces(range(self.tgt_vocab.vocab_size)))}
-
-    def translate_ids(self, sources: Sequence[Sequence[int]], options: SearchOptions) -> list[list[int]]:
-        """Best output ids per source (ours: `Translator.translate_ids`), with our per-sentence length limit.
-
-        Sentences are grouped by their limit (`max_len_a` x length + `max_len_b`, capped by max_len - 1),
-        since CTranslate2 takes one `max_decoding_length` per call. As in our search, EOS may come first
-        (CTranslate2's `min_decoding_length` defaults to 1) and padding and BOS are never generated (without
-        `suppress_sequences` CTranslate2 may emit BOS). `alpha` is passed as CTranslate2's
-        `length_penalty`, whose normalisation (length ** alpha) differs from our GNMT penalty; `n_best` and
-        `batch_size` are not used.
-        """
-        o = options
-        out: list[list[int]] = [[] for _ in sources]
-        limits: dict[int, list[int]] = {}
-        for i, s in enumerate(sources):
-            if s:
-                row = torch.tensor([list(s)[: self.max_len]])
-                limit = int(max_output_lengths(row, PAD_ID, o.max_len_a, o.max_len_b, self.max_len - 1)[0])
-                limits.setdefault(limit, []).append(i)
-        for limit, rows in limits.items():
-            results = self.translator.translate_batch(
-                [self.src_vocab.pieces(list(sources[i])[: self.max_len]) for i in rows], beam_size=o.beam_size,
-                max_decoding_length=limit, min_decoding_length=0, length_penalty=o.alpha,
-                suppress_sequences=self._suppress, max_input_length=self.max_len,
-            )
-            for i, r in zip(rows, results, strict=True):
-                out[i] = [self._ids[p] for p in r.hypotheses[0]]
-        return out
-
-    @accepts_old_names
-    def translate(self, sentences: Sequence[str], beam_size: int = 5, alpha: float = 0.6, max_len_a: float = 1.5,
-                  max_len_b: int = 10) -> list[str]:
-        """Detokenised best translations, one per sentence ("" for a blank one); the options as in ours."""
-        ids = self.src_vocab.encode_batch([s if s.strip() else "" for s in sentences])
-        options = SearchOptions(beam_size, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b)
-        return [self.tgt_vocab.decode(row) for row in self.translate_ids(ids, options)]
 
 
 def main(argv: list[str] | None = None) -> None:

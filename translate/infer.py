@@ -10,8 +10,7 @@ length and translated a chunk of `--chunk-lines` at a time, so memory does not g
 output equals that of one chunk holding the whole file. Sources longer than the model's `max_len` subwords
 are truncated, with a warning naming the line. `-o`, `--alignments` and `--html` appear in one rename at the
 end, never half-written; one run at a time writes an `-o` file (`OUTPUT.lock`). Several checkpoints
-translate as an ensemble (the mean of their probabilities; alignments come from the first). The old
-spellings `--beam` and `--nbest` still work, with a deprecation warning. See docs/translate.md.
+translate as an ensemble (the mean of their probabilities; alignments come from the first). See docs/translate.md.
 """
 
 from __future__ import annotations
@@ -29,12 +28,12 @@ import torch
 
 from core.nn.explain import attention_layers
 from core.runtime.atomic import atomic_path, stale_temporaries
-from core.runtime.deprecation import add_old_flag
 from core.runtime.errors import InputError, check_text, describe_os_error
 from core.runtime.lock import OutputLock, interrupt_on_sigterm
+from translate.alignment_page import write_html
 from translate.api import CHUNK_LINES, DTYPES, INT8, MAX_TRUNCATION_WARNINGS, Translator, format_line
-from translate.search.align import DEFAULT_LAYER, Layer, WordAlignment, write_html
-from translate.search.options import OLD_NAMES, SearchOptions
+from translate.search.align import DEFAULT_LAYER, Layer, WordAlignment
+from translate.search.options import SearchOptions
 
 log = logging.getLogger("translate.infer")
 MAX_LINE_BYTES = 1 << 20  # one sentence per line; a longer "line" is a file with no line breaks
@@ -94,7 +93,8 @@ class AtomicOutputs(contextlib.ExitStack):
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of `python -m translate.infer`."""
-    p = argparse.ArgumentParser(prog="python -m translate.infer", description=__doc__,
+    # allow_abbrev=False: a prefix such as `--beam` is refused, not read as `--beam-size`
+    p = argparse.ArgumentParser(prog="python -m translate.infer", description=__doc__, allow_abbrev=False,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ckpt", required=True, nargs="+", metavar="CKPT",
                    help="checkpoint written by `python -m translate fit` (or .average); several translate as "
@@ -108,8 +108,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-len-b", type=int, default=10, help="the B of that limit (default 10)")
     p.add_argument("--batch-size", type=int, default=64, help="sentences per search batch (default 64)")
     p.add_argument("--n-best", type=int, default=1, help="translations per line, tab-separated (default 1)")
-    for old, new in OLD_NAMES.items():
-        add_old_flag(p, f"--{old}", "--" + new.replace("_", "-"), dest=new, type=int)
     p.add_argument("--alignments", help="write word alignments of the best translation as JSON lines here")
     p.add_argument("--align-layer", default=str(DEFAULT_LAYER),
                    help=f"decoder layer for alignments: index (negative from the last) or 'mean' "

@@ -8,7 +8,7 @@
 Request (POST /predict, a JSON object; only these fields):
   sentences      source sentences (1 to 64, each at most 1,000 characters), or
   text           one source sentence; the answer then has "translation" instead of "translations"
-  beam_size      beam width, 1 to 16; 1 is greedy search (default 5; the old name `beam` still works)
+  beam_size      beam width, 1 to 16; 1 is greedy search (default 5)
   n_best         translations per sentence, 1 to beam_size; above 1 each sentence gets a list, best first
   return_scores  answer {"text", "score", "log_prob"} objects; false: plain strings (default true)
 
@@ -26,12 +26,11 @@ import argparse
 import sys
 from typing import Any
 
-from core.runtime.deprecation import rename_old
 from core.runtime.errors import InputError
 from core.runtime.serving.cli import ServerOptions, one_line_errors, run_server, serve_parser
 from core.runtime.serving.litserver import BatchedAPI
 from core.runtime.serving.schema import Field, RequestError, check_fields
-from translate.search.options import OLD_NAMES, SearchOptions
+from translate.search.options import SearchOptions
 
 MAX_SENTENCES = 64  # per request
 MAX_CHARS = 1000  # per sentence; the model truncates sources longer than its max_len (in subwords) anyway
@@ -47,12 +46,12 @@ FIELDS = {
 
 
 def check_request(payload: object) -> dict:
-    """The checked request (JSON, for the worker): old field names renamed (with a warning), `check_fields`,
-    exactly one of `sentences` and `text`, and valid `search_options`."""
+    """The checked request (JSON, for the worker): `check_fields`, exactly one of `sentences` and `text`, and
+    valid `search_options`."""
     try:
-        request = check_fields(rename_old(dict(payload), OLD_NAMES) if isinstance(payload, dict) else payload, FIELDS)
+        request = check_fields(payload, FIELDS)
         search_options(request)
-    except InputError as err:  # RequestError, or the old and the new name given, `n_best` above `beam_size`
+    except InputError as err:  # RequestError, or `n_best` above `beam_size`
         raise err if isinstance(err, RequestError) else RequestError(str(err)) from None
     if (request["sentences"] is None) == (request["text"] is None):
         raise RequestError("give either `sentences` (a list) or `text` (one sentence), not both or neither")

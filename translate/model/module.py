@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import replace
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any
 
 import lightning as L
 import sacrebleu
@@ -29,19 +30,22 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
 from core.nn import InverseSqrtLR, WarmupCosineLR, linear_cross_entropy, rdrop_cross_entropy, stops_on_time
-from core.nn.blocks import Activation
-from core.nn.compile import CompileMode, check_backend, compile_in_place, compile_mode, pad_to_bucket
+from core.nn.compile import compile_in_place, pad_to_bucket
 from core.nn.cpu_fastpath import enable_cpu_fastpath
-from core.nn.recurrent import Cell, Scoring
-from core.nn.stacks import Positions
-from core.runtime.checkpoint import SafeLoadMixin
+from core.nn.options import SpeedOptions
+from core.runtime.checkpoint import SafeLoadMixin, load_checkpoint
 from core.runtime.distributed import destroy_process_group_at_exit, process_group_running
 from translate.data.corpus import Batch, Split
 from translate.data.vocab import PAD_ID, SubwordVocab, vocabs_from_checkpoint
+from translate.model.hparams import upgrade_hparams
 from translate.model.networks import Arch, TranslatorNetwork, build_translator
+from translate.model.options import AdamWOptions, BleuOptions, LossOptions, RecurrentOptions, TransformerOptions
 from translate.model.transformer import MAX_LEN
 from translate.search.decoding import search
 from translate.search.options import SearchOptions
+
+WRITTEN_BY = "python -m translate fit"
+GROUP_NAMES = ("block", "rnn", "objective", "optimizer", "evaluation", "speed")
 
 
 def translation_loss(
@@ -83,97 +87,63 @@ class TranslationModule(SafeLoadMixin, L.LightningModule):
         src_vocab_size: source vocabulary size (linked from the data module).
         tgt_vocab_size: target vocabulary size (linked from the data module).
         pad_id: padding id (linked from the data module).
+        arch: the network: "transformer" (the default) or "rnn", a bidirectional GRU/LSTM encoder and an
+            attentional decoder with input feeding (`core.nn.recurrent`). The rnn reads `d_model` (embeddings,
+            memory and output width), `n_encoder_layers`, `n_decoder_layers`, `dropout`, `max_len`,
+            `share_embeddings` and its `rnn` group; `n_heads`, `d_ff` and the `block` group are the transformer's.
         d_model: model width.
         n_heads: attention heads; must divide d_model.
-        n_kv_heads: key/value heads for grouped-query attention (default n_heads).
         n_encoder_layers: encoder blocks.
         n_decoder_layers: decoder blocks.
         d_ff: feed-forward width.
         dropout: dropout on embeddings and inside blocks.
-        attn_dropout: dropout on attention weights.
-        ff_dropout: dropout after the feed-forward activation (fairseq's `activation_dropout`,
-            0 in its recipes); None uses `dropout`.
         max_len: longest source or target in subwords (linked from `data.max_len`).
-        positions: position encoding (self-attention only).
-        activation: feed-forward activation.
-        norm_first: pre-LN (True, the default) or post-LN (False, the original Transformer).
         share_embeddings: one embedding for source, target and output (needs a joint vocabulary).
-        label_smoothing: eps of the label-smoothed cross-entropy (0 = plain cross-entropy).
         lr: peak learning rate (AdamW).
-        betas: AdamW betas.
         weight_decay: AdamW weight decay.
-        warmup_steps: optimizer steps of linear warmup.
-        lr_floor: final learning rate as a fraction of the peak (cosine decay over the whole run).
-        schedule: "cosine" (warmup, then cosine decay to `lr_floor` at the run's last step) or
-            "inverse_sqrt" (warmup, then lr * sqrt(warmup_steps / step), fairseq's `inverse_sqrt`; it
-            needs no run length and ignores `lr_floor`).
-        val_beam_size: beam width when validating (1 = greedy search, fastest).
-        test_beam_size: beam width when testing.
-        alpha: GNMT length-penalty exponent for beam search.
-        bleu_tokenize: sacreBLEU tokenizer ("13a" is the WMT default; "intl", "char", "none").
-        bleu_lowercase: score lowercased BLEU (chrF stays cased).
-        rdrop_alpha: R-Drop weight (0 = off): each training batch runs through two dropout masks and
-            the loss adds alpha / 4 times the symmetric KL of their predictions (the paper's alpha,
-            5 in its IWSLT runs). A step costs about twice as much.
-        cpu_fastpath: fp32 CPU linears in oneDNN and a cheaper dropout mask (`core.nn.cpu_fastpath`; off: plain
-            `nn.Linear` / `nn.Dropout`). Off by default: it speeds training steps up a little and beam search
-            not at all (docs/results.md, `benchmarks/cpu_fastpath.py`).
-        compile: torch.compile the encoder and decoder stacks when a trainer sets the module up
-            (`core.nn.compile`): null or false (default) runs eager; default, reduce-overhead (CUDA graphs;
-            source and target lengths are then padded to a multiple of 16 so that a few graphs serve every
-            batch), max-autotune or max-autotune-no-cudagraphs. Beam and greedy search stay eager: their steps
-            are small and update a KV cache in place. The first steps are slower while it compiles; checkpoints
-            are the same either way, and `load_from_checkpoint` outside a trainer stays eager.
-        compile_backend: torch.compile backend; "eager" or "aot_eager" check the plumbing without inductor.
-        arch: the network: "transformer" (the default) or "rnn", a bidirectional GRU/LSTM encoder and an
-            attentional decoder with input feeding (`core.nn.recurrent`). The rnn reads `d_model` (embeddings,
-            memory and output width), `n_encoder_layers`, `n_decoder_layers`, `dropout`, `share_embeddings`,
-            `cell`, `attention` and `hidden_size`; the attention-stack settings are the transformer's alone.
-        cell: the rnn's recurrent cell, "gru" or "lstm".
-        attention: the rnn's attention scores: "additive" (Bahdanau), "general" or "dot" (Luong; "dot"
-            needs hidden_size == d_model).
-        hidden_size: the rnn's recurrent width (each encoder direction's, and the decoder's).
+        block: the transformer's attention blocks: grouped-query heads, attention and feed-forward dropout,
+            positions, activation, pre- or post-LN.
+        rnn: the rnn's cell, attention score function and recurrent width.
+        objective: the loss: label smoothing and R-Drop.
+        optimizer: AdamW's betas and the learning-rate schedule (warmup, cosine or inverse square root).
+        evaluation: how validate and test decode (beam widths, length penalty) and score BLEU.
+        speed: how the network runs (CPU fast path, torch.compile); a checkpoint is the same under every setting.
+            Beam and greedy search stay eager: their steps are small and update a KV cache in place.
     """
 
+    upgrade_hparams = staticmethod(upgrade_hparams)
+
     def __init__(
-        self, src_vocab_size: int = 8, tgt_vocab_size: int = 8, *, pad_id: int = PAD_ID, d_model: int = 256,
-        n_heads: int = 4, n_kv_heads: int | None = None, n_encoder_layers: int = 3, n_decoder_layers: int = 3,
-        d_ff: int = 1024, dropout: float = 0.1, attn_dropout: float = 0.0, ff_dropout: float | None = None,
-        max_len: int = MAX_LEN, positions: Positions = "sinusoidal", activation: Activation = "relu",
-        norm_first: bool = True, share_embeddings: bool = True, label_smoothing: float = 0.1, lr: float = 1e-3,
-        betas: tuple[float, float] = (0.9, 0.98), weight_decay: float = 1e-4, warmup_steps: int = 400,
-        lr_floor: float = 0.01, val_beam_size: int = 1, test_beam_size: int = 5, alpha: float = 0.6,
-        bleu_tokenize: Literal["13a", "intl", "char", "none"] = "13a", bleu_lowercase: bool = False,
-        schedule: Literal["cosine", "inverse_sqrt"] = "cosine",
-        rdrop_alpha: float = 0.0, cpu_fastpath: bool = False, compile: bool | CompileMode | None = None,
-        compile_backend: str = "inductor", arch: Arch = "transformer", cell: Cell = "gru",
-        attention: Scoring = "additive", hidden_size: int = 256,
+        self, src_vocab_size: int = 8, tgt_vocab_size: int = 8, *, pad_id: int = PAD_ID, arch: Arch = "transformer",
+        d_model: int = 256, n_heads: int = 4, n_encoder_layers: int = 3, n_decoder_layers: int = 3,
+        d_ff: int = 1024, dropout: float = 0.1, max_len: int = MAX_LEN, share_embeddings: bool = True,
+        lr: float = 1e-3, weight_decay: float = 1e-4,
+        block: TransformerOptions = TransformerOptions(),  # noqa: B008 - frozen: one shared default is safe
+        rnn: RecurrentOptions = RecurrentOptions(),  # noqa: B008
+        objective: LossOptions = LossOptions(),  # noqa: B008
+        optimizer: AdamWOptions = AdamWOptions(),  # noqa: B008
+        evaluation: BleuOptions = BleuOptions(),  # noqa: B008
+        speed: SpeedOptions = SpeedOptions(),  # noqa: B008
     ):
         super().__init__()
-        if not 0.0 <= label_smoothing < 1.0:
-            raise ValueError(f"`label_smoothing` ({label_smoothing}) must be in [0, 1)")
-        if val_beam_size < 1 or test_beam_size < 1:
-            raise ValueError(f"`val_beam_size` ({val_beam_size}) and `test_beam_size` ({test_beam_size}) must be >= 1")
-        for name, p in (("dropout", dropout), ("attn_dropout", attn_dropout), ("ff_dropout", ff_dropout)):
-            if p is not None and not 0.0 <= p <= 1.0:
-                raise ValueError(f"`model.{name}` ({p}) must be a probability in [0, 1]")
-        if rdrop_alpha < 0.0:
-            raise ValueError(f"`model.rdrop_alpha` ({rdrop_alpha}) must be >= 0 (0 turns R-Drop off)")
-        if schedule not in ("cosine", "inverse_sqrt"):
-            raise ValueError(f"`model.schedule` ({schedule!r}) must be 'cosine' or 'inverse_sqrt'")
-        if schedule == "inverse_sqrt" and warmup_steps < 1:
-            raise ValueError(f"`model.warmup_steps` ({warmup_steps}) must be >= 1 with the inverse_sqrt schedule")
-        compile_mode(compile)  # refuse a bad value before any training
-        check_backend(compile_backend)
-        self.save_hyperparameters()
-        self.model = build_translator(
-            src_vocab_size, tgt_vocab_size, arch=arch, pad_id=pad_id, d_model=d_model, n_heads=n_heads,
-            n_kv_heads=n_kv_heads, n_encoder_layers=n_encoder_layers, n_decoder_layers=n_decoder_layers, d_ff=d_ff,
-            dropout=dropout, attn_dropout=attn_dropout, ff_dropout=ff_dropout, max_len=max_len, positions=positions,
-            activation=activation, norm_first=norm_first, share_embeddings=share_embeddings, cell=cell,
-            attention=attention, hidden_size=hidden_size,
-        )
-        if cpu_fastpath:
+        if not 0.0 <= dropout <= 1.0:
+            raise ValueError(f"`model.dropout` ({dropout}) must be a probability in [0, 1]")
+        self.block = TransformerOptions.of(block, "model.block")
+        self.rnn = RecurrentOptions.of(rnn, "model.rnn")
+        self.objective = LossOptions.of(objective, "model.objective")
+        self.optimizer = AdamWOptions.of(optimizer, "model.optimizer")
+        self.evaluation = BleuOptions.of(evaluation, "model.evaluation")
+        self.speed = SpeedOptions.of(speed, "model.speed")
+        # Plain values only: checkpoints are read back with torch.load(weights_only=True).
+        self.save_hyperparameters({
+            "src_vocab_size": src_vocab_size, "tgt_vocab_size": tgt_vocab_size, "pad_id": pad_id, "arch": arch,
+            "d_model": d_model, "n_heads": n_heads, "n_encoder_layers": n_encoder_layers,
+            "n_decoder_layers": n_decoder_layers, "d_ff": d_ff, "dropout": dropout, "max_len": max_len,
+            "share_embeddings": share_embeddings, "lr": lr, "weight_decay": weight_decay,
+            **{name: getattr(self, name).as_dict() for name in GROUP_NAMES},
+        })
+        self.model = build_translator(self.hparams)
+        if self.speed.cpu_fastpath:
             enable_cpu_fastpath(self.model)
         # Set from a checkpoint by `on_load_checkpoint`; a trainer's data module takes precedence.
         self.src_vocab: SubwordVocab | None = None
@@ -182,11 +152,24 @@ class TranslationModule(SafeLoadMixin, L.LightningModule):
         self._signature_shown: set[str] = set()
         self._compiled = False
 
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path: str | Path, *args: Any, **kwargs: Any) -> Any:
+        """Lightning's `load_from_checkpoint`, with an older checkpoint's hyper-parameters in today's layout
+        (`translate.model.hparams.upgrade_hparams`); `kwargs` still override the stored values."""
+        if isinstance(checkpoint_path, (str, Path)):
+            stored = load_checkpoint(checkpoint_path, WRITTEN_BY, mmap=True)
+            hparams = stored.get("hyper_parameters") if isinstance(stored, dict) else None
+            if isinstance(hparams, dict):
+                # `_instantiator=None`: Lightning builds the module itself, from these values, not LightningCLI's.
+                kwargs = {**upgrade_hparams(hparams), "_instantiator": None, **kwargs}
+            del stored
+        return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
+
     def setup(self, stage: str) -> None:
         destroy_process_group_at_exit()  # each DDP rank, once its process group exists
-        mode = compile_mode(self.hparams.compile)
+        mode = self.speed.compile_mode
         if mode is not None and not self._compiled:  # here, not in __init__: a spawned DDP rank unpickles it eager
-            compile_in_place([self.model.encoder, self.model.decoder], mode, self.hparams.compile_backend)
+            compile_in_place([self.model.encoder, self.model.decoder], mode, self.speed.compile_backend)
             self._compiled = True
 
     # ------------------------------------------------------------------ checkpoints
@@ -200,24 +183,26 @@ class TranslationModule(SafeLoadMixin, L.LightningModule):
     # ------------------------------------------------------------------ training
     def compute_loss(self, batch: Batch) -> Tensor:
         """Label-smoothed cross-entropy per non-padding target token of a batch."""
-        return translation_loss(self.model, self._bucketed(batch), self.hparams.pad_id, self.hparams.label_smoothing)
+        return translation_loss(self.model, self._bucketed(batch), self.hparams.pad_id,
+                                self.objective.label_smoothing)
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
-        hp = self.hparams
-        loss = translation_loss(self.model, self._bucketed(batch), hp.pad_id, hp.label_smoothing, hp.rdrop_alpha)
+        o = self.objective
+        loss = translation_loss(self.model, self._bucketed(batch), self.hparams.pad_id, o.label_smoothing,
+                                o.rdrop_alpha)
         self.log("train_loss", loss, prog_bar=True, batch_size=self._tokens(batch))
         return loss
 
     def configure_optimizers(self) -> dict[str, Any]:
-        hp = self.hparams
-        opt = torch.optim.AdamW(self.parameters(), lr=hp.lr, betas=tuple(hp.betas), weight_decay=hp.weight_decay)
-        if hp.schedule == "inverse_sqrt":
-            sched = InverseSqrtLR(opt, hp.warmup_steps)
+        hp, o = self.hparams, self.optimizer
+        opt = torch.optim.AdamW(self.parameters(), lr=hp.lr, betas=tuple(o.betas), weight_decay=hp.weight_decay)
+        if o.schedule == "inverse_sqrt":
+            sched = InverseSqrtLR(opt, o.warmup_steps)
         else:
             sched = WarmupCosineLR.for_run(
-                opt, hp.warmup_steps, run_steps=self.trainer.estimated_stepping_batches, floor=hp.lr_floor,
+                opt, o.warmup_steps, run_steps=self.trainer.estimated_stepping_batches, floor=o.lr_floor,
                 clock_limited=stops_on_time(self.trainer.callbacks),
-                advice=", or use model.schedule: inverse_sqrt, which needs no run length",
+                advice=", or use model.optimizer.schedule: inverse_sqrt, which needs no run length",
             )
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
@@ -225,7 +210,7 @@ class TranslationModule(SafeLoadMixin, L.LightningModule):
         """`batch` with its lengths padded to `core.nn.compile.BUCKET` steps under CUDA graphs (one graph per
         shape), else `batch` itself. Padding is masked in the source and after the targets, and the loss skips it.
         """
-        if compile_mode(self.hparams.compile) != "reduce-overhead":
+        if self.speed.compile_mode != "reduce-overhead":
             return batch
         pad, src_len, tgt_len = self.hparams.pad_id, self.model.max_src_len, self.model.max_tgt_len
         tgt_in, tgt_out = (pad_to_bucket(t, tgt_len, pad) for t in (batch.tgt_in, batch.tgt_out))
@@ -252,9 +237,9 @@ class TranslationModule(SafeLoadMixin, L.LightningModule):
         self._outputs += self._translate(batch, split, skip_blank=False)
 
     def search_options(self, split: Split) -> SearchOptions:
-        """How `validate` (`val_beam_size`), and `test` and `predict` (`test_beam_size`), decode."""
-        hp = self.hparams
-        return SearchOptions(beam_size=hp.val_beam_size if split == "val" else hp.test_beam_size, alpha=hp.alpha)
+        """How `validate` (`evaluation.val_beam_size`), and `test` and `predict` (`test_beam_size`), decode."""
+        e = self.evaluation
+        return SearchOptions(beam_size=e.val_beam_size if split == "val" else e.test_beam_size, alpha=e.alpha)
 
     def _translate(self, batch: Batch, split: Split, skip_blank: bool) -> list[tuple[int, str]]:
         """(dataset index, best translation) per row; with `skip_blank` a blank source gives "" without a search."""
@@ -292,9 +277,9 @@ class TranslationModule(SafeLoadMixin, L.LightningModule):
         by_index = dict(outputs)  # DDP may decode a sentence twice; both copies are identical
         indices = sorted(by_index)
         refs = self.trainer.datamodule.dataset(split).refs
-        hp = self.hparams
+        e = self.evaluation
         bleu, chrf, signature = corpus_scores([by_index[i] for i in indices], [refs[i] for i in indices],
-                                              hp.bleu_tokenize, hp.bleu_lowercase)
+                                              e.bleu_tokenize, e.bleu_lowercase)
         # Every rank scored the same merged corpus: `max` keeps the value exact and silences
         # Lightning's "use sync_dist in distributed setting" warning.
         self.log(f"{split}_bleu", bleu, prog_bar=True, sync_dist=True, reduce_fx="max")

@@ -1,6 +1,6 @@
 """The recurrent translator network: `core.nn.recurrent`'s encoder and attentional decoder, tied embeddings.
 
-It has `translate.model.transformer.Translator`'s interface (`encode`, `decode(..., cache)`, `new_cache`,
+It has `translate.model.transformer.TransformerTranslator`'s interface (`encode`, `decode(..., cache)`, `new_cache`,
 `states`, `output`, `tgt_embed`, `max_src_len` / `max_tgt_len`), so search, n-best lists, ensembles and
 alignments (its decoder's `cross_attn`) use it unchanged.
 
@@ -20,14 +20,16 @@ from translate.model.transformer import MAX_LEN, token_embeddings
 class RecurrentTranslator(nn.Module):
     """Bidirectional GRU/LSTM encoder, attentional decoder with input feeding, tied embeddings.
 
-    Args: the network's arguments of `translate.model.module.TranslationModule`, with its names, meanings and
-    defaults (a test keeps the defaults equal); `max_len` has no positions to size here, it caps the search.
+    Args: the network's arguments of `translate.model.module.TranslationModule` and its `rnn` group
+    (`translate.model.options.RecurrentOptions`), with their names, meanings and defaults (a test keeps the
+    defaults equal); `translate.model.networks.build_translator` hands them over. `max_len` has no positions to
+    size here, it caps the search.
     """
 
     def __init__(
         self, src_vocab_size: int, tgt_vocab_size: int, *, pad_id: int = PAD_ID, d_model: int = 256,
         n_encoder_layers: int = 3, n_decoder_layers: int = 3, dropout: float = 0.1, max_len: int = MAX_LEN,
-        share_embeddings: bool = True, cell: Cell = "gru", attention: Scoring = "additive", hidden_size: int = 256,
+        share_embeddings: bool = True, cell: Cell = "gru", score: Scoring = "additive", hidden_size: int = 256,
     ):
         super().__init__()
         self.pad_id = pad_id
@@ -36,7 +38,7 @@ class RecurrentTranslator(nn.Module):
                                                           share_embeddings)
         self.encoder = RecurrentEncoder(d_model, hidden_size, n_layers=n_encoder_layers, dropout=dropout, cell=cell)
         self.decoder = RecurrentDecoder(d_model, hidden_size, n_layers=n_decoder_layers, dropout=dropout, cell=cell,
-                                        attention=attention)
+                                        attention=score)
         self.output = nn.Linear(d_model, tgt_vocab_size, bias=False)
         tie_weights(self.output, self.tgt_embed)
 
@@ -56,7 +58,7 @@ class RecurrentTranslator(nn.Module):
         return self.encoder(self.src_embed(src), src_mask), src_mask
 
     def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, cache: RecurrentCache | None = None) -> Tensor:
-        """Next-token logits (B, T, V) for each target position; the arguments as `Translator.decode`'s."""
+        """Next-token logits (B, T, V) for each target position; the arguments as `TransformerTranslator.decode`'s."""
         return self.output(self.decoder(self.tgt_embed(tgt), memory, src_mask, cache=cache))
 
     def new_cache(self, capacity: int = 16) -> RecurrentCache:

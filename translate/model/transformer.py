@@ -32,11 +32,12 @@ def token_embeddings(src_vocab_size: int, tgt_vocab_size: int, d_model: int, pad
     return (tgt if share else TokenEmbedding(src_vocab_size, d_model, pad_id=pad_id)), tgt
 
 
-class Translator(nn.Module):
+class TransformerTranslator(nn.Module):
     """Bidirectional encoder, causal decoder with cross-attention, tied embeddings.
 
-    Args: the network's arguments of `translate.model.module.TranslationModule`, with its names, meanings and
-    defaults (a test keeps the defaults equal).
+    Args: the network's arguments of `translate.model.module.TranslationModule` and its `block` group
+    (`translate.model.options.TransformerOptions`), with their names, meanings and defaults (a test keeps the
+    defaults equal); `translate.model.networks.build_translator` hands them over.
     """
 
     def __init__(

@@ -1,4 +1,4 @@
-"""Greedy and batched beam search over `Translator.encode` / `decode(..., cache)` (or an `Ensemble`'s).
+"""Greedy and batched beam search over a network's `encode` / `decode(..., cache)` (or an `Ensemble`'s).
 
 Beam search keeps `beam_size` live hypotheses per sentence in one (B*K)-row batch; the encoder output, the
 first step and the cross-attention keys/values are computed and kept once per sentence (the K beams of a
@@ -23,8 +23,8 @@ from torch import Tensor
 
 from core.nn import DecoderCache
 from translate.data.vocab import BOS_ID, EOS_ID
-from translate.model.transformer import Translator
-from translate.search.options import SearchOptions, accepts_old_names
+from translate.model.networks import TranslatorNetwork
+from translate.search.options import SearchOptions
 
 if TYPE_CHECKING:
     from translate.search.ensemble import Ensemble
@@ -51,7 +51,7 @@ def max_output_lengths(src: Tensor, pad_id: int, a: float, b: int, limit: int) -
 
 
 @torch.inference_mode()
-def search(model: Translator | Ensemble, src: Tensor, options: SearchOptions) -> list[list[Hypothesis]]:
+def search(model: TranslatorNetwork | Ensemble, src: Tensor, options: SearchOptions) -> list[list[Hypothesis]]:
     """The `options.n_best` best hypotheses per row of (B, S) source ids; beam size 1 runs (cheaper) greedy search."""
     o = options
     if o.beam_size == 1:
@@ -62,7 +62,7 @@ def search(model: Translator | Ensemble, src: Tensor, options: SearchOptions) ->
 
 @torch.no_grad()
 def greedy_search(
-    model: Translator | Ensemble, src: Tensor, bos_id: int, eos_id: int, *, max_len_a: float = 1.5,
+    model: TranslatorNetwork | Ensemble, src: Tensor, bos_id: int, eos_id: int, *, max_len_a: float = 1.5,
     max_len_b: int = 10, max_len: int | None = None,
 ) -> list[Hypothesis]:
     """Pick the most likely token at every step.
@@ -101,11 +101,10 @@ def greedy_search(
     ]
 
 
-@accepts_old_names
 @torch.no_grad()
 def beam_search(
-    model: Translator | Ensemble, src: Tensor, bos_id: int, eos_id: int, *, beam_size: int = 5, alpha: float = 0.6,
-    max_len_a: float = 1.5, max_len_b: int = 10, n_best: int = 1, max_len: int | None = None,
+    model: TranslatorNetwork | Ensemble, src: Tensor, bos_id: int, eos_id: int, *, beam_size: int = 5,
+    alpha: float = 0.6, max_len_a: float = 1.5, max_len_b: int = 10, n_best: int = 1, max_len: int | None = None,
 ) -> list[list[Hypothesis]]:
     """Batched beam search with a KV cache.
 
@@ -209,7 +208,7 @@ def topk_by_blocks(x: Tensor, k: int, block: int = 128) -> tuple[Tensor, Tensor]
 
 
 def _first_step(
-    model: Translator | Ensemble, src: Tensor, bos_id: int, k: int, steps: int,
+    model: TranslatorNetwork | Ensemble, src: Tensor, bos_id: int, k: int, steps: int,
 ) -> tuple[Tensor, Tensor, Tensor, DecoderCache]:
     """Encode, decode BOS once per sentence, then give each sentence K target-side rows (copies).
 
@@ -231,8 +230,8 @@ def _first_step(
     return logp[rows], memory, src_mask, cache
 
 
-def _next_log_probs(model: Translator | Ensemble, tokens: Tensor, memory: Tensor, src_mask: Tensor, cache: DecoderCache,
-                    bos_id: int) -> Tensor:
+def _next_log_probs(model: TranslatorNetwork | Ensemble, tokens: Tensor, memory: Tensor, src_mask: Tensor,
+                    cache: DecoderCache, bos_id: int) -> Tensor:
     """Log-probabilities (rows, V) of the token after `tokens` (the newest step), in float32.
 
     Padding and BOS never follow in a real target, but the softmax gives them a little mass; they
@@ -276,7 +275,7 @@ def _force_eos(logp: Tensor, rows: Tensor, eos_id: int) -> Tensor:
     return torch.where(rows[:, None], forced, logp)
 
 
-def _cap(model: Translator | Ensemble, max_len: int | None) -> int:
+def _cap(model: TranslatorNetwork | Ensemble, max_len: int | None) -> int:
     limit = model.max_tgt_len - 1  # the decoder reads BOS + `limit` subwords to predict EOS
     return limit if max_len is None else min(max_len, limit)
 

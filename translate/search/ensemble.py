@@ -1,4 +1,4 @@
-"""An ensemble of translators that beam search drives like one `Translator`.
+"""An ensemble of translators that beam search drives like one network (`translate.model.networks`).
 
 Each step's next-token distribution is the mean of the members' probabilities (fairseq's
 ensembles do the same): log(1/M sum_m p_m). Members must share the vocabularies; their sizes may
@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from core.nn import DecoderCache
-from translate.model.transformer import Translator
+from translate.model.networks import TranslatorNetwork
 
 
 class EnsembleCache:
@@ -44,7 +44,7 @@ class Ensemble(nn.Module):
         members: translators with the same vocabulary sizes and padding id.
     """
 
-    def __init__(self, members: Sequence[Translator]):
+    def __init__(self, members: Sequence[TranslatorNetwork]):
         super().__init__()
         if not members:
             raise ValueError("an ensemble needs at least one translator")

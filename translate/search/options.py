@@ -1,17 +1,13 @@
 """How to decode: one frozen options object that the CLI, the API, the server and `predict` build and pass down.
 
-One name per concept everywhere: `beam_size`, `n_best` (CLI `--beam-size`, `--n-best`). The old names
-(`OLD_NAMES`) still work, with a `DeprecationWarning`.
+One name per concept everywhere: `beam_size`, `n_best` (CLI `--beam-size`, `--n-best`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.runtime.deprecation import renamed_keywords
 from core.runtime.errors import InputError
-
-OLD_NAMES = {"beam": "beam_size", "nbest": "n_best"}  # deprecated name -> its name now
 
 
 @dataclass(frozen=True)
@@ -42,5 +38,3 @@ class SearchOptions:
         if self.max_len_a < 0 or self.max_len_b < 1:
             raise InputError(f"`max_len_a` ({self.max_len_a}) must be >= 0 and `max_len_b` ({self.max_len_b}) >= 1")
 
-
-accepts_old_names = renamed_keywords(OLD_NAMES)  # the signature (and `--help`) shows the new names only

@@ -1,0 +1,54 @@
+"""A checkpoint's hyper-parameters in the layout `TranslationModule` takes now.
+
+Checkpoints written before the module's options were grouped hold every setting flat (`lr_floor`,
+`val_beam_size`, `attention`, ...). `upgrade_hparams` moves each into its group, so every loader (the module's
+`load_from_checkpoint`, the network-only loaders of `translate.api` and `translate.export`, export folders) reads
+both layouts; the flat names are not options of the module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+# flat name in an older checkpoint -> (group, the name in the group)
+MOVED: dict[str, tuple[str, str]] = {
+    **{name: ("block", name) for name in ("n_kv_heads", "attn_dropout", "ff_dropout", "positions", "activation",
+                                          "norm_first")},
+    **{name: ("objective", name) for name in ("label_smoothing", "rdrop_alpha")},
+    **{name: ("optimizer", name) for name in ("betas", "warmup_steps", "lr_floor", "schedule")},
+    **{name: ("evaluation", name) for name in ("val_beam_size", "test_beam_size", "alpha", "bleu_tokenize",
+                                               "bleu_lowercase")},
+    "cell": ("rnn", "cell"), "attention": ("rnn", "score"), "hidden_size": ("rnn", "hidden_size"),
+    **{name: ("speed", name) for name in ("cpu_fastpath", "compile", "compile_backend")},
+}
+
+
+def upgrade_hparams(hparams: Mapping[str, Any]) -> dict[str, Any]:
+    """`hparams` (a checkpoint's or an export's) with the flat names of older checkpoints moved into their groups.
+
+    Keys starting with "_" (LightningCLI's bookkeeping, such as `_instantiator`) are left out; every other key
+    is kept as it is, so a key the module does not know is still refused where the module or network is built.
+
+    Raises:
+        ValueError: a setting given both flat and in its group.
+    """
+    out: dict[str, Any] = {}
+    moved: dict[str, dict[str, Any]] = {}
+    for key, value in hparams.items():
+        if key.startswith("_"):
+            continue
+        if key in MOVED:
+            group, name = MOVED[key]
+            moved.setdefault(group, {})[name] = value
+        else:
+            out[key] = value
+    for group, values in moved.items():
+        given = out.get(group) or {}
+        if not isinstance(given, Mapping):
+            raise ValueError(f"hyper-parameter `{group}` must be a mapping, got {given!r}")
+        both = [name for name in values if name in given]
+        if both:
+            raise ValueError(f"hyper-parameter `{group}.{both[0]}` is given twice, flat and in `{group}`; keep one")
+        out[group] = {**given, **values}
+    return out
