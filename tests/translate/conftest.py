@@ -48,7 +48,7 @@ def _fit_tiny_checkpoint(demo_dir: Path, out: Path, max_len: int, n_decoder_laye
     dm = _data_module(demo_dir, out, max_len)
     module = TranslationModule(dm.src_vocab_size, dm.tgt_vocab_size, pad_id=dm.pad_id, max_len=max_len,
                                d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=n_decoder_layers, d_ff=32,
-                               lr=3e-3, warmup_steps=5)
+                               lr=3e-3, optimizer={"warmup_steps": 5})
     trainer = L.Trainer(max_steps=20, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, limit_val_batches=0, use_distributed_sampler=False)
     trainer.fit(module, dm)

@@ -34,7 +34,7 @@ def test_help(sub, capsys):
     out = capsys.readouterr().out
     assert "usage" in out
     if sub:
-        assert "--model.label_smoothing" in out and "--data.max_tokens" in out
+        assert "--model.objective.label_smoothing" in out and "--data.max_tokens" in out
 
 
 @pytest.mark.parametrize("entry", [infer.main, average.main], ids=["infer", "average"])
@@ -207,7 +207,7 @@ def test_fit_with_max_time_warns_that_the_cosine_may_not_finish(schedule, demo_d
     """A run the clock (trainer.max_time) may stop ends anywhere; only inverse_sqrt needs no run length."""
     monkeypatch.chdir(tmp_path)
     args = ["fit", *_data(demo_dir), *TINY_MODEL, "--data.vocab_size", "120", "--data.cache_dir", str(tmp_path / "spm"),
-            "--model.schedule", schedule, "--trainer.max_time", "00:01:00:00", "--trainer.max_epochs", "1",
+            "--model.optimizer.schedule", schedule, "--trainer.max_time", "00:01:00:00", "--trainer.max_epochs", "1",
             "--trainer.limit_train_batches", "1", "--trainer.limit_val_batches", "1", "--trainer.logger", "false",
             "--trainer.enable_checkpointing", "false", "--trainer.enable_progress_bar", "false",
             "--trainer.precision", "32-true", "--trainer.num_sanity_val_steps", "0"]
@@ -216,7 +216,7 @@ def test_fit_with_max_time_warns_that_the_cosine_may_not_finish(schedule, demo_d
         main(args)
     warned = [str(w.message) for w in caught if "trainer.max_time: the warmup-cosine schedule" in str(w.message)]
     assert len(warned) == (schedule == "cosine")
-    assert all(w.endswith("or use model.schedule: inverse_sqrt, which needs no run length") for w in warned)
+    assert all(w.endswith("or use model.optimizer.schedule: inverse_sqrt, which needs no run length") for w in warned)
 
 
 def test_demo_config_logs_metrics_and_the_signature_to_csv_under_default_root_dir(demo_dir, tmp_path, monkeypatch):
@@ -249,7 +249,7 @@ def test_demo_config_keeps_the_best_bleu_checkpoint_and_the_test_command_scores_
               "--data.cache_dir", str(tmp_path / "spm"), "--trainer.enable_progress_bar", "false",
               "--trainer.precision", "32-true", "--trainer.limit_val_batches", "3", "--trainer.limit_test_batches", "3"]
     main(["fit", *common, "--trainer.max_epochs", "4", "--trainer.limit_train_batches", "30", "--model.lr", "0.01",
-          "--model.d_model", "64", "--model.d_ff", "128", "--model.warmup_steps", "20",
+          "--model.d_model", "64", "--model.d_ff", "128", "--model.optimizer.warmup_steps", "20",
           "--trainer.num_sanity_val_steps", "0"])
     (metrics,) = (tmp_path / "runs" / "translate_demo").glob("lightning_logs/version_*/metrics.csv")
     header, *rows = (line.split(",") for line in metrics.read_text().splitlines())

@@ -1,4 +1,4 @@
-"""`model.cpu_fastpath` in Translate: the switch swaps every layer, and changes neither the loss nor a gradient."""
+"""`model.speed.cpu_fastpath` in Translate: the switch swaps every layer, and changes neither loss nor gradient."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from translate.data.corpus import Batch
 from translate.model.module import TranslationModule, translation_loss
 
 SIZE = dict(src_vocab_size=40, tgt_vocab_size=40, d_model=16, n_heads=2, n_encoder_layers=2, n_decoder_layers=2,
-            d_ff=32, max_len=16, dropout=0.1, activation="swiglu")
+            d_ff=32, max_len=16, dropout=0.1, block={"activation": "swiglu"})
 
 
 def _module(on: bool) -> TranslationModule:
     torch.manual_seed(0)
-    return TranslationModule(**SIZE, cpu_fastpath=on)
+    return TranslationModule(**SIZE, speed={"cpu_fastpath": on})
 
 
 def _batch() -> Batch:
@@ -29,7 +29,7 @@ def _batch() -> Batch:
 
 def test_the_switch_swaps_every_linear_and_dropout_and_is_saved():
     on, off = _module(True), _module(False)
-    assert on.hparams.cpu_fastpath and not off.hparams.cpu_fastpath
+    assert on.hparams.speed["cpu_fastpath"] and not off.hparams.speed["cpu_fastpath"]
     kinds = {type(m) for m in on.model.modules()}
     assert FastLinear in kinds and FastDropout in kinds and nn.Linear not in kinds and nn.Dropout not in kinds
     assert not {FastLinear, FastDropout} & {type(m) for m in off.model.modules()}

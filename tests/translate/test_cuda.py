@@ -32,7 +32,7 @@ def gpu_ckpt(demo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
                                max_len=MAX_LEN, max_tokens=512, cache_dir=str(out / "spm"))
     module = TranslationModule(dm.src_vocab_size, dm.tgt_vocab_size, pad_id=dm.pad_id, max_len=MAX_LEN,
                                d_model=32, n_heads=2, n_encoder_layers=2, n_decoder_layers=2, d_ff=64, lr=3e-3,
-                               warmup_steps=10)
+                               optimizer={"warmup_steps": 10})
     trainer = L.Trainer(accelerator="gpu", devices=1, precision="bf16-mixed", max_steps=150, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                         limit_val_batches=0)

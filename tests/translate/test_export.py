@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -10,9 +11,72 @@ import torch
 
 from core.runtime.errors import InputError
 from translate import Translator
-from translate.export import export_safetensors, main, transformer_spec
+from translate.data.vocab import BOS_ID, PAD_ID, SubwordVocab
+from translate.export import SRC_MODEL, TGT_MODEL, export_safetensors, main, transformer_spec
+from translate.model.transformer import TransformerTranslator as TranslatorModel
+from translate.search.decoding import max_output_lengths
+from translate.search.options import SearchOptions
 
 pytestmark = pytest.mark.slow  # end-to-end: real processes, servers or training; `pytest -m "not slow"` skips them
+
+
+class CT2Translator:
+    """A CTranslate2 export with its sentencepiece models, decoding as our `Translator` does (the tests' reference).
+
+    Args:
+        folder: written by `python -m translate.export --format ctranslate2`.
+        max_len: the model's max_len (positions), which caps source and output lengths.
+        compute_type: CTranslate2's compute type ("default": the stored weights' type).
+        threads: intra-op threads.
+    """
+
+    def __init__(self, folder: str | Path, max_len: int, compute_type: str = "default", threads: int = 1):
+        import ctranslate2
+
+        folder = Path(folder)
+        self.translator = ctranslate2.Translator(str(folder), device="cpu", compute_type=compute_type,
+                                                 intra_threads=threads)
+        self.src_vocab = SubwordVocab.from_file(folder / SRC_MODEL)
+        tgt = folder / TGT_MODEL
+        self.tgt_vocab = SubwordVocab.from_file(tgt) if tgt.is_file() else self.src_vocab
+        self.max_len = max_len
+        self._suppress = [[p] for p in self.tgt_vocab.pieces([PAD_ID, BOS_ID])]  # as our search: never generated
+        self._ids = {p: i for i, p in enumerate(self.tgt_vocab.pieces(range(self.tgt_vocab.vocab_size)))}
+
+    def translate_ids(self, sources: Sequence[Sequence[int]], options: SearchOptions) -> list[list[int]]:
+        """Best output ids per source (ours: `Translator.translate_ids`), with our per-sentence length limit.
+
+        Sentences are grouped by their limit (`max_len_a` x length + `max_len_b`, capped by max_len - 1),
+        since CTranslate2 takes one `max_decoding_length` per call. As in our search, EOS may come first
+        (CTranslate2's `min_decoding_length` defaults to 1) and padding and BOS are never generated (without
+        `suppress_sequences` CTranslate2 may emit BOS). `alpha` is passed as CTranslate2's
+        `length_penalty`, whose normalisation (length ** alpha) differs from our GNMT penalty; `n_best` and
+        `batch_size` are not used.
+        """
+        o = options
+        out: list[list[int]] = [[] for _ in sources]
+        limits: dict[int, list[int]] = {}
+        for i, s in enumerate(sources):
+            if s:
+                row = torch.tensor([list(s)[: self.max_len]])
+                limit = int(max_output_lengths(row, PAD_ID, o.max_len_a, o.max_len_b, self.max_len - 1)[0])
+                limits.setdefault(limit, []).append(i)
+        for limit, rows in limits.items():
+            results = self.translator.translate_batch(
+                [self.src_vocab.pieces(list(sources[i])[: self.max_len]) for i in rows], beam_size=o.beam_size,
+                max_decoding_length=limit, min_decoding_length=0, length_penalty=o.alpha,
+                suppress_sequences=self._suppress, max_input_length=self.max_len,
+            )
+            for i, r in zip(rows, results, strict=True):
+                out[i] = [self._ids[p] for p in r.hypotheses[0]]
+        return out
+
+    def translate(self, sentences: Sequence[str], beam_size: int = 5, alpha: float = 0.6, max_len_a: float = 1.5,
+                  max_len_b: int = 10) -> list[str]:
+        """Detokenised best translations, one per sentence ("" for a blank one); the options as in ours."""
+        ids = self.src_vocab.encode_batch([s if s.strip() else "" for s in sentences])
+        options = SearchOptions(beam_size, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b)
+        return [self.tgt_vocab.decode(row) for row in self.translate_ids(ids, options)]
 
 
 def _train(demo_dir: Path, out: Path, steps: int) -> Path:
@@ -27,7 +91,7 @@ def _train(demo_dir: Path, out: Path, steps: int) -> Path:
                                max_tokens=1024, cache_dir=str(out / "spm"), vocab_size=400)
     module = TranslationModule(dm.src_vocab_size, dm.tgt_vocab_size, pad_id=dm.pad_id, max_len=32,
                                d_model=32, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_ff=64, lr=1e-2,
-                               warmup_steps=20, dropout=0.0)
+                               optimizer={"warmup_steps": 20}, dropout=0.0)
     trainer = L.Trainer(max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, limit_val_batches=0, use_distributed_sampler=False)
     trainer.fit(module, dm)
@@ -64,8 +128,6 @@ def test_ctranslate2_greedy_is_identical_and_beam_bleu_close(ckpt, test_set, tmp
     pytest.importorskip("ctranslate2", reason="ctranslate2 not installed: pip install -e '.[export]'")
     import sacrebleu
 
-    from translate.export import CT2Translator
-
     main(["--ckpt", str(ckpt), "--format", "ctranslate2", "--output", str(tmp_path / "ct2")])
     ours = Translator.load(ckpt)
     ct2 = CT2Translator(tmp_path / "ct2", ours.max_src_len)
@@ -78,8 +140,6 @@ def test_ctranslate2_greedy_is_identical_and_beam_bleu_close(ckpt, test_set, tmp
 
 def test_ctranslate2_int8_quantization_writes_a_model(ckpt, test_set, tmp_path):
     pytest.importorskip("ctranslate2", reason="ctranslate2 not installed: pip install -e '.[export]'")
-    from translate.export import CT2Translator
-
     main(["--ckpt", str(ckpt), "--format", "ctranslate2", "--output", str(tmp_path / "q"), "--quantization", "int8"])
     assert json.loads((tmp_path / "q" / "config.json").read_text())["decoder_start_token"] == "<s>"
     out = CT2Translator(tmp_path / "q", 32).translate(test_set[0][:5], beam_size=1)
@@ -88,12 +148,10 @@ def test_ctranslate2_int8_quantization_writes_a_model(ckpt, test_set, tmp_path):
 
 def test_ctranslate2_refuses_what_its_spec_cannot_express():
     pytest.importorskip("ctranslate2", reason="ctranslate2 not installed: pip install -e '.[export]'")
-    from translate.model.transformer import Translator as TranslatorModel
-
     model = TranslatorModel(8, 8, d_model=8, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_ff=16,
                             positions="rope")
     with pytest.raises(InputError, match="positions 'rope'"):
-        transformer_spec(model, {"positions": "rope", "n_heads": 2}, [], [])
+        transformer_spec(model, {"block": {"positions": "rope"}, "n_heads": 2}, [], [])
 
 
 def test_quantization_needs_the_ctranslate2_format(tmp_path):
@@ -113,8 +171,7 @@ def test_model_weights_survive_the_export_unchanged(ckpt, tmp_path):
 ])
 def test_ctranslate2_maps_post_ln_gelu_swiglu_learned_and_no_positions(ckpt, test_set, tmp_path, variant):
     pytest.importorskip("ctranslate2", reason="ctranslate2 not installed: pip install -e '.[export]'")
-    from translate.export import CT2Translator, write_ctranslate2
-    from translate.model.transformer import Translator as TranslatorModel
+    from translate.export import write_ctranslate2
 
     trained = Translator.load(ckpt)
     v = trained.src_vocab.vocab_size
@@ -136,7 +193,6 @@ def test_ctranslate2_conversion_leaves_the_live_model_untouched(ckpt, tmp_path, 
     """The converter edits some arrays in place; they must be copies (a shared buffer once rewrote our weights)."""
     pytest.importorskip("ctranslate2", reason="ctranslate2 not installed: pip install -e '.[export]'")
     from translate.export import write_ctranslate2
-    from translate.model.transformer import Translator as TranslatorModel
 
     trained = Translator.load(ckpt)
     v = trained.src_vocab.vocab_size

@@ -347,7 +347,7 @@ def test_average_of_two_checkpoints_is_the_mean_and_is_usable(trained, tmp_path)
     lines = _write(tmp_path / "in.en", ["the dog sleeps ."])
     infer.main(["--ckpt", str(out), "-i", str(lines), "-o", str(tmp_path / "out"), "--beam-size", "2"])
     assert len(_lines(tmp_path / "out")) == 1
-    module = TranslationModule.load_from_checkpoint(out, test_beam_size=2)
+    module = TranslationModule.load_from_checkpoint(out, evaluation={"test_beam_size": 2})
     assert module.tgt_vocab == trained.dm.tgt_vocab  # vocabularies come with the checkpoint
     trainer = L.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False, limit_test_batches=1,
                         use_distributed_sampler=False)

@@ -12,12 +12,14 @@ then, greedy (`beam_size=1`) and with `beam_size=3`, and the hyper-parameters as
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 
 import pytest
 
 from translate import Translator, infer
+from translate.model.hparams import MOVED, upgrade_hparams
 from translate.model.module import TranslationModule
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -49,3 +51,21 @@ def test_module_loads_as_before(arch):
     module = TranslationModule.load_from_checkpoint(FIXTURES / f"legacy_{arch}.ckpt")
     t = Translator(module.model, module.src_vocab, module.tgt_vocab)
     assert t.translate(EXPECTED["sources"], beam_size=3) == EXPECTED[arch]["beam3"]
+    stored = EXPECTED[arch]["hparams"]  # the flat names, now in their groups
+    assert module.optimizer.lr_floor == stored["lr_floor"] and module.evaluation.val_beam_size == 2
+    assert (module.rnn.cell, module.rnn.score, module.rnn.hidden_size) == (
+        stored["cell"], stored["attention"], stored["hidden_size"])
+    assert module.block.n_kv_heads == stored["n_kv_heads"] and module.objective.label_smoothing == stored[
+        "label_smoothing"]
+    assert not set(module.hparams) & set(MOVED), "the flat names are not options any more"
+
+
+def test_upgrade_moves_every_flat_name_into_its_group():
+    stored = EXPECTED["rnn"]["hparams"]
+    upgraded = upgrade_hparams({**stored, "_instantiator": "lightning.pytorch.cli.instantiate_module"})
+    assert upgraded["rnn"] == {"cell": "lstm", "score": "general", "hidden_size": 16}
+    assert upgraded["speed"] == {"cpu_fastpath": False, "compile": None, "compile_backend": "inductor"}
+    assert set(upgraded) == set(inspect.signature(TranslationModule).parameters)
+    assert upgrade_hparams(upgraded) == upgraded  # today's layout passes through
+    with pytest.raises(ValueError, match="`optimizer.lr_floor` is given twice"):
+        upgrade_hparams({"lr_floor": 0.1, "optimizer": {"lr_floor": 0.2}})

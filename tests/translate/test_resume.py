@@ -34,7 +34,7 @@ def _args(cwd: Path, demo_dir: Path, *extra: str) -> list[str]:
             *(f"--data.{s}={demo_dir / s}" for s in ("train", "val", "test")), "--data.max_len", "32",
             "--data.max_tokens", "400", "--data.cache_dir", str(cwd / "spm"),
             "--model.d_model", "16", "--model.n_heads", "2", "--model.n_encoder_layers", "1",
-            "--model.n_decoder_layers", "1", "--model.d_ff", "32", "--model.warmup_steps", "5",
+            "--model.n_decoder_layers", "1", "--model.d_ff", "32", "--model.optimizer.warmup_steps", "5",
             "--trainer.max_epochs", "2", "--trainer.limit_val_batches", "2", "--trainer.logger", "false",
             "--trainer.precision", "32-true", "--trainer.enable_progress_bar", "false",
             "--trainer.enable_model_summary", "false", *extra]

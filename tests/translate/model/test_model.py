@@ -3,14 +3,14 @@
 import pytest
 import torch
 
-from translate.model.transformer import Translator
+from translate.model.transformer import TransformerTranslator
 
 
 def _model(**kw):
     torch.manual_seed(0)
     args = dict(src_vocab_size=40, tgt_vocab_size=40, d_model=32, n_heads=4, n_encoder_layers=2,
                 n_decoder_layers=2, d_ff=64, max_len=32)
-    return Translator(**{**args, **kw}).eval()
+    return TransformerTranslator(**{**args, **kw}).eval()
 
 
 def test_embeddings_are_tied():

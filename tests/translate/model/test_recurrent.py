@@ -14,8 +14,9 @@ from translate import export
 from translate.data.vocab import BOS_ID, EOS_ID
 from translate.model.module import TranslationModule
 from translate.model.networks import build_translator
+from translate.model.options import RecurrentOptions
 from translate.model.recurrent import RecurrentTranslator
-from translate.model.transformer import Translator
+from translate.model.transformer import TransformerTranslator
 from translate.search.align import cross_attention
 from translate.search.decoding import beam_search, greedy_search
 from translate.search.ensemble import Ensemble
@@ -23,10 +24,10 @@ from translate.search.ensemble import Ensemble
 V = 11
 
 
-def _rnn(seed: int = 0, cell: str = "gru", attention: str = "additive") -> RecurrentTranslator:
+def _rnn(seed: int = 0, cell: str = "gru", score: str = "additive") -> RecurrentTranslator:
     torch.manual_seed(seed)
     model = RecurrentTranslator(V, V, d_model=16, hidden_size=12, n_encoder_layers=2, n_decoder_layers=2,
-                                dropout=0.0, max_len=12, cell=cell, attention=attention).eval()
+                                dropout=0.0, max_len=12, cell=cell, score=score).eval()
     with torch.no_grad():  # random init is near-uniform: make the choices clear
         for p in model.parameters():
             p.mul_(3.0)
@@ -36,9 +37,9 @@ def _rnn(seed: int = 0, cell: str = "gru", attention: str = "additive") -> Recur
 SRC = torch.tensor([[4, 5, 6, 7, 8], [6, 5, 4, 0, 0], [9, 0, 0, 0, 0]])
 
 
-@pytest.mark.parametrize(("cell", "attention"), [("gru", "additive"), ("lstm", "general")])
-def test_cached_decoding_equals_the_teacher_forced_logits(cell, attention):
-    model = _rnn(cell=cell, attention=attention)
+@pytest.mark.parametrize(("cell", "score"), [("gru", "additive"), ("lstm", "general")])
+def test_cached_decoding_equals_the_teacher_forced_logits(cell, score):
+    model = _rnn(cell=cell, score=score)
     tgt = torch.tensor([[BOS_ID, 5, 6, 7], [BOS_ID, 8, 4, 4], [BOS_ID, 9, 9, 5]])
     memory, src_mask = model.encode(SRC)
     cache = model.new_cache()
@@ -70,8 +71,8 @@ def test_the_best_beam_scores_its_tokens_as_teacher_forcing_does():
 
 def test_an_ensemble_of_an_rnn_and_a_transformer_searches():
     torch.manual_seed(1)
-    transformer = Translator(V, V, d_model=8, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_ff=16,
-                             max_len=12, dropout=0.0).eval()
+    transformer = TransformerTranslator(V, V, d_model=8, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_ff=16,
+                                        max_len=12, dropout=0.0).eval()
     ensemble = Ensemble([_rnn(), transformer, _rnn(2, "lstm")]).eval()
     greedy = greedy_search(ensemble, SRC, BOS_ID, EOS_ID)
     beam = beam_search(ensemble, SRC, BOS_ID, EOS_ID, beam_size=1, alpha=0.0)
@@ -91,13 +92,16 @@ def test_alignments_have_a_row_per_target_token_summing_to_one_over_real_source_
 
 
 def test_the_factory_builds_the_arch_and_the_defaults_are_the_modules():
-    assert isinstance(build_translator(V, V, arch="rnn", n_heads=3, lr=0.1), RecurrentTranslator)
-    assert type(build_translator(V, V)) is Translator
+    sizes = {"src_vocab_size": V, "tgt_vocab_size": V}
+    rnn = build_translator({**sizes, "arch": "rnn", "n_heads": 3, "lr": 0.1, "rnn": {"hidden_size": 8}})
+    assert isinstance(rnn, RecurrentTranslator) and rnn.encoder.rnn.hidden_size == 8
+    assert type(build_translator(sizes)) is TransformerTranslator
     with pytest.raises(ValueError, match="`model.arch`"):
-        build_translator(V, V, arch="lstm")
+        build_translator({**sizes, "arch": "lstm"})
     model, module = inspect.signature(RecurrentTranslator).parameters, inspect.signature(TranslationModule).parameters
+    defaults = {**{n: p.default for n, p in module.items()}, **vars(RecurrentOptions())}
     shared = [name for name, p in model.items() if p.default is not inspect.Parameter.empty]
-    assert {n: model[n].default for n in shared} == {n: module[n].default for n in shared}
+    assert {n: model[n].default for n in shared} == {n: defaults[n] for n in shared}
 
 
 @pytest.fixture(scope="module")
@@ -112,8 +116,8 @@ def rnn_ckpt(demo_dir, tmp_path_factory) -> Path:
     dm = TranslationDataModule(str(demo_dir / "train"), str(demo_dir / "val"), str(demo_dir / "test"),
                                max_len=32, max_tokens=512, cache_dir=str(out / "spm"))
     module = TranslationModule(dm.src_vocab_size, dm.tgt_vocab_size, pad_id=dm.pad_id, max_len=32, arch="rnn",
-                               cell="lstm", d_model=16, hidden_size=16, n_encoder_layers=1, n_decoder_layers=1,
-                               lr=3e-3, warmup_steps=2)
+                               rnn={"cell": "lstm", "hidden_size": 16}, d_model=16, n_encoder_layers=1,
+                               n_decoder_layers=1, lr=3e-3, optimizer={"warmup_steps": 2})
     trainer = L.Trainer(max_steps=6, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, limit_val_batches=1, val_check_interval=6,
                         use_distributed_sampler=False)

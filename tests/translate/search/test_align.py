@@ -3,28 +3,35 @@ known alignment by a freshly trained model."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from types import SimpleNamespace
 
 import lightning as L
 import pytest
 import torch
 
+from translate.alignment_page import write_html
 from translate.api import pad_batch
 from translate.data.corpus import TranslationDataModule
 from translate.data.vocab import train_vocab
 from translate.model.module import TranslationModule
-from translate.model.transformer import Translator
-from translate.search.align import (
-    DEFAULT_LAYER,
-    align_batch,
-    alignment_error_rate,
-    cross_attention,
-    parse_pharaoh,
-    to_word_matrix,
-    word_alignment,
-    words_of,
-    write_html,
-)
+from translate.model.transformer import TransformerTranslator
+from translate.search.align import DEFAULT_LAYER, align_batch, cross_attention, to_word_matrix, word_alignment, words_of
+
+
+def parse_pharaoh(text: str) -> set[tuple[int, int]]:
+    """ "0-0 1-2" -> {(0, 0), (1, 2)}; a "p" link ("1-2p", possible) is read as sure."""
+    return {(int(i), int(j.rstrip("p"))) for i, j in (link.split("-") for link in text.split())}
+
+
+def alignment_error_rate(predicted: Iterable[set[tuple[int, int]]], sure: Iterable[set[tuple[int, int]]]) -> float:
+    """Corpus AER with sure links only: 1 - 2 |A & S| / (|A| + |S|), counts summed over sentences."""
+    hits = size_a = size_s = 0
+    for a, s in zip(predicted, sure, strict=True):
+        hits += len(a & s)
+        size_a += len(a)
+        size_s += len(s)
+    return 1.0 - 2.0 * hits / max(size_a + size_s, 1)
 
 
 def test_word_matrix_sums_source_pieces_and_averages_target_pieces():
@@ -79,7 +86,7 @@ def test_aer_hand_computed():
 
 def test_cross_attention_rows_are_distributions_over_real_source_tokens():
     torch.manual_seed(0)
-    model = Translator(20, 20, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=2, d_ff=32,
+    model = TransformerTranslator(20, 20, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=2, d_ff=32,
                        dropout=0.0, max_len=16).eval()
     src = torch.tensor([[5, 6, 7, 8], [9, 10, 0, 0]])
     targets = [[11, 12, 13], [14]]
@@ -106,7 +113,7 @@ def test_html_page_is_self_contained(tmp_path):
 
 def test_align_batch_on_an_untrained_model_gives_one_link_per_target_word():
     vocab = train_vocab(["der Hund schläft .", "the dog sleeps ."] * 10, 60, cache_dir=None)
-    model = Translator(vocab.vocab_size, vocab.vocab_size, d_model=16, n_heads=2, n_encoder_layers=1,
+    model = TransformerTranslator(vocab.vocab_size, vocab.vocab_size, d_model=16, n_heads=2, n_encoder_layers=1,
                        n_decoder_layers=1, d_ff=32, dropout=0.0, max_len=16).eval()
     src = [vocab.encode("the dog sleeps ."), vocab.encode("the dog .")]
     padded = torch.tensor([s + [0] * (4 - len(s)) for s in src])
@@ -131,7 +138,7 @@ def trained(demo, tmp_path_factory) -> SimpleNamespace:
                                max_tokens=1024, cache_dir=None)
     module = TranslationModule(dm.src_vocab_size, dm.tgt_vocab_size, pad_id=dm.pad_id, max_len=48,
                                d_model=64, n_heads=4, n_encoder_layers=1, n_decoder_layers=2, d_ff=128, dropout=0.0,
-                               lr=6e-3, warmup_steps=30)
+                               lr=6e-3, optimizer={"warmup_steps": 30})
     trainer = L.Trainer(max_steps=240, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, limit_val_batches=0, use_distributed_sampler=False,
                         gradient_clip_val=1.0)
