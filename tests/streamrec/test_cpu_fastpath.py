@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from core.nn.cpu_fastpath import FastDropout, FastLinear
+from core.nn.options import SpeedOptions
 from streamrec.model.module import StreamRecModule
 
 SIZE = dict(num_items=30, max_len=8, d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.2)
@@ -14,7 +15,7 @@ SIZE = dict(num_items=30, max_len=8, d_model=16, n_heads=2, n_layers=2, d_ff=32,
 
 def _module(on: bool) -> StreamRecModule:
     torch.manual_seed(0)
-    return StreamRecModule(**SIZE, cpu_fastpath=on)
+    return StreamRecModule(**SIZE, speed=SpeedOptions(cpu_fastpath=on))
 
 
 def _items() -> torch.Tensor:
@@ -25,7 +26,7 @@ def _items() -> torch.Tensor:
 
 def test_the_switch_swaps_every_linear_and_dropout_and_is_saved():
     on, off = _module(True), _module(False)
-    assert on.hparams.cpu_fastpath and not off.hparams.cpu_fastpath
+    assert on.hparams.speed["cpu_fastpath"] and not off.hparams.speed["cpu_fastpath"]
     kinds = {type(m) for m in on.model.modules()}
     assert FastLinear in kinds and FastDropout in kinds and nn.Linear not in kinds and nn.Dropout not in kinds
     assert not {FastLinear, FastDropout} & {type(m) for m in off.model.modules()}
@@ -40,7 +41,7 @@ def test_loss_gradients_and_scores_equal_the_plain_path():
         hidden = module.model.encode(items[:, :-1], trim=True)
         targets = items[:, 1:][:, -hidden.shape[1]:]
         keep = targets != 0
-        loss = module.compute_loss(hidden[keep], targets[keep])
+        loss = module.loss_fn.loss(module.model, hidden[keep], targets[keep], None)
         loss.backward()
         with torch.no_grad():
             scores = module.model.recommend_scores(items[:, 1:])

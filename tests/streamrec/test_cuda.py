@@ -15,6 +15,7 @@ from core.nn import linear_cross_entropy
 from core.nn.optim import RowwiseAdagradAdamW
 from streamrec.data.datamodule import StreamRecDataModule
 from streamrec.model.module import StreamRecModule
+from streamrec.model.options import ObjectiveOptions, OptimizerOptions
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -65,8 +66,9 @@ def test_rowwise_adagrad_adamw_steps_on_cuda_as_on_the_cpu():
 def test_bf16_fit_on_the_gpu_learns_and_beats_popularity(tiny_log, loss, item_optimizer):
     L.seed_everything(0, verbose=False)
     data = StreamRecDataModule(str(tiny_log), max_len=8, batch_size=16)
-    module = StreamRecModule(num_items=40, max_len=8, d_model=16, n_heads=2, n_layers=1, d_ff=32, loss=loss,
-                             num_negatives=16, item_optimizer=item_optimizer, warmup_steps=5)
+    module = StreamRecModule(num_items=40, max_len=8, d_model=16, n_heads=2, n_layers=1, d_ff=32,
+                             objective=ObjectiveOptions(loss=loss, num_negatives=16),
+                             optimizer=OptimizerOptions(item_optimizer=item_optimizer, warmup_steps=5))
     trainer = L.Trainer(accelerator="gpu", devices=1, precision="bf16-mixed", max_epochs=8, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     trainer.fit(module, data)

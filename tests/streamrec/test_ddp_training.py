@@ -64,7 +64,7 @@ def test_two_ranks_see_each_window_once_per_epoch_and_end_with_equal_weights(tin
     assert len(windows) == len(reference.train_set) == 81  # 81 users, one window each, all distinct
     L.seed_everything(0, verbose=False)
     module = StreamRecModule(num_items=data.num_items, max_len=8, d_model=16, n_heads=2, n_layers=1, d_ff=32,
-                             lr=1e-2, popularity_baseline=False)
+                             lr=1e-2, evaluation={"popularity_baseline": False})
     start = {k: v.clone() for k, v in module.state_dict().items()}
     trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp_fork", max_epochs=EPOCHS, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,

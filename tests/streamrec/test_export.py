@@ -10,7 +10,7 @@ import torch
 
 from streamrec import Recommender
 from streamrec.export import export_safetensors, main, write_onnx
-from streamrec.model.network import PAD_ID, StreamRecModel, trim_padding
+from streamrec.model.network import NETWORKS, PAD_ID, SASRec, trim_padding
 
 
 def test_safetensors_round_trip_gives_identical_recommendations(tiny_ckpt, tmp_path):
@@ -20,6 +20,7 @@ def test_safetensors_round_trip_gives_identical_recommendations(tiny_ckpt, tmp_p
     assert "item_embedding.embedding.weight" in header
     config = json.loads((out / "config.json").read_text())
     assert config["format"] == "streamrec-safetensors" and config["hyper_parameters"]["d_model"] == 16
+    assert config["hyper_parameters"]["objective"]["loss"] == "full"  # the option groups, as plain dicts
 
     ours, exported = Recommender.load(tiny_ckpt), Recommender.load(out)
     assert exported.vocab.items == ours.vocab.items
@@ -27,7 +28,7 @@ def test_safetensors_round_trip_gives_identical_recommendations(tiny_ckpt, tmp_p
         assert torch.equal(p, exported.model.state_dict()[name]), name
     items = ours.vocab.items
     histories = [items[:5], items[3:4], items[10:30], ["unknown", items[7]]]
-    assert exported.recommend(histories, k=10).items == ours.recommend(histories, k=10).items
+    assert exported.recommend(histories, top_k=10).items == ours.recommend(histories, top_k=10).items
 
 
 def test_a_folder_of_the_other_app_is_refused(tmp_path):
@@ -80,7 +81,7 @@ def test_onnx_scores_of_the_other_networks_equal_pytorch(arch, tmp_path):
     ort = pytest.importorskip("onnxruntime", reason="onnxruntime not installed: pip install -e '.[export]'")
     pytest.importorskip("onnxscript", reason="onnxscript not installed: pip install -e '.[export]'")
     torch.manual_seed(0)
-    model = StreamRecModel(12, arch=arch, d_model=8, n_heads=2, n_layers=2, d_ff=16, max_len=6).eval()
+    model = NETWORKS[arch](12, d_model=8, n_heads=2, n_layers=2, d_ff=16, max_len=6).eval()
     write_onnx(model, tmp_path / "model.onnx")
     session = ort.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
     for items in _batches(12, 6):
@@ -97,7 +98,7 @@ def test_export_refuses_missing_checkpoint(tmp_path):
 def test_model_is_unchanged_by_export_flag():
     # The eager path still trims: same values as the untrimmed graph at the non-padding positions.
     torch.manual_seed(0)
-    model = StreamRecModel(12, d_model=8, n_heads=2, n_layers=1, d_ff=16, max_len=6, dropout=0.0).eval()
+    model = SASRec(12, d_model=8, n_heads=2, n_layers=1, d_ff=16, max_len=6, dropout=0.0).eval()
     items = torch.tensor([[0, 0, 0, 1, 2, 3], [0, 0, 0, 0, 4, 5]])
     trimmed = model.encode(items, trim=True)
     full = model.encode(items)
