@@ -19,7 +19,7 @@ import pytest
 import core.nn as core
 from streamrec.model.metrics import RankingMetrics, SampledRankingMetrics
 from streamrec.model.module import StreamRecModule
-from streamrec.model.network import StreamRecModel
+from streamrec.model.network import NETWORKS, StreamRecModel
 from translate.model.module import TranslationModule
 from translate.model.transformer import Translator
 
@@ -33,7 +33,8 @@ CLASSES = [
         "TokenEmbedding", "SinusoidalPositions", "LearnedPositions", "RotaryEmbedding", "ALiBi", "KVCache",
         "DecoderCache", "WarmupCosineLR", "InverseSqrtLR",
     )),
-    RankingMetrics, SampledRankingMetrics, StreamRecModel, StreamRecModule, Translator, TranslationModule,
+    RankingMetrics, SampledRankingMetrics, StreamRecModel, *NETWORKS.values(), StreamRecModule, Translator,
+    TranslationModule,
 ]
 
 
@@ -93,7 +94,8 @@ def test_translate_functions_use_one_name_per_concept(name: str) -> None:
 
 STREAMREC_MODULES = ("streamrec.api", "streamrec.serve", "streamrec.score", "streamrec.explain", "streamrec.ray_engine",
                      "streamrec.ranking.batch", "streamrec.ranking.predict",
-                     "streamrec.ranking.topk", "streamrec.ranking.explain", "streamrec.model.module")
+                     "streamrec.ranking.topk", "streamrec.ranking.explain", "streamrec.model.module",
+                     "streamrec.model.network", "streamrec.model.options")
 STREAMREC_OLD_NAMES = {"k": "top_k", "include_seen": "exclude_seen", "filter_seen": "exclude_seen",
                        "predict_exclude_seen": "exclude_seen", "predict_top_k": "top_k"}
 
