@@ -11,10 +11,11 @@ which the rendered page does not show. What each kind of block gets:
   (`runs/streamrec_demo/checkpoints/best.ckpt`, `runs/translate_demo/checkpoints/best.ckpt`) replaced by tiny
   ones trained once per run. A marked block is compiled and its `from X import Y` lines resolved.
 - `bash`: never run in full (these are training runs, servers and data downloads); each command of ours is
-  checked: `python -m PROG [SUBCOMMAND]` and `python PATH.py` are real programs, every `--flag` and `-f` the
-  command passes appears in that program's `--help`, every `--config` file exists, `make TARGET` is a target
-  of the Makefile, and `python -c CODE` compiles and resolves its imports. Other tools (curl, pip, git, awk)
-  are not checked.
+  checked, as is each command written in backticks in the prose (`python -m streamrec.score --cold-slots 1`):
+  `python -m PROG [SUBCOMMAND]` and `python PATH.py` are real programs, every `--flag` and `-f` the command
+  passes appears in that program's `--help`, every `--config` file exists, `make TARGET` is a target of the
+  Makefile, and `python -c CODE` compiles and resolves its imports. Other tools (curl, pip, git, awk) are not
+  checked.
 - `yaml`: every key under `model:` is an option of the app's `fit --help`.
 
 On every page, every `model.KEY` / `--model.KEY` written anywhere is an option of the app's `fit --help` (the
@@ -240,6 +241,27 @@ SHELL = of_kind("bash")
 @pytest.mark.parametrize("block", SHELL, ids=[b.name for b in SHELL])
 def test_shell_example_names_real_programs_and_flags(block: Block) -> None:
     problems = [p for command in commands(block.text) for p in check_command(command, block.name)]
+    assert not problems, "\n".join(problems)
+
+
+INLINE_COMMAND = re.compile(r"`((?:python -m |python (?:data|benchmarks)/)[^`]+)`")
+
+
+def inline_commands(page: Path) -> list[tuple[int, str]]:
+    """(line, command) for each command of ours written in backticks in the page's prose."""
+    found, fenced = [], False
+    for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+        if FENCE.match(line):
+            fenced = not fenced
+        elif not fenced:
+            found += [(number, command) for command in INLINE_COMMAND.findall(line)]
+    return found
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
+def test_commands_in_prose_name_real_programs_and_flags(page: Path) -> None:
+    problems = [p for number, command in inline_commands(page)
+                for p in check_command(shlex.split(command), f"{page.relative_to(REPO)}:{number}")]
     assert not problems, "\n".join(problems)
 
 
