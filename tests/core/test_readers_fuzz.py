@@ -18,7 +18,7 @@ from core.runtime.checkpoint import load_checkpoint
 from core.runtime.cli import config_chain
 from core.runtime.errors import InputError
 from streamrec.data.items import read_items
-from streamrec.data.readers import read_interactions
+from streamrec.data.readers import ReadOptions, read_interactions
 from streamrec.score import _read_users
 from translate.data.corpus import read_lines, read_parallel
 from translate.infer import read_chunks
@@ -63,11 +63,30 @@ def _file(name: str, data: bytes) -> Path:
 
 @pytest.mark.parametrize("name,fmt", [("log.csv", "auto"), ("log.tsv", "auto"), ("log.txt", "auto"),
                                       ("log.dat", "sasrec"), ("log.dat", "lines"), ("log.csv", "tsv"),
-                                      ("log.parquet", "auto"), ("log.csv", "parquet")])
+                                      ("log.parquet", "auto"), ("log.csv", "parquet"), ("ratings.dat", "movielens")])
 @SETTINGS
 @given(data=CONTENTS)
 def test_interaction_readers(name: str, fmt: str, data: bytes) -> None:
     _holds(lambda: read_interactions(_file(name, data), fmt))
+
+
+# Reading options that take other paths through the steps: other delimiters, no header, times, filters.
+OPTIONS = [ReadOptions(delimiter=";"), ReadOptions(delimiter="\t", header=False, user_col="0", item_col="1",
+                                                   time_col="2"),
+           ReadOptions(header=False, columns=("user_id", "item_id", "timestamp")), ReadOptions(time_format="iso"),
+           ReadOptions(time_format="%Y-%m-%d"), ReadOptions(filter="timestamp >= 1"),
+           ReadOptions(filter="item_id in [i1, 2.5]", duplicates="drop", k_core=2),
+           ReadOptions(duplicates="error", min_item_count=2, time_col=None)]
+TIMES = ["2024-05-01", "2024-05-01T10:00:00Z", "2024-05-01 10:00:00+02:00", "2024-13-01", "1714521600", "T"]
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=range(len(OPTIONS)))
+@SETTINGS
+@given(data=CONTENTS | st.lists(st.tuples(st.sampled_from(FIELDS[:4]), st.sampled_from(FIELDS[:4]),
+                                          st.sampled_from(TIMES)), max_size=8).map(
+    lambda rows: "".join(",".join(r) + "\n" for r in rows).encode()))
+def test_interaction_readers_with_options(options: ReadOptions, data: bytes) -> None:
+    _holds(lambda: read_interactions(_file("log.csv", data), options=options))
 
 
 @SETTINGS
