@@ -49,6 +49,7 @@ from streamrec.tuning.trial import METRIC, keep_if_best, run_trial
 STUDY_NAME = "streamrec"
 KS_KEY = "model.evaluation.ks"  # tune maximises NDCG@10: 10 must be among these cutoffs
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+FIT_OPTIONS = ("--data.", "--model.", "--trainer.", "--seed_everything", "--threads")  # passed on to every trial
 
 
 def parse_args(argv: list[str] | None) -> TuneOptions:
@@ -77,9 +78,9 @@ def parse_args(argv: list[str] | None) -> TuneOptions:
     p.add_argument("--seed", type=int, default=0, help="the sampler's seed (default 0)")
     args, rest = p.parse_known_args(argv)
     for arg in rest:
-        if arg.startswith("-") and not arg.startswith(("--data.", "--model.", "--trainer.", "--seed_everything")):
+        if arg.startswith("-") and not arg.startswith(FIT_OPTIONS):
             p.error(f"unknown option {arg.split('=')[0]}; tune's own options are listed by --help, and fit's "
-                    "go as --data.KEY, --model.KEY or --trainer.KEY")
+                    "go as --data.KEY, --model.KEY, --trainer.KEY, --seed_everything or --threads")
     for name in ("max_epochs", "patience", "startup_trials"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
