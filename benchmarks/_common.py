@@ -133,6 +133,27 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
 
+def step_peak_bytes(step: Callable[[], object], device: str = "cpu") -> int:
+    """Peak memory of one `step()` above what was allocated (CUDA) or resident (CPU) before it.
+
+    On CPU run it in a fresh process (`in_fresh_process`) when the peak must not include earlier work.
+    """
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        step()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - base
+    gc.collect()
+    start = rss_bytes()
+    reset_peak_rss()
+    step()
+    return max(0, peak_rss_bytes() - start)  # memory freed before the reset reads below 0
+
+
 def in_fresh_process(fn: Callable[..., object], args: tuple, preload: Sequence[str], threads: int | None = None):
     """`fn(*args)` in a process of its own, and its result; None when the process dies (killed for memory).
 

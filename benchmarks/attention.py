@@ -48,11 +48,9 @@ from _common import (
     interleave,
     median_ratio,
     mem_available_bytes,
-    peak_rss_bytes,
     print_table,
     print_targets,
-    reset_peak_rss,
-    rss_bytes,
+    step_peak_bytes,
     time_call,
     write_json,
 )
@@ -162,24 +160,9 @@ def time_cell(cell: Cell, paths: list[str], repeats: int | None) -> tuple[dict[s
 
 
 def measure_peak(path: str, cell: Cell) -> int:
-    """Bytes one step of `path` needs on top of its inputs, measured in this process.
-
-    On CPU call it in a fresh process (see peaks_in_fresh_processes): the peak RSS of one that has
-    already run other steps says nothing about this one.
-    """
+    """Bytes one step of `path` needs on top of its inputs (on CPU: call it in a fresh process)."""
     qkv, future = make_inputs(cell)
-    if cell.device.type == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats(cell.device)
-        base = torch.cuda.memory_allocated(cell.device)
-        run_step(path, qkv, future)
-        torch.cuda.synchronize()
-        return torch.cuda.max_memory_allocated(cell.device) - base
-    base = rss_bytes()
-    if not reset_peak_rss():
-        print("warning: cannot reset the peak-RSS mark; the peak may include start-up", file=sys.stderr)
-    run_step(path, qkv, future)
-    return max(0, peak_rss_bytes() - base)  # memory freed before the reset would read below 0
+    return step_peak_bytes(partial(run_step, path, qkv, future), cell.device.type)
 
 
 def peaks_in_fresh_processes(paths: list[str], cell: Cell) -> dict[str, int | None]:

@@ -65,17 +65,16 @@ from dataclasses import dataclass, field
 from _common import (
     interleave,
     median_ratio,
-    peak_rss_bytes,
     print_table,
     require_bf16_kernels,
-    reset_peak_rss,
-    rss_bytes,
+    step_peak_bytes,
     write_json,
 )
 from rich.console import Console
 from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from streamrec.data.datasets import TrainBatch
 from streamrec.model.module import StreamRecModule
 from translate.data.corpus import Batch
 from translate.data.vocab import BOS_ID, EOS_ID, PAD_ID
@@ -243,22 +242,6 @@ def count_flops(step: Callable[[], None]) -> int:
     return int(counter.get_total_flops())
 
 
-def step_peak_bytes(step: Callable[[], None], device: torch.device) -> int:
-    """Peak memory of one step above what was allocated (CUDA) or resident (CPU) before it."""
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-        base = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-        step()
-        torch.cuda.synchronize()
-        return torch.cuda.max_memory_allocated() - base
-    gc.collect()
-    start = rss_bytes()
-    reset_peak_rss()
-    step()
-    return max(0, peak_rss_bytes() - start)  # memory freed before the reset reads below 0
-
-
 # ----------------------------------------------------------------------------- translator
 
 
@@ -379,13 +362,10 @@ def streamrec_section(args: argparse.Namespace, device: torch.device, autocast, 
                       f"d_model {rec.rec_d_model}, {rec.rec_n_layers} layers, {rec.rec_n_heads} head(s), batch "
                       f"{args.rec_batch_size}", "sequences/s", "seq_s", args.rec_batch_size)
 
+    batch = TrainBatch(inputs=items, targets=targets)
+
     def ours_loss(mod: StreamRecModule) -> Callable[[], Tensor]:
-        def loss() -> Tensor:  # StreamRecModule.training_step without its logging
-            hidden = mod.model.encode(items, trim=True)  # (B, T', D)
-            tgt = targets[:, -hidden.shape[1]:]
-            keep = tgt != 0
-            return mod.compute_loss(hidden[keep], tgt[keep])  # (M, D), (M,)
-        return loss
+        return lambda: mod.training_step(batch, 0)  # its loss as fit trains it
 
     module.train()
     copies = {mode: copy.deepcopy(module) for mode in args.compile}
@@ -430,7 +410,7 @@ def run_section(section: Section, args: argparse.Namespace, device: torch.device
         if system.mode is None:
             flops[system.peer] = count_flops(system.step)
             figures[f"{key}_{system.peer}_flops_per_step"] = flops[system.peer]
-    peaks = {s.name: step_peak_bytes(s.step, device) + s.static_bytes() for s in ok}
+    peaks = {s.name: step_peak_bytes(s.step, device.type) + s.static_bytes() for s in ok}
     log.log(f"{section.key}: {args.rounds} interleaved rounds of {args.steps} steps: {', '.join(s.label for s in ok)}")
     times = interleave({s.name: s.step for s in ok}, args.rounds, sync=sync, number=args.steps)
     model_flops = flops.get("ours", 0)
@@ -502,6 +482,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.threads:
             torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore", ".*enable_nested_tensor is True.*")
+    warnings.filterwarnings("ignore", ".*self.log.*")  # training_step logs; there is no trainer here
     console = Console(width=None if sys.stdout.isatty() else 140)
     log = Console(stderr=True, log_path=False, width=None if sys.stderr.isatty() else 140)
 

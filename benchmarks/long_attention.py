@@ -43,11 +43,9 @@ from _common import (
     in_fresh_process,
     interleave,
     median_ratio,
-    peak_rss_bytes,
     print_table,
     print_targets,
-    reset_peak_rss,
-    rss_bytes,
+    step_peak_bytes,
     time_call,
     write_json,
 )
@@ -91,19 +89,8 @@ def make_inputs(args: argparse.Namespace, t: int) -> list[Tensor]:
 
 
 def peak_bytes(args: argparse.Namespace, path: str, t: int) -> int:
-    """Memory one step of `path` needs above its inputs, measured in this process (CPU: call it in a fresh one)."""
-    qkv = make_inputs(args, t)
-    if args.device == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        step(path, args.window, *qkv)
-        torch.cuda.synchronize()
-        return torch.cuda.max_memory_allocated() - base
-    base = rss_bytes()
-    reset_peak_rss()
-    step(path, args.window, *qkv)
-    return max(0, peak_rss_bytes() - base)
+    """Memory one step of `path` needs above its inputs (on CPU: call it in a fresh process)."""
+    return step_peak_bytes(partial(step, path, args.window, *make_inputs(args, t)), args.device)
 
 
 # What a memory probe's process imports before it forks: the script's own imports.

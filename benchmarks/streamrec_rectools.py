@@ -61,7 +61,7 @@ import pandas as pd
 import pytorch_lightning as PL
 import torch
 import yaml
-from _common import print_table, write_json
+from _common import print_table, time_call, write_json
 from rectools import Columns
 from rectools.dataset import Dataset
 from rectools.models import SASRecModel
@@ -129,17 +129,14 @@ def default_lr(args: argparse.Namespace) -> float:
 def keep_freed_memory() -> bool:
     """glibc: serve big blocks from the heap and never trim it, so freed memory is reused without page faults.
 
-    By default every block over 32 MiB (the (M, N) logits and their gradients, ~180 MB at
-    max_len 200) is a fresh mmap, zero-filled page by page on first touch and unmapped on free:
-    that page-faulting cost ~30% of a StreamRec step at max_len 200. mallopt(M_MMAP_MAX=0,
-    M_TRIM_THRESHOLD=2 GiB, M_TOP_PAD=1 GiB); the same as MALLOC_MMAP_MAX_=0 etc. in the environment.
+    By default every block over 32 MiB (the (M, N) logits and their gradients at max_len 200) is a fresh mmap,
+    zero-filled page by page on first touch: mallopt(M_MMAP_MAX=0, M_TRIM_THRESHOLD=2 GiB, M_TOP_PAD=1 GiB).
     """
     try:
         libc = ctypes.CDLL("libc.so.6")
     except OSError:
         return False
     return all(libc.mallopt(option, value) == 1 for option, value in ((-4, 0), (-1, 2**31 - 1), (-2, 1 << 30)))
-
 
 
 def best_epoch_keeper(base: type, network, validate, patience: int, cap_s: float) -> object:
@@ -182,8 +179,6 @@ def best_epoch_keeper(base: type, network, validate, patience: int, cap_s: float
     return BestEpoch()
 
 
-
-
 def trainer_kwargs(args: argparse.Namespace) -> dict[str, object]:
     """The same trainer settings for both libraries: CPU, no Lightning validation, no logging or checkpoints."""
     return dict(max_epochs=args.max_epochs, accelerator="cpu", devices=1, precision=PRECISIONS[args.precision],
@@ -192,12 +187,7 @@ def trainer_kwargs(args: argparse.Namespace) -> dict[str, object]:
 
 
 def median_seconds(fn, repeats: int = SCORE_REPEATS) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return statistics.median(time_call(fn) for _ in range(repeats))
 
 
 @dataclass
@@ -298,25 +288,18 @@ def train_ours(data: Data, recipe: dict[str, object], args: argparse.Namespace) 
 # ----------------------------------------------------------------------------- one trial per system
 
 
-def trial_ours(data: Data, loss: str, lr: float, args: argparse.Namespace) -> dict[str, object]:
-    """Train StreamRec with early stopping on validation; the best epoch's test metrics and scoring time."""
+def matched_recipe(data: Data, loss: str, lr: float, args: argparse.Namespace) -> dict[str, object]:
+    """Ours with RecTools' block, the trial's loss and lr; the warmup a tenth of the budget's steps, at most 100."""
     batches = args.limit_batches or -(-len(data.dm.train_set) // args.batch_size)
-    keeper, model = train_ours(data, dict(
-        d_model=args.d_model, n_heads=args.n_heads, n_layers=args.n_layers, d_ff=args.d_model, dropout=args.dropout,
-        attn_dropout=args.dropout, activation="relu", loss=LOSSES[loss]["ours"], num_negatives=GBCE_NEGATIVES,
-        gbce_t=GBCE_T, lr=lr, cpu_fastpath=args.cpu_fastpath,
-        warmup_steps=min(100, max(1, args.max_epochs * batches // 10)),  # a tenth of the budget's steps, <= 100
-    ), args)
-    cases = data.split.test
-    test = evaluate_full(partial(ours_scores, model), cases, args.max_len)
-    histories = [list(c.history) for c in cases]
-    score_s = median_seconds(lambda: ours_recommend_all(model, histories))
-    return trial_result(keeper, len(data.dm.train_set), test, score_s, args)
+    return dict(d_model=args.d_model, n_heads=args.n_heads, n_layers=args.n_layers, d_ff=args.d_model,
+                dropout=args.dropout, attn_dropout=args.dropout, activation="relu", loss=LOSSES[loss]["ours"],
+                num_negatives=GBCE_NEGATIVES, gbce_t=GBCE_T, lr=lr, cpu_fastpath=args.cpu_fastpath,
+                warmup_steps=min(100, max(1, args.max_epochs * batches // 10)))
 
 
-def trial_ours_default(data: Data, args: argparse.Namespace) -> dict[str, object]:
-    """StreamRec with its default recipe, no search: the same early stopping, test metrics and scoring time."""
-    keeper, model = train_ours(data, ours_recipe(args), args)
+def trial_ours(data: Data, recipe: dict[str, object], args: argparse.Namespace) -> dict[str, object]:
+    """Train StreamRec with early stopping on validation; the best epoch's test metrics and scoring time."""
+    keeper, model = train_ours(data, recipe, args)
     cases = data.split.test
     test = evaluate_full(partial(ours_scores, model), cases, args.max_len)
     histories = [list(c.history) for c in cases]
@@ -373,7 +356,6 @@ def ours_recommend_all(model: StreamRecModel, histories: Sequence[Sequence[int]]
     for batch in length_batches([len(h) for h in histories], SCORE_BATCH):
         tops[batch] = recommend(model, [histories[i] for i in batch], RankingOptions(top_k=K))[1]
     return tops
-
 
 
 # ----------------------------------------------------------------------------- RecTools side
@@ -452,10 +434,11 @@ def search(data: Data, args: argparse.Namespace, trials: TrialLog, log: Console)
         result = trials.get(key)
         if result is None:
             log.log(f"{data.name}: {system} loss {loss} lr {lr:g} ...")
-            if loss == DEFAULT:
-                result = trial_ours_default(data, args)
+            if system == "rectools":
+                result = trial_rectools(data, loss, lr, args)
             else:
-                result = (trial_ours if system == "ours" else trial_rectools)(data, loss, lr, args)
+                recipe = ours_recipe(args) if loss == DEFAULT else matched_recipe(data, loss, lr, args)
+                result = trial_ours(data, recipe, args)
             trials.add(key, result)
             log.log(f"{data.name}: {system} loss {loss} lr {lr:g}: val NDCG@10 {result['val_ndcg@10']:.4f} "
                     f"at epoch {result['best_epoch']} of {result['epochs']} ({result['stopped_by']}), "
@@ -485,40 +468,22 @@ def figures(name: str, data: Data, runs: dict[str, list[dict]]) -> dict[str, flo
 
 
 def report(console: Console, name: str, data: Data, runs: dict[str, list[dict]], f: dict[str, float]) -> None:
-    rows = []
-    for loss, lr in dict.fromkeys((r["loss"], r["lr"]) for system in SYSTEMS for r in runs[system]):
-        cells = [f"{loss} recipe (lr {lr:g})" if loss == DEFAULT else f"{loss}, lr {lr:g}"]
-        for system in SYSTEMS:
-            r = next((r for r in runs[system] if r["loss"] == loss and r["lr"] == lr), None)
-            cells.append("-" if r is None else
-                         f"{r['val_ndcg@10']:.4f} (epoch {r['best_epoch']}/{r['epochs']}, {r['stopped_by']})")
-        rows.append(cells)
-    print_table(console, f"{name}: validation NDCG@{K} of every trial (best epoch / epochs run, why it stopped)",
-                ["trial", "StreamRec", "RecTools"], rows)
-    o, t = (f"{name}_ours_", f"{name}_rectools_")
-
-    def setting(p: str) -> str:
-        loss = "default recipe" if f.get(p + "default_recipe") else "gbce" if f[p + "gbce"] else "softmax"
-        return f"{loss}, lr {f[p + 'lr']:g}, epoch {f[p + 'best_epoch']:.0f}"
-
-    rows = [
-        ["pick (by validation NDCG@10)", setting(o), setting(t), ""],
-        [f"validation NDCG@{K}", f"{f[o + 'val_ndcg@10']:.4f}", f"{f[t + 'val_ndcg@10']:.4f}", ""],
-        [f"test NDCG@{K}", f"{f[o + 'test_ndcg@10']:.4f}", f"{f[t + 'test_ndcg@10']:.4f}",
-         f"{f[name + '_ndcg_rel_diff']:+.1%}"],
-        [f"test HR@{K}", f"{f[o + 'test_hr@10']:.4f}", f"{f[t + 'test_hr@10']:.4f}",
-         f"{f[o + 'test_hr@10'] / max(f[t + 'test_hr@10'], 1e-12) - 1:+.1%}"],
-        ["training sequences/s (median epoch)", f"{f[o + 'seq_per_s']:.0f}", f"{f[t + 'seq_per_s']:.0f}",
-         f"{f[name + '_train_speedup']:.2f}x"],
-        [f"score {f[name + '_num_users']:.0f} users top-{K}, s", f"{f[o + 'score_s']:.2f}", f"{f[t + 'score_s']:.2f}",
-         f"{f[name + '_score_speedup']:.2f}x"],
-    ]
-    print_table(console, f"{name}: {len(data.split.test)} users, {data.num_items} items, full ranking, test split",
+    rows = [[system, f"{r['loss']}, lr {r['lr']:g}", f"{r['val_ndcg@10']:.4f} ({r['best_epoch']}/{r['epochs']}, "
+             f"{r['stopped_by']})"] for system in SYSTEMS for r in runs[system]]
+    print_table(console, f"{name}: every trial, validation NDCG@{K} (best epoch / epochs, why it stopped)",
+                ["system", "trial", "validation"], rows)
+    o, t = f"{name}_ours_", f"{name}_rectools_"
+    rows = [[label, f"{f[o + key]:{fmt}}", f"{f[t + key]:{fmt}}", ratio] for label, key, fmt, ratio in (
+        (f"validation NDCG@{K}", "val_ndcg@10", ".4f", ""),
+        (f"test NDCG@{K}", "test_ndcg@10", ".4f", f"{f[name + '_ndcg_rel_diff']:+.1%}"),
+        (f"test HR@{K}", "test_hr@10", ".4f", ""),
+        ("training sequences/s (median epoch)", "seq_per_s", ".0f", f"{f[name + '_train_speedup']:.2f}x"),
+        (f"score every test user top-{K}, s", "score_s", ".2f", f"{f[name + '_score_speedup']:.2f}x"))]
+    print_table(console, f"{name}: the picks, {len(data.split.test)} users, {data.num_items} items, test split",
                 ["", "StreamRec", "RecTools", "ours/theirs"], rows)
     for target, floor in TARGETS.items():
         value = f[f"{name}_{target}"]
-        verdict = "met" if value >= floor else "[red]MISSED[/]"
-        console.print(f"{name}: target {target} >= {floor:g}: {value:.3f} {verdict}")
+        console.print(f"{name}: target {target} >= {floor:g}: {value:.3f} {'met' if value >= floor else 'MISSED'}")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -591,20 +556,13 @@ def main(argv: list[str] | None = None) -> None:
 
     import rectools
 
-    console.print(f"[bold]StreamRec vs RecTools {rectools.__version__} SASRecModel[/]: the same search for both over "
-                  f"loss {' / '.join(args.losses)} x lr {' / '.join(f'{lr:g}' for lr in args.lrs)}, up to "
-                  f"{args.max_epochs} epochs a trial, patience {args.patience}, {args.trial_minutes:g} min "
-                  "training cap")
-    console.print(f"model: d_model {args.d_model}, {args.n_layers} blocks, {args.n_heads} head, FFN {args.d_model} "
-                  f"ReLU, dropout {args.dropout}, max_len {args.max_len}, batch {args.batch_size}, precision "
-                  f"{args.precision}; gbce = {GBCE_NEGATIVES} uniform negatives, t {GBCE_T}")
+    console.print(f"[bold]StreamRec vs RecTools {rectools.__version__} SASRecModel[/]: loss {' / '.join(args.losses)} "
+                  f"x lr {' / '.join(f'{lr:g}' for lr in args.lrs)}, up to {args.max_epochs} epochs, patience "
+                  f"{args.patience}, {args.trial_minutes:g} min a trial; d_model {args.d_model}, {args.n_layers} "
+                  f"blocks, {args.n_heads} head(s), max_len {args.max_len}, precision {args.precision}, torch "
+                  f"{torch.__version__}, {torch.get_num_threads()} thread(s), load {os.getloadavg()[0]:.2f}")
     if args.ours_recipe == DEFAULT:
-        source = f"{args.ours_config}'s model block over its defaults" if args.ours_config else "its default recipe"
-        console.print(f"StreamRec: {source}, one trial, no search: {ours_recipe(args)}")
-    console.print(f"protocol: leave-one-out; pick by validation NDCG@{K}; test = full ranking over all items, seen "
-                  f"items removed, our RankingMetrics on both networks' scores")
-    console.print(f"torch {torch.__version__} | threads {torch.get_num_threads()} | Lightning {L.__version__} | "
-                  f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores | trials in {args.out}")
+        console.print(f"StreamRec: one trial of {args.ours_config or 'its defaults'}: {ours_recipe(args)}")
     trials = TrialLog(args.out / "trials.jsonl")
     f: dict[str, float] = {
         "max_len": args.max_len, "max_epochs": args.max_epochs, "patience": args.patience,
