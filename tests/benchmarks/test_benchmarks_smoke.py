@@ -74,3 +74,21 @@ def test_hot_path_times_a_case_on_both_trees(run_benchmark, benchmark_refuses) -
     assert figures["streamrec_beauty_baseline_ms"] > 0 and figures["streamrec_beauty_today_ms"] > 0
     assert figures["streamrec_beauty_ratio"] > 0 and figures["rounds"] == 1
     assert "must be >= 1" in benchmark_refuses("hot_path.py", "--baseline", "HEAD", "--rounds", "0")
+
+
+def test_linear_benchmark_writes_flat_json(run_benchmark) -> None:
+    figures = run_benchmark("linear.py", "--repeats", "1", "--number", "1", timeout=180, in_process=True).figures
+    speedups = [name for name in figures if name.endswith("_speedup")]
+    assert {name.split("_")[0] for name in speedups} == {"fwd", "train"}
+    for name in speedups:
+        assert figures[name] > 0, name
+        assert figures[name.replace("_speedup", "_mkl_gflops")] > 0, name
+    assert figures["threads"] == 1 and figures["onednn"] in (0, 1)
+
+
+def test_sdpa_cpu_backend_benchmark_writes_flat_json(run_benchmark) -> None:
+    figures = run_benchmark("sdpa_cpu_backend.py", "--lengths", "16", "--repeats", "1", "--heads", "2",
+                            "--head-dim", "8", timeout=180, in_process=True).figures
+    for mode in ("fwd", "train"):
+        for figure in ("flash_ms", "math_ms", "flash_over_math"):
+            assert figures[f"fp32_{mode}_T16_{figure}"] > 0, (mode, figure)
