@@ -7,7 +7,7 @@ lives in the module named for its concept (`core.nn.attention`, `core.nn.masks`,
 from core.nn.attention import CrossAttention, MultiHeadAttention, SequenceKernel, attend
 from core.nn.blocks import DecoderLayer, EncoderLayer, FeedForward, GatedResidual, Residual
 from core.nn.cpu_fastpath import FastDropout, FastLinear, disable_cpu_fastpath, enable_cpu_fastpath
-from core.nn.explain import AttentionCapture, attention_entropy, attention_rollout, save_attention_json, save_heatmap
+from core.nn.explain import AttentionCapture, attention_entropy, attention_rollout
 from core.nn.kv_cache import DecoderCache, KVCache, StaticKV
 from core.nn.linear_attention import LinearAttention
 from core.nn.loss import contrastive_loss, linear_cross_entropy, rdrop_cross_entropy
@@ -26,5 +26,5 @@ __all__ = [
     "WarmupCosine", "WarmupCosineLR", "additive_mask", "alibi_slopes", "apply_rope", "attend", "attention_entropy",
     "attention_rollout", "causal_mask", "causal_padding_mask", "combine_masks", "contrastive_loss",
     "disable_cpu_fastpath", "enable_cpu_fastpath", "init_linear", "lengths_mask", "linear_cross_entropy",
-    "padding_mask", "rdrop_cross_entropy", "save_attention_json", "save_heatmap", "stops_on_time", "tie_weights",
+    "padding_mask", "rdrop_cross_entropy", "stops_on_time", "tie_weights",
 ]

@@ -1,4 +1,4 @@
-"""Attention capture and the tools that read it: entropy, rollout, JSON and heatmaps.
+"""Attention capture and the tools that read it: entropy and rollout.
 
 Weights are computed only inside `AttentionCapture`: the fast path never builds them.
 Attention is not proof of what drove a prediction; apps report an occlusion check beside it.
@@ -8,9 +8,7 @@ Legend: B batch, H heads, Tq queries, Tk keys, L layers.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from pathlib import Path
 
 import torch
 from torch import Tensor, nn
@@ -131,57 +129,3 @@ def attention_rollout(layers: Sequence[Tensor], residual: bool = True) -> Tensor
         rollout = a if rollout is None else a @ rollout
     assert rollout is not None
     return rollout
-
-
-def save_attention_json(
-    path: str | Path, matrix: Tensor, queries: Sequence[str], keys: Sequence[str], **meta: object
-) -> None:
-    """Write one (Tq, Tk) weight matrix with its labels as a JSON object.
-
-    Args:
-        path: output file.
-        matrix: (Tq, Tk) weights.
-        queries: Tq labels (rows).
-        keys: Tk labels (columns).
-        meta: extra fields stored as-is (model name, layer, ...).
-    """
-    _check_labels(matrix, queries, keys)
-    record = {"queries": list(queries), "keys": list(keys), "weights": matrix.float().tolist(), **meta}
-    Path(path).write_text(json.dumps(record))
-
-
-def save_heatmap(
-    path: str | Path, matrix: Tensor, queries: Sequence[str], keys: Sequence[str], title: str = ""
-) -> None:
-    """Render a (Tq, Tk) weight matrix as a labelled PNG heatmap (matplotlib, Agg backend).
-
-    Args:
-        path: output .png file.
-        matrix: (Tq, Tk) weights.
-        queries: Tq row labels.
-        keys: Tk column labels.
-        title: figure title.
-    """
-    _check_labels(matrix, queries, keys)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    t_q, t_k = matrix.shape
-    fig, ax = plt.subplots(figsize=(max(4.0, 0.4 * t_k + 2), max(3.0, 0.4 * t_q + 1.5)))
-    im = ax.imshow(matrix.float().cpu().numpy(), cmap="viridis", vmin=0.0, aspect="auto")
-    ax.set_xticks(range(t_k), list(keys), rotation=90)
-    ax.set_yticks(range(t_q), list(queries))
-    ax.set_title(title)
-    fig.colorbar(im, ax=ax)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
-def _check_labels(matrix: Tensor, queries: Sequence[str], keys: Sequence[str]) -> None:
-    if matrix.dim() != 2 or matrix.shape != (len(queries), len(keys)):
-        raise ValueError(
-            f"matrix of shape {tuple(matrix.shape)} does not match {len(queries)} query and {len(keys)} key labels"
-        )

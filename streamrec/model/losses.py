@@ -54,13 +54,14 @@ def rdrop_softmax(pair: Tensor, targets: Tensor, item_vectors: Tensor, label_smo
 
 
 def sample_negatives(
-    num_items: int, k: int, device: torch.device, probs: Tensor | None = None, generator: torch.Generator | None = None
+    num_items: int, num_negatives: int, device: torch.device, probs: Tensor | None = None,
+    generator: torch.Generator | None = None,
 ) -> Tensor:
     """K item ids in 1..N, drawn with replacement, uniformly or from `probs`.
 
     Args:
         num_items: N.
-        k: how many to draw.
+        num_negatives: K, how many to draw.
         device: where to put them.
         probs: (N+1,) unnormalised sampling weights (row 0 ignored); uniform when None.
         generator: random generator for reproducibility.
@@ -69,8 +70,8 @@ def sample_negatives(
         (K,) item ids.
     """
     if probs is None:
-        return torch.randint(1, num_items + 1, (k,), device=device, generator=generator)
-    return torch.multinomial(probs[1:], k, replacement=True, generator=generator) + 1
+        return torch.randint(1, num_items + 1, (num_negatives,), device=device, generator=generator)
+    return torch.multinomial(probs[1:], num_negatives, replacement=True, generator=generator) + 1
 
 
 def item_rows(item_vectors: Tensor, dtype: torch.dtype, sparse: bool = False) -> Callable[[Tensor], Tensor]:

@@ -1,25 +1,18 @@
 """`core.nn.explain`: rollout and entropy against closed forms, capture mode against the fast
-path, and the JSON / PNG writers.
+path.
 
 Legend: B batch, H heads, T time, S source, D model width, L layers.
 """
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
 import torch
 from torch import Tensor, nn
 
-from core.nn.explain import (
-    AttentionCapture,
-    attention_entropy,
-    attention_rollout,
-    save_attention_json,
-    save_heatmap,
-)
+from core.nn.explain import AttentionCapture, attention_entropy, attention_rollout
 from core.nn.masks import lengths_mask
 from core.nn.stacks import Decoder, Encoder
 
@@ -204,38 +197,3 @@ def test_capture_errors() -> None:
         enc(torch.randn(B, T, D))
     with pytest.raises(ValueError, match="cross_attn"):
         cap.layers("cross_attn")
-
-
-# --------------------------------------------------------------------------------------------
-# Writers
-
-
-def test_save_attention_json_round_trips(tmp_path) -> None:
-    matrix = _random_rows(3, 4)
-    path = tmp_path / "attn.json"
-    save_attention_json(path, matrix, ["a", "b", "c"], ["w", "x", "y", "z"], layer=1, model="tiny")
-    record = json.loads(path.read_text())
-    assert record["queries"] == ["a", "b", "c"]
-    assert record["keys"] == ["w", "x", "y", "z"]
-    assert record["layer"] == 1 and record["model"] == "tiny"
-    torch.testing.assert_close(torch.tensor(record["weights"]), matrix)
-
-
-def test_save_heatmap_writes_a_png(tmp_path) -> None:
-    path = tmp_path / "attn.png"
-    save_heatmap(path, _random_rows(3, 4), ["a", "b", "c"], ["w", "x", "y", "z"], title="layer 0")
-    data = path.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    assert len(data) > 1000
-
-
-@pytest.mark.parametrize("writer", [save_attention_json, save_heatmap])
-@pytest.mark.parametrize(
-    "shape, queries, keys",
-    [((3, 4), ["a", "b"], ["w", "x", "y", "z"]), ((3, 4), ["a", "b", "c"], ["w"]), ((1, 3, 4), ["a"], ["w"])],
-)
-def test_writers_reject_mismatched_labels(tmp_path, writer, shape, queries, keys) -> None:
-    path = tmp_path / "out"
-    with pytest.raises(ValueError, match="does not match"):
-        writer(path, torch.rand(*shape), queries, keys)
-    assert not path.exists()
