@@ -109,9 +109,10 @@ def _read_delimited(path: Path, layout: detect.Layout, options: ReadOptions, tim
     """Arrow first; at a fault, the csv scan names its line, or (none found) arrow's tolerant pass reads it."""
     plan = parse.delimited_plan(path, layout, options)
     builder.expect(parse.estimate_rows(path))
+    numeric = times.settle(parse.first_value(path, layout, plan, "time_col")) == "unix"
     start = builder.mark()
     try:
-        for batch in parse.delimited_batches(path, layout, plan, tolerant=False):
+        for batch in parse.delimited_batches(path, layout, plan, tolerant=False, numeric_time=numeric):
             _add(builder, columns.convert(batch, plan, times, trim=True), options)
         return
     except (pa.ArrowException, Fault):

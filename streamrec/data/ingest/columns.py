@@ -100,6 +100,15 @@ class TimeParser:
         self.pattern = time_format if "%" in time_format else None
         self.kind = "pattern" if self.pattern else (None if time_format == "auto" else time_format)
 
+    def settle(self, sample: str | None) -> str | None:
+        """The kind of times (unix, iso, pattern), settled by `sample`, a first time of the log, if not yet."""
+        if self.kind is None and sample is not None:
+            try:
+                self.parse(sample)
+            except ValueError:
+                pass  # the fault is named at its line
+        return self.kind
+
     def seconds(self, array: pa.Array) -> np.ndarray:
         """(B,) seconds of a null-free arrow array of any type; raises `Fault` at the first bad value."""
         kind = array.type

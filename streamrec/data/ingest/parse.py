@@ -98,23 +98,43 @@ def _blank_row_handler(delimiter: str) -> Callable[[object], str]:
     return handle
 
 
-def csv_options(layout: Layout, plan: ColumnPlan, tolerant: bool, block: int | None = None,
+def first_value(path: Path, layout: Layout, plan: ColumnPlan, role: str) -> str | None:
+    """The `role` column's value in the first row of events (None: no such row or column)."""
+    if role not in plan.columns:
+        return None
+    with path.open(newline="", encoding="utf-8-sig") as f:
+        if layout.format == "movielens":
+            row = f.readline().rstrip("\r\n").split("::")
+            column = int(plan.columns[role][1:]) // 2
+        else:
+            rows = csv.reader(f, delimiter=layout.delimiter)
+            if layout.header:
+                next(rows, None)
+            row, column = next(rows, []), int(plan.columns[role][1:])
+    return row[column] if column < len(row) else None
+
+
+def csv_options(layout: Layout, plan: ColumnPlan, tolerant: bool, numeric_time: bool = False,
                 ) -> tuple[pa_csv.ReadOptions, pa_csv.ParseOptions, pa_csv.ConvertOptions]:
-    """pyarrow's CSV options for the layout: every wanted column as a non-null string; `tolerant`: quoted
-    newlines allowed, in bigger blocks (the second pass, after the csv scan found no fault)."""
+    """pyarrow's CSV options for the layout: every wanted column as a non-null string, the time column as
+    float64 if `numeric_time` (arrow's own parser, in its threads); `tolerant`: quoted newlines allowed, in
+    bigger blocks (the second pass, after the csv scan found no fault)."""
     names = [f"c{k}" for k in range(plan.width)]
     read = pa_csv.ReadOptions(column_names=names, skip_rows=1 if layout.header else 0,
-                              block_size=TOLERANT_BLOCK if tolerant else (block or BLOCK))
+                              block_size=TOLERANT_BLOCK if tolerant else BLOCK)
     parse = pa_csv.ParseOptions(delimiter=layout.delimiter, newlines_in_values=tolerant,
                                 invalid_row_handler=_blank_row_handler(layout.delimiter))
-    convert = pa_csv.ConvertOptions(include_columns=plan.read, column_types=dict.fromkeys(plan.read, pa.string()),
-                                    strings_can_be_null=False)
+    types = dict.fromkeys(plan.read, pa.string())
+    if numeric_time and not tolerant:
+        types[plan.columns["time_col"]] = pa.float64()
+    convert = pa_csv.ConvertOptions(include_columns=plan.read, column_types=types, strings_can_be_null=False)
     return read, parse, convert
 
 
-def delimited_batches(path: Path, layout: Layout, plan: ColumnPlan, tolerant: bool) -> Iterator[pa.RecordBatch]:
+def delimited_batches(path: Path, layout: Layout, plan: ColumnPlan, tolerant: bool, numeric_time: bool = False,
+                      ) -> Iterator[pa.RecordBatch]:
     """The file's record batches of the wanted columns; a fault arrow finds raises `pa.ArrowException`."""
-    read, parse, convert = csv_options(layout, plan, tolerant, BLOCK)
+    read, parse, convert = csv_options(layout, plan, tolerant, numeric_time)
     yield from pa_csv.open_csv(path, read_options=read, parse_options=parse, convert_options=convert)
 
 
