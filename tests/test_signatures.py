@@ -95,7 +95,7 @@ def test_translate_functions_use_one_name_per_concept(name: str) -> None:
 STREAMREC_MODULES = ("streamrec.api", "streamrec.serve", "streamrec.score", "streamrec.explain", "streamrec.ray_engine",
                      "streamrec.ranking.batch", "streamrec.ranking.predict",
                      "streamrec.ranking.topk", "streamrec.ranking.explain", "streamrec.model.module",
-                     "streamrec.model.network", "streamrec.model.options")
+                     "streamrec.model.network", "streamrec.model.losses", "streamrec.model.options")
 STREAMREC_OLD_NAMES = {"k": "top_k", "include_seen": "exclude_seen", "filter_seen": "exclude_seen",
                        "predict_exclude_seen": "exclude_seen", "predict_top_k": "top_k"}
 
