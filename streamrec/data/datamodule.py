@@ -68,7 +68,7 @@ class StreamRecDataModule(L.LightningDataModule):
         user_col: user column name (in a file without header, its position: 0, 1, ...).
         item_col: item column name.
         time_col: timestamp column name; None means the file order is chronological.
-        delimiter: the field separator of a CSV-like file: ',', ';', '|' or tab ('\t'); None: ',' for csv,
+        delimiter: the field separator of a CSV-like file: ',', ';', '|' or tab; None: ',' for csv,
             tab for tsv, and for auto what the content shows (a file split by ';' or '|' needs it).
         header: whether the file's first line names its columns; false: `columns` names them, or
             `user_col`/`item_col`/`time_col` give positions (0, 1, 2).
