@@ -30,7 +30,7 @@ COMPILE_MODES: tuple[str, ...] = get_args(CompileMode)
 BUCKET = 16  # length step under CUDA graphs: max_len 200 gives at most 13 graphs
 
 
-def compile_mode(value: bool | str | None) -> str | None:
+def compile_mode(value: bool | str | None, name: str = "model.compile") -> str | None:
     """The torch.compile mode that the `model.compile` value `value` asks for, or None for off.
 
     False and None (YAML's `off`, `false` and `null`) are off; True is "default". Anything else but a mode
@@ -41,15 +41,15 @@ def compile_mode(value: bool | str | None) -> str | None:
     if value is True:
         return "default"
     if value not in COMPILE_MODES:
-        raise ValueError(f"`model.compile` must be null (off) or one of {', '.join(COMPILE_MODES)}; got {value!r}")
+        raise ValueError(f"`{name}` must be null (off) or one of {', '.join(COMPILE_MODES)}; got {value!r}")
     return value
 
 
-def check_backend(backend: str) -> str:
+def check_backend(backend: str, name: str = "model.compile_backend") -> str:
     """`backend` if torch.compile knows it ("inductor"; "eager" and "aot_eager" check the plumbing cheaply)."""
     known = torch.compiler.list_backends(exclude_tags=())
     if backend not in known:
-        raise ValueError(f"`model.compile_backend` must be one of {', '.join(sorted(known))}; got {backend!r}")
+        raise ValueError(f"`{name}` must be one of {', '.join(sorted(known))}; got {backend!r}")
     return backend
 
 

@@ -70,8 +70,8 @@ class SpeedOptions(OptionGroup):
     compile_backend: str = "inductor"
 
     def __post_init__(self) -> None:
-        compile_mode(self.compile)  # refuse a bad value before any training
-        check_backend(self.compile_backend)
+        compile_mode(self.compile, "model.speed.compile")  # refuse a bad value before any training
+        check_backend(self.compile_backend, "model.speed.compile_backend")
 
     @property
     def compile_mode(self) -> str | None:
