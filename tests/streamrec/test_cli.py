@@ -155,7 +155,8 @@ def test_trainer_reads_safely_saves_last_first_and_resumes_exactly(tiny_log, tmp
 def _fit_epochs(tiny_log, *extra):
     cli = _run(["fit", "--data.path", str(tiny_log), "--data.max_len", "8", "--model.d_model", "16",
                 "--model.n_heads", "2", "--model.n_layers", "1", "--model.d_ff", "32", "--model.lr", "0",
-                "--model.evaluation.popularity_baseline", "false", "--trainer.max_epochs", "6", "--trainer.logger", "false",
+                "--model.evaluation.popularity_baseline", "false", "--trainer.max_epochs", "6",
+                "--trainer.logger", "false",
                 "--trainer.enable_checkpointing", "false", "--trainer.enable_progress_bar", "false", *extra])
     return cli.trainer.current_epoch, [cb for cb in cli.trainer.callbacks if type(cb).__name__ == "EarlyStopping"]
 
