@@ -1,4 +1,5 @@
-"""Every program's `--help`, captured in-process (no child processes: the imports are paid once per run).
+"""Every program's `--help`, captured in-process (no child processes: the imports are paid once per run), and
+whether a dotted name of ours (`core.nn.attention.MultiHeadAttention`) names something in the tree.
 
 A program is named as it is typed: `python -m streamrec fit`, `python -m translate.infer`, or a script,
 `python data/make_streamrec_demo.py`. Shared by tests/test_help_text.py and tests/test_docs_examples.py.
@@ -6,6 +7,7 @@ A program is named as it is typed: `python -m streamrec fit`, `python -m transla
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
 import importlib
@@ -72,3 +74,51 @@ def help_text(program: str) -> str:
         return _captured(run)
     finally:
         sys.path[:] = saved
+
+
+DOTTED = re.compile(r"(?<![\w./-])((?:core|streamrec|translate)(?:\.[A-Za-z_]\w*)+)")  # `core.nn.masks`
+NOT_PYTHON = {"streamrec.provenance"}  # the Parquet metadata key of streamrec.score's outputs
+
+
+def defined_names(path: Path) -> dict[str, str | None]:
+    """The names bound at the top of a module (and `Class.method`), each mapped to where an import took it from
+    (`Recommender` -> `streamrec.api.Recommender`), or None for a name the module defines itself."""
+    names: dict[str, str | None] = {}
+    body = list(ast.parse(path.read_text(encoding="utf-8")).body)
+    for node in body:
+        if isinstance(node, ast.If):  # `if TYPE_CHECKING:` names a lazily imported one (`streamrec.Recommender`)
+            body.extend(node.body)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names[node.name] = None
+            if isinstance(node, ast.ClassDef):
+                names.update({f"{node.name}.{n.name}": None for n in node.body
+                              if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))})
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                names.update({n.id: None for n in ast.walk(target) if isinstance(n, ast.Name)})
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.update({a.asname or a.name: f"{node.module}.{a.name}" for a in node.names})
+        elif isinstance(node, ast.Import):
+            names.update({(a.asname or a.name).split(".")[0]: None for a in node.names})
+    return names
+
+
+def missing_name(dotted: str) -> str | None:
+    """Why `dotted` names nothing in the tree, or None when it names a module, or a name in one (a name a module
+    imports is followed to its source: `streamrec.Recommender.load` is `streamrec.api.Recommender.load`)."""
+    if dotted in NOT_PYTHON:
+        return None
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        base = REPO.joinpath(*parts[:cut])
+        module = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+        if module.is_file():
+            rest = parts[cut:]
+            names = defined_names(module)
+            if not rest or ".".join(rest) in names or rest[0] in ("py", "md"):
+                return None
+            source = names.get(rest[0])
+            if source and source.split(".")[0] in ("core", "streamrec", "translate") and len(rest) > 1:
+                return missing_name(".".join([source, *rest[1:]]))
+            return f"`{'.'.join(parts[:cut])}` has no `{'.'.join(rest)}`"
+    return f"no module `{parts[0]}`"

@@ -322,57 +322,24 @@ def test_every_model_option_named_is_one(page: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- dotted names of ours
-DOTTED = re.compile(r"(?<![\w./-])((?:core|streamrec|translate)(?:\.[A-Za-z_]\w*)+)")
-NOT_PYTHON = {"streamrec.provenance"}  # the Parquet metadata key of streamrec.score's outputs
-
-
-def defined_names(path: Path) -> set[str]:
-    """The names bound at the top of a module, and `Class.member` for its classes' members."""
-    names, body = set(), list(ast.parse(path.read_text(encoding="utf-8")).body)
-    for node in body:
-        if isinstance(node, ast.If):  # `if TYPE_CHECKING:` names a lazily imported one (`streamrec.Recommender`)
-            body.extend(node.body)
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-            if isinstance(node, ast.ClassDef):
-                names.update(f"{node.name}.{n.name}" for n in node.body
-                             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
-                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names.update((a.asname or a.name).split(".")[0] for a in node.names)
-    return names
-
-
-def missing_name(dotted: str) -> str | None:
-    """Why `dotted` names nothing in the tree, or None when it names a module, or a name in one."""
-    parts = dotted.split(".")
-    for cut in range(len(parts), 0, -1):
-        base = REPO.joinpath(*parts[:cut])
-        module = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
-        if module.is_file():
-            rest = ".".join(parts[cut:])
-            if not rest or rest in defined_names(module) or rest.split(".")[0] in ("py", "md"):
-                return None
-            return f"`{'.'.join(parts[:cut])}` has no `{rest}`"
-    return f"no module `{parts[0]}`"
 
 
 def test_the_name_checker() -> None:
-    assert missing_name("core.nn.attention") is None
-    assert missing_name("core.nn.AttentionCapture") is None
-    assert missing_name("core.runtime.checkpoint.load_module") is None
-    assert missing_name("core.enable_cpu_fastpath") == "`core` has no `enable_cpu_fastpath`"
-    assert missing_name("core.masks") == "`core` has no `masks`"
+    assert program_help.missing_name("core.nn.attention") is None
+    assert program_help.missing_name("core.nn.AttentionCapture") is None
+    assert program_help.missing_name("core.runtime.checkpoint.load_module") is None
+    assert program_help.missing_name("streamrec.Recommender.load") is None  # streamrec.api's, imported
+    assert program_help.missing_name("streamrec.Recommender.nowhere") == "`streamrec.api` has no `Recommender.nowhere`"
+    assert program_help.missing_name("core.enable_cpu_fastpath") == "`core` has no `enable_cpu_fastpath`"
+    assert program_help.missing_name("core.masks") == "`core` has no `masks`"
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
 def test_every_dotted_name_of_ours_exists(page: Path) -> None:
     wrong = []
     for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
-        for dotted in DOTTED.findall(line):
-            why = None if dotted in NOT_PYTHON else missing_name(dotted)
+        for dotted in program_help.DOTTED.findall(line):
+            why = program_help.missing_name(dotted)
             if why:
                 wrong.append(f"{page.relative_to(REPO)}:{number}: {dotted}: {why}")
     assert not wrong, "\n".join(wrong)

@@ -1,5 +1,6 @@
 """No program's `--help` states a measured figure: speeds, timings, metric values and comparisons belong in
-docs/results.md, not in option help (the docstrings jsonargparse turns into `--help` included).
+docs/results.md, not in option help (the docstrings jsonargparse turns into `--help` included). And every
+dotted name of ours a `--help` gives (`core.nn.rdrop_cross_entropy`) names a module of the tree or a name in one.
 
 A figure is a number with a unit of time or throughput (`12 ms`, `3.1 s/epoch`, `40 GFLOP`, `900 tok/s`), a
 percentage (`54%`), a ratio with a comparison (`1.6x faster`), a comparison word (`faster than`, `did not
@@ -72,3 +73,10 @@ def test_help_states_no_measured_figure(program: str) -> None:
     found = figures(text)
     assert not found, f"`{program} --help` states measured figures (they belong in docs/results.md):\n" + "\n".join(
         found)
+
+
+@pytest.mark.parametrize("program", sorted(program_help.PROGRAMS))
+def test_help_names_only_what_exists(program: str) -> None:
+    names = set(program_help.DOTTED.findall(program_help.help_text(program)))
+    wrong = sorted(f"{name}: {program_help.missing_name(name)}" for name in names if program_help.missing_name(name))
+    assert not wrong, f"`{program} --help` names what the tree does not have:\n" + "\n".join(wrong)
