@@ -21,7 +21,7 @@ from lightning.pytorch.cli import LightningCLI
 from streamrec.data.datamodule import StreamRecDataModule
 from streamrec.data.ingest import parse
 from streamrec.data.ingest.options import ColumnFilter
-from streamrec.data.readers import ReadOptions, read_interactions, read_options_from_checkpoint
+from streamrec.data.readers import ReadOptions, read_interactions, read_options_from_checkpoint, sniff_format
 from streamrec.model.module import StreamRecModule
 
 CSV = "user_id,item_id,timestamp\n"
@@ -340,3 +340,18 @@ def test_a_fit_on_a_log_with_custom_columns_keeps_them_in_the_checkpoint(write, 
     assert options == data.read_options and options.duplicates == "drop"
     again = read_interactions(path, options=options.for_new_logs())  # a new log read the way training read it
     assert again.items == read_interactions(path, options=data.read_options).items
+
+
+def test_movielens_and_other_delimiters_are_told_apart_by_their_content(write):
+    assert sniff_format(write("a.x", RATINGS)) == "movielens"
+    assert sniff_format(write("b.x", "user_id;item_id\nu;a\n")) is None  # ';' is not assumed: the reader says so
+
+
+def test_the_encoded_cache_tells_reading_options_apart(write, tmp_path):
+    path = write("log.csv", LOG)
+    cache = str(tmp_path / "cache")
+    liked = StreamRecDataModule(str(path), cache_dir=cache, filter="rating >= 4", min_interactions=1)
+    every = StreamRecDataModule(str(path), cache_dir=cache, min_interactions=1)
+    assert liked.vocab.items == ["a", "c", "d"] and every.vocab.items == ["a", "b", "c", "d"]
+    again = StreamRecDataModule(str(path), cache_dir=cache, filter="rating >= 4", min_interactions=1)
+    assert again.vocab.items == ["a", "c", "d"]
