@@ -40,10 +40,13 @@ def test_the_gpu_overlay_sets_gpu_bf16_and_compile_and_keeps_the_rest(app, name,
     before = _printed(app, [data_set], capsys)
     after = _printed(app, [data_set, OVERLAYS / "gpu.yaml"], capsys)
     want = {("trainer", "accelerator"): "gpu", ("trainer", "devices"): 1, ("trainer", "precision"): "bf16-mixed",
-            ("model", "compile"): "default", ("model", "cpu_fastpath"): False}
-    for (section, key), value in want.items():
-        assert after[section][key] == value, f"{section}.{key}"
-        before[section][key] = value
+            ("model", "speed", "compile"): "default", ("model", "speed", "cpu_fastpath"): False}
+    for (*sections, key), value in want.items():
+        got, was = after, before
+        for section in sections:
+            got, was = got[section], was[section]
+        assert got[key] == value, ".".join((*sections, key))
+        was[key] = value
     assert after == before  # nothing else changed
 
 

@@ -40,7 +40,7 @@ from streamrec.model.options import ContrastiveOptions, ObjectiveOptions
 def full_softmax(hidden: Tensor, targets: Tensor, item_vectors: Tensor, label_smoothing: float = 0.0,
                  chunk_elements: int = CHUNK_ELEMENTS) -> Tensor:
     """Mean cross-entropy over all N items (not padding), without an (M, N) logits tensor
-    (`core.linear_cross_entropy`, holding `chunk_elements` logits at once); `label_smoothing` spreads eps / N
+    (`core.nn.linear_cross_entropy`, holding `chunk_elements` logits at once); `label_smoothing` spreads eps / N
     over every item."""
     return linear_cross_entropy(hidden, item_vectors[1:], targets - 1, label_smoothing=label_smoothing,
                                 chunk_elements=chunk_elements)
@@ -49,7 +49,7 @@ def full_softmax(hidden: Tensor, targets: Tensor, item_vectors: Tensor, label_sm
 def rdrop_softmax(pair: Tensor, targets: Tensor, item_vectors: Tensor, label_smoothing: float = 0.0,
                   alpha: float = 1.0) -> Tensor:
     """`full_softmax` on (2, M, D) states of the same positions under two dropout masks, plus R-Drop's
-    symmetric KL between the two distributions over the N items, weighted by `alpha` (`core.rdrop_cross_entropy`)."""
+    symmetric KL between the two distributions over the N items, weighted by `alpha` (`core.nn.rdrop_cross_entropy`)."""
     return rdrop_cross_entropy(pair, item_vectors[1:], targets - 1, label_smoothing=label_smoothing, alpha=alpha)
 
 

@@ -142,7 +142,7 @@ class ObjectiveOptions(OptionGroup):
             (SASRec: one negative set per position), gbce (gSASRec).
         label_smoothing: eps of label smoothing in the full softmax (eps / N on every item); 0: none.
         rdrop_alpha: R-Drop's weight (Liang et al., 2021; 0, the default, is off): each training batch runs
-            through two dropout masks, and `core.rdrop_cross_entropy` adds the symmetric KL between the two
+            through two dropout masks, and `core.nn.rdrop_cross_entropy` adds the symmetric KL between the two
             predicted next-item distributions to their mean cross-entropy. About twice a step; `loss: full`.
         num_negatives: negatives per step (sampled: shared by the batch; bce/gbce: per position).
         negative_sampling: uniform or popularity (popularity only for `sampled`).
@@ -181,7 +181,7 @@ class ContrastiveOptions(OptionGroup):
 
     Args:
         weight: the term's weight (0, the default, is off): each batch runs through two dropout masks, and each
-            window's last state must pick its other view out of the batch (`core.contrastive_loss`; windows with the
+            window's last state must pick its other view out of the batch (`core.nn.contrastive_loss`; windows with the
             same last target are not negatives, as DuoRec has it). About twice the step (`second_pass_softmax`);
             `loss: full`, and a causal network (sasrec, gru).
         temperature: the term's temperature on dot products (1, as CL4SRec and DuoRec).

@@ -54,10 +54,10 @@ def translation_loss(
     """Mean label-smoothed cross-entropy per non-padding target token of a batch.
 
     The target distribution is (1 - eps) on the gold token plus eps / V on every token
-    (PyTorch's definition). `core.linear_cross_entropy` computes it from the decoder states
+    (PyTorch's definition). `core.nn.linear_cross_entropy` computes it from the decoder states
     without a (tokens, V) logits tensor, in fp32 even under bf16 autocast.
     With `rdrop_alpha` > 0 (training only: it needs dropout) the batch runs twice in one forward
-    pass and `core.rdrop_cross_entropy` adds R-Drop's symmetric KL between the two predictions.
+    pass and `core.nn.rdrop_cross_entropy` adds R-Drop's symmetric KL between the two predictions.
     """
     keep = batch.tgt_out != pad_id
     targets = batch.tgt_out[keep]
