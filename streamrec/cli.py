@@ -9,13 +9,14 @@ from __future__ import annotations
 import sys
 
 from core.runtime.errors import exit_on_error
-from core.runtime.logs import log_info_to_stderr
+from core.runtime.logs import log_info_to_stderr, quiet_library_noise
 from streamrec import tune
 from streamrec.lightning_cli import StreamRecCLI, build_cli
 
 
 def main(args: list[str] | None = None) -> StreamRecCLI:
     """Run the CLI; a user's mistake (bad file, bad value) ends with one line, not a traceback."""
+    quiet_library_noise()
     log_info_to_stderr("streamrec")  # data counts (skipped users and ids, cold starts)
     argv = sys.argv[1:] if args is None else args
     if argv[:1] == ["tune"]:  # not a Lightning subcommand: a search of many fits (streamrec.tune)

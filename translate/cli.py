@@ -20,7 +20,7 @@ from jsonargparse import set_parsing_settings
 from core.nn.options import OptionGroup
 from core.runtime.cli import AppCLI, OneLineErrorParser
 from core.runtime.errors import exit_on_error
-from core.runtime.logs import log_info_to_stderr
+from core.runtime.logs import log_info_to_stderr, quiet_library_noise
 from translate.data.corpus import TranslationDataModule
 from translate.model.module import TranslationModule
 
@@ -52,6 +52,7 @@ class TranslateCLI(AppCLI):
 
 def main(args: list[str] | None = None) -> TranslateCLI:
     """Run the CLI; a user's mistake (bad file, bad value) ends with one line, not a traceback."""
+    quiet_library_noise()
     log_info_to_stderr("translate")  # data counts (skipped blank pairs, length filters), vocabulary cache
     with exit_on_error():  # also an unwritable run folder, a full disk while saving a checkpoint
         return TranslateCLI(

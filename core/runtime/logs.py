@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
+import warnings
 
 
 class _StderrHandler(logging.StreamHandler):
@@ -40,3 +42,33 @@ def log_info_to_stderr(package: str) -> None:
     if not any(isinstance(h, _StderrHandler) for h in log.handlers):
         log.addHandler(_StderrHandler())
     log.setLevel(logging.INFO)
+
+
+# Lines a normal run prints that its user cannot act on: Lightning's advertisement for its cloud logger, a
+# deprecation inside Lightning's own pytree helper (torch deprecated what it calls), and the note that an epoch
+# has fewer batches than the logging interval (the last step of each epoch is logged anyway).
+NOISE_MESSAGES = (
+    r"💡 Tip: For seamless cloud logging",
+    r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+    r"The number of training batches \(\d+\) is smaller than the logging interval",
+)
+
+
+class _DropNoise(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not any(re.search(pattern, message) for pattern in NOISE_MESSAGES)
+
+
+def quiet_library_noise() -> None:
+    """Silence `NOISE_MESSAGES`, from Lightning's loggers and from Python warnings; anything else still shows.
+
+    Matched by message, so a Lightning version that words them otherwise shows them again rather than hiding more.
+    """
+    for pattern in NOISE_MESSAGES:
+        warnings.filterwarnings("ignore", message=pattern)
+    # On the handlers: a logger's own filters never see its children's records, which Lightning's are.
+    for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
+        for handler in logging.getLogger(name).handlers:
+            if not any(isinstance(f, _DropNoise) for f in handler.filters):
+                handler.addFilter(_DropNoise())
