@@ -50,10 +50,15 @@ class StreamRecCLI(AppCLI):
         return trainer
 
 
+# `tune` is not a Lightning subcommand (streamrec.cli hands it to streamrec.tune), so the top level names it here.
+TUNE_EPILOG = ("also: python -m streamrec tune --config CONFIG --budget N --out DIR  searches hyper-parameters with "
+               "validation-only fits (`python -m streamrec tune --help`)")
+
+
 def build_cli(args: list[str] | None = None, run: bool = True) -> StreamRecCLI:
     """The CLI over `args`; with run=False, parse and instantiate only (no subcommand: `tune` builds trials so)."""
     return StreamRecCLI(
         StreamRecModule, StreamRecDataModule, run=run,
-        parser_kwargs={"parser_mode": "omegaconf+", "prog": "python -m streamrec"},
+        parser_kwargs={"parser_mode": "omegaconf+", "prog": "python -m streamrec", "epilog": TUNE_EPILOG},
         parser_class=OneLineErrorParser, save_config_kwargs={"overwrite": True}, args=args,
     )

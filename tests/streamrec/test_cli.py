@@ -246,3 +246,12 @@ def test_the_command_line_runs_without_lightnings_args_warning():
                           text=True, check=True)
     assert "usage" in done.stdout
     assert "args parameter is intended" not in done.stderr, done.stderr
+
+
+def test_the_top_level_help_names_tune(capsys) -> None:
+    from streamrec.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "python -m streamrec tune --config CONFIG" in printed and "{fit,validate,test,predict}" in printed
