@@ -28,6 +28,7 @@ class StreamRecCLI(AppCLI):
 
     log_name = "streamrec"
     written_by = "python -m streamrec fit"
+    baseline, baseline_label = "mostpop", "most popular"  # `model.evaluation.popularity_baseline`'s metrics
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.link_arguments("data.max_len", "model.max_len")

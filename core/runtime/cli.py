@@ -241,12 +241,52 @@ class PlotCurves(Callback):
                 rank_zero_warn(f"training curves not drawn: {err}; draw them later with python -m core.runtime.curves")
 
 
+def metrics_table(metrics: dict[str, float], baseline: str = "", baseline_label: str = "baseline") -> str:
+    """`test` / `validate` results as a table with 4 decimals: each model metric on one row, a baseline's value of
+    the same metric (logged as `<split>_<baseline>_<name>`) beside it rather than sorted among the model's rows."""
+    def is_baseline(key: str) -> bool:
+        return bool(baseline) and f"_{baseline}_" in key
+
+    rows = []
+    for key, value in metrics.items():
+        if is_baseline(key):
+            continue
+        other = metrics.get(key.replace("_", f"_{baseline}_", 1)) if baseline else None
+        rows.append((key, f"{float(value):.4f}", "" if other is None else f"{float(other):.4f}"))
+    rows += [(key, f"{float(value):.4f}", "") for key, value in metrics.items()
+             if is_baseline(key) and key.replace(f"_{baseline}_", "_", 1) not in metrics]
+    header = ("metric", "model", baseline_label) if any(r[2] for r in rows) else ("metric", "value")
+    rows = [r[: len(header)] for r in rows]
+    widths = [max(len(str(r[i])) for r in (header, *rows)) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+             for r in (header, *rows)]
+    return "\n".join([lines[0], "-" * len(lines[0]), *lines[1:]])
+
+
 class AppCLI(LightningCLI):
     """The LightningCLI hooks both apps share; warnings go to the logger named `log_name`."""
 
     log_name = "core"
+    baseline = ""  # the infix of a baseline's logged metrics, shown beside the model's (`metrics_table`)
+    baseline_label = "baseline"
     written_by = "python -m <app> fit"
     _run_lock: OutputLock | None = None
+
+    def test(self, **kwargs: Any) -> list[dict[str, float]]:
+        """`trainer.test` with our table instead of Lightning's (every digit, baselines sorted among the rows)."""
+        return self._evaluate(self.trainer.test, kwargs)
+
+    def validate(self, **kwargs: Any) -> list[dict[str, float]]:
+        """`trainer.validate`, printed as `test` is."""
+        return self._evaluate(self.trainer.validate, kwargs)
+
+    def _evaluate(self, run: Any, kwargs: dict[str, Any]) -> list[dict[str, float]]:
+        verbose = kwargs.pop("verbose", True)
+        results = run(**kwargs, verbose=False)
+        if verbose and rank_zero_only.rank == 0:
+            for metrics in results:
+                print(metrics_table(metrics, self.baseline, self.baseline_label))
+        return results
 
     def instantiate_trainer(self, **kwargs) -> Trainer:
         trainer = super().instantiate_trainer(**kwargs)

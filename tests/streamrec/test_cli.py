@@ -255,3 +255,17 @@ def test_the_top_level_help_names_tune(capsys) -> None:
         main(["--help"])
     printed = " ".join(capsys.readouterr().out.split())
     assert "python -m streamrec tune --config CONFIG" in printed and "{fit,validate,test,predict}" in printed
+
+
+def test_test_prints_4_decimals_with_the_baseline_beside_the_model(tiny_log, tiny_ckpt, tmp_path, monkeypatch,
+                                                                    capsys) -> None:
+    from streamrec.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    main(["test", "--data.path", str(tiny_log), "--data.max_len", "8", "--ckpt_path", str(tiny_ckpt),
+          "--trainer.logger", "false", "--trainer.enable_progress_bar", "false"])
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.startswith("test_")}
+    assert "test_ndcg@10" in rows and not any("mostpop" in key for key in rows)  # beside, not among
+    model, popular = rows["test_ndcg@10"]
+    assert len(model.split(".")[1]) == 4 and len(popular.split(".")[1]) == 4

@@ -132,3 +132,16 @@ def test_a_fit_into_a_folder_with_checkpoints_is_refused_unless_it_resumes_them(
     assert "already holds" in overwrite_refusal([ckpts], root, str(tmp_path / "elsewhere" / "best.ckpt"))
     (ckpts / "last.ckpt").unlink()
     assert "resume it" not in overwrite_refusal([ckpts], root, None)
+
+
+def test_the_metrics_table_puts_the_baseline_beside_the_model_with_4_decimals() -> None:
+    from core.runtime.cli import metrics_table
+
+    table = metrics_table({"test_hr@10": 0.123456789, "test_mostpop_hr@10": 0.05, "test_ndcg@10": 0.0612345,
+                           "test_mostpop_ndcg@10": 0.0251}, "mostpop", "most popular")
+    lines = table.splitlines()
+    assert lines[0].split() == ["metric", "model", "most", "popular"] and set(lines[1]) == {"-"}
+    assert lines[2].split() == ["test_hr@10", "0.1235", "0.0500"]
+    assert lines[3].split() == ["test_ndcg@10", "0.0612", "0.0251"]
+    assert len(lines) == 4  # no separate rows for the baseline
+    assert metrics_table({"test_bleu": 34.56789}).splitlines()[2].split() == ["test_bleu", "34.5679"]
