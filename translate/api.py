@@ -105,7 +105,7 @@ class Translator:
                 (a list) make an `Ensemble` (the mean of their probabilities), which must share the vocabularies.
             device: where to put the model.
             dtype: "float32", or "bfloat16" for weights and activations in bf16 (search still
-                normalises scores in float32): faster on GPUs and CPUs with bf16 units; float32, with a
+                normalises scores in float32) for GPUs and CPUs with bf16 units; float32, with a
                 warning, on a CPU without them (`core.runtime.precision`); or "int8" for int8 linear layers on the
                 CPU (`core.runtime.precision.quantize_int8`). Their BLEU cost is measured in docs/results.md.
         """

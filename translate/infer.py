@@ -121,9 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto",
                    help="cpu, cuda, cuda:N or auto (cuda when available; cpu with --dtype int8)")
     p.add_argument("--dtype", choices=(*DTYPES, INT8), default="float32",
-                   help="weights and activations: float32 (default), bfloat16 (faster on bf16 hardware, "
-                        "float32 with a warning on a CPU without it) or int8 (int8 linear layers, CPU only: "
-                        "faster for wider models); docs/results.md has their speed and BLEU cost")
+                   help="weights and activations: float32 (default), bfloat16 (float32, with a warning, on a "
+                        "CPU without fast bf16) or int8 (int8 linear layers, CPU only); docs/results.md compares "
+                        "their speed and BLEU")
     p.add_argument("--progress", action="store_true", help="show progress on stderr even when it is not a terminal")
     return p
 
