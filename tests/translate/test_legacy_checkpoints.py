@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from translate import Translator, infer
+from translate.export import export_safetensors
 from translate.model.hparams import MOVED, upgrade_hparams
 from translate.model.module import TranslationModule
 
@@ -58,6 +59,14 @@ def test_module_loads_as_before(arch):
     assert module.block.n_kv_heads == stored["n_kv_heads"] and module.objective.label_smoothing == stored[
         "label_smoothing"]
     assert not set(module.hparams) & set(MOVED), "the flat names are not options any more"
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_an_export_of_an_older_checkpoint_stores_todays_layout_and_translates_as_before(arch, tmp_path):
+    folder = export_safetensors(FIXTURES / f"legacy_{arch}.ckpt", tmp_path / "st")
+    stored = json.loads((folder / "config.json").read_text(encoding="utf-8"))["hyper_parameters"]
+    assert stored == json.loads(json.dumps(upgrade_hparams(EXPECTED[arch]["hparams"])))
+    assert Translator.load(folder).translate(EXPECTED["sources"], beam_size=3) == EXPECTED[arch]["beam3"]
 
 
 def test_upgrade_moves_every_flat_name_into_its_group():
