@@ -11,9 +11,10 @@ space), so the search starts from what `fit` would have trained.
 
 It never reads the test split: trials call `fit` and validation only, and the objective is the best
 validation NDCG@10 (`tests/streamrec/test_tune.py` proves it with a log whose test items differ). Outputs in
-OUT: `best.yaml` (fit's config of the winning trial, the command line's overrides included: `python -m
-streamrec fit --config OUT/best.yaml`), `best.ckpt` (the best trial's best epoch: `test --ckpt_path` it),
-`trials.csv`, `trials.png`, and a table of the best trials.
+OUT: `best.yaml` (fit's config of the winning trial, the command line's overrides and the trials' epochs
+included, listing what differs from fit's defaults: `python -m streamrec fit --config OUT/best.yaml`),
+`best.ckpt` (the best trial's best epoch: `test --ckpt_path` it), `trials.csv`, `trials.png`, and a table of
+the best trials.
 """
 
 from __future__ import annotations
@@ -96,12 +97,18 @@ def parse_args(argv: list[str] | None) -> TuneOptions:
 
 
 def open_study(options: TuneOptions, start: dict[str, Any]) -> optuna.Study:
-    """The study in OUT/study.db; a new one gets `start` (the config's values) as its first trial."""
+    """The study in OUT/study.db; a new one gets `start` (the config's values) as its first trial.
+
+    The sampler's seed is `--seed` plus the trials the study already holds: a seeded sampler draws the same
+    sequence each time it is built, so a resumed search seeded as the first run would propose the first run's
+    trials again (and train them to the same scores). Each run of the same command still draws the same.
+    """
     storage = f"sqlite:///{(options.out / 'study.db').resolve()}"
-    sampler = optuna.samplers.TPESampler(seed=options.seed, n_startup_trials=options.startup_trials)
     pruner = optuna.pruners.MedianPruner(n_startup_trials=options.startup_trials, n_warmup_steps=2)
-    study = optuna.create_study(study_name=STUDY_NAME, storage=storage, direction="maximize", sampler=sampler,
-                                pruner=pruner, load_if_exists=True)
+    study = optuna.create_study(study_name=STUDY_NAME, storage=storage, direction="maximize", pruner=pruner,
+                                load_if_exists=True)
+    study.sampler = optuna.samplers.TPESampler(seed=options.seed + len(study.trials),
+                                               n_startup_trials=options.startup_trials)
     stored = study.user_attrs.get("fingerprint")
     if stored is None:
         study.set_user_attr("fingerprint", options.fingerprint())
@@ -133,10 +140,10 @@ def quiet() -> None:
         warnings.filterwarnings("ignore", message)
 
 
-def prepare(options: TuneOptions) -> tuple[TuneOptions, ArgumentParser, dict[str, Any], int]:
+def prepare(options: TuneOptions) -> tuple[TuneOptions, ArgumentParser, dict[str, Any], int, int]:
     """Check the config once before any trial (a wrong key or file fails here, in one line) and read from it:
-    the options (the loss left out where a full-softmax term needs it), fit's parser, the starting point and
-    `n_heads`."""
+    the options (the loss left out where a full-softmax term needs it), fit's parser, the starting point,
+    `n_heads` and the epochs a trial may run (`TuneOptions.trial_epochs`)."""
     base = build_cli(options.config_args, run=False)
     config = base.config
     ks = config_value(config, KS_KEY)
@@ -150,13 +157,14 @@ def prepare(options: TuneOptions) -> tuple[TuneOptions, ArgumentParser, dict[str
         print(f"tune: the loss is not searched: the config's {' and '.join(terms)} "
               f"{'needs' if len(terms) == 1 else 'need'} {SPACE['loss'].key}: full", file=sys.stderr)
     start = starting_point(config_values(config, options.params), options.params)
-    return options, base.parser, start, config_value(config, "model.n_heads")
+    epochs = options.trial_epochs(config_value(config, "trainer.max_epochs"))
+    return options, base.parser, start, config_value(config, "model.n_heads"), epochs
 
 
 def search(options: TuneOptions) -> None:
     """Run the study until its budget is spent, then write its outputs."""
     quiet()
-    options, parser, start, n_heads = prepare(options)
+    options, parser, start, n_heads, epochs = prepare(options)
     study = open_study(options, start)
     done_before = finished(study)
     n_trials = None if options.budget.trials is None else max(0, options.budget.trials - done_before)
@@ -194,7 +202,7 @@ def search(options: TuneOptions) -> None:
         if n_trials != 0:
             study.optimize(objective, n_trials=n_trials, timeout=options.budget.seconds, callbacks=[after_trial],
                            catch=())
-    write_outputs(study, options, parser)
+    write_outputs(study, options, parser, epochs)
 
 
 def trial_line(study: optuna.Study, trial: FrozenTrial) -> str:
@@ -209,8 +217,9 @@ def trial_line(study: optuna.Study, trial: FrozenTrial) -> str:
             + (f" | best {best.value:.4f} (trial {best.number})" if best else ""))
 
 
-def write_outputs(study: optuna.Study, options: TuneOptions, parser: ArgumentParser) -> None:
-    """trials.csv, trials.png and the table of every finished trial; best.yaml when one completed."""
+def write_outputs(study: optuna.Study, options: TuneOptions, parser: ArgumentParser, epochs: int) -> None:
+    """trials.csv, trials.png and the table of every finished trial; best.yaml when one completed, with the
+    trials' `epochs` (their max_epochs) and early-stopping patience: fit trains the winner as the trial did."""
     rows = trial_rows(study)
     if not rows:
         print("tune: no trial finished; nothing written", file=sys.stderr)
@@ -227,7 +236,8 @@ def write_outputs(study: optuna.Study, options: TuneOptions, parser: ArgumentPar
               f"validation split; the test split was not read.\nIts weights: {out / 'best.ckpt'} (python -m "
               f"streamrec test --config {out / 'best.yaml'} --ckpt_path {out / 'best.ckpt'}).\nTrain it "
               f"again: python -m streamrec fit --config {out / 'best.yaml'}")
-    text = best_config(parser, options.config_args, best.params, header)
+    trained_as = ["--trainer.max_epochs", str(epochs), "--early_stopping", str(options.patience)]
+    text = best_config(parser, [*options.config_args, *trained_as], best.params, header)
     with atomic_path(out / "best.yaml") as tmp:
         tmp.write_text(text, encoding="utf-8")
     print(f"tune: best {METRIC} {best.value:.4f} (trial {best.number}: "

@@ -67,6 +67,10 @@ class TuneOptions:
         """fit's command line: the --config files, then the overrides."""
         return [a for name in self.config for a in ("--config", name)] + list(self.overrides)
 
+    def trial_epochs(self, config_max_epochs: int | None) -> int:
+        """The epochs a trial may run: `max_epochs`, else the config's `trainer.max_epochs`, else 100."""
+        return self.max_epochs or config_max_epochs or 100
+
     def trial_dir(self, number: int) -> Path:
         """Where a running trial keeps its best epoch's weights until `keep_if_best` moves or deletes them."""
         return self.out / "trials" / str(number)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
+import importlib
 import math
 import sys
 from collections.abc import Sequence
@@ -10,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from jsonargparse import ArgumentParser
+import yaml
+from jsonargparse import ArgumentError, ArgumentParser
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 from optuna.trial import TrialState
 from rich.console import Console
 from rich.table import Table
@@ -46,7 +50,14 @@ def write_table(rows: list[Row], path: Path, params: tuple[str, ...]) -> None:
 
 
 def plot_trials(rows: list[Row], path: Path) -> None:
-    """Left: each trial's validation NDCG@10 and the best so far; right: against the learning rate."""
+    """`trials_figure` as a PNG at `path`, written atomically."""
+    with atomic_path(path) as tmp:
+        trials_figure(rows).savefig(tmp, format="png", dpi=110)
+
+
+def trials_figure(rows: list[Row]) -> Figure:
+    """Left: each trial's validation NDCG@10 and the best so far, by trial number; right: against the learning
+    rate."""
     fig = Figure(figsize=(11, 4), layout="constrained")  # no pyplot: no backend, no global figure state
     ax, ax_lr = fig.subplots(1, 2)
     for state, marker in (("complete", "o"), ("pruned", "x")):
@@ -60,10 +71,10 @@ def plot_trials(rows: list[Row], path: Path) -> None:
         best = [max(v for _, v in done[: i + 1]) for i in range(len(done))]
         ax.step([n for n, _ in done], best, where="post", color="black", label="best so far")
     ax.set(xlabel="trial", ylabel=f"{METRIC} (pruned: last reported)", title="trials")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # trials are numbered: no tick at 0.5
     ax_lr.set(xlabel="learning rate", ylabel=METRIC, xscale="log", title="learning rate")
     ax.legend()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
+    return fig
 
 
 def print_table(rows: list[Row], params: tuple[str, ...], top: int = 10) -> None:
@@ -86,10 +97,40 @@ def fmt(value: Any) -> str:
 
 def best_config(parser: ArgumentParser, config_args: Sequence[str], values: dict[str, Any], header: str) -> str:
     """The config `fit` parses from `config_args` (the --config files, then the overrides every trial got) with
-    the winning `values`, as YAML, after `header` as comment lines.
+    the winning `values`, as YAML listing only what differs from fit's defaults, after `header` as comment lines.
 
     Read and written by fit's own parser (`streamrec.lightning_cli`), so the file holds what the trials trained
-    with: the bases, the command line's values typed as fit types them, and every default.
+    with: the bases read into it, the command line's values typed as fit types them. An option group is written
+    as its keys (`objective: {loss: gbce}`, as configs write it) when the parser reads that back to the same
+    config; else as the parser dumps it (class_path, init_args).
     """
     config = parser.parse_args([*config_args, *overrides(values)])
-    return "".join(f"# {line}\n" for line in header.splitlines()) + parser.dump(config)
+    text = parser.dump(config, skip_default=True)
+    plain = yaml.safe_dump(_plain_groups(yaml.safe_load(text)), sort_keys=False)
+    exits = parser.exit_on_error
+    parser.exit_on_error = False  # a refusal here only means: keep the parser's own form
+    try:
+        if parser.dump(parser.parse_string(plain)) == parser.dump(config):
+            text = plain
+    except ArgumentError:
+        pass
+    finally:
+        parser.exit_on_error = exits
+    return "".join(f"# {line}\n" for line in header.splitlines()) + text
+
+
+def _plain_groups(node: Any) -> Any:
+    """`node` with each {class_path, init_args} mapping of an option group (a dataclass) replaced by its init_args."""
+    if isinstance(node, dict):
+        if set(node) == {"class_path", "init_args"} and _is_dataclass(node["class_path"]):
+            return _plain_groups(node["init_args"])
+        return {key: _plain_groups(value) for key, value in node.items()}
+    return node
+
+
+def _is_dataclass(class_path: object) -> bool:
+    module, _, name = str(class_path).rpartition(".")
+    try:
+        return dataclasses.is_dataclass(getattr(importlib.import_module(module), name))
+    except (ImportError, AttributeError, ValueError):
+        return False

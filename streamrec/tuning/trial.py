@@ -60,7 +60,7 @@ def run_trial(trial: optuna.Trial, options: TuneOptions, n_heads: int, progress:
     keep = ModelCheckpoint(dirpath=options.trial_dir(trial.number), filename="best", monitor=METRIC, mode="max",
                            save_weights_only=True, enable_version_counter=False)
     trainer = L.Trainer(
-        max_epochs=options.max_epochs or base.max_epochs or 100, max_time=base.max_time,
+        max_epochs=options.trial_epochs(base.max_epochs), max_time=base.max_time,
         accelerator=base.accelerator, devices=1, precision=cli.trainer.precision, callbacks=[stop, report, keep],
         logger=False, enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
         limit_train_batches=base.limit_train_batches, limit_val_batches=base.limit_val_batches,

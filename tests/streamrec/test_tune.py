@@ -16,7 +16,7 @@ from streamrec.data.datamodule import StreamRecDataModule
 from streamrec.lightning_cli import build_cli
 from streamrec.model.module import StreamRecModule
 from streamrec.tuning.options import Budget
-from streamrec.tuning.report import best_config
+from streamrec.tuning.report import best_config, trials_figure
 from streamrec.tuning.space import SPACE, config_value
 
 pytestmark = pytest.mark.slow  # end-to-end: real processes, servers or training; `pytest -m "not slow"` skips them
@@ -108,7 +108,15 @@ def test_best_yaml_is_the_best_trial_and_fit_takes_it(tiny_log, tmp_path, monkey
           "--out", str(out), *FAST])
     rows = [r for r in _trials(out) if r["state"] == "complete"]
     best = max(rows, key=lambda r: float(r["val_ndcg@10"]))
-    assert "test split was not read" in (out / "best.yaml").read_text()
+    text = (out / "best.yaml").read_text()
+    assert "test split was not read" in text
+    # Only what differs from fit's defaults, groups as configs write them; the epochs the trials ran (--max-epochs)
+    written = yaml.safe_load(text)
+    assert "class_path" not in text and "init_args" not in text
+    assert written["trainer"] == {"max_epochs": 2, "accelerator": "cpu", "logger": False,
+                                  "enable_progress_bar": False}
+    assert written["model"].get("objective") == (None if best["loss"] == "full" else {"loss": best["loss"]})
+    assert written["model"]["evaluation"] == {"popularity_baseline": False}
     assert (out / "trials.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     cli = main(["fit", "--config", str(out / "best.yaml"), "--trainer.fast_dev_run", "true"])
     hp = cli.model.hparams
@@ -164,6 +172,23 @@ def test_an_interrupted_search_resumes_and_reruns_the_cut_off_trial(tiny_log, tm
     assert study.trials[cut.number + 1].params["lr"] == pytest.approx(cut_lr)  # run again first
     main(["tune", "--config", config, "--budget", "4", "--out", str(out), *FAST])  # budget already met
     assert len(_trials(out)) == 4
+
+
+def test_a_resumed_search_proposes_new_trials(tiny_log, tmp_path):
+    """A seeded sampler rebuilt on resume must not replay the first run's proposals (and their scores)."""
+    config, out = str(_config(tmp_path, tiny_log)), tmp_path / "search"
+    fast = ["--max-epochs", "1", "--startup-trials", "5", "--params", "lr", "dropout"]  # all random proposals
+    main(["tune", "--config", config, "--budget", "2", "--out", str(out), *fast])
+    main(["tune", "--config", config, "--budget", "4", "--out", str(out), *fast])
+    proposals = [(r["lr"], r["dropout"]) for r in _trials(out)]
+    assert len(proposals) == 4 and len(set(proposals)) == 4, proposals
+
+
+def test_trials_png_numbers_trials_with_integer_ticks():
+    rows = [{"trial": n, "state": "complete", "val_ndcg@10": 0.1 * n, "lr": 1e-3} for n in range(3)]
+    ax = trials_figure(rows).axes[0]
+    ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+    assert ticks and all(float(t).is_integer() for t in ticks), ticks
 
 
 def test_a_trial_that_raises_leaves_no_weights_behind(tiny_log, tmp_path, monkeypatch):
