@@ -5,7 +5,8 @@
 
 `fit` draws them itself at its end (`core.runtime.cli.PlotCurves`); this command is for runs that stopped
 early or were made before it. One panel per metric name without its `train_`/`val_`/`test_` prefix,
-so `train_loss` and `val_loss` share a panel; x is the optimizer step of each row. matplotlib is
+so `train_loss` and `val_loss` share a panel, and a baseline's values (`val_mostpop_ndcg@10`) are a dashed line
+in the model's panel; x is the optimizer step of each row. matplotlib is
 imported inside `plot_curves` only.
 """
 
@@ -21,6 +22,7 @@ from core.runtime.errors import InputError, exit_on_error
 
 AXES = ("epoch", "step")  # columns CSVLogger adds to every row: positions, not metrics
 SPLITS = ("train_", "val_", "test_")
+BASELINES = ("mostpop_",)  # a baseline's metric joins the panel of the model's, drawn dashed
 
 Curves = dict[str, list[tuple[int, float]]]
 
@@ -61,6 +63,7 @@ def panels(curves: Curves) -> dict[str, list[str]]:
     grouped: dict[str, list[str]] = {}
     for name in curves:
         key = next((name.removeprefix(p) for p in SPLITS if name.startswith(p)), name)
+        key = next((key.removeprefix(b) for b in BASELINES if key.startswith(b)), key)
         grouped.setdefault(key, []).append(name)
     return grouped
 
@@ -81,7 +84,9 @@ def plot_curves(curves: Curves, path: str | Path, title: str = "") -> Path:
     for ax, (key, names) in zip(axes.flat, grouped.items(), strict=False):
         for name in names:
             steps, values = zip(*curves[name], strict=True)
-            ax.plot(steps, values, marker="o" if len(steps) < 30 else None, markersize=3, label=name)
+            dashed = any(f"_{b}" in name for b in BASELINES)
+            ax.plot(steps, values, marker="o" if len(steps) < 30 else None, markersize=3, label=name,
+                    linestyle="--" if dashed else "-")
         ax.set(title=key, xlabel="step")
         ax.legend(fontsize="small")
     for ax in axes.flat[len(grouped):]:

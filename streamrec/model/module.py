@@ -253,13 +253,16 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
 
     # ------------------------------------------------------------------ evaluation
     def validation_step(self, batch: EvalBatch, batch_idx: int) -> None:
-        self._evaluate(batch, self.val_metrics)
+        self._evaluate(batch, self.val_metrics, "val")
 
     def test_step(self, batch: EvalBatch, batch_idx: int) -> None:
-        self._evaluate(batch, self.test_metrics)
+        self._evaluate(batch, self.test_metrics, "test")
 
-    def _evaluate(self, batch: EvalBatch, metrics: RankingMetrics) -> None:
+    def _evaluate(self, batch: EvalBatch, metrics: RankingMetrics, split: str) -> None:
         scores = self.model.recommend_scores(batch.inputs).float()  # (B, N+1)
+        # The held-out item's cross-entropy over the whole catalogue: the curve to read against train_loss.
+        loss = (torch.logsumexp(scores, dim=-1) - scores.gather(1, batch.targets[:, None]).squeeze(1)).mean()
+        self.log(f"{split}_loss", loss, batch_size=batch.targets.shape[0], sync_dist=True)
         metrics.update(scores, batch.targets, batch.seen)
         if self.sampled_metrics is not None:
             self.sampled_metrics.update(scores, batch.targets, batch.seen)

@@ -59,7 +59,7 @@ def test_plot_writes_a_png(tmp_path: Path) -> None:
     out = plot_curves(read_metrics(metrics), tmp_path / "curves.png", "run")
     assert out.read_bytes()[:8] == PNG_MAGIC
     height, width, _ = matplotlib.image.imread(out).shape
-    assert (width, height) == (3 * 450, 320)  # 3 panels in a row (loss, ndcg@10, mostpop_ndcg@10), 100 dpi
+    assert (width, height) == (2 * 450, 320)  # 2 panels in a row (loss; ndcg@10 with its baseline), 100 dpi
     assert not list(tmp_path.glob(".*.tmp"))  # written atomically
 
 
@@ -76,3 +76,12 @@ def test_the_command_draws_beside_every_metrics_csv_of_a_run_folder(tmp_path: Pa
     (tmp_path / "empty").mkdir()
     with pytest.raises(SystemExit, match=r"^error: .*empty: no metrics\.csv under it"):
         main([str(tmp_path / "empty")])
+
+
+def test_a_baseline_joins_the_panel_of_the_models_metric() -> None:
+    from core.runtime.curves import panels
+
+    curves = {"train_loss": [(1, 2.0)], "val_loss": [(1, 2.5)], "val_ndcg@10": [(1, 0.1)],
+              "val_mostpop_ndcg@10": [(1, 0.05)], "val_mostpop_hr@10": [(1, 0.09)], "val_hr@10": [(1, 0.2)]}
+    assert panels(curves) == {"loss": ["train_loss", "val_loss"], "ndcg@10": ["val_ndcg@10", "val_mostpop_ndcg@10"],
+                              "hr@10": ["val_mostpop_hr@10", "val_hr@10"]}

@@ -289,3 +289,20 @@ def test_a_group_given_as_a_mapping_is_validated_and_stored_as_a_plain_dict():
     with pytest.raises(ValueError, match="`model.evaluation` has no key 'filter_seen'; its keys are ks, ") as err:
         make_module(evaluation={"filter_seen": False})
     assert "\n" not in str(err.value)
+
+
+def test_validation_logs_the_held_out_items_cross_entropy() -> None:
+    import torch.nn.functional as F
+
+    from streamrec.data.datasets import EvalBatch
+    from streamrec.model.module import StreamRecModule
+
+    module = StreamRecModule(12, max_len=6, d_model=8, n_heads=2, n_layers=1, d_ff=16).eval()
+    logged = {}
+    module.log = lambda name, value, **kwargs: logged.__setitem__(name, value)  # type: ignore[method-assign]
+    inputs = torch.tensor([[0, 0, 1, 2, 3, 4], [0, 0, 0, 0, 5, 6]])
+    targets = torch.tensor([7, 1])
+    module.validation_step(EvalBatch(torch.arange(2), inputs, targets, torch.zeros(2, 1, dtype=torch.long)), 0)
+    scores = module.model.recommend_scores(inputs)
+    want = F.cross_entropy(scores[:, 1:], targets - 1)  # the padding column (-inf) holds no probability
+    assert float(logged["val_loss"]) == pytest.approx(float(want), rel=1e-5)
