@@ -9,6 +9,11 @@
     rec.similar_items(["i0012"], top_k=5)[0]
     rec.explain(["i0012", "i0007"], top_k=3).because
     Recommender.load(ckpt, items="movies.dat")   # titles and metadata for explanations (`streamrec.data.items`)
+    log = rec.read_log("events.csv")   # read as the training log was (its columns, delimiter, ...)
+    recs = rec.recommend(list(log.items.values()))
+
+Item ids are strings (as the log's cells read); integer ids (Amazon's, MovieLens') are taken as their string
+form, so `rec.recommend([[1, 2, 3]])` asks for items "1", "2", "3".
 
 Users need no retraining: a history is read as it is given. `python -m streamrec.score`, `.explain` and
 `.serve` are clients of this module, and all rank with `streamrec.ranking.batch.rank`.
@@ -30,8 +35,11 @@ from core.nn.cpu_fastpath import enable_cpu_fastpath
 from core.runtime.checkpoint import load_module
 from core.runtime.errors import InputError
 from core.runtime.export import is_export_folder, load_folder
+from streamrec.data.interactions import Interactions
 from streamrec.data.items import ItemCatalog, read_items
+from streamrec.data.readers import ReadOptions, read_interactions, read_options_from_checkpoint
 from streamrec.data.vocab import VOCAB_KEY, ItemVocab
+from streamrec.model.hparams import upgrade_hparams
 from streamrec.model.network import PAD_ID, StreamRecModel
 from streamrec.ranking.batch import (
     RankingOptions,
@@ -42,6 +50,7 @@ from streamrec.ranking.batch import (
 )
 from streamrec.ranking.explain import attention_weights, occlusion_drops
 from streamrec.ranking.topk import top_k_items
+from streamrec.reading import with_overrides
 
 WRITTEN_BY = "python -m streamrec fit"
 EXPORTED_BY = "python -m streamrec.export --format safetensors"
@@ -110,10 +119,13 @@ class Recommender:
         model: the recommender network (put in eval mode here).
         vocab: the item vocabulary it was trained with.
         catalog: item titles and metadata for explanations (`streamrec.data.items.read_items`); None: raw ids.
+        read_options: how the training log was read, which `read_log` reads new logs with; None: the defaults.
     """
 
-    def __init__(self, model: StreamRecModel, vocab: ItemVocab, catalog: ItemCatalog | None = None):
+    def __init__(self, model: StreamRecModel, vocab: ItemVocab, catalog: ItemCatalog | None = None,
+                 read_options: ReadOptions | None = None):
         self.model, self.vocab, self.catalog = model.eval(), vocab, catalog
+        self.read_options = (read_options or ReadOptions()).for_new_logs()
 
     @classmethod
     def load(cls, ckpt: str | Path, device: str | torch.device = "cpu", items: str | Path | None = None,
@@ -131,33 +143,47 @@ class Recommender:
         catalog = None if items is None else read_items(items)  # first: a bad file fails before the model loads
         # The network alone (not the LightningModule that trained it): scoring never imports Lightning.
         if is_export_folder(ckpt):
-            model, config = load_folder(StreamRecModel, ckpt, "streamrec", EXPORTED_BY)
-            vocab, hparams = ItemVocab.from_dict(config), config["hyper_parameters"]
+            model, state = load_folder(StreamRecModel, ckpt, "streamrec", EXPORTED_BY)
+            vocab = ItemVocab.from_dict(state)
         else:
             model, state = load_module(StreamRecModel, ckpt, WRITTEN_BY, "StreamRec", required=[VOCAB_KEY],
                                        mmap=mmap, prefix="model.")
-            vocab, hparams = ItemVocab.from_dict(state[VOCAB_KEY]), state["hyper_parameters"]
-        if hparams.get("cpu_fastpath"):  # as trained: the module turns it on for its network
+            vocab = ItemVocab.from_dict(state[VOCAB_KEY])
+        speed = upgrade_hparams(state["hyper_parameters"]).get("speed") or {}
+        if speed.get("cpu_fastpath"):  # as trained: the module turns it on for its network
             enable_cpu_fastpath(model)
-        return cls(model.to(device), vocab, catalog)
+        return cls(model.to(device), vocab, catalog, read_options_from_checkpoint(state))
+
+    def read_log(self, path: str | Path, **overrides: object) -> Interactions:
+        """A log of histories to recommend for, read the way the training log was (`read_options`).
+
+        Args:
+            path: the log file or folder (`streamrec.data.readers.read_interactions`).
+            overrides: reading options to change (`streamrec.reading.OVERRIDABLE`), e.g. `user_col="uid"`,
+                `delimiter=";"`, `time_col=None`; the count filters of training (min_item_count, k_core) never apply.
+
+        Returns:
+            `Interactions`: `log.items[user]` is the user's item ids, oldest first.
+        """
+        return read_interactions(path, options=with_overrides(self.read_options, overrides))
 
     @property
     def device(self) -> torch.device:
         """Where the model runs."""
         return self.model.item_vectors.device
 
-    def encode(self, history: Sequence[str]) -> tuple[list[int], list[str]]:
+    def encode(self, history: Sequence[str | int]) -> tuple[list[int], list[str]]:
         """Model ids of the known items of `history` (order kept) and the unknown ids (skipped)."""
-        _check_ids(history, "history")
-        return encode_history(history, self.vocab)
+        return encode_history(as_item_ids(history, "history"), self.vocab)
 
-    def recommend(self, histories: Sequence[Sequence[str]], top_k: int = 10, exclude_seen: bool = True,
-                  items: Iterable[str] | None = None, batch_size: int = 256,
+    def recommend(self, histories: Sequence[Sequence[str | int]], top_k: int = 10, exclude_seen: bool = True,
+                  items: Iterable[str | int] | None = None, batch_size: int = 256,
                   item_chunk: int | None = None, cold_slots: int = 0) -> Recommendations:
         """The `top_k` best items for each of many users.
 
         Args:
-            histories: one history per user: original item ids, oldest first.
+            histories: one history per user: original item ids (strings; an integer is its string form),
+                oldest first.
             top_k: items per user.
             exclude_seen: leave out items already in the user's history.
             items: an allow-list: recommend only among these ids; None: the whole catalogue.
@@ -170,9 +196,10 @@ class Recommender:
             `Recommendations`: `result[u]` is user u's (item_id, score) list; a user with no known
             history item is cold and gets [].
         """
-        if isinstance(histories, str) or any(isinstance(h, str) for h in histories):
+        if isinstance(histories, str) or any(isinstance(h, str | int) for h in histories):
             raise InputError("`histories` takes one list of item ids per user; for one user pass [history]")
         options = RankingOptions(top_k, exclude_seen, item_chunk, batch_size=batch_size, cold_slots=cold_slots)
+        histories = [as_item_ids(h, f"histories[{u}]") for u, h in enumerate(histories)]
         encoded, missing = encode_histories(histories, self.vocab)
         unknown = dict.fromkeys(i for m in missing for i in m)
         allowed = None if items is None else self._allow_list(items, unknown)
@@ -186,7 +213,8 @@ class Recommender:
         return Recommendations(ranked, list(unknown), [i for i, ids in enumerate(encoded) if not ids])
 
     @torch.no_grad()
-    def similar_items(self, item_ids: Sequence[str], top_k: int = 10, item_chunk: int | None = None) -> Recommendations:
+    def similar_items(self, item_ids: Sequence[str | int], top_k: int = 10,
+                      item_chunk: int | None = None) -> Recommendations:
         """The `top_k` items whose vectors are closest (cosine) to each given item's, the item itself left out.
 
         The vectors are the ones hidden states are scored against: the item embedding (tied, the default).
@@ -199,7 +227,7 @@ class Recommender:
         Returns:
             `Recommendations` with one list per query; an unknown query is cold and gets [].
         """
-        _check_ids(item_ids, "item_ids")
+        item_ids = as_item_ids(item_ids, "item_ids")
         options = RankingOptions(top_k, item_chunk=item_chunk)
         found = self.vocab.lookup(item_ids)  # (B,) 0 for an unknown id
         ranked: list[list[tuple[str, float]]] = [[] for _ in item_ids]
@@ -216,8 +244,8 @@ class Recommender:
         return Recommendations(ranked, list(dict.fromkeys(item_ids[i] for i in cold)), cold)
 
     @torch.no_grad()
-    def explain(self, history: Sequence[str], top_k: int = 10, exclude_seen: bool = True,
-                items: Iterable[str] | None = None) -> Explanation:
+    def explain(self, history: Sequence[str | int], top_k: int = 10, exclude_seen: bool = True,
+                items: Iterable[str | int] | None = None) -> Explanation:
         """Why one history gets its top-k items: the two views of `streamrec.ranking.explain`.
 
         Args:
@@ -249,10 +277,9 @@ class Recommender:
             catalog=self.catalog,
         )
 
-    def _allow_list(self, items: Iterable[str], unknown: dict[str, None]) -> Tensor:
+    def _allow_list(self, items: Iterable[str | int], unknown: dict[str, None]) -> Tensor:
         """(N+1,) bool mask of the known ids of `items`; the unknown ones are added to `unknown`."""
-        _check_ids(items, "items")
-        known, missing = encode_history(list(items), self.vocab)
+        known, missing = encode_history(as_item_ids(items, "items"), self.vocab)
         allowed = torch.zeros(self.vocab.num_items + 1, dtype=torch.bool)
         allowed[known] = True
         unknown.update(dict.fromkeys(missing))
@@ -263,6 +290,22 @@ class Recommender:
         return [(self.vocab.items[i - 1], s) for i, s in zip(items, scores, strict=True) if i != PAD_ID]
 
 
-def _check_ids(ids: object, name: str) -> None:
-    if isinstance(ids, str):
+def as_item_ids(ids: Iterable[str | int], name: str) -> list[str]:
+    """`ids` as the vocabulary's ids, which are strings: an integer (Amazon's and MovieLens' ids are numbers) is
+    its decimal string form, so 7 and "7" are one item.
+
+    Raises:
+        InputError: `ids` is one string, or holds something other than a string or an integer.
+    """
+    if isinstance(ids, str | bytes):
         raise InputError(f"`{name}` takes a list of item ids, not one string; pass [{ids!r}]")
+    out = list(ids)
+    for k, value in enumerate(out):
+        if isinstance(value, str):
+            continue
+        if isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_):
+            out[k] = str(int(value))
+        else:
+            raise InputError(f"`{name}[{k}]` must be an item id (a string or an integer), got "
+                             f"{type(value).__name__} {value!r}")
+    return out

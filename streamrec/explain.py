@@ -1,6 +1,10 @@
 """"Because you watched X" as a self-contained HTML page: one user's recommendations with their reasons.
 
-    python -m streamrec.explain --ckpt CKPT --input FILE --user U --html out.html [--items items.csv]
+    python -m streamrec.explain --ckpt CKPT --input FILE --user U --html out.html [--items items.csv] \\
+        [--user-col C --item-col C --time-col C --delimiter D --format F ...]
+
+The input is read the way the checkpoint's training log was (its columns, delimiter, header, time format,
+filter; `streamrec.reading`); the reading flags override that.
 
 The page draws `streamrec.Recommender.explain`'s two views (`streamrec.ranking.explain`: rolled-out
 attention and occlusion). With `--items` (see `streamrec.data.items`: CSV/TSV with item_id,title,... or
@@ -22,7 +26,7 @@ from torch import Tensor
 from core.runtime.atomic import atomic_path
 from core.runtime.errors import InputError, exit_on_error
 from streamrec.api import Explanation, Recommender
-from streamrec.data.readers import read_interactions
+from streamrec.reading import add_read_arguments, read_overrides
 
 
 def _short(text: str, width: int = 24) -> str:
@@ -122,11 +126,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--user", required=True, help="user id as written in the input")
     p.add_argument("--html", required=True, help="output page")
     p.add_argument("--top-k", type=int, default=10, help="recommendations to explain")
-    p.add_argument("--format", default="auto", help="input format (auto, csv, tsv, parquet, sasrec, lines)")
     p.add_argument("--exclude-seen", action=argparse.BooleanOptionalAction, default=True,
                    help="leave out items already in the user's history (default: yes)")
     p.add_argument("--items", help="item titles and metadata: CSV/TSV with item_id,title,... or MovieLens' "
                                    "movies.dat (ids it lacks show as themselves)")
+    add_read_arguments(p)
     args = p.parse_args(argv)
     html = Path(args.html)
     with exit_on_error(html, not_written=True):
@@ -134,7 +138,7 @@ def main(argv: list[str] | None = None) -> None:
             raise InputError(f"--html {html}: " + ("is a folder; name a .html file" if html.is_dir() else
                                                    f"the folder {html.parent} does not exist; create it first"))
         rec = Recommender.load(args.ckpt, items=args.items)
-        interactions = read_interactions(args.input, args.format)
+        interactions = rec.read_log(args.input, **read_overrides(args))
         if args.user not in interactions.items:
             raise InputError(f"{args.input}: no user {args.user!r}; pass a user id that appears in the file")
         history = interactions.items[args.user]

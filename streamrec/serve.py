@@ -6,7 +6,8 @@
     # {"items": [{"item_id": "v0007", "score": 8.1}, ...], "unknown_items": [], "cold": false}
 
 Request (POST /predict, a JSON object; only these fields):
-  history       item ids, oldest first (required; at most 10,000)
+  history       item ids, oldest first (required; at most 10,000); strings, or integers read as their
+                string form (7 is the item "7"), as `streamrec.Recommender.recommend` reads them
   top_k         items to return, 1 to min(1000, catalogue size) (default 10)
   exclude_seen  leave out items already in the history (default true)
   items         an allow-list: recommend only among these ids (default null: the whole catalogue)
@@ -27,10 +28,11 @@ import argparse
 import sys
 from typing import Any
 
+from core.runtime.errors import InputError
 from core.runtime.serving.cli import ServerOptions, one_line_errors, run_server, serve_parser
 from core.runtime.serving.litserver import BatchedAPI
 from core.runtime.serving.schema import Field, RequestError, check_fields
-from streamrec.api import Recommender
+from streamrec.api import Recommender, as_item_ids
 
 MAX_TOP_K = 1000
 MAX_HISTORY = 10_000  # items per history; only the last max_len reach the model, the rest only filter seen items
@@ -51,7 +53,16 @@ def request_fields(num_items: int) -> dict[str, Field]:
 
 
 def check_request(payload: object, fields: dict[str, Field]) -> dict[str, Any]:
-    """The request with its defaults filled in, or a `RequestError` naming the field at fault."""
+    """The request with its defaults filled in, or a `RequestError` naming the field at fault; integer item ids
+    become their string form (`streamrec.api.as_item_ids`)."""
+    if isinstance(payload, dict):
+        payload = dict(payload)
+        for name in ("history", "items"):
+            if isinstance(payload.get(name), list):
+                try:
+                    payload[name] = as_item_ids(payload[name], name)
+                except InputError as err:
+                    raise RequestError(str(err)) from None
     request = check_fields(payload, fields)
     if request["cold_slots"] > request["top_k"]:
         raise RequestError(f"`cold_slots` ({request['cold_slots']}) must be at most `top_k` ({request['top_k']})")

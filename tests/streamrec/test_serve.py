@@ -131,7 +131,8 @@ BAD = {
     "top_k is a float": {"history": ["a"], "top_k": 2.5},
     "top_k is true": {"history": ["a"], "top_k": True},
     "exclude_seen is a string": {"history": ["a"], "exclude_seen": "no"},
-    "a number in the history": {"history": ["a", 3]},
+    "a fraction in the history": {"history": ["a", 3.5]},
+    "true in the history": {"history": ["a", True]},
     "oversize body": {"history": ["x" * 100] * (MAX_BODY // 100)},
     "cold_slots above top_k": {"history": ["a"], "top_k": 2, "cold_slots": 3},
     "cold_slots with explain": {"history": ["a"], "cold_slots": 1, "explain": True},
@@ -176,7 +177,8 @@ def test_errors_name_the_problem(server, rec):
 
 def test_list_errors_name_the_element(server):
     # The checker's fast path (every element a short string) must fall back to naming the bad element.
-    assert post(server, {"history": ["a", "b", 3]})[1]["error"] == "`history[2]` must be a string, got 3"
+    assert post(server, {"history": ["a", "b", 3.5]})[1]["error"] == (
+        "`history[2]` must be an item id (a string or an integer), got float 3.5")
     long_id = "x" * (streamrec_serve.MAX_ID_CHARS + 1)
     assert post(server, {"history": ["a", long_id]})[1]["error"] == (
         f"`history[1]` has {len(long_id)} characters; must be at most {streamrec_serve.MAX_ID_CHARS}")
@@ -188,6 +190,13 @@ def test_unknown_items_and_cold_per_request(server, rec):
     assert status == 200 and answer["unknown_items"] == ["zz1", "zz2", "zz3"] and answer["cold"] is False
     status, answer = post(server, {"history": ["zz1"], "items": [known[1]]})
     assert status == 200 and answer["unknown_items"] == ["zz1"] and answer["cold"] is True and answer["items"] == []
+
+
+def test_integer_ids_are_their_string_form_as_in_the_python_api(server, rec):
+    """Amazon's and MovieLens' ids are numbers: 12 asks for the item "12", as `Recommender.recommend` reads it."""
+    status, answer = post(server, {"history": [12, rec.vocab.items[0]], "items": [7, rec.vocab.items[1]]})
+    assert status == 200 and answer["unknown_items"] == ["12", "7"] and answer["cold"] is False
+    assert_same(answer, rec.recommend([[12, rec.vocab.items[0]]], items=[7, rec.vocab.items[1]])[0])
 
 
 def test_an_answer_json_cannot_hold_fails_alone():
