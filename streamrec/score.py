@@ -2,11 +2,19 @@
 
     python -m streamrec.score --ckpt CKPT --input FILE --output recs.parquet --top-k 10 \\
         [--no-exclude-seen] [--explain] [--batch-size N] [--users FILE] [--items FILE] [--item-chunk N] \\
-        [--cold-slots C] [--shard I/N] [--engine local|ray --workers N]
+        [--cold-slots C] [--cold-users skip|popular] [--shard I/N] [--engine local|ray --workers N] \\
+        [--user-col C --item-col C --time-col C --delimiter D --format F ...]
 
 Writes rows `user_id, rank, item_id, score` (original ids; rank 1 = best), as CSV or Parquet by the
 output's extension; `--explain` adds the "because you watched" columns and `--items FILE` the titles.
-Users are scored from the history in the input, so users unseen in training need no retraining.
+Users are scored from the history in the input, so users unseen in training need no retraining. The input
+is read the way the checkpoint's training log was (its columns, delimiter, header, time format, filter;
+`streamrec.reading`); the reading flags override that.
+
+A cold user (no history item known to the checkpoint, or a `--users` entry absent from the input) is
+skipped and named in `OUTPUT.skipped.txt` (one id per line, what `--users` reads); `--cold-users popular`
+gives it the items with the most events in the input instead (score = the event count; the checkpoint keeps
+no training counts).
 
 Results go to `OUTPUT.parts/` chunk by chunk, each chunk written atomically; a re-run after an interrupt
 (Ctrl-C, SIGTERM, kill -9) skips the users already there (`--fresh` starts over instead), and the final
@@ -27,7 +35,7 @@ import argparse
 import json
 import logging
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
@@ -40,11 +48,12 @@ from core.runtime.errors import InputError, check_text, exit_on_error
 from core.runtime.lock import OutputLock, interrupt_on_sigterm
 from core.runtime.precision import cpu_has_fast_bf16
 from streamrec.api import Recommender
-from streamrec.data.readers import read_interactions
+from streamrec.data.interactions import Interactions
 from streamrec.model.network import StreamRecModel
-from streamrec.ranking.batch import BatchScorer, RankingOptions, write_tables
+from streamrec.ranking.batch import BatchScorer, PopularItems, RankingOptions, write_tables
 from streamrec.ranking.topk import DEFAULT_ITEM_CHUNK, SCAN_CHUNK, FileRows, ItemTable, Precision, scan_table
 from streamrec.ray_engine import RayOptions, score_with_ray
+from streamrec.reading import add_read_arguments, read_overrides
 from streamrec.shards import checkpoint_sha256, parse_shard, provenance, provenance_metadata, shard_users
 
 log = logging.getLogger(__name__)
@@ -146,7 +155,8 @@ class ScoreJob:
     """One run of `python -m streamrec.score`, built once from its arguments (`from_args`), then only read.
 
     The fields are the command line's options (`--help`): `ranking` gathers those that shape the ranking,
-    `ray` the Ray engine's (None: the local engine), `shard` is (I, N) or None.
+    `ray` the Ray engine's (None: the local engine), `shard` is (I, N) or None, `read` the reading flags given
+    (`streamrec.reading.read_overrides`), `cold_users` "skip" or "popular".
     """
 
     ckpt: Path
@@ -154,7 +164,8 @@ class ScoreJob:
     output: Path
     ranking: RankingOptions
     device: str = "cpu"
-    input_format: str = "auto"
+    read: dict[str, object] = field(default_factory=dict)
+    cold_users: str = "skip"
     users: str | None = None
     items: str | None = None
     shard: tuple[int, int] | None = None
@@ -172,20 +183,24 @@ class ScoreJob:
             raise InputError("--workers and --cpus-per-worker must be positive, --threads 0 or more")
         if not 0 <= args.cold_slots <= args.top_k:
             raise InputError(f"--cold-slots ({args.cold_slots}) must be between 0 and --top-k ({args.top_k})")
+        if args.cold_users == "popular" and args.engine == "ray":
+            raise InputError("--cold-users popular runs on the local engine; drop it or --engine ray")
         device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
         ranking = RankingOptions(top_k=args.top_k, exclude_seen=args.exclude_seen, item_chunk=args.item_chunk,
                                  precision=scan_precision(args.precision, device), explain=args.explain,
                                  batch_size=args.batch_size, cold_slots=args.cold_slots)
         ray = RayOptions(args.workers, args.cpus_per_worker, args.ray_address, args.chunk_users)
-        return cls(Path(args.ckpt), args.input, Path(args.output), ranking, device, args.format, args.users,
-                   args.items, None if args.shard is None else parse_shard(args.shard), args.chunk_users,
-                   args.fresh, args.threads, ray if args.engine == "ray" else None)
+        shard = None if args.shard is None else parse_shard(args.shard)
+        return cls(Path(args.ckpt), args.input, Path(args.output), ranking, device, read_overrides(args),
+                   args.cold_users, args.users, args.items, shard, args.chunk_users, args.fresh, args.threads,
+                   ray if args.engine == "ray" else None)
 
     def provenance(self) -> dict[str, object]:
         """What the output's Parquet metadata records (`streamrec.shards.provenance`)."""
         r = self.ranking
         return provenance(checkpoint_sha256(self.ckpt), r.top_k, r.exclude_seen, self.shard, explain=r.explain,
-                          titles=self.items is not None, precision=r.precision, cold_slots=r.cold_slots)
+                          titles=self.items is not None, precision=r.precision, cold_slots=r.cold_slots,
+                          cold_users=self.cold_users)
 
     def manifest(self) -> dict[str, object]:
         """The settings that shape the rows: parts of an interrupted run are resumed only under the same."""
@@ -195,7 +210,7 @@ class ScoreJob:
                 "exclude_seen": r.exclude_seen, "explain": r.explain,
                 "items": str(Path(self.items).resolve()) if self.items else None,
                 "shard": None if self.shard is None else list(self.shard), "precision": r.precision,
-                "cold_slots": r.cold_slots}
+                "cold_slots": r.cold_slots, "cold_users": self.cold_users, "read": self.read}
 
 
 MAX_USERS_FILE_BYTES = 1 << 30
@@ -240,7 +255,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--users", help="file with one user id per line: score only these users")
     p.add_argument("--items", help="item titles: CSV/TSV with item_id,title,... or MovieLens' movies.dat; "
                                    "adds title columns")
-    p.add_argument("--format", default="auto", help="input format: auto, csv, tsv, parquet, sasrec, lines")
+    p.add_argument("--cold-users", choices=("skip", "popular"), default="skip",
+                   help="users with no item known to the checkpoint: skip (default; named in OUTPUT.skipped.txt) "
+                        "or popular (the items with the most events in the input, score = their count)")
     p.add_argument("--device", default="auto", help="cpu, cuda, or auto (cuda when available)")
     p.add_argument("--chunk-users", type=int, default=20_000, help="users per resumable chunk (default 20,000)")
     p.add_argument("--fresh", action="store_true",
@@ -265,6 +282,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--cpus-per-worker", type=float, default=1.0,
                    help="--engine ray: CPUs each replica reserves, also its torch threads (default 1)")
     p.add_argument("--ray-address", help="--engine ray: a running cluster (default: start a local one)")
+    add_read_arguments(p)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     interrupt_on_sigterm()
@@ -294,15 +312,16 @@ def run(job: ScoreJob) -> None:
 
 def _score_into(job: ScoreJob) -> None:
     rec = Recommender.load(job.ckpt, job.device, items=job.items, mmap=True)  # the weights stay in the file until read
-    interactions = read_interactions(job.input, job.input_format)
+    interactions = rec.read_log(job.input, **job.read)  # as the checkpoint's log was read, with the flags given
     pa.default_memory_pool().release_unused()  # the reader's freed blocks, which arrow's pool would keep
     users = _read_users(job.users) if job.users else list(interactions.items)
     missing = [u for u in users if u not in interactions.items]
     if missing:
-        log.warning("skipped %d users absent from %s (e.g. %r)", len(missing), job.input, missing[0])
-    users = [u for u in shard_users(users, job.shard) if u in interactions.items]
+        log.warning("%d listed users are absent from %s (e.g. %r)", len(missing), job.input, missing[0])
+    users = shard_users(users, job.shard)
     metadata = provenance_metadata(job.provenance())
     if job.ray is not None:
+        users = [u for u in users if u in interactions.items]
         if not users:
             raise InputError(f"{job.output}: no user to score (none of the listed users is in {job.input}); "
                              "nothing written")
@@ -312,10 +331,11 @@ def _score_into(job: ScoreJob) -> None:
     if job.threads:
         torch.set_num_threads(job.threads)
     out = ResumableOutput(job.output, job.manifest(), fresh=job.fresh)
+    popular = PopularItems.count(interactions, rec.vocab, job.ranking.top_k) if job.cold_users == "popular" else None
     scorer = BatchScorer(rec.model, rec.vocab, job.ranking, rec.catalog,
-                         item_table(rec.model, job.ckpt, job.ranking.precision))
+                         item_table(rec.model, job.ckpt, job.ranking.precision), popular)
     try:
-        _score_all(job, out, users, interactions.items, scorer, metadata)
+        _score_all(job, out, users, interactions, scorer, metadata)
     except KeyboardInterrupt:
         raise  # an interruption: the parts stay, the next run resumes them
     except BaseException:
@@ -323,12 +343,21 @@ def _score_into(job: ScoreJob) -> None:
         raise
 
 
-def _score_all(job: ScoreJob, out: ResumableOutput, users: list[str], histories: dict[str, list[str]],
+SKIPPED_SHOWN = 5  # skipped users named in the log; the file beside the output names them all
+
+
+def skipped_path(output: Path) -> Path:
+    """Where a run names the users it skipped: OUTPUT.skipped.txt."""
+    return output.with_name(output.name + ".skipped.txt")
+
+
+def _score_all(job: ScoreJob, out: ResumableOutput, users: list[str], interactions: Interactions,
                scorer: BatchScorer, metadata: dict[bytes, bytes]) -> None:
     done = out.done_users()
     todo = [u for u in users if u not in done]
     if done:
         log.info("resuming: %d users already scored, %d to go", len(done), len(todo))
+    histories = interactions.items
     with Progress(TextColumn("scoring"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()) as bar:
         task = bar.add_task("users", total=len(todo))
         for start in range(0, len(todo), job.chunk_users):
@@ -337,10 +366,25 @@ def _score_all(job: ScoreJob, out: ResumableOutput, users: list[str], histories:
                 out.write_part(table)  # the chunk is durable from here on
     if scorer.unknown_items:
         log.warning("skipped %d history items unknown to the checkpoint", scorer.unknown_items)
-    if scorer.no_history:
-        log.warning("skipped %d users with no item known to the checkpoint", scorer.no_history)
+    if scorer.popular_users:
+        log.warning("%d users with no item known to the checkpoint got the %d most popular items of %s",
+                    scorer.popular_users, len(scorer.popular.items), job.input)
     rows = out.finish(metadata)
+    _write_skipped(job.output, scorer.skipped)
     log.info("wrote %d rows for %d users to %s", rows, len(done) + len(todo) - scorer.no_history, job.output)
+
+
+def _write_skipped(output: Path, skipped: list[str]) -> None:
+    """Name the skipped users in OUTPUT.skipped.txt (written atomically); no file when none was skipped."""
+    path = skipped_path(output)
+    if not skipped:
+        path.unlink(missing_ok=True)  # an earlier run's list would name users this run scored
+        return
+    with atomic_path(path) as tmp:
+        tmp.write_text("".join(f"{u}\n" for u in skipped), encoding="utf-8")
+    shown = ", ".join(map(repr, skipped[:SKIPPED_SHOWN])) + (", ..." if len(skipped) > SKIPPED_SHOWN else "")
+    log.warning("skipped %d users with no item known to the checkpoint (%s), listed in %s; --cold-users popular "
+                "gives them the most popular items", len(skipped), shown, path)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from torch import Tensor
 
 from core.runtime.atomic import atomic_path
 from core.runtime.errors import InputError
+from streamrec.data.interactions import Interactions
 from streamrec.data.items import ItemCatalog
 from streamrec.data.vocab import ItemVocab
 from streamrec.model.network import PAD_ID, StreamRecModel
@@ -220,42 +221,100 @@ def in_input_order(table: pa.Table, users: list[str]) -> pa.Table:
     return table.take(pc.sort_indices(keys, sort_keys=[("position", "ascending"), ("rank", "ascending")]))
 
 
+@dataclass(frozen=True)
+class PopularItems:
+    """The most popular items, best first: the ranking a cold user (no history item the model knows) gets.
+
+    Attributes:
+        items: model item ids, most events first (ties: the vocabulary's order).
+        counts: their event counts, the rows' `score`.
+    """
+
+    items: list[int]
+    counts: list[float]
+
+    @classmethod
+    def count(cls, log: Interactions, vocab: ItemVocab, top_k: int) -> PopularItems:
+        """The `top_k` items of `vocab` with the most events in `log` (items it never saw are not counted)."""
+        events = np.bincount(log.codes, minlength=len(log.item_ids))  # (distinct ids of the log,)
+        ids = vocab.lookup(log.item_ids)  # their model ids, 0 for an id the checkpoint never saw
+        counts = np.bincount(ids, weights=events, minlength=vocab.num_items + 1)
+        counts[PAD_ID] = 0
+        order = np.argsort(-counts, kind="stable")[:top_k]
+        order = order[counts[order] > 0]
+        return cls(order.tolist(), counts[order].tolist())
+
+
 class BatchScorer:
     """Blocks of users into output rows: `python -m streamrec.score`'s local engine and each of its Ray workers.
 
-    Users with no history item known to the checkpoint are skipped and counted (`no_history`), as are the
-    unknown history items (`unknown_items`). With a `catalog` a title column follows each item id column;
-    `table` is where the item vectors are read (None: the model's).
+    A user with no history item known to the checkpoint (or no history at all: absent from the histories) is
+    cold: with `popular` it gets those items (`PopularItems`, counted `popular_users`), else it is skipped
+    (`skipped` names them, `no_history` counts them). Unknown history items are counted (`unknown_items`). With
+    a `catalog` a title column follows each item id column; `table` is where the item vectors are read (None:
+    the model's).
     """
 
     def __init__(self, model: StreamRecModel, vocab: ItemVocab, options: RankingOptions,
-                 catalog: ItemCatalog | None = None, table: ItemTable | None = None):
+                 catalog: ItemCatalog | None = None, table: ItemTable | None = None,
+                 popular: PopularItems | None = None):
         self.model, self.vocab, self.options, self.catalog, self.table = model, vocab, options, catalog, table
-        self.unknown_items = self.no_history = 0
+        self.popular = popular
+        self.unknown_items = self.popular_users = 0
+        self.skipped: list[str] = []
+
+    @property
+    def no_history(self) -> int:
+        """Users skipped so far: no history item known to the checkpoint, and no popular fallback."""
+        return len(self.skipped)
 
     def rows(self, users: list[str], histories: Mapping[str, Sequence[str]],
              advance: Callable[[int], object] | None = None) -> pa.Table:
         """The rows of `users` in their order, scored in batches of similar history length; `advance(n)` per batch."""
-        tables = []
-        for batch in length_batches([len(histories[u]) for u in users], self.options.batch_size):
+        tables, before = [], len(self.skipped)
+        for batch in length_batches([len(histories.get(u, ())) for u in users], self.options.batch_size):
             tables.append(self.score_batch([users[i] for i in batch], histories))
             if advance is not None:
                 advance(len(batch))
+        if len(self.skipped) > before + 1:  # named in the users' order too
+            position = {u: i for i, u in enumerate(users)}
+            self.skipped[before:] = sorted(self.skipped[before:], key=position.__getitem__)
         return in_input_order(pa.concat_tables(tables), users) if tables else self.score_batch([], histories)
 
     def score_batch(self, users: list[str], histories: Mapping[str, Sequence[str]]) -> pa.Table:
-        """One forward pass: the rows of the users that have a known history item."""
-        encoded, unknown = encode_histories([histories[u] for u in users], self.vocab)  # one vocabulary lookup
+        """One forward pass: the rows of the users that have a known history item, then the cold users' rows
+        (`popular`), in the order of `users` (`rows` puts them back in input order)."""
+        encoded, unknown = encode_histories([histories.get(u, ()) for u in users], self.vocab)  # one lookup
         self.unknown_items += sum(map(len, unknown))
         kept = [(u, ids) for u, ids in zip(users, encoded, strict=True) if ids]
-        self.no_history += len(users) - len(kept)
-        if not kept:  # no row, but the columns of a scored batch: tables of one run share one schema
+        cold = [u for u, ids in zip(users, encoded, strict=True) if not ids]
+        tables = [self._popular_rows(cold)] if cold and self.popular is not None else []
+        if cold and self.popular is None:
+            self.skipped.extend(cold)
+        if kept or not tables:  # with no row, the columns of a scored batch: tables of one run share one schema
+            tables.insert(0, self._scored_rows(kept))
+        return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+
+    def _scored_rows(self, kept: list[tuple[str, list[int]]]) -> pa.Table:
+        if not kept:
             none = torch.zeros(0, self.options.top_k, dtype=torch.long)
             extra = dict.fromkeys(EXPLAIN_COLUMNS, none) if self.options.explain else {}
             return self._table([], none, none.float(), extra)
         inputs, items, scores = recommend(self.model, [ids for _, ids in kept], self.options, table=self.table)
         extra = explain_columns(self.model, inputs, items) if self.options.explain else {}
         return self._table([u for u, _ in kept], items, scores, extra)
+
+    def _popular_rows(self, users: list[str]) -> pa.Table:
+        """The popular items for each cold user; no history, so the explanation columns are empty."""
+        assert self.popular is not None
+        self.popular_users += len(users)
+        k = self.options.top_k
+        pad = k - len(self.popular.items)  # a log with fewer known items than K: empty slots (item 0)
+        items = torch.tensor([self.popular.items + [PAD_ID] * pad] * len(users), dtype=torch.long).view(-1, k)
+        scores = torch.tensor([self.popular.counts + [0.0] * pad] * len(users)).view(-1, k)
+        extra = {name: (torch.zeros_like(items) if name.startswith("because") else torch.full(items.shape, np.nan))
+                 for name in EXPLAIN_COLUMNS} if self.options.explain else {}
+        return self._table(users, items, scores, extra)
 
     def _table(self, users: list[str], items: Tensor, scores: Tensor, extra: dict[str, Tensor]) -> pa.Table:
         table = recommendation_table(users, self.vocab, items.cpu(), scores.cpu(),
