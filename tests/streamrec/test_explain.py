@@ -51,21 +51,3 @@ def test_explain_cli_writes_a_self_contained_page(tiny_ckpt, tiny_log, tmp_path)
     text = page.read_text()
     assert user in text and "data:image/png;base64," in text
     assert "http://" not in text and "https://" not in text  # nothing fetched from elsewhere
-
-
-def test_agreement_benchmark_runs_and_writes_flat_json(tiny_ckpt, tiny_log, tmp_path):
-    """`benchmarks/streamrec_explain.py` end to end: it runs on the public scoring API."""
-    import json
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2]
-    out = tmp_path / "explain.json"
-    cmd = [sys.executable, "benchmarks/streamrec_explain.py", "--ckpt", str(tiny_ckpt), "--input", str(tiny_log),
-           "--users", "12", "--batch-size", "5", "--json", str(out)]
-    res = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr[-3000:]
-    figures = json.loads(out.read_text())
-    assert figures["users"] == 12 and figures["pairs"] == 12 * figures["top_k"]
-    assert 0.0 <= figures["agreement"] <= 1.0 and 0.0 < figures["chance"] <= 1.0
