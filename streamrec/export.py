@@ -24,6 +24,8 @@ from core.nn.cpu_fastpath import cpu_fastpath_disabled
 from core.runtime.atomic import atomic_folder_files
 from core.runtime.checkpoint import load_module
 from core.runtime.export import constructor_arguments, run_export, save_folder, write_json
+from streamrec.data.ingest.options import READ_OPTIONS_KEY
+from streamrec.data.readers import read_options_from_checkpoint
 from streamrec.data.vocab import ItemVocab
 from streamrec.model.module import VOCAB_KEY, StreamRecModule
 from streamrec.model.network import StreamRecModel
@@ -61,7 +63,9 @@ def export_safetensors(ckpt: str | Path, out: str | Path) -> Path:
     module, state = load(ckpt)
     vocab = ItemVocab.from_dict(state[VOCAB_KEY])
     hparams = constructor_arguments(StreamRecModule, state["hyper_parameters"])
-    return save_folder(out, module.model, "streamrec", hparams, vocab.to_dict())  # {"items": [...]}
+    # {"items": [...]}, and how the training log was read, so that new logs are read the same way from the folder
+    reading = {READ_OPTIONS_KEY: read_options_from_checkpoint(state).to_dict()}
+    return save_folder(out, module.model, "streamrec", hparams, {**vocab.to_dict(), "data": reading})
 
 
 def export_onnx(ckpt: str | Path, out: str | Path, opset: int = OPSET) -> Path:

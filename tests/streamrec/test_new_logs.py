@@ -133,3 +133,12 @@ def test_cold_users_popular_gives_them_the_logs_most_popular_items(ckpt, events,
         assert [s for _, s in mine] == [float(c) for _, c in top]  # ties may order items either way
         assert {i for i, _ in mine} <= {i for i, c in counts.items() if c >= top[-1][1]}
     assert not (tmp_path / "recs.parquet.skipped.txt").exists()
+
+
+def test_an_export_folder_reads_new_logs_as_its_checkpoint_did(ckpt, events, tmp_path):
+    from streamrec.export import export_safetensors
+
+    folder = export_safetensors(ckpt, tmp_path / "export")
+    from_folder = Recommender.load(folder).read_log(events)
+    from_ckpt = Recommender.load(ckpt).read_log(events)
+    assert from_folder.items == from_ckpt.items and len(from_folder.items) > 0
