@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from translate import api, infer
-from translate.model.transformer import Translator
+from translate.model.transformer import TransformerTranslator
 from translate.search.decoding import beam_search, greedy_search, length_penalty
 from translate.search.ensemble import Ensemble
 from translate.search.options import SearchOptions
@@ -19,9 +19,9 @@ from translate.search.options import SearchOptions
 BOS, EOS, PAD = 2, 3, 0
 
 
-def _member(vocab: int = 8, seed: int = 0, d_model: int = 16, eos_scale: float = 1.0) -> Translator:
+def _member(vocab: int = 8, seed: int = 0, d_model: int = 16, eos_scale: float = 1.0) -> TransformerTranslator:
     torch.manual_seed(seed)
-    model = Translator(vocab, vocab, d_model=d_model, n_heads=2, n_encoder_layers=1, n_decoder_layers=2,
+    model = TransformerTranslator(vocab, vocab, d_model=d_model, n_heads=2, n_encoder_layers=1, n_decoder_layers=2,
                        d_ff=32, max_len=16, dropout=0.0).eval()
     g = torch.Generator().manual_seed(seed)  # random init is near-uniform: make the members disagree
     with torch.no_grad():
@@ -38,13 +38,13 @@ def _ensemble(vocab: int = 8, eos_scale: float = 1.0) -> Ensemble:
 
 
 @torch.no_grad()
-def _naive_log_probs(members: list[Translator], src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+def _naive_log_probs(members: list[TransformerTranslator], src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
     """log(mean_m softmax(member m's uncached logits)) (B, T, V), in float64."""
     probs = torch.stack([m(src, tgt_in).double().softmax(-1) for m in members]).mean(0)
     return probs.log()
 
 
-def _sequence_log_prob(members: list[Translator], src: torch.Tensor, ids: list[int]) -> float:
+def _sequence_log_prob(members: list[TransformerTranslator], src: torch.Tensor, ids: list[int]) -> float:
     logp = _naive_log_probs(members, src, torch.tensor([[BOS, *ids[:-1]]]))[0]
     return float(logp[torch.arange(len(ids)), torch.tensor(ids)].sum())
 

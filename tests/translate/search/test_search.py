@@ -5,7 +5,7 @@ import itertools
 import pytest
 import torch
 
-from translate.model.transformer import Translator
+from translate.model.transformer import TransformerTranslator
 from translate.search import decoding as search
 from translate.search.decoding import beam_search, greedy_search, length_penalty, topk_by_blocks
 
@@ -14,7 +14,7 @@ BOS, EOS, PAD = 2, 3, 0
 
 def _model(vocab=12, seed=0, max_len=16, eos_scale=1.0):
     torch.manual_seed(seed)
-    model = Translator(vocab, vocab, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=2, d_ff=32,
+    model = TransformerTranslator(vocab, vocab, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=2, d_ff=32,
                        max_len=max_len, dropout=0.0).eval()
     # Random init gives near-uniform logits; perturb the weights so outputs differ by input,
     # and shrink EOS's output row so that longer outputs can win.
