@@ -15,18 +15,11 @@ cannot import a package's `__main__` module.
 
 from __future__ import annotations
 
-from jsonargparse import set_parsing_settings
-
-from core.nn.options import OptionGroup
 from core.runtime.cli import AppCLI, OneLineErrorParser
 from core.runtime.errors import exit_on_error
 from core.runtime.logs import log_info_to_stderr, quiet_library_noise
 from translate.data.corpus import TranslationDataModule
 from translate.model.module import TranslationModule
-
-# The option groups are plain frozen dataclasses to the parser (`--model.optimizer.warmup_steps`, nested YAML), not
-# classes to pick by `class_path`: jsonargparse treats a dataclass as one only when every base is a dataclass.
-set_parsing_settings(subclasses_disabled=[OptionGroup])
 
 
 class TranslateCLI(AppCLI):

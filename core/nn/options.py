@@ -19,8 +19,13 @@ from core.nn.compile import CompileMode, check_backend, compile_mode
 Group = TypeVar("Group", bound="OptionGroup")
 
 
+@dataclasses.dataclass(frozen=True)
 class OptionGroup:
-    """Base of the frozen dataclasses that hold one group of a module's settings."""
+    """Base of the frozen dataclasses that hold one group of a module's settings.
+
+    A dataclass itself (with no fields): jsonargparse exposes a dataclass's fields as `--model.GROUP.FIELD` only
+    when every class it derives from is one.
+    """
 
     @classmethod
     def of(cls: type[Group], value: Group | Mapping[str, Any] | None, name: str = "") -> Group:

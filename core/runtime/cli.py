@@ -316,8 +316,9 @@ class AppCLI(LightningCLI):
                             help="in a config file: the YAML it builds on, relative to it (`base: base.yaml`); "
                                  "that file is read first, and this one changes only the keys it sets")
         parser.add_argument("--threads", type=int | None, default=None,
-                            help="torch threads (default: the CPUs this process may use: its affinity and the "
-                                 "container's CPU quota, not the host's cores); 1 on a machine other jobs share")
+                            help="torch threads (default: OMP_NUM_THREADS where set, else the CPUs this process may "
+                                 "use: its affinity and the container's CPU quota, not the host's cores); 1 on a "
+                                 "machine other jobs share")
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config

@@ -4,8 +4,8 @@ torch starts with one thread per core of the host. A container whose CPU quota i
 to some cores (`taskset`, a scheduler's cpuset), or cores another job keeps busy then run more threads than
 there are CPUs to run them, and every matmul waits on the slowest thread. Every program therefore takes one
 `threads` setting (`--threads N`, YAML `threads: N`), whose default counts the CPUs this process may use: its
-affinity mask, capped by the cgroup's CPU quota, never the host's core count. On a machine that other jobs
-share, `--threads 1` is usually the fastest.
+affinity mask, capped by the cgroup's CPU quota, never the host's core count (`OMP_NUM_THREADS`, where set,
+wins, as it does for torch). On a machine that other jobs share, `--threads 1` is usually the fastest.
 """
 
 from __future__ import annotations
@@ -60,9 +60,21 @@ def check_threads(threads: int | None, name: str = "--threads") -> None:
                          f"got {threads!r}")
 
 
+def default_threads() -> int:
+    """`OMP_NUM_THREADS` where the environment sets it (torch's own rule, which schedulers use), else
+    `available_cpus()`."""
+    env = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return int(env) if env.isdigit() and int(env) > 0 else available_cpus()
+
+
 def set_threads(threads: int | None = None) -> int:
-    """Compute with `threads` torch threads (None: `available_cpus()`); returns the count set."""
+    """Compute with `threads` torch threads (None: `default_threads()`); returns the count.
+
+    The pool is only touched when the count changes: a forked DDP worker inherits a pool it cannot use, so a
+    process that never needed another count must not start one.
+    """
     check_threads(threads)
-    count = available_cpus() if threads is None else threads
-    torch.set_num_threads(count)
+    count = default_threads() if threads is None else threads
+    if count != torch.get_num_threads():
+        torch.set_num_threads(count)
     return count

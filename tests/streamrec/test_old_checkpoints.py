@@ -55,3 +55,13 @@ def test_an_old_checkpoint_loads_as_a_module_with_its_settings_in_groups(case: s
 def test_the_old_flat_names_are_not_options_of_the_module() -> None:
     with pytest.raises(TypeError, match="contrastive_weight"):
         StreamRecModule(10, contrastive_weight=0.1)  # type: ignore[call-arg]
+
+
+def test_the_test_command_takes_an_old_checkpoint(tmp_path, monkeypatch, capsys) -> None:
+    from streamrec.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    main(["test", "--data.path", str(FIXTURES / "log.csv"), "--data.max_len", "8", "--ckpt_path",
+          str(FIXTURES / "sasrec_terms.ckpt"), "--trainer.logger", "false", "--trainer.enable_progress_bar", "false"])
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("test_ndcg@10")]
+    assert rows and 0.0 <= float(rows[0][1]) <= 1.0

@@ -37,11 +37,14 @@ def test_the_default_is_the_affinity_capped_by_the_quota_rounded_up(tmp_path) ->
     assert available_cpus(_cgroup(tmp_path, {"cpu.max": f"{100000 * (affinity + 4)} 100000"})) == affinity
 
 
-def test_set_threads_sets_torch_and_refuses_less_than_one() -> None:
+def test_set_threads_sets_torch_and_refuses_less_than_one(monkeypatch) -> None:
     before = torch.get_num_threads()
     try:
         assert set_threads(1) == 1 and torch.get_num_threads() == 1
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
         assert set_threads() == available_cpus() == torch.get_num_threads()
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the environment's count is the default where it is set
+        assert set_threads() == 1 == torch.get_num_threads()
         for wrong in (0, -2, True, 1.5):
             with pytest.raises(ValueError, match="`--threads` must be a whole number >= 1"):
                 set_threads(wrong)
