@@ -219,9 +219,11 @@ def read_options_from_checkpoint(checkpoint: Mapping[str, Any]) -> ReadOptions:
         The stored `ReadOptions`; for a checkpoint written before they were stored, the DataModule's
         format and column names from its hyper-parameters; defaults when it has neither.
     """
-    state = checkpoint.get(DATAMODULE_KEY)
-    if isinstance(state, Mapping) and isinstance(state.get(READ_OPTIONS_KEY), Mapping):
-        return ReadOptions.from_dict(state[READ_OPTIONS_KEY])
+    # Lightning keeps a DataModule's state under its class name: StreamRecDataModule's, or a subclass's.
+    states = [checkpoint.get(DATAMODULE_KEY), *checkpoint.values()]
+    for state in states:
+        if isinstance(state, Mapping) and isinstance(state.get(READ_OPTIONS_KEY), Mapping):
+            return ReadOptions.from_dict(state[READ_OPTIONS_KEY])
     hparams = checkpoint.get("datamodule_hyper_parameters")
     if isinstance(hparams, Mapping):
         old = {k: hparams[k] for k in ("format", "user_col", "item_col", "time_col") if k in hparams}
