@@ -104,11 +104,14 @@ def sample_negatives(
 class RankingMetrics(Metric):
     """HR@K, NDCG@K and MRR@K of the target's rank among the full catalogue.
 
-    `compute()` returns {"hr@10": ..., "ndcg@10": ..., "mrr@10": ..., "hr@20": ...}.
+    `compute()` returns {"hr@10": ..., "ndcg@10": ..., "mrr@10": ..., "hr@20": ...}, and "loss" with
+    `cross_entropy`.
 
     Args:
         ks: cutoffs K.
         exclude_seen: remove already-seen items (except the target) from the candidates.
+        cross_entropy: also the target's mean cross-entropy under the softmax of the scores over the catalogue
+            (the curve to read beside the training loss); for scores that are logits.
     """
 
     full_state_update = False
@@ -116,14 +119,16 @@ class RankingMetrics(Metric):
     is_differentiable = False
     name_prefix = ""
 
-    def __init__(self, ks: Sequence[int] = (10, 20), exclude_seen: bool = True):
+    def __init__(self, ks: Sequence[int] = (10, 20), exclude_seen: bool = True, cross_entropy: bool = False):
         super().__init__()
         if not ks or any(int(k) < 1 for k in ks):
             raise ValueError(f"`ks` must be positive cutoffs, got {list(ks)}")
         self.ks = sorted({int(k) for k in ks})
         self.exclude_seen = exclude_seen
+        self.cross_entropy = cross_entropy
         for name in ("hr", "ndcg", "mrr"):
             self.add_state(name, default=torch.zeros(len(self.ks)), dist_reduce_fx="sum")
+        self.add_state("loss", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("count", default=torch.tensor(0), dist_reduce_fx="sum")
 
     def ranks(self, scores: Tensor, targets: Tensor, seen: Tensor | None) -> Tensor:
@@ -140,6 +145,9 @@ class RankingMetrics(Metric):
         self.hr += hit.sum(0)
         self.ndcg += (hit / torch.log2(pos + 1.0)).sum(0)
         self.mrr += (hit / pos).sum(0)
+        if self.cross_entropy:  # over the whole catalogue, seen items included: the training loss's view
+            scores = scores.detach().float()
+            self.loss += (torch.logsumexp(scores, -1) - scores.gather(1, targets[:, None]).squeeze(1)).sum().double()
         self.count += rank.shape[0]
 
     def compute(self) -> dict[str, Tensor]:
@@ -148,6 +156,8 @@ class RankingMetrics(Metric):
         for i, k in enumerate(self.ks):
             for name in ("hr", "ndcg", "mrr"):
                 out[f"{self.name_prefix}{name}@{k}"] = getattr(self, name)[i] / self.count
+        if self.cross_entropy:
+            out[f"{self.name_prefix}loss"] = (self.loss / self.count).float()
         return out
 
 

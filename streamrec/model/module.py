@@ -123,8 +123,8 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
                 table.sparse = True
         self.loss_fn = Objective(self.objective, self.contrastive, sparse=self.optim.sparse)
         ks, exclude_seen = self.evaluation.ks, self.evaluation.exclude_seen
-        self.val_metrics = RankingMetrics(ks, exclude_seen)
-        self.test_metrics = RankingMetrics(ks, exclude_seen)
+        self.val_metrics = RankingMetrics(ks, exclude_seen, cross_entropy=True)
+        self.test_metrics = RankingMetrics(ks, exclude_seen, cross_entropy=True)
         self.sampled_metrics = (
             SampledRankingMetrics(num_items, ks, exclude_seen=exclude_seen) if self.evaluation.sampled_metrics
             else None
@@ -253,16 +253,13 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
 
     # ------------------------------------------------------------------ evaluation
     def validation_step(self, batch: EvalBatch, batch_idx: int) -> None:
-        self._evaluate(batch, self.val_metrics, "val")
+        self._evaluate(batch, self.val_metrics)
 
     def test_step(self, batch: EvalBatch, batch_idx: int) -> None:
-        self._evaluate(batch, self.test_metrics, "test")
+        self._evaluate(batch, self.test_metrics)
 
-    def _evaluate(self, batch: EvalBatch, metrics: RankingMetrics, split: str) -> None:
+    def _evaluate(self, batch: EvalBatch, metrics: RankingMetrics) -> None:
         scores = self.model.recommend_scores(batch.inputs).float()  # (B, N+1)
-        # The held-out item's cross-entropy over the whole catalogue: the curve to read against train_loss.
-        loss = (torch.logsumexp(scores, dim=-1) - scores.gather(1, batch.targets[:, None]).squeeze(1)).mean()
-        self.log(f"{split}_loss", loss, batch_size=batch.targets.shape[0], sync_dist=True)
         metrics.update(scores, batch.targets, batch.seen)
         if self.sampled_metrics is not None:
             self.sampled_metrics.update(scores, batch.targets, batch.seen)

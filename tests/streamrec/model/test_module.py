@@ -298,11 +298,11 @@ def test_validation_logs_the_held_out_items_cross_entropy() -> None:
     from streamrec.model.module import StreamRecModule
 
     module = StreamRecModule(12, max_len=6, d_model=8, n_heads=2, n_layers=1, d_ff=16).eval()
-    logged = {}
-    module.log = lambda name, value, **kwargs: logged.__setitem__(name, value)  # type: ignore[method-assign]
-    inputs = torch.tensor([[0, 0, 1, 2, 3, 4], [0, 0, 0, 0, 5, 6]])
-    targets = torch.tensor([7, 1])
-    module.validation_step(EvalBatch(torch.arange(2), inputs, targets, torch.zeros(2, 1, dtype=torch.long)), 0)
+    inputs = torch.tensor([[0, 0, 1, 2, 3, 4], [0, 0, 0, 0, 5, 6], [0, 0, 0, 0, 0, 9]])
+    targets = torch.tensor([7, 1, 2])
+    seen = torch.zeros(3, 1, dtype=torch.long)
+    module.validation_step(EvalBatch(torch.arange(2), inputs[:2], targets[:2], seen[:2]), 0)
+    module.validation_step(EvalBatch(torch.arange(1), inputs[2:], targets[2:], seen[2:]), 1)
     scores = module.model.recommend_scores(inputs)
     want = F.cross_entropy(scores[:, 1:], targets - 1)  # the padding column (-inf) holds no probability
-    assert float(logged["val_loss"]) == pytest.approx(float(want), rel=1e-5)
+    assert float(module.val_metrics.compute()["loss"]) == pytest.approx(float(want), rel=1e-5)  # per row, not batch
