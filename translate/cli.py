@@ -15,11 +15,18 @@ cannot import a package's `__main__` module.
 
 from __future__ import annotations
 
+import inspect
+from pathlib import Path
+
+from core.runtime.checkpoint import load_checkpoint
 from core.runtime.cli import AppCLI, OneLineErrorParser
 from core.runtime.errors import exit_on_error
 from core.runtime.logs import log_info_to_stderr, quiet_library_noise
 from translate.data.corpus import TranslationDataModule
 from translate.model.module import TranslationModule
+
+# Subcommands that evaluate a trained model: with --ckpt_path and no data.train they read its vocabularies.
+CHECKPOINT_VOCAB_SUBCOMMANDS = ("validate", "test", "predict")
 
 
 class TranslateCLI(AppCLI):
@@ -40,7 +47,21 @@ class TranslateCLI(AppCLI):
             # Equal sizes would hide it: source piece k and target piece k would share one vector.
             raise ValueError("model.share_embeddings: true ties the source embedding to the target one, which needs "
                              "data.joint_vocab: true; set model.share_embeddings: false for separate vocabularies")
+        if self.subcommand in CHECKPOINT_VOCAB_SUBCOMMANDS and config.data.train is None and config.data.vocab is None:
+            self._read_data_from_checkpoint(config)
         super().before_instantiate_classes()
+
+    def _read_data_from_checkpoint(self, config) -> None:
+        """Without training files, evaluate with what `--ckpt_path` carries: its vocabularies, and its `max_len`
+        unless `--data.max_len` is given (a different one would change truncation and the output cap)."""
+        ckpt_path = config.get("ckpt_path")
+        if not ckpt_path or not Path(ckpt_path).is_file():
+            return
+        config.data.vocab = ckpt_path
+        default = inspect.signature(TranslationDataModule).parameters["max_len"].default
+        trained = load_checkpoint(ckpt_path, self.written_by, mmap=True).get("hyper_parameters", {}).get("max_len")
+        if config.data.max_len == default and isinstance(trained, int):
+            config.data.max_len = config.model.max_len = trained
 
 
 def main(args: list[str] | None = None) -> TranslateCLI:

@@ -275,3 +275,58 @@ def test_checkpoint_of_other_data_settings_is_one_line(tiny_ckpt, demo_dir, tmp_
     assert message.startswith(f"error: checkpoint {tiny_ckpt} does not fit this model: ")
     assert re.search(r"model\.\w+_embed\.embedding\.weight is \d+ x 16 there but 300 x 16 here", message)
     assert "trained on other data or settings" in message and "\n" not in message
+
+
+def _tsv(demo_dir: Path, split: str, out: Path) -> Path:
+    """The demo split as one `source<TAB>target` file, the common bitext layout."""
+    src = (demo_dir / f"{split}.en").read_text(encoding="utf-8").splitlines()
+    tgt = (demo_dir / f"{split}.de").read_text(encoding="utf-8").splitlines()
+    path = out / f"{split}.tsv"
+    path.write_text("".join(f"{s}\t{t}\n" for s, t in zip(src, tgt, strict=True)), encoding="utf-8")
+    return path
+
+
+def test_fit_reads_a_two_column_tsv_of_pairs(demo_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    train, val = _tsv(demo_dir, "train", tmp_path), _tsv(demo_dir, "val", tmp_path)
+    cli = main(["fit", f"--data.train={train}", f"--data.val={val}", "--data.cache_dir", str(tmp_path / "spm"),
+                *TINY_MODEL, "--trainer.fast_dev_run", "true", "--trainer.enable_progress_bar", "false",
+                "--trainer.accelerator", "cpu", "--trainer.precision", "32-true"])
+    data = cli.datamodule.dataset("train")
+    assert data.sources[0] == (demo_dir / "train.en").read_text(encoding="utf-8").splitlines()[0]
+    assert data.refs[0] == (demo_dir / "train.de").read_text(encoding="utf-8").splitlines()[0]
+    assert "val_bleu" in cli.trainer.callback_metrics
+
+
+@pytest.mark.parametrize("row, tabs", [("a dog\tein Hund\textra", 2), ("no tab here", 0)])
+def test_tsv_row_without_exactly_one_tab_is_one_line_naming_file_and_line(tmp_path, monkeypatch, row, tabs):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.tsv").write_text(f"a cat\teine Katze\nthe dog\tder Hund\n{row}\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match=rf"^error: train\.tsv:3: {tabs} tabs; a TSV split needs exactly one tab") \
+            as exit_:
+        main(["fit", "--data.train=train.tsv", "--data.val=train.tsv"])
+    assert "\n" not in str(exit_.value.code)
+
+
+def _evaluate(sub: str, args: list[str], ckpt: Path, capsys) -> tuple[dict[str, float], str]:
+    cli = main([sub, *args, "--ckpt_path", str(ckpt), "--trainer.logger", "false",
+                "--trainer.enable_progress_bar", "false", "--trainer.accelerator", "cpu"])
+    return {k: float(v) for k, v in cli.trainer.callback_metrics.items()}, capsys.readouterr().out
+
+
+@pytest.mark.parametrize("sub, split", [("test", "test"), ("validate", "val")])
+def test_evaluating_a_checkpoint_needs_only_its_split(tiny_ckpt, demo_dir, tmp_path, monkeypatch, capsys, sub, split):
+    """`python -m translate test --ckpt_path CKPT --data.test FILES`: the vocabulary and max_len come from the
+    checkpoint, and the scores are those of a run given the training text and the training max_len."""
+    monkeypatch.chdir(tmp_path)
+    alone, table = _evaluate(sub, [f"--data.{split}={demo_dir / split}"], tiny_ckpt, capsys)
+    assert f"{split}_bleu" in table and f"{split}_chrf" in table
+    full, _ = _evaluate(sub, [*_data(demo_dir), "--data.max_len", "32", "--data.cache_dir",
+                              str(tiny_ckpt.parent / "spm")], tiny_ckpt, capsys)
+    assert alone == full
+
+
+def test_evaluating_without_training_text_or_checkpoint_says_what_is_needed(demo_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit, match=r"^error: data\.train: no training files; .* need --ckpt_path CKPT"):
+        main(["test", f"--data.test={demo_dir / 'test'}"])

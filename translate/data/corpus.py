@@ -1,8 +1,9 @@
 """Parallel text to padded subword batches, and the LightningDataModule that wires it up.
 
-Pipeline: `read_parallel` (aligned UTF-8 files, strict errors) -> `train_vocab` on the
-training split (cached by content hash, see `translate.data.vocab`) -> `encode_split` (subword
-ids; length and ratio filtering in training, truncation in evaluation) ->
+Pipeline: `read_split` (two line-aligned UTF-8 files, or one `source<TAB>target` TSV file; strict
+errors) -> `train_vocab` on the training split (cached by content hash, see `translate.data.vocab`),
+or a checkpoint's vocabularies (`vocab`) -> `encode_split` (subword ids; length and ratio
+filtering in training, truncation in evaluation) ->
 `TokenBatchSampler` (length-bucketed batches of at most `max_tokens` padded tokens) ->
 `collate` (a `Batch` of padded id tensors). With `subword_sampling`, `SampledSegmentations`
 draws a new segmentation of each training pair per batch (subword regularisation).
@@ -28,24 +29,33 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from core.runtime.checkpoint import load_checkpoint
 from core.runtime.errors import InputError, check_text
 from core.runtime.resume import EpochBatchSampler
-from translate.data.vocab import BOS_ID, EOS_ID, PAD_ID, ModelType, SubwordVocab, train_vocab
+from translate.data.vocab import BOS_ID, EOS_ID, PAD_ID, ModelType, SubwordVocab, train_vocab, vocabs_from_checkpoint
 
 logger = logging.getLogger(__name__)
 
 Split = Literal["train", "val", "test"]
 # A split's files: a prefix ("data/translate_demo/train" -> train.en, train.de), a pattern
-# with "{lang}" ("corpus/{lang}/train.txt"), or an explicit (src_path, tgt_path) pair.
+# with "{lang}" ("corpus/{lang}/train.txt"), an explicit (src_path, tgt_path) pair, or one
+# ".tsv" file of "source<TAB>target" lines ("corpus/train.tsv").
 SplitPaths = str | tuple[str, str]
+# The resolved files: (source, target), or (tsv,) for a TSV file holding both sides.
+SplitFiles = tuple[Path, Path] | tuple[Path]
+TSV_SUFFIX = ".tsv"
+WRITTEN_BY = "python -m translate fit"
 
 
-def resolve_paths(paths: SplitPaths, src_lang: str, tgt_lang: str) -> tuple[Path, Path]:
-    """The (source, target) files of one split (`SplitPaths`), `src_lang` and `tgt_lang` the suffixes ("en")."""
+def resolve_paths(paths: SplitPaths, src_lang: str, tgt_lang: str) -> SplitFiles:
+    """The files of one split (`SplitPaths`), `src_lang` and `tgt_lang` the suffixes ("en"): (source, target), or
+    (tsv,) for a path ending in ".tsv"."""
     if not isinstance(paths, str):
         if len(paths) != 2:
             raise InputError(f"explicit split paths must be a (src_path, tgt_path) pair, got {paths!r}")
         return Path(paths[0]), Path(paths[1])
+    if paths.lower().endswith(TSV_SUFFIX):
+        return (Path(paths),)
     if "{lang}" in paths:
         return Path(paths.replace("{lang}", src_lang)), Path(paths.replace("{lang}", tgt_lang))
     return Path(f"{paths}.{src_lang}"), Path(f"{paths}.{tgt_lang}")
@@ -94,6 +104,38 @@ def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[list[str]
             "parallel files must hold one sentence per line, aligned"
         )
     return src, tgt
+
+
+def read_tsv(path: str | Path) -> tuple[list[str], list[str]]:
+    """Read a bitext file of `source<TAB>target` lines (read as `read_lines` reads: UTF-8, no NUL byte); raise
+    naming file and line for a row without exactly one tab, or an empty file."""
+    lines = read_lines(path)
+    if not lines:
+        raise InputError(f"{path}:1: empty file; a TSV split needs one `source<TAB>target` pair per line")
+    src, tgt = [], []
+    for number, line in enumerate(lines, 1):
+        tabs = line.count("\t")
+        if tabs != 1:
+            raise InputError(f"{path}:{number}: {tabs} tabs; a TSV split needs exactly one tab per line "
+                             "(`source<TAB>target`): remove the extra tabs or pass two aligned files")
+        s, t = line.split("\t")
+        src.append(s)
+        tgt.append(t)
+    return src, tgt
+
+
+def read_split(files: SplitFiles) -> tuple[list[str], list[str]]:
+    """The (sources, targets) of a split's files (`resolve_paths`): a TSV file or two line-aligned files."""
+    return read_tsv(files[0]) if len(files) == 1 else read_parallel(*files)
+
+
+def checkpoint_vocabs(path: str | Path) -> tuple[SubwordVocab, SubwordVocab]:
+    """The (source, target) vocabularies a `python -m translate fit` checkpoint carries."""
+    vocabs = vocabs_from_checkpoint(load_checkpoint(path, WRITTEN_BY))
+    if vocabs is None:
+        raise InputError(f"data.vocab {path}: not a Translate checkpoint (no vocabularies); pass a checkpoint "
+                         f"written by `{WRITTEN_BY}`")
+    return vocabs
 
 
 def drop_blank_pairs(src: Sequence[str], tgt: Sequence[str], name: str = "train") -> tuple[list[str], list[str]]:
@@ -383,10 +425,11 @@ class TranslationDataModule(L.LightningDataModule):
 
     Args:
         train: training files: a prefix (`data/translate_demo/train` -> `train.en`, `train.de`),
-            a pattern with `{lang}`, or a (src_path, tgt_path) pair.
-        val: validation files, same forms as `train`.
-        test: test files, same forms as `train`, or None (no test split). It has a default
-            because jsonargparse cannot set a required argument to null.
+            a pattern with `{lang}`, a (src_path, tgt_path) pair, or one `.tsv` file of
+            `source<TAB>target` lines. `fit` needs it; `test` and `validate` do not when the
+            vocabularies come from a checkpoint (`vocab`).
+        val: validation files, same forms as `train`; `fit` and `validate` need them.
+        test: test files, same forms as `train`, or None (no test split).
         src_lang: source language suffix, e.g. "en".
         tgt_lang: target language suffix, e.g. "de".
         vocab_size: sentencepiece pieces per vocabulary, specials included (an upper bound on small corpora).
@@ -408,12 +451,15 @@ class TranslationDataModule(L.LightningDataModule):
         num_workers: DataLoader worker processes (0 loads in the main process).
         predict: source sentences for `predict` to translate, one per line (read when predicting);
             None translates the source side of `test`.
+        vocab: a checkpoint written by `python -m translate fit` whose vocabularies to use instead of
+            training them on `train`; `test`, `validate` and `predict --ckpt_path CKPT` read CKPT's
+            when `train` is not given.
     """
 
     def __init__(
         self,
-        train: SplitPaths,
-        val: SplitPaths,
+        train: SplitPaths | None = None,
+        val: SplitPaths | None = None,
         test: SplitPaths | None = None,
         src_lang: str = "en",
         tgt_lang: str = "de",
@@ -429,6 +475,7 @@ class TranslationDataModule(L.LightningDataModule):
         seed: int = 0,
         num_workers: int = 0,
         predict: str | None = None,
+        vocab: str | None = None,
     ):
         super().__init__()
         self.save_hyperparameters()
@@ -443,21 +490,33 @@ class TranslationDataModule(L.LightningDataModule):
             )
         if max_ratio < 1.0:
             raise InputError(f"`max_ratio` ({max_ratio}) must be >= 1 (it bounds longer / shorter side)")
-        self.paths: dict[str, tuple[Path, Path] | None] = {
-            "train": resolve_paths(train, src_lang, tgt_lang),
-            "val": resolve_paths(val, src_lang, tgt_lang),
-            "test": None if test is None else resolve_paths(test, src_lang, tgt_lang),
+        self.paths: dict[str, SplitFiles | None] = {
+            split: None if paths is None else resolve_paths(paths, src_lang, tgt_lang)
+            for split, paths in (("train", train), ("val", val), ("test", test))
         }
-        src_path, tgt_path = self.paths["train"]
-        self._train_text = drop_blank_pairs(*read_parallel(src_path, tgt_path), name=f"{src_path} / {tgt_path}")
-        src, tgt = self._train_text
-        options = {"vocab_size": vocab_size, "model_type": model_type,
-                   "character_coverage": character_coverage, "cache_dir": cache_dir}
-        if joint_vocab:
-            self.src_vocab = self.tgt_vocab = train_vocab(src + tgt, **options)
+        self._train_text: tuple[list[str], list[str]] | None = None
+        if vocab is not None:
+            self.src_vocab, self.tgt_vocab = checkpoint_vocabs(vocab)
+        elif train is None:
+            raise InputError("data.train: no training files; `fit` needs them (a prefix, a {lang} pattern, a pair "
+                             "or a .tsv file), and `test`/`validate` without them need --ckpt_path CKPT or "
+                             "--data.vocab CKPT for the vocabularies")
         else:
-            self.src_vocab, self.tgt_vocab = train_vocab(src, **options), train_vocab(tgt, **options)
+            src, tgt = self._read_train()
+            options = {"vocab_size": vocab_size, "model_type": model_type,
+                       "character_coverage": character_coverage, "cache_dir": cache_dir}
+            if joint_vocab:
+                self.src_vocab = self.tgt_vocab = train_vocab(src + tgt, **options)
+            else:
+                self.src_vocab, self.tgt_vocab = train_vocab(src, **options), train_vocab(tgt, **options)
         self._datasets: dict[str, TranslationDataset] = {}
+
+    def _read_train(self) -> tuple[list[str], list[str]]:
+        """The training pairs with a text on both sides (read once)."""
+        if self._train_text is None:
+            files = self.paths["train"]
+            self._train_text = drop_blank_pairs(*read_split(files), name=" / ".join(map(str, files)))
+        return self._train_text
 
     @property
     def src_vocab_size(self) -> int:
@@ -489,11 +548,9 @@ class TranslationDataModule(L.LightningDataModule):
         if split not in self._datasets:
             paths = self.paths.get(split)
             if paths is None:
-                raise InputError(f"no `{split}` files configured; pass `{split}=` to TranslationDataModule")
-            if split == "train":
-                sources, refs = self._train_text
-            else:
-                sources, refs = read_parallel(*paths)
+                raise InputError(f"data.{split}: no `{split}` files configured; pass --data.{split} (a prefix, a "
+                                 "{lang} pattern, a pair or a .tsv file)")
+            sources, refs = self._read_train() if split == "train" else read_split(paths)
             hp = self.hparams
             self._datasets[split] = encode_split(
                 sources, refs, self.src_vocab, self.tgt_vocab, hp.max_len, hp.max_ratio, split == "train", split
@@ -506,7 +563,8 @@ class TranslationDataModule(L.LightningDataModule):
             if self.hparams.predict is None and self.paths["test"] is None:
                 raise InputError("`predict` has nothing to translate: set `data.predict` to a file of source "
                                  "sentences, one per line")
-            sources = read_lines(self.hparams.predict or self.paths["test"][0])
+            predict = self.hparams.predict
+            sources = read_lines(predict) if predict else read_split(self.paths["test"])[0]
             self._datasets["predict"] = encode_split(sources, [""] * len(sources), self.src_vocab, self.tgt_vocab,
                                                      self.hparams.max_len, train=False, name="predict")
         return self._datasets["predict"]
@@ -563,6 +621,6 @@ class TranslationDataModule(L.LightningDataModule):
         src, tgt = SubwordVocab.from_bytes(state_dict["src_vocab"]), SubwordVocab.from_bytes(state_dict["tgt_vocab"])
         if src != self.src_vocab or tgt != self.tgt_vocab:
             logger.warning("checkpoint vocabularies differ from the ones trained on %s; using the checkpoint's",
-                           self.paths["train"][0])
+                           self.paths["train"][0] if self.paths["train"] else "data.vocab")
             self.src_vocab, self.tgt_vocab = src, (src if tgt == src else tgt)
             self._datasets.clear()
