@@ -287,7 +287,7 @@ def model_keys(block: Block) -> list[str]:
 
 
 MODEL_OPTION = re.compile(r"(?<![\w./-])-{0,2}(model\.[a-z_][\w.]*[a-z_0-9])")
-FILE_NAME = re.compile(r"\.(?:py|safetensors|onnx|bin|json|ckpt|pt)$")  # `model.safetensors` is a file
+FILE_NAME = re.compile(r"\.(?:py|safetensors|onnx(?:\.data)?|bin|json|ckpt|pt)$")  # `model.safetensors` is a file
 LINKED = {"model.num_items", "model.max_len", "model.num_features", "model.features_per_item",
           "model.src_vocab_size", "model.tgt_vocab_size", "model.pad_id"}  # linked from the data: not in --help
 
