@@ -7,7 +7,7 @@
 item vocabulary); `streamrec.Recommender.load(DIR)` reads it back without pickle (`core.runtime.export`).
 `onnx` writes DIR/model.onnx, `items (B, T) -> scores (B, N+1)` over model ids left-padded to max_len (the
 positions count from the first column), and DIR/items.json (`max_len`, and `items[k]`: the original id of
-model id k + 1). It needs the `export` extra (`pip install -e ".[export]"`).
+model id k + 1). It needs the `export` extra (`pip install -c constraints.txt -e ".[export]"`).
 
 Legend: B users, T history length, N items.
 """

@@ -47,6 +47,7 @@ from core.runtime.atomic import atomic_path, stale_temporaries
 from core.runtime.errors import InputError, check_text, exit_on_error
 from core.runtime.lock import OutputLock, interrupt_on_sigterm
 from core.runtime.precision import cpu_has_fast_bf16
+from core.runtime.threads import set_threads
 from streamrec.api import Recommender
 from streamrec.data.interactions import Interactions
 from streamrec.model.network import StreamRecModel
@@ -272,8 +273,8 @@ def main(argv: list[str] | None = None) -> None:
                         "streamrec.ranking.topk). auto (default): bf16 on such a CPU, else fp32; the output's "
                         "provenance records which ran")
     p.add_argument("--threads", type=int, default=0,
-                   help="torch threads of the local engine (default 0: one per core); 1 where other jobs keep the "
-                        "cores busy: waiting for a second thread then costs more than it gives")
+                   help="torch threads of the local engine (default 0: OMP_NUM_THREADS where set, else the CPUs this "
+                        "process may use, as fit's --threads); 1 where other jobs keep the cores busy")
     p.add_argument("--shard", help="I/N: score only shard I of N of the users (a stable hash of the user id); "
                                    "merge the N outputs with python -m streamrec.shards merge")
     p.add_argument("--engine", choices=("local", "ray"), default="local",
@@ -328,8 +329,7 @@ def _score_into(job: ScoreJob) -> None:
         rows = score_with_ray(job.ckpt, job.items, job.ranking, job.ray, users, interactions, job.output, metadata)
         log.info("wrote %d rows for %d users to %s", rows, len(users), job.output)
         return
-    if job.threads:
-        torch.set_num_threads(job.threads)
+    set_threads(job.threads or None)
     out = ResumableOutput(job.output, job.manifest(), fresh=job.fresh)
     popular = PopularItems.count(interactions, rec.vocab, job.ranking.top_k) if job.cold_users == "popular" else None
     scorer = BatchScorer(rec.model, rec.vocab, job.ranking, rec.catalog,

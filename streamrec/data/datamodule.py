@@ -64,7 +64,8 @@ class StreamRecDataModule(L.LightningDataModule):
         batch_size: examples per batch (training and evaluation).
         split: leave_one_out (last item test, second-to-last validation) or temporal (global
             time cutoffs; needs timestamps).
-        min_interactions: users with fewer events are dropped before anything else.
+        min_interactions: users with fewer events are dropped, after the reading filters (`filter`,
+            `duplicates`, `min_item_count`, `k_core`).
         user_col: user column name (in a file without header, its position: 0, 1, ...).
         item_col: item column name.
         time_col: timestamp column name; None means the file order is chronological.

@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from core.runtime.errors import InputError, exit_on_error
 from core.runtime.serving.gate import MAX_BODY_BYTES, JSONGate, Validate, error_response
 from core.runtime.serving.litserver import BatchedAPI, PipeLitServer, no_auth
+from core.runtime.threads import available_cpus
 
 HOSTS = ("127.0.0.1", "0.0.0.0", "::")  # what LitServer.run accepts; 127.0.0.1: reachable from this machine only
 
@@ -78,12 +79,13 @@ class ServerOptions:
 
     @property
     def threads_per_worker(self) -> int:
-        """`--threads`, or the CPU cores but one (the HTTP process's) shared out among the workers.
+        """`--threads`, or the CPUs this process may use (`core.runtime.threads`) but one (the HTTP process's)
+        shared out among the workers.
 
         A worker with as many torch threads as cores competes with the HTTP process: the HTTP process and the
         worker's last thread preempt each other.
         """
-        return self.threads or max(1, ((os.cpu_count() or 1) - 1) // self.workers)
+        return self.threads or max(1, (available_cpus() - 1) // self.workers)
 
 
 def run_server(api: BatchedAPI, validate: Validate, options: ServerOptions, metadata: dict | None = None) -> None:
