@@ -1,8 +1,6 @@
-"""What the benchmark scripts share: interleaved timing, memory probes, tables, JSON, and the shipped configs'
-training steps (the cases `cpu_fastpath.py`, `cpu_precision.py` and `hot_path.py` time).
-
-Benchmarks here report ratios against a baseline measured in the same run, never a lone
-absolute time: the CPUs are shared and one run can be 2x slower than the next.
+"""What the benchmark scripts share: interleaved timing, memory probes, FLOP counts and this machine's GEMM peak
+(MFU), tables, JSON, the shipped configs' training steps. Benchmarks report ratios against a baseline measured in
+the same run, never a lone absolute time: the CPUs are shared and one run can be 2x slower than the next.
 """
 
 from __future__ import annotations
@@ -17,11 +15,9 @@ import multiprocessing
 import os
 import resource
 import statistics
-import subprocess
 import sys
-import tarfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -32,11 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def ensure_peer_venv(script: str, modules: Sequence[str], venv: str, make_target: str) -> None:
-    """Re-run `script` under ROOT/`venv` when one of the peer `modules` does not import here.
-
-    Peers (RecTools, transformers, CTranslate2) live in benchmark-only venvs, never in `.venv`;
-    started from another interpreter, a peer benchmark hands itself over to its own.
-    """
+    """Re-run `script` under ROOT/`venv` (a benchmark-only venv) when a peer module does not import here."""
     try:
         for name in modules:
             importlib.import_module(name)
@@ -46,38 +38,31 @@ def ensure_peer_venv(script: str, modules: Sequence[str], venv: str, make_target
         # Compare prefixes, not executables: every venv's python links to the same interpreter.
         if python.exists() and Path(sys.prefix).resolve() != peer.resolve():
             os.execv(str(python), [str(python), script, *sys.argv[1:]])
-        sys.exit(f"error: {'/'.join(modules)} not installed here and {venv} is missing; "
-                 f"create it with `make {make_target}` (or `bash benchmarks/envs/{make_target.rsplit('-', 1)[-1]}.sh`)")
+        sys.exit(f"error: {'/'.join(modules)} not installed here and {venv} is missing; create it with "
+                 f"`make {make_target}`")
 
 
 def require_bf16_kernels(option: str) -> None:
     """Exit with one line when asked to time bf16 on a CPU where PyTorch runs it through its slow fallback."""
-    # Imported here: scripts import _common before re-running themselves in a peer venv; that should not wait for torch.
+    # Imported here: scripts import _common before re-running themselves in a peer venv.
     from core.runtime.precision import NO_BF16_KERNELS, cpu_has_bf16_kernels
 
     if not cpu_has_bf16_kernels():
-        sys.exit(f"error: {option}: {NO_BF16_KERNELS}, so bf16 timings would measure PyTorch's fallback, not the "
-                 "hardware; time fp32 here, bf16 on a CPU that has it")
+        sys.exit(f"error: {option}: {NO_BF16_KERNELS}, so bf16 timings would measure PyTorch's fallback")
 
 
-def time_call(fn: Callable[[], object], sync: Callable[[], None] | None = None, number: int = 1) -> float:
-    """Seconds per call of `fn`, averaged over `number` back-to-back calls.
-
-    `sync` (e.g. `torch.cuda.synchronize`) runs before and after, so queued GPU work counts.
-    """
-    if sync is not None:
-        sync()
+def time_call(fn: Callable[[], object], sync: Callable[[], None] = lambda: None, number: int = 1) -> float:
+    """Seconds per call of `fn` over `number` back-to-back calls; `sync` (e.g. CUDA's) runs before and after."""
+    sync()
     start = time.perf_counter()
     for _ in range(number):
         fn()
-    if sync is not None:
-        sync()
+    sync()
     return (time.perf_counter() - start) / number
 
 
-def interleave(
-    fns: dict[str, Callable[[], object]], repeats: int, sync: Callable[[], None] | None = None, number: int = 1
-) -> dict[str, list[float]]:
+def interleave(fns: dict[str, Callable[[], object]], repeats: int, sync: Callable[[], None] = lambda: None,
+               number: int = 1) -> dict[str, list[float]]:
     """Time every function once per round, A B A B ..., so drifting machine load hits all alike."""
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
@@ -86,34 +71,70 @@ def interleave(
     return times
 
 
-def adaptive_repeats(round_s: float, budget_s: float, lo: int = 3, hi: int = 25) -> int:
-    """How many rounds fit in `budget_s`, given one round takes `round_s`; clamped to [lo, hi]."""
-    return max(lo, min(hi, int(budget_s / max(round_s, 1e-9))))
-
-
 def median_ratio(num: Sequence[float], den: Sequence[float]) -> float:
     """Median of the per-round ratios num[i] / den[i]: robust to a round slowed for both sides."""
     return statistics.median(a / b for a, b in zip(num, den, strict=True))
 
 
-def mem_available_bytes() -> int:
-    """MemAvailable from /proc/meminfo (Linux): what can be allocated without swapping."""
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemAvailable:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError("no MemAvailable line in /proc/meminfo")
+def peak_gemm_flops(dtype: str = "fp32", threads: int | None = None, size: int = 1024, repeats: int = 5,
+                    device: str = "cpu") -> float:
+    """This machine's GEMM rate in FLOP/s: the best of `repeats` timed (size x size) @ (size x size) matmuls (the
+    best, since load on shared cores only ever slows one down).
+
+    Args:
+        dtype: "fp32" or "bf16", the precision of the step it is compared with.
+        threads: torch CPU threads for the probe (restored after); None keeps the current count.
+        device: "cpu" or "cuda" (the device's matmul, synchronised, under the current TF32 setting).
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        a, b = (torch.randn(size, size, device=device).to({"fp32": torch.float32, "bf16": torch.bfloat16}[dtype])
+                for _ in range(2))
+        sync = torch.cuda.synchronize if device == "cuda" else lambda: None
+        time_call(lambda: a @ b, sync)  # warm-up: kernel selection, packing buffers
+        return 2 * size**3 / min(time_call(lambda: a @ b, sync) for _ in range(repeats))
+    finally:
+        torch.set_num_threads(before)
 
 
-def rss_bytes() -> int:
-    """Resident set size of this process now."""
-    return int(Path("/proc/self/statm").read_text().split()[1]) * resource.getpagesize()
+def step_flops(fn: Callable[[], object]) -> int:
+    """FLOPs of one call of `fn` as `FlopCounterMode` counts them: matmuls, attention, convolutions (forward and
+    backward), not elementwise work."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        fn()
+    return int(counter.get_total_flops())
+
+
+def loader_flops(step: Callable[[object], object], batches: Iterable, shape: Callable[[object], tuple]) -> int:
+    """FLOPs of `step(batch)` over all of `batches`: `step_flops` on one batch per distinct `shape(batch)`, times
+    that shape's count. The torch RNG is restored after, so counting changes no later draw."""
+    import torch
+
+    with torch.random.fork_rng():
+        first: dict[tuple, list] = {}
+        for batch in batches:
+            first.setdefault(shape(batch), [batch, 0])[1] += 1
+        return sum(n * step_flops(lambda b=b: step(b)) for b, n in first.values())
+
+
+def flop_figures(flops: float, seconds: float, peak: float) -> dict[str, float]:
+    """{"flop_s": achieved FLOP/s, "mfu": its share of `peak`} for `flops` done in `seconds`."""
+    return {"flop_s": flops / seconds, "mfu": flops / seconds / peak}
+
+
+def fmt_flops(flop_s: float, mfu: float) -> list[str]:
+    """The table cells "GFLOP/s" and "MFU"."""
+    return [f"{flop_s / 1e9:,.1f}", f"{100 * mfu:.1f}%"]
 
 
 def reset_peak_rss() -> bool:
-    """Lower this process's peak-RSS mark to its current RSS (Linux >= 4.0); False if not allowed.
-
-    Without the reset the peak would include whatever import or set-up touched earlier.
-    """
+    """Lower this process's peak-RSS mark to its current RSS (Linux >= 4.0); False if not allowed."""
     try:
         Path("/proc/self/clear_refs").write_text("5")
     except OSError:
@@ -122,11 +143,7 @@ def reset_peak_rss() -> bool:
 
 
 def peak_rss_bytes() -> int:
-    """High-water mark of this process's RSS: VmHWM, which reset_peak_rss lowers.
-
-    Not ru_maxrss: exec keeps the parent's peak there, so a probe started by a big parent
-    (subprocess.run, multiprocessing spawn) would report the parent's RSS.
-    """
+    """VmHWM, which reset_peak_rss lowers (not ru_maxrss: exec keeps the parent's peak there)."""
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) * 1024
@@ -134,10 +151,8 @@ def peak_rss_bytes() -> int:
 
 
 def step_peak_bytes(step: Callable[[], object], device: str = "cpu") -> int:
-    """Peak memory of one `step()` above what was allocated (CUDA) or resident (CPU) before it.
-
-    On CPU run it in a fresh process (`in_fresh_process`) when the peak must not include earlier work.
-    """
+    """Peak memory of one `step()` above what was allocated (CUDA) or resident (CPU) before it; on CPU call it in
+    a fresh process (`in_fresh_process`) when earlier work must not count."""
     if device == "cuda":
         import torch
 
@@ -148,20 +163,15 @@ def step_peak_bytes(step: Callable[[], object], device: str = "cpu") -> int:
         torch.cuda.synchronize()
         return torch.cuda.max_memory_allocated() - base
     gc.collect()
-    start = rss_bytes()
+    start = int(Path("/proc/self/statm").read_text().split()[1]) * resource.getpagesize()  # RSS now
     reset_peak_rss()
     step()
     return max(0, peak_rss_bytes() - start)  # memory freed before the reset reads below 0
 
 
 def in_fresh_process(fn: Callable[..., object], args: tuple, preload: Sequence[str], threads: int | None = None):
-    """`fn(*args)` in a process of its own, and its result; None when the process dies (killed for memory).
-
-    The process forks from a forkserver that has imported `preload` and run nothing: a clean heap for a memory
-    peak, without paying torch's import again (a plain fork of the caller would inherit its busy thread pool,
-    which can hang the child). The child re-runs the calling script's top level as __mp_main__: preload what
-    that imports. `threads`: torch CPU threads in the child (default torch's choice).
-    """
+    """`fn(*args)` in a process of its own, and its result; None when it dies (killed for memory). It forks from a
+    forkserver that imported `preload` (the caller's imports) and ran nothing: a clean heap, no busy thread pool."""
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(list(preload))
     receiver, sender = ctx.Pipe(duplex=False)
@@ -185,33 +195,34 @@ def _send_result(sender, fn: Callable[..., object], args: tuple, threads: int | 
     sender.close()
 
 
-def gib(n_bytes: float) -> str:
-    return f"{n_bytes / 2**30:.1f} GiB"
+def console(stderr: bool = False, width: int = 132) -> Console:
+    """rich falls back to 80 columns when piped, which would fold the tables."""
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, log_path=False, width=None if stream.isatty() else width)
 
 
-def print_table(console: Console, title: str, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+def print_table(out: Console, title: str, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     """A right-aligned table (first column left-aligned)."""
     table = Table(title=title, title_justify="left")
     for i, col in enumerate(columns):
         table.add_column(col, justify="left" if i == 0 else "right")
     for row in rows:
         table.add_row(*row)
-    console.print(table)
+    out.print(table)
 
 
-def print_targets(console: Console, targets: dict[str, float], figures: dict[str, float], *,
-                  ceilings: bool = False) -> None:
-    """One line per target the run measured: its figure against the floor (`ceilings`: the ceiling), met or
-    MISSED."""
+def print_targets(out: Console, targets: dict[str, float], figures: dict[str, float]) -> None:
+    """One line per floor the run measured: its figure, met or MISSED."""
     for name, bound in targets.items():
         if name in figures:
-            met = figures[name] <= bound if ceilings else figures[name] >= bound
-            verdict = "met" if met else "[red]MISSED[/]"
-            console.print(f"target {name} {'<=' if ceilings else '>='} {bound:g}: {figures[name]:.3f} {verdict}")
+            verdict = "met" if figures[name] >= bound else "[red]MISSED[/]"
+            out.print(f"target {name} >= {bound:g}: {figures[name]:.3f} {verdict}")
 
 
-def write_json(path: str | Path, figures: dict[str, float]) -> None:
-    """Write one flat JSON object name -> finite number; anything else is a bug in the caller."""
+def write_json(path: str | Path | None, figures: dict[str, float]) -> None:
+    """Write one flat JSON object name -> finite number (nothing when `path` is None)."""
+    if path is None:
+        return
     for name, value in figures.items():
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
             raise ValueError(f"figure {name!r} must be a finite number, got {value!r}")
@@ -220,60 +231,29 @@ def write_json(path: str | Path, figures: dict[str, float]) -> None:
     path.write_text(json.dumps(figures, indent=1, sort_keys=True) + "\n")
 
 
-def compare_loss_steps(
-    fns: dict[str, Callable[[], float]], repeats: int,
-) -> tuple[dict[str, float], dict[str, list[float]], list[list[str]]]:
-    """A loss step on materialised logits ("naive") against our chunked one ("chunked"), plus any others.
-
-    Each function runs one forward + backward and returns the loss. One call each warms up and
-    gives the loss values; a separate call each measures peak RSS above the inputs; then
-    `interleave` times them. Returns the naive-vs-chunked figures (ms as medians, speedup as the
-    median of per-round ratios), every function's times (for extra rows), and the table rows.
-    """
-    values = {name: fn() for name, fn in fns.items()}
-    peaks = {}
-    for name, fn in fns.items():
-        gc.collect()
-        start = rss_bytes()
-        reset_peak_rss()
-        fn()
-        peaks[name] = max(0.0, (peak_rss_bytes() - start) / 2**20)  # memory freed before the reset reads below 0
+def compare_loss_steps(fns: dict[str, Callable[[], float]], repeats: int
+                       ) -> tuple[dict[str, float], dict[str, list[float]], list[list[str]]]:
+    """Loss steps (forward + backward, returning the loss) on materialised logits ("naive"), our chunked one
+    ("chunked") and any others: the naive-vs-chunked figures, every function's times and the table rows."""
+    values = {name: fn() for name, fn in fns.items()}  # also the warm-up
+    peaks = {name: step_peak_bytes(fn) / 2**20 for name, fn in fns.items()}
     times = interleave(fns, repeats)
-    f = {
-        "naive_ms": 1e3 * statistics.median(times["naive"]), "chunked_ms": 1e3 * statistics.median(times["chunked"]),
-        "naive_peak_mib": peaks["naive"], "chunked_peak_mib": peaks["chunked"],
-        "speedup": median_ratio(times["naive"], times["chunked"]),
-        "memory_ratio": peaks["naive"] / max(peaks["chunked"], 1e-9),
-        "loss_abs_diff": abs(values["naive"] - values["chunked"]),
-    }
-    rows = [
-        ["forward + backward, ms (median)", f"{f['naive_ms']:.0f}", f"{f['chunked_ms']:.0f}", f"{f['speedup']:.2f}x"],
-        ["peak memory above inputs, MiB", f"{f['naive_peak_mib']:.0f}", f"{f['chunked_peak_mib']:.0f}",
-         f"{f['memory_ratio']:.1f}x"],
-        ["loss", f"{values['naive']:.5f}", f"{values['chunked']:.5f}", ""],
-    ]
+    f = {"naive_ms": 1e3 * statistics.median(times["naive"]), "chunked_ms": 1e3 * statistics.median(times["chunked"]),
+         "naive_peak_mib": peaks["naive"], "chunked_peak_mib": peaks["chunked"],
+         "speedup": median_ratio(times["naive"], times["chunked"]),
+         "memory_ratio": peaks["naive"] / max(peaks["chunked"], 1e-9),
+         "loss_abs_diff": abs(values["naive"] - values["chunked"])}
+    rows = [["forward + backward, ms (median)", f"{f['naive_ms']:.0f}", f"{f['chunked_ms']:.0f}",
+             f"{f['speedup']:.2f}x"],
+            ["peak memory above inputs, MiB", f"{f['naive_peak_mib']:.0f}", f"{f['chunked_peak_mib']:.0f}",
+             f"{f['memory_ratio']:.1f}x"],
+            ["loss", f"{values['naive']:.5f}", f"{values['chunked']:.5f}", ""]]
     return f, times, rows
 
 
-def old_tree(commit: str, folder: Path, packages: Sequence[str] = ("core", "streamrec", "translate")) -> Path:
-    """`packages` as they were at `commit` (`git archive`), extracted into `folder`; exits with one line if git
-    cannot read them."""
-    archive = folder / "old.tar"
-    res = subprocess.run(["git", "archive", "-o", str(archive), commit, *packages], cwd=ROOT, capture_output=True,
-                         text=True)
-    if res.returncode:
-        sys.exit(f"error: cannot read {', '.join(packages)} at {commit} ({res.stderr.strip()}); "
-                 "run from a git checkout that has that commit")
-    tree = folder / "old_tree"
-    with tarfile.open(archive) as tar:
-        tar.extractall(tree, filter="data")
-    archive.unlink()
-    return tree
-
-
 def for_signature(cls: type, **kwargs: object) -> dict[str, object]:
-    """`kwargs`, named flat (`attn_dropout=0.2`), as `cls` takes them: a top-level argument, or a field of one of
-    its option groups (`block={"attn_dropout": 0.2}`). Lets one case run on trees before and after a grouping."""
+    """`kwargs`, named flat (`attn_dropout=0.2`), as `cls` takes them: a top-level argument or a field of one of its
+    option groups (`block={"attn_dropout": 0.2}`). Lets one case run on trees before and after a grouping."""
     params = inspect.signature(cls).parameters
     out: dict[str, object] = {}
     for name, value in kwargs.items():
@@ -288,7 +268,7 @@ def for_signature(cls: type, **kwargs: object) -> dict[str, object]:
     return out
 
 
-# The shipped configs' training steps: case -> module arguments (flat names). "quick" shrinks every size.
+# case -> module arguments (flat names). "quick" shrinks every size.
 STEP_CASES = {
     # configs/streamrec/ml1m.yaml, fp32 as the config trains
     "streamrec_ml1m": dict(num_items=3416, max_len=200, d_model=128, n_heads=1, n_layers=3, d_ff=256, dropout=0.2),
@@ -306,16 +286,12 @@ QUICK = dict(num_items=50, max_len=12, src_vocab_size=60, tgt_vocab_size=60, d_m
 
 
 def step_case(name: str, *, fastpath: bool = True, bf16: bool | None = None, quick: bool = False) -> Callable[[], None]:
-    """One call of case `name` from seed 0: a training step (training_step, backward, AdamW) or a beam search.
-
-    `bf16`: autocast to bf16 (default: as the case's name says). Imports the apps from wherever `sys.path` finds
-    them, so `hot_path.py` can build the same case on an older tree.
-    """
+    """One call of case `name` from seed 0: a training step (training_step, backward, AdamW) or a beam search;
+    `bf16`: autocast (default: as the name says). Imports the apps from `sys.path`, so `hot_path.py` can use it on an
+    older tree."""
     import torch
 
-    kwargs = dict(STEP_CASES[name])
-    if quick:
-        kwargs |= {k: v for k, v in QUICK.items() if k in kwargs}
+    kwargs = STEP_CASES[name] | ({k: v for k, v in QUICK.items() if k in STEP_CASES[name]} if quick else {})
     bf16 = name.endswith("bf16") if bf16 is None else bf16
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(1)
@@ -351,52 +327,3 @@ def step_case(name: str, *, fastpath: bool = True, bf16: bool | None = None, qui
         opt.step()
         opt.zero_grad(set_to_none=True)
     return step
-
-
-def parse_step_args(doc: str, cases: Sequence[str], number: int, argv: list[str] | None):
-    """The options of a script that times step cases against each other, checked; torch threads set.
-
-    Returns (args, console).
-    """
-    import argparse
-    import warnings
-
-    import torch
-
-    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
-    ap.add_argument("--cases", nargs="+", choices=cases, default=list(cases), help="what to time (default: all)")
-    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
-    ap.add_argument("--repeats", type=int, default=7, help="interleaved rounds (default 7)")
-    ap.add_argument("--number", type=int, default=number, help=f"steps per timing (default {number})")
-    ap.add_argument("--quick", action="store_true", help="tiny sizes: checks the script runs, times nothing useful")
-    ap.add_argument("--json", metavar="PATH", help="write the figures as one flat JSON object")
-    args = ap.parse_args(argv)
-    if min(args.threads, args.repeats, args.number) < 1:
-        ap.error("--threads, --repeats and --number must be >= 1")
-    torch.set_num_threads(args.threads)
-    warnings.filterwarnings("ignore", ".*self.log.*")  # training_step logs; there is no trainer here
-    return args, Console(width=None if sys.stdout.isatty() else 120)
-
-
-def time_pairs(console: Console, args, title: str, labels: tuple[str, str],
-               make: Callable[[str, str], Callable[[], None]]) -> dict[str, float]:
-    """Each case of `args.cases` under both `labels` (`make(case, label)` builds its call), interleaved rounds;
-    prints the table and returns {case}_{label}_ms and {case}_speedup (median of per-round ratios first / second).
-    """
-    figures: dict[str, float] = {"threads": args.threads, "quick": int(args.quick),
-                                 "load_avg_start": os.getloadavg()[0]}
-    rows = []
-    for case in args.cases:
-        fns = {label: make(case, label) for label in labels}
-        for fn in fns.values():  # warm-up: oneDNN builds its kernels on the first call
-            fn()
-        times = interleave(fns, args.repeats, number=args.number)
-        ms = {label: statistics.median(t) * 1e3 for label, t in times.items()}
-        ratio = median_ratio(times[labels[0]], times[labels[1]])
-        figures |= {f"{case}_{label}_ms": ms[label] for label in labels} | {f"{case}_speedup": ratio}
-        rows.append([case, f"{ms[labels[0]]:.1f}", f"{ms[labels[1]]:.1f}", f"{ratio:.2f}x"])
-    figures["load_avg_end"] = os.getloadavg()[0]
-    print_table(console, f"{title}, ms per call, {args.threads} thread(s), load average "
-                f"{figures['load_avg_start']:.1f} -> {figures['load_avg_end']:.1f}",
-                ["case", f"{labels[0]} ms", f"{labels[1]} ms", "speed-up"], rows)
-    return figures

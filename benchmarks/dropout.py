@@ -1,9 +1,7 @@
 """Dropout on CPU: `core.nn.cpu_fastpath.dropout` against `F.dropout`, forward and forward + backward.
 
-`F.dropout` draws one Bernoulli sample per element (`bernoulli_`); the fast path's `dropout` takes four
-15-bit uniforms from each 64-bit draw. Shapes are a 4096-token batch at the widths the
-Translate and StreamRec configs use (d_model and d_ff). Interleaved rounds; time = median;
-ratio = median of per-round ratios F.dropout / core (> 1: core is faster).
+`F.dropout` draws one Bernoulli sample per element; the fast path takes four 15-bit uniforms from each 64-bit draw.
+A 4096-token batch at the configs' widths; interleaved rounds; ratio = median of per-round ratios F.dropout / core.
 
     python benchmarks/dropout.py --threads 2 --json runs/bench/dropout.json
 
@@ -14,13 +12,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from _common import interleave, median_ratio, print_table, write_json
-from rich.console import Console
+from _common import console, interleave, median_ratio, print_table, write_json
 
 from core.nn.cpu_fastpath import dropout
 
@@ -45,15 +41,14 @@ def case(width: int, p: float, train: bool) -> dict[str, Callable[[], None]]:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--widths", type=int, nargs="+", default=[64, 128, 256, 1024],
-                    help="feature widths (rows: 4096 tokens)")
+    ap.add_argument("--widths", type=int, nargs="+", default=[64, 128, 256, 1024], help="feature widths")
     ap.add_argument("--p", type=float, default=0.3, help="drop probability (default 0.3, the Multi30k recipe)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     ap.add_argument("--repeats", type=int, default=15, help="interleaved rounds (default 15)")
     ap.add_argument("--json", metavar="PATH", help="write the figures as one flat JSON object")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    console = Console(width=None if sys.stdout.isatty() else 120)
+    out = console(width=120)
     figures: dict[str, float] = {"threads": args.threads, "tokens": TOKENS, "p": args.p}
     for train in (False, True):
         mode = "train" if train else "fwd"
@@ -68,12 +63,10 @@ def main(argv: list[str] | None = None) -> None:
             key = f"{mode}_W{width}"
             figures |= {f"{key}_torch_ms": ms["torch"], f"{key}_core_ms": ms["core"], f"{key}_speedup": ratio}
             rows.append([str(width), f"{ms['torch']:.2f}", f"{ms['core']:.2f}", f"{ratio:.2f}x"])
-        print_table(console, f"dropout p={args.p} {'forward + backward' if train else 'forward'}, "
+        print_table(out, f"dropout p={args.p} {'forward + backward' if train else 'forward'}, "
                              f"({TOKENS}, width), {args.threads} thread(s)",
                     ["width", "F.dropout ms", "fast dropout ms", "speed-up"], rows)
-    if args.json:
-        write_json(args.json, figures)
-        console.print(f"figures written to {args.json}")
+    write_json(args.json, figures)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,9 @@
 """The Transformer models' hot path, today's tree against an older commit's: did new options slow what existed?
 
-Each case is one of `_common.STEP_CASES` (a StreamRec or Translate training step at the shipped configs' shapes,
-or Translate's beam search), built with the fast path on as the configs train. The older tree (`--baseline`) is
-extracted with `git archive` and imported in place of today's; every measurement is a child process that imports
-one tree, builds the case from seed 0, warms it up and times `--number` calls. Rounds alternate baseline, today,
-baseline, today ..., so a change in the machine's load hits both; the ratio is the median of the per-round
-ratios today / baseline (1.0: unchanged; > 1: today is slower).
+Each case is one of `_common.STEP_CASES` (the shipped configs' training steps, or Translate's beam search), the
+fast path on. The `--baseline` tree comes from `git archive`; every measurement is a child process that imports
+one tree, builds the case from seed 0, warms it up and times `--number` calls. Rounds alternate baseline, today;
+the ratio is the median of the per-round ratios today / baseline (> 1: today is slower).
 
     python benchmarks/hot_path.py --baseline e671319^ --json runs/bench/hot_path.json
     python benchmarks/hot_path.py --baseline HEAD~1 --quick        # tiny sizes: checks the script runs
@@ -20,16 +18,27 @@ import json
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
-import time
 from pathlib import Path
 
-from _common import ROOT, STEP_CASES, median_ratio, old_tree, print_table, step_case, write_json
-from rich.console import Console
+from _common import ROOT, STEP_CASES, console, median_ratio, print_table, step_case, time_call, write_json
 
 from core.runtime.precision import cpu_has_bf16_kernels
 
 CASES = tuple(STEP_CASES)
+
+
+def old_tree(commit: str, folder: Path) -> Path:
+    """core, streamrec and translate as they were at `commit`, extracted into `folder`; one line if git cannot."""
+    archive = folder / "old.tar"
+    res = subprocess.run(["git", "archive", "-o", str(archive), commit, "core", "streamrec", "translate"], cwd=ROOT,
+                         capture_output=True, text=True)
+    if res.returncode:
+        sys.exit(f"error: cannot read the packages at {commit} ({res.stderr.strip()}); run from a checkout that has it")
+    with tarfile.open(archive) as tar:
+        tar.extractall(folder / "old_tree", filter="data")
+    return folder / "old_tree"
 
 
 def child(tree: str, case: str, number: int, quick: bool, threads: int) -> None:
@@ -50,20 +59,14 @@ def child(tree: str, case: str, number: int, quick: bool, threads: int) -> None:
     warnings.filterwarnings("ignore", ".*self.log.*")  # training_step logs; there is no trainer here
     fn = step_case(case, quick=quick)
     fn()  # warm-up: oneDNN builds its kernels on the first call
-    times = []
-    for _ in range(number):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    print(json.dumps({"s": statistics.median(times)}))
+    print(json.dumps({"s": statistics.median(time_call(fn) for _ in range(number))}))
 
 
 def measure(tree: Path | None, case: str, args: argparse.Namespace) -> float:
     """Seconds per call of `case` in a fresh child importing `tree` (None: today's)."""
-    code = ("import sys; sys.path[:0] = [{tree!r}, {bench!r}]; import hot_path; "
-            "hot_path.child({tree!r}, {case!r}, {number}, {quick}, {threads})").format(
-        tree=str(tree or ROOT), bench=str(ROOT / "benchmarks"), case=case, number=args.number, quick=args.quick,
-        threads=args.threads)
+    where = str(tree or ROOT)
+    code = (f"import sys; sys.path[:0] = [{where!r}, {str(ROOT / 'benchmarks')!r}]; import hot_path; "
+            f"hot_path.child({where!r}, {case!r}, {args.number}, {args.quick}, {args.threads})")
     res = subprocess.run([sys.executable, "-c", code], cwd=tree or ROOT, capture_output=True, text=True)
     if res.returncode:
         sys.exit(f"error: {case} on {'the baseline' if tree else 'today'}'s tree failed:\n{res.stderr[-2000:]}")
@@ -77,12 +80,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rounds", type=int, default=5, help="alternating rounds (default 5)")
     p.add_argument("--number", type=int, default=5, help="timed calls per child (default 5)")
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--quick", action="store_true", help="tiny sizes: checks the script runs, times nothing useful")
+    p.add_argument("--quick", action="store_true", help="tiny sizes: checks the script runs")
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args(argv)
     if min(args.rounds, args.number, args.threads) < 1:
         p.error("--rounds, --number and --threads must be >= 1")
-    console = Console(width=None if sys.stdout.isatty() else 120)
+    out = console(width=120)
     figures: dict[str, float] = {"rounds": args.rounds, "number": args.number, "threads": args.threads,
                                  "quick": int(args.quick)}
     rows = []
@@ -90,7 +93,7 @@ def main(argv: list[str] | None = None) -> None:
         tree = old_tree(args.baseline, Path(folder))
         for case in args.cases:
             if case.endswith("bf16") and not cpu_has_bf16_kernels():
-                console.print(f"[yellow]{case}: skipped, this CPU has no bf16 matmul kernels[/]")
+                out.print(f"[yellow]{case}: skipped, this CPU has no bf16 matmul kernels[/]")
                 continue
             base, today = [], []
             for _ in range(args.rounds):
@@ -100,11 +103,10 @@ def main(argv: list[str] | None = None) -> None:
             ms = statistics.median(base) * 1e3, statistics.median(today) * 1e3
             figures |= {f"{case}_baseline_ms": ms[0], f"{case}_today_ms": ms[1], f"{case}_ratio": ratio}
             rows.append([case, f"{ms[0]:.1f}", f"{ms[1]:.1f}", f"{ratio:.3f}"])
-    print_table(console, f"today against {args.baseline}: ms per call, median of {args.rounds} alternating rounds "
+    print_table(out, f"today against {args.baseline}: ms per call, median of {args.rounds} alternating rounds "
                 f"of {args.number} calls, {args.threads} thread(s)", ["case", "baseline ms", "today ms", "ratio"],
                 rows)
-    if args.json:
-        write_json(args.json, figures)
+    write_json(args.json, figures)
 
 
 if __name__ == "__main__":

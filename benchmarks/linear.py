@@ -1,12 +1,9 @@
 """fp32 linear layers on CPU: `core.nn.cpu_fastpath.linear` (oneDNN's GEMM) against `F.linear` (MKL's).
 
-The shapes are the Translate decoder's per-step layers (160 rows = beam 5 x 32 sentences, 32 at the first step, at the
-speed benchmark's d_model 256 / FFN 1024 / vocabulary 8,000) and a Multi30k training batch's
-(3,500 tokens, d_model 128, FFN 256, vocabulary 10,000). "fwd" = inference (no gradient); "train" = forward +
-backward for the input and the weight. Interleaved rounds; time = median; ratio = median of per-round ratios
-F.linear / fast path (> 1: the fast path is faster); GFLOP/s from the median times. Where this torch has no
-oneDNN linear op both columns time `F.linear` and the script says so. `benchmarks/cpu_fastpath.py` times whole
-training steps with the switch off and on.
+Shapes: the Translate decoder's per-step layers (160 rows = beam 5 x 32 sentences, 32 at the first step; d_model
+256, FFN 1024, vocabulary 8,000) and a Multi30k training batch's (3,500 tokens; 128, 256, 10,000). "fwd" =
+inference; "train" = forward + backward for input and weight. Interleaved rounds; ratio = median of per-round
+ratios F.linear / fast path (> 1: the fast path is faster). Without oneDNN's linear op both columns time F.linear.
 
     python benchmarks/linear.py --threads 1 --json runs/bench/linear_t1.json
 
@@ -17,13 +14,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from _common import interleave, median_ratio, print_table, write_json
-from rich.console import Console
+from _common import console, interleave, median_ratio, print_table, write_json
 
 from core.nn.cpu_fastpath import linear, onednn_available
 
@@ -65,9 +60,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--json", metavar="PATH", help="write the figures as one flat JSON object")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    console = Console(width=None if sys.stdout.isatty() else 120)
+    out = console(width=120)
     if not onednn_available():
-        console.print("[yellow]this torch has no oneDNN linear op: both columns time F.linear[/]")
+        out.print("[yellow]this torch has no oneDNN linear op: both columns time F.linear[/]")
     figures: dict[str, float] = {"threads": args.threads, "onednn": int(onednn_available())}
     for train in (False, True):
         mode = "train" if train else "fwd"
@@ -85,11 +80,9 @@ def main(argv: list[str] | None = None) -> None:
                         f"{key}_speedup": ratio}
             table.append([name, f"{rows}x{k}x{n}", f"{gflops['mkl']:.0f}", f"{gflops['onednn']:.0f}", f"{ratio:.2f}x"])
         columns = ["layer", "rows x in x out", "F.linear GFLOP/s", "fast path GFLOP/s", "speed-up"]
-        print_table(console, f"fp32 linear {'forward + backward' if train else 'forward'}, {args.threads} thread(s)",
+        print_table(out, f"fp32 linear {'forward + backward' if train else 'forward'}, {args.threads} thread(s)",
                     columns, table)
-    if args.json:
-        write_json(args.json, figures)
-        console.print(f"figures written to {args.json}")
+    write_json(args.json, figures)
 
 
 if __name__ == "__main__":

@@ -1,33 +1,26 @@
 """Which SDPA path is faster on CPU: flash against math, fp32 and bf16, forward and forward+backward.
 
-PyTorch's CPU flash-attention kernel is the default for `scaled_dot_product_attention`, but
-its bf16 backward is far slower than its fp32 one at the lengths translation and session
-recommendation train on. For bf16 the script also times the fp32 flash kernel on inputs cast
-up (`fp32` columns); `core.nn.attention.attend` runs that where this benchmark shows it the
-fastest (`core.nn.attention.FP32_MAX_KEYS`); this script is the evidence, and `--rule` adds a
-column with what `attend` does now against plain flash.
-
-Shapes keep B x T roughly constant (a token-count batch): (B, heads, T, head width), a boolean
-key-padding mask with some padded rows. Interleaved rounds; time = median; ratio = median of
-per-round ratios flash / math (> 1: math is faster).
+CPU flash attention's bf16 backward is far slower than its fp32 one at the lengths translation and recommendation
+train on; for bf16 the script also times the fp32 kernel on inputs cast up (`fp32` columns), which
+`core.nn.attention.attend` runs where it is the fastest (`FP32_MAX_KEYS`); the `attend` columns time that rule.
+B x T stays about constant (a token-count batch), with a key-padding mask. Interleaved rounds; time = median;
+ratio = median of per-round ratios flash / math (> 1: math is faster).
 
     python benchmarks/sdpa_cpu_backend.py --threads 1 --json runs/bench/sdpa_cpu_backend.json
 
 JSON keys: {fp32,bf16}_{fwd,train}_T{T}_{flash_ms,math_ms,flash_over_math}; bf16 also _fp32_ms, _flash_over_fp32,
-_math_over_fp32; with --rule _attend_ms, _flash_over_attend.
+_math_over_fp32; all also _attend_ms, _flash_over_attend.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from _common import interleave, median_ratio, print_table, write_json
-from rich.console import Console
+from _common import console, interleave, median_ratio, print_table, write_json
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from core.nn.attention import attend
@@ -77,16 +70,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--heads", type=int, default=4, help="attention heads (default 4)")
     p.add_argument("--head-dim", type=int, default=64, help="width of one head (default 64)")
     p.add_argument("--repeats", type=int, default=7, help="interleaved rounds (default 7)")
-    p.add_argument("--rule", action="store_true", help="also time core.nn.attention.attend (the backend rule)")
     p.add_argument("--json", metavar="PATH", help="write the figures as one flat JSON object")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
-    console = Console(width=None if sys.stdout.isatty() else 120)
+    out = console(width=120)
     figures: dict[str, float] = {"threads": args.threads, "tokens": TOKENS, "heads": args.heads,
                                  "head_dim": args.head_dim}
     dtypes = [(torch.float32, "fp32"), (torch.bfloat16, "bf16")]
     if not cpu_has_bf16_kernels():
-        console.print(f"{NO_BF16_KERNELS}: bf16 is left out, it would time PyTorch's fallback")
+        out.print(f"{NO_BF16_KERNELS}: bf16 is left out, it would time PyTorch's fallback")
         dtypes = dtypes[:1]
     figures["cpu_fast_bf16"] = int(cpu_has_bf16_kernels())
     for dtype, dname in dtypes:
@@ -95,8 +87,6 @@ def main(argv: list[str] | None = None) -> None:
             rows = []
             for t in args.lengths:
                 fns = case(dtype, t, train, args.heads, args.head_dim)
-                if not args.rule:
-                    del fns["attend"]
                 for fn in fns.values():  # warm-up
                     fn()
                 times = interleave(fns, args.repeats)
@@ -111,20 +101,16 @@ def main(argv: list[str] | None = None) -> None:
                     figures |= {f"{key}_fp32_ms": ms["fp32"], f"{key}_flash_over_fp32": up["flash"],
                                 f"{key}_math_over_fp32": up["math"]}
                     row += [f"{ms['fp32']:.2f}", f"{up['flash']:.2f}x", f"{up['math']:.2f}x"]
-                if args.rule:
-                    rule = median_ratio(times["flash"], times["attend"])
-                    figures |= {f"{key}_attend_ms": ms["attend"], f"{key}_flash_over_attend": rule}
-                    row += [f"{ms['attend']:.2f}", f"{rule:.2f}x"]
+                rule = median_ratio(times["flash"], times["attend"])
+                figures |= {f"{key}_attend_ms": ms["attend"], f"{key}_flash_over_attend": rule}
+                row += [f"{ms['attend']:.2f}", f"{rule:.2f}x"]
                 rows.append(row)
-            cols = ["T", "flash ms", "math ms", "flash / math"]
-            if dtype != torch.float32:
-                cols += ["fp32 flash ms", "flash / fp32", "math / fp32"]
-            cols += ["attend ms", "flash / attend"] if args.rule else []
-            print_table(console, f"{dname} {'forward + backward' if train else 'forward'}, {TOKENS} queries a call, "
+            cols = ["T", "flash ms", "math ms", "flash / math", *(["fp32 flash ms", "flash / fp32", "math / fp32"]
+                                                                  if dtype != torch.float32 else []),
+                    "attend ms", "flash / attend"]
+            print_table(out, f"{dname} {'forward + backward' if train else 'forward'}, {TOKENS} queries a call, "
                                  f"{args.heads} heads of {args.head_dim}, {args.threads} thread(s)", cols, rows)
-    if args.json:
-        write_json(args.json, figures)
-        console.print(f"figures written to {args.json}")
+    write_json(args.json, figures)
 
 
 if __name__ == "__main__":

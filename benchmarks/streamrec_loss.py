@@ -1,18 +1,13 @@
 """StreamRec's chunked full-softmax loss against plain `F.cross_entropy` on materialised logits.
 
-One training step of the loss alone (forward + backward) at a batch's shape: M positions,
-D width, N items. The baseline is the plain full softmax, logits
-= hidden @ items^T then `F.cross_entropy`; it holds three (M, N) float32 buffers (logits, log-
-softmax, their gradient). Ours computes the gradients chunk by chunk inside the forward pass.
-Interleaved A B A B; time = median, ratio = median of per-round ratios; peak RSS above the
-inputs' from a separate pass of each.
+One forward + backward of the loss alone at a batch's shape (M positions, D width, N items); the baseline holds
+three (M, N) float32 buffers, ours computes the gradients chunk by chunk in the forward pass. Interleaved rounds;
+time = median, ratio = median of per-round ratios; peak RSS above the inputs from a separate pass of each.
 
     python benchmarks/streamrec_loss.py                         # ML-1M at max_len 200: M 25,600, N 3,416
-    python benchmarks/streamrec_loss.py --precision bf16 --json runs/loss_bf16.json
     python benchmarks/streamrec_loss.py --baseline-chunk-elements 1048576   # also time another chunk size
-    python benchmarks/streamrec_loss.py --positions 3500 --items 10000 --d-model 128  # Translate Multi30k shape
 
-JSON keys: {naive,chunked}_{ms,peak_mib}, speedup, memory_ratio, plus the setting; with
+JSON keys: {naive,chunked}_{ms,peak_mib}, speedup, memory_ratio, loss_abs_diff, the setting; with
 --baseline-chunk-elements also baseline_chunk_ms and speedup_vs_baseline_chunk.
 """
 
@@ -21,18 +16,10 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 
 import torch
 import torch.nn.functional as F
-from _common import (
-    compare_loss_steps,
-    median_ratio,
-    print_table,
-    require_bf16_kernels,
-    write_json,
-)
-from rich.console import Console
+from _common import compare_loss_steps, console, median_ratio, print_table, require_bf16_kernels, write_json
 
 from core.nn.loss import CHUNK_ELEMENTS
 from streamrec.model.losses import full_softmax
@@ -58,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.baseline_chunk_elements is not None and args.baseline_chunk_elements < 1:
         p.error("--baseline-chunk-elements must be positive")
     torch.set_num_threads(args.threads)
-    console = Console(width=None if sys.stdout.isatty() else 120)
+    out = console(width=120)
 
     g = torch.Generator().manual_seed(0)
     hidden = torch.randn(args.positions, args.d_model, generator=g).requires_grad_()
@@ -92,10 +79,8 @@ def main(argv: list[str] | None = None) -> None:
                      "", f"{f['baseline_chunk_ms']:.0f}", f"{f['speedup_vs_baseline_chunk']:.2f}x"])
     title = (f"full-softmax loss, M {args.positions}, N {args.items}, D {args.d_model}, "
              f"{'bf16 autocast' if bf16 else 'fp32'}, {f['threads']} thread(s), load {f['load_avg']:.1f}")
-    print_table(console, title, ["", "F.cross_entropy", "chunked (ours)", "ratio"], rows)
-    if args.json:
-        write_json(args.json, f)
-        console.print(f"figures written to {args.json}")
+    print_table(out, title, ["", "F.cross_entropy", "chunked (ours)", "ratio"], rows)
+    write_json(args.json, f)
 
 
 if __name__ == "__main__":

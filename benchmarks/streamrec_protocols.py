@@ -1,18 +1,17 @@
 """One StreamRec checkpoint's test metrics under each published protocol: ours beside each anchor on its terms.
 
-The papers we compare with rank the held-out item over the whole catalogue but treat the items a user has
-already seen differently (docs/results.md, "Published anchors"):
+The papers rank the held-out item over the whole catalogue but treat the items a user has already seen
+differently (docs/results.md, "Published anchors"):
 
-  ours  seen items removed, except the target (`streamrec.model.metrics`, what `streamrec test` reports)
+  ours  seen items removed, except the target (what `streamrec test` reports)
   keep  nothing removed (RB: the RecBole forks of DuoRec and MCLRec)
-  zero  seen items scored 0 rather than removed, the target too when it is a repeat (S3: S3Rec's code, used by
-        BSARec, ICLRec and ICSRec); a seen item then outranks every target with a negative score
+  zero  seen items scored 0, the target too when it is a repeat (S3: S3Rec's code, used by BSARec, ICLRec,
+        ICSRec); a seen item then outranks every target with a negative score
   all   every seen item removed, the target too, so a repeat target is a miss (KV: Klenitskiy & Vasilev)
-  known ours, counted only over cases whose target occurs in the training histories or as a validation target
-        (RT: eSASRec's benchmark drops the rest)
+  known ours over the cases whose target occurs in training histories or as a validation target (RT: eSASRec's)
 
-Ties count against the target in every protocol, as in ours. The data module is rebuilt from the hyper-parameters
-the checkpoint stores, so the split is the one the model was trained and tested on.
+Ties count against the target. The data module is rebuilt from the checkpoint's hyper-parameters: the split is
+the one the model was trained and tested on.
 
     python benchmarks/streamrec_protocols.py --ckpt runs/streamrec_beauty/checkpoints/best.ckpt --json runs/p.json
 
@@ -27,8 +26,7 @@ import sys
 from collections.abc import Sequence
 
 import torch
-from _common import print_table, write_json
-from rich.console import Console
+from _common import console, print_table, write_json
 from torch import Tensor
 
 from core.runtime.checkpoint import load_checkpoint
@@ -103,16 +101,13 @@ def main(argv: list[str] | None = None) -> None:
     if min(args.ks) < 1 or args.batch_size < 1:
         p.error("--ks and --batch-size must be >= 1")
     figures = evaluate(args.ckpt, args.ks, args.batch_size)
-    labels = {"ours": "ours: seen removed, target kept", "keep": "RB: nothing removed",
-              "zero": "S3: seen scored 0", "all": "KV: every seen removed, target too",
-              "known": f"RT: ours over {figures['known_cases']} cases with a known target"}
+    labels = {"ours": "ours: seen removed, target kept", "keep": "RB: nothing removed", "zero": "S3: seen scored 0",
+              "all": "KV: every seen removed, target too", "known": f"RT: ours over {figures['known_cases']} cases"}
     rows = [[labels[p], *(f"{figures[f'{p}_{m}@{k}']:.4f}" for k in args.ks for m in ("hr", "ndcg"))]
             for p in PROTOCOLS]
-    print_table(Console(width=None if sys.stdout.isatty() else 120),
-                f"{args.ckpt}: {figures['cases']} test cases, {figures['repeat_targets']:.2%} repeat targets",
+    print_table(console(), f"{args.ckpt}: {figures['cases']} test cases, {figures['repeat_targets']:.2%} repeats",
                 ["protocol", *(f"{m}@{k}" for k in args.ks for m in ("HR", "NDCG"))], rows)
-    if args.json:
-        write_json(args.json, figures)
+    write_json(args.json, figures)
 
 
 if __name__ == "__main__":

@@ -1,25 +1,16 @@
 """Multi30k quality of a Translate checkpoint, both ways BLEU is reported for this corpus.
 
-1. Cased, detokenised sacreBLEU and chrF of the raw output against the raw references (the
-   signature is printed): the number anyone can reproduce from text files.
-2. Lowercased, tokenised BLEU as the Multi30k literature reports it (e.g. 41.0 for a 4-layer
-   d_model-128 Transformer on En->De test_2016_flickr): the output is lowercased, punctuation-
-   normalised and Moses-tokenised (sacremoses, `escape=True`, no aggressive dash splitting) and
-   scored with sacreBLEU `tokenize="none"` against the official `tok/*.lc.norm.tok.*` files.
-   The script first checks that this pipeline turns the raw references into exactly the
-   official tokenised ones (line by line), and prints the match count.
+1. Cased, detokenised sacreBLEU and chrF of the raw output against the raw references (signatures printed).
+2. Lowercased tokenised BLEU as the Multi30k literature reports it: the output lowercased, punctuation-normalised
+   and Moses-tokenised (sacremoses), scored with `tokenize="none"` against the official `tok/*.lc.norm.tok.*`
+   files; the script first checks that this pipeline turns the raw references into the official ones.
 
-    python -m translate.average --dir runs/multi30k_en_de/checkpoints/recent --last 10 \\
-        --output runs/multi30k_en_de/avg.ckpt
     python benchmarks/translate_bleu.py --ckpt runs/multi30k_en_de/avg.ckpt --json runs/multi30k_test.json
     python benchmarks/translate_bleu.py --hyp out.de          # score an existing translation
-    python benchmarks/translate_bleu.py --ckpt A.ckpt B.ckpt C.ckpt --out ens.de   # an ensemble
+    python benchmarks/translate_bleu.py --ckpt A.ckpt B.ckpt   # an ensemble
 
-A model trained on the prepared lowercased tokenised text (`data/prepare_multi30k.py`, the
-published systems' protocol) is scored with `--prepared DIR`: it translates DIR's source file
-and scores its output as it is against `tok/`; cased detokenised BLEU does not apply to it.
-
-sacremoses is a benchmark-only dependency: `pip install -c constraints.txt ".[bench]"`.
+A model trained on `data/prepare_multi30k.py`'s lowercased tokenised text is scored with `--prepared DIR`: DIR's
+source translated, its output scored as it is against `tok/`. sacremoses: `pip install -c constraints.txt ".[bench]"`.
 
 JSON keys: bleu, chrf, bleu_lc_tok, tok_pipeline_match, lines, models (0 with --hyp), beam, alpha, bf16, int8,
 seconds (no bleu, chrf, tok_pipeline_match with --prepared).
@@ -33,8 +24,7 @@ import time
 from pathlib import Path
 
 import sacrebleu
-from _common import ROOT, write_json
-from rich.console import Console
+from _common import ROOT, console, write_json
 
 sys.path.insert(0, str(ROOT / "data"))
 from prepare_multi30k import MULTI30K, moses_lc_tok, read_lines  # noqa: E402  (a script in data/, not a package)
@@ -62,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
                         "and score the output as it is (lowercased tokenised BLEU only)")
     p.add_argument("--json", metavar="PATH", help="write the figures as one flat JSON object")
     args = p.parse_args(argv)
-    console = Console(width=None if sys.stdout.isatty() else 120)
+    out = console(width=120)
     data = Path(args.data)
     src = Path(args.prepared or data) / f"{args.split}.{args.src_lang}"
     ref_raw = read_lines(data / f"{args.split}.{args.tgt_lang}")
@@ -78,8 +68,8 @@ def main(argv: list[str] | None = None) -> None:
                     "--alpha", str(args.alpha), "--batch-size", str(args.batch_size), "--dtype", args.dtype])
         seconds = time.perf_counter() - start
         models = f"an ensemble of {len(args.ckpt)} checkpoints" if len(args.ckpt) > 1 else args.ckpt[0]
-        console.print(f"translated {src} with {models}, beam {args.beam}, alpha {args.alpha}, {args.dtype}, "
-                      f"into {hyp_path} ({seconds:.0f} s)")
+        out.print(f"translated {src} with {models}, beam {args.beam}, alpha {args.alpha}, {args.dtype}, "
+                  f"into {hyp_path} ({seconds:.0f} s)")
     else:
         hyp_path = Path(args.hyp)
     hyps = read_lines(hyp_path)
@@ -89,25 +79,23 @@ def main(argv: list[str] | None = None) -> None:
     bleu_none = sacrebleu.metrics.BLEU(tokenize="none", force=True)  # tokenised on purpose
     figures = {"lines": len(hyps), "models": len(args.ckpt or []), "beam": args.beam, "alpha": args.alpha,
                "bf16": int(args.dtype == "bfloat16"), "int8": int(args.dtype == "int8"), "seconds": seconds}
-    console.print(f"[bold]{args.split} {args.src_lang}->{args.tgt_lang}[/], {len(hyps)} sentences")
+    out.print(f"[bold]{args.split} {args.src_lang}->{args.tgt_lang}[/], {len(hyps)} sentences")
     if args.prepared:  # output is already lowercased and tokenised like tok/
         lc_tok = bleu_none.corpus_score(hyps, [ref_tok])
-        console.print(f"lowercased tokenised (trained on {args.prepared}) vs tok/: {lc_tok}  "
-                      f"(signature {bleu_none.get_signature()}; output scored as it is)")
+        out.print(f"lowercased tokenised (trained on {args.prepared}) vs tok/: {lc_tok}  "
+                  f"(signature {bleu_none.get_signature()}; output scored as it is)")
     else:
         bleu, chrf = sacrebleu.metrics.BLEU(), sacrebleu.metrics.CHRF()
         cased = bleu.corpus_score(hyps, [ref_raw])
         chrf_score = chrf.corpus_score(hyps, [ref_raw])
         match = sum(a == b for a, b in zip(moses_lc_tok(ref_raw, args.tgt_lang), ref_tok, strict=True))
         lc_tok = bleu_none.corpus_score(moses_lc_tok(hyps, args.tgt_lang), [ref_tok])
-        console.print(f"cased detokenised: {cased}  (signature {bleu.get_signature()})")
-        console.print(f"                   {chrf_score}  (signature {chrf.get_signature()})")
-        console.print(f"lowercased Moses-tokenised vs tok/: {lc_tok}  (signature {bleu_none.get_signature()}; "
-                      f"the pipeline reproduces {match} of {len(ref_tok)} official tokenised references exactly)")
+        out.print(f"cased detokenised: {cased}  (signature {bleu.get_signature()})")
+        out.print(f"                   {chrf_score}  (signature {chrf.get_signature()})")
+        out.print(f"lowercased Moses-tokenised vs tok/: {lc_tok}  (signature {bleu_none.get_signature()}; "
+                  f"the pipeline reproduces {match} of {len(ref_tok)} official tokenised references exactly)")
         figures.update(bleu=cased.score, chrf=chrf_score.score, tok_pipeline_match=match / len(ref_tok))
-    if args.json:
-        write_json(args.json, {**figures, "bleu_lc_tok": lc_tok.score})
-        console.print(f"figures written to {args.json}")
+    write_json(args.json, {**figures, "bleu_lc_tok": lc_tok.score})
 
 
 if __name__ == "__main__":

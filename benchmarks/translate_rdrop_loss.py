@@ -1,14 +1,11 @@
 """Translate's chunked R-Drop loss against the same loss on materialised logits with autograd.
 
-One training step of the loss alone (forward + backward) at a batch's shape: M target tokens
-seen by two dropout passes, D width, V subwords. The baseline is R-Drop as its paper's code
-writes it: (2, M, V) logits, `F.cross_entropy` on both passes and `F.kl_div` both ways, autograd
-for the gradients. Ours (`core.rdrop_cross_entropy`) computes loss and gradients chunk by chunk
-inside the forward pass. Interleaved A B A B; time = median, ratio = median of per-round ratios;
-peak RSS above the inputs' from a separate pass of each.
+One forward + backward of the loss alone: M target tokens seen by two dropout passes, D width, V subwords. The
+baseline is R-Drop as its paper's code writes it ((2, M, V) logits, cross-entropy on both passes, KL both ways);
+ours (`core.rdrop_cross_entropy`) computes loss and gradients chunk by chunk. Interleaved rounds; time = median,
+ratio = median of per-round ratios; peak RSS above the inputs from a separate pass of each.
 
     python benchmarks/translate_rdrop_loss.py --threads 2 --precision bf16    # Multi30k: M 3,500, V 10,000, D 128
-    python benchmarks/translate_rdrop_loss.py --json runs/bench/rdrop_fp32.json
 
 JSON keys: {naive,chunked}_{ms,peak_mib}, speedup, memory_ratio, loss_abs_diff, plus the setting.
 """
@@ -17,17 +14,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
 import torch
 import torch.nn.functional as F
-from _common import (
-    compare_loss_steps,
-    print_table,
-    require_bf16_kernels,
-    write_json,
-)
-from rich.console import Console
+from _common import compare_loss_steps, console, print_table, require_bf16_kernels, write_json
 
 from core.nn import rdrop_cross_entropy
 
@@ -58,7 +48,7 @@ def main(argv: list[str] | None = None) -> None:
     if min(args.positions, args.vocab, args.d_model, args.repeats) < 1 or args.alpha < 0:
         p.error("--positions, --vocab, --d-model and --repeats must be positive and --alpha >= 0")
     torch.set_num_threads(args.threads)
-    console = Console(width=None if sys.stdout.isatty() else 120)
+    out = console(width=120)
     bf16 = args.precision == "bf16"
     if bf16:
         require_bf16_kernels("--precision bf16")
@@ -86,10 +76,8 @@ def main(argv: list[str] | None = None) -> None:
     }
     title = (f"R-Drop loss (alpha {args.alpha:g}), 2 x M {args.positions}, V {args.vocab}, D {args.d_model}, "
              f"{'bf16 autocast' if bf16 else 'fp32'}, {f['threads']} thread(s), load {f['load_avg']:.1f}")
-    print_table(console, title, ["", "logits + autograd", "chunked (ours)", "ratio"], rows)
-    if args.json:
-        write_json(args.json, f)
-        console.print(f"figures written to {args.json}")
+    print_table(out, title, ["", "logits + autograd", "chunked (ours)", "ratio"], rows)
+    write_json(args.json, f)
 
 
 if __name__ == "__main__":

@@ -1,39 +1,27 @@
 """Translate against Hugging Face MarianMTModel and CTranslate2 on the same model: beam search and training speed.
 
-One randomly initialised model for everyone (d_model 256, 3+3 layers, 4 heads, FFN 1024 ReLU, vocabulary 8,000,
-shared embeddings, sinusoidal positions, post-LN). OUR random weights are copied into a `MarianMTModel` of that
-size, and CTranslate2 converts that Marian model with its own converter, loaded as fp32 and as int8. Our model
-takes Marian's sinusoid layout, so all of them compute one function (`max_logit_diff`: teacher-forced logits of
-ours against Marian's). Every decoder starts from the padding id 0, whose embedding row is zero (CTranslate2's
-Marian convention). Ours runs with the CPU fast path on (`core.nn.cpu_fastpath`), as the shipped configs train.
-
-- Decoding: random source sentences (lengths 8-30, fixed seed), sorted by length, batches of 32, beam 5, exactly
-  20 decoder steps per sentence for everyone (ours: 19 subwords then the forced EOS; Marian and CTranslate2: a
-  minimum and maximum length of 20). Target tokens/s = sentences x 20 / seconds.
-- Training: one step = forward + loss + backward + AdamW on token-count batches (~4,096 padded tokens), dropout
-  0.1, label smoothing 0.1. Ours: `translation_loss` (`core.linear_cross_entropy`); Marian: `labels=`, its own
-  loss. `--precision bf16`: both under bf16 autocast. Target tokens/s counts non-padding target tokens.
-- Systems are interleaved per round (A B C, A B C, ...); times are medians, ratios the median of per-round ratios
-  (> 1: ours is faster). Every system gets `--threads` threads.
-
-The peers live in `.venv-translate` (`make bench-env-translate`); started from another interpreter the script
-re-runs itself there.
+One random model (d_model 256, 3+3 layers, 4 heads, FFN 1024 ReLU, vocabulary 8,000, shared embeddings, sinusoidal
+positions, post-LN): our weights are copied into a `MarianMTModel`, which CTranslate2 converts (fp32 and int8), so
+all compute one function (`max_logit_diff`); every decoder starts from the padding id 0, a zero embedding row
+(CTranslate2's Marian convention). Ours runs with the CPU fast path on. Decoding: random sources (lengths 8-30)
+sorted by length, batches of 32, beam 5, exactly 20 decoder steps a sentence for everyone. Training: forward +
+loss + backward + AdamW on ~4,096-token batches, dropout and label smoothing 0.1 (`--precision bf16`: both under
+autocast). Interleaved rounds; ratios are medians of per-round ratios (> 1: ours is faster). FLOP/s: ours'
+`FlopCounterMode` count of the same work over each system's time; MFU against this machine's GEMM peak in that
+precision at `--threads`, measured in the run (fp32's for CTranslate2's int8 too). The peers live in
+`.venv-translate` (`make bench-env-translate`), where the script re-runs itself.
 
     python benchmarks/translate_speed.py --threads 2 --json runs/translate_speed.json
     python benchmarks/translate_speed.py --skip-train --threads 1      # decoding only
-    python benchmarks/translate_speed.py --skip-decode --precision bf16
 
-JSON keys: {ours,hf,ct2_fp32,ct2_int8}_decode_{s,tok_s}, decode_speedup_vs_hf, ratio_vs_ct2_{fp32,int8},
-agree_ours_hf, agree_ct2_fp32_hf, {ours,hf}_train_{s,tok_s}, train_speedup_vs_hf, train_batches, train_tokens,
-max_logit_diff, plus the setting (threads, sentences, repeats, bf16, quick, d_model, load_avg_start, load_avg_end).
-
-Legend: B batch, S source length, T target length, V vocabulary.
+JSON keys: {ours,hf,ct2_fp32,ct2_int8}_decode_{s,tok_s,flop_s,mfu}, decode_speedup_vs_hf, ratio_vs_ct2_{fp32,int8},
+agree_ours_hf, agree_ct2_fp32_hf, {ours,hf}_train_{s,tok_s,flop_s,mfu}, train_speedup_vs_hf, train_batches,
+train_tokens, decode_gflop, train_gflop, peak_flop_s_{fp32,bf16}, max_logit_diff, plus the setting.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 from _common import ensure_peer_venv
@@ -49,9 +37,8 @@ import warnings
 from collections.abc import Sequence
 from types import SimpleNamespace
 
+import _common
 import torch
-from _common import interleave, median_ratio, print_table, require_bf16_kernels, write_json
-from rich.console import Console
 from torch import Tensor
 
 from core.nn.cpu_fastpath import enable_cpu_fastpath
@@ -68,9 +55,6 @@ SIZE = dict(d_model=256, n_heads=4, n_layers=3, d_ff=1024, vocab=8000, min_src=8
             tgt_len=20, max_tokens=4096, train_batches=4, dropout=0.1)
 QUICK = dict(d_model=32, n_heads=2, n_layers=1, d_ff=64, vocab=300, max_src=12, batch_size=4, beam=3, tgt_len=7,
              max_tokens=128, train_batches=2)
-
-
-# ----------------------------------------------------------------------------- inputs and models
 
 
 def make_sources(n: int, min_len: int, max_len: int, vocab: int, seed: int) -> list[list[int]]:
@@ -120,17 +104,13 @@ def build_marian(s: SimpleNamespace):
     """A randomly initialised MarianMTModel of the same size (its weights are then replaced by ours)."""
     from transformers import MarianConfig, MarianMTModel
 
-    config = MarianConfig(
-        vocab_size=s.vocab, decoder_vocab_size=s.vocab, d_model=s.d_model,
-        encoder_layers=s.n_layers, decoder_layers=s.n_layers,
-        encoder_attention_heads=s.n_heads, decoder_attention_heads=s.n_heads,
-        encoder_ffn_dim=s.d_ff, decoder_ffn_dim=s.d_ff, activation_function="relu",
-        dropout=s.dropout, attention_dropout=0.0, activation_dropout=s.dropout,
-        max_position_embeddings=s.max_positions, scale_embedding=True, share_encoder_decoder_embeddings=True,
-        tie_word_embeddings=True, pad_token_id=PAD_ID, eos_token_id=EOS_ID, decoder_start_token_id=START_ID,
-        forced_eos_token_id=None,
-    )
-    return MarianMTModel(config)
+    return MarianMTModel(MarianConfig(
+        vocab_size=s.vocab, decoder_vocab_size=s.vocab, d_model=s.d_model, encoder_layers=s.n_layers,
+        decoder_layers=s.n_layers, encoder_attention_heads=s.n_heads, decoder_attention_heads=s.n_heads,
+        encoder_ffn_dim=s.d_ff, decoder_ffn_dim=s.d_ff, activation_function="relu", dropout=s.dropout,
+        attention_dropout=0.0, activation_dropout=s.dropout, max_position_embeddings=s.max_positions,
+        scale_embedding=True, share_encoder_decoder_embeddings=True, tie_word_embeddings=True, pad_token_id=PAD_ID,
+        eos_token_id=EOS_ID, decoder_start_token_id=START_ID, forced_eos_token_id=None))
 
 
 @torch.no_grad()
@@ -151,7 +131,7 @@ def copy_weights(ours: TransformerTranslator, hf) -> None:
             lin(getattr(dst, name), w[i * d : (i + 1) * d], b[i * d : (i + 1) * d])
         lin(dst.out_proj, out.weight, out.bias)
 
-    def norm(dst, src) -> None:
+    def norm(dst, src) -> None:  # a LayerNorm or any layer with weight and bias
         lin(dst, src.weight, src.bias)
 
     for mine, theirs in zip(ours.encoder.layers, hf.model.encoder.layers, strict=True):
@@ -247,8 +227,7 @@ def decode_hf(model, batches: Sequence[Tensor], beam: int, steps: int) -> list[l
         ids = model.generate(
             input_ids=src, attention_mask=src != PAD_ID, num_beams=beam, do_sample=False, max_new_tokens=steps,
             min_new_tokens=steps, decoder_start_token_id=START_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID,
-            forced_eos_token_id=None, num_return_sequences=1,
-        )
+            forced_eos_token_id=None, num_return_sequences=1)
         out += ids[:, 1:].tolist()  # drop the start token
     return out
 
@@ -258,10 +237,8 @@ def decode_ct2(translator, token_batches: Sequence[list[list[str]]], beam: int, 
     """CTranslate2's beam search with exactly `steps` target tokens."""
     out = []
     for tokens in token_batches:
-        results = translator.translate_batch(
-            tokens, beam_size=beam, min_decoding_length=steps, max_decoding_length=steps, num_hypotheses=1,
-            max_batch_size=0,
-        )
+        results = translator.translate_batch(tokens, beam_size=beam, min_decoding_length=steps,
+                                             max_decoding_length=steps, num_hypotheses=1, max_batch_size=0)
         out += [[index[t] for t in r.hypotheses[0]] for r in results]
     return out
 
@@ -271,19 +248,14 @@ def agreement(a: Sequence[Sequence[int]], b: Sequence[Sequence[int]], n: int) ->
     return sum(list(x[:n]) == list(y[:n]) for x, y in zip(a, b, strict=True)) / len(a)
 
 
-def train_step_ours(model: TransformerTranslator, opt: torch.optim.Optimizer, batch: Batch, bf16: bool) -> None:
+def train_step(model, opt: torch.optim.Optimizer, batch: Batch, bf16: bool) -> None:
+    """One step of ours (`translation_loss`) or Marian (its own loss on `labels`, -100 its ignore index)."""
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        loss = translation_loss(model, batch, PAD_ID, SMOOTHING)
-    loss.backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-
-
-def train_step_hf(model, opt: torch.optim.Optimizer, batch: Batch, bf16: bool) -> None:
-    labels = batch.tgt_out.masked_fill(batch.tgt_out == PAD_ID, -100)  # Marian's ignore index
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        loss = model(input_ids=batch.src, attention_mask=batch.src != PAD_ID, decoder_input_ids=batch.tgt_in,
-                     labels=labels).loss
+        if isinstance(model, TransformerTranslator):
+            loss = translation_loss(model, batch, PAD_ID, SMOOTHING)
+        else:
+            loss = model(input_ids=batch.src, attention_mask=batch.src != PAD_ID, decoder_input_ids=batch.tgt_in,
+                         labels=batch.tgt_out.masked_fill(batch.tgt_out == PAD_ID, -100)).loss
     loss.backward()
     opt.step()
     opt.zero_grad(set_to_none=True)
@@ -293,10 +265,7 @@ def adamw(model: torch.nn.Module) -> torch.optim.Optimizer:
     return torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.98), weight_decay=1e-4)
 
 
-# ----------------------------------------------------------------------------- the race
-
-
-def run_decode(log: Console, s: SimpleNamespace, ours: TransformerTranslator, hf,
+def run_decode(log, s: SimpleNamespace, ours: TransformerTranslator, hf,
                f: dict[str, float]) -> list[list[str]]:
     """Times every system's decoding; returns the table rows."""
     sources = make_sources(s.sentences, s.min_src, s.max_src, s.vocab, seed=0)
@@ -321,51 +290,60 @@ def run_decode(log: Console, s: SimpleNamespace, ours: TransformerTranslator, hf
                 f"ct2_{kind}", decode_ct2(tr, token_batches, beam, steps, index)))
     for fn in fns.values():  # warm-up (CTranslate2 loads lazily; a full pass is cheap)
         fn()
+    flops = f["decode_gflop"] = _common.step_flops(fns["ours"]) / 1e9
     log.log(f"decoding {len(sources)} sentences, {s.repeats} interleaved rounds of {', '.join(fns)}")
-    times = interleave(fns, s.repeats)
+    times = _common.interleave(fns, s.repeats)
     tmp.cleanup()
     rows = []
     for name, ts in times.items():
         f[f"{name}_decode_s"] = statistics.median(ts)
         f[f"{name}_decode_tok_s"] = len(sources) * steps / f[f"{name}_decode_s"]
+        fl = _common.flop_figures(1e9 * flops, f[f"{name}_decode_s"], s.peaks["fp32"])
+        f |= {f"{name}_decode_{k}": v for k, v in fl.items()}
         key = "decode_speedup_vs_hf" if name == "hf" else f"ratio_vs_{name}"
         if name != "ours":
-            f[key] = median_ratio(ts, times["ours"])
+            f[key] = _common.median_ratio(ts, times["ours"])
         rows.append([f"{name} decoding", f"{f[f'{name}_decode_s']:.2f}", f"{f[f'{name}_decode_tok_s']:.0f}",
-                     "" if name == "ours" else f"{f[key]:.2f}x"])
+                     *_common.fmt_flops(fl["flop_s"], fl["mfu"]), "" if name == "ours" else f"{f[key]:.2f}x"])
     f["agree_ours_hf"] = agreement(out["ours"], out["hf"], steps - 1)
     if not s.no_ct2:
         f["agree_ct2_fp32_hf"] = agreement(out["ct2_fp32"], out["hf"], steps)
     return rows
 
 
-def run_train(log: Console, s: SimpleNamespace, ours: TransformerTranslator, hf,
+def run_train(log, s: SimpleNamespace, ours: TransformerTranslator, hf,
               f: dict[str, float]) -> list[list[str]]:
     """Times both systems' training steps; returns the table rows."""
     batches = training_batches(s)
     ours, hf, bf16 = ours.train(), hf.train(), s.precision == "bf16"
     opts = {"ours": adamw(ours), "hf": adamw(hf)}
-    fns = {"ours": lambda: [train_step_ours(ours, opts["ours"], b, bf16) for b in batches],
-           "hf": lambda: [train_step_hf(hf, opts["hf"], b, bf16) for b in batches]}
-    train_step_ours(ours, opts["ours"], batches[0], bf16)  # warm-up
-    train_step_hf(hf, opts["hf"], batches[0], bf16)
+    fns = {name: lambda m=m, name=name: [train_step(m, opts[name], b, bf16) for b in batches]
+           for name, m in (("ours", ours), ("hf", hf))}
+    for fn in fns.values():  # warm-up
+        fn()
     n_tok = sum(int((b.tgt_out != PAD_ID).sum()) for b in batches)
+    flops = f["train_gflop"] = _common.step_flops(fns["ours"]) / 1e9
     log.log(f"training: {len(batches)} batches, {n_tok} target tokens, {s.repeats} rounds")
-    times = interleave(fns, s.repeats)
+    times = _common.interleave(fns, s.repeats)
+    f["train_speedup_vs_hf"] = _common.median_ratio(times["hf"], times["ours"])
+    f["train_batches"], f["train_tokens"] = len(batches), n_tok
+    rows = []
     for name, ts in times.items():
         f[f"{name}_train_s"] = statistics.median(ts)
         f[f"{name}_train_tok_s"] = n_tok / f[f"{name}_train_s"]
-    f["train_speedup_vs_hf"] = median_ratio(times["hf"], times["ours"])
-    f["train_batches"], f["train_tokens"] = len(batches), n_tok
-    return [[f"{name} training", f"{f[f'{name}_train_s']:.2f}", f"{f[f'{name}_train_tok_s']:.0f}",
-             "" if name == "ours" else f"{f['train_speedup_vs_hf']:.2f}x"] for name in times]
+        fl = _common.flop_figures(1e9 * flops, f[f"{name}_train_s"], s.peaks["bf16" if bf16 else "fp32"])
+        f |= {f"{name}_train_{k}": v for k, v in fl.items()}
+        rows.append([f"{name} training", f"{f[f'{name}_train_s']:.2f}", f"{f[f'{name}_train_tok_s']:.0f}",
+                     *_common.fmt_flops(fl["flop_s"], fl["mfu"]),
+                     "" if name == "ours" else f"{f['train_speedup_vs_hf']:.2f}x"])
+    return rows
 
 
 def parse_args(argv: list[str] | None = None) -> SimpleNamespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--threads", type=int, default=1, help="threads for every system (default 1)")
-    p.add_argument("--sentences", type=int, default=500, help="source sentences to translate (default 500)")
-    p.add_argument("--repeats", type=int, default=3, help="interleaved rounds (default 3)")
+    for flag, default, what in (("--threads", 1, "threads for every system"), ("--sentences", 500, "sources"),
+                                ("--repeats", 3, "interleaved rounds")):
+        p.add_argument(flag, type=int, default=default, help=f"{what} (default {default})")
     p.add_argument("--precision", choices=("32", "bf16"), default="32", help="training precision, both (default 32)")
     p.add_argument("--skip-train", action="store_true", help="decoding only")
     p.add_argument("--skip-decode", action="store_true", help="training only")
@@ -386,33 +364,34 @@ def parse_args(argv: list[str] | None = None) -> SimpleNamespace:
 def main(argv: list[str] | None = None) -> None:
     s = parse_args(argv)
     if s.precision == "bf16" and not s.skip_train:
-        require_bf16_kernels("--precision bf16")
+        _common.require_bf16_kernels("--precision bf16")
     torch.set_num_threads(s.threads)
     warnings.filterwarnings("ignore", ".*generation flags are not valid.*")
     import transformers
 
     transformers.logging.set_verbosity_error()
-    console = Console(width=None if sys.stdout.isatty() else 132)
-    log = Console(stderr=True, log_path=False, width=None if sys.stderr.isatty() else 132)
+    out, log = _common.console(), _common.console(stderr=True)
+    s.peaks = {d: _common.peak_gemm_flops(d, s.threads, 256 if s.quick else 1024)
+               for d in ("fp32", *(("bf16",) if s.precision == "bf16" else ()))}
     f: dict[str, float] = {"threads": s.threads, "sentences": s.sentences, "repeats": s.repeats, "quick": int(s.quick),
                            "bf16": int(s.precision == "bf16"), "d_model": s.d_model,
-                           "load_avg_start": os.getloadavg()[0]}
+                           "load_avg_start": os.getloadavg()[0], **{f"peak_flop_s_{d}": v for d, v in s.peaks.items()}}
     ours = build_ours(s).eval()
     enable_cpu_fastpath(ours)
     hf = build_marian(s).eval()
     copy_weights(ours, hf)
     f["max_logit_diff"] = max_logit_diff(ours, hf, training_batches(SimpleNamespace(**{**vars(s), "max_tokens": 512,
                                                                                        "train_batches": 1}))[0])
-    console.print(f"transformers {transformers.__version__}, torch {torch.__version__}, {s.threads} thread(s); "
-                  f"max |ours - Marian| teacher-forced logit {f['max_logit_diff']:.2e}")
+    out.print(f"transformers {transformers.__version__}, torch {torch.__version__}, {s.threads} thread(s); max |ours - "
+              f"Marian| teacher-forced logit {f['max_logit_diff']:.2e}; peak GEMM "
+              + ", ".join(f"{d} {v / 1e9:,.1f} GFLOP/s" for d, v in s.peaks.items()))
     rows = [] if s.skip_decode else run_decode(log, s, ours, hf, f)
     rows += [] if s.skip_train else run_train(log, s, ours, hf, f)
     f["load_avg_end"] = os.getloadavg()[0]
-    print_table(console, f"beam {s.beam}, {s.tgt_len} target tokens a sentence; training {s.precision}; load average "
-                f"{f['load_avg_start']:.1f} -> {f['load_avg_end']:.1f}", ["system", "s (median)", "target tok/s",
-                                                                          "ours / theirs"], rows)
-    if s.json:
-        write_json(s.json, f)
+    _common.print_table(out, f"beam {s.beam}, {s.tgt_len} target tokens a sentence; training {s.precision}; load "
+                        f"average {f['load_avg_start']:.1f} -> {f['load_avg_end']:.1f}",
+                        ["system", "s (median)", "target tok/s", "GFLOP/s", "MFU", "ours / theirs"], rows)
+    _common.write_json(s.json, f)
 
 
 if __name__ == "__main__":

@@ -53,5 +53,19 @@ def test_our_training_step_updates_weights(bench: ModuleType) -> None:
     batches = bench.training_batches(args)
     assert len(batches) == 2 and all(b.src.numel() <= args.max_tokens for b in batches)
     before = model.tgt_embed.weight.detach().clone()
-    bench.train_step_ours(model, bench.adamw(model), batches[0], bf16=False)
+    bench.train_step(model, bench.adamw(model), batches[0], bf16=False)
     assert not torch.equal(before, model.tgt_embed.weight)
+
+
+def test_our_steps_have_a_flop_count_and_an_mfu(bench: ModuleType, benchmark_module) -> None:
+    common = benchmark_module("_common.py")
+    args = bench.parse_args(TINY)
+    model = bench.build_ours(args)
+    batches = bench.training_batches(args)
+    opt = bench.adamw(model.train())
+    train = common.step_flops(lambda: [bench.train_step(model, opt, b, bf16=False) for b in batches])
+    sources = bench.source_batches(bench.make_sources(6, args.min_src, args.max_src, args.vocab, 0), 4)
+    decode = common.step_flops(lambda: bench.decode_ours(model.eval(), sources, args.beam, args.tgt_len))
+    assert train > decode > 0
+    figures = common.flop_figures(train, 0.5, common.peak_gemm_flops("fp32", 1, size=64, repeats=1))
+    assert figures["flop_s"] == 2 * train and figures["mfu"] > 0
