@@ -66,18 +66,11 @@ PRESETS = {
 @dataclass(eq=False)
 class System:
     peer: str  # "ours" or "hf"
-    who: str
     mode: str | None  # torch.compile mode, None = eager
+    name: str  # JSON key part: {peer}_eager, {peer}_compile_{mode}
+    label: str
     step: Callable[[], None]
     static_bytes: Callable[[], int]
-
-    @property
-    def name(self) -> str:
-        return f"{self.peer}_{'eager' if self.mode is None else 'compile_' + self.mode.replace('-', '_')}"
-
-    @property
-    def label(self) -> str:
-        return f"{self.who}, {'eager' if self.mode is None else 'compile ' + self.mode}"
 
 
 @dataclass
@@ -106,7 +99,9 @@ class Section:
                 tensors |= {t.data_ptr(): t.nbytes for t in state.values() if isinstance(t, Tensor) and t.dim()}
             return sum(tensors.values())
 
-        self.systems.append(System(peer, who, mode, step, static_bytes))
+        how = "eager" if mode is None else f"compile_{mode.replace('-', '_')}"
+        label = f"{who}, {'eager' if mode is None else 'compile ' + mode}"
+        self.systems.append(System(peer, mode, f"{peer}_{how}", label, step, static_bytes))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -17,8 +17,8 @@ back by a rerun with the same settings (`--systems ours` and `--systems rectools
 Targets per data set: ours test NDCG@10 >= 1.03 x RecTools', training sequences/s >= 4x.
 
 JSON keys, per data set D: D_{ours,rectools}_{test_ndcg@10, test_hr@10, val_ndcg@10, lr, gbce, best_epoch, epochs,
-seq_per_s, score_s, trials}, D_ours_{flop_s,mfu}, D_ndcg_rel_diff, D_train_speedup, D_score_speedup, plus the
-setting. Legend: B batch, T max_len, N items (ours 1..N, 0 = padding), K top-K.
+seq_per_s, score_s, trials}, D_ours_{flop_s,mfu}, D_ndcg_rel_diff, D_train_speedup, D_score_speedup, plus
+peak_flop_s and the setting. Legend: B batch, T max_len, N items (ours 1..N, 0 = padding), K top-K.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ import lightning as L
 import numpy as np
 import pandas as pd
 import pytorch_lightning as PL
+import rectools
 import torch
 import yaml
 from _common import console, loader_flops, peak_gemm_flops, print_table, time_call, write_json
@@ -436,9 +437,6 @@ def main(argv: list[str] | None = None) -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
     out, log = console(), console(stderr=True)
     args.peak = peak_gemm_flops("bf16" if args.precision == "bf16" else "fp32", args.threads)
-
-    import rectools
-
     out.print(f"[bold]StreamRec vs RecTools {rectools.__version__} SASRecModel[/]: loss {' / '.join(args.losses)} x lr "
               f"{' / '.join(f'{lr:g}' for lr in args.lrs)}, up to {args.max_epochs} epochs, patience {args.patience}, "
               f"{args.trial_minutes:g} min a trial; d_model {args.d_model}, {args.n_layers} blocks, {args.n_heads} "
@@ -448,8 +446,8 @@ def main(argv: list[str] | None = None) -> None:
         out.print(f"StreamRec: one trial of {args.ours_config or 'its defaults'}: {ours_recipe(args)}")
     trials = TrialLog(args.out / "trials.jsonl")
     f: dict[str, float] = {name: getattr(args, name) for name in ("max_len", "max_epochs", "patience",
-                                                                  "trial_minutes", "threads", "dropout", "peak")}
-    f |= {"bf16": int(args.precision == "bf16"), "load_avg_start": os.getloadavg()[0]}
+                                                                  "trial_minutes", "threads", "dropout")}
+    f |= {"bf16": int(args.precision == "bf16"), "peak_flop_s": args.peak, "load_avg_start": os.getloadavg()[0]}
     for name in args.datasets:
         dm = StreamRecDataModule(str(args.paths[name]), max_len=args.max_len, batch_size=args.batch_size,
                                  group_by_length=not args.random_batches)
