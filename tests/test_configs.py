@@ -1,50 +1,19 @@
-"""configs/: a data set's YAML, read after the base it names, sets up the run its full YAML set up before."""
+"""configs/: a data set's YAML is read after the base it names, and changes only the keys it sets."""
 
 from __future__ import annotations
 
-import re
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
-from streamrec import tune
 from streamrec.cli import main as streamrec_main
-from streamrec.lightning_cli import build_cli
 from translate.cli import main as translate_main
-from translate.model.hparams import upgrade_hparams
 
 REPO = Path(__file__).resolve().parents[1]
-FULL = "b9a3532"  # the last commit whose data-set YAMLs each spelled out the whole trainer, logger and checkpoints
 DATA_SETS = [("streamrec", "demo"), ("streamrec", "beauty"), ("streamrec", "ml1m"), ("streamrec", "seed_m4"),
              ("translate", "demo"), ("translate", "multi30k_en_de")]
 MAINS = {"streamrec": streamrec_main, "translate": translate_main}
-# Values changed on purpose since FULL (a recipe picked later), laid over the full YAML's before comparing.
-CHANGED_SINCE_FULL = {
-    ("streamrec", "beauty"): {"trainer": {"max_epochs": 50}, "early_stopping": 10,
-                              "model": {"n_heads": 2, "dropout": 0.35, "attn_dropout": 0.2, "label_smoothing": 0.3,
-                                        "contrastive_weight": 0.1, "second_pass_softmax": False,
-                                        "weight_decay": 0.01}},
-    ("streamrec", "ml1m"): {"trainer": {"max_epochs": 40}, "early_stopping": 10,
-                            "model": {"d_model": 128, "n_layers": 3}},
-}
-
-
-def _full(app: str, name: str, tmp_path: Path) -> Path:
-    """The data set's YAML as it stood at FULL, written to tmp_path."""
-    try:
-        text = subprocess.run(["git", "-C", str(REPO), "show", f"{FULL}:configs/{app}/{name}.yaml"],
-                              capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        pytest.skip(f"needs the git history with commit {FULL}")
-    path = tmp_path / f"{app}_{name}.yaml"
-    path.write_text(text, encoding="utf-8")
-    if app == "translate":  # its flat model keys of then, in today's option groups
-        config = yaml.safe_load(text)
-        config["model"] = upgrade_hparams(config.get("model") or {})
-        path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-    return path
 
 
 def _printed(app: str, config: Path, capsys) -> dict:
@@ -55,46 +24,41 @@ def _printed(app: str, config: Path, capsys) -> dict:
     return yaml.safe_load(capsys.readouterr().out)
 
 
-def _callbacks(config: Path, tiny_log: Path) -> list[str]:
-    """The instantiated StreamRec trainer's callbacks with their settings, in a stable order."""
-    cli = build_cli(["--config", str(config), "--data.path", str(tiny_log), "--data.format", "csv",
-                     "--trainer.accelerator", "cpu", "--trainer.devices", "1"], run=False)
-    def settings(cb) -> list:
-        return sorted((k, v) for k, v in vars(cb).items() if v is None or isinstance(v, (str, int, float)))
+def _leaves(tree: object, prefix: tuple = ()) -> dict[tuple, object]:
+    """A YAML mapping's scalar and list values by key path (`${...}` strings and the `base` key left out)."""
+    if not isinstance(tree, dict):
+        return {} if isinstance(tree, str) and "${" in tree else {prefix: tree}
+    return {path: value for key, sub in tree.items() if key != "base"
+            for path, value in _leaves(sub, (*prefix, key)).items()}
 
-    return sorted(f"{type(cb).__name__} {settings(cb)}" for cb in cli.trainer.callbacks)
+
+def _at(tree: dict, path: tuple) -> object:
+    for key in path:
+        tree = tree[key]
+    return tree
 
 
 @pytest.mark.parametrize(("app", "name"), DATA_SETS, ids=lambda x: x)
-def test_a_data_set_on_its_base_is_the_full_yaml_it_replaced(app, name, tmp_path, capsys, tiny_log, monkeypatch):
+def test_a_data_set_reads_its_base_first_and_changes_only_its_own_keys(app, name, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    full, new = _full(app, name, tmp_path), REPO / "configs" / app / f"{name}.yaml"
-    assert "base" in yaml.safe_load(new.read_text(encoding="utf-8"))  # it does build on a base
-    before, after = _printed(app, full, capsys), _printed(app, new, capsys)
-    assert "base" not in after  # a printed or saved config holds every value itself
-    changed = dict(CHANGED_SINCE_FULL.get((app, name), {}))
-    if app == "streamrec":  # an EarlyStopping callback in the full YAML is `early_stopping: N` now, the CLI's option
-        for config in (before, after):
-            del config["trainer"]["callbacks"], config["early_stopping"]
-        patience = changed.pop("early_stopping", None)
-        full_callbacks = _callbacks(full, tiny_log)
-        changed_callbacks = [re.sub(r"\('patience', \d+\)", f"('patience', {patience})", c)
-                             if patience is not None and c.startswith("EarlyStopping ") else c for c in full_callbacks]
-        assert changed_callbacks != full_callbacks or patience is None  # the patience did change
-        assert changed_callbacks == _callbacks(new, tiny_log)
-    for section, values in changed.items():
-        assert all(before[section][k] != v for k, v in values.items())  # each change is still a change
-        before[section].update(values)
-    assert after == before
-
-
-def test_tune_merges_the_base_into_best_yaml(tmp_path, capsys):
-    beauty = REPO / "configs" / "streamrec" / "beauty.yaml"
-    args = tune.parse_args(["--config", str(beauty), "--out", str(tmp_path)])
-    assert args.config == (str(beauty.with_name("base.yaml")), str(beauty))
-    best = tmp_path / "best.yaml"  # in another folder, as tune writes it: it must name no base
-    best.write_text(tune.best_config(args.config, {}, "header"), encoding="utf-8")
-    assert _printed("streamrec", best, capsys) == _printed("streamrec", beauty, capsys)
+    data_set = REPO / "configs" / app / f"{name}.yaml"
+    own = yaml.safe_load(data_set.read_text(encoding="utf-8"))
+    base = yaml.safe_load((data_set.parent / own["base"]).read_text(encoding="utf-8"))
+    printed = _printed(app, data_set, capsys)
+    assert "base" not in printed  # a printed or saved config holds every value itself
+    own_leaves = _leaves(own)
+    checked = [(path, value) for path, value in own_leaves.items()]  # the data set's own values hold ...
+    checked += [(path, value) for path, value in _leaves(base).items() if path not in own_leaves]  # ... and the base's
+    for path, value in checked:
+        if any(str(key).endswith("+") for key in path):  # `callbacks+:` appends to the base's list
+            continue
+        if isinstance(value, list) and any(isinstance(v, dict) for v in value):  # loggers, callbacks: by class
+            want = [v["class_path"] if isinstance(v, dict) else v for v in value]
+            got = [v["class_path"] if isinstance(v, dict) else v for v in _at(printed, path)]
+            want, got = [w.rsplit(".", 1)[-1] for w in want], [g.rsplit(".", 1)[-1] for g in got]
+            assert got[: len(want)] == want, ".".join(path)  # a data set's `callbacks+:` comes after
+        else:
+            assert _at(printed, path) == value, ".".join(map(str, path))
 
 
 @pytest.mark.parametrize("app", sorted(MAINS))

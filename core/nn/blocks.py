@@ -86,7 +86,13 @@ class Residual(nn.Module):
 
 class GatedResidual(Residual):
     """A pre-LN residual whose update is scaled by a learned sigmoid gate of the sublayer's input (LiGR's block,
-    the module docstring): x + sigmoid(W x + b) * f(norm(x)), so each position learns how much update to take."""
+    the module docstring): x + sigmoid(W x + b) * f(norm(x)), so each position learns how much update to take.
+
+    Args:
+        d_model: model width D.
+        dropout: dropout on the sublayer's output.
+        norm_first: must be True (pre-LN).
+    """
 
     def __init__(self, d_model: int, *, dropout: float, norm_first: bool):
         if not norm_first:

@@ -69,10 +69,10 @@ def test_explanation_carries_titles(tiny_ckpt, tiny_log, write):
 
     history = next(iter(read_interactions(tiny_log).items.values()))
     path = write("items.csv", "item_id,title\n" + f"{history[-1]},The Last One\n")
-    why = Recommender.load(tiny_ckpt, items=path).explain(history, k=3)
+    why = Recommender.load(tiny_ckpt, items=path).explain(history, top_k=3)
     assert why.title(history[-1]) == "The Last One"
     assert why.title(why.recommendations[0][0]) in (why.recommendations[0][0], "The Last One")
-    plain = Recommender.load(tiny_ckpt).explain(history, k=3)
+    plain = Recommender.load(tiny_ckpt).explain(history, top_k=3)
     assert plain.catalog is None and plain.title(history[-1]) == history[-1]
     with pytest.raises(InputError, match="no 'item_id' column"):  # a bad items file fails before the model loads
         Recommender.load("not-even-a-checkpoint", items=write("bad.csv", "x\n"))
