@@ -76,3 +76,14 @@ def test_missing_output_folder_is_one_line(exit_line, trained, demo_dir, tmp_pat
     monkeypatch.chdir(tmp_path)
     message = exit_line(lambda argv: _predict(trained, demo_dir, *argv), [tmp_path / "nope" / "out.de"])
     assert "the folder" in message and "nope" in message and "does not exist" in message
+
+
+def test_predict_needs_only_the_checkpoint_and_the_sentences(trained, tmp_path, monkeypatch):
+    """`python -m translate predict --config predict_demo.yaml --data.predict FILE --ckpt_path CKPT`: no training
+    text; the vocabularies and max_len come from the checkpoint, and the text is `infer`'s."""
+    monkeypatch.chdir(tmp_path)
+    main(["predict", "--config", str(CONFIG), f"--data.predict={trained.source}", "--ckpt_path", str(trained.ckpt),
+          "--trainer.callbacks.output", str(tmp_path / "out.de"), "--trainer.enable_progress_bar", "false",
+          "--trainer.accelerator", "cpu", "--trainer.devices", "1"])
+    assert (tmp_path / "out.de").read_text(encoding="utf-8") == _infer(trained, trained.source,
+                                                                      tmp_path / "infer.de", 5)
