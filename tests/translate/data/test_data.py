@@ -27,6 +27,7 @@ from translate.data.corpus import (
     encode_split,
     read_lines,
     read_parallel,
+    read_tsv,
     resolve_paths,
 )
 from translate.data.vocab import SubwordVocab, piece_word_index, train_vocab
@@ -115,6 +116,20 @@ def test_split_path_forms(tmp_path):
     assert resolve_paths("data/demo/train", "en", "de") == (Path("data/demo/train.en"), Path("data/demo/train.de"))
     assert resolve_paths("c/{lang}/train.txt", "en", "de") == (Path("c/en/train.txt"), Path("c/de/train.txt"))
     assert resolve_paths(("a.src", "b.tgt"), "en", "de") == (Path("a.src"), Path("b.tgt"))
+    assert resolve_paths("corpus/train.tsv", "en", "de") == (Path("corpus/train.tsv"),)
+
+
+def test_tsv_reads_as_the_line_readers_do(tmp_path):
+    """A BOM, CRLF endings and a tab-free blank side are accepted; an empty file or invalid UTF-8 names the line."""
+    path = tmp_path / "train.tsv"
+    path.write_bytes("\ufeffa dog\tein Hund\r\n\tnur Ziel\r\n".encode())
+    assert read_tsv(path) == (["a dog", ""], ["ein Hund", "nur Ziel"])
+    path.write_bytes(b"")
+    with pytest.raises(ValueError, match=r"train\.tsv:1: empty file"):
+        read_tsv(path)
+    path.write_bytes(b"ok\tgut\nbad \xe9\tschlecht\n")
+    with pytest.raises(ValueError, match=r"train\.tsv:2: invalid UTF-8"):
+        read_tsv(path)
 
 
 # ----------------------------------------------------------------------------- vocabulary
