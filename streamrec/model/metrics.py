@@ -119,7 +119,7 @@ class RankingMetrics(Metric):
     is_differentiable = False
     name_prefix = ""
 
-    def __init__(self, ks: Sequence[int] = (10, 20), exclude_seen: bool = True, cross_entropy: bool = False):
+    def __init__(self, ks: Sequence[int] = (10, 20), exclude_seen: bool = True, *, cross_entropy: bool = False):
         super().__init__()
         if not ks or any(int(k) < 1 for k in ks):
             raise ValueError(f"`ks` must be positive cutoffs, got {list(ks)}")
