@@ -1,7 +1,9 @@
 """What the two apps' LightningCLI entry points share: config mistakes end in one line, and `AppCLI`'s
 hooks (the CPU precision fallback, safe checkpoint reading and atomic writing, exact resume, one
 `fit` per run folder that never overwrites an earlier fit's checkpoints unless told `--overwrite`,
-stale `last.ckpt` warnings, training curves drawn at the end of `fit`).
+stale `last.ckpt` warnings, training curves drawn at the end of `fit`, and a `fit` stopped by SIGTERM, SIGINT or
+SIGUSR1 (`core.runtime.signals`) ending with one line that names the signal, the epoch and step, and the command
+that resumes it, and with exit status 128 + the signal's number).
 
 jsonargparse answers a wrong key or value with the whole usage (80+ lines) and names neither the
 YAML file that set it nor, for a syntax error, the file at all ("<unicode string>"). Here a YAML
@@ -18,6 +20,8 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shlex
+import signal
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -25,6 +29,7 @@ from typing import Any, NoReturn
 
 import yaml
 from jsonargparse import Namespace, set_parsing_settings
+from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch import Callback, LightningModule, Trainer
@@ -32,6 +37,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from core.runtime.checkpoint import load_checkpoint, stale_last_checkpoint_warnings
 from core.runtime.checkpoint_io import SafeCheckpointIO
@@ -40,6 +46,7 @@ from core.runtime.errors import InputError
 from core.runtime.lock import OutputLock
 from core.runtime.precision import cpu_precision_fallback
 from core.runtime.resume import ExactResume
+from core.runtime.signals import StopOnSignal, StopRequested, handles_signals
 from core.runtime.threads import set_threads
 
 BASE = "base"  # the key of a config file that names the file it builds on
@@ -211,6 +218,30 @@ def overwrite_refusal(folders: Iterable[str | Path], root: str | Path, ckpt_path
     return None
 
 
+def without_ckpt_path(args: Sequence[str]) -> list[str]:
+    """`args` without its `--ckpt_path FILE` or `--ckpt_path=FILE`."""
+    out, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == "--ckpt_path":
+            skip = True
+        elif not arg.startswith("--ckpt_path="):
+            out.append(arg)
+    return out
+
+
+def resume_command(program: str, args: Sequence[str], ckpt_path: str | Path) -> str:
+    """The shell command that reruns `program` with `args`, resumed from `ckpt_path` (instead of any `--ckpt_path`)."""
+    return shlex.join([*shlex.split(program), *without_ckpt_path(args), "--ckpt_path", _shown(Path(ckpt_path))])
+
+
+def stopped_line(stop: StopRequested, program: str, args: Sequence[str]) -> str:
+    """The one line `fit` ends with when a signal stopped it: the signal, where, and the command that resumes."""
+    return (f"fit stopped by {stop.signal_name} in epoch {stop.epoch} at step {stop.step}: saved "
+            f"{_shown(Path(stop.ckpt_path))}; resume with: {resume_command(program, args, stop.ckpt_path)}")
+
+
 class PlotCurves(Callback):
     """Draws each CSVLogger's metrics.csv to `curves.png` beside it when `fit` ends (`core.runtime.curves`).
 
@@ -294,6 +325,8 @@ class AppCLI(LightningCLI):
             trainer.strategy.checkpoint_io = SafeCheckpointIO(self.written_by)
         if not any(isinstance(cb, ExactResume) for cb in trainer.callbacks):
             trainer.callbacks.insert(0, ExactResume())
+        if not any(isinstance(cb, StopOnSignal) for cb in trainer.callbacks):
+            trainer.callbacks.append(StopOnSignal())  # last: the step's other callbacks have run when it saves
         trainer.callbacks[:] = checkpoints_last_first(trainer.callbacks)
         if not any(isinstance(cb, PlotCurves) for cb in trainer.callbacks):
             trainer.callbacks.append(PlotCurves())
@@ -344,7 +377,10 @@ class AppCLI(LightningCLI):
             self._run_lock = OutputLock(root, "fit").acquire()
             folders = [cb.dirpath for cb in self.trainer.checkpoint_callbacks  # None: Lightning versions it
                        if getattr(cb, "dirpath", None) and "://" not in str(cb.dirpath)]
-            if not overwrite and (refusal := overwrite_refusal(folders, root, config.get("ckpt_path"))):
+            ckpt_path = config.get("ckpt_path")
+            if ckpt_path is None and SLURMEnvironment.detect() and any(root.glob("hpc_ckpt_*.ckpt")):
+                ckpt_path = "hpc"  # a requeued SLURM job: Lightning resumes from the checkpoint its requeue saved
+            if not overwrite and (refusal := overwrite_refusal(folders, root, ckpt_path)):
                 raise InputError(refusal)
             for cb in self.trainer.checkpoint_callbacks:  # temporaries of a killed save: no live writer owns them
                 folder = Path(cb.dirpath) if getattr(cb, "dirpath", None) else None
@@ -375,9 +411,27 @@ class AppCLI(LightningCLI):
             hparams = {"class_path": hparams.pop("_class_path"), "dict_kwargs": hparams}
         self.config = self.parser.parse_object({self.config.subcommand: {"model": hparams}}, self.config)
 
+    def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        # The arguments as given, for the resume command a stopped fit prints.
+        self._given_args = list(sys.argv[1:] if args is None else args) if not isinstance(args, dict) else []
+        super().parse_arguments(parser, args)
+
     def _run_subcommand(self, subcommand: str) -> None:
+        program = self.written_by.removesuffix(" fit")  # "python -m <app>"
         try:
             super()._run_subcommand(subcommand)
+        except StopRequested as stop:  # StopOnSignal saved a checkpoint: say how to resume from it
+            if rank_zero_only.rank == 0:
+                print(stopped_line(stop, program, getattr(self, "_given_args", [])), file=sys.stderr, flush=True)
+            raise
+        except SIGTERMException:  # Lightning's handler (exit status 0), outside the loop StopOnSignal covers
+            if not handles_signals(self.trainer):  # SLURM's requeue or DDP: Lightning's handling as it is
+                raise
+            if rank_zero_only.rank == 0:
+                rerun = shlex.join([*shlex.split(program), *getattr(self, "_given_args", [])])
+                print(f"{subcommand} stopped by SIGTERM outside the training steps: no checkpoint saved; rerun: "
+                      f"{rerun}", file=sys.stderr, flush=True)
+            raise SystemExit(128 + signal.SIGTERM) from None
         finally:  # also when fit fails: an in-process caller (tests, notebooks) may fit into the folder again
             if self._run_lock is not None:
                 self._run_lock.release()

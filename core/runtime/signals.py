@@ -1,0 +1,126 @@
+"""Stopping `fit` on SIGTERM, SIGINT or SIGUSR1 with a checkpoint that resumes exactly where it stopped.
+
+A scheduler asks a job to stop with SIGTERM (SIGUSR1 on some clusters, before the time limit), a user
+with Ctrl-C. `StopOnSignal` turns each into: finish the training step in progress, save a checkpoint of
+the point after it (`ExactResume` stores the data position and the random states, as for any mid-epoch
+checkpoint), and end `fit` with `StopRequested`, a `SystemExit` of status 128 + the signal's number, so
+a scheduler does not read the run as finished. `core.runtime.cli.AppCLI` prints the command that resumes.
+
+The fit is abandoned, not stopped with `trainer.should_stop`: that would run the epoch's validation and
+its end-of-epoch hooks, whose `last.ckpt` would claim an epoch that was only partly trained. A second
+signal while the checkpoint is written is noted and ignored (the file is written atomically either way,
+`core.runtime.checkpoint_io`).
+
+The handlers are installed when training starts, after Lightning's own (`_SignalConnector` registers
+its SIGTERM handler at the start of every trainer run and puts the previous ones back at its end), and
+replace them for the training loop only; before that (data setup, the sanity check) Lightning's and
+Python's handling holds. They are not installed under SLURM with `auto_requeue` (Lightning saves an
+`hpc_ckpt` and requeues the job itself on the requeue signal), with more than one process (each rank
+would stop at its own step), or outside the main thread (Python allows handlers there only).
+
+Unlike most of `core/`, this module needs Lightning (for the callback).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from lightning.fabric.plugins.environments import SLURMEnvironment
+from lightning.pytorch import Callback, LightningModule, Trainer
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+FILENAME = "stopped.ckpt"  # written beside the run's other checkpoints
+
+log = logging.getLogger(__name__)
+
+
+class StopRequested(SystemExit):
+    """`fit` stopped on a signal after saving `ckpt_path`; its exit status is 128 + `signum`, as a shell's.
+
+    Args:
+        signum: the signal's number.
+        ckpt_path: the checkpoint that resumes the run.
+        epoch: the epoch the fit stopped in (counted from 0, as Lightning does).
+        step: the optimizer steps done (`trainer.global_step`), all of them in the checkpoint.
+    """
+
+    def __init__(self, signum: int, ckpt_path: str, epoch: int, step: int):
+        super().__init__(128 + signum)
+        self.signum, self.ckpt_path, self.epoch, self.step = signum, ckpt_path, epoch, step
+
+    @property
+    def signal_name(self) -> str:
+        return signal.Signals(self.signum).name
+
+
+def handles_signals(trainer: Trainer) -> bool:
+    """Whether `StopOnSignal` installs its handlers for `trainer`'s fit (see the module docstring)."""
+    environment = trainer._accelerator_connector.cluster_environment  # what Lightning's signal connector reads too
+    if isinstance(environment, SLURMEnvironment) and environment.auto_requeue:
+        return False
+    return trainer.world_size == 1 and threading.current_thread() is threading.main_thread()
+
+
+class StopOnSignal(Callback):
+    """On SIGTERM, SIGINT or SIGUSR1 during training: save `FILENAME` after the current step, raise `StopRequested`.
+
+    Args:
+        dirpath: where to save; default: the first checkpoint callback's folder, else
+            `<default_root_dir>/checkpoints`.
+    """
+
+    def __init__(self, dirpath: str | Path | None = None):
+        self.dirpath = dirpath
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self.received = None
+        if not handles_signals(trainer):
+            return
+        for signum in STOP_SIGNALS:
+            self._previous[signum] = signal.getsignal(signum)
+            signal.signal(signum, self._handle)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.received is None:
+            self.received = signum
+            log.warning(f"{signal.Signals(signum).name} received: stopping after the current training step")
+        else:  # the checkpoint may be being written: let it finish
+            log.warning(f"{signal.Signals(signum).name} received again: already stopping, the checkpoint is saved "
+                        "first")
+
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        if self.received is None:
+            return
+        path = Path(self.dirpath) if self.dirpath is not None else self.checkpoint_folder(trainer)
+        ckpt_path = str(path / FILENAME)
+        trainer.save_checkpoint(ckpt_path)
+        raise StopRequested(self.received, ckpt_path, trainer.current_epoch, trainer.global_step)
+
+    @staticmethod
+    def checkpoint_folder(trainer: Trainer) -> Path:
+        """The first checkpoint callback's folder, else `<default_root_dir>/checkpoints`."""
+        for cb in trainer.checkpoint_callbacks:
+            if getattr(cb, "dirpath", None):
+                return Path(cb.dirpath)
+        return Path(trainer.default_root_dir) / "checkpoints"
+
+    def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
+        self._restore()
+
+    def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        self._restore()
+
+    def _restore(self) -> None:
+        # Only where ours is still installed: Lightning's teardown may already have put back the ones before it.
+        for signum, previous in self._previous.items():
+            if signal.getsignal(signum) == self._handle:
+                signal.signal(signum, previous)
+        self._previous = {}
