@@ -5,13 +5,8 @@ uninterrupted fit, bit for bit (CPU), as a fit killed with SIGKILL and resumed d
 from __future__ import annotations
 
 import importlib.util
-import os
-import re
 import shlex
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from types import ModuleType
 
@@ -22,93 +17,35 @@ from core.runtime.checkpoint import load_checkpoint
 from streamrec.cli import main
 
 
-def _sibling(name: str) -> ModuleType:
-    """The test module `name` beside this one (pytest's importlib mode puts no test folder on sys.path)."""
-    spec = importlib.util.spec_from_file_location(f"_streamrec_{name}", Path(__file__).with_name(f"{name}.py"))
+def _load(path: Path, name: str) -> ModuleType:
+    """A test module by path (pytest's importlib mode puts no test folder on sys.path)."""
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-resume = _sibling("test_resume")
+TESTS = Path(__file__).resolve().parents[1]
+resume = _load(TESTS / "streamrec/test_resume.py", "_streamrec_test_resume")
+signals = _load(TESTS / "core/runtime/test_signals.py", "_core_test_signals")  # the signalling helpers
 runs = resume.runs  # the uninterrupted fit (and a SIGKILLed one), built once per test run
-CKPTS, REPO, STEP_CKPT = resume.CKPTS, resume.REPO, resume.STEP_CKPT
+CKPTS, STEP_CKPT = resume.CKPTS, resume.STEP_CKPT
 EPOCH, BATCH = 1, 4  # where the signal arrives: inside the middle epoch of three
-
-# Holds the fit at one batch's end until the test says it has sent the signal: the signal lands in that step,
-# whatever the machine's speed. Waits only in the child the test starts (PREEMPT_MARKER set).
-WAITER = '''
-import os, time
-from pathlib import Path
-from lightning.pytorch import Callback
-
-class WaitForSignal(Callback):
-    def __init__(self, epoch: int = EPOCH, batch: int = BATCH):
-        self.epoch, self.batch = epoch, batch
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        marker = os.environ.get("PREEMPT_MARKER")
-        if marker and (trainer.current_epoch, batch_idx) == (self.epoch, self.batch):
-            Path(marker).touch()
-            while not Path(marker + ".sent").exists():
-                time.sleep(0.01)
-'''.replace("EPOCH", str(EPOCH)).replace("BATCH", str(BATCH))
-
-
-def wait_for(path: Path, process: subprocess.Popen, timeout: float = 120.0) -> None:
-    """Poll until `path` exists; fail at once if `process` ends first."""
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if process.poll() is not None:
-            out, err = process.communicate()
-            pytest.fail(f"fit ended (status {process.returncode}) before the marker:\n{err[-3000:]}")
-        if time.monotonic() > deadline:
-            process.kill()
-            pytest.fail(f"no {path.name} after {timeout:.0f} s")
-        time.sleep(0.05)
-
-
-def signalled_fit(cwd: Path, args: list[str], program: str, signum: int, extra_path: Path) -> tuple[int, str]:
-    """Run `python -m program args` in `cwd` and send `signum` while its fit is held at the marked step.
-
-    Returns the exit status and stderr."""
-    marker = cwd / "at_step"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(extra_path)]), "OMP_NUM_THREADS": "1",
-           "PREEMPT_MARKER": str(marker), "TMPDIR": str(cwd.parent / "tmpdir")}
-    process = subprocess.Popen([sys.executable, "-m", program, *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for(marker, process)
-        process.send_signal(signum)
-        Path(f"{marker}.sent").touch()
-        _, err = process.communicate(timeout=120)
-    finally:
-        if process.poll() is None:
-            process.kill()
-    return process.returncode, err
-
-
-def stop_line(stderr: str) -> re.Match:
-    """The line a stopped fit ends with; fails naming stderr's tail where there is none."""
-    found = re.search(r"^fit stopped by (\w+) in epoch (\d+) at step (\d+): saved (\S+); resume with: (.+)$",
-                      stderr, re.MULTILINE)
-    assert found, stderr[-3000:]
-    return found
 
 
 @pytest.mark.slow
 def test_sigterm_mid_epoch_saves_prints_the_resume_command_and_exits_143(tiny_log: Path, runs, tmp_path: Path,
                                                                           monkeypatch) -> None:
-    (tmp_path / "waiter.py").write_text(WAITER)
+    (tmp_path / "waiter.py").write_text(signals.WAITER.format(epoch=EPOCH, batch=BATCH))
     (tmp_path / "step.yaml").write_text(STEP_CKPT)
     (tmp_path / "tmpdir").mkdir()
     cwd = tmp_path / "stopped"
     cwd.mkdir()
     args = resume._args(cwd, tiny_log, "--trainer.callbacks+=waiter.WaitForSignal")
-    status, err = signalled_fit(cwd, args, "streamrec", signal.SIGTERM, tmp_path)
+    status, err = signals.signalled_fit(cwd, args, "streamrec", signal.SIGTERM, tmp_path)
 
     assert status == 128 + signal.SIGTERM, err[-3000:]
-    line = stop_line(err)
+    line = signals.stop_line(err)
     assert line.group(1) == "SIGTERM" and int(line.group(2)) == EPOCH
     saved = cwd / line.group(4)
     assert saved == cwd / CKPTS / "stopped.ckpt"
