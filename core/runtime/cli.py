@@ -46,7 +46,7 @@ from core.runtime.errors import InputError
 from core.runtime.lock import OutputLock
 from core.runtime.precision import cpu_precision_fallback
 from core.runtime.resume import ExactResume
-from core.runtime.signals import StopOnSignal, StopRequested, handles_signals
+from core.runtime.signals import StopOnSignal, StopRequested, slurm_requeues
 from core.runtime.threads import set_threads
 
 BASE = "base"  # the key of a config file that names the file it builds on
@@ -416,6 +416,14 @@ class AppCLI(LightningCLI):
         self._given_args = list(sys.argv[1:] if args is None else args) if not isinstance(args, dict) else []
         super().parse_arguments(parser, args)
 
+    def _unsaved_stop_line(self, subcommand: str, program: str) -> str:
+        args = getattr(self, "_given_args", [])
+        last = [Path(cb.dirpath) / "last.ckpt" for cb in self.trainer.checkpoint_callbacks
+                if getattr(cb, "dirpath", None) and (Path(cb.dirpath) / "last.ckpt").is_file()]
+        then = (f"resume from the last whole epoch with: {resume_command(program, args, last[0])}" if last
+                else f"rerun: {shlex.join([*shlex.split(program), *args])}")
+        return f"{subcommand} stopped by SIGTERM outside a training step: no checkpoint saved; {then}"
+
     def _run_subcommand(self, subcommand: str) -> None:
         program = self.written_by.removesuffix(" fit")  # "python -m <app>"
         try:
@@ -424,13 +432,11 @@ class AppCLI(LightningCLI):
             if rank_zero_only.rank == 0:
                 print(stopped_line(stop, program, getattr(self, "_given_args", [])), file=sys.stderr, flush=True)
             raise
-        except SIGTERMException:  # Lightning's handler (exit status 0), outside the loop StopOnSignal covers
-            if not handles_signals(self.trainer):  # SLURM's requeue or DDP: Lightning's handling as it is
+        except SIGTERMException:  # Lightning's handler, whose exit status is 0: outside StopOnSignal's steps, or DDP
+            if slurm_requeues(self.trainer):  # Lightning saved an hpc checkpoint and requeued the job
                 raise
             if rank_zero_only.rank == 0:
-                rerun = shlex.join([*shlex.split(program), *getattr(self, "_given_args", [])])
-                print(f"{subcommand} stopped by SIGTERM outside the training steps: no checkpoint saved; rerun: "
-                      f"{rerun}", file=sys.stderr, flush=True)
+                print(self._unsaved_stop_line(subcommand, program), file=sys.stderr, flush=True)
             raise SystemExit(128 + signal.SIGTERM) from None
         finally:  # also when fit fails: an in-process caller (tests, notebooks) may fit into the folder again
             if self._run_lock is not None:

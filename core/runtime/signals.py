@@ -58,12 +58,16 @@ class StopRequested(SystemExit):
         return signal.Signals(self.signum).name
 
 
+def slurm_requeues(trainer: Trainer) -> bool:
+    """Whether Lightning requeues the SLURM job on the requeue signal (`SLURMEnvironment(auto_requeue=True)`)."""
+    environment = trainer._accelerator_connector.cluster_environment  # what Lightning's signal connector reads too
+    return isinstance(environment, SLURMEnvironment) and environment.auto_requeue
+
+
 def handles_signals(trainer: Trainer) -> bool:
     """Whether `StopOnSignal` installs its handlers for `trainer`'s fit (see the module docstring)."""
-    environment = trainer._accelerator_connector.cluster_environment  # what Lightning's signal connector reads too
-    if isinstance(environment, SLURMEnvironment) and environment.auto_requeue:
-        return False
-    return trainer.world_size == 1 and threading.current_thread() is threading.main_thread()
+    return (not slurm_requeues(trainer) and trainer.world_size == 1
+            and threading.current_thread() is threading.main_thread())
 
 
 class StopOnSignal(Callback):
@@ -101,7 +105,7 @@ class StopOnSignal(Callback):
             return
         path = Path(self.dirpath) if self.dirpath is not None else self.checkpoint_folder(trainer)
         ckpt_path = str(path / FILENAME)
-        trainer.save_checkpoint(ckpt_path)
+        trainer.save_checkpoint(ckpt_path, weights_only=False)
         raise StopRequested(self.received, ckpt_path, trainer.current_epoch, trainer.global_step)
 
     @staticmethod

@@ -66,3 +66,31 @@ def test_sigterm_mid_epoch_saves_prints_the_resume_command_and_exits_143(tiny_lo
     assert a["global_step"] == b["global_step"] > 0
     for key, value in a["state_dict"].items():
         assert torch.equal(value, b["state_dict"][key]), key
+
+
+EARLY = '''
+import signal
+from lightning.pytorch import Callback
+
+class TermAtSanityCheck(Callback):
+    def on_sanity_check_start(self, trainer, pl_module):
+        signal.raise_signal(signal.SIGTERM)
+'''
+
+
+def test_sigterm_before_training_exits_143_saying_nothing_was_saved(tiny_log: Path, tmp_path: Path, monkeypatch,
+                                                                     capsys) -> None:
+    """Before the training steps Lightning's handler holds, whose exit status would be 0: ours says so and gives 143."""
+    (tmp_path / "early.py").write_text(EARLY)
+    (tmp_path / "step.yaml").write_text(STEP_CKPT)
+    cwd = tmp_path / "run"
+    cwd.mkdir()
+    with monkeypatch.context() as m, pytest.raises(SystemExit) as stop:
+        m.chdir(cwd)
+        m.syspath_prepend(str(tmp_path))
+        main(resume._args(cwd, tiny_log, "--trainer.callbacks+=early.TermAtSanityCheck"))
+    assert stop.value.code == 128 + signal.SIGTERM
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("fit stopped by SIGTERM outside a training step: no checkpoint saved; rerun: python -m "
+                           "streamrec fit --config"), line
+    assert not (cwd / CKPTS / "stopped.ckpt").exists()
