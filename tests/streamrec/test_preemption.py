@@ -94,3 +94,19 @@ def test_sigterm_before_training_exits_143_saying_nothing_was_saved(tiny_log: Pa
     assert line.startswith("fit stopped by SIGTERM outside a training step: no checkpoint saved; rerun: python -m "
                            "streamrec fit --config"), line
     assert not (cwd / CKPTS / "stopped.ckpt").exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_mid_epoch_saves_and_exits_130(tiny_log: Path, tmp_path: Path) -> None:
+    """SIGINT takes the same way out as SIGTERM, not Lightning's KeyboardInterrupt one (no checkpoint, status 1)."""
+    (tmp_path / "waiter.py").write_text(signals.WAITER.format(epoch=0, batch=2))
+    (tmp_path / "step.yaml").write_text(STEP_CKPT)
+    (tmp_path / "tmpdir").mkdir()
+    cwd = tmp_path / "stopped"
+    cwd.mkdir()
+    args = resume._args(cwd, tiny_log, "--trainer.callbacks+=waiter.WaitForSignal")
+    status, err = signals.signalled_fit(cwd, args, "streamrec", signal.SIGINT, tmp_path)
+    assert status == 128 + signal.SIGINT, err[-3000:]
+    line = signals.stop_line(err)
+    assert (line.group(1), line.group(2), line.group(3)) == ("SIGINT", "0", "3")
+    assert load_checkpoint(cwd / line.group(4), "fit")["global_step"] == 3
