@@ -46,6 +46,7 @@ from core.runtime.errors import InputError
 from core.runtime.lock import OutputLock
 from core.runtime.precision import cpu_precision_fallback
 from core.runtime.resume import ExactResume
+from core.runtime.signals import FILENAME as STOPPED_FILENAME
 from core.runtime.signals import StopOnSignal, StopRequested, slurm_requeues
 from core.runtime.threads import set_threads
 
@@ -193,6 +194,15 @@ def _shown(path: Path) -> str:
     return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
 
 
+def resume_point(folder: Path) -> Path | None:
+    """The checkpoint in `folder` that resumes its run furthest: `stopped.ckpt` (a fit stopped by a signal) where it is
+    newer than `last.ckpt` (the last whole epoch), else `last.ckpt`; None without either."""
+    stopped, last = folder / STOPPED_FILENAME, folder / "last.ckpt"
+    if stopped.is_file() and (not last.is_file() or stopped.stat().st_mtime >= last.stat().st_mtime):
+        return stopped
+    return last if last.is_file() else None
+
+
 def overwrite_refusal(folders: Iterable[str | Path], root: str | Path, ckpt_path: str | None) -> str | None:
     """Why a `fit` into the run folder `root` would replace an earlier fit's checkpoints, in one line; else None.
 
@@ -212,7 +222,8 @@ def overwrite_refusal(folders: Iterable[str | Path], root: str | Path, ckpt_path
         found = sorted(p.name for p in folder.glob("*.ckpt")) if folder.is_dir() else []
         if found:
             shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
-            resume = f", resume it with --ckpt_path {_shown(folder / 'last.ckpt')}" if "last.ckpt" in found else ""
+            latest = resume_point(folder)
+            resume = f", resume it with --ckpt_path {_shown(latest)}" if latest is not None else ""
             return (f"{_shown(folder)} already holds {shown} from an earlier fit; to keep them, fit into another "
                     f"folder with --trainer.default_root_dir NEW_FOLDER{resume}, or pass --overwrite to replace them")
     return None

@@ -20,7 +20,7 @@ from lightning.pytorch import Callback
 from lightning.pytorch.demos.boring_classes import BoringModel
 
 from core.runtime.checkpoint import load_checkpoint
-from core.runtime.cli import resume_command, without_ckpt_path
+from core.runtime.cli import overwrite_refusal, resume_command, resume_point, without_ckpt_path
 from core.runtime.signals import FILENAME, STOP_SIGNALS, StopOnSignal, StopRequested, handles_signals
 
 REPO = Path(__file__).resolve().parents[3]
@@ -151,3 +151,18 @@ def test_resume_command_replaces_the_ckpt_path_and_quotes() -> None:
     command = resume_command("python -m streamrec", ["fit", "--config", "my runs.yaml", "--ckpt_path", "old.ckpt"],
                              Path.cwd() / "runs" / "stopped.ckpt")
     assert command == "python -m streamrec fit --config 'my runs.yaml' --ckpt_path runs/stopped.ckpt"
+
+
+def test_a_refused_fit_names_the_stopped_checkpoint_where_it_is_newer(tmp_path: Path) -> None:
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    assert resume_point(folder) is None
+    (folder / "last.ckpt").write_bytes(b"")
+    assert resume_point(folder) == folder / "last.ckpt"
+    (folder / FILENAME).write_bytes(b"")
+    os.utime(folder / "last.ckpt", (1, 1))  # stopped after the last whole epoch
+    assert resume_point(folder) == folder / FILENAME
+    assert overwrite_refusal([folder], tmp_path, None).endswith(
+        f"resume it with --ckpt_path {folder / FILENAME}, or pass --overwrite to replace them")
+    os.utime(folder / FILENAME, (0, 0))  # a stop of an earlier fit, epochs before last.ckpt
+    assert resume_point(folder) == folder / "last.ckpt"
