@@ -13,8 +13,9 @@ signal while the checkpoint is written is noted and ignored (the file is written
 
 The handlers are installed when training starts, after Lightning's own (`_SignalConnector` registers
 its SIGTERM handler at the start of every trainer run and puts the previous ones back at its end), and
-replace them for the training loop only; before that (data setup, the sanity check) Lightning's and
-Python's handling holds. They are not installed under SLURM with `auto_requeue` (Lightning saves an
+replace them for the rest of the fit; before that (data setup, the sanity check) Lightning's and
+Python's handling holds (`AppCLI` gives Lightning's SIGTERM stop status 143 as well, saying no checkpoint
+was saved). They are not installed under SLURM with `auto_requeue` (Lightning saves an
 `hpc_ckpt` and requeues the job itself on the requeue signal), with more than one process (each rank
 would stop at its own step), or outside the main thread (Python allows handlers there only).
 
