@@ -1,7 +1,8 @@
 """What the two apps' LightningCLI entry points share: config mistakes end in one line, and `AppCLI`'s
 hooks (the CPU precision fallback, safe checkpoint reading and atomic writing, exact resume, one
 `fit` per run folder that never overwrites an earlier fit's checkpoints unless told `--overwrite`,
-stale `last.ckpt` warnings, training curves drawn at the end of `fit`, and a `fit` stopped by SIGTERM, SIGINT or
+stale `last.ckpt` warnings, a model summary without a FLOPs column of zeros (`core.runtime.summary`),
+training curves drawn at the end of `fit`, and a `fit` stopped by SIGTERM, SIGINT or
 SIGUSR1 (`core.runtime.signals`) ending with one line that names the signal, the epoch and step, and the command
 that resumes it, and with exit status 128 + the signal's number).
 
@@ -48,6 +49,7 @@ from core.runtime.precision import cpu_precision_fallback
 from core.runtime.resume import ExactResume
 from core.runtime.signals import FILENAME as STOPPED_FILENAME
 from core.runtime.signals import StopOnSignal, StopRequested, slurm_requeues
+from core.runtime.summary import summary_callback
 from core.runtime.threads import set_threads
 
 BASE = "base"  # the key of a config file that names the file it builds on
@@ -339,6 +341,7 @@ class AppCLI(LightningCLI):
         if not any(isinstance(cb, StopOnSignal) for cb in trainer.callbacks):
             trainer.callbacks.append(StopOnSignal())  # last: the step's other callbacks have run when it saves
         trainer.callbacks[:] = checkpoints_last_first(trainer.callbacks)
+        trainer.callbacks[:] = [summary_callback(cb) for cb in trainer.callbacks]  # no column of 0 FLOPs
         if not any(isinstance(cb, PlotCurves) for cb in trainer.callbacks):
             trainer.callbacks.append(PlotCurves())
         return trainer
