@@ -34,26 +34,43 @@ def _short(text: str, width: int = 24) -> str:
     return text if len(text) <= width else text[: width - 1] + "\u2026"
 
 
-def _heatmap_png(drops: Tensor, rows: list[str], cols: list[str]) -> str:
-    """Occlusion heatmap (recommendations x history) as a base64 PNG."""
+HEATMAP_ITEMS = 30  # the heatmap's columns: the most recent history items, each wide enough to read
+
+
+def _heatmap_figure(drops: Tensor, rows: list[str], cols: list[str], last: int = HEATMAP_ITEMS) -> Figure:
+    """Occlusion heatmap (recommendations x history) as a matplotlib Figure (no pyplot state).
+
+    Only the `last` most recent history items (`cols` and `drops`' columns run oldest -> newest) are drawn,
+    so each column keeps a readable width however long the history is; the title then says "last N of M
+    items". The title wraps and sits over the whole figure, so it fits even a narrow one.
+    """
+    total = len(cols)
+    if total > last:
+        drops, cols = drops[:, -last:], cols[-last:]
     rows, cols = [_short(r) for r in rows], [_short(c) for c in cols]
-    fig = Figure(figsize=(max(5.0, 0.35 * len(cols) + 3), max(3.0, 0.35 * len(rows) + 2.5)))  # no pyplot state
+    fig = Figure(figsize=(max(5.0, 0.35 * len(cols) + 3), max(3.0, 0.35 * len(rows) + 2.5)), layout="constrained")
     ax = fig.subplots()
     im = ax.imshow(drops.float().numpy(), cmap="magma", aspect="auto")
     ax.set_xticks(range(len(cols)), cols, rotation=90, fontsize=7)
     ax.set_yticks(range(len(rows)), rows, fontsize=8)
     ax.set_xlabel("history item (oldest -> newest)")
     ax.set_ylabel("recommended item")
-    ax.set_title("score drop when the history item is removed (occlusion)")
+    shown = f"last {len(cols)} of {total} items" if total > len(cols) else f"all {total} items"
+    fig.suptitle(f"score drop when the history item is removed (occlusion)\n{shown}", fontsize=10, wrap=True)
     fig.colorbar(im, ax=ax)
-    fig.tight_layout()
+    return fig
+
+
+def _heatmap_png(drops: Tensor, rows: list[str], cols: list[str]) -> str:
+    """Occlusion heatmap (`_heatmap_figure`) as a base64 PNG."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
+    _heatmap_figure(drops, rows, cols).savefig(buf, format="png", dpi=100)
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
 # Narrow screens: containers cap the width, long words break anywhere, a table turns into one card per
-# row below 40em, and whatever is still too wide (the heatmap) scrolls inside its own box, never the page.
+# row below 40em, and whatever is still too wide scrolls inside its own box, never the page: the heatmap keeps
+# its drawn size there (shrunk to fit a phone, its columns could not be read).
 _STYLE = """*{box-sizing:border-box}
 body{font-family:system-ui,sans-serif;margin:0;padding:1em;line-height:1.4;color:#222}
 main{max-width:60em;margin:0 auto}h1{font-size:1.5em}h1,h2,p,td{overflow-wrap:anywhere}
@@ -64,6 +81,7 @@ th{background:#f4f4f4}td.num{text-align:right;white-space:nowrap}
 .id,.meta{color:#666;font-size:0.85em}.meta{display:block}
 .track{display:inline-block;width:8em;max-width:40%;background:#eee;vertical-align:middle}
 .bar{display:block;height:10px;background:#4a7}img{max-width:100%;height:auto;display:block}
+img.heatmap{max-width:none}
 @media (max-width:40em){thead{display:none}table,tbody,tr,td{display:block;width:100%}
 tr{border:1px solid #ccc;margin-bottom:0.75em;padding:0.25em 0}td,td.num{border:none;padding:2px 8px;text-align:left}
 td[data-label]::before{content:attr(data-label) ": ";font-weight:600;color:#555}}"""
@@ -111,7 +129,7 @@ def render_html(user: str, why: Explanation) -> str:
 drop in the item's score when one history item is removed. When they disagree, trust occlusion.</p>
 <h2>Recommendations</h2><div class=scroll><table><thead><tr><th>rank</th><th>item</th><th>score</th>
 <th>most attended</th><th>largest occlusion drop</th></tr></thead><tbody>{rec_rows}</tbody></table></div>
-<h2>Occlusion heatmap</h2><div class=scroll><img alt="occlusion heatmap: score drop of each recommendation
+<h2>Occlusion heatmap</h2><div class=scroll><img class=heatmap alt="occlusion heatmap: score drop of each recommendation
 when each history item is removed" src="data:image/png;base64,{png}"></div>
 <h2>History (attention)</h2><div class=scroll><table><thead><tr><th>#</th><th>item</th><th>attention</th></tr>
 </thead><tbody>{hist_rows}</tbody></table></div></main></body></html>"""

@@ -53,3 +53,40 @@ def test_explain_page_shows_titles_and_fits_the_width(open_page, explain_page, w
         assert titles[item] in seen["text"]
     assert "genre" in seen["text"]  # the metadata
     assert 0 < shot.stat().st_size < 400_000
+
+
+@pytest.mark.parametrize("n_history", [3, 77])
+def test_heatmap_title_fits_and_long_histories_show_the_most_recent_items(n_history):
+    import torch
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.text import Text
+
+    recs = [f"A recommended film with a rather long title {i}" for i in range(5)]
+    history = [f"History film {i:02d}" for i in range(n_history)]
+    fig = explain._heatmap_figure(torch.rand(5, n_history), recs, history)
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    (title,) = [t for t in fig.findobj(Text) if "(occlusion)" in t.get_text()]
+    box = title.get_window_extent(renderer)
+    assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1 and fig.bbox.y0 <= box.y0 and box.y1 <= fig.bbox.y1
+    ax = fig.axes[0]
+    shown = min(n_history, explain.HEATMAP_ITEMS)
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert labels == history[-shown:]  # the most recent items, oldest -> newest
+    assert ax.get_images()[0].get_array().shape == (5, shown)
+    assert ax.get_window_extent(renderer).width / shown >= 20  # px per column at the page's 100 dpi
+    expected = f"last {shown} of {n_history} items" if n_history > shown else f"all {n_history} items"
+    assert expected in title.get_text()
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_heatmap_keeps_its_drawn_size_and_scrolls_in_its_box(browser, explain_page, width):
+    page_path, _, _ = explain_page
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    page.goto(page_path.resolve().as_uri(), wait_until="load")
+    img = page.evaluate("(() => { const i = document.querySelector('img.heatmap');"
+                        " return {natural: i.naturalWidth, shown: i.clientWidth,"
+                        " page: document.documentElement.scrollWidth}; })()")
+    page.close()
+    assert img["natural"] > 0 and img["shown"] == img["natural"], "the heatmap is shrunk to the screen"
+    assert img["page"] <= width  # its own box scrolls, not the page
