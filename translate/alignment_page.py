@@ -13,12 +13,13 @@ from pathlib import Path
 from translate.search.align import WordAlignment
 
 # Narrow screens: the text wraps (long words anywhere) and a sentence's table, if still too wide, scrolls
-# inside its own box (.scroll), never the page.
+# inside its own box (.scroll), never the page. Headers are words at their full width on one line (never
+# rotated, which some browsers clip), so a long source word widens its column instead.
 _STYLE = """*{box-sizing:border-box}body{font-family:system-ui,sans-serif;margin:0;padding:1em;line-height:1.4}
 main{max-width:60em;margin:0 auto}h1{font-size:1.5em}h1,h3,p{overflow-wrap:anywhere}
 .scroll{max-width:100%;overflow-x:auto;margin:0.5em 0 2em}table{border-collapse:collapse}
 td,th{padding:2px 5px;font-size:12px;text-align:center;border:1px solid #eee}
-th.row{text-align:right}th.col{writing-mode:vertical-rl;transform:rotate(180deg)}
+th{white-space:nowrap}th.row{text-align:right}
 td.hard{outline:2px solid #d62728;outline-offset:-2px}"""
 
 
@@ -45,7 +46,8 @@ def write_html(path: str | Path, alignments: Sequence[WordAlignment], title: str
                line_numbers: Sequence[int] | None = None) -> None:
     """Write one self-contained HTML page (inline CSS, no scripts or external files) of heatmap tables.
 
-    The page fits narrow screens: a table wider than the screen scrolls inside its own box.
+    The page fits narrow screens: a table wider than the screen scrolls inside its own box; column headers
+    show each source word whole.
 
     `line_numbers`: the 1-based input line of each alignment, for the captions (default 1, 2, ...).
     """

@@ -42,3 +42,43 @@ def test_alignment_page_loads_and_fits_the_width(open_page, align_page, width, t
     for line in lines:
         assert line in seen["text"]
     assert 0 < shot.stat().st_size < 400_000
+
+
+def _snowmobiles() -> list:
+    from translate.search.align import WordAlignment
+
+    src, tgt = "the snowmobiles are fast .".split(), "die Schneemobile sind schnell .".split()
+    matrix = [[1.0 if i == j else 0.0 for i in range(len(src))] for j in range(len(tgt))]
+    return [WordAlignment(src, tgt, matrix, [(i, i) for i in range(len(src))])]
+
+
+def test_column_headers_are_whole_words_not_rotated(tmp_path):
+    from translate.alignment_page import alignment_table, write_html
+
+    assert '<th class="col">snowmobiles</th>' in alignment_table(_snowmobiles()[0])
+    write_html(tmp_path / "a.html", _snowmobiles())
+    html = (tmp_path / "a.html").read_text(encoding="utf-8")
+    assert "writing-mode" not in html and "rotate" not in html
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_long_column_headers_are_not_clipped(browser, tmp_path, width):
+    from translate.alignment_page import write_html
+
+    path = tmp_path / "snowmobiles.html"
+    write_html(path, _snowmobiles())
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    page.goto(path.resolve().as_uri(), wait_until="load")
+    heads = page.evaluate("""[...document.querySelectorAll('th.col')].map(th => {
+        const r = document.createRange(); r.selectNodeContents(th);
+        const t = r.getBoundingClientRect(), c = th.getBoundingClientRect();
+        return {word: th.textContent, text: th.innerText, scroll: th.scrollWidth, client: th.clientWidth,
+                inside: t.left >= c.left && t.right <= c.right && t.top >= c.top && t.bottom <= c.bottom,
+                across: t.width >= t.height, page: document.documentElement.scrollWidth};
+    })""")
+    page.close()
+    assert [h["word"] for h in heads] == "the snowmobiles are fast .".split()
+    for h in heads:
+        assert h["text"] == h["word"] and h["scroll"] <= h["client"] and h["inside"], h
+    assert next(h for h in heads if h["word"] == "snowmobiles")["across"], "the header is not read across"
+    assert heads[0]["page"] <= width
