@@ -15,6 +15,7 @@ from lightning.pytorch.callbacks import timer as timer_module
 from lightning.pytorch.utilities.model_summary import summarize
 
 from core.runtime.summary import PlainSummary, RichSummary, flops_counted, hook_matches, summary_callback
+from streamrec.cli import main
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -74,8 +75,7 @@ def test_lightnings_summary_callbacks_become_ours_with_their_depth_and_a_users_o
 
 
 def _fit(tiny_log: Path, *extra: str):
-    from streamrec.cli import main
-
+    """A tiny StreamRec fit from the command line: both apps' CLIs are `AppCLI`s."""
     return main(["fit", "--config", str(REPO / "configs" / "streamrec" / "demo.yaml"), "--data.path", str(tiny_log),
                  "--data.max_len", "8", "--model.d_model", "16", "--model.n_heads", "2", "--model.n_layers", "1",
                  "--model.d_ff", "32", "--trainer.enable_progress_bar", "false", "--trainer.precision", "32-true",
