@@ -82,3 +82,32 @@ class SpeedOptions(OptionGroup):
     def compile_mode(self) -> str | None:
         """The torch.compile mode, or None for eager."""
         return compile_mode(self.compile)
+
+
+def regroup(hparams: Mapping[str, Any], moved: Mapping[str, tuple[str, str]]) -> dict[str, Any]:
+    """`hparams` with the flat names of an older layout moved into their groups: `moved` maps an old name to its
+    (group, name in the group). Every other key is kept as it is; a group already given as a mapping is merged.
+
+    The loaders of old checkpoints call it (`streamrec.model.hparams`, `translate.model.hparams`); the old names
+    are never options of a constructor.
+
+    Raises:
+        ValueError: a group that is not a mapping, or a setting given both flat and in its group.
+    """
+    out: dict[str, Any] = {}
+    found: dict[str, dict[str, Any]] = {}
+    for key, value in hparams.items():
+        if key in moved:
+            group, name = moved[key]
+            found.setdefault(group, {})[name] = value
+        else:
+            out[key] = dict(value) if isinstance(value, Mapping) else value
+    for group, values in found.items():
+        given = out.get(group) or {}
+        if not isinstance(given, Mapping):
+            raise ValueError(f"hyper-parameter `{group}` must be a mapping, got {given!r}")
+        both = [name for name in values if name in given]
+        if both:
+            raise ValueError(f"hyper-parameter `{group}.{both[0]}` is given twice, flat and in `{group}`; keep one")
+        out[group] = {**given, **values}
+    return out

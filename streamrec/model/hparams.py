@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from core.nn.options import regroup
+
 # old flat name -> (group, key) of the grouped layout
 RENAMED: dict[str, tuple[str, str]] = {
     "n_kv_heads": ("block", "n_kv_heads"), "attn_dropout": ("block", "attn_dropout"),
@@ -31,6 +33,7 @@ RENAMED: dict[str, tuple[str, str]] = {
     "ks": ("evaluation", "ks"), "exclude_seen": ("evaluation", "exclude_seen"),
     "filter_seen": ("evaluation", "exclude_seen"),
     "sampled_metrics": ("evaluation", "sampled_metrics"), "popularity_baseline": ("evaluation", "popularity_baseline"),
+    "gated_residual": ("block", "residual"),
     "cpu_fastpath": ("speed", "cpu_fastpath"), "compile": ("speed", "compile"),
     "compile_backend": ("speed", "compile_backend"),
 }
@@ -39,22 +42,12 @@ RENAMED: dict[str, tuple[str, str]] = {
 def upgrade_hparams(hparams: Mapping[str, Any]) -> dict[str, Any]:
     """`hparams` in the grouped layout: old flat names moved into their groups; grouped ones kept as they are.
 
-    `gated_residual: true` becomes `block.residual: gated`; `filter_seen: null` (the old default) is dropped. A
-    key already set in its group wins over an old flat one.
+    `gated_residual: true` becomes `block.residual: gated`; `filter_seen: null` (the old default) is dropped.
+
+    Raises:
+        ValueError: a setting given both flat and in its group (`core.nn.options.regroup`).
     """
-    out: dict[str, Any] = {}
-    moved: dict[str, dict[str, Any]] = {}
-    for key, value in hparams.items():
-        if key == "gated_residual":
-            moved.setdefault("block", {})["residual"] = "gated" if value else "plain"
-        elif key in RENAMED and not isinstance(value, Mapping):
-            if key == "filter_seen" and value is None:
-                continue
-            group, name = RENAMED[key]
-            moved.setdefault(group, {})[name] = value
-        else:
-            out[key] = dict(value) if isinstance(value, Mapping) else value
-    for group, values in moved.items():
-        current = out.get(group)
-        out[group] = {**values, **(dict(current) if isinstance(current, Mapping) else {})}
-    return out
+    flat = {key: value for key, value in hparams.items() if not (key == "filter_seen" and value is None)}
+    if "gated_residual" in flat:
+        flat["gated_residual"] = "gated" if flat["gated_residual"] else "plain"
+    return regroup(flat, RENAMED)

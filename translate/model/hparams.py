@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from core.nn.options import regroup
+
 # flat name in an older checkpoint -> (group, the name in the group)
 MOVED: dict[str, tuple[str, str]] = {
     **{name: ("block", name) for name in ("n_kv_heads", "attn_dropout", "ff_dropout", "positions", "activation",
@@ -31,24 +33,6 @@ def upgrade_hparams(hparams: Mapping[str, Any]) -> dict[str, Any]:
     is kept as it is, so a key the module does not know is still refused where the module or network is built.
 
     Raises:
-        ValueError: a setting given both flat and in its group.
+        ValueError: a setting given both flat and in its group (`core.nn.options.regroup`).
     """
-    out: dict[str, Any] = {}
-    moved: dict[str, dict[str, Any]] = {}
-    for key, value in hparams.items():
-        if key.startswith("_"):
-            continue
-        if key in MOVED:
-            group, name = MOVED[key]
-            moved.setdefault(group, {})[name] = value
-        else:
-            out[key] = value
-    for group, values in moved.items():
-        given = out.get(group) or {}
-        if not isinstance(given, Mapping):
-            raise ValueError(f"hyper-parameter `{group}` must be a mapping, got {given!r}")
-        both = [name for name in values if name in given]
-        if both:
-            raise ValueError(f"hyper-parameter `{group}.{both[0]}` is given twice, flat and in `{group}`; keep one")
-        out[group] = {**given, **values}
-    return out
+    return regroup({k: v for k, v in hparams.items() if not k.startswith("_")}, MOVED)
