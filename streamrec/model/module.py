@@ -29,7 +29,7 @@ from streamrec.data.vocab import VOCAB_KEY, ItemVocab
 from streamrec.model.hparams import upgrade_hparams
 from streamrec.model.losses import Objective
 from streamrec.model.metrics import RankingMetrics, SampledRankingMetrics, most_popular_scores
-from streamrec.model.network import NETWORK_KEYS, TRAINING_KEYS, Arch, network_class
+from streamrec.model.network import NETWORK_KEYS, Arch, module_settings, network_class
 from streamrec.model.options import (
     BlockOptions,
     ContrastiveOptions,
@@ -140,12 +140,7 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
     @classmethod
     def from_hparams(cls, hparams: Mapping[str, Any]) -> StreamRecModule:
         """The module stored hyper-parameters describe (old names mapped), refusing a key it does not know."""
-        hp = {k: v for k, v in upgrade_hparams(hparams).items() if not k.startswith("_")}
-        unknown = [k for k in hp if k not in ("arch", *NETWORK_KEYS, *TRAINING_KEYS)]
-        if unknown:
-            raise ValueError(f"hyper-parameter {unknown[0]!r} is not a StreamRec setting; the settings are arch, "
-                             f"{', '.join(NETWORK_KEYS + TRAINING_KEYS)}")
-        return cls(**hp)
+        return cls(**module_settings(hparams))
 
     # ------------------------------------------------------------------ setup and checkpoints
     def setup(self, stage: str) -> None:

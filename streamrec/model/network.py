@@ -393,18 +393,29 @@ def network_class(arch: str) -> type[StreamRecModel]:
     return NETWORKS[arch]
 
 
-def network_arguments(hparams: Mapping[str, Any]) -> tuple[type[StreamRecModel], dict[str, Any]]:
-    """The one handoff from a module's hyper-parameters (a checkpoint's, an export's, the module's own) to its
-    network: the class and exactly its arguments. Old flat names are mapped first (`upgrade_hparams`).
+def module_settings(hparams: Mapping[str, Any]) -> dict[str, Any]:
+    """A module's stored hyper-parameters (a checkpoint's, an export's) as its settings: old flat names mapped
+    (`upgrade_hparams`), LightningCLI's bookkeeping (`_instantiator`) left out.
 
     Raises:
         ValueError: a key that is neither the network's nor a training setting, in one line.
     """
-    hp = upgrade_hparams(hparams)
-    unknown = [k for k in hp if k not in ("arch", *NETWORK_KEYS, *TRAINING_KEYS) and not k.startswith("_")]
+    hp = {k: v for k, v in upgrade_hparams(hparams).items() if not k.startswith("_")}
+    unknown = [k for k in hp if k not in ("arch", *NETWORK_KEYS, *TRAINING_KEYS)]
     if unknown:
         raise ValueError(f"hyper-parameter {unknown[0]!r} is not a StreamRec setting; the settings are arch, "
                          f"{', '.join(NETWORK_KEYS + TRAINING_KEYS)}")
+    return hp
+
+
+def network_arguments(hparams: Mapping[str, Any]) -> tuple[type[StreamRecModel], dict[str, Any]]:
+    """The one handoff from a module's hyper-parameters (a checkpoint's, an export's, the module's own) to its
+    network: the class and exactly its arguments (`module_settings`).
+
+    Raises:
+        ValueError: a key that is neither the network's nor a training setting, in one line.
+    """
+    hp = module_settings(hparams)
     return network_class(hp.get("arch", "sasrec")), {k: hp[k] for k in NETWORK_KEYS if k in hp}
 
 
