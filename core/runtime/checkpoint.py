@@ -248,8 +248,10 @@ class SafeLoadMixin:
     def load_from_checkpoint(cls, checkpoint_path: str | Path, *args: Any, **kwargs: Any) -> Any:
         upgrade = getattr(cls, "upgrade_hparams", None)
         if upgrade is not None and Path(checkpoint_path).is_file():  # old names mapped; Lightning drops the rest
-            hparams = load_checkpoint(checkpoint_path, "python -m <app> fit").get("hyper_parameters") or {}
-            kwargs = {**upgrade(hparams), **kwargs}
+            # mapped, not read: only the pickle's hyper-parameters are touched before Lightning loads the weights
+            hparams = load_checkpoint(checkpoint_path, "python -m <app> fit", mmap=True).get("hyper_parameters") or {}
+            # `_instantiator=None`: Lightning builds the module from these values itself, not through LightningCLI's
+            kwargs = {**upgrade(hparams), "_instantiator": None, **kwargs}
         kwargs["weights_only"] = True
         try:
             with torch.serialization.safe_globals(ALLOWED_GLOBALS):

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -33,7 +32,7 @@ from core.nn import InverseSqrtLR, WarmupCosineLR, linear_cross_entropy, rdrop_c
 from core.nn.compile import compile_in_place, pad_to_bucket
 from core.nn.cpu_fastpath import enable_cpu_fastpath
 from core.nn.options import SpeedOptions
-from core.runtime.checkpoint import SafeLoadMixin, load_checkpoint
+from core.runtime.checkpoint import SafeLoadMixin
 from core.runtime.distributed import destroy_process_group_at_exit, process_group_running
 from translate.data.corpus import Batch, Split
 from translate.data.vocab import PAD_ID, SubwordVocab, vocabs_from_checkpoint
@@ -44,7 +43,6 @@ from translate.model.transformer import MAX_LEN
 from translate.search.decoding import search
 from translate.search.options import SearchOptions
 
-WRITTEN_BY = "python -m translate fit"
 GROUP_NAMES = ("block", "rnn", "objective", "optimizer", "evaluation", "speed")
 
 
@@ -151,19 +149,6 @@ class TranslationModule(SafeLoadMixin, L.LightningModule):
         self._outputs: list[tuple[int, str]] = []  # (dataset index, hypothesis) decoded on this rank
         self._signature_shown: set[str] = set()
         self._compiled = False
-
-    @classmethod
-    def load_from_checkpoint(cls, checkpoint_path: str | Path, *args: Any, **kwargs: Any) -> Any:
-        """Lightning's `load_from_checkpoint`, with an older checkpoint's hyper-parameters in today's layout
-        (`translate.model.hparams.upgrade_hparams`); `kwargs` still override the stored values."""
-        if isinstance(checkpoint_path, (str, Path)):
-            stored = load_checkpoint(checkpoint_path, WRITTEN_BY, mmap=True)
-            hparams = stored.get("hyper_parameters") if isinstance(stored, dict) else None
-            if isinstance(hparams, dict):
-                # `_instantiator=None`: Lightning builds the module itself, from these values, not LightningCLI's.
-                kwargs = {**upgrade_hparams(hparams), "_instantiator": None, **kwargs}
-            del stored
-        return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
 
     def setup(self, stage: str) -> None:
         destroy_process_group_at_exit()  # each DDP rank, once its process group exists
