@@ -413,7 +413,7 @@ class AppCLI(LightningCLI):
         ckpt_path = self.config[self.config.subcommand].get("ckpt_path")
         if not ckpt_path or not Path(ckpt_path).is_file():
             return
-        hparams = load_checkpoint(ckpt_path, self.written_by).get("hyper_parameters", {})
+        hparams = load_checkpoint(ckpt_path, self.written_by, mmap=True).get("hyper_parameters", {})  # weights unread
         upgrade = getattr(self.model_class, "upgrade_hparams", None)
         if upgrade is not None and isinstance(hparams, dict):
             hparams = upgrade(hparams)
