@@ -62,13 +62,10 @@ def resolve_paths(paths: SplitPaths, src_lang: str, tgt_lang: str) -> SplitFiles
 
 
 def read_lines(path: str | Path) -> list[str]:
-    """The lines of a UTF-8 text file, without line endings.
+    """The lines of a UTF-8 text file (a byte-order mark and CRLF endings accepted), without line endings.
 
     Splits on "\\n" only: `str.splitlines` would also split on U+2028 and friends and
     silently shift every later line against its translation.
-
-    Args:
-        path: the file; a UTF-8 byte-order mark and CRLF endings are accepted.
     """
     path = Path(path)
     if not path.is_file():
@@ -112,16 +109,12 @@ def read_tsv(path: str | Path) -> tuple[list[str], list[str]]:
     lines = read_lines(path)
     if not lines:
         raise InputError(f"{path}:1: empty file; a TSV split needs one `source<TAB>target` pair per line")
-    src, tgt = [], []
     for number, line in enumerate(lines, 1):
-        tabs = line.count("\t")
-        if tabs != 1:
+        if (tabs := line.count("\t")) != 1:
             raise InputError(f"{path}:{number}: {tabs} tabs; a TSV split needs exactly one tab per line "
                              "(`source<TAB>target`): remove the extra tabs or pass two aligned files")
-        s, t = line.split("\t")
-        src.append(s)
-        tgt.append(t)
-    return src, tgt
+    src, tgt = zip(*(line.split("\t") for line in lines), strict=True)
+    return list(src), list(tgt)
 
 
 def read_split(files: SplitFiles) -> tuple[list[str], list[str]]:
@@ -162,18 +155,12 @@ class Batch:
 
     `index` points into the dataset, whose `sources`/`refs` hold the raw strings (sacreBLEU
     scores against `refs`, never against decoded ids).
-
-    Attributes:
-        src: (B, S) source ids.
-        tgt_in: (B, T) decoder input: bos + target.
-        tgt_out: (B, T) decoder target: target + eos.
-        index: (B,) dataset index of each row.
     """
 
-    src: Tensor
-    tgt_in: Tensor
-    tgt_out: Tensor
-    index: Tensor
+    src: Tensor  # (B, S)
+    tgt_in: Tensor  # (B, T) bos + target
+    tgt_out: Tensor  # (B, T) target + eos
+    index: Tensor  # (B,)
 
 
 def collate(examples: Sequence[Example]) -> Batch:
@@ -184,23 +171,11 @@ def collate(examples: Sequence[Example]) -> Batch:
     src = [e.src + [PAD_ID] * (s - len(e.src)) for e in examples]
     tgt_in = [[BOS_ID, *e.tgt] + [PAD_ID] * (t - 1 - len(e.tgt)) for e in examples]
     tgt_out = [[*e.tgt, EOS_ID] + [PAD_ID] * (t - 1 - len(e.tgt)) for e in examples]
-    return Batch(
-        src=torch.tensor(src, dtype=torch.long),  # (B, S)
-        tgt_in=torch.tensor(tgt_in, dtype=torch.long),  # (B, T)
-        tgt_out=torch.tensor(tgt_out, dtype=torch.long),  # (B, T)
-        index=torch.tensor([e.index for e in examples], dtype=torch.long),  # (B,)
-    )
+    return Batch(*(torch.tensor(x, dtype=torch.long) for x in (src, tgt_in, tgt_out, [e.index for e in examples])))
 
 
 class TranslationDataset(Dataset[Example]):
-    """Encoded sentence pairs plus their raw text.
-
-    Args:
-        src_ids: source subword ids per pair (no bos/eos).
-        tgt_ids: target subword ids per pair (no bos/eos).
-        sources: raw source sentences (for inference and attention plots).
-        refs: raw target sentences, the references for sacreBLEU.
-    """
+    """Encoded sentence pairs (ids without bos/eos) plus their raw text; `refs` are sacreBLEU's references."""
 
     def __init__(self, src_ids: list[list[int]], tgt_ids: list[list[int]], sources: list[str], refs: list[str]):
         if not len(src_ids) == len(tgt_ids) == len(sources) == len(refs):
@@ -227,18 +202,12 @@ class SampledSegmentations(Dataset[Example]):
     still planned on the deterministic segmentation (`widths`), so an epoch has the same
     number of batches every time (Lightning's step counts, LR schedules and DDP ranks rely on
     it); sampled segmentations are longer, so a batch holds more than `max_tokens`. A pair whose
-    sample exceeds `max_len` keeps its deterministic ids.
+    sample exceeds `max_len` keeps its deterministic ids. `alpha` is sentencepiece's sampling parameter
+    (BPE: merge-dropout probability).
 
-    Args:
-        base: the deterministic training split.
-        src_vocab: source vocabulary.
-        tgt_vocab: target vocabulary.
-        alpha: sentencepiece's sampling parameter (BPE: merge-dropout probability).
-        max_len: longest sequence in subwords, as in `encode_split`.
-        seed: seed of the draws, with `rank` and the DataLoader worker (`reseed`). sentencepiece's draws
-            repeat within a process only: the same seed gives other segmentations in another process,
-            so a resumed run does not replay them.
-        rank: this process' rank under DDP, so ranks draw differently.
+    The draws are seeded by (seed, rank, DataLoader worker) (`reseed`), so DDP ranks draw differently.
+    sentencepiece's draws repeat within a process only: the same seed gives other segmentations in
+    another process, so a resumed run does not replay them.
     """
 
     def __init__(
@@ -302,15 +271,8 @@ def encode_split(
 
     Every tensor built from the result has at most `max_len` positions: the source at most
     `max_len` subwords, the target at most `max_len - 1` (bos/eos take the last position).
-
-    Args:
-        sources, refs: raw source sentences and their aligned target sentences.
-        src_vocab, tgt_vocab: the vocabularies.
-        max_len: longest sequence in subwords, counting the bos/eos position on the target side.
-        max_ratio: training only: drop pairs whose longer side has more than `max_ratio` times
-            the subwords of the shorter one (either direction). None keeps all.
-        train: filter (True) or truncate and keep every pair so references stay complete (False).
-        name: split name for the log.
+    Evaluation keeps every pair so references stay complete. `max_ratio` (training only): drop pairs whose
+    longer side has more than `max_ratio` times the subwords of the shorter one; None keeps all.
     """
     src_ids, tgt_ids = src_vocab.encode_batch(sources), tgt_vocab.encode_batch(refs)
     if not train:
@@ -369,14 +331,6 @@ class TokenBatchSampler(EpochBatchSampler):
     DDP: every rank builds the same batch list and takes batches `rank, rank + world_size, ...`;
     the list is padded by repeating its first batches so each rank gets `len(self)` batches.
     Lightning must not replace the sampler: use `Trainer(use_distributed_sampler=False)`.
-
-    Args:
-        widths: padded width each example needs, e.g. `TranslationDataset.widths`.
-        max_tokens: upper bound on batch size x widest example in the batch.
-        shuffle: shuffle ties and batch order (training); False gives a fixed, sorted order.
-        seed: seed of the shuffles; the same (seed, epoch) gives the same batches.
-        rank: index of this process among `world_size` processes.
-        world_size: number of processes sharing the data.
     """
 
     def __init__(
@@ -401,7 +355,6 @@ class TokenBatchSampler(EpochBatchSampler):
         return math.ceil(len(self.sizes) / self.world_size)
 
     def epoch_batches(self, rng: np.random.Generator) -> list[np.ndarray]:
-        """This rank's batches of one epoch, in order."""
         if self.shuffle:
             perm = rng.permutation(len(self.widths))
             order = perm[np.argsort(self.widths[perm], kind="stable")]  # random among equal widths
@@ -512,7 +465,6 @@ class TranslationDataModule(L.LightningDataModule):
         self._datasets: dict[str, TranslationDataset] = {}
 
     def _read_train(self) -> tuple[list[str], list[str]]:
-        """The training pairs with a text on both sides (read once)."""
         if self._train_text is None:
             files = self.paths["train"]
             self._train_text = drop_blank_pairs(*read_split(files), name=" / ".join(map(str, files)))
@@ -520,27 +472,22 @@ class TranslationDataModule(L.LightningDataModule):
 
     @property
     def src_vocab_size(self) -> int:
-        """Source vocabulary size (specials included)."""
         return self.src_vocab.vocab_size
 
     @property
     def tgt_vocab_size(self) -> int:
-        """Target vocabulary size (specials included)."""
         return self.tgt_vocab.vocab_size
 
     @property
     def pad_id(self) -> int:
-        """Padding id of both vocabularies (0)."""
         return PAD_ID
 
     @property
     def bos_id(self) -> int:
-        """Begin-of-sentence id (2), the first decoder input."""
         return BOS_ID
 
     @property
     def eos_id(self) -> int:
-        """End-of-sentence id (3), the last decoder target."""
         return EOS_ID
 
     def dataset(self, split: Split) -> TranslationDataset:
@@ -570,9 +517,7 @@ class TranslationDataModule(L.LightningDataModule):
         return self._datasets["predict"]
 
     def setup(self, stage: str) -> None:
-        """Encode the splits the stage needs (fit: train and val; validate: val; test: test)."""
-        splits = {"fit": ["train", "val"], "validate": ["val"], "test": ["test"]}.get(stage, [])
-        for split in splits:
+        for split in {"fit": ["train", "val"], "validate": ["val"], "test": ["test"]}.get(stage, []):
             self.dataset(split)
 
     def _loader(self, split: Split | Literal["predict"]) -> DataLoader:
@@ -590,26 +535,21 @@ class TranslationDataModule(L.LightningDataModule):
                                       seed=hp.seed, rank=rank)
             ds.reseed()
             init_worker = ds.reseed
-        workers = hp.num_workers
         # A generator of the loader's own: fetching data draws nothing from the global one (core.runtime.resume).
-        return DataLoader(ds, batch_sampler=sampler, collate_fn=collate, num_workers=workers,
-                          persistent_workers=workers > 0, worker_init_fn=init_worker,
+        return DataLoader(ds, batch_sampler=sampler, collate_fn=collate, num_workers=hp.num_workers,
+                          persistent_workers=hp.num_workers > 0, worker_init_fn=init_worker,
                           generator=torch.Generator().manual_seed(hp.seed))
 
     def train_dataloader(self) -> DataLoader:
-        """Shuffled length-bucketed training batches (a new order each epoch)."""
         return self._loader("train")
 
     def val_dataloader(self) -> DataLoader:
-        """Validation batches in a fixed length-sorted order; `Batch.index` points into `dataset("val")`."""
         return self._loader("val")
 
     def test_dataloader(self) -> DataLoader:
-        """Test batches in a fixed length-sorted order; `Batch.index` points into `dataset("test")`."""
         return self._loader("test")
 
     def predict_dataloader(self) -> DataLoader:
-        """Batches of `predict_dataset()` in a fixed length-sorted order, shared out by rank like `test`'s."""
         return self._loader("predict")
 
     def state_dict(self) -> dict[str, Any]:

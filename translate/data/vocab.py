@@ -46,13 +46,8 @@ def piece_word_index(pieces: Sequence[str]) -> list[int]:
 
     A piece that starts with '▁' opens a new word; any other piece continues the current
     one. The words are exactly `text.split()` of the encoded text, which is how the demo
-    corpus' Pharaoh alignments count words.
-
-    Args:
-        pieces: surface pieces of one sentence, e.g. `["▁der", "▁Hund", "e", "▁."]`.
-
-    Returns:
-        One word index per piece, e.g. `[0, 1, 1, 2]`; pieces before the first '▁' get word 0.
+    corpus' Pharaoh alignments count words: `["▁der", "▁Hund", "e", "▁."]` -> `[0, 1, 1, 2]`. Pieces
+    before the first '▁' get word 0.
     """
     index, word = [], -1
     for piece in pieces:
@@ -63,11 +58,7 @@ def piece_word_index(pieces: Sequence[str]) -> list[int]:
 
 
 class SubwordVocab:
-    """A sentencepiece model with pad=0, unk=1, bos=2, eos=3.
-
-    Args:
-        model_proto: the serialised sentencepiece model (the bytes of a `.model` file).
-    """
+    """A sentencepiece model (`model_proto`: the bytes of a `.model` file) with pad=0, unk=1, bos=2, eos=3."""
 
     pad_id, unk_id, bos_id, eos_id = PAD_ID, UNK_ID, BOS_ID, EOS_ID
 
@@ -83,19 +74,16 @@ class SubwordVocab:
 
     @classmethod
     def from_bytes(cls, model_proto: bytes) -> SubwordVocab:
-        """Restore a vocabulary from `to_bytes()` output (e.g. stored in a checkpoint)."""
         return cls(model_proto)
 
     @classmethod
     def from_file(cls, path: str | Path) -> SubwordVocab:
-        """Load a sentencepiece `.model` file."""
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"sentencepiece model not found: {path}; train one with `train_vocab`")
         return cls(path.read_bytes())
 
     def to_bytes(self) -> bytes:
-        """The serialised model proto; `SubwordVocab.from_bytes` inverts it."""
         return self._proto
 
     def save(self, path: str | Path) -> None:
@@ -121,7 +109,7 @@ class SubwordVocab:
         self.__init__(state)
 
     def encode(self, text: str) -> list[int]:
-        """Subword ids of one sentence, without bos/eos."""
+        """Without bos/eos."""
         return self._sp.encode(text)
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
@@ -141,11 +129,7 @@ class SubwordVocab:
         return [self._sp.encode(text, enable_sampling=True, alpha=alpha, nbest_size=-1) for text in texts]
 
     def decode(self, ids: Sequence[int] | Tensor) -> str:
-        """Text of an id sequence; stops at the first eos and drops pad/bos.
-
-        Args:
-            ids: ids as produced by the model, e.g. `[bos, 57, 9, eos, pad, pad]`; a 1-D tensor works too.
-        """
+        """Text of ids as the model produces them (`[bos, 57, 9, eos, pad]`): stops at the first eos, drops pad/bos."""
         ids = ids.tolist() if isinstance(ids, Tensor) else list(ids)
         if EOS_ID in ids:
             ids = ids[: ids.index(EOS_ID)]
@@ -161,10 +145,7 @@ class SubwordVocab:
         return [self._sp.id_to_piece(i) for i in ids]
 
     def word_index(self, ids: Sequence[int] | Tensor) -> list[int]:
-        """Whitespace-word index of each id (see `piece_word_index`); -1 for pad/bos/eos.
-
-        Use it to turn subword attention or alignments into word alignments.
-        """
+        """Whitespace-word index of each id (`piece_word_index`), -1 for pad/bos/eos: subword to word alignments."""
         ids = ids.tolist() if isinstance(ids, Tensor) else list(ids)
         real = [i for i in ids if i not in (PAD_ID, BOS_ID, EOS_ID)]
         words = iter(piece_word_index(self.pieces(real)))
@@ -180,9 +161,7 @@ def _options(vocab_size: int, model_type: ModelType, character_coverage: float) 
     if not 0.0 < character_coverage <= 1.0:
         raise InputError(f"`character_coverage` must be in (0, 1], got {character_coverage}")
     return {
-        "vocab_size": vocab_size,
-        "model_type": model_type,
-        "character_coverage": character_coverage,
+        "vocab_size": vocab_size, "model_type": model_type, "character_coverage": character_coverage,
         "pad_id": PAD_ID, "unk_id": UNK_ID, "bos_id": BOS_ID, "eos_id": EOS_ID,
         # A corpus too small for `vocab_size` (the demo: ~400 word types) gets as many
         # pieces as it supports instead of an error; the real size is logged.
@@ -208,15 +187,9 @@ def train_vocab(
     character_coverage: float = 1.0,
     cache_dir: str | Path | None = ".cache/spm",
 ) -> SubwordVocab:
-    """Train a sentencepiece model on `sentences`, or load it from the content-hash cache.
-
-    Args:
-        sentences: training text, one sentence per item (for a joint vocabulary pass both sides).
-        vocab_size: upper bound on the number of pieces (specials included); a small corpus gets fewer.
-        model_type: "bpe" or "unigram".
-        character_coverage: fraction of characters covered by the alphabet; the rest become unk.
-        cache_dir: directory of `<hash>.model` files (relative to the working directory);
-            None trains every time and writes nothing.
+    """Train a sentencepiece model on `sentences` (both sides for a joint vocabulary), or load it from the
+    content-hash cache in `cache_dir` (None: train every time, write nothing). `vocab_size` is an upper bound:
+    a small corpus gets fewer pieces.
     """
     options = _options(vocab_size, model_type, character_coverage)
     path = None
@@ -230,9 +203,7 @@ def train_vocab(
         raise InputError("cannot train a sentencepiece model on no text: every training sentence is blank")
     start = time.perf_counter()
     proto = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(sentences), model_writer=proto, minloglevel=2, **options
-    )
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(sentences), model_writer=proto, minloglevel=2, **options)
     vocab = SubwordVocab(proto.getvalue())
     logger.info(
         "trained sentencepiece %s model: %d pieces (asked %d) on %d sentences in %.2f s",
