@@ -26,11 +26,9 @@ from core.nn.kv_cache import KVCache, StaticKV
 from core.nn.masks import causal_mask, combine_masks
 from core.nn.positions import RotaryEmbedding, apply_rope
 
-# Longest key sequence for which bf16 training on CPU runs SDPA in fp32 (the inputs cast up, the output cast
-# back): PyTorch's CPU flash kernel has a bf16 backward slower than its fp32 one up to here, and the math backend is
-# slower than both but at the shortest lengths; beyond it bf16 flash is the faster (`benchmarks/sdpa_cpu_backend.py`;
-# docs/results.md, "Core kernels"). fp32, inference and attention-weight dropout keep SDPA's own choice; fp16 and
-# GPUs are not measured and keep it too.
+# Longest key sequence for which bf16 training on CPU runs SDPA in fp32 (inputs cast up, output back): up to
+# here the CPU flash kernel's bf16 backward is the slower one (`benchmarks/sdpa_cpu_backend.py`). fp32, inference,
+# attention-weight dropout, fp16 and GPUs keep SDPA's own choice.
 FP32_MAX_KEYS = 512
 
 
@@ -40,34 +38,14 @@ def _fp32_on_cpu(q: Tensor, k: Tensor, dropout_p: float) -> bool:
             and dropout_p == 0.0 and torch.is_grad_enabled() and (q.requires_grad or k.requires_grad))
 
 
-def attend(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    mask: Tensor | None = None,
-    *,
-    is_causal: bool = False,
-    bias: Tensor | None = None,
-    dropout_p: float = 0.0,
-    capture: list[Tensor] | None = None,
-    cheap_dropout: bool = False,
-) -> Tensor:
-    """Scaled dot-product attention with grouped K/V heads, masks and additive bias.
+def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *, is_causal: bool = False,
+           bias: Tensor | None = None, dropout_p: float = 0.0, capture: list[Tensor] | None = None,
+           cheap_dropout: bool = False) -> Tensor:
+    """(B, H, Tq, Dh) queries over (B, Hkv, Tk, Dh) keys and values (Hkv divides H) -> (B, H, Tq, Dh).
 
-    Args:
-        q: (B, H, Tq, Dh) queries.
-        k: (B, Hkv, Tk, Dh) keys; Hkv divides H.
-        v: (B, Hkv, Tk, Dh) values.
-        mask: boolean, True = may attend, broadcastable to (B, H, Tq, Tk).
-        is_causal: queries are the last Tq of the Tk positions and see no later key.
-        bias: additive float bias broadcastable to (B, H, Tq, Tk) (e.g. ALiBi).
-        dropout_p: dropout on the attention weights (pass 0.0 in eval).
-        capture: when a list, the weights (B, H, Tq, Tk) are computed explicitly and
-            appended to it.
-        cheap_dropout: on the CPU, draw the dropout mask with `core.nn.cpu_fastpath` (its opt-in switch sets it).
-
-    Returns:
-        (B, H, Tq, Dh).
+    `mask` (boolean, True = may attend) and `bias` (additive float, e.g. ALiBi) broadcast to (B, H, Tq, Tk);
+    `is_causal`: the queries are the last Tq of the Tk positions. `capture`, a list: the weights are computed
+    explicitly and appended to it. `cheap_dropout`: on the CPU, the dropout mask of `core.nn.cpu_fastpath`.
     """
     t_q, t_k = q.shape[-2], k.shape[-2]
     if is_causal and t_q == 1:
@@ -104,10 +82,8 @@ def attend(
     return out
 
 
-def _attend_explicit(
-    q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, mask: Tensor | None,
-    dropout_p: float, capture: list[Tensor],
-) -> Tensor:
+def _attend_explicit(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, mask: Tensor | None,
+                     dropout_p: float, capture: list[Tensor]) -> Tensor:
     """softmax(QK^T / sqrt(Dh) + bias) V with the weights kept; capture mode only."""
     group = q.shape[1] // k.shape[1]
     k = k.repeat_interleave(group, dim=1)  # (B, H, Tk, Dh)
@@ -127,8 +103,6 @@ def _attend_explicit(
 
 
 class _HeadsMixin(nn.Module):
-    """Shared head bookkeeping and argument checks."""
-
     cheap_dropout = False  # `core.nn.cpu_fastpath.enable_cpu_fastpath` sets it on the instances it speeds up
 
     def _init_heads(self, d_model: int, n_heads: int, n_kv_heads: int | None, dropout: float) -> None:
@@ -180,43 +154,22 @@ class MultiHeadAttention(_HeadsMixin):
             takes the padding as `valid` (B, T) instead of a mask, and has no KV cache, positional bias or capture.
     """
 
-    def __init__(
-        self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, dropout: float = 0.0, bias: bool = True,
-        kernel: SequenceKernel | None = None,
-    ):
+    def __init__(self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, dropout: float = 0.0,
+                 bias: bool = True, kernel: SequenceKernel | None = None):
         super().__init__()
         self._init_heads(d_model, n_heads, n_kv_heads, dropout)
         self.kernel = kernel
         self.qkv = nn.Linear(d_model, d_model + 2 * self.kv_dim, bias=bias)  # rows: [q; k; v]
         self.out = nn.Linear(d_model, d_model, bias=bias)
 
-    def forward(
-        self,
-        x: Tensor,
-        mask: Tensor | None = None,
-        *,
-        is_causal: bool = False,
-        rope: RotaryEmbedding | None = None,
-        bias: Tensor | None = None,
-        cache: KVCache | None = None,
-        last: int | None = None,
-        valid: Tensor | None = None,
-    ) -> Tensor:
-        """Attend x to itself (and to the cached past).
+    def forward(self, x: Tensor, mask: Tensor | None = None, *, is_causal: bool = False,
+                rope: RotaryEmbedding | None = None, bias: Tensor | None = None, cache: KVCache | None = None,
+                last: int | None = None, valid: Tensor | None = None) -> Tensor:
+        """(B, T, D) -> (B, T, D), or (B, last, D); with a cache, x holds the new steps only.
 
-        Args:
-            x: (B, T, D) inputs; with a cache, the new steps only.
-            mask: boolean, True = may attend, broadcastable to (B, H, T, Tk).
-            is_causal: forbid attending to later positions.
-            rope: rotary table, applied at absolute positions (cache length onwards).
-            bias: additive bias broadcastable to (B, H, T, Tk), e.g. ALiBi.
-            cache: self-attention cache; new keys/values are appended to it.
-            last: only the last `last` positions query (all are keys): a model that needs one
-                output per sequence skips the other queries' attention and everything after it.
-            valid: (B, T) True at tokens: the padding a `kernel` reads (it reads no `mask`).
-
-        Returns:
-            (B, T, D), or (B, last, D).
+        `mask` and `bias` as in `attend`; `rope` is applied from the cache length on. `last`: only the last
+        `last` positions query (all are keys), so a model that needs one output per sequence skips the rest.
+        `valid` (B, T), True at tokens: the padding a `kernel` reads (it reads no `mask`).
         """
         q, k, v = self.qkv(x).split([self.d_model, self.kv_dim, self.kv_dim], dim=-1)
         q, k, v = self._split(q, self.n_heads), self._split(k, self.n_kv_heads), self._split(v, self.n_kv_heads)
@@ -256,30 +209,20 @@ class CrossAttention(_HeadsMixin):
         bias: whether projections have a bias.
     """
 
-    def __init__(
-        self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, dropout: float = 0.0, bias: bool = True
-    ):
+    def __init__(self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, dropout: float = 0.0,
+                 bias: bool = True):
         super().__init__()
         self._init_heads(d_model, n_heads, n_kv_heads, dropout)
         self.q = nn.Linear(d_model, d_model, bias=bias)
         self.kv = nn.Linear(d_model, 2 * self.kv_dim, bias=bias)  # rows: [k; v]
         self.out = nn.Linear(d_model, d_model, bias=bias)
 
-    def forward(
-        self, x: Tensor, memory: Tensor, mask: Tensor | None = None, *, cache: StaticKV | None = None
-    ) -> Tensor:
-        """Attend x to memory.
+    def forward(self, x: Tensor, memory: Tensor, mask: Tensor | None = None, *,
+                cache: StaticKV | None = None) -> Tensor:
+        """(B, T, D) queries over (Bm, S, D) memory (shared rows, see the class) -> (B, T, D).
 
-        Args:
-            x: (B, T, D) queries.
-            memory: (Bm, S, D) encoder output, Bm dividing B (shared memory rows, see the class);
-                ignored when the cache already holds its K/V.
-            mask: boolean, True = may attend, broadcastable to (Bm, H, T, S), e.g. source padding;
-                with shared rows (Bm < B) one row per memory row, (Bm, 1, 1, S).
-            cache: stores the memory's keys/values on first use, so later steps skip them.
-
-        Returns:
-            (B, T, D).
+        `mask` broadcasts to (Bm, H, T, S); with shared rows one row per memory row, (Bm, 1, 1, S). `cache`
+        keeps the memory's keys and values from the first call on (the memory is then ignored).
         """
         q = self._split(self.q(x), self.n_heads)  # (B, H, T, Dh)
         if cache is not None and cache.is_set:

@@ -46,7 +46,6 @@ class FeedForward(nn.Module):
         self.drop = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        """(B, T, D) -> (B, T, D)."""
         h = self.up(x)  # (B, T, F) or (B, T, 2F)
         if self.activation == "swiglu":
             gate, value = h.chunk(2, dim=-1)
@@ -85,8 +84,7 @@ class Residual(nn.Module):
 
 
 class GatedResidual(Residual):
-    """A pre-LN residual whose update is scaled by a learned sigmoid gate of the sublayer's input (LiGR's block,
-    the module docstring): x + sigmoid(W x + b) * f(norm(x)), so each position learns how much update to take.
+    """Pre-LN residual with a learned sigmoid gate on the update: x + sigmoid(W x + b) * f(norm(x)) (LiGR's).
 
     Args:
         d_model: model width D.
@@ -126,36 +124,26 @@ class EncoderLayer(nn.Module):
         residual: the residual kind of both sublayers: `Residual` or `GatedResidual` (pre-LN only).
     """
 
-    def __init__(
-        self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, d_ff: int, dropout: float = 0.0,
-        attn_dropout: float = 0.0, ff_dropout: float | None = None, activation: Activation = "gelu",
-        norm_first: bool = True, mix: LowPassMix | None = None, kernel: SequenceKernel | None = None,
-        residual: type[Residual] = Residual,
-    ):
+    def __init__(self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, d_ff: int,
+                 dropout: float = 0.0, attn_dropout: float = 0.0, ff_dropout: float | None = None,
+                 activation: Activation = "gelu", norm_first: bool = True, mix: LowPassMix | None = None,
+                 kernel: SequenceKernel | None = None, residual: type[Residual] = Residual):
         super().__init__()
-        attn = dict(n_kv_heads=n_kv_heads, dropout=attn_dropout)
         ff_p = dropout if ff_dropout is None else ff_dropout
-        res = dict(dropout=dropout, norm_first=norm_first)
-        self.self_attn = MultiHeadAttention(d_model, n_heads, kernel=kernel, **attn)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, kernel=kernel, n_kv_heads=n_kv_heads,
+                                            dropout=attn_dropout)
         self.ff = FeedForward(d_model, d_ff, dropout=ff_p, activation=activation)
-        self.attn_block = residual(d_model, **res)
-        self.ff_block = residual(d_model, **res)
+        self.attn_block = residual(d_model, dropout=dropout, norm_first=norm_first)
+        self.ff_block = residual(d_model, dropout=dropout, norm_first=norm_first)
         self.mix = mix
         self.filter = None if mix is None else LowPassFilter(d_model, mix)
 
-    def forward(
-        self, x: Tensor, mask: Tensor | None = None, *, is_causal: bool = False,
-        rope: RotaryEmbedding | None = None, bias: Tensor | None = None, cache: KVCache | None = None,
-        last: int | None = None, valid: Tensor | None = None,
-    ) -> Tensor:
-        """(B, T, D) -> (B, T, D), or (B, last, D) with `last`; arguments as in `MultiHeadAttention.forward`.
-
-        `valid` (B, T), True at tokens: the positions the low-pass filter averages (all when None).
-        """
-        x = self.attn_block(
-            x, lambda h: self._mixed(h, mask, is_causal=is_causal, rope=rope, bias=bias, cache=cache, last=last,
-                                     valid=valid)
-        )
+    def forward(self, x: Tensor, mask: Tensor | None = None, *, is_causal: bool = False,
+                rope: RotaryEmbedding | None = None, bias: Tensor | None = None, cache: KVCache | None = None,
+                last: int | None = None, valid: Tensor | None = None) -> Tensor:
+        """Arguments as in `MultiHeadAttention.forward`; `valid` is also what the low-pass filter averages."""
+        x = self.attn_block(x, lambda h: self._mixed(h, mask, is_causal=is_causal, rope=rope, bias=bias,
+                                                     cache=cache, last=last, valid=valid))
         return self.ff_block(x, self.ff)
 
     def _mixed(self, h: Tensor, mask: Tensor | None, *, valid: Tensor | None, last: int | None, **attn) -> Tensor:
@@ -165,8 +153,7 @@ class EncoderLayer(nn.Module):
         if attn["cache"] is not None:
             raise ValueError("the low-pass mix averages over the whole history: decode without a KV cache")
         filtered = self.filter(h, valid)[:, h.shape[1] - out.shape[1] :]
-        alpha = self.mix.alpha
-        return alpha * filtered + (1.0 - alpha) * out
+        return self.mix.alpha * filtered + (1.0 - self.mix.alpha) * out
 
 
 class DecoderLayer(nn.Module):
@@ -185,41 +172,27 @@ class DecoderLayer(nn.Module):
         norm_first: pre-LN (True) or post-LN (False).
     """
 
-    def __init__(
-        self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, d_ff: int, dropout: float = 0.0,
-        attn_dropout: float = 0.0, ff_dropout: float | None = None, activation: Activation = "gelu",
-        norm_first: bool = True,
-    ):
+    def __init__(self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, d_ff: int,
+                 dropout: float = 0.0, attn_dropout: float = 0.0, ff_dropout: float | None = None,
+                 activation: Activation = "gelu", norm_first: bool = True):
         super().__init__()
         attn = dict(n_kv_heads=n_kv_heads, dropout=attn_dropout)
         ff_p = dropout if ff_dropout is None else ff_dropout
-        res = dict(dropout=dropout, norm_first=norm_first)
         self.self_attn = MultiHeadAttention(d_model, n_heads, **attn)
         self.cross_attn = CrossAttention(d_model, n_heads, **attn)
         self.ff = FeedForward(d_model, d_ff, dropout=ff_p, activation=activation)
-        self.self_block = Residual(d_model, **res)
-        self.cross_block = Residual(d_model, **res)
-        self.ff_block = Residual(d_model, **res)
+        self.self_block, self.cross_block, self.ff_block = (
+            Residual(d_model, dropout=dropout, norm_first=norm_first) for _ in range(3))
 
-    def forward(
-        self, x: Tensor, memory: Tensor, memory_mask: Tensor | None = None, *, self_mask: Tensor | None = None,
-        rope: RotaryEmbedding | None = None, bias: Tensor | None = None,
-        cache: KVCache | None = None, cross_cache: StaticKV | None = None,
-    ) -> Tensor:
-        """Decode x, (B, T, D), against memory, (B, S, D).
+    def forward(self, x: Tensor, memory: Tensor, memory_mask: Tensor | None = None, *,
+                self_mask: Tensor | None = None, rope: RotaryEmbedding | None = None, bias: Tensor | None = None,
+                cache: KVCache | None = None, cross_cache: StaticKV | None = None) -> Tensor:
+        """(B, T, D) targets (with a cache, only the new steps) against (Bm, S, D) memory (see `CrossAttention`).
 
-        Args:
-            x: target states; with a cache, only the new steps.
-            memory: encoder output: B rows, or fewer shared by consecutive rows of x (see `CrossAttention`).
-            memory_mask: source padding mask, broadcastable to (memory rows, H, T, S).
-            self_mask: extra target mask (e.g. target padding); causality is always applied.
-            rope: rotary table for self-attention.
-            bias: additive self-attention bias (ALiBi).
-            cache: self-attention KV cache.
-            cross_cache: encoder K/V cache.
+        `self_mask` is an extra target mask (causality is always applied); `rope` and `bias` (ALiBi) act in
+        self-attention only.
         """
-        x = self.self_block(
-            x, lambda h: self.self_attn(h, self_mask, is_causal=True, rope=rope, bias=bias, cache=cache)
-        )
+        x = self.self_block(x, lambda h: self.self_attn(h, self_mask, is_causal=True, rope=rope, bias=bias,
+                                                        cache=cache))
         x = self.cross_block(x, lambda h: self.cross_attn(h, memory, memory_mask, cache=cross_cache))
         return self.ff_block(x, self.ff)

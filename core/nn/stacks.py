@@ -22,7 +22,7 @@ from core.nn.blocks import Activation, DecoderLayer, EncoderLayer, Residual
 from core.nn.kv_cache import DecoderCache
 from core.nn.masks import additive_mask, causal_mask, combine_masks
 from core.nn.mixing import LowPassMix
-from core.nn.positions import ALiBi, LearnedPositions, RotaryEmbedding, SinusoidalPositions
+from core.nn.positions import ALiBi, LearnedPositions, RotaryEmbedding, SinusoidalPositions, _check_length
 
 Positions = Literal["sinusoidal", "learned", "rope", "alibi", "none"]
 
@@ -62,10 +62,8 @@ class TokenEmbedding(nn.Module):
 def tie_weights(output: nn.Linear, embedding: TokenEmbedding) -> None:
     """Make an output projection share the embedding matrix (Press & Wolf, 2017)."""
     if output.weight.shape != embedding.weight.shape:
-        raise ValueError(
-            f"cannot tie an output layer of shape {tuple(output.weight.shape)} "
-            f"to an embedding of shape {tuple(embedding.weight.shape)}"
-        )
+        raise ValueError(f"cannot tie an output layer of shape {tuple(output.weight.shape)} "
+                         f"to an embedding of shape {tuple(embedding.weight.shape)}")
     output.weight = embedding.embedding.weight
 
 
@@ -82,25 +80,19 @@ class _Stack(nn.Module):
     """What both stacks share: positions (an additive table, or RoPE/ALiBi inside attention), input
     dropout, `n_layers` layers of one kind, a final norm, and the documented initialisation."""
 
-    def __init__(
-        self, layer: type[EncoderLayer] | type[DecoderLayer], d_model: int, n_heads: int, *, n_kv_heads: int | None,
-        n_layers: int, d_ff: int, dropout: float, attn_dropout: float, ff_dropout: float | None, max_len: int,
-        positions: Positions, activation: Activation, norm_first: bool, **layer_options,
-    ):
+    def __init__(self, layer: type[EncoderLayer] | type[DecoderLayer], d_model: int, n_heads: int, *,
+                 n_kv_heads: int | None, n_layers: int, d_ff: int, dropout: float, attn_dropout: float,
+                 ff_dropout: float | None, max_len: int, positions: Positions, activation: Activation,
+                 norm_first: bool, **layer_options):
         super().__init__()
         # Checked here too: RoPE and ALiBi are sized from n_heads before any layer exists.
         if n_heads <= 0 or d_model % n_heads:
             raise ValueError(f"`n_heads` ({n_heads}) must divide `d_model` ({d_model})")
         if positions not in ("sinusoidal", "learned", "rope", "alibi", "none"):
-            raise ValueError(
-                f"`positions` must be sinusoidal, learned, rope, alibi or none, got {positions!r}"
-            )
+            raise ValueError(f"`positions` must be sinusoidal, learned, rope, alibi or none, got {positions!r}")
         self.max_len = max_len
-        self.additive: nn.Module | None = None
-        if positions == "sinusoidal":
-            self.additive = SinusoidalPositions(d_model, max_len)
-        elif positions == "learned":
-            self.additive = LearnedPositions(d_model, max_len)
+        additive = {"sinusoidal": SinusoidalPositions, "learned": LearnedPositions}.get(positions)
+        self.additive: nn.Module | None = None if additive is None else additive(d_model, max_len)
         self.rope = RotaryEmbedding(d_model // n_heads, max_len) if positions == "rope" else None
         self.alibi = ALiBi(n_heads, max_len) if positions == "alibi" else None
         self.drop = nn.Dropout(dropout)
@@ -114,16 +106,10 @@ class _Stack(nn.Module):
         init_linear(self.layers)
 
     def _positions(self, x: Tensor, offset: int, cached: bool = True) -> tuple[Tensor, Tensor | None]:
-        """Add additive positions from `offset`; return x and the ALiBi bias (or None).
-
-        `cached`: the keys include `offset` cached steps before x (else only x's own steps).
-        """
+        """x with additive positions from `offset`, and the ALiBi bias or None (`cached`: the keys include
+        `offset` cached steps before x)."""
         t = x.shape[1]
-        if offset + t > self.max_len:
-            raise ValueError(
-                f"sequence reaches position {offset + t} but `max_len` is {self.max_len}; "
-                "raise `max_len` or truncate the input"
-            )
+        _check_length(offset, t, self.max_len)
         if self.additive is not None:
             x = self.additive(x, offset)
         bias = None if self.alibi is None else self.alibi(t, offset * cached + t, device=x.device)
@@ -157,13 +143,11 @@ class Encoder(_Stack):
         residual: every layer's residual kind (`core.nn.blocks.Residual`, or `GatedResidual`: pre-LN only).
     """
 
-    def __init__(
-        self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, n_layers: int, d_ff: int,
-        dropout: float = 0.0, attn_dropout: float = 0.0, ff_dropout: float | None = None, max_len: int,
-        positions: Positions = "sinusoidal", activation: Activation = "gelu", norm_first: bool = True,
-        causal: bool = False, mix: LowPassMix | None = None, kernel: SequenceKernel | None = None,
-        residual: type[Residual] = Residual,
-    ):
+    def __init__(self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, n_layers: int, d_ff: int,
+                 dropout: float = 0.0, attn_dropout: float = 0.0, ff_dropout: float | None = None, max_len: int,
+                 positions: Positions = "sinusoidal", activation: Activation = "gelu", norm_first: bool = True,
+                 causal: bool = False, mix: LowPassMix | None = None, kernel: SequenceKernel | None = None,
+                 residual: type[Residual] = Residual):
         if mix is not None and not causal:
             raise ValueError("the low-pass mix is a causal filter: use it with `causal=True`")
         if kernel is not None and (not causal or positions == "alibi"):
@@ -182,25 +166,14 @@ class Encoder(_Stack):
             raise ValueError("incremental decoding needs a causal encoder (`causal=True`) with full attention")
         return DecoderCache(len(self.layers), cross=False)
 
-    def forward(
-        self, x: Tensor, mask: Tensor | None = None, *, cache: DecoderCache | None = None, last: int | None = None,
-        offset: int = 0, valid: Tensor | None = None,
-    ) -> Tensor:
-        """Encode embedded inputs.
+    def forward(self, x: Tensor, mask: Tensor | None = None, *, cache: DecoderCache | None = None,
+                last: int | None = None, offset: int = 0, valid: Tensor | None = None) -> Tensor:
+        """(B, T, D) embedded tokens (positions are added here) -> (B, T, D), or (B, last, D).
 
-        Args:
-            x: (B, T, D) embedded tokens (positions are added here).
-            mask: boolean, True = may attend, broadcastable to (B, H, T, T), e.g. padding.
-            cache: per-layer KV caches for incremental causal decoding.
-            last: return only the last `last` positions; the final layer then computes only those
-                (a recommender needs the last state alone: ~40% less work at 2 layers).
-            offset: position of the first column without a cache, so that left-padded inputs cut to
-                their longest row keep every item's position (a cache supplies its own offset).
-            valid: (B, T), True at tokens: what a low-pass mix averages, and the padding a `kernel` reads (all
-                positions when None).
-
-        Returns:
-            (B, T, D), or (B, last, D).
+        `mask` broadcasts to (B, H, T, T). `last`: the final layer computes only the last `last` positions (a
+        recommender needs the last state alone). `offset`: the first column's position without a cache, so
+        left-padded inputs cut to their longest row keep every item's position. `valid` (B, T), True at
+        tokens: what a low-pass mix averages and the padding a `kernel` reads (all positions when None).
         """
         if cache is not None:
             offset = cache.offset
@@ -244,11 +217,9 @@ class Decoder(_Stack):
         norm_first: pre-LN (True) or post-LN (False).
     """
 
-    def __init__(
-        self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, n_layers: int, d_ff: int,
-        dropout: float = 0.0, attn_dropout: float = 0.0, ff_dropout: float | None = None, max_len: int,
-        positions: Positions = "sinusoidal", activation: Activation = "gelu", norm_first: bool = True,
-    ):
+    def __init__(self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, n_layers: int, d_ff: int,
+                 dropout: float = 0.0, attn_dropout: float = 0.0, ff_dropout: float | None = None, max_len: int,
+                 positions: Positions = "sinusoidal", activation: Activation = "gelu", norm_first: bool = True):
         super().__init__(
             DecoderLayer, d_model, n_heads, n_kv_heads=n_kv_heads, n_layers=n_layers, d_ff=d_ff, dropout=dropout,
             attn_dropout=attn_dropout, ff_dropout=ff_dropout, max_len=max_len, positions=positions,
@@ -259,23 +230,10 @@ class Decoder(_Stack):
         """An empty cache for incremental decoding with this stack, first sized for `capacity` steps."""
         return DecoderCache(len(self.layers), cross=True, capacity=capacity)
 
-    def forward(
-        self, x: Tensor, memory: Tensor, memory_mask: Tensor | None = None, *,
-        self_mask: Tensor | None = None, cache: DecoderCache | None = None,
-    ) -> Tensor:
-        """Decode embedded targets against the encoder output.
-
-        Args:
-            x: (B, T, D) embedded targets; with a cache, only the new steps.
-            memory: (B, S, D) encoder output, or (B / G, S, D): each row shared by G consecutive rows of x
-                (see `CrossAttention`).
-            memory_mask: source padding mask, broadcastable to (memory rows, H, T, S).
-            self_mask: extra target mask (causality is always applied).
-            cache: from `new_cache()`; filled and advanced by this call.
-
-        Returns:
-            (B, T, D).
-        """
+    def forward(self, x: Tensor, memory: Tensor, memory_mask: Tensor | None = None, *,
+                self_mask: Tensor | None = None, cache: DecoderCache | None = None) -> Tensor:
+        """(B, T, D) embedded targets against the encoder output -> (B, T, D); arguments as in
+        `DecoderLayer.forward`, `cache` from `new_cache()` (filled and advanced by this call)."""
         offset = 0 if cache is None else cache.offset
         x, bias = self._positions(x, offset)
         x = self.drop(x)
