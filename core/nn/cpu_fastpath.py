@@ -1,31 +1,25 @@
 """Opt-in CPU fast paths: oneDNN's GEMM for fp32 linear layers, and a cheaper dropout mask.
 
-Off by default: every layer in `core` is a plain `nn.Linear` / `nn.Dropout`. `enable_cpu_fastpath(model)`
-turns those layers of a built model into `FastLinear` / `FastDropout` in place (same parameters and state
-dict, so checkpoints load either way; the model's repr names them); `disable_cpu_fastpath(model)` turns
-them back. Both apps expose it as one hyperparameter, `model.cpu_fastpath`. `benchmarks/cpu_fastpath.py`
-times a training step of each app with it off and on in one run (docs/results.md, "CPU fast path"): what it
-gains depends on the CPU, so it stays off unless a config turns it on.
+Off by default. `enable_cpu_fastpath(model)` turns the plain `nn.Linear` / `nn.Dropout` layers of a built model
+into `FastLinear` / `FastDropout` in place (same parameters and state dict, so checkpoints load either way);
+`disable_cpu_fastpath(model)` turns them back. Both apps expose it as `model.cpu_fastpath`; what it gains
+depends on the CPU (`benchmarks/cpu_fastpath.py`), so it stays off unless a config turns it on.
 
-Linear: PyTorch's fp32 `F.linear` on CPU calls MKL's sgemm, which takes an AVX2 path on AMD's AVX-512 CPUs;
-oneDNN's GEMM (the op torch's inductor calls for frozen CPU linears, `torch.ops.mkldnn._linear_pointwise`)
-uses AVX-512 there and agrees with MKL to ~1e-6 relative (`benchmarks/linear.py`). `FastLinear` sends fp32
-CPU inputs there outside autocast: the forward, the input gradient and, below `ONEDNN_MAX_GRAD_ROWS` outputs
-and where MKL is on its AVX2 path (`mkl_takes_avx2_path`), the weight gradient: on an Intel AVX-512 core MKL's
-own weight gradient is the faster one, as oneDNN needs a transposed copy of the inputs for it. Everything
-else (GPUs, autocast, bf16, a torch build without the op) is `F.linear`.
+Linear: fp32 `F.linear` on CPU calls MKL's sgemm, which takes an AVX2 path on AMD's AVX-512 CPUs; oneDNN's
+GEMM (`torch.ops.mkldnn._linear_pointwise`, what inductor calls for frozen CPU linears) uses AVX-512 there and
+agrees with MKL to float rounding. `FastLinear` sends fp32 CPU inputs there outside autocast: the forward, the
+input gradient and, below `ONEDNN_MAX_GRAD_ROWS` outputs and where MKL is on its AVX2 path, the weight gradient
+(on Intel, MKL's own is the better one: oneDNN needs a transposed copy of the inputs). Anything else is `F.linear`.
 
-Dropout: `F.dropout` on CPU draws one random number per element (`bernoulli_`, a visible share of a
-training step). `dropout_mask` takes four 15-bit uniform integers from each 64-bit draw and keeps an
-element when its integer is at least round(p * 2**15): the same Bernoulli(1 - p) mask with p rounded to a
-multiple of 1/32768, several times faster (`benchmarks/dropout.py`; docs/results.md, "Core kernels").
-`random_` on int64 fills [0, 2**63): the top bit of every word is zero, so each 16-bit lane is masked to
-its low 15 bits. The mask takes other draws than `bernoulli_`, so a seeded run is reproducible from its
-own seed but not draw for draw equal to one with the switch off. Off the CPU it is `F.dropout`.
+Dropout: `F.dropout` on CPU draws one random number per element (`bernoulli_`). `dropout_mask` takes four
+15-bit integers from each 64-bit draw (`random_` on int64 fills [0, 2**63), so each 16-bit lane is masked to
+15 bits) and keeps an element when its integer is at least round(p * 2**15): Bernoulli(1 - p) with p rounded to
+a multiple of 1/32768. It takes other draws than `bernoulli_`: a seeded run is reproducible from its own seed,
+not draw for draw equal to one with the switch off. Off the CPU it is `F.dropout`.
 
-Attention-weight dropout: SDPA's CPU kernels have none, so with it SDPA runs its math kernel, which draws
-its mask with `bernoulli_`. The switch sets `cheap_dropout` on core's attention modules, which then hand
-that same kernel a `dropout_mask` (`sdpa_math_with_cheap_dropout`).
+Attention-weight dropout: SDPA's CPU kernels have none, so SDPA runs its math kernel, which draws its mask with
+`bernoulli_`; the switch sets `cheap_dropout` on core's attention modules, which hand that kernel a
+`dropout_mask` instead (`sdpa_math_with_cheap_dropout`).
 """
 
 from __future__ import annotations
@@ -50,16 +44,12 @@ _BITS = 15
 _LEVELS = 1 << _BITS
 
 
-# ----------------------------------------------------------------------------- switch
-
-
 def enable_cpu_fastpath(model: nn.Module) -> int:
     """Turn every plain `nn.Linear` / `nn.Dropout` in `model` into `FastLinear` / `FastDropout` in place, and give
-    core's attention modules the cheap mask for their weight dropout (`sdpa_math_with_cheap_dropout`).
+    core's attention modules the cheap weight-dropout mask; returns how many layers were swapped.
 
-    Exact types only (subclasses such as `nn.MultiheadAttention`'s projection are left alone). The
-    parameters stay the same objects, so an optimizer built before still holds them. Returns how many
-    layers were swapped.
+    Exact types only (subclasses such as `nn.MultiheadAttention`'s projection are left alone). The parameters
+    stay the same objects, so an optimizer built before still holds them.
     """
     _set_cheap_attention_dropout(model, True)
     return _swap(model, {nn.Linear: FastLinear, nn.Dropout: FastDropout})
@@ -90,7 +80,6 @@ def cpu_fastpath_disabled(model: nn.Module) -> Iterator[nn.Module]:
 
 
 def _set_cheap_attention_dropout(model: nn.Module, on: bool) -> None:
-    """core's attention modules (those with a `cheap_dropout` attribute) draw their weight-dropout mask here."""
     for m in model.modules():
         if hasattr(m, "cheap_dropout"):
             m.cheap_dropout = on
@@ -106,9 +95,6 @@ def _swap(model: nn.Module, classes: dict[type, type]) -> int:
     return swapped
 
 
-# ----------------------------------------------------------------------------- linear
-
-
 @functools.cache
 def onednn_available() -> bool:
     """True where this torch build has oneDNN's fp32 linear op (else `FastLinear` is `nn.Linear`)."""
@@ -119,9 +105,8 @@ def onednn_available() -> bool:
 def mkl_takes_avx2_path() -> bool:
     """False on Intel CPUs with AVX-512, where MKL's sgemm runs its AVX-512 kernels; True elsewhere.
 
-    MKL picks its kernels by the CPU's vendor: on AMD's AVX-512 cores it runs AVX2 code, and
-    oneDNN, which picks by instruction set, is faster. Read from /proc/cpuinfo; where that is missing (not
-    Linux) it says True, which keeps oneDNN for the weight gradient, the choice measured on AMD.
+    MKL picks its kernels by the CPU's vendor, oneDNN by instruction set. Without /proc/cpuinfo (not Linux)
+    it says True, which keeps oneDNN for the weight gradient, the choice measured on AMD.
     """
     try:
         with open("/proc/cpuinfo", encoding="ascii", errors="replace") as info:
@@ -134,14 +119,9 @@ def mkl_takes_avx2_path() -> bool:
 
 
 def _uses_onednn(x: Tensor, weight: Tensor) -> bool:
-    return (
-        x.device.type == "cpu"
-        and x.dtype == torch.float32
-        and weight.dtype == torch.float32
-        and x.numel() > 0  # oneDNN cannot build the weight gradient's GEMM for zero rows
-        and not torch.is_autocast_enabled("cpu")
-        and onednn_available()
-    )
+    # x.numel() > 0: oneDNN cannot build the weight gradient's GEMM for zero rows.
+    return (x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32 and x.numel() > 0
+            and not torch.is_autocast_enabled("cpu") and onednn_available())
 
 
 def _onednn(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
@@ -174,13 +154,7 @@ class _OneDNNLinear(torch.autograd.Function):
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """`F.linear(x, weight, bias)`, through oneDNN for fp32 CPU inputs outside autocast (module docstring).
-
-    Args:
-        x: (..., K) inputs.
-        weight: (N, K).
-        bias: (N,) or None.
-    """
+    """`F.linear(x, weight, bias)`, through oneDNN for fp32 CPU inputs outside autocast (module docstring)."""
     if not _uses_onednn(x, weight):
         return F.linear(x, weight, bias)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
@@ -189,11 +163,11 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
 
 
 class FastLinear(nn.Linear):
-    """`nn.Linear` (same arguments, parameters and state dict) computed by `linear` above.
+    """`nn.Linear` (same parameters and state dict) computed by `linear` above.
 
     Args:
-        in_features: input width K.
-        out_features: output width N.
+        in_features: input width.
+        out_features: output width.
         bias: whether to add a learned bias.
         device: where the parameters live.
         dtype: the parameters' dtype.
@@ -201,9 +175,6 @@ class FastLinear(nn.Linear):
 
     def forward(self, x: Tensor) -> Tensor:
         return linear(x, self.weight, self.bias)
-
-
-# ----------------------------------------------------------------------------- dropout
 
 
 def dropout_mask(shape: torch.Size | tuple[int, ...], p: float, device: torch.device | str = "cpu") -> Tensor:
@@ -262,24 +233,14 @@ class FastDropout(nn.Dropout):
         return dropout(x, self.p, self.training)
 
 
-# ----------------------------------------------------------------------------- attention-weight dropout
-
-
-def sdpa_math_with_cheap_dropout(
-    q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, dropout_p: float, is_causal: bool, enable_gqa: bool,
-) -> Tensor:
-    """Attention-weight dropout in SDPA's math kernel, given a `dropout_mask` instead of drawing its own.
-
-    SDPA's CPU flash kernel has no dropout, so with dropout SDPA runs its math kernel, which draws the mask with
-    `bernoulli_`, most of the cost of attention-weight dropout. This is the same kernel with the cheap mask. The
-    mask keeps an element with probability 1 - effective_p(dropout_p), the kernel scales by 1 / (1 - that), as
-    F.dropout does.
-    """
-    q_len, k_len = q.shape[-2], k.shape[-2]
+def sdpa_math_with_cheap_dropout(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, dropout_p: float,
+                                 is_causal: bool, enable_gqa: bool) -> Tensor:
+    """SDPA's math kernel (the one SDPA runs for CPU dropout) given a `dropout_mask` instead of drawing its own;
+    it keeps an element with probability 1 - effective_p(dropout_p) and scales by 1 / (1 - that), as F.dropout."""
     p = effective_p(dropout_p)
     if p >= 1.0:  # everything dropped: the math kernel would divide by zero
         return q.new_zeros(*q.shape[:-1], v.shape[-1])
-    keep = dropout_mask((*q.shape[:-2], q_len, k_len), dropout_p, q.device)
+    keep = dropout_mask((*q.shape[:-1], k.shape[-2]), dropout_p, q.device)
     if attn_mask is not None and attn_mask.dtype == torch.bool:  # SDPA converts before its kernels; this one adds
         attn_mask = torch.zeros(attn_mask.shape, dtype=q.dtype).masked_fill_(~attn_mask, float("-inf"))
     _spend_mask_warning()

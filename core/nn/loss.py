@@ -26,22 +26,13 @@ from torch.nn.functional import linear
 CHUNK_ELEMENTS = 1 << 20
 
 
-def linear_cross_entropy(
-    hidden: Tensor, weight: Tensor, targets: Tensor, label_smoothing: float = 0.0,
-    chunk_elements: int = CHUNK_ELEMENTS,
-) -> Tensor:
+def linear_cross_entropy(hidden: Tensor, weight: Tensor, targets: Tensor, label_smoothing: float = 0.0,
+                         chunk_elements: int = CHUNK_ELEMENTS) -> Tensor:
     """Mean cross-entropy of softmax(hidden @ weight.T) against `targets`, in row chunks.
 
-    Equal in value and gradients to `F.cross_entropy(hidden @ weight.T, targets,
-    label_smoothing=label_smoothing)` (smoothing puts eps / V on every class, PyTorch's definition).
-
-    Args:
-        hidden: (M, D) states (bf16 under autocast is fine: softmax and sums run in fp32).
-        weight: (V, D) output vectors.
-        targets: (M,) class ids in 0..V-1 (select non-padding rows beforehand).
-        label_smoothing: eps in [0, 1).
-        chunk_elements: logits held at once (rows per chunk = this // V, at least 16); see
-            `CHUNK_ELEMENTS` for the default.
+    Equal in value and gradients to `F.cross_entropy(hidden @ weight.T, targets, label_smoothing=...)`, for
+    (M, D) `hidden` (bf16 is fine: softmax and sums run in fp32), (V, D) `weight` and (M,) `targets` (padding
+    rows selected out beforehand). `chunk_elements`: logits held at once (rows per chunk: this // V, >= 16).
     """
     if not 0.0 <= label_smoothing < 1.0:
         raise ValueError(f"`label_smoothing` must be in [0, 1), got {label_smoothing}")
@@ -49,23 +40,13 @@ def linear_cross_entropy(
     return _ChunkedCrossEntropy.apply(hidden, weight, targets, label_smoothing, rows)
 
 
-def rdrop_cross_entropy(
-    hidden: Tensor, weight: Tensor, targets: Tensor, label_smoothing: float = 0.0, alpha: float = 5.0,
-    chunk_elements: int = CHUNK_ELEMENTS,
-) -> Tensor:
-    """R-Drop loss of two dropout passes over the same rows, in row chunks like `linear_cross_entropy`.
+def rdrop_cross_entropy(hidden: Tensor, weight: Tensor, targets: Tensor, label_smoothing: float = 0.0,
+                        alpha: float = 5.0, chunk_elements: int = CHUNK_ELEMENTS) -> Tensor:
+    """R-Drop loss of two dropout passes, (2, M, D) `hidden`, over the same rows, in chunks as `linear_cross_entropy`.
 
-    Per row, the paper's eq. 3 halved, so the cross-entropy stays a mean over both passes and the
-    paper's alpha values carry over (5 for IWSLT): (CE(p1) + CE(p2)) / 2 with label smoothing as
+    Per row, the paper's eq. 3 halved, so the cross-entropy stays a mean over both passes and the paper's
+    alpha values carry over (5 for IWSLT): (CE(p1) + CE(p2)) / 2 with label smoothing as
     `linear_cross_entropy`, plus alpha / 4 * (KL(p1 || p2) + KL(p2 || p1)); averaged over rows.
-
-    Args:
-        hidden: (2, M, D) states of the same M rows from two forward passes with dropout.
-        weight: (V, D) output vectors.
-        targets: (M,) class ids.
-        label_smoothing: eps in [0, 1).
-        alpha: weight of the symmetric KL (0 = the mean cross-entropy of the two passes).
-        chunk_elements: logits of one pass held at once (see `CHUNK_ELEMENTS`).
     """
     if not 0.0 <= label_smoothing < 1.0:
         raise ValueError(f"`label_smoothing` must be in [0, 1), got {label_smoothing}")
@@ -78,8 +59,8 @@ def rdrop_cross_entropy(
 class _ChunkedRDrop(torch.autograd.Function):
     """`rdrop_cross_entropy` with its gradients computed chunk by chunk during the forward pass.
 
-    Faster and far smaller than the loss on materialised (2, M, V) logits with autograd
-    (`benchmarks/translate_rdrop_loss.py`; docs/results.md, "Core kernels"). Per chunk, with l = log p and d = l1 - l2:
+    Spares autograd's materialised (2, M, V) logits (`benchmarks/translate_rdrop_loss.py`). Per chunk, with
+    l = log p and d = l1 - l2:
     loss = (ce1 + ce2) / 2 + alpha / 4 * sum(p1 - p2) d,
     dz1 = (p1 - (1 - eps) onehot - eps / V) / 2 + alpha / 4 * (p1 (d - KL(p1 || p2)) + p1 - p2),
     and dz2 the same with 1 and 2 swapped.
@@ -133,17 +114,11 @@ class _ChunkedRDrop(torch.autograd.Function):
 
 
 def contrastive_loss(first: Tensor, second: Tensor, temperature: float = 1.0, groups: Tensor | None = None) -> Tensor:
-    """Mean NT-Xent (SimCLR's InfoNCE over 2B views) of two views of B rows.
+    """Mean NT-Xent (SimCLR's InfoNCE over 2B views) of two (B, D) views of B rows.
 
-    Each of the 2B views is classified among the other 2B - 1 by dot product / `temperature`; its twin
-    (the other view of its row) is the answer. Rows of the same `groups` value (DuoRec: the same next
-    item) are not pushed apart: they are left out of each other's candidates, as false negatives.
-
-    Args:
-        first: (B, D) first views.
-        second: (B, D) second views of the same rows.
-        temperature: divides every similarity (CL4SRec and DuoRec use 1 with dot products).
-        groups: (B,) labels; rows sharing one are not each other's negatives. None: every other row is one.
+    Each of the 2B views is classified among the other 2B - 1 by dot product / `temperature` (CL4SRec and
+    DuoRec use 1); its twin (the other view of its row) is the answer. Rows of the same (B,) `groups` value
+    (DuoRec: the same next item) are left out of each other's candidates, as false negatives.
     """
     if temperature <= 0:
         raise ValueError(f"`temperature` must be > 0, got {temperature}")
@@ -176,10 +151,8 @@ def _matmul_dtype(x: Tensor) -> torch.dtype:
 def _logsumexp(logits: Tensor, probs: Tensor, targets: Tensor, target_logit: Tensor) -> Tensor:
     """Each row's logsumexp, read off its softmax `probs` (fp32) without another pass over the row where possible.
 
-    CPU: z_t - log p_t, exact from two gathered numbers; the rows whose target prob underflows (a target scored
-    ~87 nats below the best) are recomputed directly, which saves the two row passes of max z - log max p (below)
-    on the CPU (`benchmarks/streamrec_loss.py`). Elsewhere max z - log max p
-    (max p >= 1/V never underflows): it needs no host sync, which the CPU route's test of rows does.
+    CPU: z_t - log p_t from two gathered numbers; rows whose target prob underflows are recomputed directly.
+    Elsewhere max z - log max p (max p >= 1/V never underflows), which needs no host sync for a test of rows.
     """
     acc = probs.dtype
     if logits.device.type != "cpu":
