@@ -1,16 +1,13 @@
 """Reading an interaction log (CSV, TSV, Parquet, MovieLens ratings.dat, SASRec lines, one line per user, or a
-folder of them) into columnar `Interactions`, as one pipeline of steps (streamrec/data/ingest/, one module each):
+folder of them) into columnar `Interactions`, as a pipeline of steps in streamrec/data/ingest/: `parse` (each
+file's `Layout`, then pyarrow's parsing) -> `columns` (ids as strings, times as Unix seconds) -> `filters` ->
+`build` (ids encoded to int32, events grouped by user). Every step reads one frozen `ReadOptions`.
 
-1. `detect`: which files, and each one's `Layout` (format, delimiter, header), from `ReadOptions` and the content.
-2. `parse`: the file parsed by pyarrow (CSV with its own Read/Parse/ConvertOptions, Parquet, text blocks).
-3. `columns`: the user, item, time and filter columns found, ids as strings, times as Unix seconds.
-4. `filters`: the column filter per block; then duplicates, rare items and the k-core over the whole log.
-5. `build`: `InteractionsBuilder` encodes the ids to int32 a group at a time and groups the events by user.
-
-The options travel as one frozen `ReadOptions`. Equal timestamps keep file order. User mistakes (missing
-file or column, empty file, bad timestamp, malformed line, unreadable Parquet) raise a one-line
-ValueError/FileNotFoundError naming the file, line/row or column and the fix; a delimited block that a step
-rejects is located by `ingest.locate`. Importing this module does not import torch.
+User mistakes raise a one-line error naming the file, line/row or column and the fix. Arrow's CSV errors name
+no line, and a row index in a batch is not a line number (blank lines, quoted newlines), so when a step rejects
+a block, `_raise_first_fault` reads the file again with Python's csv module, checking each row as the steps do;
+a file it finds no fault in (e.g. a quoted newline inside an id) is read again with arrow's tolerant options.
+Importing this module does not import torch.
 """
 
 from __future__ import annotations
@@ -25,12 +22,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from core.runtime.errors import InputError, check_text_file
-from streamrec.data.ingest import columns, detect, filters, locate, parse
+from streamrec.data.ingest import columns, filters, parse
 from streamrec.data.ingest.arrays import as_arrow
 from streamrec.data.ingest.build import InteractionsBuilder
 from streamrec.data.ingest.columns import Chunk, ColumnPlan, Fault, TimeParser
-from streamrec.data.ingest.detect import existing_path, sniff_format
-from streamrec.data.ingest.options import Format, ReadOptions, read_options_from_checkpoint
+from streamrec.data.ingest.options import ColumnFilter, Format, ReadOptions, read_options_from_checkpoint
+from streamrec.data.ingest.parse import Layout, existing_path, sniff_format
 from streamrec.data.interactions import Interactions
 
 __all__ = ["Format", "ReadOptions", "existing_path", "read_interactions", "read_options_from_checkpoint",
@@ -41,22 +38,12 @@ def read_interactions(
     path: str | Path, format: Format = "auto", user_col: str = "user_id", item_col: str = "item_id",
     time_col: str | None = "timestamp", *, options: ReadOptions | None = None,
 ) -> Interactions:
-    """Read an interaction log into per-user chronological sequences.
+    """Read an interaction log into per-user chronological sequences (equal times keep file order).
 
-    Args:
-        path: the log file, or a folder of log files read in name order as one log (e.g. a
-            Parquet dataset's part files).
-        format: csv, tsv, parquet, movielens, sasrec ("user item" per line, already chronological), lines
-            ("user item item ..." per line), or auto (by content, see `sniff_format`, then by
-            extension; per file in a folder). A forced format that does not fit says which one does.
-        user_col: user column of a CSV/TSV/Parquet file.
-        item_col: item column of a CSV/TSV/Parquet file.
-        time_col: timestamp column; None means the file order is chronological.
-        options: every reading option at once (`ReadOptions`: delimiter, header, time format, filters...);
-            when given, the four arguments above keep their defaults.
-
-    Returns:
-        `Interactions`, each user's events sorted by time (ties keep file order).
+    `path` is a file, or a folder of files read in name order as one log (a Parquet dataset's parts). `format`
+    auto goes by content (`sniff_format`), then extension, per file; a forced format that does not fit says
+    which one does. time_col None: the file order is chronological. `options` gives every reading option at
+    once (`ReadOptions`), the four arguments before it then left at their defaults.
     """
     loose = {"format": format, "user_col": user_col, "item_col": item_col, "time_col": time_col}
     if options is None:
@@ -66,12 +53,12 @@ def read_interactions(
     path = existing_path(path)
     builder, times = InteractionsBuilder(path), TimeParser(options.time_format)
     with _malloc_pool():
-        for file in detect.log_files(path):
-            layout = detect.layout(file, options)
+        for file in parse.log_files(path):
+            layout = parse.layout(file, options)
             try:
                 _read_file(file, layout, options, times, builder)
             except InputError as e:
-                hint = detect.format_hint(file, layout.format) if options.format != "auto" else None
+                hint = parse.format_hint(file, layout.format) if options.format != "auto" else None
                 if hint is None:
                     raise
                 raise InputError(f"{e}; {hint}") from e
@@ -82,7 +69,7 @@ def read_interactions(
     return filters.refine(inter, options, path)
 
 
-def _read_file(path: Path, layout: detect.Layout, options: ReadOptions, times: TimeParser,
+def _read_file(path: Path, layout: Layout, options: ReadOptions, times: TimeParser,
                builder: InteractionsBuilder) -> None:
     if layout.format == "parquet":
         _read_parquet(path, options, times, builder)
@@ -90,7 +77,7 @@ def _read_file(path: Path, layout: detect.Layout, options: ReadOptions, times: T
     check_text_file(path)  # a NUL byte: binary data, which the text readers would take as odd ids
     if not layout.delimited:
         if options.filter is not None:
-            raise InputError(f"{path}: {detect.FORMAT_NAMES[layout.format]} has no columns to filter; "
+            raise InputError(f"{path}: {parse.FORMAT_NAMES[layout.format]} has no columns to filter; "
                              "drop `filter`, or read a CSV/TSV/Parquet log")
         for users, items in parse.text_batches(path, layout.format):
             builder.add(users, items, None)
@@ -104,9 +91,8 @@ def _read_file(path: Path, layout: detect.Layout, options: ReadOptions, times: T
                          "check the file and `format`") from e
 
 
-def _read_delimited(path: Path, layout: detect.Layout, options: ReadOptions, times: TimeParser,
+def _read_delimited(path: Path, layout: Layout, options: ReadOptions, times: TimeParser,
                     builder: InteractionsBuilder) -> None:
-    """Arrow first; at a fault, the csv scan names its line, or (none found) arrow's tolerant pass reads it."""
     plan = parse.delimited_plan(path, layout, options)
     builder.expect(parse.estimate_rows(path))
     numeric = times.settle(parse.first_value(path, layout, plan, "time_col")) == "unix"
@@ -117,7 +103,7 @@ def _read_delimited(path: Path, layout: detect.Layout, options: ReadOptions, tim
         return
     except (pa.ArrowException, Fault):
         builder.rollback(start)  # the blocks before the fault are read again below
-        locate.raise_first_fault(path, layout, plan, times, options.filter)
+        _raise_first_fault(path, layout, plan, times, options.filter)
     try:
         for batch in parse.delimited_batches(path, layout, plan, tolerant=True):
             _add(builder, columns.convert(batch, plan, times, trim=True, drop_blank=True), options)
@@ -134,8 +120,7 @@ def _read_parquet(path: Path, options: ReadOptions, times: TimeParser, builder: 
     for batch in batches:
         _check_nulls(path, batch, plan, first)
         try:
-            chunk = columns.convert(batch, plan, times, trim=False)
-            _add(builder, chunk, options)
+            _add(builder, columns.convert(batch, plan, times, trim=False), options)
         except Fault as e:
             row = "" if e.reason.startswith("its ids") else f" row {first + e.row + 1}, column {plan.shown[e.column]!r}"
             raise InputError(f"{path}{row}: {e.reason}") from None
@@ -151,7 +136,6 @@ def _check_nulls(path: Path, batch: pa.RecordBatch, plan: ColumnPlan, first: int
 
 
 def _add(builder: InteractionsBuilder, chunk: Chunk, options: ReadOptions) -> None:
-    """The chunk's events that pass the column filter, to the builder."""
     users, items, times = chunk.users, chunk.items, chunk.times
     if options.filter is not None:
         keep = filters.keep_rows(options.filter, chunk.filter_values)
@@ -160,6 +144,55 @@ def _add(builder: InteractionsBuilder, chunk: Chunk, options: ReadOptions) -> No
             users, items = users.take(index), items.take(index)
             times = None if times is None else times[keep]
     builder.add(users, items, times)
+
+
+def _rows(path: Path, layout: Layout) -> Iterator[tuple[int, list[str]]]:
+    with path.open(newline="", encoding="utf-8-sig") as f:
+        if layout.format == "movielens":
+            for number, line in enumerate(f, 1):
+                yield number, line.rstrip("\r\n").split("::")
+            return
+        reader = csv.reader(f, delimiter=layout.delimiter)
+        if layout.header:
+            next(reader, None)
+        for row in reader:
+            yield reader.line_num, row
+
+
+def _raise_first_fault(path: Path, layout: Layout, plan: ColumnPlan, times: TimeParser,
+                      rule: ColumnFilter | None) -> None:
+    index = {role: int(column[1:]) // (2 if layout.format == "movielens" else 1)
+             for role, column in plan.columns.items()}  # parsed columns are c0, c1, ...
+    width = 4 if layout.format == "movielens" else plan.width
+    for number, row in _rows(path, layout):
+        if not row or not any(v.strip() for v in row):
+            continue  # blank line
+        where = f"{path} line {number}"
+        if len(row) != width:
+            raise InputError(_width_message(where, layout, len(row), width))
+        for role in ("user_col", "item_col"):
+            if not row[index[role]].strip():
+                raise InputError(f"{where}, column {plan.shown[role]!r}: empty id; every row needs a user and an item")
+        if "time_col" in index:
+            try:
+                times.parse(row[index["time_col"]])
+            except ValueError as e:
+                raise InputError(f"{where}, column {plan.shown['time_col']!r}: {e}") from None
+        if rule is not None and rule.numeric:
+            try:
+                filters.cell_number(row[index["filter"]])
+            except ValueError as e:
+                column = plan.shown["filter"]
+                raise InputError(f"{where}, column {column!r}: {e}; fix the value or the filter") from None
+
+
+def _width_message(where: str, layout: Layout, found: int, width: int) -> str:
+    if layout.format == "movielens":
+        return (f"{where}: expected 'user::item::rating::timestamp' (4 fields), got {found}; fix the line, "
+                "or pass the format the file is in")
+    against = "the header has" if layout.header else "line 1 has"
+    return (f"{where}: {found} fields but {against} {width}; fix the row "
+            f"(is the delimiter {layout.delimiter!r} right?)")
 
 
 @contextmanager

@@ -1,11 +1,7 @@
-"""Step 4 of reading a log: which events are kept.
+"""Step 4 of reading a log: which events are kept, each step logging what it found and dropped.
 
-`keep_rows` applies the options' `ColumnFilter` to each parsed block (before the ids are encoded, so a
-filtered-out event costs nothing later). `refine` then applies the filters that need the whole log, in
-this order: exact duplicates (`duplicates`), rare items (`min_item_count`, one pass) and the k-core
-(`k_core`, iterated to a fixed point). Every step logs what it found and dropped.
-
-Legend: E events, U users, N items.
+`keep_rows` filters each parsed block before its ids are encoded, so a filtered-out event costs nothing
+later; `refine` applies the filters that need the whole log. Legend: E events, U users, N items.
 """
 
 from __future__ import annotations
@@ -45,28 +41,27 @@ def keep_rows(rule: ColumnFilter, cells: pa.Array) -> np.ndarray:
     """(B,) bool: the rows whose cell passes `rule`; raises `Fault` at a cell a numeric rule cannot read."""
     if rule.numeric:
         values = _numbers(cells)
-        targets = rule.value if isinstance(rule.value, tuple) else (rule.value,)
         if rule.op in ("in", "not in"):
-            keep = np.isin(values, np.array(targets, dtype=np.float64))
+            keep = np.isin(values, np.array(rule.values, dtype=np.float64))
             return keep if rule.op == "in" else ~keep
-        return _COMPARE[rule.op](values, float(targets[0]))
+        return _COMPARE[rule.op](values, float(rule.value))
     encoded = pc.dictionary_encode(pc.utf8_trim_whitespace(as_ids(cells, "filter")))
     distinct = encoded.dictionary.to_pylist()  # few: decided in Python, then spread by the indices
-    texts = {str(v) for v in (rule.value if isinstance(rule.value, tuple) else (rule.value,))}
+    texts = {str(v) for v in rule.values}
     passes = np.array([(v in texts) != (rule.op in ("!=", "not in")) for v in distinct], dtype=bool)
     return passes[as_numpy(pc.cast(encoded.indices, pa.int32()))] if len(distinct) else np.zeros(len(cells), bool)
 
 
 def _numbers(cells: pa.Array) -> np.ndarray:
-    kind = cells.type
+    kind, values = cells.type, None
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
         try:
             values = as_numpy(pc.cast(pc.utf8_trim_whitespace(cells), pa.float64()))
         except pa.ArrowInvalid:
-            values = np.array([_python_number(k, v) for k, v in enumerate(cells.to_pylist())], dtype=np.float64)
+            pass
     elif pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):
         values = as_numpy(pc.cast(cells, pa.float64()))
-    else:
+    if values is None:
         values = np.array([_python_number(k, v) for k, v in enumerate(cells.to_pylist())], dtype=np.float64)
     bad = np.flatnonzero(~np.isfinite(values))
     if len(bad):

@@ -1,7 +1,6 @@
 """`ReadOptions`: how a log is read, one frozen object from the DataModule (or a checkpoint) down every step.
 
-The options are plain values (strings, numbers, lists), so `to_dict` is what a checkpoint stores and
-`read_options_from_checkpoint` gives scoring, explanations and the API a log read the way training read it.
+Plain values, so a checkpoint stores `to_dict` and scoring reads new logs the way training read its log.
 """
 
 from __future__ import annotations
@@ -29,11 +28,8 @@ _FILTER_SHAPE = "'rating >= 4', 'event_type == buy' or 'event_type in [view, buy
 class ColumnFilter:
     """Keep only the events whose `column` satisfies `op value`, e.g. rating >= 4 or event_type in [view, buy].
 
-    Args:
-        column: a column of the log (a header name, a name from `columns`, or a position).
-        op: ==, !=, >, >=, <, <=, in, not in. The order comparisons need numbers.
-        value: a number or a string; for in/not in, a list of them. Numbers compare as numbers
-            (4 equals 4.0), anything else as the trimmed text of the cell.
+    Numbers compare as numbers (4 equals 4.0), anything else as the trimmed text of the cell; the order
+    comparisons need numbers.
     """
 
     column: str
@@ -53,10 +49,13 @@ class ColumnFilter:
                              f"write e.g. {_FILTER_SHAPE}")
 
     @property
+    def values(self) -> tuple[float | str, ...]:
+        return self.value if isinstance(self.value, tuple) else (self.value,)
+
+    @property
     def numeric(self) -> bool:
         """Whether the cells are compared as numbers (every value is a number)."""
-        values = self.value if isinstance(self.value, tuple) else (self.value,)
-        return all(isinstance(v, int | float) for v in values)
+        return all(isinstance(v, int | float) for v in self.values)
 
     @classmethod
     def parse(cls, text: str) -> ColumnFilter:
@@ -108,26 +107,9 @@ def parse_delimiter(value: str | None) -> str | None:
 class ReadOptions:
     """Every option of reading a log: what the file looks like, and which events are kept.
 
-    Args:
-        format: auto (by content, then name), csv, tsv, parquet, sasrec ("user item" lines), lines
-            ("user item item ..." per line) or movielens (MovieLens' ratings.dat, "user::item::rating::time").
-        delimiter: the field separator of a delimited text file (',', ';', '|', tab); None: ',' for csv
-            and tsv's tab, or what the content shows for auto.
-        header: whether the first line of a delimited file names its columns. false: `columns` names them,
-            or they are their positions 0, 1, 2, ... (user_col: 0).
-        columns: the column names of a file without a header, in order (needs header: false).
-        user_col: user column (a name, or a position in a file without header).
-        item_col: item column.
-        time_col: time column; None means the file order is chronological.
-        time_format: auto (numbers, or ISO-8601 dates and times: 2024-05-01, 2024-05-01T12:00:00+02:00),
-            unix (numbers only), iso (ISO-8601 only), or a strptime pattern such as %d/%m/%Y %H:%M.
-            A date or time without a zone is taken as UTC; times become Unix seconds.
-        filter: keep only the events whose column value passes (`ColumnFilter`), e.g. rating >= 4.
-        duplicates: exact duplicate events (same user, item and time; without a time column, the same
-            item twice in a row for a user): keep, drop (all but the first) or error. Their count is logged.
-        min_item_count: items with fewer events are dropped (one pass, after `filter` and `duplicates`).
-        k_core: keep the largest part of the log in which every user and every item has at least k_core
-            events (dropping and recounting until nothing changes); None: no k-core.
+    The options mean what `StreamRecDataModule`'s arguments of the same names say. A column is a name, or a
+    position in a file without header (user_col: 0); time_col None means the file order is chronological.
+    Times become Unix seconds, a time without a zone taken as UTC.
     """
 
     format: Format = "auto"
@@ -195,8 +177,7 @@ class ReadOptions:
     def from_dict(cls, values: Mapping[str, Any]) -> ReadOptions:
         """The options `to_dict` wrote (keys it lacks keep their defaults)."""
         known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
+        if unknown := sorted(set(values) - known):
             raise InputError(f"read options: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(known))}); "
                              "the checkpoint was written by a newer version of StreamRec")
         values = dict(values)
@@ -212,16 +193,11 @@ def _plain(value: float | str | tuple) -> float | str | list:
 def read_options_from_checkpoint(checkpoint: Mapping[str, Any]) -> ReadOptions:
     """The options a StreamRec checkpoint's log was read with, to read new logs the same way.
 
-    Args:
-        checkpoint: the checkpoint's dict (`torch.load`/`core.runtime.checkpoint.load_checkpoint`).
-
-    Returns:
-        The stored `ReadOptions`; for a checkpoint written before they were stored, the DataModule's
-        format and column names from its hyper-parameters; defaults when it has neither.
+    A checkpoint written before they were stored gives the DataModule's format and columns from its
+    hyper-parameters; one with neither, the defaults.
     """
     # Lightning keeps a DataModule's state under its class name: StreamRecDataModule's, or a subclass's.
-    states = [checkpoint.get(DATAMODULE_KEY), *checkpoint.values()]
-    for state in states:
+    for state in [checkpoint.get(DATAMODULE_KEY), *checkpoint.values()]:
         if isinstance(state, Mapping) and isinstance(state.get(READ_OPTIONS_KEY), Mapping):
             return ReadOptions.from_dict(state[READ_OPTIONS_KEY])
     hparams = checkpoint.get("datamodule_hyper_parameters")

@@ -1,16 +1,19 @@
-"""Step 2 of reading a log: the file parsed into arrow record batches, by pyarrow itself.
+"""Steps 1 and 2 of reading a log: what each file is (`Layout`), then the file parsed by pyarrow itself.
 
-Delimited text goes through pyarrow's CSV reader, its options built here from the `Layout`
-(`pyarrow.csv.ReadOptions`: block size, header, column names; `ParseOptions`: delimiter, quoted
-newlines, blank rows; `ConvertOptions`: the wanted columns, as strings, never null), streamed in
-256 KiB blocks (arrow reads up to 32 ahead). Parquet comes in record batches; SASRec and per-user
-lines in blocks split with arrow's string kernels. Importing this module does not import torch.
+`format: auto` looks at a file's first 64 KiB (`sniff_format`), then at its name. A delimiter the content
+shows but the options do not name (';', '|') is a one-line error saying which option to set, not a guess:
+a ';' file read as CSV would give wrong columns, not an error.
+
+Delimited text goes through pyarrow's CSV reader, streamed in `BLOCK`s (arrow reads up to 32 ahead);
+Parquet comes in record batches; SASRec and per-user lines in blocks split with arrow's string kernels.
+Importing this module does not import torch.
 """
 
 from __future__ import annotations
 
 import csv
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -22,19 +25,133 @@ import pyarrow.parquet as pq
 from core.runtime.errors import InputError
 from streamrec.data.ingest.arrays import as_arrow, as_numpy
 from streamrec.data.ingest.columns import ColumnPlan, plan_columns
-from streamrec.data.ingest.detect import MOVIELENS_COLUMNS, Layout, delimiter_hint, sniff_delimiter
-from streamrec.data.ingest.options import ReadOptions
+from streamrec.data.ingest.options import FORMATS, ReadOptions
 
 BLOCK = 1 << 18  # bytes per CSV/text block: arrow's CSV reader reads up to 32 blocks ahead
 TOLERANT_BLOCK = 16 << 20  # the rare second CSV pass: room for long quoted fields
 PARQUET_BATCH = 1 << 16  # rows per Parquet record batch
 SNIFF_BYTES = 1 << 16
+_SUFFIXES = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".parquet": "parquet", ".pq": "parquet",
+             ".txt": "lines", ".dat": "lines"}
+FORMAT_NAMES = {"csv": "CSV", "tsv": "TSV", "parquet": "Parquet", "sasrec": "SASRec 'user item' lines",
+                "lines": "one line per user ('user item item ...')",
+                "movielens": "MovieLens ratings ('user::item::rating::timestamp')"}
+MOVIELENS_COLUMNS = ("user_id", "item_id", "rating", "timestamp")
+_OTHER_DELIMITERS = (";", "|")
 
 
-def first_row(path: Path, delimiter: str) -> list[str]:
-    """The first line's fields, trimmed (utf-8-sig drops the byte-order mark of spreadsheet exports)."""
-    with path.open(newline="", encoding="utf-8-sig") as f:
-        return [h.strip() for h in next(csv.reader(f, delimiter=delimiter), [])]
+@dataclass(frozen=True)
+class Layout:
+    """How one file is parsed: MovieLens' '::' is read as ':' with every other field empty; `delimiter` is None
+    for Parquet and the line formats; `names` are those of a file without header (None: header or positions)."""
+
+    format: str
+    delimiter: str | None = None
+    header: bool = True
+    names: tuple[str, ...] | None = None
+
+    @property
+    def delimited(self) -> bool:
+        return self.delimiter is not None
+
+
+def existing_path(path: str | Path) -> Path:
+    path = Path(path)
+    if not (path.is_file() or path.is_dir()):
+        raise FileNotFoundError(f"interactions file {str(path)!r} does not exist; check `path`")
+    return path
+
+
+def log_files(path: Path) -> list[Path]:
+    """The file itself, or a folder's files in name order, skipping hidden and `_`-prefixed ones (Spark's _SUCCESS)."""
+    if not path.is_dir():
+        return [path]
+    files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith((".", "_")))
+    if not files:
+        raise InputError(f"{path}: the folder holds no files; pass a log file or a folder of log files")
+    return files
+
+
+def _head_rows(path: Path) -> list[str] | None:
+    """Up to 50 non-blank lines of the file's first 64 KiB; None for binary content."""
+    with path.open("rb") as f:
+        head = f.read(SNIFF_BYTES)
+    if b"\0" in head:
+        return None
+    rows = head.decode("utf-8", errors="replace").removeprefix("\ufeff").splitlines()
+    if len(head) == SNIFF_BYTES and len(rows) > 1:
+        rows = rows[:-1]  # the last line may be cut off
+    return [r for r in rows if r.strip()][:50]
+
+
+def _splits_evenly(rows: list[str], delimiter: str) -> bool:
+    counts = {len(fields) for fields in csv.reader(rows, delimiter=delimiter)}
+    return len(counts) == 1 and counts.pop() >= 2
+
+
+def sniff_format(path: Path) -> str | None:
+    """What a file's first 64 KiB look like, whatever its name says.
+
+    TSV or CSV when every sampled line splits into the same number (at least 2) of fields; movielens when
+    every line is 3 or more fields joined by '::'; "lines" (SASRec's too) when every line has at least two
+    words; None when nothing fits (empty, binary or one field a line).
+    """
+    with path.open("rb") as f:
+        if f.read(4) == b"PAR1":
+            return "parquet"
+    rows = _head_rows(path)
+    if not rows:
+        return None
+    for fmt, delimiter in (("tsv", "\t"), ("csv", ",")):
+        if _splits_evenly(rows, delimiter):
+            return fmt
+    if len({len(r.split("::")) for r in rows}) == 1 and len(rows[0].split("::")) >= 3:
+        return "movielens"
+    if all(len(r.split()) >= 2 for r in rows):
+        return "lines"
+    return None
+
+
+def sniff_delimiter(path: Path) -> str | None:
+    """';' or '|' when every sampled line splits evenly on it (a delimiter `format: auto` does not assume)."""
+    rows = _head_rows(path)
+    return next((d for d in _OTHER_DELIMITERS if rows and _splits_evenly(rows, d)), None)
+
+
+def delimiter_hint(delimiter: str) -> str:
+    return f"pass delimiter={delimiter!r} (on the command line --data.delimiter '{delimiter}')"
+
+
+def layout(path: Path, options: ReadOptions) -> Layout:
+    fmt = options.format
+    if fmt == "auto":
+        fmt = sniff_format(path)
+        if fmt is None and options.delimiter is None and (found := sniff_delimiter(path)):
+            raise InputError(f"{path}: its lines are fields separated by {found!r}, which is not a default "
+                             f"delimiter; {delimiter_hint(found)}")
+        fmt = fmt or _SUFFIXES.get(path.suffix.lower())
+        if options.delimiter is not None and fmt != "parquet":
+            fmt = "csv"  # a delimiter names a delimited text file, whatever it sniffs like
+        if fmt is None:
+            raise InputError(f"{path}: cannot tell the format from the content or the extension {path.suffix!r}; "
+                             f"pass format= one of {', '.join(FORMATS)}")
+    if fmt == "movielens":
+        return Layout("movielens", ":", header=False, names=MOVIELENS_COLUMNS)
+    if fmt in ("csv", "tsv"):
+        return Layout(fmt, options.delimiter or ("," if fmt == "csv" else "\t"), options.header, options.columns)
+    if not options.header:
+        raise InputError(f"{path}: header: false applies to csv/tsv text, but the file is {FORMAT_NAMES[fmt]}; "
+                         "drop `header` or set format: csv")
+    return Layout(fmt)
+
+
+def format_hint(path: Path, fmt: str) -> str | None:
+    """'the file looks like CSV ...' when a forced format failed and the content says another one."""
+    sniffed = sniff_format(path)
+    if sniffed is None or sniffed == fmt or {fmt, sniffed} <= {"sasrec", "lines"}:
+        return None
+    return (f"the file looks like {FORMAT_NAMES[sniffed]}, not {fmt}: set format: {sniffed} or auto "
+            f"(on the command line --data.format {sniffed})")
 
 
 def delimited_plan(path: Path, layout: Layout, options: ReadOptions) -> ColumnPlan:
@@ -42,7 +159,8 @@ def delimited_plan(path: Path, layout: Layout, options: ReadOptions) -> ColumnPl
     if layout.format == "movielens":  # user::item::rating::timestamp, read as ':' with empty fields between
         plan = plan_columns(path, MOVIELENS_COLUMNS, options, [f"c{2 * k}" for k in range(4)])
         return ColumnPlan(plan.columns, plan.shown, empty=("c1", "c3", "c5"), width=7)
-    fields = first_row(path, layout.delimiter)
+    with path.open(newline="", encoding="utf-8-sig") as f:  # utf-8-sig: spreadsheet exports' byte-order mark
+        fields = [h.strip() for h in next(csv.reader(f, delimiter=layout.delimiter), [])]
     if not any(fields):
         if not layout.header:
             raise InputError(f"{path}: no interactions found; the file must hold at least one (user, item) row")
@@ -90,14 +208,6 @@ def estimate_rows(path: Path) -> int:
     return int(path.stat().st_size * (head.count(b"\n") + 1) / max(len(head), 1) * 1.05)
 
 
-def _blank_row_handler(delimiter: str) -> Callable[[object], str]:
-    """Arrow's handler for rows with a wrong field count: skip blank ones (as the csv module reader does)."""
-    def handle(row) -> str:
-        fields = next(csv.reader([row.text], delimiter=delimiter), [])
-        return "skip" if not any(v.strip() for v in fields) else "error"
-    return handle
-
-
 def first_value(path: Path, layout: Layout, plan: ColumnPlan, role: str) -> str | None:
     """The `role` column's value in the first row of events (None: no such row or column)."""
     if role not in plan.columns:
@@ -114,27 +224,23 @@ def first_value(path: Path, layout: Layout, plan: ColumnPlan, role: str) -> str 
     return row[column] if column < len(row) else None
 
 
-def csv_options(layout: Layout, plan: ColumnPlan, tolerant: bool, numeric_time: bool = False,
-                ) -> tuple[pa_csv.ReadOptions, pa_csv.ParseOptions, pa_csv.ConvertOptions]:
-    """pyarrow's CSV options for the layout: every wanted column as a non-null string, the time column as
-    float64 if `numeric_time` (arrow's own parser, in its threads); `tolerant`: quoted newlines allowed, in
-    bigger blocks (the second pass, after the csv scan found no fault)."""
-    names = [f"c{k}" for k in range(plan.width)]
-    read = pa_csv.ReadOptions(column_names=names, skip_rows=1 if layout.header else 0,
+def delimited_batches(path: Path, layout: Layout, plan: ColumnPlan, tolerant: bool, numeric_time: bool = False,
+                      ) -> Iterator[pa.RecordBatch]:
+    """The wanted columns as non-null strings, the time column as float64 if `numeric_time` (arrow's parser, in
+    its threads); `tolerant`: quoted newlines allowed, in bigger blocks (the pass after the csv scan found no
+    fault). A fault arrow finds raises `pa.ArrowException`."""
+
+    def skip_blank(row) -> str:  # rows with a wrong field count: blank ones are skipped, as the csv module does
+        fields = next(csv.reader([row.text], delimiter=layout.delimiter), [])
+        return "skip" if not any(v.strip() for v in fields) else "error"
+
+    read = pa_csv.ReadOptions(column_names=[f"c{k}" for k in range(plan.width)], skip_rows=1 if layout.header else 0,
                               block_size=TOLERANT_BLOCK if tolerant else BLOCK)
-    parse = pa_csv.ParseOptions(delimiter=layout.delimiter, newlines_in_values=tolerant,
-                                invalid_row_handler=_blank_row_handler(layout.delimiter))
+    parse = pa_csv.ParseOptions(delimiter=layout.delimiter, newlines_in_values=tolerant, invalid_row_handler=skip_blank)
     types = dict.fromkeys(plan.read, pa.string())
     if numeric_time and not tolerant:
         types[plan.columns["time_col"]] = pa.float64()
     convert = pa_csv.ConvertOptions(include_columns=plan.read, column_types=types, strings_can_be_null=False)
-    return read, parse, convert
-
-
-def delimited_batches(path: Path, layout: Layout, plan: ColumnPlan, tolerant: bool, numeric_time: bool = False,
-                      ) -> Iterator[pa.RecordBatch]:
-    """The file's record batches of the wanted columns; a fault arrow finds raises `pa.ArrowException`."""
-    read, parse, convert = csv_options(layout, plan, tolerant, numeric_time)
     yield from pa_csv.open_csv(path, read_options=read, parse_options=parse, convert_options=convert)
 
 
