@@ -29,16 +29,9 @@ def feature_map(x: Tensor) -> Tensor:
 
 def causal_linear_attention(q: Tensor, k: Tensor, v: Tensor, valid: Tensor | None = None,
                             chunk: int = CHUNK) -> Tensor:
-    """Causal linear attention over whole sequences.
+    """(B, H, T, Dh) queries (before the feature map), (B, Hkv, T, Dh) keys and values -> (B, H, T, Dh).
 
-    Args:
-        q: (B, H, T, Dh) queries (before the feature map).
-        k, v: (B, Hkv, T, Dh) keys and values; Hkv divides H.
-        valid: (B, T) True at tokens: padding adds nothing to the sums; None: all valid.
-        chunk: positions per chunk.
-
-    Returns:
-        (B, H, T, Dh); a query with no valid key up to it (padding before the first token) gets zeros.
+    Padding (`valid` False) adds nothing to the sums; a query with no valid key up to it gets zeros.
     """
     b, h, t, dh = q.shape
     if k.shape[1] != h:
@@ -95,5 +88,4 @@ class LinearAttention:
     """Causal linear attention as a part `MultiHeadAttention` takes (`kernel`); it has no attention dropout."""
 
     def __call__(self, q: Tensor, k: Tensor, v: Tensor, valid: Tensor | None, dropout_p: float) -> Tensor:
-        """(B, H, T, Dh) queries, (B, Hkv, T, Dh) keys and values, (B, T) `valid` tokens -> (B, H, T, Dh)."""
         return causal_linear_attention(q, k, v, valid)

@@ -18,10 +18,8 @@ from torch import Tensor, nn
 
 def _check_length(offset: int, t: int, max_len: int) -> None:
     if offset + t > max_len:
-        raise ValueError(
-            f"sequence reaches position {offset + t} but `max_len` is {max_len}; "
-            "raise `max_len` or truncate the input"
-        )
+        raise ValueError(f"sequence reaches position {offset + t} but `max_len` is {max_len}; "
+                         "raise `max_len` or truncate the input")
 
 
 class SinusoidalPositions(nn.Module):
@@ -100,27 +98,14 @@ class RotaryEmbedding(nn.Module):
         """Rotate x, (B, H, T, Dh), as positions `offset .. offset+T-1`."""
         t = x.shape[-2]
         _check_length(offset, t, self.max_len)
-        cos = self.cos[offset : offset + t].to(x.dtype)
-        sin = self.sin[offset : offset + t].to(x.dtype)
-        return x * cos + _rotate_half(x) * sin
-
-
-def _rotate_half(x: Tensor) -> Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat([-x2, x1], dim=-1)
+        x1, x2 = x.chunk(2, dim=-1)
+        rotated = torch.cat([-x2, x1], dim=-1)  # the "rotate half" pairing
+        return x * self.cos[offset : offset + t].to(x.dtype) + rotated * self.sin[offset : offset + t].to(x.dtype)
 
 
 def apply_rope(q: Tensor, k: Tensor, rope: RotaryEmbedding, offset: int = 0) -> tuple[Tensor, Tensor]:
-    """Rotate new queries and keys, which share absolute positions `offset ..`.
-
-    Keys are rotated before they enter a KV cache, so cached keys keep their own positions.
-
-    Args:
-        q: (B, H, T, Dh) queries.
-        k: (B, Hkv, T, Dh) keys of the same tokens.
-        rope: the rotary table.
-        offset: absolute position of the first token (the cache length).
-    """
+    """Rotate (B, H, T, Dh) queries and (B, Hkv, T, Dh) keys of the same tokens, at positions `offset ..` (the
+    cache length): keys are rotated before they enter a KV cache, so cached keys keep their own positions."""
     return rope(q, offset), rope(k, offset)
 
 
@@ -160,11 +145,7 @@ class ALiBi(nn.Module):
         self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)
 
     def forward(self, t_q: int, t_k: int, device: torch.device | None = None) -> Tensor:
-        """Bias for `t_q` queries that are the last of `t_k` keys (KV-cache aligned).
-
-        Returns:
-            (1, H, Tq, Tk) float32.
-        """
+        """(1, H, Tq, Tk) float32 bias for `t_q` queries that are the last of `t_k` keys (KV-cache aligned)."""
         _check_length(0, t_k, self.max_len)
         q_pos = torch.arange(t_k - t_q, t_k, device=device)
         k_pos = torch.arange(t_k, device=device)

@@ -44,25 +44,10 @@ def recurrent_stack(cell: Cell, input_size: int, hidden_size: int, n_layers: int
                dropout=dropout if n_layers > 1 else 0.0)
 
 
-def source_attention(scoring: Scoring, query_dim: int, key_dim: int) -> AdditiveAttention | MultiplicativeAttention:
-    """The decoder's attention by name: "additive" (Bahdanau), "dot" or "general" (Luong)."""
-    if scoring == "additive":
-        return AdditiveAttention(query_dim, key_dim, key_dim)
-    if scoring in ("dot", "general"):
-        return MultiplicativeAttention(query_dim, key_dim, scoring)
-    raise ValueError(f"`attention` must be 'additive', 'dot' or 'general', got {scoring!r}")
-
-
 class RecurrentEncoder(nn.Module):
-    """Bidirectional GRU/LSTM over right-padded sources (packed, so padding never enters a state).
-
-    Args:
-        d_model: D, the input embeddings' width and the output width (both directions, projected).
-        hidden_size: Hd, each direction's hidden width.
-        n_layers: recurrent layers.
-        dropout: dropout on the inputs, between layers and on the output.
-        cell: "gru" or "lstm".
-    """
+    """Bidirectional GRU/LSTM over right-padded sources (packed, so padding never enters a state): D-wide
+    embeddings in, both directions' Hd-wide states projected back to D out; `dropout` on the inputs, between
+    layers and on the output."""
 
     def __init__(self, d_model: int, hidden_size: int, *, n_layers: int = 2, dropout: float = 0.0,
                  cell: Cell = "gru"):
@@ -89,13 +74,7 @@ class CausalRecurrentEncoder(nn.Module):
 
     Left padding would run the cell over the padding first (its biases move the state away from zero), so
     each row is rotated to start at column 0, run, and rotated back: two gathers instead of packing, which
-    also keeps the graph exportable.
-
-    Args:
-        d_model: D, the input and output width (the hidden width too, so states score against item vectors).
-        n_layers: recurrent layers.
-        dropout: dropout on the inputs and between layers.
-        cell: "gru" or "lstm".
+    also keeps the graph exportable. The hidden width is D too, so states score against item vectors.
     """
 
     def __init__(self, d_model: int, *, n_layers: int = 1, dropout: float = 0.0, cell: Cell = "gru"):
@@ -122,16 +101,12 @@ class CausalRecurrentEncoder(nn.Module):
 
 
 class RecurrentCache:
-    """What an attentional recurrent decoder carries between steps, reordered as a search's rows change.
-
-    Holds the recurrent state ((L, B, Hd) tensors: h, and c for an LSTM), the input-feed vector (B, D) and the
-    memory's projected keys (Bm, S, .), with `core.nn.DecoderCache`'s reordering methods.
-    """
+    """What an attentional recurrent decoder carries between steps, with `core.nn.DecoderCache`'s reordering."""
 
     def __init__(self) -> None:
-        self.state: tuple[Tensor, ...] | None = None
-        self.feed: Tensor | None = None
-        self.keys: Tensor | None = None
+        self.state: tuple[Tensor, ...] | None = None  # (L, B, Hd) each: h, and c for an LSTM
+        self.feed: Tensor | None = None  # (B, D) input feed
+        self.keys: Tensor | None = None  # (Bm, S, .) the memory's projected keys
 
     @property
     def started(self) -> bool:
@@ -143,28 +118,18 @@ class RecurrentCache:
         self.reorder_cross(index)
 
     def reorder_self(self, index: Tensor) -> None:
-        """Keep target rows `index` (B_new,), in that order: hypotheses follow their beams."""
         if self.state is not None and self.feed is not None:
             self.state = tuple(h.index_select(1, index) for h in self.state)
             self.feed = self.feed.index_select(0, index)
 
     def reorder_cross(self, index: Tensor) -> None:
-        """Keep memory rows `index`: they change only when inputs leave the batch."""
         if self.keys is not None:
             self.keys = self.keys.index_select(0, index)
 
 
 class RecurrentDecoder(nn.Module):
-    """Attentional GRU/LSTM decoder with input feeding (Luong et al., 2015).
-
-    Args:
-        d_model: D, the embeddings', memory's and attentional vector's width.
-        hidden_size: Hd, the recurrent hidden width.
-        n_layers: recurrent layers.
-        dropout: dropout on the input embeddings, between layers and on the attentional vector.
-        cell: "gru" or "lstm".
-        attention: "additive" (Bahdanau), "dot" (needs hidden_size == d_model) or "general" (Luong).
-    """
+    """Attentional GRU/LSTM decoder with input feeding (Luong et al., 2015); `dropout` on the input embeddings,
+    between layers and on the attentional vector; `attention` "dot" needs hidden_size == d_model."""
 
     def __init__(self, d_model: int, hidden_size: int, *, n_layers: int = 2, dropout: float = 0.0,
                  cell: Cell = "gru", attention: Scoring = "additive"):
@@ -172,7 +137,10 @@ class RecurrentDecoder(nn.Module):
         self.n_layers, self.hidden_size, self.cell = n_layers, hidden_size, cell
         self.rnn = recurrent_stack(cell, 2 * d_model, hidden_size, n_layers, dropout, bidirectional=False)
         self.bridge = nn.Linear(d_model, n_layers * hidden_size)
-        self.cross_attn = source_attention(attention, hidden_size, d_model)
+        if attention not in ("additive", "dot", "general"):
+            raise ValueError(f"`attention` must be 'additive', 'dot' or 'general', got {attention!r}")
+        self.cross_attn = (AdditiveAttention(hidden_size, d_model, d_model) if attention == "additive"
+                           else MultiplicativeAttention(hidden_size, d_model, attention))
         self.combine = nn.Linear(d_model + hidden_size, d_model)  # W_c
         self.dropout = nn.Dropout(dropout)
 
@@ -180,16 +148,10 @@ class RecurrentDecoder(nn.Module):
         return RecurrentCache()
 
     def forward(self, x: Tensor, memory: Tensor, mask: Tensor, cache: RecurrentCache | None = None) -> Tensor:
-        """Attentional vectors h~ for each target position.
+        """(B, T, D) embedded inputs (with a cache, the new steps) -> (B, T, D) attentional vectors h~.
 
-        Args:
-            x: (B, T, D) embedded decoder inputs; with a cache, only the new steps.
-            memory: (Bm, S, D) encoder output, Bm dividing B (shared memory rows, see the module).
-            mask: (Bm, 1, 1, S) source padding mask, True = real token.
-            cache: from `new_cache()`; advanced by this call (None: decode `x` from the start).
-
-        Returns:
-            (B, T, D).
+        `memory` (Bm, S, D) and its (Bm, 1, 1, S) padding `mask`: shared rows, see the module. `cache` from
+        `new_cache()` is advanced by this call (None: decode `x` from the start).
         """
         cache = RecurrentCache() if cache is None else cache
         mask = mask.reshape(memory.shape[0], 1, memory.shape[1])  # (Bm, 1, S)

@@ -29,8 +29,7 @@ from torch import Tensor
 def band_mask(t: int, window: int, device: torch.device | str | None = None) -> Tensor:
     """(T, T) boolean, True where query i may see key j: i - W < j <= i (the full-attention reference)."""
     i = torch.arange(t, device=device)[:, None]
-    j = torch.arange(t, device=device)[None, :]
-    return (j <= i) & (j > i - window)
+    return (i >= i.T) & (i.T > i - window)
 
 
 WindowKernel = Literal["auto", "blocks", "flex"]
@@ -39,20 +38,11 @@ KERNELS: tuple[str, ...] = get_args(WindowKernel)
 
 def windowed_attention(q: Tensor, k: Tensor, v: Tensor, window: int, valid: Tensor | None = None,
                        dropout_p: float = 0.0, kernel: WindowKernel = "auto") -> Tensor:
-    """Causal attention of each position to the last `window` positions (itself included).
+    """Causal attention of each of the (B, H, T, Dh) queries to the last `window` of the (B, Hkv, T, Dh) keys and
+    values (itself included) -> (B, H, T, Dh); a query that sees no `valid` key gets zeros.
 
-    Args:
-        q: (B, H, T, Dh) queries.
-        k, v: (B, Hkv, T, Dh) keys and values of the same T positions; Hkv divides H.
-        window: W >= 1.
-        valid: (B, T) True at tokens, False at padding (never attended); None: all valid.
-        dropout_p: dropout on the attention weights (pass 0.0 in eval).
-        kernel: "blocks" (SDPA over block pairs, any device), "flex" (FlexAttention with the band as a block
-            mask; no dropout; eager, hence slow, off CUDA) or "auto": flex on CUDA when FlexAttention exists
-            and there is no dropout, blocks otherwise.
-
-    Returns:
-        (B, H, T, Dh); a query that sees no valid key (padding before the first token) gets zeros.
+    `kernel`: "blocks" (SDPA over block pairs, any device), "flex" (FlexAttention with the band as a block mask;
+    no dropout; eager, hence slow, off CUDA) or "auto": flex on CUDA when it exists and there is no dropout.
     """
     if window < 1:
         raise ValueError(f"`window` must be >= 1, got {window}")
@@ -147,7 +137,7 @@ class WindowAttention:
     """Causal attention over the last `window` positions, as a part `MultiHeadAttention` takes (`kernel`).
 
     Args:
-        window: W, the positions each query sees, itself included.
+        window: the positions each query sees, itself included.
     """
 
     window: int = 256
@@ -157,5 +147,4 @@ class WindowAttention:
             raise ValueError(f"attention `window` must be >= 1, got {self.window}")
 
     def __call__(self, q: Tensor, k: Tensor, v: Tensor, valid: Tensor | None, dropout_p: float) -> Tensor:
-        """(B, H, T, Dh) queries, (B, Hkv, T, Dh) keys and values, (B, T) `valid` tokens -> (B, H, T, Dh)."""
         return windowed_attention(q, k, v, self.window, valid, dropout_p=dropout_p)
