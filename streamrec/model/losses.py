@@ -53,55 +53,28 @@ def rdrop_softmax(pair: Tensor, targets: Tensor, item_vectors: Tensor, label_smo
     return rdrop_cross_entropy(pair, item_vectors[1:], targets - 1, label_smoothing=label_smoothing, alpha=alpha)
 
 
-def sample_negatives(
-    num_items: int, num_negatives: int, device: torch.device, probs: Tensor | None = None,
-    generator: torch.Generator | None = None,
-) -> Tensor:
-    """K item ids in 1..N, drawn with replacement, uniformly or from `probs`.
-
-    Args:
-        num_items: N.
-        num_negatives: K, how many to draw.
-        device: where to put them.
-        probs: (N+1,) unnormalised sampling weights (row 0 ignored); uniform when None.
-        generator: random generator for reproducibility.
-
-    Returns:
-        (K,) item ids.
-    """
+def sample_negatives(num_items: int, num_negatives: int, device: torch.device, probs: Tensor | None = None,
+                     generator: torch.Generator | None = None) -> Tensor:
+    """(K,) item ids in 1..N, drawn with replacement, uniformly or from (N+1,) unnormalised `probs` (row 0 ignored)."""
     if probs is None:
         return torch.randint(1, num_items + 1, (num_negatives,), device=device, generator=generator)
     return torch.multinomial(probs[1:], num_negatives, replacement=True, generator=generator) + 1
 
 
 def item_rows(item_vectors: Tensor, dtype: torch.dtype, sparse: bool = False) -> Callable[[Tensor], Tensor]:
-    """A lookup `ids -> item_vectors[ids]` in `dtype`, for the losses below.
-
-    Args:
-        item_vectors: (N+1, D) table.
-        dtype: dtype of the returned rows (the hidden states').
-        sparse: gather with a sparse gradient and cast only the gathered rows; otherwise the table is cast
-            once (a no-op in fp32) and indexed, and its gradient is dense.
-    """
+    """A lookup `ids -> item_vectors[ids]` in `dtype`. `sparse`: gather with a sparse gradient and cast only the
+    gathered rows; otherwise the table is cast once (a no-op in fp32) and indexed, and its gradient is dense."""
     if sparse:
         return lambda ids: F.embedding(ids, item_vectors, sparse=True).to(dtype)
     table = item_vectors.to(dtype)
     return lambda ids: table[ids]
 
 
-def sampled_softmax(
-    hidden: Tensor, targets: Tensor, item_vectors: Tensor, neg_ids: Tensor, log_q: Tensor | None = None,
-    sparse: bool = False,
-) -> Tensor:
-    """Softmax over [positive, K shared negatives] with the logQ correction.
-
-    Args:
-        neg_ids: (K,) sampled negative ids, shared by all positions.
-        log_q: (N+1,) log sampling probability of each item; None for uniform sampling,
-            where the correction is a constant shift and cancels.
-
-    A negative equal to the row's positive is masked out (an accidental hit, not a negative).
-    """
+def sampled_softmax(hidden: Tensor, targets: Tensor, item_vectors: Tensor, neg_ids: Tensor,
+                    log_q: Tensor | None = None, sparse: bool = False) -> Tensor:
+    """Softmax over [positive, (K,) negatives shared by all positions] with the logQ correction; `log_q` (N+1,)
+    None for uniform sampling, where the correction is a constant shift and cancels. A negative equal to the row's
+    positive is masked out (an accidental hit, not a negative)."""
     rows = item_rows(item_vectors, hidden.dtype, sparse)
     pos = (hidden * rows(targets)).sum(-1, keepdim=True).float()  # (M, 1)
     neg = (hidden @ rows(neg_ids).T).float()  # (M, K)
@@ -130,12 +103,8 @@ def gbce_beta(num_negatives: int, num_items: int, t: float) -> float:
 
 def gbce(hidden: Tensor, targets: Tensor, item_vectors: Tensor, neg_ids: Tensor, beta: float,
          sparse: bool = False) -> Tensor:
-    """Generalised BCE: -log sigmoid(s+)^beta - sum log(1 - sigmoid(s-)), averaged over positions.
-
-    Args:
-        neg_ids: (M, K) negative ids per position.
-        beta: power on the positive probability (see `gbce_beta`).
-    """
+    """Generalised BCE: -log sigmoid(s+)^beta - sum log(1 - sigmoid(s-)), averaged over positions; `neg_ids`
+    (M, K) per position, `beta` from `gbce_beta`."""
     rows = item_rows(item_vectors, hidden.dtype, sparse)
     pos = (hidden * rows(targets)).sum(-1).float()  # (M,)
     neg = torch.einsum("md,mkd->mk", hidden, rows(neg_ids)).float()  # (M, K)
@@ -145,13 +114,8 @@ def gbce(hidden: Tensor, targets: Tensor, item_vectors: Tensor, neg_ids: Tensor,
 
 class Objective:
     """The training loss of one batch: the configured loss on every trained position, R-Drop's and the contrastive
-    term's second pass when they are on.
-
-    Args:
-        objective: the loss and its terms.
-        contrastive: the contrastive term (`weight` 0: off).
-        sparse: the sampled losses gather the rows they score (`rowwise_adagrad`'s sparse item gradients).
-    """
+    term's second pass when they are on. `sparse`: the sampled losses gather the rows they score
+    (`rowwise_adagrad`'s sparse item gradients)."""
 
     def __init__(self, objective: ObjectiveOptions, contrastive: ContrastiveOptions, sparse: bool = False):
         self.objective, self.contrastive, self.sparse = objective, contrastive, sparse
@@ -164,15 +128,9 @@ class Objective:
 
     def __call__(self, network: StreamRecModel, batch: TrainBatch, item_counts: Tensor | None = None,
                  partners: Callable[[Tensor], Tensor] | None = None) -> tuple[Tensor, int]:
-        """The loss of `batch` and the number of positions it trained.
-
-        Args:
-            network: the network in training mode.
-            batch: (B, T) inputs and targets (`streamrec.data.datasets.TrainBatch`).
-            item_counts: (N+1,) training counts, for `negative_sampling: popularity`.
-            partners: (B,) last targets -> (B, T) inputs of other windows with those targets, for
-                `contrastive.positive: same_target`.
-        """
+        """The loss of `batch` and the number of positions it trained. `item_counts` (N+1,) feed
+        `negative_sampling: popularity`; `partners` maps (B,) last targets to (B, T) inputs of other windows with
+        those targets, for `contrastive.positive: same_target`."""
         inputs, targets, last = network.training_inputs(batch.inputs, batch.targets, batch.last_only,
                                                         self.objective.mask_prob)
         # (B, T', D), or (2B, T', D) with two passes
@@ -215,7 +173,6 @@ class Objective:
         return c.weight * contrastive_loss(first, second, c.temperature, groups=targets[:, -1])
 
     def loss(self, network: StreamRecModel, hidden: Tensor, targets: Tensor, item_counts: Tensor | None) -> Tensor:
-        """The configured loss on (M, D) states and (M,) next items."""
         o, vectors, num_items = self.objective, network.item_vectors, network.num_items
         if o.loss == "full":
             return full_softmax(hidden, targets, vectors, label_smoothing=o.label_smoothing)

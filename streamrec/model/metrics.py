@@ -74,16 +74,8 @@ def target_ranks(scores: Tensor, targets: Tensor, seen: Tensor | None = None) ->
 def sample_negatives(
     weights: Tensor, targets: Tensor, seen: Tensor | None, num_negatives: int, generator: torch.Generator | None = None,
 ) -> Tensor:
-    """Draw negatives per row without replacement, never padding, the target or a seen item.
-
-    Args:
-        weights: (N + 1,) sampling weights (ones for uniform, counts for popularity).
-        num_negatives: C.
-        generator: random source on the scores' device (reproducible draws).
-
-    Returns:
-        (B, C) item ids.
-    """
+    """(B, C) negatives per row, drawn without replacement in proportion to the (N + 1,) `weights`, never padding,
+    the target or a seen item."""
     w = weights.to(torch.float).expand(targets.shape[0], -1).clone()  # (B, N+1)
     w[:, PAD_ID] = 0.0
     if seen is not None:
@@ -104,14 +96,8 @@ def sample_negatives(
 class RankingMetrics(Metric):
     """HR@K, NDCG@K and MRR@K of the target's rank among the full catalogue.
 
-    `compute()` returns {"hr@10": ..., "ndcg@10": ..., "mrr@10": ..., "hr@20": ...}, and "loss" with
-    `cross_entropy`.
-
-    Args:
-        ks: cutoffs K.
-        exclude_seen: remove already-seen items (except the target) from the candidates.
-        cross_entropy: also the target's mean cross-entropy under the softmax of the scores over the catalogue
-            (the curve to read beside the training loss); for scores that are logits.
+    `compute()` returns {"hr@10": ..., "ndcg@10": ..., "mrr@10": ..., "hr@20": ...}; with `cross_entropy` also
+    "loss", the target's mean cross-entropy over the catalogue (the curve to read beside the training loss).
     """
 
     full_state_update = False
@@ -132,11 +118,9 @@ class RankingMetrics(Metric):
         self.add_state("count", default=torch.tensor(0), dist_reduce_fx="sum")
 
     def ranks(self, scores: Tensor, targets: Tensor, seen: Tensor | None) -> Tensor:
-        """0-based target ranks; the full catalogue here."""
         return target_ranks(scores, targets, seen)
 
     def update(self, scores: Tensor, targets: Tensor, seen: Tensor | None = None) -> None:
-        """Add a batch: `scores`, `targets` and `seen` as the module's conventions say."""
         _check(scores, targets, seen)
         rank = self.ranks(scores.detach(), targets, seen if self.exclude_seen else None)  # (B,)
         ks = torch.tensor(self.ks, device=rank.device)
@@ -151,7 +135,6 @@ class RankingMetrics(Metric):
         self.count += rank.shape[0]
 
     def compute(self) -> dict[str, Tensor]:
-        """Means over every row seen since the last reset."""
         out = {}
         for i, k in enumerate(self.ks):
             for name in ("hr", "ndcg", "mrr"):
@@ -167,16 +150,7 @@ class SampledRankingMetrics(RankingMetrics):
     Numbers are much higher than full-ranking ones and are reported only for comparison
     with papers; keys start with "sampled_". Seen items are never drawn as negatives (with
     `exclude_seen`). The generator is re-seeded on `reset()`, so every evaluation epoch draws
-    the same negatives for the same batches.
-
-    Args:
-        num_items: N.
-        ks: cutoffs K.
-        num_negatives: C negatives per target.
-        sampling: uniform, or popularity (proportional to `item_counts`).
-        item_counts: (N + 1,) training counts, required for popularity sampling.
-        exclude_seen: never sample already-seen items.
-        seed: seed of the negative sampler.
+    the same negatives for the same batches. Popularity `sampling` draws in proportion to `item_counts`.
     """
 
     name_prefix = "sampled_"
@@ -201,7 +175,6 @@ class SampledRankingMetrics(RankingMetrics):
         self._generator: torch.Generator | None = None
 
     def ranks(self, scores: Tensor, targets: Tensor, seen: Tensor | None) -> Tensor:
-        """0-based rank of the target among its sampled negatives."""
         if scores.shape[1] != self.weights.shape[0]:
             raise ValueError(f"scores have {scores.shape[1]} columns but the metric was built for "
                              f"num_items + 1 = {self.weights.shape[0]}")
@@ -213,23 +186,15 @@ class SampledRankingMetrics(RankingMetrics):
         return (~(scores.gather(1, negatives) < target_scores)).sum(1)  # ties and NaN count against the target
 
     def reset(self) -> None:
-        """Clear the sums and restart the negative sampler."""
         super().reset()
         self._generator = None
 
 
 def most_popular_scores(train_counts: Tensor, batch_size: int) -> Tensor:
-    """Most-popular baseline: the same scores for every row, higher for more frequent items.
+    """Most-popular baseline: (B, N + 1) scores, the same in every row (an expanded view: never write to it).
 
     Scores are distinct (ties in count go to the lower item id), so pessimistic tie handling
     does not penalise the baseline; padding gets -inf.
-
-    Args:
-        train_counts: (N + 1,) item counts in the training data.
-        batch_size: B.
-
-    Returns:
-        (B, N + 1) float scores (an expanded view; do not write into it).
     """
     n = train_counts.shape[0] - 1
     order = torch.sort(train_counts[1:], descending=True, stable=True).indices + 1  # most popular first

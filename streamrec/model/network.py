@@ -49,17 +49,11 @@ Arch = Literal["sasrec", "bert4rec", "gru"]
 def trim_padding(items: Tensor, multiple: int = 1) -> tuple[Tensor, int]:
     """Drop the leading columns that are padding in every row: (B, T) -> (B, T') and T - T'.
 
-    Padding is never attended and the kept items keep their positions (the encoder is given
-    the offset), so outputs are unchanged while a batch of short histories costs what its
-    longest row costs: Amazon Beauty's histories average 9 items at max_len 50.
-
-    Under `torch.export`, ONNX export or tracing every column is kept (offset 0): the cut depends on the
-    data, which a graph with a dynamic length cannot hold. Padding is masked either way, so the outputs at
-    the non-padding positions are the same (to float rounding).
-
-    `multiple` > 1 keeps a few padding columns more, so that T' is a multiple of it (or T): CUDA graphs
-    (`core.nn.compile`, mode "reduce-overhead") are recorded per length and then replayed for every batch
-    of that length.
+    Padding is never attended and the kept items keep their positions (the encoder is given the offset), so
+    outputs are unchanged while a batch of short histories costs what its longest row costs. Under export or
+    tracing every column is kept (offset 0): the cut depends on the data, which a graph with a dynamic length
+    cannot hold. `multiple` > 1 keeps a few padding columns more, so that T' is a multiple of it (or T): CUDA
+    graphs (`core.nn.compile`, "reduce-overhead") are recorded per length and replayed for every batch of it.
     """
     if exporting():
         return items, 0
@@ -77,11 +71,8 @@ def exporting() -> bool:
 
 class StreamRecModel(nn.Module):
     """Item embedding x sqrt(d_model), a sequence encoder (the subclass's), dot-product scores against the item
-    vectors. Build one with `build_network` or a subclass (`SASRec`, `BERT4Rec`, `GRU4Rec`).
-
-    Args: the network's arguments of `streamrec.model.module.StreamRecModule`, with its names, meanings and
-    defaults (a test keeps the defaults equal).
-    """
+    vectors. Build one with `build_network` or a subclass; the arguments are `StreamRecModule`'s network ones
+    (a test keeps the defaults equal)."""
 
     arch: str = ""  # the `model.arch` name of the subclass, set by `NETWORKS`
     causal: bool = True  # position t summarises items up to t only (the contrastive term needs it)
@@ -119,8 +110,7 @@ class StreamRecModel(nn.Module):
         self.max_len = max_len  # the history length inputs are padded or cut to, whatever the encoder
         self.mask_id = num_items + 1  # bert4rec's mask token: a row of the input table only, never scored
         init_std = items.init_std
-        self.item_embedding = TokenEmbedding(num_items + 1 + self.extra_rows, d_model, pad_id=PAD_ID,
-                                             init_std=init_std)
+        self.item_embedding = TokenEmbedding(num_items + 1 + self.extra_rows, d_model, pad_id=PAD_ID, init_std=init_std)
         self.encoder = self.build_encoder(d_model, n_heads, n_layers, d_ff, dropout, max_len, block, mixing)
         # BERT's masked-LM head (BERT4Rec's, RecBole's): the states are transformed once more before scoring.
         self.head: nn.Sequential | None = None
@@ -144,7 +134,6 @@ class StreamRecModel(nn.Module):
 
     @classmethod
     def from_hparams(cls, hparams: Mapping[str, Any]) -> StreamRecModel:
-        """The network a module's hyper-parameters describe, of the class their `arch` names (`build_network`)."""
         return build_network(hparams)
 
     # ------------------------------------------------------------------ what a subclass injects
@@ -195,8 +184,7 @@ class StreamRecModel(nn.Module):
 
     def _run(self, items: Tensor, offset: int, last: int | None = None) -> Tensor:
         """The encoder on (B, T) items whose first column is history position `offset` -> (B, T or last, D)."""
-        keys = padding_mask(items, PAD_ID)  # (B, 1, 1, T)
-        mask, valid = self._masks(items, keys)
+        mask, valid = self._masks(items, padding_mask(items, PAD_ID))  # keys (B, 1, 1, T)
         hidden = self.encoder(self._embed(items), mask, last=last, offset=offset, valid=valid)
         return hidden if self.head is None else self.head(hidden)
 
@@ -257,21 +245,12 @@ class StreamRecModel(nn.Module):
 
     # ------------------------------------------------------------------ encoding and scoring
     def encode(self, items: Tensor, trim: bool = False, last: int | None = None) -> Tensor:
-        """Hidden state after each history position.
+        """(B, T) left-padded ids -> (B, T, D) hidden states; position t summarises items up to and including t.
 
-        Args:
-            items: (B, T) item ids, left-padded with 0.
-            trim: skip the leading columns that are padding in every row (see `trim_padding`); the
-                result then covers only the last T' <= T positions, with the same values there.
-            last: return only the last `last` positions (the final layer computes only those).
-
-        Returns:
-            (B, T, D), or (B, T', D) with `trim`, or (B, last, D); position t summarises items up to and
-            including t.
+        `trim` skips the all-padding leading columns (`trim_padding`): (B, T', D), the same values there. `last`
+        returns only the last `last` positions (the final layer computes only those).
         """
-        offset = 0
-        if trim:
-            items, offset = trim_padding(items, self.length_multiple)
+        items, offset = trim_padding(items, self.length_multiple) if trim else (items, 0)
         return self._run(items, offset, last)
 
     def score(self, hidden: Tensor) -> Tensor:
@@ -321,8 +300,7 @@ class BERT4Rec(StreamRecModel):
                         mask_prob: float) -> tuple[Tensor, Tensor, int | None]:
         """The cloze task on each sequence's last T items (targets' last column ends a row), at every position."""
         items = torch.cat([inputs, targets[:, -1:]], dim=1)[:, 1:]  # (B, T)
-        masked, chosen = self.mask_items(items, mask_prob)
-        return masked, chosen, None
+        return *self.mask_items(items, mask_prob), None
 
     def scoring_inputs(self, items: Tensor) -> Tensor:
         """(B, T) histories -> their last T - 1 items and the mask token (the position it learned to fill)."""
@@ -360,8 +338,7 @@ class GRU4Rec(StreamRecModel):
         return CausalRecurrentEncoder(d_model, n_layers=n_layers, dropout=dropout)
 
     def _run(self, items: Tensor, offset: int, last: int | None = None) -> Tensor:
-        keys = padding_mask(items, PAD_ID).reshape(items.shape)  # (B, T) True at items
-        hidden = self.encoder(self._embed(items), keys)
+        hidden = self.encoder(self._embed(items), padding_mask(items, PAD_ID).reshape(items.shape))  # keys (B, T)
         hidden = hidden if last is None else hidden[:, -last:]
         return hidden if self.head is None else self.head(hidden)
 
@@ -387,7 +364,6 @@ TRAINING_KEYS = ("lr", "weight_decay", "objective", "contrastive", "optimizer", 
 
 
 def network_class(arch: str) -> type[StreamRecModel]:
-    """The network class of `model.arch`."""
     if arch not in NETWORKS:
         raise ValueError(f"`model.arch` must be {', '.join(NETWORKS)}; got {arch!r}")
     return NETWORKS[arch]
@@ -395,11 +371,7 @@ def network_class(arch: str) -> type[StreamRecModel]:
 
 def module_settings(hparams: Mapping[str, Any]) -> dict[str, Any]:
     """A module's stored hyper-parameters (a checkpoint's, an export's) as its settings: old flat names mapped
-    (`upgrade_hparams`), LightningCLI's bookkeeping (`_instantiator`) left out.
-
-    Raises:
-        ValueError: a key that is neither the network's nor a training setting, in one line.
-    """
+    (`upgrade_hparams`), LightningCLI's bookkeeping (`_instantiator`) left out, an unknown key refused."""
     hp = {k: v for k, v in upgrade_hparams(hparams).items() if not k.startswith("_")}
     unknown = [k for k in hp if k not in ("arch", *NETWORK_KEYS, *TRAINING_KEYS)]
     if unknown:
@@ -410,16 +382,11 @@ def module_settings(hparams: Mapping[str, Any]) -> dict[str, Any]:
 
 def network_arguments(hparams: Mapping[str, Any]) -> tuple[type[StreamRecModel], dict[str, Any]]:
     """The one handoff from a module's hyper-parameters (a checkpoint's, an export's, the module's own) to its
-    network: the class and exactly its arguments (`module_settings`).
-
-    Raises:
-        ValueError: a key that is neither the network's nor a training setting, in one line.
-    """
+    network: the class and exactly its arguments (`module_settings`)."""
     hp = module_settings(hparams)
     return network_class(hp.get("arch", "sasrec")), {k: hp[k] for k in NETWORK_KEYS if k in hp}
 
 
 def build_network(hparams: Mapping[str, Any]) -> StreamRecModel:
-    """The network a module's hyper-parameters describe (`network_arguments`)."""
     cls, arguments = network_arguments(hparams)
     return cls(**arguments)
