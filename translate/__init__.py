@@ -1,8 +1,7 @@
 """Translate: the encoder-decoder translator built on `core` (docs/translate.md).
 
-`from translate import Translator` is the Python API (`translate.api`); it is imported on first use,
-so `import translate` (every CLI) does not pay for Lightning and the model until then. It wraps a network
-of `translate.model.networks` (`TransformerTranslator`, `RecurrentTranslator`).
+`from translate import Translator` (`translate.api`) is imported on first use, so `import translate` (every
+CLI) does not pay for Lightning and the model until then.
 """
 
 from __future__ import annotations

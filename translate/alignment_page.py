@@ -1,7 +1,6 @@
 """The alignment page of `python -m translate.infer --html`: one self-contained HTML file of heatmap tables.
 
-Writing files is a program's job, so the page lives beside the programs, over `translate.search.align`'s
-`WordAlignment`s.
+Writing files is a program's job, so the page lives beside the programs, not in `translate.search.align`.
 """
 
 from __future__ import annotations
@@ -24,8 +23,7 @@ td.hard{outline:2px solid #d62728;outline-offset:-2px}"""
 
 
 def _cell(weight: float, hard: bool) -> str:
-    text_color = "#fff" if weight > 0.55 else "#000"
-    cls = ' class="hard"' if hard else ""
+    cls, text_color = ' class="hard"' if hard else "", "#fff" if weight > 0.55 else "#000"
     return (f'<td{cls} style="background:rgba(31,119,180,{weight:.3f});color:{text_color}" '
             f'title="{weight:.3f}">{round(100 * weight)}</td>')
 
@@ -45,9 +43,6 @@ def alignment_table(alignment: WordAlignment) -> str:
 def write_html(path: str | Path, alignments: Sequence[WordAlignment], title: str = "Cross-attention alignments",
                line_numbers: Sequence[int] | None = None) -> None:
     """Write one self-contained HTML page (inline CSS, no scripts or external files) of heatmap tables.
-
-    The page fits narrow screens: a table wider than the screen scrolls inside its own box; column headers
-    show each source word whole.
 
     `line_numbers`: the 1-based input line of each alignment, for the captions (default 1, 2, ...).
     """

@@ -55,14 +55,11 @@ CHUNK_LINES = 2_000  # translate_iter's default chunk; translate.infer's --chunk
 
 @dataclass(frozen=True)
 class Translation:
-    """One translation of a sentence.
+    """One translation of a sentence ("" for a blank one).
 
-    Attributes:
-        text: the detokenised output ("" for a blank sentence).
-        score: what beam search ranks by: the log-probability divided by the GNMT length penalty
-            (beam 1, greedy search: the log-probability itself).
-        log_prob: the log-probability of the output subwords and EOS.
-        alignment: source-target word alignment of the best translation (`return_alignments`), else None.
+    `score` is what beam search ranks by: the log-probability (of the subwords and EOS, `log_prob`) divided by
+    the GNMT length penalty; greedy search's is the log-probability itself. `alignment`: the best
+    translation's word alignment with `return_alignments`.
     """
 
     text: str
@@ -72,7 +69,6 @@ class Translation:
 
 
 def pad_batch(rows: Sequence[Sequence[int]], device: torch.device | str = "cpu") -> Tensor:
-    """Right-pad id lists into a (B, S) tensor."""
     width = max(1, max(len(r) for r in rows))
     return torch.tensor([list(r) + [PAD_ID] * (width - len(r)) for r in rows], dtype=torch.long, device=device)
 
@@ -83,13 +79,7 @@ def format_line(hyps: Sequence[Hypothesis], vocab: SubwordVocab) -> str:
 
 
 class Translator:
-    """A trained translator (or an `Ensemble` of them) with its vocabularies.
-
-    Args:
-        model: the network, in eval mode, on its device and dtype.
-        src_vocab: the source vocabulary it was trained with.
-        tgt_vocab: the target vocabulary.
-    """
+    """A trained translator (or an `Ensemble` of them, on its device and dtype) with its vocabularies."""
 
     def __init__(self, model: TranslatorNetwork | Ensemble, src_vocab: SubwordVocab, tgt_vocab: SubwordVocab):
         self.model, self.src_vocab, self.tgt_vocab = model.eval(), src_vocab, tgt_vocab
@@ -99,15 +89,12 @@ class Translator:
              dtype: str = "float32") -> Translator:
         """The translator stored in a checkpoint, or an ensemble of several.
 
-        Args:
-            ckpt: a checkpoint from `python -m translate fit` or `python -m translate.average`, or a folder
-                from `python -m translate.export --format safetensors` (read without pickle); several
-                (a list) make an `Ensemble` (the mean of their probabilities), which must share the vocabularies.
-            device: where to put the model.
-            dtype: "float32", or "bfloat16" for weights and activations in bf16 (search still
-                normalises scores in float32) for GPUs and CPUs with bf16 units; float32, with a
-                warning, on a CPU without them (`core.runtime.precision`); or "int8" for int8 linear layers on the
-                CPU (`core.runtime.precision.quantize_int8`). Their BLEU cost is measured in docs/results.md.
+        `ckpt`: a checkpoint from `python -m translate fit` or `python -m translate.average`, or a folder from
+        `python -m translate.export --format safetensors` (read without pickle); several (a list) make an
+        `Ensemble` (the mean of their probabilities), which must share the vocabularies.
+        `dtype`: "float32"; "bfloat16" (search still normalises scores in float32) for GPUs and CPUs with bf16
+        units, float32 with a warning on a CPU without them; or "int8" for int8 linear layers on the CPU
+        (`core.runtime.precision.quantize_int8`). Their BLEU cost is measured in docs/results.md.
         """
         if isinstance(ckpt, (str, Path)):
             return _load_one(Path(ckpt), device, dtype)
@@ -124,7 +111,6 @@ class Translator:
 
     @property
     def max_src_len(self) -> int:
-        """Longest source the encoder's positions allow, in subwords."""
         return self.model.max_src_len
 
     @property
@@ -136,18 +122,12 @@ class Translator:
                   return_alignments: bool = False, alpha: float = 0.6, max_len_a: float = 1.5, max_len_b: int = 10,
                   batch_size: int = 64, align_layer: Layer = DEFAULT_LAYER,
                   ) -> list[str] | list[Translation] | list[list[Translation]]:
-        """Translate sentences.
+        """Translate sentences; `beam_size`, `n_best`, `alpha`, `max_len_a`, `max_len_b`, `batch_size` are the
+        `SearchOptions`, `align_layer` the decoder layer whose cross-attention aligns (an index, or "mean").
 
-        Args:
-            sentences: source sentences, one per string.
-            beam_size, n_best, alpha, max_len_a, max_len_b, batch_size: the `SearchOptions`.
-            return_scores: return `Translation`s (text and scores) instead of strings.
-            return_alignments: return `Translation`s whose best one carries its word alignment.
-            align_layer: decoder layer whose cross-attention aligns (an index, or "mean").
-
-        Returns:
-            a string per sentence; with `return_scores` or `return_alignments`, a `Translation` per
-            sentence; with `n_best` > 1, a list of `n_best` `Translation`s per sentence ([] for a blank one).
+        Returns a string per sentence; with `return_scores` or `return_alignments` (the best one carries its
+        word alignment), a `Translation` per sentence; with `n_best` > 1, a list of `n_best` `Translation`s
+        per sentence ([] for a blank one).
         """
         options = SearchOptions(beam_size, n_best, alpha, max_len_a, max_len_b, batch_size)
         return self.translate_with(sentences, options, return_scores, align_layer if return_alignments else None)
@@ -161,13 +141,8 @@ class Translator:
 
         `chunk_lines` sentences are read, sorted by length, translated and yielded before the next
         are read, so memory is bounded by the chunk, not the input (a file object works: its lines'
-        "\\n" endings are stripped). The results equal `translate` on the whole list (tested).
-
-        Args:
-            sentences: source sentences, e.g. an open text file.
-            chunk_lines: sentences translated together (more: better-filled batches, more memory).
-            beam_size, n_best, return_scores, return_alignments, alpha, max_len_a, max_len_b, batch_size,
-                align_layer: as in `translate`.
+        "\\n" endings are stripped). The results equal `translate` on the whole list (tested). A larger
+        `chunk_lines` fills batches better and takes more memory.
         """
         _check_sentences(sentences)  # now, not at the first next()
         options = SearchOptions(beam_size, n_best, alpha, max_len_a, max_len_b, batch_size)
@@ -207,10 +182,8 @@ class Translator:
                        ) -> list[list[int]]:
         """Subword ids per line ([] for a blank line), truncated to `max_src_len` with a warning naming the line.
 
-        Args:
-            lines: input lines.
-            first_line: 1-based number of `lines[0]` in the whole input (for warnings).
-            warned: a one-element counter of warnings already given, shared across chunks.
+        `first_line`: the 1-based number of `lines[0]` in the whole input; `warned`: a one-element counter of
+        warnings already given, shared across chunks so a long input cannot flood stderr.
         """
         warned = [0] if warned is None else warned
         ids: list[list[int]] = []
@@ -231,12 +204,7 @@ class Translator:
         """Translate subword sources, longest first in batches, and return results in input order.
 
         Every program's path: each batch goes through `translate.search.decoding.search`, as in `predict`.
-
-        Args:
-            sources: source ids per sentence; an empty list gives no hypothesis.
-            options: how to search.
-            align_layer: also align each best hypothesis with this decoder layer (None: no alignments).
-            source_texts: the input lines of `sources`, for the alignments' source words.
+        An empty source gives no hypothesis; `source_texts` give the alignments' source words.
         """
         device = next(self.model.parameters()).device
         results: list[list[Hypothesis]] = [[] for _ in sources]

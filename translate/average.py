@@ -42,12 +42,8 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
 
 
 def average_state_dicts(states: Sequence[dict[str, torch.Tensor]], names: Sequence[str]) -> dict[str, torch.Tensor]:
-    """Element-wise mean of state dicts with equal keys and shapes (non-float tensors must agree).
-
-    Args:
-        states: the weights to average.
-        names: one name per state dict for error messages.
-    """
+    """Element-wise mean of state dicts with equal keys and shapes (non-float tensors must agree); `names`
+    name them in errors."""
     first, first_name = states[0], names[0]
     out: dict[str, torch.Tensor] = {}
     for state, name in zip(states[1:], names[1:], strict=True):
@@ -94,8 +90,8 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Any]:
             raise InputError(f"{name} and {names[0]} have different vocabularies; average checkpoints of one run")
     result = dict(states[-1])
     result["state_dict"] = average_state_dicts([s["state_dict"] for s in states], names)
-    for key in ("optimizer_states", "lr_schedulers"):
-        result.pop(key, None)
+    result.pop("optimizer_states", None)
+    result.pop("lr_schedulers", None)
     result[AVERAGED_KEY] = [str(Path(p).resolve()) for p in paths]
     return result
 
@@ -124,7 +120,6 @@ def save_atomic(checkpoint: dict[str, Any], path: str | Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """CLI entry point; user mistakes end with one line on stderr and exit status 1."""
     p = argparse.ArgumentParser(prog="python -m translate.average", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     source = p.add_mutually_exclusive_group(required=True)

@@ -60,10 +60,9 @@ def write_vocabs(out: Path, vocabs: tuple[SubwordVocab, SubwordVocab]) -> dict[s
     """Write src.model (and tgt.model when it differs) into `out`; returns config.json's names for them."""
     src, tgt = vocabs
     src.save(out / SRC_MODEL)
-    if tgt == src:
-        return {"src_vocab": SRC_MODEL, "tgt_vocab": SRC_MODEL}
-    tgt.save(out / TGT_MODEL)
-    return {"src_vocab": SRC_MODEL, "tgt_vocab": TGT_MODEL}
+    if tgt != src:
+        tgt.save(out / TGT_MODEL)
+    return {"src_vocab": SRC_MODEL, "tgt_vocab": SRC_MODEL if tgt == src else TGT_MODEL}
 
 
 def export_safetensors(ckpt: str | Path, out: str | Path) -> Path:
@@ -78,17 +77,9 @@ def export_safetensors(ckpt: str | Path, out: str | Path) -> Path:
 # ---------------------------------------------------------------------------------------------- CTranslate2
 def transformer_spec(model: TransformerTranslator, hparams: dict[str, Any], src_pieces: Sequence[str],
                      tgt_pieces: Sequence[str]):
-    """Our network as a `ctranslate2.specs.TransformerSpec`, weights set and vocabularies registered.
-
-    Args:
-        model: the network (float32, eval mode).
-        hparams: its module's hyper-parameters (`n_heads`, and `block`'s positions, activation, n_kv_heads and
-            norm_first), in today's layout (`translate.model.hparams.upgrade_hparams`).
-        src_pieces: the source token of each id, in id order (sentencepiece pieces).
-        tgt_pieces: the target token of each id; ids 1, 2, 3 are unk, BOS (the decoder's start) and EOS.
-
-    Raises:
-        InputError: a setting CTranslate2's Transformer spec cannot express (RoPE, ALiBi, grouped-query attention).
+    """Our float32 eval-mode network as a `ctranslate2.specs.TransformerSpec`, weights set and vocabularies
+    (the pieces of each id, in id order) registered. `hparams` in today's layout (`upgrade_hparams`). A setting
+    the spec cannot express (RoPE, ALiBi, grouped-query attention) is an `InputError`.
     """
     from ctranslate2.specs import common_spec
     from ctranslate2.specs import transformer_spec as ts
@@ -103,10 +94,9 @@ def transformer_spec(model: TransformerTranslator, hparams: dict[str, Any], src_
                          "attention only")
     act = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU,
            "swiglu": common_spec.Activation.SWISH}[activation]
-    pre_norm = block.norm_first
     spec = ts.TransformerSpec.from_config(
-        (len(model.encoder.layers), len(model.decoder.layers)), n_heads, pre_norm=pre_norm,
-        no_final_norm=not pre_norm, activation=act, ffn_glu=activation == "swiglu",
+        (len(model.encoder.layers), len(model.decoder.layers)), n_heads, pre_norm=block.norm_first,
+        no_final_norm=not block.norm_first, activation=act, ffn_glu=activation == "swiglu",
     )
     _set_stack(spec.encoder, model.encoder, model.src_embed.weight, cross=False)
     _set_stack(spec.decoder, model.decoder, model.tgt_embed.weight, cross=True)
@@ -175,9 +165,7 @@ def _set_ffn(spec, ff, norm: torch.nn.LayerNorm) -> None:
 
 
 def export_ctranslate2(ckpt: str | Path, out: str | Path, quantization: str | None = None) -> Path:
-    """Convert a checkpoint to a CTranslate2 model folder (plus src.model / tgt.model); returns the folder."""
-    model, hparams, vocabs = load(ckpt)
-    return write_ctranslate2(model, hparams, vocabs, out, quantization)
+    return write_ctranslate2(*load(ckpt), out, quantization)
 
 
 def write_ctranslate2(model: TranslatorNetwork, hparams: dict[str, Any], vocabs: tuple[SubwordVocab, SubwordVocab],
@@ -212,12 +200,7 @@ def ctranslate2_options(model: TransformerTranslator, tgt: SubwordVocab, names: 
     (CTranslate2 takes one `max_decoding_length` per call), `rerank` the GNMT penalty beam hypotheses are
     ranked by. Beam search keeps padding and BOS in the softmax, as ours does (`suppress_sequences` would
     renormalise without them and change which beams survive); a hypothesis holding one is dropped.
-
-    Args:
-        model: the network; its position tables bound the source and output lengths.
-        tgt: the target vocabulary (the pieces to suppress).
-        names: the sentencepiece files (`write_vocabs`).
-        search: the search whose output to reproduce (default: ours, `SearchOptions()`).
+    The model's position tables bound the source and output lengths.
     """
     o = search or SearchOptions()
     cap = model.max_tgt_len - 1  # the decoder reads BOS + `cap` pieces to predict EOS
@@ -311,7 +294,6 @@ def convert_spec(spec, out: str | Path, quantization: str | None = None) -> Path
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Command line: python -m translate.export --ckpt CKPT --format {safetensors,ctranslate2} --output DIR."""
     p = argparse.ArgumentParser(prog="python -m translate.export", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ckpt", required=True, help="checkpoint written by `python -m translate fit`")

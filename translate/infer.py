@@ -40,9 +40,6 @@ MAX_LINE_BYTES = 1 << 20  # one sentence per line; a longer "line" is a file wit
 CHUNK_BYTES = 16 << 20  # a chunk of very long lines ends early: its text, not its line count, bounds memory
 
 
-# ----------------------------------------------------------------------------- reading and writing
-
-
 def read_chunks(stream: IO[bytes], size: int, name: str = "<stdin>", max_bytes: int = CHUNK_BYTES,
                 ) -> Iterator[list[str]]:
     """Lines of a UTF-8 byte stream, `size` at a time, split on "\\n" only (as `translate.data.corpus.read_lines`).
@@ -52,7 +49,7 @@ def read_chunks(stream: IO[bytes], size: int, name: str = "<stdin>", max_bytes: 
     `MAX_LINE_BYTES` raises `InputError` naming the line.
     """
     chunk: list[str] = []
-    held = 0
+    held = 0  # bytes in `chunk`
     for number, raw in enumerate(stream, start=1):
         check_text(raw, name, number)
         if len(raw) > MAX_LINE_BYTES:
@@ -88,11 +85,7 @@ class AtomicOutputs(contextlib.ExitStack):
         return self.enter_context(open(self.reserve(path), "wb"))  # closed before its rename (LIFO)
 
 
-# ----------------------------------------------------------------------------- command line
-
-
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of `python -m translate.infer`."""
     # allow_abbrev=False: a prefix such as `--beam` is refused, not read as `--beam-size`
     p = argparse.ArgumentParser(prog="python -m translate.infer", description=__doc__, allow_abbrev=False,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -149,7 +142,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _device(name: str) -> torch.device:
-    """`--device` as a torch device; a wrong name or a missing GPU is a one-line error."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:

@@ -3,11 +3,8 @@
     python -m translate predict --config configs/translate/demo.yaml --config configs/translate/predict_demo.yaml \\
         --ckpt_path runs/translate_demo/checkpoints/best.ckpt
 
-`TranslationModule.predict_step` decodes the data module's `predict` sentences (`data.predict`, else the
-source side of `data.test`) as `test` does; `TranslationWriter` stores them. Under DDP the ranks' parts are
-merged as `core.runtime.prediction` says, a sentence that two ranks decoded (the batch sampler repeats a few
-batches so that ranks run equally many steps) written once; each line of a part kept with `merge: false` is
-a JSON `[index, translation]`.
+Under DDP the ranks' parts are merged as `core.runtime.prediction` says, a sentence that two ranks decoded
+written once; each line of a part kept with `merge: false` is a JSON `[index, translation]`.
 """
 
 from __future__ import annotations
@@ -22,13 +19,9 @@ from core.runtime.prediction import PartsWriter
 
 
 class TranslationWriter(PartsWriter):
-    """Writes `predict`'s translations to one text file, one line per input sentence, in input order.
-
-    Args:
-        output: the text file to write; its folder must exist.
-        merge: rank 0 merges the ranks' `OUTPUT.rank{N}.jsonl` parts into `output` and deletes them;
-            false keeps the parts (JSON lines `[index, translation]`), e.g. for ranks on machines that
-            share no folder.
+    """Writes `predict`'s translations to `output` (its folder must exist), one line per input sentence, in
+    input order. With `merge` false rank 0 does not merge the ranks' `OUTPUT.rank{N}.jsonl` parts, e.g. for
+    ranks on machines that share no folder.
     """
 
     part_suffix, written_by, file_kind = ".jsonl", "translate predict", "a text file"
@@ -51,7 +44,6 @@ class TranslationWriter(PartsWriter):
         return [tuple(json.loads(line)) for line in path.read_text("utf-8").splitlines()]
 
     def write_output(self, rows: list[tuple[int, str]]) -> None:
-        """The translations in index order, each sentence once, one per line."""
         by_index = dict(rows)  # a sentence decoded twice (DDP padding) is decoded identically
         assert sorted(by_index) == list(range(len(by_index))), "every input sentence is translated once"
         with atomic_path(self.output) as tmp:

@@ -65,10 +65,8 @@ def search_options(request: dict) -> SearchOptions:
 class TranslateAPI(BatchedAPI):
     """Translations for a batch of requests: one `Translator.translate_with` call per distinct `SearchOptions`.
 
-    Args:
-        ckpt: the checkpoint (loaded in each worker process by `setup`).
-        dtype: "float32", "bfloat16" or "int8", as `Translator.load` takes it.
-        threads, max_batch_size, batch_timeout: as in `core.runtime.serving.litserver.BatchedAPI`.
+    `ckpt` is loaded in each worker process by `setup`; the other arguments as `Translator.load` and
+    `core.runtime.serving.litserver.BatchedAPI` take them.
     """
 
     def __init__(self, ckpt: str, dtype: str = "float32", threads: int = 0, max_batch_size: int = 1,
@@ -77,7 +75,6 @@ class TranslateAPI(BatchedAPI):
         self.ckpt, self.dtype = ckpt, dtype
 
     def load(self, device: str) -> None:
-        """Load the translator onto `device`."""
         from translate.api import Translator
 
         self.translator = Translator.load(self.ckpt, device, self.dtype)
@@ -108,7 +105,6 @@ def _encode(result: Any, with_scores: bool) -> Any:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """`python -m translate.serve`'s options: those of `core.runtime.serving.cli.serve_parser` and --dtype."""
     p = serve_parser("python -m translate.serve", __doc__, 8001, "a checkpoint written by `python -m translate fit`")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "int8"),
                    help="weights and activations: float32, bfloat16 (CPUs with bf16 units, GPUs) or int8 (CPU)")
@@ -116,7 +112,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """CLI entry point: a bad checkpoint or option ends with one line on stderr and exit status 1."""
     args = build_parser().parse_args(argv)
     options = ServerOptions.from_args(args)
     with one_line_errors():
