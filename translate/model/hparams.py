@@ -1,9 +1,7 @@
 """A checkpoint's hyper-parameters in the layout `TranslationModule` takes now.
 
-Checkpoints written before the module's options were grouped hold every setting flat (`lr_floor`,
-`val_beam_size`, `attention`, ...). `upgrade_hparams` moves each into its group, so every loader (the module's
-`load_from_checkpoint`, the network-only loaders of `translate.api` and `translate.export`, export folders) reads
-both layouts; the flat names are not options of the module.
+Checkpoints written before the module's options were grouped hold every setting flat (`lr_floor`, `attention`,
+...). Every loader goes through `upgrade_hparams`, so all read both layouts.
 """
 
 from __future__ import annotations
@@ -31,8 +29,6 @@ def upgrade_hparams(hparams: Mapping[str, Any]) -> dict[str, Any]:
 
     Keys starting with "_" (LightningCLI's bookkeeping, such as `_instantiator`) are left out; every other key
     is kept as it is, so a key the module does not know is still refused where the module or network is built.
-
-    Raises:
-        ValueError: a setting given both flat and in its group (`core.nn.options.regroup`).
+    A setting given both flat and in its group is a `ValueError` (`core.nn.options.regroup`).
     """
     return regroup({k: v for k, v in hparams.items() if not k.startswith("_")}, MOVED)

@@ -1,16 +1,10 @@
 """Translate training logic: label-smoothed cross-entropy, AdamW + warmup-cosine, BLEU validation.
 
-Validation and test decode their whole split (greedy or beam search) and score the
-detokenised output with sacreBLEU (BLEU and chrF) against the raw reference lines.
-Under DDP each rank decodes its own batches; at epoch end the (index, hypothesis) pairs of
-all ranks are gathered with `all_gather_object`, duplicates (the batch sampler repeats a few
-batches so ranks run equally many steps) are dropped by `Batch.index`, and every rank scores
-the same merged corpus, so all ranks log the same `val_bleu` and the checkpoint callback
-agrees everywhere.
-
-Vocabularies live in one place in a checkpoint: Lightning stores `TranslationDataModule.state_dict()`
-(the sentencepiece protos as bytes) under the key `"TranslationDataModule"` (`VOCAB_KEY`);
-`vocabs_from_checkpoint` reads them back, so inference needs nothing but the checkpoint.
+Under DDP each rank decodes its own batches; at epoch end the (index, hypothesis) pairs of all ranks are
+gathered, duplicates (the batch sampler repeats a few batches so ranks run equally many steps) are dropped by
+`Batch.index`, and every rank scores the same merged corpus, so all ranks log the same `val_bleu` and the
+checkpoint callback agrees everywhere. The vocabularies travel in the checkpoint (`VOCAB_KEY`), so inference
+needs nothing else.
 
 Legend: B batch, S source length, T target length, V target vocabulary.
 """
@@ -157,7 +151,6 @@ class TranslationModule(SafeLoadMixin, L.LightningModule):
             compile_in_place([self.model.encoder, self.model.decoder], mode, self.speed.compile_backend)
             self._compiled = True
 
-    # ------------------------------------------------------------------ checkpoints
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         super().on_load_checkpoint(checkpoint)  # refuses a checkpoint that does not fit
         # `load_from_checkpoint` outside a trainer still knows how to detokenise.
@@ -165,9 +158,8 @@ class TranslationModule(SafeLoadMixin, L.LightningModule):
         if vocabs is not None:
             self.src_vocab, self.tgt_vocab = vocabs
 
-    # ------------------------------------------------------------------ training
     def compute_loss(self, batch: Batch) -> Tensor:
-        """Label-smoothed cross-entropy per non-padding target token of a batch."""
+        """Label-smoothed cross-entropy per non-padding target token of a batch, without R-Drop."""
         return translation_loss(self.model, self._bucketed(batch), self.hparams.pad_id,
                                 self.objective.label_smoothing)
 
@@ -192,9 +184,8 @@ class TranslationModule(SafeLoadMixin, L.LightningModule):
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     def _bucketed(self, batch: Batch) -> Batch:
-        """`batch` with its lengths padded to `core.nn.compile.BUCKET` steps under CUDA graphs (one graph per
-        shape), else `batch` itself. Padding is masked in the source and after the targets, and the loss skips it.
-        """
+        """Under CUDA graphs (one graph per shape) the lengths padded to `core.nn.compile.BUCKET` steps; padding
+        is masked in the source and after the targets, and the loss skips it."""
         if self.speed.compile_mode != "reduce-overhead":
             return batch
         pad, src_len, tgt_len = self.hparams.pad_id, self.model.max_src_len, self.model.max_tgt_len
@@ -204,7 +195,6 @@ class TranslationModule(SafeLoadMixin, L.LightningModule):
     def _tokens(self, batch: Batch) -> int:
         return int((batch.tgt_out != self.hparams.pad_id).sum())
 
-    # ------------------------------------------------------------------ evaluation
     def on_validation_epoch_start(self) -> None:
         self._outputs = []
 

@@ -1,9 +1,8 @@
 """The translator networks by name (`model.arch`), and the one handoff from the module's hyper-parameters to them.
 
-`TranslationModule` and the network-only loaders (`translate.api`, `translate.export`, export folders) all build
-through `build_translator`, so a checkpoint's `arch` decides the class everywhere and each network is given
-exactly its own arguments: the shared ones it reads (`ARGUMENTS`) and the fields of its group (`GROUPS`).
-The module's other settings (`TRAINING`) are known and not handed over; any other key is refused.
+Every loader builds through `build_translator`, so a checkpoint's `arch` decides the class everywhere and each
+network is given exactly its own arguments (`ARGUMENTS`, `GROUPS`); the module's other settings (`TRAINING`)
+are not handed over, and any other key is refused.
 """
 
 from __future__ import annotations
@@ -48,17 +47,11 @@ def accepted_keys() -> list[str]:
 def network_arguments(hparams: Mapping[str, Any]) -> tuple[type[TranslatorNetwork], dict[str, Any]]:
     """The network class `hparams["arch"]` names and exactly the keyword arguments it takes from `hparams`.
 
-    Args:
-        hparams: `TranslationModule`'s hyper-parameters by name, in its layout (groups as their dataclass or a
-            mapping); missing ones take the module's defaults.
-
-    Raises:
-        ValueError: a key the module does not have, or one its group does not have, in one line with the keys
-            it accepts; an unknown `arch`.
+    `hparams` in `TranslationModule`'s layout (groups as their dataclass or a mapping); missing ones take the
+    module's defaults. An unknown key (top-level or in a group) or `arch` is a one-line `ValueError`.
     """
     known = accepted_keys()
-    unknown = [k for k in hparams if k not in known]
-    if unknown:
+    if unknown := [k for k in hparams if k not in known]:
         raise ValueError(f"`model.{unknown[0]}` is not a hyper-parameter of TranslationModule; "
                          f"its keys are {', '.join(known)}")
     arch = hparams.get("arch", "transformer")
@@ -75,8 +68,7 @@ def network_arguments(hparams: Mapping[str, Any]) -> tuple[type[TranslatorNetwor
 def build_translator(hparams: Mapping[str, Any]) -> TranslatorNetwork:
     """The network `hparams` describes (see `network_arguments`), sized by its `src_vocab_size` and `tgt_vocab_size`."""
     cls, kwargs = network_arguments(hparams)
-    missing = [k for k in VOCABULARY if k not in hparams]
-    if missing:
+    if missing := [k for k in VOCABULARY if k not in hparams]:
         raise ValueError(f"hyper-parameter `{missing[0]}` is missing; a translator needs both vocabulary sizes")
     return cls(hparams["src_vocab_size"], hparams["tgt_vocab_size"], **kwargs)
 

@@ -1,8 +1,7 @@
 """`TranslationModule`'s option groups: frozen dataclasses that check their own rules (`core.nn.options`).
 
-Each is one constructor argument of the module (`block`, `objective`, `optimizer`, `evaluation`, `rnn`; `speed`
-is `core.nn.options.SpeedOptions`), `--model.optimizer.warmup_steps` on the command line and a nested mapping in
-YAML. Checkpoints hold them as plain dicts (`OptionGroup.as_dict`).
+Each is one constructor argument of the module, `--model.optimizer.warmup_steps` on the command line and a
+nested mapping in YAML; checkpoints hold them as plain dicts.
 """
 
 from __future__ import annotations

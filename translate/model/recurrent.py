@@ -1,8 +1,7 @@
 """The recurrent translator network: `core.nn.recurrent`'s encoder and attentional decoder, tied embeddings.
 
-It has `translate.model.transformer.TransformerTranslator`'s interface (`encode`, `decode(..., cache)`, `new_cache`,
-`states`, `output`, `tgt_embed`, `max_src_len` / `max_tgt_len`), so search, n-best lists, ensembles and
-alignments (its decoder's `cross_attn`) use it unchanged.
+It has `TransformerTranslator`'s interface, so search, n-best lists, ensembles and alignments (its decoder's
+`cross_attn`) use it unchanged.
 
 Legend: B batch, S source length, T target length, D model width, V target vocabulary.
 """
@@ -49,16 +48,13 @@ class RecurrentTranslator(nn.Module):
 
     @property
     def max_tgt_len(self) -> int:
-        """Longest decoder input (BOS included) a search produces, in subwords."""
         return self.max_len
 
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
-        """(B, S) source ids, right-padded with `pad_id` -> memory (B, S, D) and the source mask (B, 1, 1, S)."""
         src_mask = padding_mask(src, self.pad_id)
         return self.encoder(self.src_embed(src), src_mask), src_mask
 
     def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, cache: RecurrentCache | None = None) -> Tensor:
-        """Next-token logits (B, T, V) for each target position; the arguments as `TransformerTranslator.decode`'s."""
         return self.output(self.decoder(self.tgt_embed(tgt), memory, src_mask, cache=cache))
 
     def new_cache(self, capacity: int = 16) -> RecurrentCache:
@@ -74,5 +70,4 @@ class RecurrentTranslator(nn.Module):
         return self.decoder(self.tgt_embed(tgt), memory, src_mask)
 
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
-        """Teacher-forced logits (B, T, V): `decode(tgt, *encode(src))`."""
         return self.output(self.states(src, tgt))

@@ -1,7 +1,5 @@
 """The encoder-decoder translator network on `core` (no training or search code here).
 
-Search uses `encode` once per batch and `decode(..., cache)` once per step.
-
 Legend: B batch, S source length, T target length, D model width, V target vocabulary.
 """
 
@@ -61,12 +59,11 @@ class TransformerTranslator(nn.Module):
 
     @property
     def max_src_len(self) -> int:
-        """Longest source the encoder's positions allow, in subwords."""
         return self.encoder.max_len
 
     @property
     def max_tgt_len(self) -> int:
-        """Longest decoder input (BOS included) the decoder's positions allow, in subwords."""
+        """Longest decoder input (BOS included), in subwords."""
         return self.decoder.max_len
 
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
@@ -75,20 +72,12 @@ class TransformerTranslator(nn.Module):
         return self.encoder(self.src_embed(src), src_mask), src_mask
 
     def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, cache: DecoderCache | None = None) -> Tensor:
-        """Next-token logits for each target position.
+        """Next-token logits (B, T, V) of (B, T) decoder inputs (BOS first; with a cache, only the new steps).
 
-        Args:
-            tgt: (B, T) decoder input ids (BOS first); with a cache, only the new steps.
-            memory: (B, S, D) encoder output, or (B / G, S, D): one row shared by each G consecutive
-                target rows (beam search's beams of a sentence; `core.CrossAttention`'s shared memory rows).
-            src_mask: (B, 1, 1, S) source padding mask, with as many rows as `memory`.
-            cache: from `new_cache()`; advanced by this call.
-
-        Returns:
-            (B, T, V) logits.
+        `memory` may be (B / G, S, D), one row shared by each G consecutive target rows (the beams of a
+        sentence; `core.CrossAttention`'s shared memory rows), with `src_mask` as many rows.
         """
-        h = self.decoder(self.tgt_embed(tgt), memory, src_mask, cache=cache)
-        return self.output(h)
+        return self.output(self.decoder(self.tgt_embed(tgt), memory, src_mask, cache=cache))
 
     def new_cache(self, capacity: int = 16) -> DecoderCache:
         """An empty cache for incremental decoding, first sized for `capacity` steps (it grows past them)."""
@@ -104,5 +93,4 @@ class TransformerTranslator(nn.Module):
         return self.decoder(self.tgt_embed(tgt), memory, src_mask)
 
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
-        """Teacher-forced logits (B, T, V): `decode(tgt, *encode(src))`."""
         return self.output(self.states(src, tgt))

@@ -43,19 +43,12 @@ DEFAULT_LAYER: Layer = "mean"
 
 @dataclass
 class WordAlignment:
-    """One sentence pair's word alignment.
-
-    Args:
-        src_words: source words.
-        tgt_words: target words.
-        matrix: (Tw, Sw) soft alignment, row j = target word j's weight on each source word.
-        links: hard alignment as (source word i, target word j) pairs, sorted.
-    """
+    """One sentence pair's word alignment."""
 
     src_words: list[str]
     tgt_words: list[str]
-    matrix: list[list[float]]
-    links: list[tuple[int, int]]
+    matrix: list[list[float]]  # (Tw, Sw) soft alignment: row j = target word j's weight on each source word
+    links: list[tuple[int, int]]  # hard alignment: (source word i, target word j) pairs, sorted
 
     def pharaoh(self) -> str:
         """The hard alignment as "i-j i-j ..." (source word i, target word j)."""
@@ -76,14 +69,8 @@ def cross_attention(model: TranslatorNetwork, src: Tensor, targets: Sequence[Seq
                     layer: Layer = DEFAULT_LAYER) -> list[Tensor]:
     """Head-averaged cross-attention of each target subword over the source subwords.
 
-    Args:
-        model: the translator (put it in eval mode).
-        src: (B, S) source ids, right-padded.
-        targets: per sentence the target ids without BOS/EOS (a hypothesis or a reference).
-        layer: decoder layer index (negative counts from the last) or "mean" over layers.
-
-    Returns:
-        per sentence a (T_b, S) tensor; row t is target subword t (the decoder step that predicts it).
+    `targets`: per sentence the target ids without BOS/EOS (a hypothesis or a reference). Returns per sentence
+    a (T_b, S) tensor whose row t is target subword t (the decoder step that predicts it).
     """
     width = max(1, max((len(t) for t in targets), default=0))
     tgt_in = torch.full((len(targets), width), model.pad_id, dtype=torch.long)
@@ -127,10 +114,7 @@ def words_of(vocab: SubwordVocab, ids: Sequence[int], text: str | None = None) -
 def to_word_matrix(weights: Tensor, tgt_index: Sequence[int], src_index: Sequence[int]) -> Tensor:
     """(T, S) subword weights -> (Tw, Sw) word weights: sum over source pieces, mean over target pieces.
 
-    Args:
-        weights: (T, S) rows = target subwords, columns = source subwords (padding columns allowed).
-        tgt_index: word index of each of the T target subwords (-1: ignore the row).
-        src_index: word index of each source subword, at most S entries (-1 or missing: ignore the column).
+    Word index -1 ignores a row or column; `src_index` may be shorter than S (padding columns are ignored).
     """
     n_tgt, n_src = max(tgt_index, default=-1) + 1, max(src_index, default=-1) + 1
     src_map = torch.zeros(weights.shape[1], max(n_src, 1))  # (S, Sw) one-hot of each piece's word
@@ -153,21 +137,15 @@ def word_alignment(weights: Tensor, src_vocab: SubwordVocab, src_ids: Sequence[i
     if not src_words or not tgt_words:
         return WordAlignment(src_words, tgt_words, [[0.0] * len(src_words) for _ in tgt_words], [])
     matrix = to_word_matrix(weights, tgt_index, src_index)  # (Tw, Sw)
-    best = matrix.argmax(1).tolist()
-    links = sorted((i, j) for j, i in enumerate(best))
+    links = sorted((i, j) for j, i in enumerate(matrix.argmax(1).tolist()))
     return WordAlignment(src_words, tgt_words, matrix.tolist(), links)
 
 
 def align_batch(model: TranslatorNetwork, src: Tensor, targets: Sequence[Sequence[int]], src_vocab: SubwordVocab,
                 tgt_vocab: SubwordVocab, layer: Layer = DEFAULT_LAYER, src_texts: Sequence[str] | None = None,
                 ) -> list[WordAlignment]:
-    """Word alignments for a batch of sources and their targets (hypotheses or references).
-
-    Args:
-        model, src, targets, layer: as in `cross_attention`.
-        src_vocab, tgt_vocab: the vocabularies (for word boundaries).
-        src_texts: the input lines, so that source words are shown as written (default: decoded ids).
-    """
+    """Word alignments for a batch of sources and their targets (hypotheses or references); `src_texts`, the
+    input lines, show the source words as written (default: decoded ids)."""
     weights = cross_attention(model, src, targets, layer)
     rows = [[i for i in row if i != model.pad_id] for row in src.tolist()]
     texts = [None] * len(rows) if src_texts is None else list(src_texts)

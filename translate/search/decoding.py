@@ -1,14 +1,11 @@
 """Greedy and batched beam search over a network's `encode` / `decode(..., cache)` (or an `Ensemble`'s).
 
-Beam search keeps `beam_size` live hypotheses per sentence in one (B*K)-row batch; the encoder output, the
-first step and the cross-attention keys/values are computed and kept once per sentence (the K beams of a
-sentence attend to its one memory row: `core.CrossAttention`'s shared memory rows), each step feeds only the
-newest token through the KV cache, and the self-attention cache rows follow their beams (a beam keeps its
-parent's row where it can, so only the rows whose beam changed are copied). A sentence is done when it has
-`beam_size` finished hypotheses or reaches its length limit of `max_len_a * source_length + max_len_b`
-subwords before EOS (fairseq's definition); done sentences leave the batch so later steps cost less.
-Finished hypotheses are ranked by the GNMT length penalty score / ((5 + length) / 6) ** alpha (Wu et al.,
-2016), length counting the EOS.
+Beam search keeps `beam_size` live hypotheses per sentence in one (B*K)-row batch; the source side is kept once
+per sentence (`core.CrossAttention`'s shared memory rows) and a beam keeps its parent's self-attention cache
+row where it can, so only the rows whose beam changed are copied. A sentence is done when it has `beam_size`
+finished hypotheses or reaches its limit of `max_len_a * source_length + max_len_b` subwords before EOS
+(fairseq's definition); done sentences leave the batch so later steps cost less. Finished hypotheses are
+ranked by the GNMT length penalty (Wu et al., 2016), length counting the EOS.
 
 Legend: B sentences, K beam size, S source length, V vocabulary, R = B*K rows.
 """
@@ -54,10 +51,10 @@ def max_output_lengths(src: Tensor, pad_id: int, a: float, b: int, limit: int) -
 def search(model: TranslatorNetwork | Ensemble, src: Tensor, options: SearchOptions) -> list[list[Hypothesis]]:
     """The `options.n_best` best hypotheses per row of (B, S) source ids; beam size 1 runs (cheaper) greedy search."""
     o = options
+    limit = {"max_len_a": o.max_len_a, "max_len_b": o.max_len_b}
     if o.beam_size == 1:
-        return [[h] for h in greedy_search(model, src, BOS_ID, EOS_ID, max_len_a=o.max_len_a, max_len_b=o.max_len_b)]
-    return beam_search(model, src, BOS_ID, EOS_ID, beam_size=o.beam_size, alpha=o.alpha, n_best=o.n_best,
-                       max_len_a=o.max_len_a, max_len_b=o.max_len_b)
+        return [[h] for h in greedy_search(model, src, BOS_ID, EOS_ID, **limit)]
+    return beam_search(model, src, BOS_ID, EOS_ID, beam_size=o.beam_size, alpha=o.alpha, n_best=o.n_best, **limit)
 
 
 @torch.no_grad()
@@ -65,19 +62,10 @@ def greedy_search(
     model: TranslatorNetwork | Ensemble, src: Tensor, bos_id: int, eos_id: int, *, max_len_a: float = 1.5,
     max_len_b: int = 10, max_len: int | None = None,
 ) -> list[Hypothesis]:
-    """Pick the most likely token at every step.
+    """Pick the most likely token at every step; one hypothesis per sentence, scored by its log-probability.
 
-    Args:
-        model: the translator (put it in eval mode).
-        src: (B, S) source ids, right-padded.
-        bos_id: begin-of-sentence id fed first.
-        eos_id: end-of-sentence id.
-        max_len_a: output limit slope (times source length).
-        max_len_b: output limit intercept.
-        max_len: hard cap on output length (default: the model's position limit - 1).
-
-    Returns:
-        one hypothesis per sentence, its score the unnormalised log-probability.
+    The output limit is `max_len_a` x source length + `max_len_b`, capped at `max_len` (default: the model's
+    position limit - 1).
     """
     limits = max_output_lengths(src, model.pad_id, max_len_a, max_len_b, _cap(model, max_len))
     memory, src_mask = model.encode(src)
@@ -106,22 +94,9 @@ def beam_search(
     model: TranslatorNetwork | Ensemble, src: Tensor, bos_id: int, eos_id: int, *, beam_size: int = 5,
     alpha: float = 0.6, max_len_a: float = 1.5, max_len_b: int = 10, n_best: int = 1, max_len: int | None = None,
 ) -> list[list[Hypothesis]]:
-    """Batched beam search with a KV cache.
+    """Batched beam search with a KV cache: per sentence its `n_best` best hypotheses, best first.
 
-    Args:
-        model: the translator (put it in eval mode).
-        src: (B, S) source ids, right-padded.
-        bos_id: begin-of-sentence id fed first.
-        eos_id: end-of-sentence id.
-        beam_size: hypotheses kept per sentence (K).
-        alpha: GNMT length-penalty exponent (0 = raw log-probability).
-        max_len_a: output limit slope (times source length).
-        max_len_b: output limit intercept.
-        n_best: hypotheses returned per sentence (<= beam_size).
-        max_len: hard cap on output length (default: the model's position limit - 1).
-
-    Returns:
-        per sentence, its `n_best` best hypotheses, best first.
+    `alpha`: the GNMT length-penalty exponent (0 = raw log-probability); the output limit as in `greedy_search`.
     """
     if not 1 <= n_best <= beam_size:
         raise ValueError(f"`n_best` ({n_best}) must be between 1 and `beam_size` ({beam_size})")
@@ -216,10 +191,7 @@ def _first_step(
     The source side (memory, its mask and the cross-attention
     keys/values) stays one row per sentence for the whole search: `CrossAttention` lets the K beam
     rows of a sentence share it, so it is neither copied K times nor read K times a step.
-
-    Returns:
-        log-probabilities (R, V), memory (B, S, D), source mask (B, 1, 1, S) and the cache (self
-        attention: R rows; cross attention: B rows).
+    Returns log-probabilities (R, V), memory (B, S, D), source mask (B, 1, 1, S) and the cache.
     """
     memory, src_mask = model.encode(src)
     cache = model.new_cache(steps)  # the most steps this search decodes: the cache never grows
@@ -261,9 +233,8 @@ def _collect_finished(
         sent = int(active[i])
         if len(finished[sent]) >= k:
             continue
-        prefix = tokens[i * k + int(top_beam[i, j]), 1:].tolist()
         lp = float(top_scores[i, j])
-        finished[sent].append(Hypothesis(lp / penalty, prefix, lp))
+        finished[sent].append(Hypothesis(lp / penalty, tokens[i * k + int(top_beam[i, j]), 1:].tolist(), lp))
 
 
 def _force_eos(logp: Tensor, rows: Tensor, eos_id: int) -> Tensor:

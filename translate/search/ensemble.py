@@ -1,13 +1,8 @@
 """An ensemble of translators that beam search drives like one network (`translate.model.networks`).
 
-Each step's next-token distribution is the mean of the members' probabilities (fairseq's
-ensembles do the same): log(1/M sum_m p_m). Members must share the vocabularies; their sizes may
-differ. Independently trained models make different errors, so the mean is a better model than
-any member (docs/results.md has the BLEU of ensembles against their members); under-trained
-members gain less. Decoding costs the sum of the members' costs.
-
-`encode` concatenates the members' encoder outputs along the feature axis, so search can keep,
-index and drop the memory of a sentence as it does for one model; `decode` splits it again.
+Each step's next-token distribution is the mean of the members' probabilities, as fairseq's ensembles do.
+`encode` concatenates the members' encoder outputs along the feature axis, so search can keep, index and drop
+the memory of a sentence as it does for one model; `decode` splits it again.
 """
 
 from __future__ import annotations
@@ -38,11 +33,8 @@ class EnsembleCache:
 
 
 class Ensemble(nn.Module):
-    """Translators searched as one model: the mean of their next-token probabilities.
-
-    Args:
-        members: translators with the same vocabulary sizes and padding id.
-    """
+    """Translators (sharing vocabulary sizes and padding id) searched as one model: the mean of their
+    next-token probabilities."""
 
     def __init__(self, members: Sequence[TranslatorNetwork]):
         super().__init__()

@@ -1,7 +1,4 @@
-"""How to decode: one frozen options object that the CLI, the API, the server and `predict` build and pass down.
-
-One name per concept everywhere: `beam_size`, `n_best` (CLI `--beam-size`, `--n-best`).
-"""
+"""How to decode: one frozen options object that the CLI, the API, the server and `predict` build and pass down."""
 
 from __future__ import annotations
 
@@ -12,23 +9,14 @@ from core.runtime.errors import InputError
 
 @dataclass(frozen=True)
 class SearchOptions:
-    """Search settings of one decoding job.
+    """Search settings of one decoding job."""
 
-    Args:
-        beam_size: hypotheses kept per sentence; 1 runs greedy search (the same output, cheaper).
-        n_best: translations returned per sentence, best first (at most `beam_size`).
-        alpha: GNMT length-penalty exponent (0 ranks by the raw log-probability).
-        max_len_a: output limit: `max_len_a` x source subwords + `max_len_b` (fairseq's names).
-        max_len_b: the intercept of that limit.
-        batch_size: sentences per search batch (longest first); it does not change the output.
-    """
-
-    beam_size: int = 5
-    n_best: int = 1
-    alpha: float = 0.6
-    max_len_a: float = 1.5
+    beam_size: int = 5  # 1 runs greedy search (the same output, cheaper)
+    n_best: int = 1  # translations returned per sentence, best first
+    alpha: float = 0.6  # GNMT length-penalty exponent (0 ranks by the raw log-probability)
+    max_len_a: float = 1.5  # output limit: max_len_a x source subwords + max_len_b (fairseq's names)
     max_len_b: int = 10
-    batch_size: int = 64
+    batch_size: int = 64  # sentences per search batch (longest first); it does not change the output
 
     def __post_init__(self) -> None:
         if self.beam_size < 1 or self.batch_size < 1:
