@@ -1,14 +1,8 @@
 """Parallel text to padded subword batches, and the LightningDataModule that wires it up.
 
-Pipeline: `read_split` (two line-aligned UTF-8 files, or one `source<TAB>target` TSV file; strict
-errors) -> `train_vocab` on the training split (cached by content hash, see `translate.data.vocab`),
-or a checkpoint's vocabularies (`vocab`) -> `encode_split` (subword ids; length and ratio
-filtering in training, truncation in evaluation) ->
-`TokenBatchSampler` (length-bucketed batches of at most `max_tokens` padded tokens) ->
-`collate` (a `Batch` of padded id tensors). With `subword_sampling`, `SampledSegmentations`
+Pipeline: `read_split` -> `train_vocab` on the training split (or a checkpoint's vocabularies) ->
+`encode_split` -> `TokenBatchSampler` -> `collate`. With `subword_sampling`, `SampledSegmentations`
 draws a new segmentation of each training pair per batch (subword regularisation).
-
-Special ids are fixed: pad=0, unk=1, bos=2, eos=3 (`translate.data.vocab`).
 
 Legend: B batch, S source length, T target length (the target plus one bos/eos shift).
 """
@@ -279,9 +273,8 @@ def encode_split(
         cut = sum(len(s) > max_len or len(t) > max_len - 1 for s, t in zip(src_ids, tgt_ids, strict=True))
         if cut:
             logger.warning("%s: truncated %d of %d pairs to max_len=%d subwords", name, cut, len(src_ids), max_len)
-        return TranslationDataset(
-            [s[:max_len] for s in src_ids], [t[: max_len - 1] for t in tgt_ids], list(sources), list(refs)
-        )
+        return TranslationDataset([s[:max_len] for s in src_ids], [t[: max_len - 1] for t in tgt_ids], list(sources),
+                                  list(refs))
     too_long = ratio = 0
     keep = []
     for i, (s, t) in enumerate(zip(src_ids, tgt_ids, strict=True)):
@@ -296,12 +289,9 @@ def encode_split(
         name, len(keep), len(src_ids), too_long, max_len, ratio, max_ratio,
     )
     if not keep:
-        raise InputError(
-            f"{name}: every pair was filtered out; raise `max_len` ({max_len}) or `max_ratio` ({max_ratio})"
-        )
-    return TranslationDataset(
-        [src_ids[i] for i in keep], [tgt_ids[i] for i in keep], [sources[i] for i in keep], [refs[i] for i in keep]
-    )
+        raise InputError(f"{name}: every pair was filtered out; raise `max_len` ({max_len}) or `max_ratio` "
+                         f"({max_ratio})")
+    return TranslationDataset(*([seq[i] for i in keep] for seq in (src_ids, tgt_ids, sources, refs)))
 
 
 def batch_sizes(sorted_widths: Sequence[int], max_tokens: int) -> list[int]:
@@ -320,17 +310,11 @@ def batch_sizes(sorted_widths: Sequence[int], max_tokens: int) -> list[int]:
 class TokenBatchSampler(EpochBatchSampler):
     """Length-bucketed batches of at most `max_tokens` padded tokens (count x widest example).
 
-    Examples are sorted by width and cut greedily into batches. With `shuffle`, equal widths
-    are put in random order and the batch order is shuffled, both seeded by (seed, epoch).
-    Only ties are shuffled (no length noise): the sorted width sequence, hence the batch
-    sizes and `len(self)`, stay the same every epoch, which Lightning's step counts, LR
-    schedules and DDP ranks (that must run equally many steps) rely on.
-
-    Epochs, `set_epoch` and `skip_batches` (this rank's batches): `core.runtime.resume.EpochBatchSampler`.
-
-    DDP: every rank builds the same batch list and takes batches `rank, rank + world_size, ...`;
-    the list is padded by repeating its first batches so each rank gets `len(self)` batches.
-    Lightning must not replace the sampler: use `Trainer(use_distributed_sampler=False)`.
+    With `shuffle`, equal widths are put in random order and the batch order is shuffled, both seeded by
+    (seed, epoch). Only ties are shuffled (no length noise): the batch sizes and `len(self)` stay the same
+    every epoch, which Lightning's step counts, LR schedules and DDP ranks (that must run equally many steps)
+    rely on. Under DDP every rank builds the same batch list and takes every `world_size`-th batch, the list
+    padded by repeating its first batches; Lightning must not replace the sampler.
     """
 
     def __init__(
@@ -342,10 +326,8 @@ class TokenBatchSampler(EpochBatchSampler):
             raise InputError(f"`rank` ({rank}) must be in [0, world_size) with `world_size` ({world_size}) >= 1")
         if len(self.widths) and self.widths.max() > max_tokens:
             i = int(self.widths.argmax())
-            raise InputError(
-                f"example {i} is {self.widths[i]} tokens wide but `max_tokens` is {max_tokens}; "
-                "raise `max_tokens` or lower `max_len`"
-            )
+            raise InputError(f"example {i} is {self.widths[i]} tokens wide but `max_tokens` is {max_tokens}; "
+                             "raise `max_tokens` or lower `max_len`")
         super().__init__(seed)
         self.max_tokens, self.shuffle = max_tokens, shuffle
         self.rank, self.world_size = rank, world_size
@@ -371,16 +353,13 @@ class TokenBatchSampler(EpochBatchSampler):
 class TranslationDataModule(L.LightningDataModule):
     """Parallel text files -> subword batches; the vocabularies exist right after construction.
 
-    Construction reads the training split and trains (or loads from cache) the sentencepiece
-    model(s), so `src_vocab_size`, `tgt_vocab_size` and `pad_id` can be linked into the model
-    with `LightningCLI.link_arguments(..., apply_on="instantiate")`. Under DDP set
-    `trainer.use_distributed_sampler: false`; the batch sampler shards by rank itself.
+    Construction trains (or loads from cache) the sentencepiece model(s), so `src_vocab_size`,
+    `tgt_vocab_size` and `pad_id` can be linked into the model when it is instantiated.
 
     Args:
-        train: training files: a prefix (`data/translate_demo/train` -> `train.en`, `train.de`),
-            a pattern with `{lang}`, a (src_path, tgt_path) pair, or one `.tsv` file of
-            `source<TAB>target` lines. `fit` needs it; `test` and `validate` do not when the
-            vocabularies come from a checkpoint (`vocab`).
+        train: training files: a prefix (`data/translate_demo/train` -> `train.en`, `train.de`), a pattern
+            with `{lang}`, a (src_path, tgt_path) pair, or one `.tsv` file of `source<TAB>target` lines.
+            `fit` needs it; `test` and `validate` do not when the vocabularies come from `vocab`.
         val: validation files, same forms as `train`; `fit` and `validate` need them.
         test: test files, same forms as `train`, or None (no test split).
         src_lang: source language suffix, e.g. "en".
@@ -389,24 +368,19 @@ class TranslationDataModule(L.LightningDataModule):
         model_type: sentencepiece algorithm, "bpe" or "unigram".
         joint_vocab: one vocabulary trained on both sides (True) or one per language.
         max_tokens: padded tokens per batch (batch size x longest sequence).
-        max_len: longest sequence in subwords (target counted with its bos/eos); longer
-            training pairs are dropped, longer evaluation pairs truncated.
-        max_ratio: drop training pairs whose longer side has more than this many times the
-            subwords of the shorter side.
+        max_len: longest sequence in subwords (target counted with its bos/eos); longer training pairs are
+            dropped, longer evaluation pairs truncated.
+        max_ratio: drop training pairs whose longer side has more than this many times the shorter's subwords.
         character_coverage: sentencepiece character coverage (1.0 keeps every character seen).
         cache_dir: where trained sentencepiece models are cached by content hash (None: no cache).
-        subword_sampling: training only: draw a new segmentation of each training pair every
-            time it is batched (`SampledSegmentations`); 0 turns it off. BPE: the probability
-            of dropping each merge (BPE-dropout; Provilkov et al., 2020, used 0.1); unigram:
-            the sampling alpha (Kudo, 2018, used 0.1-0.2). Validation and test keep the
-            deterministic segmentation.
+        subword_sampling: training only: draw a new segmentation of each training pair every time it is
+            batched; 0 turns it off. BPE: the probability of dropping each merge (BPE-dropout, 0.1 is usual);
+            unigram: the sampling alpha (0.1-0.2 is usual).
         seed: seed of the training batch shuffle and of the segmentation draws.
         num_workers: DataLoader worker processes (0 loads in the main process).
-        predict: source sentences for `predict` to translate, one per line (read when predicting);
-            None translates the source side of `test`.
-        vocab: a checkpoint written by `python -m translate fit` whose vocabularies to use instead of
-            training them on `train`; `test`, `validate` and `predict --ckpt_path CKPT` read CKPT's
-            when `train` is not given.
+        predict: source sentences for `predict` to translate, one per line; None translates `test`'s sources.
+        vocab: a checkpoint written by `python -m translate fit` whose vocabularies to use instead of training
+            them on `train`; `test`, `validate` and `predict --ckpt_path CKPT` read CKPT's without `train`.
     """
 
     def __init__(
@@ -458,10 +432,8 @@ class TranslationDataModule(L.LightningDataModule):
             src, tgt = self._read_train()
             options = {"vocab_size": vocab_size, "model_type": model_type,
                        "character_coverage": character_coverage, "cache_dir": cache_dir}
-            if joint_vocab:
-                self.src_vocab = self.tgt_vocab = train_vocab(src + tgt, **options)
-            else:
-                self.src_vocab, self.tgt_vocab = train_vocab(src, **options), train_vocab(tgt, **options)
+            self.src_vocab = train_vocab(src + tgt if joint_vocab else src, **options)
+            self.tgt_vocab = self.src_vocab if joint_vocab else train_vocab(tgt, **options)
         self._datasets: dict[str, TranslationDataset] = {}
 
     def _read_train(self) -> tuple[list[str], list[str]]:
@@ -493,24 +465,20 @@ class TranslationDataModule(L.LightningDataModule):
     def dataset(self, split: Split) -> TranslationDataset:
         """The encoded split (built on first use); its `refs` are the raw references."""
         if split not in self._datasets:
-            paths = self.paths.get(split)
-            if paths is None:
+            if (paths := self.paths.get(split)) is None:
                 raise InputError(f"data.{split}: no `{split}` files configured; pass --data.{split} (a prefix, a "
                                  "{lang} pattern, a pair or a .tsv file)")
             sources, refs = self._read_train() if split == "train" else read_split(paths)
-            hp = self.hparams
-            self._datasets[split] = encode_split(
-                sources, refs, self.src_vocab, self.tgt_vocab, hp.max_len, hp.max_ratio, split == "train", split
-            )
+            self._datasets[split] = encode_split(sources, refs, self.src_vocab, self.tgt_vocab, self.hparams.max_len,
+                                                 self.hparams.max_ratio, split == "train", split)
         return self._datasets[split]
 
     def predict_dataset(self) -> TranslationDataset:
         """The sentences `predict` translates, encoded (built on first use; no references, and none filtered)."""
         if "predict" not in self._datasets:
-            if self.hparams.predict is None and self.paths["test"] is None:
+            if (predict := self.hparams.predict) is None and self.paths["test"] is None:
                 raise InputError("`predict` has nothing to translate: set `data.predict` to a file of source "
                                  "sentences, one per line")
-            predict = self.hparams.predict
             sources = read_lines(predict) if predict else read_split(self.paths["test"])[0]
             self._datasets["predict"] = encode_split(sources, [""] * len(sources), self.src_vocab, self.tgt_vocab,
                                                      self.hparams.max_len, train=False, name="predict")
@@ -526,9 +494,7 @@ class TranslationDataModule(L.LightningDataModule):
         )
         hp, trainer = self.hparams, self.trainer
         rank, world_size = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
-        sampler = TokenBatchSampler(
-            ds.widths, hp.max_tokens, shuffle=split == "train", seed=hp.seed, rank=rank, world_size=world_size,
-        )
+        sampler = TokenBatchSampler(ds.widths, hp.max_tokens, split == "train", hp.seed, rank, world_size)
         init_worker = None
         if split == "train" and hp.subword_sampling > 0:
             ds = SampledSegmentations(ds, self.src_vocab, self.tgt_vocab, hp.subword_sampling, hp.max_len,

@@ -1,15 +1,10 @@
 """Subword vocabulary: a sentencepiece model with fixed special ids, trained once and cached.
 
-The model code relies on pad=0, unk=1, bos=2, eos=3 (`PAD_ID`, ...): `train_vocab` fixes
-them and `SubwordVocab` refuses a model that disagrees. A vocabulary serialises to the
-sentencepiece model proto (`to_bytes`), so a checkpoint can carry it and `from_bytes`
-restores it with no file on disk.
-
-Training is cached by content: sha256 of the options, the sentencepiece version and every
-training sentence names `<cache_dir>/<hash>.model`, so the same text and options never
-train twice. Training is deterministic, which matters under DDP: every rank trains (or
-loads) on its own and must end up with the same pieces; the write is atomic
-(temp file + `os.replace`) so ranks racing on a cold cache cannot read a half-written file.
+The model code relies on pad=0, unk=1, bos=2, eos=3: `train_vocab` fixes them and `SubwordVocab` refuses a
+model that disagrees. Training is cached by content (sha256 of the options, the sentencepiece version and every
+sentence). Training is deterministic, which matters under DDP: every rank trains (or loads) on its own and
+must end up with the same pieces; the write is atomic so ranks racing on a cold cache cannot read a
+half-written file.
 """
 
 from __future__ import annotations
