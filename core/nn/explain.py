@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from core.nn.attention import CrossAttention, MultiHeadAttention
@@ -38,10 +39,9 @@ def attention_layers(model: nn.Module, kind: str = "self_attn") -> int:
 class AttentionCapture:
     """Context manager that records attention weights of every attention module in a model.
 
-    Inside the block each `MultiHeadAttention` / `CrossAttention` computes its weights
-    explicitly (same output as the fast path) and appends them, one (B, H, Tq, Tk) tensor
-    per call, under its module name; `AdditiveAttention` / `MultiplicativeAttention` append
-    theirs with H = 1.
+    Inside the block each `MultiHeadAttention` / `CrossAttention` computes its weights explicitly (same output
+    as the fast path) and appends them, one (B, H, Tq, Tk) tensor per call, under its module name;
+    `AdditiveAttention` / `MultiplicativeAttention` append theirs with H = 1.
 
     Example:
         with AttentionCapture(model) as cap:
@@ -69,54 +69,34 @@ class AttentionCapture:
             m.capture = None
 
     def layers(self, kind: str = "self_attn") -> list[Tensor]:
-        """Weights of each module whose name ends with `kind`, in layer order.
+        """(B, H, Tq, Tk) weights of each module whose name ends with `kind`, in layer order.
 
-        Several calls to one module (incremental decoding) are concatenated on the query axis.
-
-        Returns:
-            list over layers of (B, H, Tq, Tk).
+        Several calls to one module (incremental decoding) are concatenated on the query axis, the shorter
+        key axes right-padded with zeros.
         """
         out = []
         for name, calls in self.weights.items():
             if _kind(name) == kind and calls:
-                out.append(calls[0] if len(calls) == 1 else _concat_queries(calls))
+                t_k = max(w.shape[-1] for w in calls)
+                out.append(calls[0] if len(calls) == 1
+                           else torch.cat([F.pad(w, (0, t_k - w.shape[-1])) for w in calls], dim=-2))
         if not out:
             raise ValueError(f"no captured weights for modules named {kind!r}; have {sorted(self.weights)}")
         return out
 
 
-def _concat_queries(calls: list[Tensor]) -> Tensor:
-    """Stack per-step weights whose key length grows, right-padding keys with zeros."""
-    t_k = max(w.shape[-1] for w in calls)
-    padded = [torch.nn.functional.pad(w, (0, t_k - w.shape[-1])) for w in calls]
-    return torch.cat(padded, dim=-2)
-
-
 def attention_entropy(weights: Tensor) -> Tensor:
-    """Shannon entropy (nats) of each attention row; 0 log 0 counts as 0.
-
-    Args:
-        weights: (..., Tq, Tk) rows that sum to 1.
-
-    Returns:
-        (..., Tq). A uniform row over n keys gives log n; a one-hot row 0.
-    """
+    """(..., Tq, Tk) rows that sum to 1 -> (..., Tq) Shannon entropies (nats); 0 log 0 counts as 0."""
     logs = torch.where(weights > 0, weights.log(), torch.zeros_like(weights))
     return -(weights * logs).sum(dim=-1)
 
 
 def attention_rollout(layers: Sequence[Tensor], residual: bool = True) -> Tensor:
-    """Attention rollout (Abnar & Zuidema, 2020) through a stack of self-attention layers.
+    """Attention rollout (Abnar & Zuidema, 2020) of (B, H, T, T) weights per layer, first layer first -> (B, T, T):
+    how much each output position draws on each input position.
 
-    Heads are averaged; with `residual`, each layer becomes 0.5 A + 0.5 I (the skip
-    connection) and rows are renormalised; the layers are multiplied from the last down.
-
-    Args:
-        layers: per-layer weights, each (B, H, T, T), first layer first.
-        residual: account for the residual connection.
-
-    Returns:
-        (B, T, T): how much each output position draws on each input position.
+    Heads are averaged; with `residual`, each layer becomes 0.5 A + 0.5 I (the skip connection) and rows are
+    renormalised; the layers are multiplied from the last down.
     """
     if not layers:
         raise ValueError("attention_rollout needs at least one layer of weights")

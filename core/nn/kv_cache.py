@@ -31,17 +31,8 @@ class KVCache:
         self.capacity = capacity
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Add new steps and return all keys and values so far.
-
-        Args:
-            k: (B, Hkv, Tnew, Dh) keys of the new steps (already position-encoded).
-            v: (B, Hkv, Tnew, Dh) values of the new steps.
-
-        Returns:
-            keys and values, each (B, Hkv, T, Dh) with T = previous length + Tnew.
-        """
-        t_new = k.shape[2]
-        end = self.length + t_new
+        """Append (B, Hkv, Tnew, Dh) keys (position-encoded) and values; returns all so far, (B, Hkv, T, Dh)."""
+        end = self.length + k.shape[2]
         if self._k is None or end > self._k.shape[2]:
             self._grow(k, v, end)
         assert self._k is not None and self._v is not None
@@ -92,11 +83,9 @@ class StaticKV:
         return self.k is not None
 
     def set(self, k: Tensor, v: Tensor) -> None:
-        """Store (B, Hkv, S, Dh) keys and values."""
         self.k, self.v = k, v
 
     def reorder(self, index: Tensor) -> None:
-        """Keep batch rows `index` (B_new,), in that order."""
         if self.k is not None and self.v is not None:
             self.k = self.k.index_select(0, index)
             self.v = self.v.index_select(0, index)
@@ -121,15 +110,12 @@ class DecoderCache:
         return self.self_attn[0].length
 
     def reorder(self, index: Tensor) -> None:
-        """Select and reorder batch rows in every layer (a search's bookkeeping)."""
         self.reorder_self(index)
         self.reorder_cross(index)
 
     def reorder_self(self, index: Tensor) -> None:
-        """Select and reorder the self-attention rows only (hypotheses swapping within an input).
-
-        When the batch keeps its size and fewer than half the rows change, only those are copied.
-        """
+        """The self-attention rows only (hypotheses swapping within an input); when the batch keeps its size and
+        fewer than half the rows change, only those are copied."""
         moved = None
         rows = self.self_attn[0]._k.shape[0] if self.self_attn and self.self_attn[0]._k is not None else -1
         if index.shape[0] == rows:
@@ -139,7 +125,6 @@ class DecoderCache:
             c.reorder(index, moved)
 
     def reorder_cross(self, index: Tensor) -> None:
-        """Select the cross-attention rows only: the input's keys/values, shared by all hypotheses of
-        an input, change only when inputs leave the batch."""
+        """The cross-attention rows only: an input's keys/values change only when inputs leave the batch."""
         for c in self.cross_attn or []:
             c.reorder(index)

@@ -18,54 +18,27 @@ from torch import Tensor
 
 
 def padding_mask(ids: Tensor, pad_id: int) -> Tensor:
-    """Key mask that hides padding tokens.
-
-    Args:
-        ids: token ids, (B, T).
-        pad_id: the id used for padding.
-
-    Returns:
-        (B, 1, 1, T) boolean, True where the token is real.
-    """
+    """(B, T) token ids -> (B, 1, 1, T) key mask, True where the token is not `pad_id`."""
     return (ids != pad_id)[:, None, None, :]
 
 
 def lengths_mask(lengths: Tensor, max_len: int | None = None, left_padded: bool = False) -> Tensor:
-    """Key mask from sequence lengths.
-
-    Args:
-        lengths: number of real tokens per sequence, (B,).
-        max_len: padded length T; defaults to `lengths.max()`.
-        left_padded: True when padding sits before the tokens (as in StreamRec histories).
-
-    Returns:
-        (B, 1, 1, T) boolean, True where the token is real.
-    """
+    """(B,) real-token counts -> (B, 1, 1, T) key mask, T = `max_len` or the longest; `left_padded`: padding
+    sits before the tokens (StreamRec's histories)."""
     t = int(lengths.max()) if max_len is None else max_len
     if bool((lengths > t).any()):
         raise ValueError(f"a length ({int(lengths.max())}) exceeds `max_len` ({t})")
-    pos = torch.arange(t, device=lengths.device)
-    if left_padded:
-        keep = pos[None, :] >= (t - lengths)[:, None]
-    else:
-        keep = pos[None, :] < lengths[:, None]
+    pos = torch.arange(t, device=lengths.device)[None, :]
+    keep = pos >= (t - lengths)[:, None] if left_padded else pos < lengths[:, None]
     return keep[:, None, None, :]
 
 
 def causal_mask(t_q: int, t_k: int | None = None, device: torch.device | None = None) -> Tensor:
-    """Lower-triangular mask aligned to the end of the keys.
+    """(Tq, Tk) lower-triangular mask aligned to the end of the keys (`t_k` defaults to `t_q`).
 
-    With a KV cache the `t_q` new queries sit at absolute positions `t_k - t_q .. t_k - 1`,
-    so query i may attend keys `0 .. t_k - t_q + i`. (SDPA's own `is_causal` aligns to the
-    top-left instead, which is only right when t_q == t_k.)
-
-    Args:
-        t_q: number of queries.
-        t_k: number of keys (defaults to t_q).
-        device: where to build the mask.
-
-    Returns:
-        (Tq, Tk) boolean.
+    With a KV cache the `t_q` new queries sit at absolute positions `t_k - t_q .. t_k - 1`, so query i may
+    attend keys `0 .. t_k - t_q + i`. (SDPA's own `is_causal` aligns to the top-left, right only when
+    t_q == t_k.)
     """
     t_k = t_q if t_k is None else t_k
     if t_k < t_q:
@@ -74,11 +47,7 @@ def causal_mask(t_q: int, t_k: int | None = None, device: torch.device | None = 
 
 
 def combine_masks(*masks: Tensor | None) -> Tensor | None:
-    """AND boolean masks together, broadcasting; `None` entries impose nothing.
-
-    Returns:
-        The combined mask, or None when every input is None.
-    """
+    """AND boolean masks together, broadcasting; `None` entries impose nothing (all None: None)."""
     out: Tensor | None = None
     for m in masks:
         if m is None:
@@ -90,17 +59,10 @@ def combine_masks(*masks: Tensor | None) -> Tensor | None:
 
 
 def causal_padding_mask(key_mask: Tensor) -> Tensor:
-    """Causal mask combined with a padding mask, with no empty rows.
+    """(B, 1, 1, T) padding mask -> (B, 1, T, T) causal padding mask with no empty rows.
 
-    A left-padded query at a pad position would see no key at all; some SDPA kernels then
-    return NaN. Letting every query see itself keeps all rows finite; pad outputs are
-    ignored by the loss anyway.
-
-    Args:
-        key_mask: (B, 1, 1, T) padding mask from `padding_mask` or `lengths_mask`.
-
-    Returns:
-        (B, 1, T, T) boolean.
+    A left-padded query at a pad position would see no key at all; some SDPA kernels then return NaN.
+    Letting every query see itself keeps all rows finite; pad outputs are ignored by the loss anyway.
     """
     t = key_mask.shape[-1]
     causal = causal_mask(t, device=key_mask.device)
@@ -111,14 +73,9 @@ def causal_padding_mask(key_mask: Tensor) -> Tensor:
 def additive_mask(mask: Tensor, dtype: torch.dtype, bias: Tensor | None = None) -> Tensor:
     """A boolean mask as SDPA's float `attn_mask`: 0 (plus `bias`) where allowed, the dtype's minimum elsewhere.
 
-    Built once per forward pass, this spares SDPA converting a (B, 1, T, T) boolean mask in
-    every layer (a large share of StreamRec's scoring time at long histories). The minimum rather
-    than -inf keeps a row with no allowed key finite (it averages the values instead of NaN).
-
-    Args:
-        mask: boolean, True = may attend.
-        dtype: the attention's compute dtype (bf16 under autocast).
-        bias: optional additive bias (e.g. ALiBi) broadcastable with `mask`.
+    Built once per forward pass, this spares SDPA converting a (B, 1, T, T) boolean mask in every layer.
+    The minimum rather than -inf keeps a row with no allowed key finite (it averages the values, not NaN).
+    `dtype`: the attention's compute dtype (bf16 under autocast).
     """
     base = torch.zeros((), dtype=dtype, device=mask.device) if bias is None else bias.to(dtype)
     return base.expand(torch.broadcast_shapes(base.shape, mask.shape)).masked_fill(~mask, torch.finfo(dtype).min)

@@ -37,9 +37,8 @@ class WarmupCosine:
 
     def __post_init__(self) -> None:
         if self.warmup_steps < 0 or self.total_steps <= 0:
-            raise ValueError(
-                f"`warmup_steps` ({self.warmup_steps}) must be >= 0 and `total_steps` ({self.total_steps}) > 0"
-            )
+            raise ValueError(f"`warmup_steps` ({self.warmup_steps}) must be >= 0 and "
+                             f"`total_steps` ({self.total_steps}) > 0")
         if self.warmup_steps > self.total_steps:
             raise ValueError(f"`warmup_steps` ({self.warmup_steps}) exceeds `total_steps` ({self.total_steps})")
         if not 0.0 <= self.floor <= 1.0:
@@ -68,9 +67,7 @@ class InverseSqrt:
             raise ValueError(f"`warmup_steps` must be > 0, got {self.warmup_steps}")
 
     def __call__(self, step: int) -> float:
-        if step < self.warmup_steps:
-            return step / self.warmup_steps
-        return math.sqrt(self.warmup_steps / step)
+        return step / self.warmup_steps if step < self.warmup_steps else math.sqrt(self.warmup_steps / step)
 
 
 class WarmupCosineLR(LambdaLR):
@@ -91,11 +88,10 @@ class WarmupCosineLR(LambdaLR):
                 clock_limited: bool = False, advice: str = "") -> WarmupCosineLR:
         """The schedule over a whole training run, e.g. Lightning's `trainer.estimated_stepping_batches`.
 
-        A run shorter than the warmup keeps the full warmup (the cosine never starts). An unbounded
-        run (`max_epochs: -1` without `max_steps`) is refused with a one-line error: a cosine needs an end.
-        A run that a clock may stop (`clock_limited`, e.g. `stops_on_time(trainer.callbacks)`) gets a
-        warning: the cosine still spans `run_steps`, so the run can end at a high learning rate; `advice`
-        ends the warning.
+        A run shorter than the warmup keeps the full warmup. An unbounded run (`max_epochs: -1` without
+        `max_steps`) is refused: a cosine needs an end. A run a clock may stop (`clock_limited`, e.g.
+        `stops_on_time(trainer.callbacks)`) gets a warning, ended by `advice`: the cosine still spans
+        `run_steps`, so the run can end at a high learning rate.
         """
         if not math.isfinite(run_steps):
             raise ValueError("trainer.max_epochs / trainer.max_steps: the warmup-cosine schedule needs a finite run; "
@@ -125,8 +121,4 @@ def stops_on_time(callbacks: Iterable[Any]) -> bool:
 
     Read by attribute, so `core` needs no Lightning import.
     """
-    for cb in callbacks:
-        remaining = getattr(cb, "time_remaining", None)
-        if callable(remaining) and remaining() is not None:
-            return True
-    return False
+    return any(callable(getattr(cb, "time_remaining", None)) and cb.time_remaining() is not None for cb in callbacks)
