@@ -7,11 +7,7 @@
     best = t.translate(["the cat sees the dog ."], return_scores=True, return_alignments=True)[0]
     best.text, best.score, best.alignment.pharaoh()
 
-Sentences are translated each on its own (batched longest first, returned in input order); a blank
-sentence gives "". `translate_iter` does the same for an iterable of any length, a chunk of lines at
-a time, so its memory does not grow with the input. `python -m translate.infer` and the server translate
-through here, with one `translate.search.options.SearchOptions`. The vocabularies come from the checkpoint
-itself: no other file is read.
+`python -m translate.infer` and the server translate through here too, so every program searches alike.
 
 Legend: B sentences, S source length, V target vocabulary.
 """

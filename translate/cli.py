@@ -1,14 +1,9 @@
 """`python -m translate fit|validate|test|predict --config configs/translate/NAME.yaml`
 
-LightningCLI over `TranslationModule` and `TranslationDataModule`. YAML may interpolate
-`${...}`, resolved after the command line (omegaconf+ mode: `--trainer.default_root_dir X` moves
-the checkpoints and logs the configs put under `${trainer.default_root_dir}`). The vocabulary
-sizes and pad id come from the data module (known once it has trained or loaded its
-sentencepiece model), `model.max_len` from `data.max_len`. `validate`, `test` and `predict` with
-`--ckpt_path CKPT` and no `data.train` take CKPT's vocabularies (`data.vocab`) and, unless given, its `max_len`.
-`trainer.use_distributed_sampler` defaults to false here: the data module's batch sampler
-shards batches across DDP ranks itself. `predict` writes through `translate.predict.TranslationWriter`
-(`configs/translate/predict_demo.yaml`).
+LightningCLI over `TranslationModule` and `TranslationDataModule` (YAML may interpolate `${...}`, resolved
+after the command line). The vocabulary sizes and pad id come from the data module, `model.max_len` from
+`data.max_len`. `validate`, `test` and `predict` with `--ckpt_path CKPT` and no `data.train` take CKPT's
+vocabularies and, unless given, its `max_len`.
 
 The CLI lives here, not in `__main__`: `ddp_spawn` pickles it into its worker processes, which
 cannot import a package's `__main__` module.

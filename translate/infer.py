@@ -20,7 +20,7 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -197,7 +197,7 @@ def _translate(args: argparse.Namespace, options: SearchOptions, layer: Layer) -
         align_out = outputs.open(args.alignments) if args.alignments else None
         html_out = outputs.reserve(args.html) if args.html else None  # a bad path fails now, not after the work
         stream = stack.enter_context(open(args.input, "rb")) if args.input else sys.stdin.buffer
-        progress = stack.enter_context(_Progress(args.progress or sys.stderr.isatty(), args.input))
+        advance = stack.enter_context(_progress(args.progress or sys.stderr.isatty(), args.input))
         first = 1
         for lines in read_chunks(stream, args.chunk_lines, args.input or "<stdin>", CHUNK_BYTES):
             sources = translator.encode_sources(lines, first, warned)
@@ -210,7 +210,7 @@ def _translate(args: argparse.Namespace, options: SearchOptions, layer: Layer) -
                 room = args.html_max - len(shown)
                 shown += [(first + k, a) for k, a in enumerate(aligned) if a.tgt_words][: max(room, 0)]
             first += len(lines)
-            progress.advance(len(lines))
+            advance(len(lines))
             del lines, sources, hyps, aligned  # else this chunk stays alive while the next one is read and encoded
         if warned[0] > MAX_TRUNCATION_WARNINGS:
             log.warning("%d lines in all were truncated to max_len %d", warned[0], translator.max_src_len)
@@ -227,30 +227,19 @@ def _count_lines(path: str | None) -> int | None:
         return sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 20), b""))
 
 
-class _Progress:
-    """A rich progress bar of lines on stderr; a no-op when disabled."""
+@contextlib.contextmanager
+def _progress(enabled: bool, path: str | None) -> Iterator[Callable[[int], None]]:
+    """A rich progress bar of lines on stderr (advanced by the function it gives); a no-op when disabled."""
+    if not enabled:
+        yield lambda n: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    def __init__(self, enabled: bool, path: str | None):
-        self.enabled, self.path, self.bar, self.task = enabled, path, None, None
-
-    def __enter__(self) -> _Progress:
-        if self.enabled:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-            self.bar = Progress(TextColumn("translating"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                                console=Console(stderr=True))
-            self.bar.start()
-            self.task = self.bar.add_task("lines", total=_count_lines(self.path))
-        return self
-
-    def advance(self, n: int) -> None:
-        if self.bar is not None:
-            self.bar.advance(self.task, n)
-
-    def __exit__(self, *exc: object) -> None:
-        if self.bar is not None:
-            self.bar.stop()
+    with Progress(TextColumn("translating"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=Console(stderr=True)) as bar:
+        task = bar.add_task("lines", total=_count_lines(path))
+        yield lambda n: bar.advance(task, n)
 
 
 if __name__ == "__main__":

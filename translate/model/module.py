@@ -43,13 +43,11 @@ GROUP_NAMES = ("block", "rnn", "objective", "optimizer", "evaluation", "speed")
 def translation_loss(
     model: TranslatorNetwork, batch: Batch, pad_id: int, smoothing: float, rdrop_alpha: float = 0.0,
 ) -> Tensor:
-    """Mean label-smoothed cross-entropy per non-padding target token of a batch.
+    """Mean label-smoothed cross-entropy (PyTorch's definition) per non-padding target token of a batch.
 
-    The target distribution is (1 - eps) on the gold token plus eps / V on every token
-    (PyTorch's definition). `core.nn.linear_cross_entropy` computes it from the decoder states
-    without a (tokens, V) logits tensor, in fp32 even under bf16 autocast.
-    With `rdrop_alpha` > 0 (training only: it needs dropout) the batch runs twice in one forward
-    pass and `core.nn.rdrop_cross_entropy` adds R-Drop's symmetric KL between the two predictions.
+    Computed from the decoder states without a (tokens, V) logits tensor (`core.nn.linear_cross_entropy`).
+    With `rdrop_alpha` > 0 (training only: it needs dropout) the batch runs twice in one forward pass and
+    R-Drop's symmetric KL between the two predictions is added.
     """
     keep = batch.tgt_out != pad_id
     targets = batch.tgt_out[keep]
@@ -79,10 +77,8 @@ class TranslationModule(SafeLoadMixin, L.LightningModule):
         src_vocab_size: source vocabulary size (linked from the data module).
         tgt_vocab_size: target vocabulary size (linked from the data module).
         pad_id: padding id (linked from the data module).
-        arch: the network: "transformer" (the default) or "rnn", a bidirectional GRU/LSTM encoder and an
-            attentional decoder with input feeding (`core.nn.recurrent`). The rnn reads `d_model` (embeddings,
-            memory and output width), `n_encoder_layers`, `n_decoder_layers`, `dropout`, `max_len`,
-            `share_embeddings` and its `rnn` group; `n_heads`, `d_ff` and the `block` group are the transformer's.
+        arch: the network: "transformer" or "rnn" (a bidirectional GRU/LSTM encoder and an attentional decoder
+            with input feeding); `n_heads`, `d_ff` and the `block` group are the transformer's only.
         d_model: model width.
         n_heads: attention heads; must divide d_model.
         n_encoder_layers: encoder blocks.
@@ -93,14 +89,12 @@ class TranslationModule(SafeLoadMixin, L.LightningModule):
         share_embeddings: one embedding for source, target and output (needs a joint vocabulary).
         lr: peak learning rate (AdamW).
         weight_decay: AdamW weight decay.
-        block: the transformer's attention blocks: grouped-query heads, attention and feed-forward dropout,
-            positions, activation, pre- or post-LN.
+        block: the transformer's blocks: grouped-query heads, dropouts, positions, activation, pre- or post-LN.
         rnn: the rnn's cell, attention score function and recurrent width.
         objective: the loss: label smoothing and R-Drop.
         optimizer: AdamW's betas and the learning-rate schedule (warmup, cosine or inverse square root).
         evaluation: how validate and test decode (beam widths, length penalty) and score BLEU.
         speed: how the network runs (CPU fast path, torch.compile); a checkpoint is the same under every setting.
-            Beam and greedy search stay eager: their steps are small and update a KV cache in place.
     """
 
     upgrade_hparams = staticmethod(upgrade_hparams)
@@ -234,8 +228,7 @@ class TranslationModule(SafeLoadMixin, L.LightningModule):
         return list(zip(batch.index.tolist(), texts, strict=True))
 
     def predict_step(self, batch: Batch, batch_idx: int) -> list[tuple[int, str]]:
-        """(dataset index, translation) per row, decoded as `test` decodes and a blank source as
-        `python -m translate.infer` does (""); `translate.predict.TranslationWriter` writes them in input order."""
+        """Decoded as `test` decodes, and a blank source as `python -m translate.infer` does ("")."""
         return self._translate(batch, "test", skip_blank=True)
 
     def on_validation_epoch_end(self) -> None:
@@ -270,8 +263,7 @@ class TranslationModule(SafeLoadMixin, L.LightningModule):
 
     def _target_vocab(self) -> SubwordVocab:
         # Read from the data module each time: it adopts a checkpoint's vocabulary after setup().
-        vocab = getattr(getattr(self._trainer, "datamodule", None), "tgt_vocab", None)
-        vocab = self.tgt_vocab if vocab is None else vocab
+        vocab = getattr(getattr(self._trainer, "datamodule", None), "tgt_vocab", None) or self.tgt_vocab
         if vocab is None:
             raise ValueError("decoding needs the target vocabulary: evaluate with TranslationDataModule "
                              "or load the module from a Translate checkpoint")

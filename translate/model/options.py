@@ -30,11 +30,10 @@ class TransformerOptions(OptionGroup):
     Args:
         n_kv_heads: key/value heads for grouped-query attention (default n_heads).
         attn_dropout: dropout on attention weights.
-        ff_dropout: dropout after the feed-forward activation (fairseq's `activation_dropout`, 0 in its
-            recipes); None uses `dropout`.
+        ff_dropout: dropout after the feed-forward activation (fairseq's `activation_dropout`); None: `dropout`.
         positions: position encoding (self-attention only).
         activation: feed-forward activation.
-        norm_first: pre-LN (True, the default) or post-LN (False, the original Transformer).
+        norm_first: pre-LN (True) or post-LN (False, the original Transformer).
     """
 
     n_kv_heads: int | None = None
@@ -57,8 +56,7 @@ class RecurrentOptions(OptionGroup):
 
     Args:
         cell: the recurrent cell, "gru" or "lstm".
-        score: the attention score function: "additive" (Bahdanau), "general" or "dot" (Luong; "dot" needs
-            hidden_size == d_model).
+        score: attention score: "additive" (Bahdanau), "general" or "dot" (Luong; needs hidden_size == d_model).
         hidden_size: the recurrent width (each encoder direction's, and the decoder's).
     """
 
@@ -81,9 +79,8 @@ class LossOptions(OptionGroup):
 
     Args:
         label_smoothing: eps of the label-smoothed cross-entropy (0 = plain cross-entropy).
-        rdrop_alpha: R-Drop weight (0 = off): each training batch runs through two dropout masks and the loss
-            adds alpha / 4 times the symmetric KL of their predictions (the paper's alpha, 5 in its IWSLT runs).
-            A step runs the batch twice.
+        rdrop_alpha: R-Drop weight (0 = off): each training batch runs twice, through two dropout masks, and
+            the loss adds alpha / 4 times the symmetric KL of their predictions (the paper's alpha).
     """
 
     label_smoothing: float = 0.1
@@ -105,8 +102,7 @@ class AdamWOptions(OptionGroup):
         warmup_steps: optimizer steps of linear warmup.
         lr_floor: final learning rate as a fraction of the peak (cosine decay over the whole run).
         schedule: "cosine" (warmup, then cosine decay to `lr_floor` at the run's last step) or "inverse_sqrt"
-            (warmup, then lr * sqrt(warmup_steps / step), fairseq's `inverse_sqrt`; it needs no run length and
-            ignores `lr_floor`).
+            (warmup, then lr * sqrt(warmup_steps / step); needs no run length, ignores `lr_floor`).
     """
 
     betas: tuple[float, float] = (0.9, 0.98)

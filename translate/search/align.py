@@ -1,20 +1,13 @@
 """Word alignments from the decoder's cross-attention (`WordAlignment`: JSON lines, Pharaoh links).
 
-`translate.alignment_page` draws them as an HTML heatmap page.
+Method (one extra pass, exact): the decoder is re-run teacher-forced on [BOS] + hypothesis under
+`core.nn.explain.AttentionCapture`; the row of decoder position t (which predicts y_t) is the attention of
+target subword y_t over the source subwords, averaged over heads, of one layer or the mean of all.
 
-Method (one extra pass, exact): the decoder is re-run teacher-forced on [BOS] + hypothesis
-under `core.nn.explain.AttentionCapture`; the row of decoder position t (whose input is
-[BOS] + y_<t and which predicts y_t) is the attention of target subword y_t over the source
-subwords. The mean over all decoder layers (`layer="mean"`, the default: it aligned best on
-the demo corpus, see `DEFAULT_LAYER`) or one layer (`layer=i`) is taken, averaged over heads.
-
-Subwords to words: the weight of target word j on source word i is the SUM over the source
-subwords of word i (so a word split in pieces is not diluted) of the MEAN over the target
-subwords of word j (so every target word has one row of total weight 1, or less when
-attention falls on padding). Words are the whitespace words of the sentencepiece-normalised
-text (`SubwordVocab.word_index`), which for the demo corpus are its Pharaoh word positions.
-The hard alignment links each target word j to its highest-weight source word i, written
-"i-j" (source word i with target word j, 0-based) as in the demo corpus' `.align` files.
+Subwords to words: the weight of target word j on source word i is the SUM over the source subwords of word
+i (so a word split in pieces is not diluted) of the MEAN over the target subwords of word j (so every target
+word has one row of total weight 1, or less when attention falls on padding). The hard alignment links each
+target word j to its highest-weight source word i, written "i-j" as in the demo corpus' `.align` files.
 
 Legend: B sentences, H heads, T target subwords, S source subwords, Tw / Sw target / source words.
 """
