@@ -1,15 +1,7 @@
 """StreamRec data: interaction logs -> item vocabulary -> splits -> padded causal batches.
 
-The DataModule only chains the steps, each in a module of its own:
-
-1. `streamrec.data.readers.read_interactions` reads a log into `Interactions`, by the DataModule's reading
-   options (`ReadOptions`, kept in every checkpoint: `read_options_from_checkpoint`).
-2. `streamrec.data.vocab.ItemVocab` maps item ids to 1..N; 0 is padding. With an item features file
-   (`streamrec.data.features`), the items it lists that the log lacks are appended as cold items.
-3. `streamrec.data.splits` cuts every user's sequence into a training history and evaluation cases.
-4. `streamrec.data.datasets` gives causal training examples and evaluation/prediction batches.
-
-Skips (short users, cold-start targets) are counted in the `logging` output.
+The DataModule only chains the steps, each in a module of its own (`readers`, `vocab`, `features`, `splits`,
+`datasets`); the reading options go into every checkpoint. Skips (short users, cold-start targets) are logged.
 """
 
 from __future__ import annotations
@@ -56,16 +48,14 @@ class StreamRecDataModule(L.LightningDataModule):
     works right after construction.
 
     Args:
-        path: interaction log (CSV/TSV/Parquet with user, item, timestamp columns; MovieLens ratings.dat;
-            SASRec "user item" lines; or one line per user "user item item ..."), or a folder of them.
-        format: auto (by content, then extension), csv, tsv, parquet, movielens (ratings.dat:
-            user::item::rating::timestamp, no header), sasrec or lines.
+        path: interaction log (CSV/TSV/Parquet; MovieLens ratings.dat; SASRec "user item" lines; or one line
+            per user "user item item ..."), or a folder of them.
+        format: auto (by content, then extension), csv, tsv, parquet, movielens, sasrec or lines.
         max_len: model context length: the last max_len items are the input.
         batch_size: examples per batch (training and evaluation).
         split: leave_one_out (last item test, second-to-last validation) or temporal (global
             time cutoffs; needs timestamps).
-        min_interactions: users with fewer events are dropped, after the reading filters (`filter`,
-            `duplicates`, `min_item_count`, `k_core`).
+        min_interactions: users with fewer events are dropped, after the reading filters.
         user_col: user column name (in a file without header, its position: 0, 1, ...).
         item_col: item column name.
         time_col: timestamp column name; None means the file order is chronological.
@@ -74,36 +64,30 @@ class StreamRecDataModule(L.LightningDataModule):
         header: whether the file's first line names its columns; false: `columns` names them, or
             `user_col`/`item_col`/`time_col` give positions (0, 1, 2).
         columns: the column names of a file without header, in file order, e.g. [user_id, item_id, timestamp].
-        time_format: how `time_col` is written: auto (numbers, or ISO-8601 dates and times such as 2024-05-01,
-            2024-05-01 12:00:00 or 2024-05-01T12:00:00+02:00), unix (numbers only), iso, or a strptime pattern
-            such as %d/%m/%Y %H:%M. A time without a zone is taken as UTC.
+        time_format: auto (numbers, or ISO-8601 such as 2024-05-01 or 2024-05-01T12:00:00+02:00), unix, iso,
+            or a strptime pattern such as %d/%m/%Y %H:%M. A time without a zone is taken as UTC.
         filter: keep only the events whose value in one column passes, e.g. "rating >= 4", "event_type == buy"
             or "event_type in [view, buy]" (==, !=, >, >=, <, <=, in, not in). None: every event.
         duplicates: exact duplicate events (same user, item and time; without a time column the same item
             twice in a row): keep, drop (all but the first) or error. Their count is logged either way.
-        min_item_count: items with fewer events (after `filter` and `duplicates`) are dropped, once, before
-            `min_interactions` drops short users.
+        min_item_count: items with fewer events (after `filter` and `duplicates`) are dropped, once.
         k_core: keep only the part of the log where every user and every item has at least k_core events,
             dropping and recounting until nothing changes (e.g. 5 for the usual 5-core); None: no k-core.
         sliding_window: train on every max_len-window of long histories, not only the last.
-        prefixes: train on every prefix of each history as its own example, predicting only its last item (the
-            augmentation of FMLP-Rec, BSARec and RecBole), instead of one window predicting every next item: the
-            same targets, but each sees its history under its own dropout, and the position next to a target is
-            always the last. An epoch encodes about (mean history length) / 2 times more positions, so it suits
-            short histories (docs/results.md, "StreamRec").
+        prefixes: train on every prefix of each history as its own example, predicting only its last item (as
+            FMLP-Rec, BSARec and RecBole do): each target sees its history under its own dropout. An epoch
+            encodes about (mean history length) / 2 times more positions, so it suits short histories.
         temporal_cutoffs: (valid, test) timestamps for split=temporal; None uses `temporal_quantiles`.
         temporal_quantiles: (valid, test) quantiles of all timestamps used when no cutoffs are given.
         num_workers: DataLoader worker processes.
-        cache_dir: a folder for the encoded log (.npy, see `streamrec.data.encoded`); later loads, every DDP rank
-            and DataLoader worker included, memory-map it instead of parsing the log. None: no cache.
-        group_by_length: training batches of windows of similar length, each with the same number of targets
-            (`LengthGroupedBatchSampler`), which compute less padding, so an epoch runs faster with the validation
-            NDCG@10 of random batches (docs/results.md, "Length-grouped batches"). false: random batches of
-            `batch_size` windows. Not used under DDP (random batches there).
-        item_features: an items file (`streamrec.data.items.read_items`: CSV/TSV with `item_id`, or MovieLens'
-            movies.dat) whose `feature_columns` the model embeds beside the item id (linked into the model). Its
-            items absent from the log become cold items: scored and recommended by their features alone.
-            None: items are ids only.
+        cache_dir: a folder for the encoded log (.npy); later loads, every DDP rank and DataLoader worker
+            included, memory-map it instead of parsing the log. None: no cache.
+        group_by_length: training batches of windows of similar length, each with the same number of targets,
+            which compute less padding (docs/results.md, "Length-grouped batches"). false: random batches.
+            Not used under DDP.
+        item_features: an items file (CSV/TSV with `item_id`, or MovieLens' movies.dat) whose `feature_columns`
+            the model embeds beside the item id. Its items absent from the log become cold items, scored by
+            their features alone. None: items are ids only.
         feature_columns: the categorical columns of `item_features`, e.g. [genres]; a cell may hold several
             values separated by "|".
     """
@@ -156,7 +140,6 @@ class StreamRecDataModule(L.LightningDataModule):
             self._vocab, self._features = self._read_features(self._log.vocab)
 
     def _read_features(self, log_vocab: ItemVocab) -> tuple[ItemVocab, ItemFeatures]:
-        """The log's vocabulary with the cold items appended (the log's ids unchanged), and the feature table."""
         features = read_item_features(self.item_features_path, self.feature_columns)
         in_log = int(np.count_nonzero(log_vocab.lookup(list(features))))
         if not in_log:
@@ -197,7 +180,6 @@ class StreamRecDataModule(L.LightningDataModule):
 
     @property
     def vocab(self) -> ItemVocab:
-        """The item vocabulary (reads the file on first use)."""
         self._load()
         return self._vocab
 
@@ -208,7 +190,7 @@ class StreamRecDataModule(L.LightningDataModule):
 
     @property
     def item_features(self) -> Tensor | None:
-        """(N+1, F) int64 feature ids of each item, padded with 0 (`ItemFeatures.table`); None without a file."""
+        """`ItemFeatures.table`; None without a file."""
         self._load()
         return None if self._features is None else self._features.table
 
@@ -226,7 +208,6 @@ class StreamRecDataModule(L.LightningDataModule):
 
     @property
     def splits(self) -> Split:
-        """Training histories and evaluation cases (reads the file on first use)."""
         self._load()
         return self._split
 
@@ -235,7 +216,6 @@ class StreamRecDataModule(L.LightningDataModule):
         return item_counts(self.splits.train.values(), self.num_items)
 
     def setup(self, stage: str | None = None) -> None:
-        """Read the file (once) and build the datasets."""
         self._load()
         self.train_set = self._train_set()
         self.valid_set = EvalDataset(self.splits.valid)
@@ -252,8 +232,7 @@ class StreamRecDataModule(L.LightningDataModule):
                                        self.prefixes)
 
     def state_dict(self) -> dict[str, dict]:
-        """The vocabulary and the reading options (plain values), saved by Lightning in every checkpoint under
-        the class name: `streamrec.data.readers.read_options_from_checkpoint` reads new logs the same way."""
+        """Saved in every checkpoint, so that `read_options_from_checkpoint` reads new logs the same way."""
         return {"vocab": self.vocab.to_dict(), READ_OPTIONS_KEY: self.read_options.to_dict()}
 
     def load_state_dict(self, state_dict: dict[str, dict]) -> None:
@@ -263,7 +242,7 @@ class StreamRecDataModule(L.LightningDataModule):
             raise InputError(f"{self.path}: its {len(self.vocab)} items map to different ids than the checkpoint's "
                              f"{len(saved)}; resume with the data file the checkpoint was trained on")
 
-    def _train_loader(self) -> DataLoader:
+    def train_dataloader(self) -> DataLoader:
         # Shuffled from (seed, epoch), and a generator of the loader's own: fetching data draws nothing from
         # the global generator, so a run resumed from a checkpoint replays the same batches (core.runtime.resume).
         seed = torch.initial_seed() % 2**31  # seed_everything's seed
@@ -284,27 +263,19 @@ class StreamRecDataModule(L.LightningDataModule):
         # Under DDP, Lightning's default sampler pads ranks with repeated cases, which would
         # count some users twice; this one splits the cases without repeats (metric states are
         # summed across ranks, so uneven shares are fine).
-        sampler = None
-        if process_group_running():
-            sampler = UnrepeatedDistributedSampler(dataset, shuffle=False)
+        sampler = UnrepeatedDistributedSampler(dataset, shuffle=False) if process_group_running() else None
         return DataLoader(dataset, batch_size=self.batch_size, sampler=sampler, num_workers=self.num_workers,
                           collate_fn=partial(collate_eval, max_len=self.max_len),
                           persistent_workers=self.num_workers > 0)
 
-    def train_dataloader(self) -> DataLoader:
-        """Shuffled `TrainBatch`es."""
-        return self._train_loader()
-
     def val_dataloader(self) -> DataLoader:
-        """`EvalBatch`es of the validation cases, in order."""
         return self._eval_loader(self.valid_set)
 
     def test_dataloader(self) -> DataLoader:
-        """`EvalBatch`es of the test cases, in order."""
         return self._eval_loader(self.test_set)
 
     def predict_dataloader(self) -> DataLoader:
-        """`PredictBatch`es of every user's whole sequence, in input order (Lightning shards them under DDP)."""
+        """Every user's whole sequence, in input order (Lightning shards them under DDP)."""
         rows = list(enumerate(user_sequences(self.splits).items()))
         return DataLoader(rows, batch_size=self.batch_size, num_workers=self.num_workers,
                           collate_fn=partial(collate_predict, max_len=self.max_len),
@@ -312,7 +283,6 @@ class StreamRecDataModule(L.LightningDataModule):
 
 
 def _check_features(item_features: str | None, feature_columns: list[str] | None) -> None:
-    """Refuse at construction a features file without columns, columns without a file, or a missing file."""
     if item_features is None and feature_columns:
         raise InputError(f"`feature_columns` {feature_columns} needs `item_features`, the file holding them")
     if item_features is None:

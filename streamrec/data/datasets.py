@@ -1,13 +1,8 @@
 """Datasets and collate functions: SASRec-style causal training examples and evaluation batches.
 
-`TrainDataset` + `collate_train` give the last max_len+1 training items, inputs = seq[:-1],
-targets = seq[1:], both left-padded with 0 (target 0 = ignore); with `prefixes`, every prefix of a history
-instead, each with only its last item as target. `EvalDataset` + `collate_eval`
-give the last max_len history items, the held-out target and every item already seen (for
-filtering). `collate_predict` does the same for whole sequences. `LengthGroupedBatchSampler` cuts
-training batches of windows of similar length.
-
-Legend: B batch, T time (= max_len), L longest seen-item list in the batch, N items.
+Training inputs are window[:-1], targets window[1:], both left-padded with 0 (target 0 = ignore). Evaluation
+batches carry every item already seen, for filtering. Legend: B batch, T time (= max_len), L longest seen-item
+list in the batch, N items.
 """
 
 from __future__ import annotations
@@ -70,14 +65,8 @@ def _seen(histories: Sequence[Sequence[int]]) -> Tensor:
 
 
 class TrainBatch(NamedTuple):
-    """Causal next-item batch.
-
-    Args:
-        inputs: (B, T) item ids, left-padded with 0.
-        targets: (B, T) the item after each input position; 0 = ignore.
-        last_only: only the last column holds targets (prefix windows), so the model may compute the final
-            layer there alone.
-    """
+    """Causal next-item batch: (B, T) inputs, (B, T) targets (0 = ignore); `last_only`: only the last column
+    holds targets (prefix windows), so the model may compute the final layer there alone."""
 
     inputs: Tensor
     targets: Tensor
@@ -85,14 +74,8 @@ class TrainBatch(NamedTuple):
 
 
 class EvalBatch(NamedTuple):
-    """Held-out next-item batch.
-
-    Args:
-        rows: (B,) row of each case in its `EvalDataset` (maps scores back to users).
-        inputs: (B, T) the last T history items, left-padded with 0.
-        targets: (B,) the held-out item.
-        seen: (B, L) distinct items of the whole history, right-padded with 0.
-    """
+    """Held-out next-item batch: (B,) rows of the cases in their `EvalDataset` (maps scores back to users),
+    (B, T) inputs, (B,) targets, (B, L) distinct items of the whole history, right-padded with 0."""
 
     rows: Tensor
     inputs: Tensor
@@ -105,12 +88,7 @@ class TrainDataset(Dataset):
 
     The windows are (start, end) spans of one flat int32 array of items, which may be a read-only
     memory map (`from_spans`): DataLoader workers and DDP ranks on a node then share its pages.
-
-    Args:
-        histories: encoded training histories, one per user.
-        max_len: model context length T.
-        sliding_window: one window per max_len items instead of only the last one.
-        prefixes: one window per prefix, each a single target (its last item; see `training_windows`).
+    `sliding_window` and `prefixes` cut as `training_windows` does.
     """
 
     def __init__(self, histories: Iterable[Sequence[int]], max_len: int, sliding_window: bool = False,
@@ -124,14 +102,7 @@ class TrainDataset(Dataset):
     @classmethod
     def from_spans(cls, items: np.ndarray, starts: np.ndarray, ends: np.ndarray, max_len: int,
                    sliding_window: bool = False, prefixes: bool = False) -> TrainDataset:
-        """Histories items[starts[k] : ends[k]] of one flat array, which is kept, not copied.
-
-        Args:
-            items: (E,) encoded items, e.g. `np.load(..., mmap_mode="r")`.
-            starts: (U,) first index of each history.
-            ends: (U,) one past the last index of each history.
-            max_len, sliding_window, prefixes: as in `TrainDataset`.
-        """
+        """Histories items[starts[k] : ends[k]] of one flat (E,) array (e.g. a memory map), kept, not copied."""
         dataset = cls.__new__(cls)
         dataset._init(items, np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64), max_len,
                       sliding_window, prefixes)
@@ -156,7 +127,7 @@ class TrainDataset(Dataset):
 
     @property
     def windows(self) -> list[list[int]]:
-        """Every window as a list (for inspection; batches read spans of `items`)."""
+        """Every window as a list, for inspection."""
         return [self.items[a:b].tolist() for a, b in zip(self.starts.tolist(), self.ends.tolist(), strict=True)]
 
     @property
@@ -182,10 +153,6 @@ class SameTargetWindows:
 
     Draws are uniform over the windows ending in the target, the row's own window among them, so a target that ends
     one window only gives the row its own window back (a second dropout view of it).
-
-    Args:
-        dataset: the training windows.
-        num_items: N (item ids 1..N).
     """
 
     def __init__(self, dataset: TrainDataset, num_items: int):
@@ -215,24 +182,10 @@ class LengthGroupedBatchSampler(EpochBatchSampler):
     to 200 almost always; grouped ones compute about half of those positions.
 
     Each epoch draws a permutation from (seed, epoch), cuts it into groups of `group_batches` x `batch_size`
-    windows, sorts each group by length (stably: equal lengths stay in random order), and cuts the sorted order
-    into batches of equal total length (targets), ± one window, in as many batches as random batches of
-    `batch_size` windows give; the batch order is shuffled. A batch of short histories therefore holds more
-    windows than one of long histories, and every step's loss is a mean over the same number of targets. Equal
-    window counts instead (batch sizes fixed, target counts up to max_len times apart) lose accuracy: with a
-    plain per-batch mean each target of a short batch weighs more, and with targets weighted alike the long
-    batches' gradients are several times the others' (docs/results.md, "Length-grouped batches").
-
-    Every window is seen once an epoch. Epochs, `set_epoch` and `skip_batches`: `core.runtime.resume.EpochBatchSampler`.
-
-    Args:
-        lengths: (W,) length of every window (`TrainDataset.lengths`), by which the groups are sorted.
-        batch_size: windows a batch holds on average; the epoch has ceil(W / batch_size) batches (fewer only where
-            one window would hold more targets than a batch's share).
-        seed: seed of the permutations; the same (seed, epoch) gives the same batches.
-        group_batches: batches per sorted group; more gives less padding and less random batches.
-        targets: (W,) targets of every window (`TrainDataset.targets`), which the batches share equally; None:
-            `lengths` (a window predicts each of its items).
+    windows, sorts each group by length (stably), and cuts the sorted order into ceil(W / batch_size) batches of
+    equal total `targets` (default: `lengths`), ± one window; the batch order is shuffled. Every step's loss is
+    then a mean over the same number of targets: equal window counts instead (target counts up to max_len times
+    apart) lose accuracy (docs/results.md, "Length-grouped batches"). Every window is seen once an epoch.
     """
 
     def __init__(self, lengths: np.ndarray, batch_size: int, seed: int = 0, group_batches: int = 64,
@@ -251,7 +204,6 @@ class LengthGroupedBatchSampler(EpochBatchSampler):
         return self.num_batches
 
     def epoch_batches(self, rng: np.random.Generator) -> list[np.ndarray]:
-        """One epoch's batches (see the class docstring), in shuffled order."""
         order = rng.permutation(len(self.lengths))
         group = self.group_batches * self.batch_size
         for start in range(0, len(order), group):
@@ -287,8 +239,7 @@ def collate_train(windows: Sequence[Sequence[int]], max_len: int, last_only: boo
 
 
 def collate_eval(cases: Sequence[tuple[int, EvalCase]], max_len: int) -> EvalBatch:
-    """`EvalDataset`'s (row, case) pairs -> last max_len history items (left-padded), targets, and seen items
-    (right-padded)."""
+    """`EvalDataset`'s (row, case) pairs -> `EvalBatch`."""
     histories = [case.history for _, case in cases]
     return EvalBatch(
         rows=torch.tensor([i for i, _ in cases], dtype=torch.long),
@@ -299,14 +250,7 @@ def collate_eval(cases: Sequence[tuple[int, EvalCase]], max_len: int) -> EvalBat
 
 
 class PredictBatch(NamedTuple):
-    """Whole histories to recommend after (`predict`).
-
-    Args:
-        rows: (B,) position of each user in `user_sequences` order.
-        users: the user ids.
-        inputs: (B, T) the last T items of the whole history, left-padded with 0.
-        seen: (B, L) distinct items of the whole history, right-padded with 0.
-    """
+    """Whole histories to recommend after (`predict`): rows are positions in `user_sequences` order."""
 
     rows: Tensor
     users: list[str]
@@ -323,8 +267,7 @@ def user_sequences(split: Split) -> dict[str, Sequence[int]]:
 
 
 def collate_predict(rows: Sequence[tuple[int, tuple[str, Sequence[int]]]], max_len: int) -> PredictBatch:
-    """(row, (user, sequence)) pairs of `StreamRecDataModule.predict_dataloader`'s dataset -> the last max_len
-    items (left-padded) and the seen items (right-padded)."""
+    """(row, (user, sequence)) pairs of `StreamRecDataModule.predict_dataloader`'s dataset."""
     sequences = [seq for _, (_, seq) in rows]
     return PredictBatch(
         rows=torch.tensor([i for i, _ in rows], dtype=torch.long),

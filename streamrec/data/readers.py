@@ -75,7 +75,7 @@ def _read_file(path: Path, layout: Layout, options: ReadOptions, times: TimePars
         _read_parquet(path, options, times, builder)
         return
     check_text_file(path)  # a NUL byte: binary data, which the text readers would take as odd ids
-    if not layout.delimited:
+    if layout.delimiter is None:
         if options.filter is not None:
             raise InputError(f"{path}: {parse.FORMAT_NAMES[layout.format]} has no columns to filter; "
                              "drop `filter`, or read a CSV/TSV/Parquet log")

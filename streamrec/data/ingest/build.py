@@ -1,18 +1,11 @@
 """Step 5 of reading a log: `Interactions` built from parsed chunks, holding int32 codes rather than id strings.
 
-The earlier steps hand `InteractionsBuilder` one parsed block at a time (user ids, item ids, timestamps).
-Its strings wait in a small pending group; when that group reaches `_GROUP_ROWS` rows (or the size
-of the dictionaries so far) arrow's `dictionary_encode` runs over [known ids] + the group, so the
-known ids keep their codes, new ids get the next ones in order of first appearance, and the strings
-are freed. Only the codes (int32) and times (float64) of the whole log are ever held.
-
-`build` then groups the events by user with a counting sort (offsets from the per-user counts, the
-events placed straight into their slots, `_DEST_ROWS` at a time), so no (E,) int64 sort order is
-materialised, and sorts by time only the stretches of users whose times go backwards (a log
-exported in time order has none). The peak is the codes and times twice (before and after placing),
-never the strings of the whole log (docs/results.md, "Scale").
-
-Legend: E events, U users.
+Id strings wait in a pending group; at `_GROUP_ROWS` rows (or the size of the dictionaries so far) arrow's
+`dictionary_encode` runs over [known ids] + the group, so known ids keep their codes, new ones get the next
+codes in order of first appearance, and the strings are freed: only the log's codes and times are held.
+`build` groups the events by user with a counting sort, so no (E,) int64 sort order is materialised, and
+sorts by time only the stretches of users whose times go backwards. The peak is the codes and times twice,
+never the strings of the whole log (docs/results.md, "Scale"). Legend: E events, U users.
 """
 
 from __future__ import annotations
@@ -55,11 +48,7 @@ class _Column:
 
 
 class InteractionsBuilder:
-    """Chunks of (user ids, item ids, times) in file order -> `Interactions`.
-
-    Args:
-        path: the log (file or folder), named in errors.
-    """
+    """Chunks of (user ids, item ids, times) in file order -> `Interactions`; `path` is named in errors."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -76,7 +65,6 @@ class InteractionsBuilder:
             column.reserve(self.rows + rows)
 
     def add(self, users: pa.Array, items: pa.Array, times: np.ndarray | None) -> None:
-        """One block of events, in file order: ids as arrow strings, times as float64 or None."""
         if not len(users):
             return
         if self.timed is None:
@@ -95,7 +83,7 @@ class InteractionsBuilder:
             self._encode_pending()
 
     def mark(self) -> tuple:
-        """The state to return to with `rollback` (before a file that may be read again)."""
+        """The state `rollback` returns to (before a file that may be read again)."""
         return (self.encoded_rows, self.rows, list(self.pending), self.timed, self.mixed,
                 {k: 0 if d is None else len(d) for k, d in self.ids.items()})
 

@@ -1,8 +1,7 @@
 """Step 3 of reading a log: the parsed columns named (user, item, time, the filter's) and converted.
 
-Ids become arrow strings (as `str(value)` writes them), times float64 Unix seconds (`TimeParser`).
-A value that cannot be converted raises `Fault` with its row in the batch: the delimited reader
-re-reads the file to name its line (`streamrec.data.ingest.locate`), Parquet names the row at once.
+A value that cannot be converted raises `Fault` with its row in the batch: the delimited reader re-reads
+the file to name its line (`streamrec.data.readers`), Parquet names the row at once.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ ISO_EXAMPLES = "e.g. 2024-05-01, 2024-05-01 12:00:00 or 2024-05-01T12:00:00+02:0
 
 
 class Fault(Exception):
-    """A value of a parsed batch that cannot be used: `row` in the batch, `column` (the option's name) and why."""
+    """A value of a parsed batch that cannot be used: `row` in the batch, `column` is the option's name."""
 
     def __init__(self, row: int, column: str, reason: str):
         super().__init__(reason)
@@ -35,8 +34,7 @@ class Fault(Exception):
 
 @dataclass(frozen=True)
 class Chunk:
-    """One converted block: (B,) user and item ids (arrow strings), (B,) float64 seconds or None, and
-    the filter column's cells (arrow) or None."""
+    """One converted block: (B,) ids as arrow strings, (B,) float64 seconds, the filter column's cells."""
 
     users: pa.Array
     items: pa.Array
@@ -46,14 +44,9 @@ class Chunk:
 
 @dataclass(frozen=True)
 class ColumnPlan:
-    """Which parsed columns hold what, for one file.
-
-    Args:
-        columns: role (user_col, item_col, time_col, filter) -> the column's name in the parsed batches.
-        shown: role -> the column's name in the file (header name, given name or position), for messages.
-        empty: parsed columns that must be empty (the gaps of MovieLens' '::').
-        width: the number of fields per row of a delimited file.
-    """
+    """Which parsed columns hold what, for one file: role (user_col, item_col, time_col, filter) -> its column
+    in the batches (`columns`) and in the file (`shown`, for messages); `empty` columns are MovieLens' '::' gaps;
+    `width` is a delimited file's fields per row."""
 
     columns: dict[str, str]
     shown: dict[str, str]
@@ -62,7 +55,6 @@ class ColumnPlan:
 
     @property
     def read(self) -> list[str]:
-        """Every parsed column the steps need."""
         return list(dict.fromkeys([*self.columns.values(), *self.empty]))
 
 
@@ -78,8 +70,7 @@ def plan_columns(path: Path, found: Sequence[str], options: ReadOptions, parsed:
         if name is None:
             continue
         if name not in found:
-            arg = "filter" if role == "filter" else role
-            fix = f"rename it in the file or pass {arg}=<your column name>" if role != "filter" else (
+            fix = f"rename it in the file or pass {role}=<your column name>" if role != "filter" else (
                 "filter on one of these columns")
             raise InputError("; ".join([f"{path}: no column {name!r} (columns: {', '.join(map(str, found)) or 'none'})",
                                         fix, *hints]))
@@ -90,11 +81,7 @@ def plan_columns(path: Path, found: Sequence[str], options: ReadOptions, parsed:
 
 class TimeParser:
     """Times -> float64 Unix seconds, by `time_format`; auto settles on numbers or ISO-8601 at the first time
-    read and keeps to it for the whole log (a log mixing both would mix units).
-
-    Args:
-        time_format: auto, unix, iso or a strptime pattern (`ReadOptions.time_format`).
-    """
+    read and keeps to it for the whole log (a log mixing both would mix units)."""
 
     def __init__(self, time_format: str):
         self.pattern = time_format if "%" in time_format else None
@@ -189,7 +176,6 @@ class TimeParser:
         return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
 
     def why(self, value: object) -> str:
-        """The message for a value that is not a time of this log's kind."""
         if self.kind == "pattern":
             return f"timestamp {value!r} does not match time_format {self.pattern!r}; fix the value or the pattern"
         if self.kind == "iso":

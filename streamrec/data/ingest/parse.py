@@ -50,10 +50,6 @@ class Layout:
     header: bool = True
     names: tuple[str, ...] | None = None
 
-    @property
-    def delimited(self) -> bool:
-        return self.delimiter is not None
-
 
 def existing_path(path: str | Path) -> Path:
     path = Path(path)
