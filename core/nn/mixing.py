@@ -27,17 +27,12 @@ LowPassKind = Literal["causal", "fourier"]
 
 @dataclass(frozen=True)
 class LowPassMix:
-    """The filter branch's settings.
+    """The filter branch's settings: `alpha` is its weight (attention gets 1 - alpha).
 
-    Args:
-        alpha: the filter branch's weight; attention gets 1 - alpha. BSARec's best values were 0.3-0.7.
-        window: causal: moving-average length W; a box filter of length W keeps roughly the periods longer
-            than W steps. fourier: BSARec's c, which keeps the lowest c // 2 + 1 Fourier bins over `length`
-            positions (c = 5 of 50 keeps periods of 25 items and more).
-        kind: causal (position t reads positions <= t) or fourier (BSARec's: every position reads the whole
-            history, so only a model trained at the last position may use it).
-        length: the fourier transform's length, the model's max_len: a bin then means the same period
-            whatever a batch's length (histories are zero-padded to it).
+    `window`: causal, the moving-average length W (a box filter keeps roughly the periods longer than W
+    steps); fourier, BSARec's c, which keeps the lowest c // 2 + 1 Fourier bins over `length` positions.
+    `length`: the Fourier transform's length, the model's max_len, so a bin means the same period whatever a
+    batch's length (histories are zero-padded to it).
     """
 
     alpha: float = 0.5
@@ -88,13 +83,8 @@ def fourier_low_pass(x: Tensor, bins: int, length: int, valid: Tensor | None = N
 
 
 class LowPassFilter(nn.Module):
-    """The filter branch: low + beta^2 * (x - low), with the causal moving average or BSARec's Fourier
-    low-pass as `low`.
-
-    Args:
-        d_model: model width D (beta is per channel, initialised N(0, 1) as in BSARec).
-        mix: the settings (kind, window, length).
-    """
+    """The filter branch: low + beta^2 * (x - low), `low` the causal moving average or BSARec's Fourier low-pass;
+    beta is per channel, initialised N(0, 1) as in BSARec."""
 
     def __init__(self, d_model: int, mix: LowPassMix):
         super().__init__()
@@ -102,7 +92,6 @@ class LowPassFilter(nn.Module):
         self.sqrt_beta = nn.Parameter(torch.randn(1, 1, d_model))
 
     def forward(self, x: Tensor, valid: Tensor | None = None) -> Tensor:
-        """(B, T, D) -> (B, T, D); causal: position t reads only positions <= t."""
         if self.mix.kind == "fourier":
             low = fourier_low_pass(x, self.mix.window // 2 + 1, self.mix.length, valid)
         else:

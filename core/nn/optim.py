@@ -32,15 +32,8 @@ class RowwiseAdagradAdamW(Optimizer):
     kernel and state layout: `step`, `exp_avg`, `exp_avg_sq`). A rowwise group holds (V, D) tables whose
     gradients are sparse (`F.embedding(..., sparse=True)`); duplicate rows in a gradient are summed before
     the update. A dense gradient counts every row as touched. Weight decay on a table is decoupled, as in
-    AdamW, and applied to the touched rows only (untouched rows are not read at all).
-
-    Args:
-        params: parameters or param groups; a group may set `rowwise: True` and its own `lr`, `eps`,
-            `weight_decay` (a rowwise group ignores `betas`).
-        lr: learning rate of every group unless the group sets its own.
-        betas: AdamW's moving-average coefficients.
-        eps: added to the denominator (AdamW: sqrt of the second moment; AdaGrad: sqrt of the row's sum).
-        weight_decay: decoupled weight decay.
+    AdamW, and applied to the touched rows only (untouched rows are not read at all). A group may set its own
+    `lr`, `eps` and `weight_decay`; a rowwise group ignores `betas`.
     """
 
     def __init__(self, params: Iterable[Tensor] | Iterable[dict[str, Any]], lr: float = 1e-3,
@@ -63,10 +56,7 @@ class RowwiseAdagradAdamW(Optimizer):
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:
-            if group["rowwise"]:
-                self._rowwise_adagrad(group)
-            else:
-                self._adamw(group)
+            (self._rowwise_adagrad if group["rowwise"] else self._adamw)(group)
         return loss
 
     def _adamw(self, group: dict[str, Any]) -> None:
@@ -102,22 +92,14 @@ class RowwiseAdagradAdamW(Optimizer):
             state = self.state[p]
             if not state:
                 state["sum"] = p.new_zeros(p.shape[0], dtype=torch.float32)  # (V,) one accumulator per row
-            rows, values = touched_rows(p.grad)  # (R,), (R, D)
+            if p.grad.is_sparse:  # one entry per lookup: coalesce sums a row's, so the accumulator sees it once
+                grad = p.grad.coalesce()
+                rows, values = grad.indices()[0], grad.values()  # (R,), (R, D)
+            else:
+                rows, values = torch.arange(p.shape[0], device=p.device), p.grad
             total = state["sum"]
             total.index_add_(0, rows, values.float().square().mean(1))
             std = total[rows].sqrt_().add_(eps)  # (R,)
             if decay:
                 p.index_add_(0, rows, p[rows], alpha=-lr * decay)
             p.index_add_(0, rows, (values / std[:, None]).to(p.dtype), alpha=-lr)
-
-
-def touched_rows(grad: Tensor) -> tuple[Tensor, Tensor]:
-    """(V, D) gradient -> the rows it touches, each once, and their summed gradients: (R,), (R, D).
-
-    A sparse COO gradient lists a row once per lookup (a step that reads item 7 three times has three
-    entries for row 7): `coalesce` sums them, so the accumulator sees the row's whole gradient once.
-    """
-    if grad.is_sparse:
-        grad = grad.coalesce()
-        return grad.indices()[0], grad.values()
-    return torch.arange(grad.shape[0], device=grad.device), grad

@@ -49,19 +49,14 @@ class _ScoredAttention(nn.Module):
     def project_keys(self, keys: Tensor) -> Tensor:
         raise NotImplementedError
 
-    def _scores(self, query: Tensor, keys: Tensor) -> Tensor:
-        """(Bm, T', Dq) queries, (Bm, S, .) projected keys -> (Bm, T', S) scores."""
+    def _scores(self, query: Tensor, keys: Tensor) -> Tensor:  # (Bm, T', Dq), (Bm, S, .) -> (Bm, T', S)
         raise NotImplementedError
 
     def forward(self, query: Tensor, values: Tensor, mask: Tensor | None = None,
                 keys: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """(B, T, Dq) queries over (Bm, S, Dk) values -> (B, T, Dk) contexts and (B, T, S) weights.
 
-        Args:
-            query: (B, T, Dq).
-            values: (Bm, S, Dk), Bm dividing B (shared memory rows, see the module).
-            mask: boolean, True = may attend, broadcastable to (Bm, G*T, S); with G > 1, (Bm, 1, S).
-            keys: `project_keys(values)` when already computed.
+        `mask` broadcasts to (Bm, G*T, S), with G > 1 as (Bm, 1, S); `keys`: `project_keys(values)` if known.
         """
         keys = self.project_keys(values) if keys is None else keys
         b, t, _ = query.shape
@@ -79,13 +74,7 @@ class _ScoredAttention(nn.Module):
 
 
 class AdditiveAttention(_ScoredAttention):
-    """Bahdanau attention.
-
-    Args:
-        query_dim: Dq, the decoder state's width.
-        key_dim: Dk, the encoder output's width.
-        attn_dim: A, the width of the hidden layer the score is read from.
-    """
+    """Bahdanau attention; `attn_dim` is A, the width of the hidden layer the score is read from."""
 
     def __init__(self, query_dim: int, key_dim: int, attn_dim: int):
         super().__init__()
@@ -94,7 +83,7 @@ class AdditiveAttention(_ScoredAttention):
         self.v = nn.Linear(attn_dim, 1, bias=False)
 
     def project_keys(self, keys: Tensor) -> Tensor:
-        """(B, S, Dk) -> (B, S, A), W_k k + b: computed once per source."""
+        """(B, S, Dk) -> (B, S, A), W_k k + b."""
         return self.key(keys)
 
     def _scores(self, query: Tensor, keys: Tensor) -> Tensor:
@@ -103,13 +92,7 @@ class AdditiveAttention(_ScoredAttention):
 
 
 class MultiplicativeAttention(_ScoredAttention):
-    """Luong attention, "dot" or "general".
-
-    Args:
-        query_dim: Dq.
-        key_dim: Dk ("dot" needs Dq == Dk).
-        score: "dot" (q . k) or "general" (q^T W k).
-    """
+    """Luong attention, `score` "dot" (q . k, needs Dq == Dk) or "general" (q^T W k)."""
 
     def __init__(self, query_dim: int, key_dim: int, score: Score = "general"):
         super().__init__()
