@@ -3,17 +3,12 @@
     python -m translate.export --ckpt CKPT --format safetensors --output DIR
     python -m translate.export --ckpt CKPT --format ctranslate2 --output DIR [--quantization int8]
 
-`safetensors` writes DIR/model.safetensors, DIR/config.json and the sentencepiece models (DIR/src.model, and
-DIR/tgt.model when the target vocabulary differs); `translate.Translator.load(DIR)` reads it back without
-pickle (`core.runtime.export`). `ctranslate2` converts the network to CTranslate2's `TransformerSpec` and
-writes beside it the sentencepiece models (CTranslate2 reads and writes pieces), `translate_options.json`
-(the `translate_batch` keyword arguments and the per-sentence output limit that give our search's output)
-and a README.md that decodes with plain `ctranslate2` and `sentencepiece` calls. It needs the `export` extra
-(`pip install -e ".[export]"`). RoPE, ALiBi and grouped-query attention have no CTranslate2 form and are
-refused by name, as is the recurrent network (`model.arch: rnn`); `--quantization int8` is CTranslate2's own
-quantisation.
-
-Legend: S source length, V vocabulary, D model width, F feed-forward width.
+`safetensors` writes DIR/model.safetensors, DIR/config.json and the sentencepiece models;
+`translate.Translator.load(DIR)` reads it back without pickle. `ctranslate2` writes a CTranslate2 model, the
+sentencepiece models, `translate_options.json` (the `translate_batch` arguments that give our search's output)
+and a README.md that decodes with plain `ctranslate2` and `sentencepiece` calls; it needs the `export` extra
+(`pip install -e ".[export]"`). RoPE, ALiBi, grouped-query attention and `model.arch: rnn` have no
+CTranslate2 form and are refused by name.
 """
 
 from __future__ import annotations
@@ -78,9 +73,7 @@ def export_safetensors(ckpt: str | Path, out: str | Path) -> Path:
 def transformer_spec(model: TransformerTranslator, hparams: dict[str, Any], src_pieces: Sequence[str],
                      tgt_pieces: Sequence[str]):
     """Our float32 eval-mode network as a `ctranslate2.specs.TransformerSpec`, weights set and vocabularies
-    (the pieces of each id, in id order) registered. `hparams` in today's layout (`upgrade_hparams`). A setting
-    the spec cannot express (RoPE, ALiBi, grouped-query attention) is an `InputError`.
-    """
+    (the pieces of each id, in id order) registered; `hparams` in today's layout (`upgrade_hparams`)."""
     from ctranslate2.specs import common_spec
     from ctranslate2.specs import transformer_spec as ts
 

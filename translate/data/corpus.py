@@ -191,17 +191,12 @@ class TranslationDataset(Dataset[Example]):
 class SampledSegmentations(Dataset[Example]):
     """A training split that draws a new subword segmentation of each pair every time it is fetched.
 
-    Subword regularisation (BPE-dropout, unigram sampling; `SubwordVocab.sample_batch`): the
-    model sees many segmentations of the same words, which helps small corpora. Batches are
-    still planned on the deterministic segmentation (`widths`), so an epoch has the same
-    number of batches every time (Lightning's step counts, LR schedules and DDP ranks rely on
-    it); sampled segmentations are longer, so a batch holds more than `max_tokens`. A pair whose
-    sample exceeds `max_len` keeps its deterministic ids. `alpha` is sentencepiece's sampling parameter
-    (BPE: merge-dropout probability).
-
-    The draws are seeded by (seed, rank, DataLoader worker) (`reseed`), so DDP ranks draw differently.
-    sentencepiece's draws repeat within a process only: the same seed gives other segmentations in
-    another process, so a resumed run does not replay them.
+    Subword regularisation (`SubwordVocab.sample_batch`) helps small corpora. Batches are still planned on
+    the deterministic segmentation (`widths`), so an epoch has the same number of batches every time
+    (Lightning's step counts, LR schedules and DDP ranks rely on it); sampled segmentations are longer, so a
+    batch holds more than `max_tokens`. A pair whose sample exceeds `max_len` keeps its deterministic ids.
+    The draws are seeded by (seed, rank, DataLoader worker) (`reseed`); sentencepiece's draws repeat within
+    a process only, so a resumed run does not replay them.
     """
 
     def __init__(
@@ -216,7 +211,6 @@ class SampledSegmentations(Dataset[Example]):
 
     @property
     def widths(self) -> list[int]:
-        """The deterministic segmentation's widths, which the batch sampler plans with."""
         return self.base.widths
 
     @property

@@ -63,10 +63,7 @@ def greedy_search(
     max_len_b: int = 10, max_len: int | None = None,
 ) -> list[Hypothesis]:
     """Pick the most likely token at every step; one hypothesis per sentence, scored by its log-probability.
-
-    The output limit is `max_len_a` x source length + `max_len_b`, capped at `max_len` (default: the model's
-    position limit - 1).
-    """
+    The output limit (`max_output_lengths`) is capped at `max_len` (default: the model's position limit - 1)."""
     limits = max_output_lengths(src, model.pad_id, max_len_a, max_len_b, _cap(model, max_len))
     memory, src_mask = model.encode(src)
     cache = model.new_cache(int(limits.max()) + 1)
@@ -94,10 +91,8 @@ def beam_search(
     model: TranslatorNetwork | Ensemble, src: Tensor, bos_id: int, eos_id: int, *, beam_size: int = 5,
     alpha: float = 0.6, max_len_a: float = 1.5, max_len_b: int = 10, n_best: int = 1, max_len: int | None = None,
 ) -> list[list[Hypothesis]]:
-    """Batched beam search with a KV cache: per sentence its `n_best` best hypotheses, best first.
-
-    `alpha`: the GNMT length-penalty exponent (0 = raw log-probability); the output limit as in `greedy_search`.
-    """
+    """Batched beam search with a KV cache: per sentence its `n_best` best hypotheses, best first (`alpha`: the
+    GNMT length-penalty exponent; the output limit as in `greedy_search`)."""
     if not 1 <= n_best <= beam_size:
         raise ValueError(f"`n_best` ({n_best}) must be between 1 and `beam_size` ({beam_size})")
     k, n_sent = beam_size, src.shape[0]
