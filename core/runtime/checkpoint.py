@@ -1,17 +1,10 @@
 """Open a checkpoint file a user named, safely: no code in it ever runs.
 
-Every reader of checkpoints in both apps (the CLIs, `--ckpt_path` through `SafeCheckpointIO`,
-averaging, ensembles, the Python API, `load_from_checkpoint`) goes through `load_checkpoint`,
-which unpickles with `torch.load(weights_only=True)`: PyTorch's restricted unpickler builds
-tensors, plain containers and the types in `ALLOWED_GLOBALS`, and refuses any other global
-before calling it. A refused file is one `UnsafeCheckpointError` line naming the file and the
-first global it asked for.
-
-What we write holds only tensors and plain data (numbers, strings, bytes, lists, dicts): the
-vocabularies are stored as lists of ids or sentencepiece protos, the hyper-parameters as
-plain values, RNG states as tensors and ints (`core.runtime.resume`). `tests/core/test_checkpoint.py`
-checks that checkpoints written by both apps name no global outside PyTorch's weights-only set,
-so checkpoints written before this loader existed load unchanged.
+Every reader of checkpoints in both apps goes through `load_checkpoint`, which unpickles with
+`torch.load(weights_only=True)`: PyTorch's restricted unpickler builds tensors, plain containers and the
+types in `ALLOWED_GLOBALS`, and refuses any other global before calling it (one `UnsafeCheckpointError`
+line naming the file and the global). What we write holds only tensors and plain data, so checkpoints
+written before this loader existed load unchanged (`tests/core/runtime/test_checkpoint.py` checks it).
 """
 
 from __future__ import annotations
@@ -47,18 +40,9 @@ _TORCH_GLOBAL = re.compile(r"^(torch\.|collections\.OrderedDict$|_codecs\.encode
 def load_checkpoint(path: str | Path, written_by: str, mmap: bool = False) -> Any:
     """The checkpoint at `path`, on CPU, unpickled with PyTorch's restricted (weights-only) unpickler.
 
-    Args:
-        path: the file the user passed.
-        written_by: the command that writes such checkpoints (`python -m translate fit`), for the hint.
-        mmap: map the tensors from the file (copy-on-write) instead of reading them: only the pages a
-            reader touches enter memory (a 5M-item table, or optimizer states nobody reads, stay on disk).
-
-    Raises:
-        FileNotFoundError: no such file.
-        UnsafeCheckpointError: the pickle names a global outside the allow-list (nothing of it ran).
-        InputError: the file is not a readable PyTorch checkpoint.
-
-    The caller checks that the content is its own kind of checkpoint: only it knows which keys it needs.
+    `written_by` (`python -m translate fit`) is named in the hints. `mmap` maps the tensors (copy-on-write)
+    instead of reading them: pages nobody touches (optimizer states) stay on disk. The caller checks that the
+    content is its own kind of checkpoint: only it knows which keys it needs.
     """
     path = Path(path)
     if not path.is_file():
@@ -95,24 +79,11 @@ def load_module(cls: type[Module], path: str | Path, written_by: str, app: str,
                 required: Iterable[str] = (), mmap: bool = False, prefix: str = "") -> tuple[Module, dict[str, Any]]:
     """A `cls` rebuilt from a checkpoint's hyper-parameters and weights (eval mode, CPU), and the checkpoint dict.
 
-    The one checkpoint-to-module loader of both apps (their Python APIs, hence their CLIs). `cls` is the
-    LightningModule whose constructor is the config schema, or, with `prefix`, the network it holds:
-    hyper-parameters `cls` does not accept (the training settings, LightningCLI's bookkeeping such as
-    `_instantiator`) are left out.
-
-    Args:
-        cls: the module class, e.g. `StreamRecModule`.
-        path: the checkpoint the user passed.
-        written_by: the command that writes such checkpoints (`python -m streamrec fit`), for the hints.
-        app: the app's name in messages ("StreamRec").
-        required: keys besides `hyper_parameters` and `state_dict` the checkpoint must hold (a vocabulary).
-        mmap: the weights stay mapped from the file (`load_checkpoint`); the file must not change while in use.
-        prefix: load only the weights stored under this name (e.g. "model."), without it: the network alone, so
-            scoring and translating neither build the training module nor import Lightning.
-
-    Raises:
-        FileNotFoundError, UnsafeCheckpointError, InputError: as `load_checkpoint`; InputError also for a
-        checkpoint of another kind or weights that do not fit its hyper-parameters.
+    The one checkpoint-to-module loader of both apps. `cls` is the LightningModule, or, with `prefix`
+    ("model."), the network it holds, loaded from the weights under that name alone: scoring and translating
+    then neither build the training module nor import Lightning. Hyper-parameters `cls` does not accept are
+    left out. `required`: keys the checkpoint must hold besides those two (a vocabulary). With `mmap` the
+    weights stay mapped from the file, which must not change while in use.
     """
     state = load_checkpoint(path, written_by, mmap=mmap)
     missing = [key for key in ("hyper_parameters", "state_dict", *required)
@@ -159,12 +130,8 @@ _INIT_FUNCTIONS = ("uniform_", "normal_", "trunc_normal_", "constant_", "ones_",
 
 @contextlib.contextmanager
 def _skip_weight_init() -> Iterator[None]:
-    """Build a module whose weights are about to be replaced without drawing random ones.
-
-    Random initialisation writes every page of every weight, so a large item table (5M items x D 64: 1.3 GB)
-    would be held twice, the random one and the checkpoint's. Left uninitialised (`torch.empty`), those pages are
-    never touched. Buffers computed in constructors (position tables) are unaffected.
-    """
+    """Build a module whose weights are about to be replaced without drawing random ones: random initialisation
+    writes every page of every weight, so a large item table would be held twice. Computed buffers are unaffected."""
     saved = {name: getattr(nn.init, name) for name in _INIT_FUNCTIONS}
     for name in saved:
         setattr(nn.init, name, lambda tensor, *args, **kwargs: tensor)
@@ -176,11 +143,8 @@ def _skip_weight_init() -> Iterator[None]:
 
 
 def _assign_weights(module: nn.Module, state_dict: dict[str, torch.Tensor]) -> None:
-    """`load_state_dict(strict=True)` that takes the checkpoint's tensors instead of copying them.
-
-    Assigning keeps one copy of each weight in memory; parameters the module shares under several
-    names (tied embeddings) are re-tied afterwards, since assignment gives each name its own Parameter.
-    """
+    """`load_state_dict(strict=True)` that takes the checkpoint's tensors instead of copying them (one copy in
+    memory); tied parameters are re-tied afterwards, since assignment gives each name its own Parameter."""
     shared: dict[int, list[str]] = {}
     for name, param in module.named_parameters(remove_duplicate=False):
         shared.setdefault(id(param), []).append(name)
@@ -193,10 +157,8 @@ def _assign_weights(module: nn.Module, state_dict: dict[str, torch.Tensor]) -> N
 
 
 def refusal(path: str | Path, err: Exception, written_by: str = "python -m <app> fit") -> UnsafeCheckpointError | None:
-    """The one-line refusal of a checkpoint whose pickle names a global the restricted unpickler stopped.
-
-    None when no such global is found: the file is then merely not a checkpoint (text, garbage).
-    """
+    """The one-line refusal of a checkpoint whose pickle names a global the restricted unpickler stopped; None
+    when no such global is found (the file is then merely not a checkpoint)."""
     found = _GLOBAL.search(str(err))
     name = found.group(1) if found else first_foreign_global(path)
     if name is None:
@@ -207,10 +169,8 @@ def refusal(path: str | Path, err: Exception, written_by: str = "python -m <app>
 
 
 def first_foreign_global(path: str | Path) -> str | None:
-    """The first global a pickle (plain, or a torch zip's data.pkl) names that PyTorch's own pickles do not.
-
-    Read with `pickletools.genops`, which parses opcodes and calls nothing.
-    """
+    """The first global a pickle (plain, or a torch zip's data.pkl) names that PyTorch's own pickles do not,
+    read with `pickletools.genops`, which parses opcodes and calls nothing."""
     try:
         data = Path(path).read_bytes()
         if zipfile.is_zipfile(io.BytesIO(data)):
@@ -239,10 +199,8 @@ def _pickle_globals(data: bytes) -> Iterable[str]:
 
 
 class SafeLoadMixin:
-    """Makes a LightningModule's `load_from_checkpoint` use the restricted unpickler with a one-line refusal.
-
-    Lightning's own default may change between versions; ours does not.
-    """
+    """Makes a LightningModule's `load_from_checkpoint` use the restricted unpickler with a one-line refusal
+    (Lightning's own default may change between versions; ours does not)."""
 
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: str | Path, *args: Any, **kwargs: Any) -> Any:
@@ -280,50 +238,30 @@ class SafeLoadMixin:
 
 def checkpoint_mismatch(ours: Mapping[str, Any], theirs: Mapping[str, Any], path: str | Path | None = None,
                         strict: bool = True) -> str | None:
-    """One line naming the first tensor that keeps `theirs` (a checkpoint) from loading into `ours`, or None.
-
-    Args:
-        ours: the module's state dict.
-        theirs: the checkpoint's.
-        path: the checkpoint file, for the message.
-        strict: also report tensors that only one side has (as `load_state_dict(strict=True)` would).
-    """
+    """One line naming the first tensor that keeps the checkpoint's state dict `theirs` from loading into `ours`,
+    or None; `strict`: also tensors that only one side has (as `load_state_dict(strict=True)` would)."""
     def dims(t: Any) -> str:
         return " x ".join(map(str, t.shape)) or "a scalar"
 
     bad = [k for k, v in theirs.items() if k in ours and hasattr(v, "shape") and tuple(v.shape) != tuple(ours[k].shape)]
     missing = [k for k in ours if k not in theirs] if strict else []
     unexpected = [k for k in theirs if k not in ours] if strict else []
-    if bad:
-        problem = f"{bad[0]} is {dims(theirs[bad[0]])} there but {dims(ours[bad[0]])} here"
-    elif missing:
-        problem = f"it has no {missing[0]}"
-    elif unexpected:
-        problem = f"it has {unexpected[0]}, which this model does not"
-    else:
+    problems = ([f"{k} is {dims(theirs[k])} there but {dims(ours[k])} here" for k in bad]
+                + [f"it has no {k}" for k in missing] + [f"it has {k}, which this model does not" for k in unexpected])
+    if not problems:
         return None
-    others = len(bad) + len(missing) + len(unexpected) - 1
-    more = f" (and {others} more)" if others else ""
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
     where = f"checkpoint {path}" if path else "the checkpoint"
-    return (f"{where} does not fit this model: {problem}{more}; it was trained on other data or settings: "
+    return (f"{where} does not fit this model: {problems[0]}{more}; it was trained on other data or settings: "
             "pass the config and data it was trained with")
 
 
 def stale_last_checkpoint_warnings(callbacks: Iterable[Any]) -> list[str]:
-    """One line per `ModelCheckpoint(monitor=..., save_last=True or "link")` whose last.ckpt would go stale.
-
-    Since Lightning 2.6 such a callback writes last.ckpt only when it also saves a top-k checkpoint,
-    i.e. when the monitored metric improves; `fit --ckpt_path last.ckpt` would then restart from the
-    best epoch and repeat the ones after it. The shipped configs keep a separate `filename: last`
-    callback instead, which writes every epoch.
-    """
-    lines = []
-    for cb in callbacks:
-        # Read by attribute (a ModelCheckpoint or a subclass), so `core` needs no Lightning import.
-        if getattr(cb, "save_last", None) and getattr(cb, "monitor", None) and getattr(cb, "save_top_k", -1) != -1:
-            lines.append(
-                f"ModelCheckpoint(monitor={cb.monitor!r}, save_last=true) rewrites last.ckpt only when "
-                f"{cb.monitor} improves, so resuming from it repeats epochs; drop save_last and add a ModelCheckpoint "
-                f"with filename: last (no monitor), as configs/*/demo.yaml do"
-            )
-    return lines
+    """One line per `ModelCheckpoint(monitor=..., save_last=True or "link")` whose last.ckpt would go stale:
+    since Lightning 2.6 it writes last.ckpt only when the monitored metric improves, so resuming repeats epochs."""
+    # Read by attribute (a ModelCheckpoint or a subclass), so `core` needs no Lightning import.
+    return [f"ModelCheckpoint(monitor={cb.monitor!r}, save_last=true) rewrites last.ckpt only when "
+            f"{cb.monitor} improves, so resuming from it repeats epochs; drop save_last and add a ModelCheckpoint "
+            f"with filename: last (no monitor), as configs/*/demo.yaml do"
+            for cb in callbacks
+            if getattr(cb, "save_last", None) and getattr(cb, "monitor", None) and getattr(cb, "save_top_k", -1) != -1]

@@ -1,19 +1,10 @@
-"""What the two apps' LightningCLI entry points share: config mistakes end in one line, and `AppCLI`'s
-hooks (the CPU precision fallback, safe checkpoint reading and atomic writing, exact resume, one
-`fit` per run folder that never overwrites an earlier fit's checkpoints unless told `--overwrite`,
-stale `last.ckpt` warnings, a model summary without a FLOPs column of zeros (`core.runtime.summary`),
-training curves drawn at the end of `fit`, and a `fit` stopped by SIGTERM, SIGINT or
-SIGUSR1 (`core.runtime.signals`) ending with one line that names the signal, the epoch and step, and the command
-that resumes it, and with exit status 128 + the signal's number).
+"""What the two apps' LightningCLI entry points share: config mistakes in one line, and `AppCLI`'s hooks
+(CPU precision fallback, safe checkpoint I/O, exact resume, one `fit` per run folder that never overwrites an
+earlier fit's checkpoints without `--overwrite`, training curves, a signal-stopped `fit` that prints how to resume).
 
-jsonargparse answers a wrong key or value with the whole usage (80+ lines) and names neither the
-YAML file that set it nor, for a syntax error, the file at all ("<unicode string>"). Here a YAML
-file that does not parse is reported as FILE:LINE:COLUMN before the CLI starts, and a rejected
-key or value is one line naming the key and the `--config` file that set it. A config file may name
-the file it builds on (`base: base.yaml`): the CLI reads that one first, so a data set's YAML lists
-only what differs.
-
-Unlike the rest of `core/`, this module needs Lightning and PyYAML (both come with Lightning).
+jsonargparse answers a wrong key with the whole usage and names neither the YAML file that set it nor, for a
+syntax error, the file at all: here both are one line naming the key or FILE:LINE:COLUMN. A config file may
+name the file it builds on (`base: base.yaml`), so a data set's YAML lists only what differs.
 """
 
 from __future__ import annotations
@@ -90,9 +81,7 @@ def read_yaml(name: str) -> Any:
 def config_chain(name: str) -> list[str]:
     """The config file `name` after the files it builds on: its `base: FILE` (relative to it), that one's, and so on.
 
-    A file that is not YAML is an InputError naming FILE:LINE:COLUMN; a missing base, a base that is not a file
-    name, or a chain that comes back to a file, one naming the file and its `base` key. A missing `name` is left
-    to jsonargparse, which names it.
+    A missing `name` is left to jsonargparse, which names it.
     """
     chain = [name]
     while Path(chain[0]).is_file() and isinstance(node := read_yaml(chain[0]), dict) and BASE in node:
@@ -111,11 +100,8 @@ def config_chain(name: str) -> list[str]:
 
 
 def with_bases(args: Sequence[str]) -> list[str]:
-    """`args` with each `--config FILE` preceded by a `--config` for every file FILE builds on (`config_chain`).
-
-    jsonargparse merges successive `--config` files key by key (a later list replaces an earlier one), so
-    a data set's YAML, read after its base, changes only the keys it sets.
-    """
+    """`args` with each `--config FILE` preceded by a `--config` for every file FILE builds on (`config_chain`):
+    jsonargparse merges successive `--config` files key by key, so a file changes only the keys it sets."""
     bases = {i: config_chain(name)[:-1] for i, name in _config_flags(args)}
     out: list[str] = []
     for i, arg in enumerate(args):
@@ -144,9 +130,7 @@ def file_setting(files: Sequence[str], key: str) -> str | None:
 class OneLineErrorParser(LightningArgumentParser):
     """A LightningCLI parser whose errors are one line: what is wrong, which key, which file, and where help is.
 
-    `parse_args` first puts before each `--config` file the files it builds on (`with_bases`), which also
-    checks the syntax of each (ValueError naming FILE:LINE:COLUMN), and remembers the arguments, to name the
-    file or flag that set a bad key.
+    `parse_args` remembers the arguments, to name the file or flag that set a bad key.
     """
 
     _argv: Sequence[str] = ()
@@ -180,11 +164,8 @@ class OneLineErrorParser(LightningArgumentParser):
 
 
 def checkpoints_last_first(callbacks: list) -> list:
-    """`callbacks` with every unmonitored ModelCheckpoint (the every-epoch `last.ckpt`) before the monitored ones.
-
-    Both save at the same hook, in list order: saving `last` first means a kill between the two saves
-    leaves `last.ckpt` newer than `best.ckpt`, never an epoch behind it.
-    """
+    """`callbacks` with every unmonitored ModelCheckpoint (the every-epoch `last.ckpt`) before the monitored ones:
+    both save at the same hook, in list order, so a kill between the saves leaves `last.ckpt` never behind."""
     ckpts = [cb for cb in callbacks if isinstance(cb, ModelCheckpoint)]
     ordered = iter(sorted(ckpts, key=lambda cb: cb.monitor is not None))  # stable: config order otherwise
     return [next(ordered) if isinstance(cb, ModelCheckpoint) else cb for cb in callbacks]
@@ -197,8 +178,8 @@ def _shown(path: Path) -> str:
 
 
 def resume_point(folder: Path) -> Path | None:
-    """The checkpoint in `folder` that resumes its run furthest: `stopped.ckpt` (a fit stopped by a signal) where it is
-    newer than `last.ckpt` (the last whole epoch), else `last.ckpt`; None without either."""
+    """`stopped.ckpt` (a signal-stopped fit) where it is newer than `last.ckpt` (the last whole epoch), else
+    `last.ckpt`; None without either."""
     stopped, last = folder / STOPPED_FILENAME, folder / "last.ckpt"
     if stopped.is_file() and (not last.is_file() or stopped.stat().st_mtime >= last.stat().st_mtime):
         return stopped
@@ -206,13 +187,9 @@ def resume_point(folder: Path) -> Path | None:
 
 
 def overwrite_refusal(folders: Iterable[str | Path], root: str | Path, ckpt_path: str | None) -> str | None:
-    """Why a `fit` into the run folder `root` would replace an earlier fit's checkpoints, in one line; else None.
+    """Why a `fit` into the run folder `root` would replace an earlier fit's checkpoints in `folders`; else None.
 
-    Args:
-        folders: where the fit's checkpoint callbacks write (their `dirpath`s).
-        root: the run folder (`trainer.default_root_dir`).
-        ckpt_path: the fit's `--ckpt_path`. A file under `root` or under one of `folders`, or "last", resumes
-            that run: its checkpoints are this fit's own, so replacing them is what the user asked for.
+    A `ckpt_path` under `root` or one of `folders`, or "last", resumes that run: replacing them is what was asked.
     """
     folders = [Path(f) for f in folders]
     if ckpt_path in RESUME_KEYWORDS:
@@ -233,12 +210,10 @@ def overwrite_refusal(folders: Iterable[str | Path], root: str | Path, ckpt_path
 
 def without_ckpt_path(args: Sequence[str]) -> list[str]:
     """`args` without its `--ckpt_path FILE` or `--ckpt_path=FILE`."""
-    out, skip = [], False
-    for arg in args:
-        if skip:
-            skip = False
-        elif arg == "--ckpt_path":
-            skip = True
+    out, rest = [], iter(args)
+    for arg in rest:
+        if arg == "--ckpt_path":
+            next(rest, None)  # its value
         elif not arg.startswith("--ckpt_path="):
             out.append(arg)
     return out
@@ -256,11 +231,8 @@ def stopped_line(stop: StopRequested, program: str, args: Sequence[str]) -> str:
 
 
 class PlotCurves(Callback):
-    """Draws each CSVLogger's metrics.csv to `curves.png` beside it when `fit` ends (`core.runtime.curves`).
-
-    Also when `fit` stops on an error or Ctrl-C, so a long run cut short still gets its curves.
-    Rank zero only; without a CSVLogger (`logger: false`, `fast_dev_run`) it does nothing.
-    """
+    """Draws each CSVLogger's metrics.csv to `curves.png` beside it when `fit` ends, on an error or Ctrl-C too,
+    so a long run cut short still gets its curves (`core.runtime.curves`)."""
 
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self.draw(trainer)
@@ -269,7 +241,6 @@ class PlotCurves(Callback):
         self.draw(trainer)
 
     def draw(self, trainer: Trainer) -> None:
-        """Write the curves of every CSVLogger of `trainer`, naming each PNG in an INFO line."""
         if not trainer.is_global_zero:
             return
         for logger in trainer.loggers:
@@ -288,17 +259,14 @@ class PlotCurves(Callback):
 def metrics_table(metrics: dict[str, float], baseline: str = "", baseline_label: str = "baseline") -> str:
     """`test` / `validate` results as a table with 4 decimals: each model metric on one row, a baseline's value of
     the same metric (logged as `<split>_<baseline>_<name>`) beside it rather than sorted among the model's rows."""
-    def is_baseline(key: str) -> bool:
-        return bool(baseline) and f"_{baseline}_" in key
-
+    infix = f"_{baseline}_" if baseline else None
     rows = []
     for key, value in metrics.items():
-        if is_baseline(key):
-            continue
-        other = metrics.get(key.replace("_", f"_{baseline}_", 1)) if baseline else None
-        rows.append((key, f"{float(value):.4f}", "" if other is None else f"{float(other):.4f}"))
-    rows += [(key, f"{float(value):.4f}", "") for key, value in metrics.items()
-             if is_baseline(key) and key.replace(f"_{baseline}_", "_", 1) not in metrics]
+        if not (infix and infix in key):
+            other = metrics.get(key.replace("_", infix, 1)) if infix else None
+            rows.append((key, f"{float(value):.4f}", "" if other is None else f"{float(other):.4f}"))
+    rows += [(key, f"{float(value):.4f}", "") for key, value in metrics.items()  # baselines the model lacks: last
+             if infix and infix in key and key.replace(infix, "_", 1) not in metrics]
     header = ("metric", "model", baseline_label) if any(r[2] for r in rows) else ("metric", "value")
     rows = [r[: len(header)] for r in rows]
     widths = [max(len(str(r[i])) for r in (header, *rows)) for i in range(len(header))]
@@ -321,7 +289,6 @@ class AppCLI(LightningCLI):
         return self._evaluate(self.trainer.test, kwargs)
 
     def validate(self, **kwargs: Any) -> list[dict[str, float]]:
-        """`trainer.validate`, printed as `test` is."""
         return self._evaluate(self.trainer.validate, kwargs)
 
     def _evaluate(self, run: Any, kwargs: dict[str, Any]) -> list[dict[str, float]]:
@@ -396,18 +363,13 @@ class AppCLI(LightningCLI):
                 ckpt_path = "hpc"  # a requeued SLURM job: Lightning resumes from the checkpoint its requeue saved
             if not overwrite and (refusal := overwrite_refusal(folders, root, ckpt_path)):
                 raise InputError(refusal)
-            for cb in self.trainer.checkpoint_callbacks:  # temporaries of a killed save: no live writer owns them
-                folder = Path(cb.dirpath) if getattr(cb, "dirpath", None) else None
-                if folder is not None and folder.is_dir():
-                    for tmp in folder.glob(".*.ckpt.*.tmp"):
-                        tmp.unlink(missing_ok=True)
+            for folder in folders:  # temporaries of a killed save: no live writer owns them
+                for tmp in Path(folder).glob(".*.ckpt.*.tmp"):
+                    tmp.unlink(missing_ok=True)
 
     def _parse_ckpt_path(self) -> None:
-        """LightningCLI's reading of `--ckpt_path`'s hyper-parameters, through `checkpoint.load_checkpoint`.
-
-        Lightning's own version calls `torch.load` directly, so a refused file ended in its traceback. The
-        checkpoint's `RUNTIME_HPARAMS` are left out, so the config's and command line's values hold.
-        """
+        """LightningCLI's reading of `--ckpt_path`'s hyper-parameters, through `load_checkpoint` (Lightning's calls
+        `torch.load` directly, so a refused file ended in a traceback), without the `RUNTIME_HPARAMS`."""
         if not self.config.get("subcommand"):
             return
         ckpt_path = self.config[self.config.subcommand].get("ckpt_path")
