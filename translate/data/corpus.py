@@ -183,8 +183,7 @@ class TranslationDataset(Dataset[Example]):
         return Example(index, self.src_ids[index], self.tgt_ids[index])
 
     @property
-    def widths(self) -> list[int]:
-        """Padded width each pair needs in a batch: max(source length, target length + 1)."""
+    def widths(self) -> list[int]:  # the padded width each pair needs in a batch
         return [max(len(s), len(t) + 1) for s, t in zip(self.src_ids, self.tgt_ids, strict=True)]
 
 

@@ -192,8 +192,7 @@ class TranslationModule(SafeLoadMixin, L.LightningModule):
     def on_validation_epoch_start(self) -> None:
         self._outputs = []
 
-    def on_test_epoch_start(self) -> None:
-        self._outputs = []
+    on_test_epoch_start = on_validation_epoch_start
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
         self._evaluate(batch, "val")
