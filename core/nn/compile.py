@@ -31,11 +31,8 @@ BUCKET = 16  # length step under CUDA graphs: max_len 200 gives at most 13 graph
 
 
 def compile_mode(value: bool | str | None, name: str = "model.compile") -> str | None:
-    """The torch.compile mode that the `model.compile` value `value` asks for, or None for off.
-
-    False and None (YAML's `off`, `false` and `null`) are off; True is "default". Anything else but a mode
-    in `COMPILE_MODES` is a ValueError naming the key and the accepted values.
-    """
+    """The torch.compile mode `value` asks for: False and None (YAML's `off`, `false`, `null`) are off (None), True
+    is "default"; anything but a mode in `COMPILE_MODES` is a ValueError naming the key `name`."""
     if value is None or value is False:
         return None
     if value is True:
@@ -54,19 +51,12 @@ def check_backend(backend: str, name: str = "model.compile_backend") -> str:
 
 
 def compile_in_place(modules: Iterable[nn.Module], mode: str, backend: str = "inductor") -> None:
-    """Compile each module's forward in place with `nn.Module.compile` (its state dict keys do not change).
-
-    Args:
-        modules: the stacks to compile (each compiled on its own first call).
-        mode: a torch.compile mode from `COMPILE_MODES`.
-        backend: a torch.compile backend; modes are inductor's, so other backends ignore `mode`.
-    """
+    """Compile each module's forward in place with `nn.Module.compile` (its state dict keys do not change); modes
+    are inductor's, so other backends ignore `mode`."""
+    options = {"mode": mode} if backend == "inductor" else {}
     for module in modules:
         # dynamic=None: static at first, symbolic lengths after the first batch of another length (see above).
-        if backend == "inductor":
-            module.compile(mode=mode, backend=backend, dynamic=None)
-        else:
-            module.compile(backend=backend, dynamic=None)
+        module.compile(backend=backend, dynamic=None, **options)
 
 
 def bucket_length(length: int, limit: int, multiple: int = BUCKET) -> int:

@@ -31,12 +31,7 @@ class OptionGroup:
     def of(cls: type[Group], value: Group | Mapping[str, Any] | None, name: str = "") -> Group:
         """`value` as this group: itself, or built from a mapping (a checkpoint's, a config's); None: defaults.
 
-        Args:
-            value: the group, a mapping of its fields, or None.
-            name: the group's key in messages (`model.objective`); the class name when empty.
-
-        Raises:
-            ValueError: a key the group does not have, in one line with the keys it has.
+        A key the group lacks is a one-line ValueError naming `name` (the class when empty) and the keys it has.
         """
         if value is None:
             return cls()
@@ -79,8 +74,7 @@ class SpeedOptions(OptionGroup):
         check_backend(self.compile_backend, "model.speed.compile_backend")
 
     @property
-    def compile_mode(self) -> str | None:
-        """The torch.compile mode, or None for eager."""
+    def compile_mode(self) -> str | None:  # None: eager
         return compile_mode(self.compile)
 
 
@@ -89,10 +83,8 @@ def regroup(hparams: Mapping[str, Any], moved: Mapping[str, tuple[str, str]]) ->
     (group, name in the group). Every other key is kept as it is; a group already given as a mapping is merged.
 
     The loaders of old checkpoints call it (`streamrec.model.hparams`, `translate.model.hparams`); the old names
-    are never options of a constructor.
-
-    Raises:
-        ValueError: a group that is not a mapping, or a setting given both flat and in its group.
+    are never options of a constructor. A group that is not a mapping, or a setting given both flat and in its
+    group, is a ValueError.
     """
     out: dict[str, Any] = {}
     found: dict[str, dict[str, Any]] = {}
