@@ -23,15 +23,7 @@ _VERSION = 1  # bump when the arrays' meaning changes, so old caches are not rea
 
 @dataclass
 class EncodedLog:
-    """Every user's chronological model item ids.
-
-    Args:
-        users: user ids, in order of first appearance.
-        vocab: the item vocabulary.
-        items: (E,) int32 model ids 1..N, grouped by user, each user's oldest first.
-        offsets: (U + 1,) int64: user k's items are items[offsets[k] : offsets[k + 1]].
-        times: (E,) float64 timestamps aligned with `items`, or None.
-    """
+    """Every user's chronological model item ids: user k's are items[offsets[k] : offsets[k + 1]] (int32)."""
 
     users: list[str]
     vocab: ItemVocab
@@ -41,7 +33,6 @@ class EncodedLog:
 
     @classmethod
     def from_interactions(cls, inter: Interactions) -> EncodedLog:
-        """Encode the item ids with the vocabulary of the items that occur."""
         vocab, items = encode_codes(inter.item_ids, inter.codes)
         return cls(inter.users, vocab, items, inter.offsets, inter.times)
 
@@ -53,7 +44,6 @@ class EncodedLog:
         return {u: items[o[k] : o[k + 1]] for k, u in enumerate(self.users)}
 
     def timestamps(self) -> dict[str, np.ndarray] | None:
-        """user -> that user's timestamps (views), or None."""
         if self.times is None:
             return None
         times, o = np.asarray(self.times), self.offsets.tolist()  # plain views, as in `sequences`

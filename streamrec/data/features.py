@@ -27,39 +27,24 @@ SEPARATOR = "|"  # between the values of a multi-valued cell, as in movies.dat's
 
 @dataclass(frozen=True)
 class ItemFeatures:
-    """The feature vocabulary and each item's feature ids.
-
-    Attributes:
-        values: the features as "column=value"; values[k] has feature id k + 1 (0 = padding).
-        table: (N+1, F) int64 feature ids of each item, padded with 0; row 0 (padding) and the items the file
-            does not list hold none.
-    """
+    """The features as "column=value" (values[k] has feature id k + 1; 0 = padding) and the (N+1, F) int64
+    `table` of each item's feature ids, padded with 0 (row 0 and the items the file does not list hold none)."""
 
     values: list[str]
     table: Tensor
 
     @property
     def num_features(self) -> int:
-        """The number of distinct features (ids 1..num_features)."""
         return len(self.values)
 
     @property
     def features_per_item(self) -> int:
-        """F, the width of `table`."""
         return self.table.shape[1]
 
 
 def read_item_features(path: str | Path, columns: Sequence[str]) -> dict[str, list[str]]:
-    """Item id -> its features ("column=value", file order), for every item the file lists with at least one.
-
-    Args:
-        path: an items file (`streamrec.data.items.read_items`).
-        columns: the categorical columns to read, e.g. ["genres"].
-
-    Raises:
-        FileNotFoundError, InputError: as `read_items`; InputError also for no columns, a column the file lacks,
-            a file listing no item, or no item with a feature value.
-    """
+    """Item id -> its features ("column=value", file order) in `columns` of an items file (`read_items`), for
+    every item the file lists with at least one."""
     if not columns:
         raise InputError(f"{path}: `feature_columns` is empty; name the categorical columns to read, e.g. [genres]")
     catalog = read_items(path)

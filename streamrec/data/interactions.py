@@ -44,15 +44,8 @@ class _PerUser(Mapping):
 
 @dataclass(eq=False)
 class Interactions:
-    """Per-user chronological item sequences, users in order of first appearance.
-
-    Args:
-        users: user ids, in order of first appearance.
-        item_ids: distinct original item ids; `codes` index into it.
-        codes: (E,) int32 item codes grouped by user (in `users` order), each user's oldest first.
-        offsets: (U + 1,) int64: user k's events are codes[offsets[k] : offsets[k + 1]].
-        times: (E,) float64 timestamps aligned with `codes`; None when the format has none.
-    """
+    """Per-user chronological item sequences, users in order of first appearance: user k's events are
+    codes[offsets[k] : offsets[k + 1]] (int32 indices into `item_ids`), oldest first; `times` aligned, or None."""
 
     users: list[str]
     item_ids: list[str]
@@ -76,29 +69,24 @@ class Interactions:
 
     @property
     def user_index(self) -> dict[str, int]:
-        """user id -> position in `users` (built on first use)."""
         if self._user_index is None:
             self._user_index = {u: k for k, u in enumerate(self.users)}
         return self._user_index
 
     @property
     def items(self) -> Mapping[str, list[str]]:
-        """user id -> item ids, oldest first (decoded on access)."""
         return _PerUser(self, self.codes, self.item_ids)
 
     @property
     def timestamps(self) -> Mapping[str, list[float]] | None:
-        """user id -> timestamps aligned with `items`; None when the format has none."""
         return None if self.times is None else _PerUser(self, self.times, None)
 
     @property
     def lengths(self) -> np.ndarray:
-        """(U,) number of events of each user."""
         return np.diff(self.offsets)
 
     @property
     def num_interactions(self) -> int:
-        """Total number of (user, item) events."""
         return len(self.codes)
 
     def drop_short_users(self, min_interactions: int) -> Interactions:

@@ -39,16 +39,10 @@ ATTRIBUTES_COLUMN = "attributes"  # the column a JSON attributes file becomes
 
 @dataclass
 class ItemCatalog:
-    """Display names and metadata per item id.
+    """Display names and metadata per item id: `columns` in file order (the title's included, `item_id` not).
 
-    Attributes:
-        columns: the metadata columns, in file order (the title column included, `item_id` not).
-        rows: item id -> {column: value}.
-        title_column: the column shown as the item's name.
-        path: the file read ("" when built in code).
-        separators: columns whose cells hold several values -> the separator between them as stored, where it
-            is not the file's own "|" (`movies.dat`'s genres are shown "Animation, Comedy"); read by
-            `streamrec.data.features`.
+    `separators`: columns whose cells hold several values -> the separator between them as stored, where it is
+    not the file's own "|" (`movies.dat`'s genres are shown "Animation, Comedy"); read by `streamrec.data.features`.
     """
 
     columns: list[str]
@@ -74,16 +68,7 @@ class ItemCatalog:
 
 
 def read_items(path: str | Path) -> ItemCatalog:
-    """Read an item file: CSV/TSV with an `item_id` header column, or ML-1M's `movies.dat`.
-
-    Args:
-        path: the file.
-
-    Raises:
-        FileNotFoundError: no such file.
-        InputError: a file too large, binary, not text in its encoding, without `item_id`, or with a bad
-            row (wrong number of fields, empty or repeated id); the message names the file and line.
-    """
+    """Read an item file (see the module docstring); a bad file is one `InputError` naming the file and line."""
     file = Path(path)
     if not file.is_file():
         what = "is a folder, not a file" if file.is_dir() else "does not exist"
@@ -112,7 +97,6 @@ def read_items(path: str | Path) -> ItemCatalog:
 
 
 def _read_movielens(file: Path, text: str) -> ItemCatalog:
-    """`MovieID::Title::Genres` per line."""
     rows: dict[str, dict[str, str]] = {}
     for line_num, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -129,7 +113,6 @@ def _read_movielens(file: Path, text: str) -> ItemCatalog:
 
 
 def _read_attributes_json(file: Path, data: bytes) -> ItemCatalog:
-    """`{"item id": [attribute, ...], ...}`: each item's attribute ids (numbers or strings)."""
     try:
         mapping = json.loads(data.decode("utf-8-sig"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -152,9 +135,7 @@ def _read_attributes_json(file: Path, data: bytes) -> ItemCatalog:
 
 
 def _read_delimited(file: Path, text: str) -> ItemCatalog:
-    """CSV or TSV (a tab in the header line) with an `item_id` column."""
-    header_line = text.split("\n", 1)[0]
-    delimiter = "\t" if "\t" in header_line else ","
+    delimiter = "\t" if "\t" in text.split("\n", 1)[0] else ","  # TSV: a tab in the header line
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
     header = [h.strip() for h in next(reader, [])]
     if ID_COLUMN not in header:

@@ -23,13 +23,8 @@ SplitName = Literal["leave_one_out", "temporal"]
 
 @dataclass(frozen=True)
 class EvalCase:
-    """One held-out event: `items[position]` is the target, `items[:position]` the history.
-
-    Args:
-        user: the user id.
-        items: the user's whole encoded sequence (shared, not copied).
-        position: index of the target in `items` (>= 1, so the history is never empty).
-    """
+    """One held-out event: `items[position]` is the target, `items[:position]` the history (never empty).
+    `items` is the user's whole encoded sequence, shared, not copied."""
 
     user: str
     items: Sequence[int]
@@ -37,24 +32,16 @@ class EvalCase:
 
     @property
     def target(self) -> int:
-        """The held-out item id."""
         return self.items[self.position]
 
     @property
     def history(self) -> Sequence[int]:
-        """Everything the user did before the target, oldest first."""
         return self.items[: self.position]
 
 
 @dataclass
 class Split:
-    """Training histories and evaluation cases.
-
-    Args:
-        train: user -> training history (encoded, chronological).
-        valid: validation cases.
-        test: test cases.
-    """
+    """Training histories (user -> encoded, chronological items) and evaluation cases."""
 
     train: dict[str, Sequence[int]]
     valid: list[EvalCase]
@@ -64,11 +51,8 @@ class Split:
 def leave_one_out_split(sequences: Mapping[str, Sequence[int]]) -> Split:
     """Last item = test, second-to-last = validation, the rest = training.
 
-    Users with fewer than 3 items have no held-out item and are used only for training.
-
-    Args:
-        sequences: user -> encoded chronological items (lists, or views of one numpy array: the
-            training histories and cases then share it, nothing is copied).
+    Users with fewer than 3 items have no held-out item and are used only for training. Views of one numpy
+    array as `sequences` are shared by the histories and cases, not copied.
     """
     train, valid, test = {}, [], []
     short = 0
@@ -86,12 +70,8 @@ def leave_one_out_split(sequences: Mapping[str, Sequence[int]]) -> Split:
 
 
 def time_quantiles(timestamps: Mapping[str, Sequence[float]] | np.ndarray, quantiles: Sequence[float]) -> list[float]:
-    """Global timestamp quantiles over all events (e.g. the cutoffs of a temporal split).
-
-    Args:
-        timestamps: user -> timestamps, or all timestamps in one array.
-        quantiles: values in [0, 1].
-    """
+    """Global timestamp quantiles over all events (user -> timestamps, or one array), e.g. a temporal split's
+    cutoffs."""
     if any(not 0.0 <= q <= 1.0 for q in quantiles):
         raise InputError(f"quantiles must lie in [0, 1], got {list(quantiles)}")
     flat = (timestamps if isinstance(timestamps, np.ndarray)
@@ -109,12 +89,6 @@ def temporal_split(
     Every later event is a target whose history is everything the user did before it. A
     target with no earlier event (a user first seen after the cutoff) cannot be scored by a
     sequential model; those are skipped and counted in the log.
-
-    Args:
-        sequences: user -> encoded chronological items.
-        timestamps: user -> timestamps aligned with `sequences`.
-        valid_cutoff: last training timestamp.
-        test_cutoff: last validation timestamp (>= valid_cutoff).
     """
     if valid_cutoff > test_cutoff:
         raise InputError(f"valid cutoff ({valid_cutoff}) must not exceed the test cutoff ({test_cutoff})")

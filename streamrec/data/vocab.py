@@ -1,12 +1,9 @@
 """The item vocabulary: original item ids (strings) <-> model ids 1..N; 0 is padding.
 
-Held compactly, since a catalogue may have millions of items: the ids are one arrow string array
-(a byte buffer and offsets) and lookups go through the ids' sorted 64-bit hashes (`np.searchsorted`,
-then a string comparison that settles the match), not N Python strings and a dict (an object per id).
-`items` and `index` show the
-vocabulary as the read-only list and dict they replace; `lookup` is the vectorised form. The hashes
-are Python's `hash(str)`, valid for this process only, so they are never stored: checkpoints keep
-the list of ids (`to_dict`) as before.
+Held compactly, since a catalogue may have millions of items: the ids are one arrow string array and lookups
+go through their sorted 64-bit hashes (then a string comparison settles the match), not N Python strings and a
+dict. `items` and `index` show it as the read-only list and dict they replace. The hashes are Python's
+`hash(str)`, valid for this process only, so checkpoints keep the list of ids (`to_dict`), never the hashes.
 
 Legend: N items, M looked-up ids.
 """
@@ -147,11 +144,8 @@ class ItemIndex(Mapping):
 
 
 class ItemVocab:
-    """Original item ids (strings) <-> model ids 1..N; 0 is padding.
-
-    Args:
-        items: the original ids (a list, or an arrow string array); items[k] gets model id k + 1.
-    """
+    """Original item ids (strings) <-> model ids 1..N; 0 is padding. items[k] (a list or an arrow string array)
+    gets model id k + 1."""
 
     pad_id = PAD_ID
 
@@ -212,7 +206,6 @@ class ItemVocab:
 
     @property
     def num_items(self) -> int:
-        """N, the number of real items (ids 1..N)."""
         return len(self._ids)
 
     def __len__(self) -> int:
@@ -263,12 +256,7 @@ class ItemVocab:
         return 0
 
     def encode(self, items: Iterable[str], skip_unknown: bool = False) -> list[int]:
-        """Original ids -> model ids.
-
-        Args:
-            items: original item ids.
-            skip_unknown: drop ids not in the vocabulary (their count is logged) instead of raising.
-        """
+        """Original ids -> model ids; `skip_unknown` drops ids not in the vocabulary (logged) instead of raising."""
         items = list(items)
         ids = self.lookup(items)
         unknown = [items[j] for j in np.flatnonzero(ids == 0).tolist()]
@@ -282,7 +270,6 @@ class ItemVocab:
         return ids[ids != 0].tolist()
 
     def decode(self, ids: Iterable[int] | Tensor) -> list[str]:
-        """Model ids (1..N) -> original ids."""
         ids = np.asarray(ids.tolist() if isinstance(ids, Tensor) else list(ids), dtype=np.int64).reshape(-1)
         bad = ids[(ids < 1) | (ids > len(self._ids))]
         if bad.size:
@@ -290,27 +277,18 @@ class ItemVocab:
         return self._ids.take(ids - 1).to_pylist()
 
     def to_dict(self) -> dict[str, list[str]]:
-        """JSON-friendly form for checkpoints; `from_dict` inverts it."""
         return {"items": self._ids.to_pylist()}
 
     @classmethod
     def from_dict(cls, state: dict[str, list[str]]) -> ItemVocab:
-        """Rebuild a vocabulary saved with `to_dict`."""
         if not isinstance(state, dict) or not isinstance(state.get("items"), list):
             raise InputError("vocabulary state needs an 'items' list; was it written by ItemVocab.to_dict()?")
         return cls(state["items"])
 
 
 def encode_codes(item_ids: Sequence[str], codes: np.ndarray) -> tuple[ItemVocab, np.ndarray]:
-    """The vocabulary of the items `codes` uses, and `codes` (indices into `item_ids`) as its model ids.
-
-    Args:
-        item_ids: distinct original ids (`Interactions.item_ids`).
-        codes: (E,) int32 indices into `item_ids`.
-
-    Returns:
-        The vocabulary (as `ItemVocab.build` over the used ids) and (E,) int32 model ids 1..N.
-    """
+    """The vocabulary (`ItemVocab.build`) of the items the (E,) `codes` (indices into `item_ids`) use, and
+    `codes` as (E,) int32 model ids."""
     used = np.flatnonzero(np.bincount(codes, minlength=len(item_ids))).tolist()  # ids of dropped users go
     vocab = ItemVocab.build(item_ids[k] for k in used)
     model_id = np.zeros(len(item_ids), dtype=np.int32)
