@@ -1,8 +1,5 @@
-"""Write a file under a temporary name and rename it into place, so no reader sees half of it.
-
-Every output the apps write (vocabularies, averaged checkpoints, translations, alignments,
-recommendation tables, prepared corpora) goes through `atomic_path`: an interrupted or failed
-write leaves the previous file, if any, exactly as it was.
+"""Write a file under a temporary name and rename it into place, so no reader sees half of it: every output the
+apps write goes through `atomic_path`, and an interrupted or failed write leaves the previous file as it was.
 """
 
 from __future__ import annotations
@@ -22,15 +19,9 @@ _serial = itertools.count()  # distinct temporary names for several outputs of o
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path beside `path`; rename it to `path` if the block succeeds, else delete it.
 
-    The temporary file sits in the same folder, so the rename is atomic on POSIX and Windows.
-    Its name is not from `tempfile.mkstemp`, whose 0600 mode would stick to the result: files
-    written here get the usual umask permissions. A symbolic link is written through (its target
-    gets the new file, the link stays); a path that exists but is no regular file (a FIFO,
-    `/dev/stdout`, a terminal) is a stream with nothing to replace, so it is yielded as it is.
-
-    Raises:
-        FileNotFoundError: the folder of `path` does not exist (named in the message).
-        IsADirectoryError: `path` is a folder.
+    The temporary file sits in the same folder, so the rename is atomic. Its name is not from
+    `tempfile.mkstemp`, whose 0600 mode would stick to the result. A symbolic link is written through (the
+    link stays); a path that exists but is no regular file (a FIFO, `/dev/stdout`) is yielded as it is.
     """
     path = Path(path)
     if path.is_dir():
@@ -55,11 +46,8 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
 @contextmanager
 def atomic_folder_files(path: str | Path) -> Iterator[Path]:
     """Yield `path`'s name inside a new hidden folder beside it; when the block succeeds, move every file the
-    block wrote there beside `path`, `path` itself last, then delete the folder (on failure too).
-
-    For writers that name companion files after their output (an ONNX graph's `model.onnx.data`): written
-    under the final name, the companions' names are right once moved. Each file is renamed into place
-    atomically; `path` last, so a reader never finds it without its companions.
+    block wrote there beside `path`, `path` itself last (never found without its companions), then delete the
+    folder. For writers that name companion files after their output (an ONNX graph's `model.onnx.data`).
     """
     path = Path(path)
     if not path.parent.is_dir():
@@ -68,8 +56,7 @@ def atomic_folder_files(path: str | Path) -> Iterator[Path]:
     folder.mkdir()
     try:
         yield folder / path.name
-        files = sorted(folder.iterdir(), key=lambda f: f.name == path.name)  # the main file last
-        for file in files:
+        for file in sorted(folder.iterdir(), key=lambda f: f.name == path.name):  # the main file last
             os.chmod(file, _umask_mode())
             os.replace(file, path.with_name(file.name))
     finally:
@@ -84,9 +71,7 @@ def _umask_mode() -> int:
 
 
 def stale_temporaries(path: str | Path) -> list[Path]:
-    """The temporary files `atomic_path` left beside `path` when their writer was killed (`kill -9`, power loss).
-
-    Only a caller that holds the output's lock (`core.runtime.lock`) may delete them: then no live writer owns one.
-    """
+    """The temporary files `atomic_path` left beside `path` when their writer was killed; only a caller holding
+    the output's lock (`core.runtime.lock`) may delete them: then no live writer owns one."""
     path = Path(path)
     return sorted(path.parent.glob(f".{glob.escape(path.name)}.*.tmp")) if path.parent.is_dir() else []

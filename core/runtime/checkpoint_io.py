@@ -1,12 +1,7 @@
 """Lightning's checkpoint reading and writing, made safe: restricted unpickling, atomic files.
 
-`SafeCheckpointIO` is what `AppCLI` gives every trainer, so `fit/validate/test --ckpt_path` read
-through `core.runtime.checkpoint.load_checkpoint` (a hostile file is one refusal line), and every
-checkpoint is written to a temporary file beside its name, flushed to disk, then renamed: a kill
-or a full disk during a save leaves the previous checkpoint as it was, and nothing in `$TMPDIR`
+A kill or a full disk during a save leaves the previous checkpoint as it was, and nothing in `$TMPDIR`
 (Lightning's own writer stages files there through fsspec).
-
-Unlike most of `core/`, this module needs Lightning.
 """
 
 from __future__ import annotations

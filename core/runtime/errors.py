@@ -1,8 +1,7 @@
 """The one error type for a user's bad input, and one-line wording for the OS errors of writing.
 
-Every reader and CLI of both apps raises `InputError` (a `ValueError`, so older `except ValueError`
-code still catches it) with one line that names the file, line or key and says what to do. The
-CLIs print that line and exit non-zero; anything else that escapes a reader is a bug.
+`InputError` is a `ValueError`, so older `except ValueError` code still catches it; the CLIs print its
+one line and exit non-zero, and anything else that escapes a reader is a bug.
 """
 
 from __future__ import annotations
@@ -65,13 +64,8 @@ def exit_on_error(output: str | Path | None = None, not_written: bool = False,
 
 
 def check_text(data: bytes, name: str | Path, offset_line: int = 1) -> None:
-    """Refuse binary input: a NUL byte never occurs in text, so say where the first one is.
-
-    Args:
-        data: the bytes read (a whole file or a line).
-        name: the file, for the message.
-        offset_line: line number of the first line in `data`.
-    """
+    """Refuse binary input: a NUL byte never occurs in text, so say where the first one is (`offset_line`: the
+    line number of `data`'s first line in the file `name`)."""
     at = data.find(b"\0")
     if at >= 0:
         line = offset_line + data.count(b"\n", 0, at)

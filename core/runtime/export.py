@@ -1,10 +1,8 @@
-"""Weights without pickle: a folder with `model.safetensors` and `config.json`, written and read back.
+"""Weights without pickle: a folder with `model.safetensors` and `config.json` (docs/export.md).
 
-Both apps export a trained model as such a folder (`--format safetensors`) and their Python APIs load it
-like a checkpoint. Nothing on this path unpickles: safetensors holds raw tensors, config.json plain JSON
-(its keys: docs/export.md), and the apps' other files (sentencepiece models) are read as data. config.json
-keeps the LightningModule's constructor arguments, so the module is rebuilt exactly as `load_module`
-rebuilds it from a checkpoint. Tied weights are stored once and tied again on loading.
+Nothing on this path unpickles: safetensors holds raw tensors, config.json plain JSON with the
+LightningModule's constructor arguments, so the module is rebuilt as `load_module` rebuilds it from a
+checkpoint. Tied weights are stored once and tied again on loading.
 """
 
 from __future__ import annotations
@@ -29,15 +27,12 @@ Module = TypeVar("Module", bound=nn.Module)
 
 
 def is_export_folder(path: str | Path) -> bool:
-    """Whether `path` is a folder that holds a `config.json` (an export, not a checkpoint file)."""
+    """Whether `path` is an export folder (with a `config.json`), not a checkpoint file."""
     return Path(path).is_dir() and (Path(path) / CONFIG).is_file()
 
 
 def constructor_arguments(cls: type, hparams: dict[str, Any]) -> dict[str, Any]:
-    """The hyper-parameters `cls` accepts, as JSON values (tuples become lists).
-
-    LightningCLI's bookkeeping (`_instantiator`, `_class_path`) is left out, as `load_module` does.
-    """
+    """The hyper-parameters `cls` accepts, as JSON values (tuples become lists)."""
     return json.loads(json.dumps(accepted_arguments(cls, hparams), default=_refuse))
 
 
@@ -50,15 +45,8 @@ def _refuse(value: object) -> Any:
 
 def save_folder(out: str | Path, model: nn.Module, app: str, hparams: dict[str, Any],
                 extra: dict[str, Any] | None = None) -> Path:
-    """Write `model`'s weights as `out/model.safetensors` and `out/config.json`; returns `out`.
-
-    Args:
-        out: the folder (created, parents included; files in it are replaced atomically).
-        model: the network whose state_dict is written (float tensors as they are).
-        app: "streamrec" or "translate": the folder's `format` is "<app>-safetensors".
-        hparams: the LightningModule's constructor arguments (`constructor_arguments`).
-        extra: more config.json keys (JSON values).
-    """
+    """Write `model`'s weights as `out/model.safetensors` and `out/config.json` (format "<app>-safetensors",
+    `hparams` from `constructor_arguments`, `extra` keys), each atomically; returns `out`."""
     from safetensors.torch import save_model
 
     out = Path(out)
@@ -77,12 +65,7 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def read_config(folder: str | Path, app: str, written_by: str) -> dict[str, Any]:
-    """config.json of an export folder of `app`, checked for its format and version.
-
-    Raises:
-        FileNotFoundError: no config.json or model.safetensors in the folder.
-        InputError: unreadable JSON, another app's folder or an unknown version.
-    """
+    """config.json of an export folder of `app`, checked for its format and version."""
     folder = Path(folder)
     for name in (CONFIG, WEIGHTS):
         if not (folder / name).is_file():
@@ -104,16 +87,8 @@ def read_config(folder: str | Path, app: str, written_by: str) -> dict[str, Any]
 
 def load_folder(cls: type[Module], folder: str | Path, app: str, written_by: str,
                 model_attr: str = "") -> tuple[Module, dict[str, Any]]:
-    """A `cls` rebuilt from an export folder (eval mode, CPU), and its config.json.
-
-    Args:
-        cls: the network the folder stores, or a LightningModule holding it (its constructor takes the stored
-            hyper-parameters; those it does not accept are left out).
-        folder: the folder the user passed.
-        app: "streamrec" or "translate".
-        written_by: the command that writes such folders, for the hints.
-        model_attr: the attribute of `cls` holding the network whose weights the folder stores ("": `cls` is it).
-    """
+    """A `cls` rebuilt from an export folder (eval mode, CPU), and its config.json; `model_attr`: the attribute
+    of `cls` holding the network whose weights the folder stores ("": `cls` is it)."""
     from safetensors import SafetensorError
     from safetensors.torch import load_model
 

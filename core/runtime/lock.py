@@ -1,12 +1,8 @@
-"""One writer per output: an exclusive lock file beside what a run writes.
+"""One writer per output: an exclusive lock file beside what a run writes (`with OutputLock("recs.parquet"):`).
 
-    with OutputLock("recs.parquet"):        # holds recs.parquet.lock while scoring
-        ...
-
-The lock is `fcntl.flock` on `NAME.lock`, which the kernel releases when the holder dies, however
-it dies (even `kill -9`); the file records the holder (pid, host, start time) so a second writer is
-told who holds it. A lock file whose holder is gone is taken over with a one-line warning. The
-holder deletes the file when it finishes.
+The lock is `fcntl.flock` on `NAME.lock`, which the kernel releases when the holder dies, however it dies
+(even `kill -9`); the file records the holder so a second writer is told who holds it. A lock file whose
+holder is gone is taken over with a one-line warning.
 """
 
 from __future__ import annotations
@@ -76,9 +72,8 @@ class OutputLock:
         if previous:
             log.warning("%s: took over the lock file %s left by %s, which is no longer running",
                         self.target, self.path, _describe(previous))
-        me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-              "what": self.what}
-        record = json.dumps(me).encode()
+        record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                             "started": time.strftime("%Y-%m-%d %H:%M:%S"), "what": self.what}).encode()
         os.pwrite(fd, record, 0)  # write, then cut what a longer earlier record left: never an empty file
         os.ftruncate(fd, len(record))
         self._fd = fd
@@ -86,7 +81,7 @@ class OutputLock:
         return self
 
     def release(self) -> None:
-        """Delete the lock file and release the lock (idempotent)."""
+        """Delete the lock file and release the lock; safe to call again."""
         if self._fd is None:
             return
         fd, self._fd = self._fd, None

@@ -1,12 +1,9 @@
 """bf16 "where the hardware has it": whether this CPU runs bf16 matmuls faster than fp32, and what to train in if not.
 
-PyTorch runs CPU bf16 matmuls through oneDNN only on cores with AVX-512. Elsewhere it falls back to a
-reference loop two orders of magnitude slower than fp32 (docs/results.md, "Precision and the fp32
-fallback"). Having the kernels is not enough either: a CPU with AVX512-BF16 whose AMX units are
-hidden (as hypervisors may) can run bf16 matmuls slower than fp32, while others with the same flags run
-them several times faster (docs/core.md). Flags cannot tell the two apart, so `cpu_has_fast_bf16` times
-one small matmul in each precision, once per process. Where bf16 is not the faster one, the CLIs train
-in fp32 and say so.
+Without AVX-512, PyTorch runs CPU bf16 matmuls in a slow reference loop; with it, a CPU whose AMX units are
+hidden (as hypervisors may) can still run them slower than fp32 (docs/core.md). Flags cannot tell, so
+`cpu_has_fast_bf16` times one small matmul in each precision, once per process; where bf16 is not the
+faster one, the CLIs train in fp32 and say so.
 """
 
 from __future__ import annotations
@@ -80,20 +77,13 @@ def no_fast_bf16_reason() -> str:
 
 def runs_on_cpu(accelerator: str) -> bool:
     """Whether a Lightning `trainer.accelerator` value ("cpu", "gpu", "auto", ...) trains on the CPU."""
-    if accelerator == "cpu":
-        return True
-    if accelerator == "auto":
-        return not torch.cuda.is_available() and not torch.backends.mps.is_available()
-    return False
+    return accelerator == "cpu" or (
+        accelerator == "auto" and not torch.cuda.is_available() and not torch.backends.mps.is_available())
 
 
 def cpu_precision_fallback(precision: str | int | None, accelerator: str) -> tuple[str, str] | None:
-    """(precision to train in, one-line reason) instead of a bf16 one this CPU cannot run fast; None keeps it.
-
-    Args:
-        precision: Lightning's `trainer.precision` ("bf16-mixed", "bf16-true", "32-true", 32, ...).
-        accelerator: Lightning's `trainer.accelerator` ("auto", "cpu", "gpu", ...).
-    """
+    """(precision to train in, one-line reason) instead of a bf16 `trainer.precision` this CPU cannot run fast;
+    None keeps it."""
     if not str(precision).startswith("bf16") or not runs_on_cpu(str(accelerator)) or cpu_has_fast_bf16():
         return None
     return "32-true", (f"trainer.precision {precision}: {no_fast_bf16_reason()}, so training runs in 32-true; "
@@ -103,12 +93,9 @@ def cpu_precision_fallback(precision: str | int | None, accelerator: str) -> tup
 def quantize_int8(model: nn.Module, inplace: bool = False) -> nn.Module:
     """`model` (a copy, unless `inplace`) with its `nn.Linear` layers running in int8 on the CPU, for inference.
 
-    Dynamic quantisation: weights are stored in int8 with one scale per output row, activations are
-    quantised per call from their own range, and the matmuls run in fbgemm/oneDNN int8 kernels.
-    Embeddings, norms and attention stay float32. CPU only; the BLEU cost and the speed-up are in
-    docs/results.md, "Precision and the fp32 fallback". torch.ao's eager quantisation is deprecated in
-    favour of torchao (not a dependency here); with torch pinned at 2.13 it works, and its deprecation
-    warnings are silenced.
+    Dynamic quantisation: int8 weights with one scale per output row, activations quantised per call.
+    Embeddings, norms and attention stay float32. torch.ao's eager quantisation is deprecated in favour of
+    torchao (not a dependency here); with the pinned torch it works, and its deprecation warnings are silenced.
     """
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
@@ -116,10 +103,8 @@ def quantize_int8(model: nn.Module, inplace: bool = False) -> nn.Module:
 
     if not inplace:
         model = copy.deepcopy(model)
-
     with warnings.catch_warnings():
         for category in (DeprecationWarning, FutureWarning, UserWarning):  # the deprecation notices
             warnings.filterwarnings("ignore", ".*deprecat.*", category)
-        spec = {nn.Linear: per_channel_dynamic_qconfig}
         disable_cpu_fastpath(model)  # quantize_dynamic matches exact types: FastLinear would stay float
-        return quantize_dynamic(model, spec, dtype=torch.qint8, inplace=True)
+        return quantize_dynamic(model, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True)

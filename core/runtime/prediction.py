@@ -1,10 +1,6 @@
-"""`PartsWriter`: what both apps' `predict` writers share (needs Lightning, like `core/runtime/cli.py`).
-
-One output file, written atomically by one run at a time (`OUTPUT.lock`). In one process the rows
-go straight to the output. Under DDP each rank writes its rows to `OUTPUT.rank{N}<suffix>`; after
-a barrier rank 0 reads every part, writes the output and deletes the parts (`merge=False` keeps
-them, for ranks on machines without a shared folder). An app says how its rows are written and
-read (`write_part`, `read_part`, `write_output`); the rest lives here.
+"""`PartsWriter`: what both apps' `predict` writers share: one output file, written atomically by one run at a
+time (`OUTPUT.lock`). Under DDP each rank writes its rows to `OUTPUT.rank{N}<suffix>` and rank 0 merges them
+after a barrier (`merge=False` keeps the parts, for ranks on machines without a shared folder).
 """
 
 from __future__ import annotations
@@ -38,7 +34,6 @@ class PartsWriter(BasePredictionWriter):
         self._lock: OutputLock | None = None
 
     def part(self, rank: int) -> Path:
-        """The file rank `rank` writes its rows to."""
         return self.output.with_name(f"{self.output.name}.rank{rank}{self.part_suffix}")
 
     def check_output(self) -> None:
@@ -84,15 +79,12 @@ class PartsWriter(BasePredictionWriter):
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         self.teardown(trainer, pl_module, "predict")
 
-    # ------------------------------------------------------------------ what an app provides
+    # What an app provides: each writes atomically; `write_output` gets every rank's rows in input order.
     def write_part(self, rows: list[Any], path: Path) -> None:
-        """Write this rank's rows to its part file, atomically."""
         raise NotImplementedError
 
     def read_part(self, path: Path) -> list[Any]:
-        """The rows a rank wrote with `write_part`."""
         raise NotImplementedError
 
     def write_output(self, rows: list[Any]) -> None:
-        """Write every rank's rows to `output`, atomically, in input order."""
         raise NotImplementedError

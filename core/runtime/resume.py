@@ -1,26 +1,14 @@
 """Exact resume: a run killed after any checkpoint and resumed from it ends with the weights of
 a run that was never interrupted, bit for bit on the CPU.
 
-Three things make a resumed run differ, and this module removes each:
+`ExactResume` stores the torch, numpy, Python (and CUDA) generator states in every checkpoint as tensors
+and plain numbers (loadable without an allow-list) and puts them back just before the first batch of the
+resumed run. The samplers here shuffle from (seed, epoch) alone, not from the global generator, so fetching
+data draws nothing dropout also draws from; `ExactResume` gives every sampler its epoch (Lightning does so
+for samplers, not batch samplers) and, after a mid-epoch checkpoint, how many batches to skip.
 
-1. Random states. `ExactResume` stores the torch, numpy, Python (and CUDA) generator states in
-   every checkpoint, as tensors and plain numbers (so `core.runtime.checkpoint` loads them without an
-   allow-list), and puts them back just before the first training batch of the resumed run.
-2. The data order. `EpochRandomSampler` shuffles from (seed, epoch) only, not from the global
-   generator, and data loaders get a generator of their own, so fetching data consumes nothing
-   that dropout or negative sampling also draw from. `ExactResume` tells every sampler of the
-   training loader its epoch at each epoch start (Lightning does so for samplers, not for batch
-   samplers), and after a mid-epoch checkpoint how many batches to skip.
-3. The last checkpoint. `core.runtime.cli.AppCLI` runs the every-epoch `last.ckpt` callback before the
-   monitored one, so `last.ckpt` is never older than `best.ckpt`; `core.runtime.checkpoint_io` writes
-   each checkpoint to a temporary file beside it and renames it.
-
-Limits: under DDP Lightning replaces the sampler with its `DistributedSampler` (seeded by seed and
-epoch, so epochs still match, but a mid-epoch resume restarts the epoch); DataLoader workers
-(`num_workers > 0`) keep their own random streams, which are not stored; neither is sentencepiece's
-sampling generator (Translate's `data.subword_sampling`), whose draws repeat within a process only.
-
-Unlike most of `core/`, this module needs Lightning (for the callback).
+Limits: under DDP Lightning's `DistributedSampler` replaces the sampler (a mid-epoch resume restarts the
+epoch); DataLoader workers' random streams and sentencepiece's sampling generator are not stored.
 """
 
 from __future__ import annotations
@@ -36,10 +24,8 @@ from torch.utils.data import RandomSampler, Sampler
 
 
 class EpochRandomSampler(RandomSampler):
-    """A random permutation per epoch, drawn from (seed, epoch) alone.
-
-    A `RandomSampler`, so Lightning still recognises a shuffled loader (and swaps in its
-    `DistributedSampler` under DDP).
+    """A random permutation per epoch, drawn from (seed, epoch) alone; a `RandomSampler`, so Lightning still
+    recognises a shuffled loader (and swaps in its `DistributedSampler` under DDP).
 
     Args:
         data: the dataset (only its length is used).
@@ -51,7 +37,6 @@ class EpochRandomSampler(RandomSampler):
         self.seed, self.epoch, self.skip = seed, 0, 0
 
     def set_epoch(self, epoch: int) -> None:
-        """Use `epoch` for the next iteration (Lightning calls this before every epoch)."""
         self.epoch = epoch
 
     def skip_samples(self, n: int) -> None:
@@ -66,12 +51,10 @@ class EpochRandomSampler(RandomSampler):
 
 
 class EpochBatchSampler(Sampler[list[int]]):
-    """Batches drawn from (seed, epoch) alone: the batch-sampler side of what `ExactResume` drives.
+    """Batches drawn from (seed, epoch) alone; subclasses give `epoch_batches`.
 
     Each `iter()` uses the current epoch and advances it (Lightning calls `set_epoch` on samplers, not on
-    batch samplers, so the advance is what gives a new order each epoch); `set_epoch(e)` pins it, as
-    `ExactResume` does before every epoch. `skip_batches(n)` leaves out the first `n` batches of the next
-    iteration only (a mid-epoch resume). Subclasses give `epoch_batches`.
+    batch samplers, so the advance is what gives a new order each epoch); `ExactResume` pins it each epoch.
 
     Args:
         seed: seed of the orders; the same (seed, epoch) gives the same batches.
@@ -81,7 +64,6 @@ class EpochBatchSampler(Sampler[list[int]]):
         self.seed, self.epoch, self.skip = seed, 0, 0
 
     def set_epoch(self, epoch: int) -> None:
-        """Use `epoch` for the next iteration's order."""
         self.epoch = epoch
 
     def skip_batches(self, n: int) -> None:
@@ -96,8 +78,7 @@ class EpochBatchSampler(Sampler[list[int]]):
         epoch, self.epoch = self.epoch, self.epoch + 1
         batches = self.epoch_batches(np.random.default_rng([self.seed, epoch]))
         start, self.skip = self.skip, 0
-        for batch in batches[start:]:
-            yield batch.tolist()
+        yield from (batch.tolist() for batch in batches[start:])
 
 
 def collect_rng_states() -> dict[str, Any]:

@@ -1,25 +1,15 @@
 """Stopping `fit` on SIGTERM, SIGINT or SIGUSR1 with a checkpoint that resumes exactly where it stopped.
 
-A scheduler asks a job to stop with SIGTERM (SIGUSR1 on some clusters, before the time limit), a user
-with Ctrl-C. `StopOnSignal` turns each into: finish the training step in progress, save a checkpoint of
-the point after it (`ExactResume` stores the data position and the random states, as for any mid-epoch
-checkpoint), and end `fit` with `StopRequested`, a `SystemExit` of status 128 + the signal's number, so
-a scheduler does not read the run as finished. `core.runtime.cli.AppCLI` prints the command that resumes.
+`StopOnSignal` finishes the training step in progress, saves a checkpoint of the point after it, and ends
+`fit` with `StopRequested`, a `SystemExit` of status 128 + the signal's number, so a scheduler does not read
+the run as finished. The fit is abandoned, not stopped with `trainer.should_stop`: that would run the
+epoch's validation and end-of-epoch hooks, whose `last.ckpt` would claim a partly trained epoch. A second
+signal while the checkpoint is written is noted and ignored.
 
-The fit is abandoned, not stopped with `trainer.should_stop`: that would run the epoch's validation and
-its end-of-epoch hooks, whose `last.ckpt` would claim an epoch that was only partly trained. A second
-signal while the checkpoint is written is noted and ignored (the file is written atomically either way,
-`core.runtime.checkpoint_io`).
-
-The handlers are installed when training starts, after Lightning's own (`_SignalConnector` registers
-its SIGTERM handler at the start of every trainer run and puts the previous ones back at its end), and
-replace them for the rest of the fit; before that (data setup, the sanity check) Lightning's and
-Python's handling holds (`AppCLI` gives Lightning's SIGTERM stop status 143 as well, saying no checkpoint
-was saved). They are not installed under SLURM with `auto_requeue` (Lightning saves an
-`hpc_ckpt` and requeues the job itself on the requeue signal), with more than one process (each rank
-would stop at its own step), or outside the main thread (Python allows handlers there only).
-
-Unlike most of `core/`, this module needs Lightning (for the callback).
+The handlers are installed when training starts, after Lightning's own (registered at the start of every
+trainer run), and replace them for the rest of the fit. They are not installed under SLURM with
+`auto_requeue` (Lightning saves an `hpc_ckpt` and requeues the job itself), with more than one process
+(each rank would stop at its own step), or outside the main thread (Python allows handlers there only).
 """
 
 from __future__ import annotations
@@ -41,14 +31,8 @@ log = logging.getLogger(__name__)
 
 
 class StopRequested(SystemExit):
-    """`fit` stopped on a signal after saving `ckpt_path`; its exit status is 128 + `signum`, as a shell's.
-
-    Args:
-        signum: the signal's number.
-        ckpt_path: the checkpoint that resumes the run.
-        epoch: the epoch the fit stopped in (counted from 0, as Lightning does).
-        step: the optimizer steps done (`trainer.global_step`), all of them in the checkpoint.
-    """
+    """`fit` stopped on `signum` in `epoch` (from 0) after `step` optimizer steps, all saved in `ckpt_path`; its
+    exit status is 128 + `signum`, as a shell's."""
 
     def __init__(self, signum: int, ckpt_path: str, epoch: int, step: int):
         super().__init__(128 + signum)
@@ -111,11 +95,8 @@ class StopOnSignal(Callback):
 
     @staticmethod
     def checkpoint_folder(trainer: Trainer) -> Path:
-        """The first checkpoint callback's folder, else `<default_root_dir>/checkpoints`."""
-        for cb in trainer.checkpoint_callbacks:
-            if getattr(cb, "dirpath", None):
-                return Path(cb.dirpath)
-        return Path(trainer.default_root_dir) / "checkpoints"
+        return next((Path(cb.dirpath) for cb in trainer.checkpoint_callbacks if getattr(cb, "dirpath", None)),
+                    Path(trainer.default_root_dir) / "checkpoints")
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         self._restore()
