@@ -1,12 +1,10 @@
 """Multi-head attention on `scaled_dot_product_attention`.
 
-The fast path never materialises the (Tq, Tk) weight matrix: SDPA picks a flash or fused
-kernel (on CPU too). Explanations need the weights, so a module whose `capture` attribute
-holds a list (see `core.nn.explain.AttentionCapture`) recomputes them explicitly and appends
-them there; the output is the same.
+The fast path never materialises the (Tq, Tk) weight matrix: SDPA picks a flash or fused kernel (on CPU too).
+Explanations need the weights, so a module whose `capture` attribute holds a list (see
+`core.nn.explain.AttentionCapture`) recomputes them explicitly and appends them there; the output is the same.
 
-Grouped-query attention: `n_kv_heads` key/value heads are shared by `n_heads / n_kv_heads`
-query heads each (1 = multi-query attention, `n_heads` = ordinary multi-head attention).
+Grouped-query attention: `n_kv_heads` key/value heads are shared by `n_heads / n_kv_heads` query heads each.
 
 Legend: B batch, T time, Tq queries, Tk keys, S source length, D model width,
 H query heads, Hkv key/value heads, Dh head width (D / H).
@@ -86,8 +84,7 @@ def _attend_explicit(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, 
                      dropout_p: float, capture: list[Tensor]) -> Tensor:
     """softmax(QK^T / sqrt(Dh) + bias) V with the weights kept; capture mode only."""
     group = q.shape[1] // k.shape[1]
-    k = k.repeat_interleave(group, dim=1)  # (B, H, Tk, Dh)
-    v = v.repeat_interleave(group, dim=1)
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (B, H, Tk, Dh)
     scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (B, H, Tq, Tk)
     if attn_mask is not None:
         scores = scores.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else scores + attn_mask

@@ -71,7 +71,7 @@ class Residual(nn.Module):
         self.norm_first = norm_first
 
     def forward(self, x: Tensor, fn: Callable[[Tensor], Tensor]) -> Tensor:
-        # `fn` may return only the last positions (see `EncoderLayer`'s `last`): the residual follows it.
+        # `fn` may return only the last positions (`EncoderLayer`'s `last`): the skip follows it (`_skip`).
         if self.norm_first:
             out = fn(self.norm(x))
             return self._skip(x, out) + self.drop(out)
@@ -114,13 +114,11 @@ class EncoderLayer(nn.Module):
         d_ff: feed-forward width.
         dropout: dropout on sublayer outputs and inside the feed-forward.
         attn_dropout: dropout on attention weights.
-        ff_dropout: dropout after the feed-forward activation (fairseq's `activation_dropout`);
-            None uses `dropout`.
+        ff_dropout: dropout after the feed-forward activation (fairseq's `activation_dropout`); None: `dropout`.
         activation: feed-forward activation.
         norm_first: pre-LN (True) or post-LN (False).
         mix: a low-pass filter branch mixed with self-attention (`core.nn.mixing`); None: attention only.
-        kernel: the self-attention's `SequenceKernel` for long causal sequences (`MultiHeadAttention`); None: the
-            softmax over every allowed key.
+        kernel: the self-attention's `SequenceKernel` (`MultiHeadAttention`); None: the softmax over all keys.
         residual: the residual kind of both sublayers: `Residual` or `GatedResidual` (pre-LN only).
     """
 
@@ -166,8 +164,7 @@ class DecoderLayer(nn.Module):
         d_ff: feed-forward width.
         dropout: dropout on sublayer outputs and inside the feed-forward.
         attn_dropout: dropout on attention weights.
-        ff_dropout: dropout after the feed-forward activation (fairseq's `activation_dropout`);
-            None uses `dropout`.
+        ff_dropout: dropout after the feed-forward activation (fairseq's `activation_dropout`); None: `dropout`.
         activation: feed-forward activation.
         norm_first: pre-LN (True) or post-LN (False).
     """

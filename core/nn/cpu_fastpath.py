@@ -17,9 +17,7 @@ Dropout: `F.dropout` on CPU draws one random number per element (`bernoulli_`). 
 a multiple of 1/32768. It takes other draws than `bernoulli_`: a seeded run is reproducible from its own seed,
 not draw for draw equal to one with the switch off. Off the CPU it is `F.dropout`.
 
-Attention-weight dropout: SDPA's CPU kernels have none, so SDPA runs its math kernel, which draws its mask with
-`bernoulli_`; the switch sets `cheap_dropout` on core's attention modules, which hand that kernel a
-`dropout_mask` instead (`sdpa_math_with_cheap_dropout`).
+Attention-weight dropout: the switch sets `cheap_dropout` on core's attention modules (`sdpa_math_with_cheap_dropout`).
 """
 
 from __future__ import annotations
@@ -56,10 +54,8 @@ def enable_cpu_fastpath(model: nn.Module) -> int:
 
 
 def disable_cpu_fastpath(model: nn.Module) -> int:
-    """The inverse of `enable_cpu_fastpath`: plain `nn.Linear` / `nn.Dropout` again, in place; returns the count.
-
-    Needed where exact types matter (torch.ao's int8 quantisation) or oneDNN's op cannot go (ONNX export).
-    """
+    """The inverse of `enable_cpu_fastpath`, for where exact types matter (torch.ao's int8 quantisation) or oneDNN's
+    op cannot go (ONNX export); returns the count."""
     _set_cheap_attention_dropout(model, False)
     return _swap(model, {FastLinear: nn.Linear, FastDropout: nn.Dropout})
 
@@ -250,8 +246,8 @@ def sdpa_math_with_cheap_dropout(q: Tensor, k: Tensor, v: Tensor, attn_mask: Ten
 
 @functools.cache
 def _spend_mask_warning() -> None:
-    """Call the math kernel with a mask once with stderr closed: its C++ warning, printed once a process,
-    says a given mask is for tests only, and would print on every training run (it is the kernel SDPA uses)."""
+    """Call the math kernel with a mask once with stderr closed: its C++ warning (once a process) says a given
+    mask is for tests only, and would print on every training run."""
     x = torch.zeros(1, 1, 1, 1)
     sys.stderr.flush()
     saved = os.dup(2)

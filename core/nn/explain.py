@@ -17,12 +17,11 @@ from torch import Tensor, nn
 from core.nn.attention import CrossAttention, MultiHeadAttention
 from core.nn.scored_attention import AdditiveAttention, MultiplicativeAttention
 
+# The attention modules that record their weights: the transformer's, and the recurrent decoders' (one head).
 CAPTURED = (MultiHeadAttention, CrossAttention, AdditiveAttention, MultiplicativeAttention)
-"""The attention modules that record their weights: the transformer's, and the recurrent decoders' (one head)."""
 
 
-def _captured(model: nn.Module) -> dict[str, nn.Module]:
-    """The modules `AttentionCapture` records, by qualified name; the last part of a name is its kind."""
+def _captured(model: nn.Module) -> dict[str, nn.Module]:  # by qualified name; its last part is the kind
     return {name: m for name, m in model.named_modules() if isinstance(m, CAPTURED)}
 
 

@@ -34,9 +34,7 @@ def causal_linear_attention(q: Tensor, k: Tensor, v: Tensor, valid: Tensor | Non
     Padding (`valid` False) adds nothing to the sums; a query with no valid key up to it gets zeros.
     """
     b, h, t, dh = q.shape
-    if k.shape[1] != h:
-        k = k.repeat_interleave(h // k.shape[1], dim=1)
-        v = v.repeat_interleave(h // v.shape[1], dim=1)
+    k, v = (x if x.shape[1] == h else x.repeat_interleave(h // x.shape[1], dim=1) for x in (k, v))
     dtype = torch.promote_types(q.dtype, torch.float32)  # sums in at least fp32 (bf16 inputs)
     fq, fk, v = feature_map(q.to(dtype)), feature_map(k.to(dtype)), v.to(dtype)
     if valid is not None:
@@ -71,9 +69,7 @@ class LinearAttentionState:
 def linear_attention_step(q: Tensor, k: Tensor, v: Tensor, state: LinearAttentionState) -> Tensor:
     """One new position: (B, H, 1, Dh) query, (B, Hkv, 1, Dh) key and value -> (B, H, 1, Dh); updates `state`."""
     h = q.shape[1]
-    if k.shape[1] != h:
-        k = k.repeat_interleave(h // k.shape[1], dim=1)
-        v = v.repeat_interleave(h // v.shape[1], dim=1)
+    k, v = (x if x.shape[1] == h else x.repeat_interleave(h // x.shape[1], dim=1) for x in (k, v))
     dtype = state.sums.dtype
     fq, fk = feature_map(q[:, :, 0].to(dtype)), feature_map(k[:, :, 0].to(dtype))
     state.sums = state.sums + fk[..., :, None] * v[:, :, 0].to(dtype)[..., None, :]

@@ -10,9 +10,8 @@ memory and its mask, like the transformer's `core.nn.Decoder`.
 Teacher forcing cannot run the target in parallel (h~_t-1 feeds step t), so a whole target runs step by step
 through the same code as incremental decoding; `RecurrentCache` carries the state between calls.
 
-Shared memory rows: the memory may have Bm rows for B target rows (Bm dividing B), each serving G = B / Bm
-consecutive target rows, as `core.nn.attention.CrossAttention` allows; the attention reads a memory row
-once for its G rows (`core.nn.scored_attention`), nothing is copied.
+Shared memory rows, as `core.nn.attention.CrossAttention` allows: each of Bm memory rows serves G = B / Bm
+consecutive target rows, read once for its G rows (`core.nn.scored_attention`).
 
 Legend: B target rows, Bm memory rows, G = B / Bm, S source length, T target steps, D model width
 (embeddings, memory, attentional vector), Hd recurrent hidden width, L layers.

@@ -4,18 +4,15 @@
 - Multiplicative (Luong et al. 2015): "dot", score = q . k; "general", score = q^T W k.
 
 Both return the context vector (the weighted sum of the values) and the weights, which are the word
-alignments. The mask follows core's convention (`core.nn.masks`): boolean, True = may attend; here
-broadcastable to (B, T, S), e.g. `padding_mask(src, pad)[:, 0]` of shape (B, 1, S). A query that may
-attend to nothing gets zero weights and a zero context, as `core.nn.attention.attend` gives it.
+alignments. The mask is core's (`core.nn.masks`: True = may attend), broadcastable to (B, T, S), e.g.
+`padding_mask(src, pad)[:, 0]`. A query that may attend to nothing gets zero weights and a zero context, as
+`core.nn.attention.attend` gives it. The keys' projection does not depend on the query, so `project_keys`
+computes it once per source and a decoder passes it back at every step (`keys=`).
 
-The keys' projection does not depend on the query, so `project_keys` computes it once per source and a
-decoder passes it back at every step (`keys=`), as RNN decoders do.
-
-Shared memory rows, as in `core.nn.attention.CrossAttention`: the values may have fewer rows than the queries
-(Bm dividing B); each value row then serves G = B / Bm consecutive query rows (a beam search's beams of one
-sentence), read once for the G rows instead of being copied G times. The mask then has one row per value row.
-
-Inside `core.nn.explain.AttentionCapture` each call appends its weights as (B, 1, T, S): one head.
+Shared memory rows, as in `core.nn.attention.CrossAttention`: each of Bm value rows serves G = B / Bm
+consecutive query rows (a beam search's beams of one sentence), read once for the G rows instead of being
+copied G times; the mask then has one row per value row. Inside `core.nn.explain.AttentionCapture` each call
+appends its weights as (B, 1, T, S): one head.
 
 Legend: B batch (query rows), Bm value rows, G = B / Bm, T query steps, S source length, Dq query width,
 Dk key width, A attention width.

@@ -53,9 +53,7 @@ def windowed_attention(q: Tensor, k: Tensor, v: Tensor, window: int, valid: Tens
     if kernel == "flex":
         return _flex_windowed(q, k, v, window, valid, dropout_p)
     b, h, t, dh = q.shape
-    if k.shape[1] != h:  # grouped K/V heads: each serves H / Hkv query heads
-        k = k.repeat_interleave(h // k.shape[1], dim=1)
-        v = v.repeat_interleave(h // v.shape[1], dim=1)
+    k, v = (x if x.shape[1] == h else x.repeat_interleave(h // x.shape[1], dim=1) for x in (k, v))  # GQA
     n = -(-t // window)
     pad = n * window - t  # at the end: later positions, which no real query sees
     if pad:
