@@ -53,11 +53,8 @@ def _left_padded(rows: Sequence[Sequence[int]], length: int) -> Tensor:
 
 def _seen(histories: Sequence[Sequence[int]]) -> Tensor:
     """(B, L) int64: each history's distinct ids in order of first occurrence, right-padded with 0."""
-    seen = []
-    for h in histories:
-        h = np.asarray(h, dtype=np.int64)
-        _, first = np.unique(h, return_index=True)
-        seen.append(h[np.sort(first)])
+    seen = [np.asarray(h, dtype=np.int64) for h in histories]
+    seen = [h[np.sort(np.unique(h, return_index=True)[1])] for h in seen]
     out = np.full((len(seen), max(len(s) for s in seen)), PAD_ID, dtype=np.int64)
     for r, s in enumerate(seen):
         out[r, : len(s)] = s

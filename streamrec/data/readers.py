@@ -1,6 +1,6 @@
 """Reading an interaction log (CSV, TSV, Parquet, MovieLens ratings.dat, SASRec lines, one line per user, or a
 folder of them) into columnar `Interactions`, as a pipeline of steps in streamrec/data/ingest/: `parse` (each
-file's `Layout`, then pyarrow's parsing) -> `columns` (ids as strings, times as Unix seconds) -> `filters` ->
+file's `Layout`, then pyarrow's parsing) -> `columns` (ids as strings, times as Unix seconds; the filters) ->
 `build` (ids encoded to int32, events grouped by user). Every step reads one frozen `ReadOptions`.
 
 User mistakes raise a one-line error naming the file, line/row or column and the fix. Arrow's CSV errors name
@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from core.runtime.errors import InputError, check_text_file
-from streamrec.data.ingest import columns, filters, parse
+from streamrec.data.ingest import columns, parse
 from streamrec.data.ingest.arrays import as_arrow
 from streamrec.data.ingest.build import InteractionsBuilder
 from streamrec.data.ingest.columns import Chunk, ColumnPlan, Fault, TimeParser
@@ -66,7 +66,7 @@ def read_interactions(
             raise InputError(f"{path}: no event passes the filter {options.filter}; check the filter's column "
                              "and value")
         inter = builder.build()
-    return filters.refine(inter, options, path)
+    return columns.refine(inter, options, path)
 
 
 def _read_file(path: Path, layout: Layout, options: ReadOptions, times: TimeParser,
@@ -118,7 +118,11 @@ def _read_parquet(path: Path, options: ReadOptions, times: TimeParser, builder: 
     builder.expect(rows)
     first = 0
     for batch in batches:
-        _check_nulls(path, batch, plan, first)
+        for role, column in plan.columns.items():
+            if batch.column(column).null_count:
+                row = first + pc.index(pc.is_null(batch.column(column)), True).as_py()
+                raise InputError(f"{path} row {row + 1}, column {plan.shown[role]!r}: missing value; "
+                                 "every row needs a user, an item and a timestamp")
         try:
             _add(builder, columns.convert(batch, plan, times, trim=False), options)
         except Fault as e:
@@ -127,18 +131,10 @@ def _read_parquet(path: Path, options: ReadOptions, times: TimeParser, builder: 
         first += batch.num_rows
 
 
-def _check_nulls(path: Path, batch: pa.RecordBatch, plan: ColumnPlan, first: int) -> None:
-    for role, column in plan.columns.items():
-        if batch.column(column).null_count:
-            row = first + pc.index(pc.is_null(batch.column(column)), True).as_py()
-            raise InputError(f"{path} row {row + 1}, column {plan.shown[role]!r}: missing value; "
-                             "every row needs a user, an item and a timestamp")
-
-
 def _add(builder: InteractionsBuilder, chunk: Chunk, options: ReadOptions) -> None:
     users, items, times = chunk.users, chunk.items, chunk.times
     if options.filter is not None:
-        keep = filters.keep_rows(options.filter, chunk.filter_values)
+        keep = columns.keep_rows(options.filter, chunk.filter_values)
         if not keep.all():
             index = as_arrow(np.flatnonzero(keep).astype(np.int64))
             users, items = users.take(index), items.take(index)
@@ -168,8 +164,12 @@ def _raise_first_fault(path: Path, layout: Layout, plan: ColumnPlan, times: Time
         if not row or not any(v.strip() for v in row):
             continue  # blank line
         where = f"{path} line {number}"
+        if len(row) != width and layout.format == "movielens":
+            raise InputError(f"{where}: expected 'user::item::rating::timestamp' (4 fields), got {len(row)}; fix "
+                             "the line, or pass the format the file is in")
         if len(row) != width:
-            raise InputError(_width_message(where, layout, len(row), width))
+            raise InputError(f"{where}: {len(row)} fields but {'the header' if layout.header else 'line 1'} has "
+                             f"{width}; fix the row (is the delimiter {layout.delimiter!r} right?)")
         for role in ("user_col", "item_col"):
             if not row[index[role]].strip():
                 raise InputError(f"{where}, column {plan.shown[role]!r}: empty id; every row needs a user and an item")
@@ -180,19 +180,10 @@ def _raise_first_fault(path: Path, layout: Layout, plan: ColumnPlan, times: Time
                 raise InputError(f"{where}, column {plan.shown['time_col']!r}: {e}") from None
         if rule is not None and rule.numeric:
             try:
-                filters.cell_number(row[index["filter"]])
+                columns.cell_number(row[index["filter"]])
             except ValueError as e:
                 column = plan.shown["filter"]
                 raise InputError(f"{where}, column {column!r}: {e}; fix the value or the filter") from None
-
-
-def _width_message(where: str, layout: Layout, found: int, width: int) -> str:
-    if layout.format == "movielens":
-        return (f"{where}: expected 'user::item::rating::timestamp' (4 fields), got {found}; fix the line, "
-                "or pass the format the file is in")
-    against = "the header has" if layout.header else "line 1 has"
-    return (f"{where}: {found} fields but {against} {width}; fix the row "
-            f"(is the delimiter {layout.delimiter!r} right?)")
 
 
 @contextmanager
