@@ -1,17 +1,14 @@
 """torch.compile for the stacks that do the work, and the few static lengths CUDA graphs need.
 
 Both apps expose it as `model.compile` (a torch.compile mode; off by default) and `model.compile_backend`.
-`compile_in_place` calls `nn.Module.compile` on the given stacks: the module objects stay where they are, so
-the state dict keys are those of the eager model, and a checkpoint written with compile on loads with it off
-and the other way round.
+`compile_in_place` calls `nn.Module.compile` on the given stacks, which stay where they are: the state dict
+keys are the eager model's, so a checkpoint written with compile on loads with it off and the other way round.
 
-Shapes: a batch's length varies (StreamRec cuts the columns that are padding in every row; translation
-batches hold sentences of any length). torch.compile is called with `dynamic=None`: the first batch compiles
-for its own lengths, the first batch of another length recompiles once with the lengths symbolic, and later
-batches reuse that graph. "reduce-overhead" records a CUDA graph per distinct shape, even in a dynamic graph,
-so there the apps round each batch's length up to a multiple of `BUCKET` (capped at `max_len`): a handful of
-graphs, each replayed many times. Padding is masked, so the outputs at the real positions stay the same (to
-float rounding); the other modes, and compile off, run on the unpadded batch.
+Shapes: a batch's length varies. With `dynamic=None` the first batch compiles for its own lengths, the first
+batch of another length recompiles once with the lengths symbolic, and later batches reuse that graph.
+"reduce-overhead" records a CUDA graph per distinct shape even so, so there the apps round each batch's length
+up to a multiple of `BUCKET` (capped at `max_len`): a handful of graphs, each replayed many times. Padding is
+masked, so the outputs at the real positions stay the same (to float rounding); the other modes run unpadded.
 
 Legend: B batch, T time.
 """

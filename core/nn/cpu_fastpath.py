@@ -49,15 +49,13 @@ def enable_cpu_fastpath(model: nn.Module) -> int:
     Exact types only (subclasses such as `nn.MultiheadAttention`'s projection are left alone). The parameters
     stay the same objects, so an optimizer built before still holds them.
     """
-    _set_cheap_attention_dropout(model, True)
-    return _swap(model, {nn.Linear: FastLinear, nn.Dropout: FastDropout})
+    return _swap(model, {nn.Linear: FastLinear, nn.Dropout: FastDropout}, cheap=True)
 
 
 def disable_cpu_fastpath(model: nn.Module) -> int:
     """The inverse of `enable_cpu_fastpath`, for where exact types matter (torch.ao's int8 quantisation) or oneDNN's
     op cannot go (ONNX export); returns the count."""
-    _set_cheap_attention_dropout(model, False)
-    return _swap(model, {FastLinear: nn.Linear, FastDropout: nn.Dropout})
+    return _swap(model, {FastLinear: nn.Linear, FastDropout: nn.Dropout}, cheap=False)
 
 
 @contextlib.contextmanager
@@ -75,15 +73,11 @@ def cpu_fastpath_disabled(model: nn.Module) -> Iterator[nn.Module]:
             m.cheap_dropout = True
 
 
-def _set_cheap_attention_dropout(model: nn.Module, on: bool) -> None:
-    for m in model.modules():
-        if hasattr(m, "cheap_dropout"):
-            m.cheap_dropout = on
-
-
-def _swap(model: nn.Module, classes: dict[type, type]) -> int:
+def _swap(model: nn.Module, classes: dict[type, type], cheap: bool) -> int:
     swapped = 0
     for m in model.modules():
+        if hasattr(m, "cheap_dropout"):  # core's attention modules
+            m.cheap_dropout = cheap
         new = classes.get(type(m))
         if new is not None:
             m.__class__ = new  # no new state on either side: the same module, another forward

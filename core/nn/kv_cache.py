@@ -1,9 +1,8 @@
 """Key/value caches for incremental decoding.
 
-Self-attention appends one step's keys and values per call; cross-attention stores the
-encoder's keys and values once per input. A search that keeps, drops or duplicates hypotheses
-reorders the batch dimension of every cache with `reorder` (`reorder_self` for the target side
-alone, `reorder_cross` for the input side, which may have fewer rows: see `core.CrossAttention`).
+Self-attention appends one step's keys and values per call; cross-attention stores the encoder's once per
+input. A search that keeps, drops or duplicates hypotheses reorders every cache's batch rows with `reorder`
+(`reorder_self` for the target side alone, `reorder_cross` for the input side, which may have fewer rows).
 
 Legend: B batch rows (e.g. inputs x hypotheses), Hkv key/value heads, T cached steps, Dh head width.
 """
@@ -17,8 +16,7 @@ from torch import Tensor
 class KVCache:
     """Growing key/value store for one self-attention layer.
 
-    Storage is preallocated and doubled when full, so appending a step copies only that
-    step (torch.cat per step would copy the whole history every time).
+    Storage is preallocated and doubled when full, so appending a step copies only that step.
 
     Args:
         capacity: steps to allocate at first (a search that knows its length limit passes it).
@@ -52,12 +50,8 @@ class KVCache:
         self._k, self._v = new_k, new_v
 
     def reorder(self, index: Tensor, moved: Tensor | None = None) -> None:
-        """Keep batch rows `index` (B_new,), in that order, e.g. the surviving hypotheses.
-
-        `moved` (rows where index[row] != row, given when B_new = B) copies only those rows, in
-        place: a search that keeps most hypotheses in their rows moves a fraction of the cache
-        instead of all of it.
-        """
+        """Keep batch rows `index` (B_new,), in that order; `moved` (the rows where index[row] != row, given when
+        B_new = B) copies only those rows, in place."""
         if self._k is None or self._v is None:
             return
         if moved is not None:

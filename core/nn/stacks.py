@@ -28,7 +28,7 @@ Positions = Literal["sinusoidal", "learned", "rope", "alibi", "none"]
 
 
 class TokenEmbedding(nn.Module):
-    """Token embedding scaled by sqrt(d_model).
+    """Token embedding scaled by sqrt(d_model) (the initialisation: module docstring).
 
     Args:
         num_embeddings: vocabulary size V (items or subwords, padding included).
@@ -50,12 +50,10 @@ class TokenEmbedding(nn.Module):
         self.scale = math.sqrt(d_model)
 
     @property
-    def weight(self) -> Tensor:
-        """The (V, D) embedding matrix, e.g. for tied output scores."""
+    def weight(self) -> Tensor:  # (V, D), e.g. for tied output scores
         return self.embedding.weight
 
     def forward(self, ids: Tensor) -> Tensor:
-        """(B, T) ids -> (B, T, D)."""
         return self.embedding(ids) * self.scale
 
 
@@ -137,9 +135,8 @@ class Encoder(_Stack):
         norm_first: pre-LN (True) or post-LN (False).
         causal: forbid attending to later positions.
         mix: a causal low-pass branch beside each layer's attention (`core.nn.mixing`); needs `causal`.
-        kernel: for long histories, every layer's `SequenceKernel` in place of the softmax over all keys
-            (`core.nn.windowed.WindowAttention`, `core.nn.linear_attention.LinearAttention`): causal only; the stack
-            then never builds a (T, T) mask and takes the padding as `valid`.
+        kernel: for long histories, every layer's `SequenceKernel` (`core.nn.windowed.WindowAttention`,
+            `core.nn.linear_attention.LinearAttention`): causal only, no (T, T) mask, the padding as `valid`.
         residual: every layer's residual kind (`core.nn.blocks.Residual`, or `GatedResidual`: pre-LN only).
     """
 

@@ -1,10 +1,8 @@
 """Causal sliding-window (local) attention in blocks: time and memory linear in the sequence length.
 
-Query t sees keys t - W + 1 .. t. A banded mask over full attention gives the same result but still
-computes and stores all T x T scores. Here the queries are cut into blocks of W, and each block
-attends only to its own block and the one before it (2W keys, the band masked inside), so the
-scores take T x 2W: at T = 4,096 and W = 256, an eighth of full attention's work and memory. SDPA
-runs each block batch (its fused kernels take any number of leading dimensions).
+Query t sees keys t - W + 1 .. t. A banded mask over full attention gives the same result but still computes
+and stores all T x T scores. Here the queries are cut into blocks of W, and each block attends only to its own
+block and the one before it (2W keys, the band masked inside), so the scores take T x 2W.
 
 On CUDA the same band runs as FlexAttention's block-sparse kernel instead (`kernel="flex"`, compiled once
 per process): it skips the key blocks outside the band without copying K and V into block pairs. FlexAttention
