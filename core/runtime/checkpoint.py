@@ -221,11 +221,8 @@ class SafeLoadMixin:
             raise refused from None
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Refuse in one line a checkpoint whose tensors do not fit this module (other data or settings).
-
-        `test --ckpt_path` on other data builds the module from the data, so Lightning's `load_state_dict`
-        would fail with a traceback listing every tensor. Lightning calls this hook just before it.
-        """
+        """Refuse in one line a checkpoint whose tensors do not fit this module, before Lightning's
+        `load_state_dict` fails with a traceback listing every tensor (`test --ckpt_path` on other data)."""
         super().on_load_checkpoint(checkpoint)  # type: ignore[misc]
         if "state_dict" not in checkpoint:  # nothing to load (a hook called with other parts only)
             return

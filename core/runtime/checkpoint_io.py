@@ -19,10 +19,7 @@ from core.runtime.checkpoint import load_checkpoint
 
 class SafeCheckpointIO(TorchCheckpointIO):
     """Reads with `load_checkpoint` (weights only); writes atomically in the checkpoint's own folder.
-
-    Args:
-        written_by: the command that writes this app's checkpoints, for error messages.
-    """
+    `written_by`: the command that writes this app's checkpoints, for error messages."""
 
     def __init__(self, written_by: str = "python -m <app> fit"):
         self.written_by = written_by

@@ -112,19 +112,16 @@ def with_bases(args: Sequence[str]) -> list[str]:
 
 def file_setting(files: Sequence[str], key: str) -> str | None:
     """The last of `files` whose YAML sets the dotted `key` (the one that wins), or None."""
-    found = None
-    for name in files:
+    for name in reversed(files):
         try:
             node: Any = read_yaml(name)
         except (OSError, InputError):
             continue
         for part in key.split("."):
             node = node.get(part) if isinstance(node, dict) else None
-            if node is None:
-                break
-        else:
-            found = name
-    return found
+        if node is not None:
+            return name
+    return None
 
 
 class OneLineErrorParser(LightningArgumentParser):

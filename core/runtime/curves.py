@@ -3,11 +3,9 @@
     python -m core.runtime.curves runs/streamrec_demo            # every metrics.csv under the folder -> curves.png
     python -m core.runtime.curves runs/x/lightning_logs/version_0/metrics.csv
 
-`fit` draws them itself at its end (`core.runtime.cli.PlotCurves`); this command is for runs that stopped
-early or were made before it. One panel per metric name without its `train_`/`val_`/`test_` prefix,
-so `train_loss` and `val_loss` share a panel, and a baseline's values (`val_mostpop_ndcg@10`) are a dashed line
-in the model's panel; x is the optimizer step of each row. matplotlib is
-imported inside `plot_curves` only.
+`fit` draws them itself at its end; this command is for runs that stopped early or were made before it.
+One panel per metric name without its `train_`/`val_`/`test_` prefix; a baseline's values
+(`val_mostpop_ndcg@10`) are a dashed line in the model's panel.
 """
 
 from __future__ import annotations
@@ -28,15 +26,8 @@ Curves = dict[str, list[tuple[int, float]]]
 
 
 def read_metrics(path: str | Path) -> Curves:
-    """Each metric column of a CSVLogger `metrics.csv` as (step, value) points, in file order.
-
-    A row holds only the metrics logged at that step; empty cells are skipped. Columns in `AXES`
-    are not metrics; a row without a step keeps the previous row's.
-
-    Raises:
-        FileNotFoundError: no such file.
-        InputError: the file has no `step` column or a cell that is not a number.
-    """
+    """Each metric column of a CSVLogger `metrics.csv` as (step, value) points, in file order; a row holds only
+    the metrics logged at that step, and a row without a step keeps the previous row's."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such metrics file; pass a metrics.csv written by a CSVLogger")
@@ -69,7 +60,7 @@ def panels(curves: Curves) -> dict[str, list[str]]:
 
 
 def plot_curves(curves: Curves, path: str | Path, title: str = "") -> Path:
-    """Draw `curves` (from `read_metrics`) to the PNG `path`, one panel per entry of `panels`, written atomically."""
+    """Draw `curves` to the PNG `path`, one panel per entry of `panels`."""
     if not curves:
         raise InputError(f"{path}: nothing to draw: the metrics file holds no values yet")
     import matplotlib
@@ -84,9 +75,8 @@ def plot_curves(curves: Curves, path: str | Path, title: str = "") -> Path:
     for ax, (key, names) in zip(axes.flat, grouped.items(), strict=False):
         for name in names:
             steps, values = zip(*curves[name], strict=True)
-            dashed = any(f"_{b}" in name for b in BASELINES)
             ax.plot(steps, values, marker="o" if len(steps) < 30 else None, markersize=3, label=name,
-                    linestyle="--" if dashed else "-")
+                    linestyle="--" if any(f"_{b}" in name for b in BASELINES) else "-")
         ax.set(title=key, xlabel="step")
         ax.legend(fontsize="small")
     for ax in axes.flat[len(grouped):]:

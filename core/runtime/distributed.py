@@ -1,5 +1,4 @@
-"""The DDP process group: whether one runs, and its lifetime on CPU (gloo), which Lightning leaves to interpreter
-shutdown."""
+"""The DDP process group: whether one runs, and its end on CPU (gloo), which Lightning leaves to shutdown."""
 
 from __future__ import annotations
 
@@ -11,17 +10,15 @@ _registered = False
 
 
 def process_group_running() -> bool:
-    """True inside a distributed run (a default process group exists)."""
     return dist.is_available() and dist.is_initialized()
 
 
 def destroy_process_group_at_exit() -> None:
     """Destroy the default process group when this process exits, as Lightning does only for NCCL.
 
-    Left to interpreter shutdown, a gloo group's C++ threads are torn down in no fixed order, and a
-    DDP worker sometimes aborts after its work is done ("terminate called without an active
-    exception"), failing the whole run. Call it from a
-    hook that runs in every rank once the group exists (`LightningModule.setup`); safe to call again.
+    Left to interpreter shutdown, a gloo group's C++ threads are torn down in no fixed order, and a worker
+    sometimes aborts after its work is done, failing the run. Call it in every rank once the group exists
+    (`LightningModule.setup`); safe to call again.
     """
     global _registered
     if _registered or not process_group_running():

@@ -31,12 +31,8 @@ def lock_path(target: str | Path) -> Path:
 
 
 class OutputLock:
-    """An exclusive, non-blocking lock on one output for the life of a run.
-
-    Args:
-        target: the output file, or a run folder (which must exist).
-        what: what the holder is doing, for the other writer's message ("scoring", "fit").
-    """
+    """An exclusive, non-blocking lock on one output file or run folder for the life of a run; `what` the holder
+    does ("scoring", "fit") is told to a second writer."""
 
     def __init__(self, target: str | Path, what: str = "writing"):
         self.target, self.what, self.path = Path(target), what, lock_path(target)

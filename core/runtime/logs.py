@@ -32,12 +32,8 @@ def _is_rank_zero(_: logging.LogRecord) -> bool:
 
 
 def log_info_to_stderr(package: str) -> None:
-    """Print INFO and above of `package`'s loggers on stderr, from the first process only.
-
-    Python shows only WARNING and above by default, so lines such as "skipped 2 of 4 pairs with
-    a blank side" would vanish from a `fit` run. Other libraries' loggers are left as they are.
-    Calling it again adds no second handler.
-    """
+    """Print INFO and above of `package`'s loggers on stderr, from the first process only: Python shows only
+    WARNING and above by default, so lines such as "skipped 2 of 4 pairs" would vanish. Safe to call again."""
     log = logging.getLogger(package)
     if not any(isinstance(h, _StderrHandler) for h in log.handlers):
         log.addHandler(_StderrHandler())
@@ -61,10 +57,8 @@ class _DropNoise(logging.Filter):
 
 
 def quiet_library_noise() -> None:
-    """Silence `NOISE_MESSAGES`, from Lightning's loggers and from Python warnings; anything else still shows.
-
-    Matched by message, so a Lightning version that words them otherwise shows them again rather than hiding more.
-    """
+    """Silence `NOISE_MESSAGES`, from Lightning's loggers and from Python warnings; matched by message, so a
+    Lightning version that words them otherwise shows them again rather than hiding more."""
     for pattern in NOISE_MESSAGES:
         warnings.filterwarnings("ignore", message=pattern)
     # On the handlers: a logger's own filters never see its children's records, which Lightning's are.

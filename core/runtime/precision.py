@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import functools
-import time
+import timeit
 import warnings
 
 import torch
@@ -42,12 +42,7 @@ def _matmul_seconds(dtype: torch.dtype) -> float:
     a = torch.randn(PROBE_ROWS, PROBE_WIDTH).to(dtype)
     b = torch.randn(PROBE_WIDTH, PROBE_ROWS).to(dtype)
     a @ b  # the first call builds oneDNN's kernel
-    best = float("inf")
-    for _ in range(PROBE_REPEATS):
-        start = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - start)
-    return best
+    return min(timeit.repeat(lambda: a @ b, number=1, repeat=PROBE_REPEATS))
 
 
 @functools.cache

@@ -1,5 +1,4 @@
-"""Exact resume: a run killed after any checkpoint and resumed from it ends with the weights of
-a run that was never interrupted, bit for bit on the CPU.
+"""Exact resume: a run resumed from any checkpoint ends with an uninterrupted run's weights, bit for bit on the CPU.
 
 `ExactResume` stores the torch, numpy, Python (and CUDA) generator states in every checkpoint as tensors
 and plain numbers (loadable without an allow-list) and puts them back just before the first batch of the
@@ -24,13 +23,8 @@ from torch.utils.data import RandomSampler, Sampler
 
 
 class EpochRandomSampler(RandomSampler):
-    """A random permutation per epoch, drawn from (seed, epoch) alone; a `RandomSampler`, so Lightning still
-    recognises a shuffled loader (and swaps in its `DistributedSampler` under DDP).
-
-    Args:
-        data: the dataset (only its length is used).
-        seed: seed of the permutations; the same (seed, epoch) gives the same order.
-    """
+    """A random permutation of `data` per epoch, drawn from (seed, epoch) alone; a `RandomSampler`, so Lightning
+    still recognises a shuffled loader (and swaps in its `DistributedSampler` under DDP)."""
 
     def __init__(self, data: Sized, seed: int = 0):
         super().__init__(data)
@@ -55,9 +49,6 @@ class EpochBatchSampler(Sampler[list[int]]):
 
     Each `iter()` uses the current epoch and advances it (Lightning calls `set_epoch` on samplers, not on
     batch samplers, so the advance is what gives a new order each epoch); `ExactResume` pins it each epoch.
-
-    Args:
-        seed: seed of the orders; the same (seed, epoch) gives the same batches.
     """
 
     def __init__(self, seed: int = 0):

@@ -3,11 +3,10 @@
 `StopOnSignal` finishes the training step in progress, saves a checkpoint of the point after it, and ends
 `fit` with `StopRequested`, a `SystemExit` of status 128 + the signal's number, so a scheduler does not read
 the run as finished. The fit is abandoned, not stopped with `trainer.should_stop`: that would run the
-epoch's validation and end-of-epoch hooks, whose `last.ckpt` would claim a partly trained epoch. A second
-signal while the checkpoint is written is noted and ignored.
+epoch's validation and end-of-epoch hooks, whose `last.ckpt` would claim a partly trained epoch.
 
-The handlers are installed when training starts, after Lightning's own (registered at the start of every
-trainer run), and replace them for the rest of the fit. They are not installed under SLURM with
+The handlers are installed when training starts, after Lightning's own, and replace them for the rest of
+the fit. They are not installed under SLURM with
 `auto_requeue` (Lightning saves an `hpc_ckpt` and requeues the job itself), with more than one process
 (each rank would stop at its own step), or outside the main thread (Python allows handlers there only).
 """

@@ -1,14 +1,8 @@
 """The model summary `fit` prints, without Lightning's FLOPs column and "Total FLOPs" line when nothing was counted.
 
-Lightning counts FLOPs only for a module with an `example_input_array`; without one (both apps' modules) every
-count is 0, and its summary still prints a FLOPs column of zeros and "Total FLOPs: 0". `PlainSummary` and
-`RichSummary` are Lightning's `ModelSummary` and `RichModelSummary` with their `summarize` hook leaving both out
-in that case; with counted FLOPs they print Lightning's table unchanged. `summary_callback` turns Lightning's
-summary callback into ours, keeping its `max_depth`, its other arguments and the plain or rich choice.
-
-`summarize`'s arguments (the table's columns, then the totals) follow Lightning's `ModelSummary.summarize`, which
-is documented as an override point but has changed between releases: `SUMMARIZE_ARGUMENTS` names them, and where
-Lightning's hooks take others (`hook_matches` is False) `summary_callback` keeps Lightning's own callback.
+Lightning counts FLOPs only for a module with an `example_input_array`; without one (both apps' modules) its
+summary prints a column of zeros. Lightning's `summarize` hook has changed between releases: where its
+arguments are not `SUMMARIZE_ARGUMENTS` (`hook_matches` is False), `summary_callback` keeps Lightning's callback.
 """
 
 from __future__ import annotations
@@ -48,7 +42,6 @@ def flops_counted(summary_data: list[tuple[str, list[str]]], total_flops: int) -
 
 
 def without_flops(summary_data: list[tuple[str, list[str]]]) -> list[tuple[str, list[str]]]:
-    """`summary_data` (Lightning's (header, values) columns) without the FLOPs column."""
     return [(name, values) for name, values in summary_data if name != FLOPS]
 
 
@@ -65,8 +58,7 @@ class PlainSummary(ModelSummary):
             return
         table = _format_summary_table(total_parameters, trainable_parameters, model_size, total_training_modes,
                                       total_flops, *without_flops(summary_data))
-        lines = table.split("\n")
-        log.info("\n" + "\n".join(line for line in lines if not line.lower().endswith("total flops")))
+        log.info("\n" + "\n".join(line for line in table.split("\n") if not line.lower().endswith("total flops")))
 
 
 class RichSummary(RichModelSummary):
@@ -95,13 +87,12 @@ class RichSummary(RichModelSummary):
         grid = Table.grid(expand=True)
         grid.add_column()
         grid.add_column()
-        counts = [trainable_parameters, total_parameters - trainable_parameters, total_parameters]
-        trainable, frozen, total = ("{:<{}}".format(get_human_readable_count(int(n)), 10) for n in counts)
-        grid.add_row(f"[bold]Trainable params[/]: {trainable}")
-        grid.add_row(f"[bold]Non-trainable params[/]: {frozen}")
-        grid.add_row(f"[bold]Total params[/]: {total}")
-        grid.add_row(f"[bold]Total estimated model params size (MB)[/]: "
-                     f"{'{:<{}}'.format(get_formatted_model_size(model_size), 10)}")
+        for label, value in (
+                ("Trainable params", get_human_readable_count(int(trainable_parameters))),
+                ("Non-trainable params", get_human_readable_count(int(total_parameters - trainable_parameters))),
+                ("Total params", get_human_readable_count(int(total_parameters))),
+                ("Total estimated model params size (MB)", get_formatted_model_size(model_size))):
+            grid.add_row(f"[bold]{label}[/]: {value:<10}")
         grid.add_row(f"[bold]Modules in train mode[/]: {total_training_modes['train']}")
         grid.add_row(f"[bold]Modules in eval mode[/]: {total_training_modes['eval']}")
         console.print(grid)
@@ -109,7 +100,7 @@ class RichSummary(RichModelSummary):
 
 def summary_callback(callback: Any) -> Any:
     """Ours for Lightning's own `ModelSummary` or `RichModelSummary` (exactly those types: a user's subclass stays),
-    with the same `max_depth` and arguments; any other callback, or any where `hook_matches` is False, unchanged."""
+    with the same `max_depth` and arguments; any other callback unchanged."""
     if type(callback) not in (ModelSummary, RichModelSummary) or not hook_matches():
         return callback
     ours = RichSummary if type(callback) is RichModelSummary else PlainSummary

@@ -1,11 +1,8 @@
 """How many CPU threads a program computes with: the CPUs this process may use, or what the user set.
 
-torch starts with one thread per core of the host. A container whose CPU quota is below that, a process pinned
-to some cores (`taskset`, a scheduler's cpuset), or cores another job keeps busy then run more threads than
-there are CPUs to run them, and every matmul waits on the slowest thread. Every program therefore takes one
-`threads` setting (`--threads N`, YAML `threads: N`), whose default counts the CPUs this process may use: its
-affinity mask, capped by the cgroup's CPU quota, never the host's core count (`OMP_NUM_THREADS`, where set,
-wins, as it does for torch). On a machine that other jobs share, `--threads 1` is usually the fastest.
+torch starts with one thread per core of the host. Under a lower CPU quota, a pinned affinity or cores
+another job keeps busy, every matmul then waits on its slowest thread. So the default counts the CPUs this
+process may use (its affinity mask, capped by the cgroup's quota), and `OMP_NUM_THREADS`, where set, wins.
 """
 
 from __future__ import annotations
@@ -20,11 +17,8 @@ CGROUP = Path("/sys/fs/cgroup")
 
 
 def cgroup_cpu_limit(root: Path = CGROUP) -> float | None:
-    """The CPUs the cgroup's quota allows (quota / period), or None without a quota.
-
-    cgroup v2 writes "QUOTA PERIOD" (or "max PERIOD") to cpu.max; v1 writes them to cpu.cfs_quota_us
-    (-1: none) and cpu.cfs_period_us.
-    """
+    """The CPUs the cgroup's quota allows (quota / period), or None without a quota: cgroup v2's cpu.max holds
+    "QUOTA PERIOD" (or "max PERIOD"), v1's cpu.cfs_quota_us (-1: none) and cpu.cfs_period_us."""
     try:
         text = (root / "cpu.max").read_text().split()
         if text and text[0] != "max":
@@ -47,8 +41,7 @@ def available_cpus(root: Path = CGROUP) -> int:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not on Linux
         cpus = os.cpu_count() or 1
-    limit = cgroup_cpu_limit(root)
-    if limit is not None:
+    if (limit := cgroup_cpu_limit(root)) is not None:
         cpus = min(cpus, math.ceil(limit))
     return max(1, cpus)
 
@@ -68,11 +61,8 @@ def default_threads() -> int:
 
 
 def set_threads(threads: int | None = None) -> int:
-    """Compute with `threads` torch threads (None: `default_threads()`); returns the count.
-
-    The pool is only touched when the count changes: a forked DDP worker inherits a pool it cannot use, so a
-    process that never needed another count must not start one.
-    """
+    """Compute with `threads` torch threads (None: `default_threads()`); returns the count. The pool is touched
+    only when the count changes: a forked DDP worker inherits a pool it cannot use."""
     check_threads(threads)
     count = default_threads() if threads is None else threads
     if count != torch.get_num_threads():

@@ -1,9 +1,4 @@
-"""The server command line every app shares: `serve_parser`, `ServerOptions` and `run_server`.
-
-An app supplies a `BatchedAPI` (`core.runtime.serving.litserver`) and a `validate` function (request JSON -> a
-checked dict with defaults filled in, see `core.runtime.serving.schema`); `run_server` serves them behind the
-`JSONGate` (`core.runtime.serving.gate`).
-"""
+"""The server command line every app shares: `serve_parser`, `ServerOptions` and `run_server`."""
 
 from __future__ import annotations
 
@@ -79,23 +74,16 @@ class ServerOptions:
 
     @property
     def threads_per_worker(self) -> int:
-        """`--threads`, or the CPUs this process may use (`core.runtime.threads`) but one (the HTTP process's)
-        shared out among the workers.
-
-        A worker with as many torch threads as cores competes with the HTTP process: the HTTP process and the
-        worker's last thread preempt each other.
-        """
+        """`--threads`, or the CPUs this process may use but one, shared out among the workers: a worker with as
+        many torch threads as cores competes with the HTTP process, and the two preempt each other."""
         return self.threads or max(1, (available_cpus() - 1) // self.workers)
 
 
 def run_server(api: BatchedAPI, validate: Validate, options: ServerOptions, metadata: dict | None = None) -> None:
     """Serve `api` on `POST /predict` (and LitServe's `GET /health`, `GET /info`) until SIGINT or SIGTERM.
 
-    Args:
-        api: the app's LitAPI (pickled into each worker process, so it holds paths, not models).
-        validate: parsed JSON -> the checked request (run in the HTTP process, see `JSONGate`).
-        options: the server's options.
-        metadata: what `GET /info` reports under "model" (JSON-ready).
+    `api` is pickled into each worker process, so it holds paths, not models; `validate` (parsed JSON -> the
+    checked request) runs in the HTTP process (`JSONGate`); `metadata` is what `GET /info` reports as "model".
     """
     o = options
     if o.batch_timeout >= o.timeout:
@@ -126,10 +114,7 @@ def _check_port(host: str, port: int) -> None:
 
 def _stop_on_sigterm() -> None:
     """SIGTERM stops the server as Ctrl-C does: LitServe shuts its worker processes down on KeyboardInterrupt only.
-
-    The HTTP processes LitServe forks inherit this handler; uvicorn raises the signal again after its own
-    clean shutdown, and there it just ends the process (no KeyboardInterrupt traceback).
-    """
+    In the forked HTTP processes (uvicorn raises the signal again after its clean shutdown) it just exits."""
     main_pid = os.getpid()
 
     def stop(signum: int, frame: object) -> None:
@@ -142,8 +127,7 @@ def _stop_on_sigterm() -> None:
 
 @contextmanager
 def one_line_errors() -> Iterator[None]:
-    """A bad checkpoint, option or file ends the command with one line on stderr and exit status 1
-    (`core.runtime.errors.exit_on_error`), its message on one line."""
+    """A bad checkpoint, option or file ends the command with one line on stderr and exit status 1."""
     with exit_on_error():
         try:
             yield

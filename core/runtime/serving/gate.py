@@ -24,17 +24,10 @@ Validate = Callable[[object], dict]
 
 
 class JSONGate:
-    """ASGI middleware: a size limit on every body; a parsed, checked JSON object for `POST path`.
+    """ASGI middleware: a size limit on every body (413, before reading it when Content-Length says so); a
+    parsed, checked JSON object for `POST path`, re-encoded for LitServe with the defaults filled in.
 
     A refused request is answered here with `{"error": "one line"}` and never reaches LitServe's queue.
-    An accepted one reaches LitServe as the checked object (defaults filled in) re-encoded as JSON.
-
-    Args:
-        app: the ASGI app behind it.
-        path: the prediction route ("/predict").
-        max_body_bytes: the largest body accepted (413 above it, before any of it is read when
-            Content-Length says so).
-        validate: parsed JSON -> the checked request; raises RequestError.
     """
 
     def __init__(self, app: Any, *, path: str, max_body_bytes: int, validate: Validate):
@@ -69,7 +62,7 @@ class JSONGate:
         await self.app({**scope, "headers": headers}, _replay(data, receive), send)
 
     async def _read_body(self, receive: Callable) -> bytes | None:
-        """The whole body, or None if the client disconnected; counts as it reads (no Content-Length needed)."""
+        """The whole body, or None if the client disconnected; counts as it reads (Content-Length may lie)."""
         chunks, size = [], 0
         while True:
             message = await receive()

@@ -20,18 +20,11 @@ LITSERVE_VERSION = "0.2.19"  # the one whose private `LitServer._init_manager` a
 
 
 class BatchedAPI(ls.LitAPI):
-    """A LitAPI whose subclasses answer a list of checked requests at once (`predict_many`).
+    """A LitAPI whose subclasses answer a list of checked requests at once (`predict_many`), batched or not.
 
-    LitServe hands `predict` a list of requests when `max_batch_size` > 1 and a single request
-    otherwise; both reach `predict_many` as a list. `decode_request`, `batch` and `unbatch` keep
-    LitServe's defaults: the requests arrive as checked dicts (`JSONGate`). `encode_response` renders
-    each answer to JSON bytes here, in the worker, so the HTTP process passes the response through
-    instead of walking it with FastAPI's `jsonable_encoder`.
-
-    Args:
-        threads: torch intra-op threads of the worker process (0: leave PyTorch's default).
-        max_batch_size: the most requests answered together.
-        batch_timeout: seconds to wait for a batch to fill.
+    `encode_response` renders each answer to JSON bytes in the worker, so the HTTP process passes the
+    response through instead of walking it with FastAPI's `jsonable_encoder`. `threads`: torch threads of
+    the worker process (0: PyTorch's default).
     """
 
     def __init__(self, threads: int = 0, *, max_batch_size: int = 1, batch_timeout: float = 0.0):
@@ -45,11 +38,10 @@ class BatchedAPI(ls.LitAPI):
         self.load(device)
 
     def load(self, device: str) -> None:
-        """Load the model onto `device`."""
         raise NotImplementedError
 
     def predict(self, x: Any) -> Any:
-        """One answer per request: a list for a batch, a single answer otherwise."""
+        # LitServe passes a list only when batching (max_batch_size > 1).
         return self.predict_many(x) if self.max_batch_size > 1 else self.predict_many([x])[0]
 
     def encode_response(self, output: dict) -> Response:
@@ -68,16 +60,10 @@ class BatchedAPI(ls.LitAPI):
 class PipeLitServer(ls.LitServer):
     """A LitServer whose processes talk through pipes (`multiprocessing.Queue`), not Manager proxies.
 
-    LitServe passes every request and every answer through queues of a `multiprocessing.Manager`: each
-    put and each get is a round trip to the Manager's own process, and the worker fetches a batch one
-    request at a time, so dynamic batching saves only the model's share of a request. Its public
-    `fast_queue=True` (ZeroMQ) does not help: `LitServer.__init__` passes it as `transport_config=`, a
-    field `TransportConfig` does not have, so the Manager queues stay; and when wired by hand its PUB/SUB
-    sockets drop the first answers under load. Pipe queues are LitServe's own `MPQueueTransport` with
-    `multiprocessing.Queue`s in it: the same interface, no third process, nothing dropped.
-
-    No public API chooses the queues, so `_init_manager` (private) is overridden to replace the queues it
-    built in `litapi_request_queues` and `_transport` (private). Only `LITSERVE_VERSION` is accepted.
+    Through a Manager's queues each put and get is a round trip to the Manager's process, and the worker
+    fetches a batch one request at a time. LitServe's `fast_queue=True` (ZeroMQ) does not help: it never
+    reaches the transport config, and when wired by hand its PUB/SUB sockets drop answers under load. No
+    public API chooses the queues, so the private `_init_manager` is overridden to replace them.
     """
 
     def __init__(self, *args: Any, **kwargs: Any):
@@ -96,10 +82,8 @@ class PipeLitServer(ls.LitServer):
 
 
 def _pipe_queue() -> Any:
-    """A `multiprocessing.Queue` for spawned workers and forked HTTP processes alike.
-
-    A process that ends does not wait for its queue's feeder thread: at shutdown the reader may be gone.
-    """
+    """A `multiprocessing.Queue` for spawned workers and forked HTTP processes alike, whose feeder thread a
+    process that ends does not wait for: at shutdown the reader may be gone."""
     queue = mp.get_context("spawn").Queue()
     queue.cancel_join_thread()
     return queue

@@ -1,8 +1,5 @@
 """The request schema of the HTTP servers: `Field`s, `check_fields`, strict JSON parsing, and `RequestError`.
-
-Pure Python: what a server accepts is checked here, before anything reaches a model (`core.runtime.serving.gate`
-calls it in the HTTP process).
-"""
+Pure Python: a request is checked here, in the HTTP process, before anything reaches a model."""
 
 from __future__ import annotations
 
@@ -19,12 +16,7 @@ REQUIRED = object()  # Field.default of a field the request must give
 
 
 class RequestError(InputError):
-    """A request the server refuses, with its HTTP status (4xx) and a one-line reason.
-
-    Args:
-        message: what is wrong and how to fix it, one line.
-        status: the HTTP status code to answer with.
-    """
+    """A request the server refuses, with its HTTP status (4xx) and a one-line reason."""
 
     def __init__(self, message: str, status: int = 422):
         super().__init__(message)
@@ -38,21 +30,14 @@ def one_line(message: str) -> str:
 
 
 def error_body(message: str) -> bytes:
-    """The body of every refusal: `{"error": "one line"}`."""
     return json.dumps({"error": one_line(message)}).encode()
 
 
 @dataclass(frozen=True)
 class Field:
-    """One key of a request object: its JSON type, its default and its limits.
-
-    Args:
-        kind: the JSON type: bool, int, float (an integer is accepted), str or list.
-        default: the value when the key is absent; REQUIRED: the key must be given; None: null is allowed.
-        lo: numbers: the smallest value; str and list: the fewest characters or elements.
-        hi: numbers: the largest value; str and list: the most characters or elements.
-        item: lists: the type of every element (str or int).
-        item_hi: lists of str: the most characters per element.
+    """One key of a request object: its JSON type (bool, int, float: an integer too, str or list), its default
+    (REQUIRED: the key must be given; None: null is allowed) and its limits: `lo`/`hi` bound a number, or the
+    characters of a str, or the elements of a list; `item` is a list's element type, `item_hi` its most characters.
     """
 
     kind: type
@@ -68,10 +53,8 @@ _JSON_NAMES = {bool: "true or false", int: "an integer", float: "a number", str:
 
 def _is(value: object, kind: type) -> bool:
     """Whether a parsed JSON value has the JSON type `kind` (true is not an integer here, unlike in Python)."""
-    if kind is float:
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    if kind is int:
-        return isinstance(value, int) and not isinstance(value, bool)
+    if kind in (int, float):
+        return isinstance(value, int | kind) and not isinstance(value, bool)
     return isinstance(value, kind)
 
 
@@ -86,10 +69,8 @@ def _check_value(name: str, value: Any, field: Field) -> None:
         size, unit = len(value), " characters" if field.kind is str else " elements"
         shown = f"`{name}` has {size}{unit};"
     if (field.lo is not None and size < field.lo) or (field.hi is not None and size > field.hi):
-        if field.lo is not None and field.hi is not None:
-            limits = f"between {_num(field.lo)} and {_num(field.hi)}"
-        else:
-            limits = f"at least {_num(field.lo)}" if field.lo is not None else f"at most {_num(field.hi)}"
+        limits = (f"between {_num(field.lo)} and {_num(field.hi)}" if field.lo is not None and field.hi is not None
+                  else f"at least {_num(field.lo)}" if field.lo is not None else f"at most {_num(field.hi)}")
         raise RequestError(f"{shown} must be {limits}{unit}")
     if field.kind is list and field.item is not None:
         if field.item is str and all(type(e) is str for e in value) and (  # the common case, without a Python loop
@@ -107,15 +88,8 @@ def _num(x: float | None) -> str:
 
 
 def check_fields(payload: object, fields: Mapping[str, Field]) -> dict:
-    """The request object checked against `fields`, with the defaults of absent optional fields filled in.
-
-    Args:
-        payload: the parsed JSON body.
-        fields: every allowed key and its `Field`.
-
-    Raises:
-        RequestError: not an object, an unknown or missing key, a wrong type, a value out of range.
-    """
+    """The parsed JSON body checked against `fields` (every allowed key), with the defaults of absent optional
+    fields filled in; RequestError for anything else."""
     if not isinstance(payload, dict):
         raise RequestError(f"the body must be a JSON object such as {{\"{next(iter(fields))}\": ...}}, "
                            f"got {type(payload).__name__}", 400)
