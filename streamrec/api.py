@@ -113,14 +113,9 @@ class Explanation:
 
 
 class Recommender:
-    """A trained StreamRec model with its item vocabulary, on one device.
-
-    Args:
-        model: the recommender network (put in eval mode here).
-        vocab: the item vocabulary it was trained with.
-        catalog: item titles and metadata for explanations (`streamrec.data.items.read_items`); None: raw ids.
-        read_options: how the training log was read, which `read_log` reads new logs with; None: the defaults.
-    """
+    """A trained StreamRec model (put in eval mode) with its item vocabulary, on one device; `catalog` gives
+    explanations titles (`streamrec.data.items.read_items`), `read_options` are how `read_log` reads new logs
+    (the training log's)."""
 
     def __init__(self, model: StreamRecModel, vocab: ItemVocab, catalog: ItemCatalog | None = None,
                  read_options: ReadOptions | None = None):
@@ -157,19 +152,14 @@ class Recommender:
     def read_log(self, path: str | Path, **overrides: object) -> Interactions:
         """A log of histories to recommend for, read the way the training log was (`read_options`).
 
-        Args:
-            path: the log file or folder (`streamrec.data.readers.read_interactions`).
-            overrides: reading options to change (`streamrec.reading.OVERRIDABLE`), e.g. `user_col="uid"`,
-                `delimiter=";"`, `time_col=None`; the count filters of training (min_item_count, k_core) never apply.
-
-        Returns:
-            `Interactions`: `log.items[user]` is the user's item ids, oldest first.
+        `overrides` are reading options to change (`streamrec.reading.OVERRIDABLE`), e.g. `user_col="uid"`,
+        `delimiter=";"`, `time_col=None`; the count filters of training (min_item_count, k_core) never apply.
+        `log.items[user]` is then the user's item ids, oldest first.
         """
         return read_interactions(path, options=with_overrides(self.read_options, overrides))
 
     @property
     def device(self) -> torch.device:
-        """Where the model runs."""
         return self.model.item_vectors.device
 
     def encode(self, history: Sequence[str | int]) -> tuple[list[int], list[str]]:
@@ -182,19 +172,12 @@ class Recommender:
         """The `top_k` best items for each of many users.
 
         Args:
-            histories: one history per user: original item ids (strings; an integer is its string form),
-                oldest first.
-            top_k: items per user.
-            exclude_seen: leave out items already in the user's history.
+            histories: one history per user: original item ids (an integer is its string form), oldest first.
             items: an allow-list: recommend only among these ids; None: the whole catalogue.
-            batch_size: users per forward pass.
             item_chunk: items scored at once (memory is about batch_size x item_chunk scores); None: the default.
-            cold_slots: of the `top_k`, how many go to the best cold items (a model trained with item features:
-                items known by their features only), placed by score (`RankingOptions.cold_slots`).
+            cold_slots: of the `top_k`, how many go to the best cold items (`RankingOptions.cold_slots`).
 
-        Returns:
-            `Recommendations`: `result[u]` is user u's (item_id, score) list; a user with no known
-            history item is cold and gets [].
+        `result[u]` is user u's (item_id, score) list; a user with no known history item is cold and gets [].
         """
         if isinstance(histories, str) or any(isinstance(h, str | int) for h in histories):
             raise InputError("`histories` takes one list of item ids per user; for one user pass [history]")
@@ -218,14 +201,8 @@ class Recommender:
         """The `top_k` items whose vectors are closest (cosine) to each given item's, the item itself left out.
 
         The vectors are the ones hidden states are scored against: the item embedding (tied, the default).
-
-        Args:
-            item_ids: the query items.
-            top_k: similar items per query.
-            item_chunk: items compared at once (the catalogue is never normalized as a whole); None: the default.
-
-        Returns:
-            `Recommendations` with one list per query; an unknown query is cold and gets [].
+        `item_chunk` items are compared at once (the catalogue is never normalized as a whole). An unknown query
+        is cold and gets [].
         """
         item_ids = as_item_ids(item_ids, "item_ids")
         options = RankingOptions(top_k, item_chunk=item_chunk)
@@ -246,16 +223,9 @@ class Recommender:
     @torch.no_grad()
     def explain(self, history: Sequence[str | int], top_k: int = 10, exclude_seen: bool = True,
                 items: Iterable[str | int] | None = None) -> Explanation:
-        """Why one history gets its top-k items: the two views of `streamrec.ranking.explain`.
+        """Why one history (oldest first) gets its top-k items: the two views of `streamrec.ranking.explain`.
 
-        Args:
-            history: original item ids, oldest first.
-            top_k: recommendations to explain.
-            exclude_seen: leave out items already in the history.
-            items: an allow-list, as in `recommend`.
-
-        Raises:
-            InputError: no item of the history is known to the checkpoint (nothing to explain).
+        `items` is an allow-list, as in `recommend`; a history with no item known to the checkpoint is refused.
         """
         options = RankingOptions(top_k, exclude_seen)
         ids, missing = self.encode(history)
@@ -292,11 +262,7 @@ class Recommender:
 
 def as_item_ids(ids: Iterable[str | int], name: str) -> list[str]:
     """`ids` as the vocabulary's ids, which are strings: an integer (Amazon's and MovieLens' ids are numbers) is
-    its decimal string form, so 7 and "7" are one item.
-
-    Raises:
-        InputError: `ids` is one string, or holds something other than a string or an integer.
-    """
+    its decimal string form, so 7 and "7" are one item."""
     if isinstance(ids, str | bytes):
         raise InputError(f"`{name}` takes a list of item ids, not one string; pass [{ids!r}]")
     out = list(ids)

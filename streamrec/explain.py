@@ -62,7 +62,6 @@ def _heatmap_figure(drops: Tensor, rows: list[str], cols: list[str], last: int =
 
 
 def _heatmap_png(drops: Tensor, rows: list[str], cols: list[str]) -> str:
-    """Occlusion heatmap (`_heatmap_figure`) as a base64 PNG."""
     buf = io.BytesIO()
     _heatmap_figure(drops, rows, cols).savefig(buf, format="png", dpi=100)
     return base64.b64encode(buf.getvalue()).decode("ascii")
@@ -99,12 +98,7 @@ def _item(why: Explanation, item: str, details: bool = True) -> str:
 
 
 def render_html(user: str, why: Explanation) -> str:
-    """A self-contained page (inline CSS and image, no scripts): recommendations with reasons, heatmap, history.
-
-    Args:
-        user: the user id, for the headings.
-        why: `streamrec.Recommender.explain`'s result; items show by title when it carries a catalog.
-    """
+    """A self-contained page (inline CSS and image, no scripts): recommendations with reasons, heatmap, history."""
     e = html.escape
     hist_rows = "".join(
         f"<tr><td class=num data-label='#'>{i + 1}</td><td data-label=item>{_item(why, item)}</td>"
@@ -136,7 +130,6 @@ when each history item is removed" src="data:image/png;base64,{png}"></div>
 
 
 def main(argv: list[str] | None = None) -> None:
-    """CLI: explain one user's recommendations as a self-contained HTML page."""
     p = argparse.ArgumentParser(prog="python -m streamrec.explain", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ckpt", required=True, help="checkpoint written by `python -m streamrec fit`")
@@ -163,9 +156,8 @@ def main(argv: list[str] | None = None) -> None:
         if not rec.encode(history)[0]:
             raise InputError(f"user {args.user!r} has no item known to the checkpoint; nothing to explain")
         why = rec.explain(history, args.top_k, args.exclude_seen)
-        page = render_html(args.user, why)
         with atomic_path(html) as tmp:
-            tmp.write_text(page, encoding="utf-8")
+            tmp.write_text(render_html(args.user, why), encoding="utf-8")
     print(f"wrote {args.html}: {len(why.recommendations)} recommendations for user {args.user} "
           f"from {len(why.history)} history items")
 

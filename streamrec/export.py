@@ -38,11 +38,7 @@ OPSET = 18
 
 
 class ScoringGraph(nn.Module):
-    """What the ONNX graph computes: next-item scores after each left-padded history.
-
-    Args:
-        model: the trained network (eval mode).
-    """
+    """What the ONNX graph computes: next-item scores after each left-padded history."""
 
     def __init__(self, model: StreamRecModel):
         super().__init__()
@@ -109,7 +105,6 @@ def write_onnx(model: StreamRecModel, path: Path, opset: int = OPSET) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Command line: python -m streamrec.export --ckpt CKPT --format {safetensors,onnx} --output DIR."""
     p = argparse.ArgumentParser(prog="python -m streamrec.export", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ckpt", required=True, help="checkpoint written by `python -m streamrec fit`")

@@ -65,12 +65,8 @@ class ResumableOutput:
 
     A manifest records the arguments that shape the results; parts from a different run
     are refused rather than mixed in. The caller holds the output's lock (`core.runtime.lock`), so
-    temporary files found here belong to a killed run and are deleted.
-
-    Args:
-        output: the final .csv or .parquet file.
-        manifest: the arguments that shape the rows.
-        fresh: delete the parts of an earlier interrupted run instead of resuming it.
+    temporary files found here belong to a killed run and are deleted. `fresh` deletes the parts of an earlier
+    interrupted run instead of resuming it.
     """
 
     def __init__(self, output: Path, manifest: dict[str, object], fresh: bool = False):
@@ -96,7 +92,6 @@ class ResumableOutput:
                 tmp.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
 
     def done_users(self) -> set[str]:
-        """Users already written by an earlier, interrupted run."""
         done: set[str] = set()
         for part in sorted(self.parts.glob("part-*.parquet")):
             done.update(pq.read_table(part, columns=["user_id"]).column("user_id").to_pylist())
@@ -138,17 +133,15 @@ def scan_precision(choice: str, device: str) -> Precision:
 def item_table(model: StreamRecModel, ckpt: str | Path, precision: str) -> ItemTable:
     """The item table of a model loaded with `mmap=True`, in bounded memory on CPU.
 
-    The fp32 rows are read from the checkpoint file (`streamrec.ranking.topk.FileRows`): the fp32 table (1.2 GB
-    at 5M items, D 64) never enters memory whole, and with precision "bf16" the scan reads a bf16 copy
-    built a chunk at a time (half the size), then fp32 rows only for the items it re-scores. Elsewhere
-    (CUDA, an export folder, a table that is not a mapping of `ckpt`) the model's own table.
+    The fp32 rows are read from the checkpoint file (`streamrec.ranking.topk.FileRows`), so the fp32 table never
+    enters memory whole; with precision "bf16" the scan reads a bf16 copy built a chunk at a time, then fp32
+    rows only for the items it re-scores. Elsewhere (CUDA, an export folder, a table that is not a mapping of
+    `ckpt`) the model's own table.
     """
     table = model.item_vectors.detach()
     rows = FileRows.mapped(table, ckpt) if Path(ckpt).is_file() else None
     vectors = table if rows is None else rows
-    if precision != "bf16" or table.device.type != "cpu":
-        return ItemTable(vectors)
-    return ItemTable(vectors, scan_table(vectors))
+    return ItemTable(vectors, scan_table(vectors) if precision == "bf16" and table.device.type == "cpu" else None)
 
 
 @dataclass(frozen=True)
@@ -177,7 +170,6 @@ class ScoreJob:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ScoreJob:
-        """The job `main`'s arguments describe; a bad value is one line naming its flag."""
         if args.top_k < 1 or args.batch_size < 1 or args.chunk_users < 1 or (args.item_chunk or 1) < 1:
             raise InputError("--top-k, --batch-size, --chunk-users and --item-chunk must be positive")
         if args.workers < 1 or args.cpus_per_worker <= 0 or args.threads < 0:
@@ -197,7 +189,6 @@ class ScoreJob:
                    ray if args.engine == "ray" else None)
 
     def provenance(self) -> dict[str, object]:
-        """What the output's Parquet metadata records (`streamrec.shards.provenance`)."""
         r = self.ranking
         return provenance(checkpoint_sha256(self.ckpt), r.top_k, r.exclude_seen, self.shard, explain=r.explain,
                           titles=self.items is not None, precision=r.precision, cold_slots=r.cold_slots,
@@ -218,7 +209,6 @@ MAX_USERS_FILE_BYTES = 1 << 30
 
 
 def _read_users(path: str) -> list[str]:
-    """The user ids listed in `path`, once each, in file order."""
     file = Path(path)
     if not file.is_file():
         raise FileNotFoundError(f"--users {path}: no such file")
@@ -230,8 +220,7 @@ def _read_users(path: str) -> list[str]:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         raise InputError(f"--users {path}: not UTF-8 text (byte {err.start}); write one user id per line") from None
-    lines = text.split("\n")
-    users = list(dict.fromkeys(line.strip() for line in lines if line.strip()))
+    users = list(dict.fromkeys(line.strip() for line in text.split("\n") if line.strip()))
     if not users:
         raise InputError(f"--users {path}: the file lists no user; write one user id per line")
     return users
@@ -293,7 +282,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _check_output(path: Path) -> None:
-    """Refuse an output that cannot be written before any work is done."""
+    """Refused before any work is done."""
     if path.suffix not in (".csv", ".parquet"):
         raise InputError(f"--output {path}: use a .csv or .parquet file name")
     if path.is_dir():
@@ -303,7 +292,6 @@ def _check_output(path: Path) -> None:
 
 
 def run(job: ScoreJob) -> None:
-    """Score the job's users into its output, holding the output's lock."""
     _check_output(job.output)
     with OutputLock(job.output, "streamrec.score"):  # first: a second writer stops at once, before any work
         for tmp in stale_temporaries(job.output):  # a final write cut by kill -9; we hold the lock, so no one owns it
@@ -347,7 +335,6 @@ SKIPPED_SHOWN = 5  # skipped users named in the log; the file beside the output 
 
 
 def skipped_path(output: Path) -> Path:
-    """Where a run names the users it skipped: OUTPUT.skipped.txt."""
     return output.with_name(output.name + ".skipped.txt")
 
 

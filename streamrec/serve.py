@@ -41,7 +41,6 @@ MAX_ID_CHARS = 256
 
 
 def request_fields(num_items: int) -> dict[str, Field]:
-    """The request schema for a catalogue of `num_items` items."""
     return {
         "history": Field(list, item=str, hi=MAX_HISTORY, item_hi=MAX_ID_CHARS),
         "top_k": Field(int, 10, lo=1, hi=min(MAX_TOP_K, num_items)),
@@ -73,19 +72,13 @@ def check_request(payload: object, fields: dict[str, Field]) -> dict[str, Any]:
 
 class StreamRecAPI(BatchedAPI):
     """Recommendations for a batch of requests: one `Recommender.recommend` call per distinct (exclude_seen, items,
-    cold_slots).
-
-    Args:
-        ckpt: the checkpoint (loaded in each worker process by `setup`).
-        threads, max_batch_size, batch_timeout: as in `core.runtime.serving.litserver.BatchedAPI`.
-    """
+    cold_slots). The checkpoint is loaded in each worker process by `setup`."""
 
     def __init__(self, ckpt: str, threads: int = 0, max_batch_size: int = 1, batch_timeout: float = 0.0):
         super().__init__(threads, max_batch_size=max_batch_size, batch_timeout=batch_timeout)
         self.ckpt = ckpt
 
     def load(self, device: str) -> None:
-        """Load the recommender onto `device`."""
         self.rec = Recommender.load(self.ckpt, device)
 
     def predict_many(self, requests: list[dict]) -> list[dict]:
@@ -146,8 +139,7 @@ def main(argv: list[str] | None = None) -> None:
         # Loaded here once, through the safe loader, so a bad checkpoint stops before any server process starts.
         num_items = Recommender.load(args.ckpt).vocab.num_items
         fields = request_fields(num_items)
-        api = StreamRecAPI(args.ckpt, options.threads_per_worker, options.max_batch_size,
-                           options.batch_timeout)
+        api = StreamRecAPI(args.ckpt, options.threads_per_worker, options.max_batch_size, options.batch_timeout)
         metadata = {"app": "streamrec", "ckpt": args.ckpt, "num_items": num_items, "max_top_k": fields["top_k"].hi,
                     "max_history": MAX_HISTORY, "max_body_bytes": options.max_body_bytes}
         run_server(api, lambda payload: check_request(payload, fields), options, metadata)

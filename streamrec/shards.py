@@ -84,7 +84,6 @@ def provenance(ckpt_sha256: str, top_k: int, exclude_seen: bool, shard: tuple[in
 
 
 def provenance_metadata(prov: dict[str, object]) -> dict[bytes, bytes]:
-    """The Parquet schema metadata that carries `prov`."""
     return {PROVENANCE_KEY: json.dumps(prov).encode()}
 
 

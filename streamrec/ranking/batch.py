@@ -40,21 +40,11 @@ from streamrec.ranking.topk import ItemTable, Precision, TopK, top_k_items
 class RankingOptions:
     """How one job ranks the catalogue for each user.
 
-    Args:
-        top_k: items per user.
-        exclude_seen: leave out the items already in the user's history (the whole history, not only the
-            last max_len items the model reads).
-        item_chunk: items scored at once (`streamrec.ranking.topk.top_k_items`): memory is about
-            batch_size x item_chunk scores, whatever the catalogue's size; None: the ranker's default.
-        precision: "fp32", or "bf16": a bf16 scan whose possible top-K items are re-scored in fp32 (the same
-            items and scores; for CPUs with native bf16 matmuls, docs/results.md, "Scale").
-        explain: add the "because you watched" columns (`streamrec.ranking.explain.explain_columns`).
-        batch_size: users per forward pass.
-        cold_slots: of the `top_k`, how many go to the best cold items (known by their features only, in no
-            training history), placed among the rest by score. A model ranks a cold item below the warm ones it
-            knows from many histories, so without slots new items are almost never shown (docs/results.md,
-            "Item features and cold items on ML-1M"). 0: one ranking of the whole catalogue. Models without
-            item features have no cold items, and then all slots are warm.
+    `exclude_seen` leaves out the whole history, not only the last max_len items the model reads. `item_chunk`
+    and `precision` are `streamrec.ranking.topk.top_k_items`'. `cold_slots`: of the `top_k`, how many go to the
+    best cold items (known by their features only), placed among the rest by score: a model ranks a cold item
+    below the warm ones it knows from many histories, so without slots new items are almost never shown. Models
+    without item features have no cold items, and then all slots are warm.
     """
 
     top_k: int = 10
@@ -77,15 +67,8 @@ class RankingOptions:
 
 
 def encode_histories(histories: Sequence[Sequence[str]], vocab: ItemVocab) -> tuple[list[list[int]], list[list[str]]]:
-    """Original ids -> model ids of many histories with one `ItemVocab.lookup` for all their items.
-
-    Args:
-        histories: original item ids per user, oldest first.
-        vocab: the item vocabulary of the checkpoint.
-
-    Returns:
-        Per history, its model ids (order kept), and per history the ids the checkpoint never saw (dropped), in order.
-    """
+    """Original ids -> model ids (order kept) of many histories with one `ItemVocab.lookup` for all their items,
+    and per history the ids the checkpoint never saw (dropped), in order."""
     flat: list[str] = []
     bounds = [0]  # history u is flat[bounds[u] : bounds[u + 1]]
     for h in histories:
@@ -101,7 +84,6 @@ def encode_histories(histories: Sequence[Sequence[str]], vocab: ItemVocab) -> tu
 
 
 def encode_history(items: Sequence[str], vocab: ItemVocab) -> tuple[list[int], list[str]]:
-    """Original ids -> model ids (order kept), and the ids the checkpoint never saw (dropped)."""
     known, unknown = encode_histories([items], vocab)
     return known[0], unknown[0]
 
@@ -117,7 +99,6 @@ def left_pad(histories: Sequence[Sequence[int]], max_len: int, device: torch.dev
 
 
 def right_pad(rows: Sequence[Sequence[int]], device: torch.device | str = "cpu") -> Tensor:
-    """Id lists right-padded with 0 into one tensor (B, L)."""
     width = max(1, max((len(r) for r in rows), default=0))
     return torch.tensor([list(r) + [PAD_ID] * (width - len(r)) for r in rows], dtype=torch.long, device=device)
 
@@ -135,16 +116,10 @@ def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
 @torch.no_grad()
 def rank(model: StreamRecModel, inputs: Tensor, seen: Tensor | None, options: RankingOptions,
          allowed: Tensor | None = None, table: ItemTable | None = None) -> TopK:
-    """The top K items after each history, (B, K); a slot with no eligible item left holds item 0 and -inf.
-
-    Args:
-        model: the recommender (eval mode).
-        inputs: (B, T) left-padded histories.
-        seen: (B, L) item ids of each whole history (0 = nothing), left out when `options.exclude_seen`.
-        options: top K, seen filtering, item chunk and precision.
-        allowed: (N+1,) bool, the items that may be recommended; None: every item.
-        table: where the item vectors are read (`FileRows` of the checkpoint, the bf16 scan table); None: the model's.
-    """
+    """The top K items after each (B, T) left-padded history, (B, K); a slot with no eligible item left holds
+    item 0 and -inf. `seen` (B, L) holds each whole history (0 = nothing), left out when `options.exclude_seen`;
+    `table` is where the item vectors are read (`FileRows` of the checkpoint, the bf16 scan table; None: the
+    model's)."""
     vectors, scan = (model.item_vectors, None) if table is None else table
     hidden = model.last_hidden(inputs)
 
@@ -177,15 +152,8 @@ def recommend(model: StreamRecModel, histories: Sequence[Sequence[int]], options
 
 def recommendation_table(users: Sequence[str], vocab: ItemVocab, items: Tensor, scores: Tensor,
                          extra: dict[str, Tensor] | None = None) -> pa.Table:
-    """One row per (user, rank), original ids; slots with no eligible item (item 0) are left out.
-
-    Args:
-        users: one id per row of `items`.
-        vocab: the checkpoint's item vocabulary.
-        items: (B, K) model item ids, best first.
-        scores: (B, K) their scores.
-        extra: more (B, K) columns; names starting with "because" hold item ids, the others floats.
-    """
+    """One row per (user, rank), original ids; slots with no eligible item (item 0) are left out. `extra`: more
+    (B, K) columns; names starting with "because" hold item ids, the others floats."""
     k = items.shape[1]
     valid = (items != PAD_ID).flatten().tolist()
     cols: dict[str, list] = {
@@ -223,12 +191,8 @@ def in_input_order(table: pa.Table, users: list[str]) -> pa.Table:
 
 @dataclass(frozen=True)
 class PopularItems:
-    """The most popular items, best first: the ranking a cold user (no history item the model knows) gets.
-
-    Attributes:
-        items: model item ids, most events first (ties: the vocabulary's order).
-        counts: their event counts, the rows' `score`.
-    """
+    """The most popular items (model ids, ties in the vocabulary's order) and their event counts (the rows'
+    `score`): the ranking a cold user (no history item the model knows) gets."""
 
     items: list[int]
     counts: list[float]
@@ -265,7 +229,6 @@ class BatchScorer:
 
     @property
     def no_history(self) -> int:
-        """Users skipped so far: no history item known to the checkpoint, and no popular fallback."""
         return len(self.skipped)
 
     def rows(self, users: list[str], histories: Mapping[str, Sequence[str]],

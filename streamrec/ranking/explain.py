@@ -27,23 +27,15 @@ EXPLAIN_COLUMNS = ("because_attention", "attention_weight", "because_occlusion",
 
 @torch.no_grad()
 def attention_weights(model: StreamRecModel, inputs: Tensor) -> Tensor:
-    """Rolled-out attention of the last position over the history.
-
-    Args:
-        model: the recommender (eval mode).
-        inputs: (B, T) left-padded histories.
-
-    Returns:
-        (B, T) weights; padding positions get 0 and real positions sum to 1.
-    """
+    """Rolled-out attention of the last position over (B, T) left-padded histories: (B, T) weights, 0 at padding,
+    summing to 1 over the real positions."""
     if not model.has_attention:
         raise InputError(f"a {model.arch} model has no attention to explain with; score it without --explain, and "
                          "for its occlusion view call `streamrec.ranking.explain.occlusion_drops` (sasrec and bert4rec "
                          "models explain both ways)")
     with AttentionCapture(model.encoder) as cap:
         model.encode(model.scoring_inputs(inputs))
-    rollout = attention_rollout(cap.layers("self_attn"))[:, -1]  # (B, T) over the encoder's inputs
-    rollout = model.history_positions(rollout)
+    rollout = model.history_positions(attention_rollout(cap.layers("self_attn"))[:, -1])  # (B, T)
     rollout = rollout.masked_fill(inputs == PAD_ID, 0.0)
     return rollout / rollout.sum(-1, keepdim=True).clamp_min(1e-12)
 
@@ -57,24 +49,14 @@ def _without_each_position(inputs: Tensor) -> Tensor:
 
 @torch.no_grad()
 def occlusion_drops(model: StreamRecModel, inputs: Tensor, items: Tensor) -> Tensor:
-    """Score drop of each recommended item when each history position is removed.
-
-    Args:
-        model: the recommender (eval mode).
-        inputs: (B, T) left-padded histories.
-        items: (B, K) recommended item ids.
-
-    Returns:
-        (B, K, T): base score - score without position t; 0 at padding positions.
-    """
+    """(B, K, T) score drop of each of the (B, K) recommended items when each history position is removed (base
+    score - score without position t); 0 at padding positions."""
     b, t = inputs.shape
     base = model.score(model.last_hidden(inputs)).gather(1, items)  # (B, K)
     variants = _without_each_position(inputs).view(t * b, t)  # (T*B, T)
     hidden = model.last_hidden(variants).view(t, b, -1)  # (T, B, D)
-    vecs = model.item_vectors[items]  # (B, K, D)
-    occluded = torch.einsum("tbd,bkd->bkt", hidden, vecs.to(hidden.dtype))  # (B, K, T)
-    drops = base[:, :, None] - occluded
-    return drops.masked_fill((inputs == PAD_ID)[:, None, :], 0.0)
+    occluded = torch.einsum("tbd,bkd->bkt", hidden, model.item_vectors[items].to(hidden.dtype))  # (B, K, T)
+    return (base[:, :, None] - occluded).masked_fill((inputs == PAD_ID)[:, None, :], 0.0)
 
 
 def explain_columns(model: StreamRecModel, inputs: Tensor, items: Tensor,
@@ -82,15 +64,8 @@ def explain_columns(model: StreamRecModel, inputs: Tensor, items: Tensor,
     """Per recommendation: the top-attended history item and the top-occlusion item, with weights.
 
     The "because you watched" columns of `python -m streamrec.score --explain`. Runs in sub-batches so
-    that B x T occlusion variants stay under `max_sequences`.
-
-    Args:
-        model: the recommender (eval mode).
-        inputs: (B, T) left-padded histories.
-        items: (B, K) recommended item ids (0 for an empty slot).
-
-    Returns:
-        (B, K) tensors `because_attention`, `attention_weight`, `because_occlusion`, `occlusion_drop`.
+    that B x T occlusion variants stay under `max_sequences`. `items` (B, K) may hold 0 for an empty slot;
+    returns (B, K) tensors named by `EXPLAIN_COLUMNS`.
     """
     parts: list[dict[str, Tensor]] = []
     step = max(1, max_sequences // inputs.shape[1])
@@ -113,13 +88,7 @@ def explain_columns(model: StreamRecModel, inputs: Tensor, items: Tensor,
 
 def agreement(attention: Tensor, drops: Tensor, inputs: Tensor) -> float:
     """Fraction of (user, recommendation) pairs whose top-attended history position is also
-    the position whose removal lowers that recommendation's score most.
-
-    Args:
-        attention: (B, T) from `attention_weights`.
-        drops: (B, K, T) from `occlusion_drops`.
-        inputs: (B, T) histories (padding positions never count).
-    """
+    the position whose removal lowers that recommendation's score most (padding positions never count)."""
     masked = drops.masked_fill((inputs == PAD_ID)[:, None, :], float("-inf"))
     top_occ = masked.argmax(-1)  # (B, K)
     top_att = attention.argmax(-1)[:, None]  # (B, 1)

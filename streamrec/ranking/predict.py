@@ -29,14 +29,8 @@ from streamrec.ranking.batch import RankingOptions, recommendation_table, write_
 
 
 class RankedBatch(NamedTuple):
-    """What `StreamRecModule.predict_step` returns for a `PredictBatch`.
-
-    Args:
-        rows: (B,) position of each user in the data module's user order.
-        users: the user ids.
-        items: (B, K) recommended model item ids, best first (0: no eligible item left).
-        scores: (B, K) their scores.
-    """
+    """What `StreamRecModule.predict_step` returns for a `PredictBatch`: each user's (B,) position in the data
+    module's user order, and the (B, K) model item ids (best first; 0: no eligible item left) and scores."""
 
     rows: Tensor
     users: list[str]

@@ -1,12 +1,10 @@
 """Top-K items over a catalogue of any size in bounded memory: item chunks and a running merge.
 
-Scoring B users against N items the plain way builds the (B, N+1) score matrix (2.6 GB at 5M items and
-128 users). Here the catalogue is walked `item_chunk` items at a time: each chunk's scores are computed,
-masked (seen items, allow-list), cut to their best K, and merged into the running best K, so the working
-memory is about B x item_chunk scores whatever N is. The matmul of a chunk is the same fp32 dot product as
-the full one, so the scores agree to float rounding (GEMM blocking can change the last bit). This is
-the one ranker: batch scoring, Ray workers, `predict`, the server and the Python API all rank with it
-(`streamrec.ranking.batch.rank`); a chunk as large as the catalogue is the full matrix.
+Scoring B users against N items the plain way builds the (B, N+1) score matrix. Here the catalogue is walked
+`item_chunk` items at a time: each chunk's scores are computed, masked (seen items, allow-list), cut to their
+best K, and merged into the running best K, so the working memory is about B x item_chunk scores whatever N
+is. A chunk's matmul is the same fp32 dot product as the full one, so the scores agree to float rounding.
+This is the one ranker (`streamrec.ranking.batch.rank`); a chunk as large as the catalogue is the full matrix.
 
 Ranking rule, the same as a stable sort of the full score matrix: higher score first, and on equal
 scores the lower item id first. `torch.topk` leaves the order of ties unspecified, so ties that
@@ -68,11 +66,6 @@ class FileRows:
     for re-scoring (a memory map maps whole pages and page-cache folios around each row read, so a
     few thousand scattered rows map most of the table). The file holds the rows back to back,
     little-endian fp32, from byte `offset` (e.g. where a tensor starts in a safetensors file).
-
-    Args:
-        path: the file.
-        shape: (N+1, D).
-        offset: byte offset of row 0.
     """
 
     def __init__(self, path: str | Path, shape: tuple[int, int], offset: int = 0):
@@ -149,25 +142,20 @@ class ItemTable(NamedTuple):
 def top_k_items(queries: Tensor, vectors: Tensor | FileRows, top_k: int, *, exclude: Tensor | None = None,
                 allowed: Tensor | None = None, item_chunk: int | None = None, normalize: bool = False,
                 precision: Precision = "fp32", scan: ScanTable | None = None) -> TopK:
-    """The `top_k` items with the highest dot product with each query, never building the (B, N+1) matrix.
+    """The `top_k` items with the highest dot product with each (B, D) query, never building the (B, N+1) matrix.
 
     Args:
-        queries: (B, D) user states (or normalized item vectors for cosine similarity).
         vectors: (N+1, D) item vectors; row 0 is padding and never returned. With a `scan` table only
             the first chunk and the re-scored rows are read, so the table may stay on disk (`FileRows`).
-        top_k: items per query; min(top_k, N) columns are returned.
-        exclude: (B, L) item ids to leave out of each row (0 = nothing), e.g. the items already seen.
-        allowed: (N+1,) bool, the items that may be returned (an allow-list); None: every item.
+        exclude: (B, L) item ids to leave out of each row (0 = nothing); `allowed`: (N+1,) bool allow-list.
         item_chunk: items scored at once: memory is about B x item_chunk floats, whatever N is. None:
             `DEFAULT_ITEM_CHUNK`, or `SCAN_CHUNK` for the bf16 scan (its scores then stay in cache).
         normalize: L2-normalize each chunk of item vectors first (cosine similarity; normalize the queries too).
-        precision: "fp32" (fp32 matmuls) or "bf16" (a bf16 scan, the items that can reach the top K
-            re-scored in fp32: the same result, faster).
+        precision: "fp32", or "bf16": a bf16 scan, the items that can reach the top K re-scored in fp32.
         scan: `scan_table(vectors)`, read by the bf16 scan instead of converting each chunk.
 
-    Returns:
-        `TopK`: items (B, K) and scores (B, K), ranked by score, then lower item id; a slot with no
-        eligible item left (exclusions or the allow-list leave fewer than K) holds item 0 and -inf.
+    Returns `TopK` (B, min(top_k, N)), ranked by score, then lower item id; a slot with no eligible item left
+    holds item 0 and -inf.
     """
     if item_chunk is None:
         item_chunk = SCAN_CHUNK if precision == "bf16" else DEFAULT_ITEM_CHUNK
@@ -193,7 +181,6 @@ def top_k_items(queries: Tensor, vectors: Tensor | FileRows, top_k: int, *, excl
 def _walk(best: TopK, queries: Tensor, vectors: Tensor | FileRows, n_out: int, candidates: Tensor | None,
           exclude: Tensor | None, item_chunk: int, normalize: bool, bounded: _BoundedQueries | None,
           scan: ScanTable | None) -> None:
-    """Merge every chunk into `best` (updated in place)."""
     total = candidates.numel() if candidates is not None else vectors.shape[0] - 1
     buffer = torch.empty(queries.shape[0], max(min(item_chunk, total), 1), device=queries.device)  # reused per chunk
     for start in range(0, total, item_chunk):
@@ -228,13 +215,9 @@ def _fp32_sums(device: torch.device) -> Iterator[None]:
 @torch.no_grad()
 def scan_table(vectors: Tensor | FileRows, item_chunk: int = SCAN_CHUNK,
                out: Tensor | None = None) -> ScanTable:
-    """The bf16 copy and fp32 row norms that `top_k_items(precision="bf16", scan=...)` scans, a chunk at a time.
-
-    Args:
-        vectors: (N+1, D) fp32 item vectors; read once, a chunk at a time (no fp32 temporary of the table).
-        item_chunk: rows converted at once (small reads: little for malloc to keep).
-        out: (N+1, D) bf16 tensor to fill (e.g. a memory-mapped file); default a new one.
-    """
+    """The bf16 copy and fp32 row norms that `top_k_items(precision="bf16", scan=...)` scans, built `item_chunk`
+    rows at a time (no fp32 temporary of the table; small reads leave little for malloc to keep), into `out`
+    (e.g. a memory-mapped file) when given."""
     device = vectors.device if isinstance(vectors, Tensor) else torch.device("cpu")
     values = torch.empty(vectors.shape, dtype=torch.bfloat16, device=device) if out is None else out
     norms = torch.empty(vectors.shape[0], device=device)
@@ -371,8 +354,7 @@ def _top_settled(scores: Tensor, k: int) -> tuple[Tensor, Tensor]:
     are redone with a stable sort, so the common case costs one `topk` of K+1.
     """
     if k >= scores.shape[1]:
-        top, pos = scores.topk(k, dim=1)
-        return top, pos
+        return scores.topk(k, dim=1)
     top, pos = scores.topk(k + 1, dim=1)
     tied = (top[:, k] == top[:, k - 1]) & (top[:, k - 1] > NEG_INF)  # -inf slots are emptied anyway
     top, pos = top[:, :k], pos[:, :k]
@@ -384,7 +366,6 @@ def _top_settled(scores: Tensor, k: int) -> tuple[Tensor, Tensor]:
 
 
 def _ordered(scores: Tensor, items: Tensor) -> TopK:
-    """Candidates sorted by score, then item id."""
     items, by_id = items.sort(dim=1)
     scores, by_score = scores.gather(1, by_id).sort(dim=1, descending=True, stable=True)
     return TopK(items.gather(1, by_score), scores)
