@@ -55,7 +55,19 @@ def rdrop_cross_entropy(hidden: Tensor, weight: Tensor, targets: Tensor, label_s
     return _ChunkedRDrop.apply(hidden, weight, targets, label_smoothing, alpha, rows)
 
 
-class _ChunkedRDrop(torch.autograd.Function):
+class _StoredGradients(torch.autograd.Function):
+    """A mean loss whose forward stores the gradients of its sum (hidden, weight): backward only scales them."""
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor) -> tuple[Tensor | None, ...]:
+        grad_h, grad_w = ctx.saved_tensors
+        scale = grad_out / max(ctx.count, 1)
+        dh = None if grad_h is None else grad_h * scale.to(grad_h.dtype)
+        dw = None if grad_w is None else (grad_w * scale).to(ctx.weight_dtype)
+        return (dh, dw) + (None,) * (len(ctx.needs_input_grad) - 2)
+
+
+class _ChunkedRDrop(_StoredGradients):
     """`rdrop_cross_entropy` with its gradients computed chunk by chunk during the forward pass.
 
     Spares autograd's materialised (2, M, V) logits (`benchmarks/translate_rdrop_loss.py`). Per chunk, with
@@ -102,14 +114,6 @@ class _ChunkedRDrop(torch.autograd.Function):
         ctx.save_for_backward(grad_h, grad_w)
         ctx.count, ctx.weight_dtype = hidden.shape[1], weight.dtype
         return total / max(hidden.shape[1], 1)
-
-    @staticmethod
-    def backward(ctx, grad_out: Tensor) -> tuple[Tensor | None, Tensor | None, None, None, None, None]:
-        grad_h, grad_w = ctx.saved_tensors
-        scale = grad_out / max(ctx.count, 1)
-        dh = None if grad_h is None else grad_h * scale.to(grad_h.dtype)
-        dw = None if grad_w is None else (grad_w * scale).to(ctx.weight_dtype)
-        return dh, dw, None, None, None, None
 
 
 def contrastive_loss(first: Tensor, second: Tensor, temperature: float = 1.0, groups: Tensor | None = None) -> Tensor:
@@ -164,12 +168,11 @@ def _logsumexp(logits: Tensor, probs: Tensor, targets: Tensor, target_logit: Ten
     return lse
 
 
-class _ChunkedCrossEntropy(torch.autograd.Function):
+class _ChunkedCrossEntropy(_StoredGradients):
     """Mean softmax cross-entropy whose gradients are computed chunk by chunk during the forward pass.
 
     Per chunk: z = h W^T, loss = logsumexp(z) - (1 - eps) z_target - eps mean(z),
     dz = softmax(z) - (1 - eps) onehot - eps / V, dh = dz W, dW += dz^T h.
-    Backward only scales the stored gradients by the incoming one.
     """
 
     @staticmethod
@@ -206,11 +209,3 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
         ctx.save_for_backward(grad_h, grad_w)
         ctx.count, ctx.weight_dtype = hidden.shape[0], weight.dtype
         return total / max(hidden.shape[0], 1)
-
-    @staticmethod
-    def backward(ctx, grad_out: Tensor) -> tuple[Tensor | None, Tensor | None, None, None, None]:
-        grad_h, grad_w = ctx.saved_tensors
-        scale = grad_out / max(ctx.count, 1)
-        dh = None if grad_h is None else grad_h * scale.to(grad_h.dtype)
-        dw = None if grad_w is None else (grad_w * scale).to(ctx.weight_dtype)
-        return dh, dw, None, None, None

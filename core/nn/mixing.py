@@ -1,15 +1,12 @@
 """Low-pass mixing beside self-attention, made causal: "beyond self-attention" (BSARec, Shin et al. 2024).
 
-BSARec splits each layer's input H into a low-frequency part (the first few Fourier bins over the
-sequence) and the rest, rescales the rest per channel by beta^2, and mixes the result with
-self-attention's output: alpha * filter + (1 - alpha) * attention. Attention alone acts as a
-low-pass filter that smooths away the high-frequency, item-to-item signal; the filter branch
-puts it back. Its Fourier transform runs over the whole sequence, which is fine when a model is
-trained and scored at the last position only, but a model trained on every next item (ours)
-would then see each position's future. Here the low-pass is by default a causal moving average
-over the last `window` valid positions: the same split into a slow trend and what is left, with
-no future in it, at O(T D) cost. `kind="fourier"` is BSARec's own filter, for models trained at
-the last position only (StreamRec's `data.prefixes`).
+BSARec splits each layer's input H into a low-frequency part (the first few Fourier bins over the sequence)
+and the rest, rescales the rest per channel by beta^2, and mixes the result with self-attention's output:
+alpha * filter + (1 - alpha) * attention. Attention alone smooths away the high-frequency, item-to-item
+signal; the filter branch puts it back. Its Fourier transform runs over the whole sequence, so a model trained
+on every next item (ours) would see each position's future. Here the low-pass is by default a causal moving
+average over the last `window` valid positions: the same split, no future in it, at O(T D) cost.
+`kind="fourier"` is BSARec's own filter, for models trained at the last position only (`data.prefixes`).
 
 Legend: B batch, T time, D model width, W window.
 """

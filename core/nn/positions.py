@@ -40,8 +40,7 @@ class SinusoidalPositions(nn.Module):
         table = torch.zeros(max_len, d_model)
         table[:, 0::2] = torch.sin(pos * freq)
         table[:, 1::2] = torch.cos(pos * freq)
-        # Not persistent: it is a pure function of the arguments, so checkpoints stay small
-        # and a changed max_len does not break loading.
+        # Not persistent: a pure function of the arguments; checkpoints stay small and a new max_len loads.
         self.register_buffer("table", table, persistent=False)
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
@@ -74,8 +73,8 @@ class LearnedPositions(nn.Module):
 class RotaryEmbedding(nn.Module):
     """Rotary position embedding (Su et al., 2021), applied to queries and keys.
 
-    Uses the "rotate half" pairing: feature i is rotated together with feature i + Dh/2 by
-    the angle `position * base^(-2i/Dh)`. The score q_m . k_n then depends only on m - n.
+    "Rotate half" pairing: feature i turns with feature i + Dh/2 by `position * base^(-2i/Dh)`, so the score
+    q_m . k_n depends only on m - n.
 
     Args:
         head_dim: per-head width Dh (even).
@@ -131,8 +130,7 @@ def alibi_slopes(n_heads: int) -> Tensor:
 class ALiBi(nn.Module):
     """Attention with linear biases: score(i, j) += -slope_h * |i - j|.
 
-    Produces an additive float bias that SDPA accepts as `attn_mask`. In a causal model
-    only j <= i is visible, where this is the paper's slope_h * (j - i).
+    An additive float bias for SDPA's `attn_mask`; in a causal model (j <= i) the paper's slope_h * (j - i).
 
     Args:
         n_heads: number of query heads H.

@@ -4,9 +4,8 @@
       class_path: core.nn.schedule.WarmupCosineLR
       init_args: {warmup_steps: 200, total_steps: 2500, floor: 0.1}
 
-They are meant to step once per optimizer step (Lightning: `"interval": "step"`).
-The factor functions are small picklable classes (not lambdas) so `state_dict` saves them
-and a resumed run continues the same curve.
+They step once per optimizer step (Lightning: `"interval": "step"`). The factor functions are picklable
+classes, not lambdas, so `state_dict` saves them and a resumed run continues the same curve.
 """
 
 from __future__ import annotations
