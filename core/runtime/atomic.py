@@ -1,6 +1,5 @@
 """Write a file under a temporary name and rename it into place, so no reader sees half of it: every output the
-apps write goes through `atomic_path`, and an interrupted or failed write leaves the previous file as it was.
-"""
+apps write goes through `atomic_path`, and an interrupted or failed write leaves the previous file as it was."""
 
 from __future__ import annotations
 
@@ -21,8 +20,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
 
     The temporary file sits in the same folder, so the rename is atomic. Its name is not from
     `tempfile.mkstemp`, whose 0600 mode would stick to the result. A symbolic link is written through (the
-    link stays); a path that exists but is no regular file (a FIFO, `/dev/stdout`) is yielded as it is.
-    """
+    link stays); a path that exists but is no regular file (a FIFO, `/dev/stdout`) is yielded as it is."""
     path = Path(path)
     if path.is_dir():
         raise IsADirectoryError(f"{path}: is a folder; name a file to write")
@@ -47,8 +45,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
 def atomic_folder_files(path: str | Path) -> Iterator[Path]:
     """Yield `path`'s name inside a new hidden folder beside it; when the block succeeds, move every file the
     block wrote there beside `path`, `path` itself last (never found without its companions), then delete the
-    folder. For writers that name companion files after their output (an ONNX graph's `model.onnx.data`).
-    """
+    folder. For writers that name companion files after their output (an ONNX graph's `model.onnx.data`)."""
     path = Path(path)
     if not path.parent.is_dir():
         raise FileNotFoundError(f"{path}: the output folder {path.parent} does not exist")
@@ -64,7 +61,6 @@ def atomic_folder_files(path: str | Path) -> Iterator[Path]:
 
 
 def _umask_mode() -> int:
-    """The mode a new file gets from this process's umask (0644 under the usual 022)."""
     umask = os.umask(0)
     os.umask(umask)
     return 0o666 & ~umask

@@ -4,8 +4,7 @@ Every reader of checkpoints in both apps goes through `load_checkpoint`, which u
 `torch.load(weights_only=True)`: PyTorch's restricted unpickler builds tensors, plain containers and the
 types in `ALLOWED_GLOBALS`, and refuses any other global before calling it (one `UnsafeCheckpointError`
 line naming the file and the global). What we write holds only tensors and plain data, so checkpoints
-written before this loader existed load unchanged (`tests/core/runtime/test_checkpoint.py` checks it).
-"""
+written before this loader existed load unchanged (`tests/core/runtime/test_checkpoint.py` checks it)."""
 
 from __future__ import annotations
 
@@ -42,8 +41,7 @@ def load_checkpoint(path: str | Path, written_by: str, mmap: bool = False) -> An
 
     `written_by` (`python -m translate fit`) is named in the hints. `mmap` maps the tensors (copy-on-write)
     instead of reading them: pages nobody touches (optimizer states) stay on disk. The caller checks that the
-    content is its own kind of checkpoint: only it knows which keys it needs.
-    """
+    content is its own kind of checkpoint: only it knows which keys it needs."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: checkpoint not found; pass the .ckpt written by `{written_by}`")
@@ -83,8 +81,7 @@ def load_module(cls: type[Module], path: str | Path, written_by: str, app: str,
     ("model."), the network it holds, loaded from the weights under that name alone: scoring and translating
     then neither build the training module nor import Lightning. Hyper-parameters `cls` does not accept are
     left out. `required`: keys the checkpoint must hold besides those two (a vocabulary). With `mmap` the
-    weights stay mapped from the file, which must not change while in use.
-    """
+    weights stay mapped from the file, which must not change while in use."""
     state = load_checkpoint(path, written_by, mmap=mmap)
     missing = [key for key in ("hyper_parameters", "state_dict", *required)
                if not isinstance(state, dict) or key not in state]
@@ -185,7 +182,6 @@ def first_foreign_global(path: str | Path) -> str | None:
 
 
 def _pickle_globals(data: bytes) -> Iterable[str]:
-    """`module.name` of every GLOBAL / STACK_GLOBAL in the pickles concatenated in `data`."""
     stream = io.BytesIO(data)
     while stream.tell() < len(data):
         strings: list[str] = []

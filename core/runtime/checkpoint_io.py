@@ -1,8 +1,7 @@
 """Lightning's checkpoint reading and writing, made safe: restricted unpickling, atomic files.
 
 A kill or a full disk during a save leaves the previous checkpoint as it was, and nothing in `$TMPDIR`
-(Lightning's own writer stages files there through fsspec).
-"""
+(Lightning's own writer stages files there through fsspec)."""
 
 from __future__ import annotations
 

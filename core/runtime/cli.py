@@ -4,8 +4,7 @@ earlier fit's checkpoints without `--overwrite`, training curves, a signal-stopp
 
 jsonargparse answers a wrong key with the whole usage and names neither the YAML file that set it nor, for a
 syntax error, the file at all: here both are one line naming the key or FILE:LINE:COLUMN. A config file may
-name the file it builds on (`base: base.yaml`), so a data set's YAML lists only what differs.
-"""
+name the file it builds on (`base: base.yaml`), so a data set's YAML lists only what differs."""
 
 from __future__ import annotations
 
@@ -81,8 +80,7 @@ def read_yaml(name: str) -> Any:
 def config_chain(name: str) -> list[str]:
     """The config file `name` after the files it builds on: its `base: FILE` (relative to it), that one's, and so on.
 
-    A missing `name` is left to jsonargparse, which names it.
-    """
+    A missing `name` is left to jsonargparse, which names it."""
     chain = [name]
     while Path(chain[0]).is_file() and isinstance(node := read_yaml(chain[0]), dict) and BASE in node:
         base, here = node[BASE], chain[0]
@@ -127,8 +125,7 @@ def file_setting(files: Sequence[str], key: str) -> str | None:
 class OneLineErrorParser(LightningArgumentParser):
     """A LightningCLI parser whose errors are one line: what is wrong, which key, which file, and where help is.
 
-    `parse_args` remembers the arguments, to name the file or flag that set a bad key.
-    """
+    `parse_args` remembers the arguments, to name the file or flag that set a bad key."""
 
     _argv: Sequence[str] = ()
 
@@ -186,8 +183,7 @@ def resume_point(folder: Path) -> Path | None:
 def overwrite_refusal(folders: Iterable[str | Path], root: str | Path, ckpt_path: str | None) -> str | None:
     """Why a `fit` into the run folder `root` would replace an earlier fit's checkpoints in `folders`; else None.
 
-    A `ckpt_path` under `root` or one of `folders`, or "last", resumes that run: replacing them is what was asked.
-    """
+    A `ckpt_path` under `root` or one of `folders`, or "last", resumes that run: replacing them is what was asked."""
     folders = [Path(f) for f in folders]
     if ckpt_path in RESUME_KEYWORDS:
         return None

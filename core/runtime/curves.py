@@ -5,8 +5,7 @@
 
 `fit` draws them itself at its end; this command is for runs that stopped early or were made before it.
 One panel per metric name without its `train_`/`val_`/`test_` prefix; a baseline's values
-(`val_mostpop_ndcg@10`) are a dashed line in the model's panel.
-"""
+(`val_mostpop_ndcg@10`) are a dashed line in the model's panel."""
 
 from __future__ import annotations
 

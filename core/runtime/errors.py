@@ -1,8 +1,7 @@
 """The one error type for a user's bad input, and one-line wording for the OS errors of writing.
 
 `InputError` is a `ValueError`, so older `except ValueError` code still catches it; the CLIs print its
-one line and exit non-zero, and anything else that escapes a reader is a bug.
-"""
+one line and exit non-zero, and anything else that escapes a reader is a bug."""
 
 from __future__ import annotations
 

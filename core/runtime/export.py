@@ -2,8 +2,7 @@
 
 Nothing on this path unpickles: safetensors holds raw tensors, config.json plain JSON with the
 LightningModule's constructor arguments, so the module is rebuilt as `load_module` rebuilds it from a
-checkpoint. Tied weights are stored once and tied again on loading.
-"""
+checkpoint. Tied weights are stored once and tied again on loading."""
 
 from __future__ import annotations
 

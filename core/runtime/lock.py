@@ -2,12 +2,12 @@
 
 The lock is `fcntl.flock` on `NAME.lock`, which the kernel releases when the holder dies, however it dies
 (even `kill -9`); the file records the holder so a second writer is told who holds it. A lock file whose
-holder is gone is taken over with a one-line warning.
-"""
+holder is gone is taken over with a one-line warning."""
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import fcntl
 import json
 import logging
@@ -57,15 +57,11 @@ class OutputLock:
                     "wait for it to finish or stop it") from None
             # The holder we waited on may have deleted the file between our open and our lock:
             # then we hold a lock on a name nobody else sees, so start again on the current file.
-            try:
-                same = os.path.samestat(os.fstat(fd), os.stat(self.path))
-            except FileNotFoundError:
-                same = False
-            if same:
-                break
+            with contextlib.suppress(FileNotFoundError):
+                if os.path.samestat(os.fstat(fd), os.stat(self.path)):
+                    break
             os.close(fd)
-        previous = _read_holder(fd)
-        if previous:
+        if previous := _read_holder(fd):
             log.warning("%s: took over the lock file %s left by %s, which is no longer running",
                         self.target, self.path, _describe(previous))
         record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
@@ -81,11 +77,9 @@ class OutputLock:
         if self._fd is None:
             return
         fd, self._fd = self._fd, None
-        try:
+        with contextlib.suppress(OSError):
             if os.path.samestat(os.fstat(fd), os.stat(self.path)):
                 self.path.unlink()  # while still holding it, so no one locks a file we then delete
-        except OSError:
-            pass
         os.close(fd)
         atexit.unregister(self.release)
 
@@ -130,8 +124,7 @@ def interrupt_on_sigterm() -> None:
     """Make SIGTERM (`kill`, a job scheduler's stop) raise KeyboardInterrupt, as Ctrl-C does.
 
     Python's default for SIGTERM ends the process at once, skipping `finally` blocks: temporary files
-    and lock files would stay. A CLI calls this first and treats both signals as an interruption.
-    """
+    and lock files would stay. A CLI calls this first and treats both signals as an interruption."""
     def _raise(signum: int, frame: object) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 

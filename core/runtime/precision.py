@@ -3,8 +3,7 @@
 Without AVX-512, PyTorch runs CPU bf16 matmuls in a slow reference loop; with it, a CPU whose AMX units are
 hidden (as hypervisors may) can still run them slower than fp32 (docs/core.md). Flags cannot tell, so
 `cpu_has_fast_bf16` times one small matmul in each precision, once per process; where bf16 is not the
-faster one, the CLIs train in fp32 and say so.
-"""
+faster one, the CLIs train in fp32 and say so."""
 
 from __future__ import annotations
 
@@ -90,8 +89,7 @@ def quantize_int8(model: nn.Module, inplace: bool = False) -> nn.Module:
 
     Dynamic quantisation: int8 weights with one scale per output row, activations quantised per call.
     Embeddings, norms and attention stay float32. torch.ao's eager quantisation is deprecated in favour of
-    torchao (not a dependency here); with the pinned torch it works, and its deprecation warnings are silenced.
-    """
+    torchao (not a dependency here); with the pinned torch it works, and its deprecation warnings are silenced."""
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
     from core.nn.cpu_fastpath import disable_cpu_fastpath

@@ -1,7 +1,6 @@
 """`PartsWriter`: what both apps' `predict` writers share: one output file, written atomically by one run at a
 time (`OUTPUT.lock`). Under DDP each rank writes its rows to `OUTPUT.rank{N}<suffix>` and rank 0 merges them
-after a barrier (`merge=False` keeps the parts, for ranks on machines without a shared folder).
-"""
+after a barrier (`merge=False` keeps the parts, for ranks on machines without a shared folder)."""
 
 from __future__ import annotations
 
@@ -20,8 +19,7 @@ class PartsWriter(BasePredictionWriter):
 
     Args:
         output: the file to write; its folder must exist.
-        merge: rank 0 merges the ranks' parts into `output` and deletes them; false keeps the parts.
-    """
+        merge: rank 0 merges the ranks' parts into `output` and deletes them; false keeps the parts."""
 
     part_suffix = ""  # the parts' file ending, e.g. ".parquet"
     written_by = ""  # the command named in the lock file, e.g. "streamrec predict"

@@ -7,8 +7,7 @@ data draws nothing dropout also draws from; `ExactResume` gives every sampler it
 for samplers, not batch samplers) and, after a mid-epoch checkpoint, how many batches to skip.
 
 Limits: under DDP Lightning's `DistributedSampler` replaces the sampler (a mid-epoch resume restarts the
-epoch); DataLoader workers' random streams and sentencepiece's sampling generator are not stored.
-"""
+epoch); DataLoader workers' random streams and sentencepiece's sampling generator are not stored."""
 
 from __future__ import annotations
 
@@ -48,8 +47,7 @@ class EpochBatchSampler(Sampler[list[int]]):
     """Batches drawn from (seed, epoch) alone; subclasses give `epoch_batches`.
 
     Each `iter()` uses the current epoch and advances it (Lightning calls `set_epoch` on samplers, not on
-    batch samplers, so the advance is what gives a new order each epoch); `ExactResume` pins it each epoch.
-    """
+    batch samplers, so the advance is what gives a new order each epoch); `ExactResume` pins it each epoch."""
 
     def __init__(self, seed: int = 0):
         self.seed, self.epoch, self.skip = seed, 0, 0

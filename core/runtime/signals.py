@@ -8,8 +8,7 @@ epoch's validation and end-of-epoch hooks, whose `last.ckpt` would claim a partl
 The handlers are installed when training starts, after Lightning's own, and replace them for the rest of
 the fit. They are not installed under SLURM with
 `auto_requeue` (Lightning saves an `hpc_ckpt` and requeues the job itself), with more than one process
-(each rank would stop at its own step), or outside the main thread (Python allows handlers there only).
-"""
+(each rank would stop at its own step), or outside the main thread (Python allows handlers there only)."""
 
 from __future__ import annotations
 
@@ -59,8 +58,7 @@ class StopOnSignal(Callback):
 
     Args:
         dirpath: where to save; default: the first checkpoint callback's folder, else
-            `<default_root_dir>/checkpoints`.
-    """
+            `<default_root_dir>/checkpoints`."""
 
     def __init__(self, dirpath: str | Path | None = None):
         self.dirpath = dirpath

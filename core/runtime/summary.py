@@ -2,8 +2,7 @@
 
 Lightning counts FLOPs only for a module with an `example_input_array`; without one (both apps' modules) its
 summary prints a column of zeros. Lightning's `summarize` hook has changed between releases: where its
-arguments are not `SUMMARIZE_ARGUMENTS` (`hook_matches` is False), `summary_callback` keeps Lightning's callback.
-"""
+arguments are not `SUMMARIZE_ARGUMENTS` (`hook_matches` is False), `summary_callback` keeps Lightning's callback."""
 
 from __future__ import annotations
 

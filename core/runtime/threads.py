@@ -2,8 +2,7 @@
 
 torch starts with one thread per core of the host. Under a lower CPU quota, a pinned affinity or cores
 another job keeps busy, every matmul then waits on its slowest thread. So the default counts the CPUs this
-process may use (its affinity mask, capped by the cgroup's quota), and `OMP_NUM_THREADS`, where set, wins.
-"""
+process may use (its affinity mask, capped by the cgroup's quota), and `OMP_NUM_THREADS`, where set, wins."""
 
 from __future__ import annotations
 
@@ -21,10 +20,8 @@ def cgroup_cpu_limit(root: Path = CGROUP) -> float | None:
     "QUOTA PERIOD" (or "max PERIOD"), v1's cpu.cfs_quota_us (-1: none) and cpu.cfs_period_us."""
     try:
         text = (root / "cpu.max").read_text().split()
-        if text and text[0] != "max":
-            return int(text[0]) / int(text[1])
         if text:
-            return None
+            return None if text[0] == "max" else int(text[0]) / int(text[1])
     except (OSError, ValueError, IndexError):
         pass
     try:

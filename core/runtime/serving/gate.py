@@ -1,8 +1,7 @@
 """ASGI middleware in the HTTP process: a size limit on every body, and the checked JSON of each prediction.
 
 Requests are checked here, never in LitServe's batched loop: that loop decodes a whole batch together, and one
-request raising in `decode_request` fails every request batched with it.
-"""
+request raising in `decode_request` fails every request batched with it."""
 
 from __future__ import annotations
 
@@ -27,8 +26,7 @@ class JSONGate:
     """ASGI middleware: a size limit on every body (413, before reading it when Content-Length says so); a
     parsed, checked JSON object for `POST path`, re-encoded for LitServe with the defaults filled in.
 
-    A refused request is answered here with `{"error": "one line"}` and never reaches LitServe's queue.
-    """
+    A refused request is answered here with `{"error": "one line"}` and never reaches LitServe's queue."""
 
     def __init__(self, app: Any, *, path: str, max_body_bytes: int, validate: Validate):
         self.app, self.path, self.max_body_bytes, self.validate = app, path, max_body_bytes, validate
@@ -93,14 +91,10 @@ def _content_length(scope: dict) -> int | None:
 
 def _replay(data: bytes, receive: Callable) -> Callable:
     """A `receive` that yields `data` as the whole body once, then waits for the client as the original does."""
-    sent = False
+    body = [{"type": "http.request", "body": data, "more_body": False}]
 
     async def replay() -> dict:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": data, "more_body": False}
-        return await receive()
+        return body.pop() if body else await receive()
 
     return replay
 

@@ -1,8 +1,7 @@
 """LitServe glue: `BatchedAPI`, the LitAPI an app fills in, and `PipeLitServer`, a LitServer on pipe queues.
 
 `PipeLitServer` overrides private LitServer internals (no public API chooses the queues between its processes),
-so it refuses any litserve but `LITSERVE_VERSION`; tests/core/runtime/test_serve_litserve.py fails on an upgrade.
-"""
+so it refuses any litserve but `LITSERVE_VERSION`; tests/core/runtime/test_serve_litserve.py fails on an upgrade."""
 
 from __future__ import annotations
 
@@ -24,8 +23,7 @@ class BatchedAPI(ls.LitAPI):
 
     `encode_response` renders each answer to JSON bytes in the worker, so the HTTP process passes the
     response through instead of walking it with FastAPI's `jsonable_encoder`. `threads`: torch threads of
-    the worker process (0: PyTorch's default).
-    """
+    the worker process (0: PyTorch's default)."""
 
     def __init__(self, threads: int = 0, *, max_batch_size: int = 1, batch_timeout: float = 0.0):
         super().__init__(max_batch_size=max_batch_size, batch_timeout=batch_timeout)
@@ -63,8 +61,7 @@ class PipeLitServer(ls.LitServer):
     Through a Manager's queues each put and get is a round trip to the Manager's process, and the worker
     fetches a batch one request at a time. LitServe's `fast_queue=True` (ZeroMQ) does not help: it never
     reaches the transport config, and when wired by hand its PUB/SUB sockets drop answers under load. No
-    public API chooses the queues, so the private `_init_manager` is overridden to replace them.
-    """
+    public API chooses the queues, so the private `_init_manager` is overridden to replace them."""
 
     def __init__(self, *args: Any, **kwargs: Any):
         if ls.__version__ != LITSERVE_VERSION:

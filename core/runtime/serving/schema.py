@@ -37,8 +37,7 @@ def error_body(message: str) -> bytes:
 class Field:
     """One key of a request object: its JSON type (bool, int, float: an integer too, str or list), its default
     (REQUIRED: the key must be given; None: null is allowed) and its limits: `lo`/`hi` bound a number, or the
-    characters of a str, or the elements of a list; `item` is a list's element type, `item_hi` its most characters.
-    """
+    characters of a str, or the elements of a list; `item` is a list's element type, `item_hi` its most characters."""
 
     kind: type
     default: Any = REQUIRED
