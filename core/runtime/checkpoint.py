@@ -1,10 +1,8 @@
 """Open a checkpoint file a user named, safely: no code in it ever runs.
 
-Every reader of checkpoints in both apps goes through `load_checkpoint`, which unpickles with
-`torch.load(weights_only=True)`: PyTorch's restricted unpickler builds tensors, plain containers and the
-types in `ALLOWED_GLOBALS`, and refuses any other global before calling it (one `UnsafeCheckpointError`
-line naming the file and the global). What we write holds only tensors and plain data, so checkpoints
-written before this loader existed load unchanged (`tests/core/runtime/test_checkpoint.py` checks it)."""
+Every reader of checkpoints in both apps goes through `load_checkpoint`: PyTorch's restricted unpickler builds
+tensors, plain containers and the types in `ALLOWED_GLOBALS`, and refuses any other global before calling it.
+What we write holds only tensors and plain data, so older checkpoints load unchanged (tests/core/runtime checks)."""
 
 from __future__ import annotations
 
@@ -77,11 +75,9 @@ def load_module(cls: type[Module], path: str | Path, written_by: str, app: str,
                 required: Iterable[str] = (), mmap: bool = False, prefix: str = "") -> tuple[Module, dict[str, Any]]:
     """A `cls` rebuilt from a checkpoint's hyper-parameters and weights (eval mode, CPU), and the checkpoint dict.
 
-    The one checkpoint-to-module loader of both apps. `cls` is the LightningModule, or, with `prefix`
-    ("model."), the network it holds, loaded from the weights under that name alone: scoring and translating
-    then neither build the training module nor import Lightning. Hyper-parameters `cls` does not accept are
-    left out. `required`: keys the checkpoint must hold besides those two (a vocabulary). With `mmap` the
-    weights stay mapped from the file, which must not change while in use."""
+    `cls` is the LightningModule, or, with `prefix` ("model."), the network it holds, so scoring and translating
+    neither build the training module nor import Lightning. `required`: keys the checkpoint must hold besides
+    those two (a vocabulary). With `mmap` the weights stay mapped from the file, which must not change."""
     state = load_checkpoint(path, written_by, mmap=mmap)
     missing = [key for key in ("hyper_parameters", "state_dict", *required)
                if not isinstance(state, dict) or key not in state]

@@ -1,6 +1,4 @@
-"""What the two apps' LightningCLI entry points share: config mistakes in one line, and `AppCLI`'s hooks
-(CPU precision fallback, safe checkpoint I/O, exact resume, one `fit` per run folder that never overwrites an
-earlier fit's checkpoints without `--overwrite`, training curves, a signal-stopped `fit` that prints how to resume).
+"""What the two apps' LightningCLI entry points share: config mistakes in one line, and `AppCLI`'s hooks.
 
 jsonargparse answers a wrong key with the whole usage and names neither the YAML file that set it nor, for a
 syntax error, the file at all: here both are one line naming the key or FILE:LINE:COLUMN. A config file may

@@ -1,10 +1,8 @@
 """Exact resume: a run resumed from any checkpoint ends with an uninterrupted run's weights, bit for bit on the CPU.
 
-`ExactResume` stores the torch, numpy, Python (and CUDA) generator states in every checkpoint as tensors
-and plain numbers (loadable without an allow-list) and puts them back just before the first batch of the
-resumed run. The samplers here shuffle from (seed, epoch) alone, not from the global generator, so fetching
-data draws nothing dropout also draws from; `ExactResume` gives every sampler its epoch (Lightning does so
-for samplers, not batch samplers) and, after a mid-epoch checkpoint, how many batches to skip.
+`ExactResume` stores the generator states in every checkpoint as tensors and plain numbers (loadable without
+an allow-list) and restores them just before the first batch. The samplers here shuffle from (seed, epoch)
+alone, so fetching data draws nothing dropout also draws from; after a mid-epoch checkpoint they skip ahead.
 
 Limits: under DDP Lightning's `DistributedSampler` replaces the sampler (a mid-epoch resume restarts the
 epoch); DataLoader workers' random streams and sentencepiece's sampling generator are not stored."""

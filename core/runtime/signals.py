@@ -5,10 +5,9 @@
 the run as finished. The fit is abandoned, not stopped with `trainer.should_stop`: that would run the
 epoch's validation and end-of-epoch hooks, whose `last.ckpt` would claim a partly trained epoch.
 
-The handlers are installed when training starts, after Lightning's own, and replace them for the rest of
-the fit. They are not installed under SLURM with
-`auto_requeue` (Lightning saves an `hpc_ckpt` and requeues the job itself), with more than one process
-(each rank would stop at its own step), or outside the main thread (Python allows handlers there only)."""
+The handlers replace Lightning's own from the start of training, except under SLURM with `auto_requeue`
+(Lightning saves an `hpc_ckpt` and requeues the job itself), with more than one process (each rank would
+stop at its own step), or outside the main thread (Python allows handlers there only)."""
 
 from __future__ import annotations
 

@@ -82,7 +82,6 @@ class RichSummary(RichModelSummary):
             table.add_row(*row)
         console = get_console()
         console.print(table)
-
         grid = Table.grid(expand=True)
         grid.add_column()
         grid.add_column()

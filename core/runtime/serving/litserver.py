@@ -58,10 +58,9 @@ class BatchedAPI(ls.LitAPI):
 class PipeLitServer(ls.LitServer):
     """A LitServer whose processes talk through pipes (`multiprocessing.Queue`), not Manager proxies.
 
-    Through a Manager's queues each put and get is a round trip to the Manager's process, and the worker
-    fetches a batch one request at a time. LitServe's `fast_queue=True` (ZeroMQ) does not help: it never
-    reaches the transport config, and when wired by hand its PUB/SUB sockets drop answers under load. No
-    public API chooses the queues, so the private `_init_manager` is overridden to replace them."""
+    Through a Manager's queues each put and get is a round trip to the Manager's process. LitServe's
+    `fast_queue=True` (ZeroMQ) never reaches the transport config, and wired by hand drops answers under load.
+    No public API chooses the queues, so the private `_init_manager` is overridden to replace them."""
 
     def __init__(self, *args: Any, **kwargs: Any):
         if ls.__version__ != LITSERVE_VERSION:
