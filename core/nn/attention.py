@@ -193,10 +193,9 @@ class MultiHeadAttention(_HeadsMixin):
 class CrossAttention(_HeadsMixin):
     """Attention from decoder states to an encoder output (memory).
 
-    Shared memory rows: the memory may have fewer rows than the queries (Bm dividing B); each memory
-    row then serves G = B / Bm consecutive query rows, e.g. several decodings of one input. The
-    result equals repeating every memory row G times, but its keys and values are projected, cached
-    and read once per memory row instead of G times.
+    Shared memory rows: each of Bm memory rows (Bm dividing B) may serve G = B / Bm consecutive query rows,
+    e.g. several decodings of one input: as if every memory row were repeated G times, but its keys and values
+    are projected, cached and read once.
 
     Args:
         d_model: model width D (of both queries and memory).

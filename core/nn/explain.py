@@ -25,14 +25,10 @@ def _captured(model: nn.Module) -> dict[str, nn.Module]:  # by qualified name; i
     return {name: m for name, m in model.named_modules() if isinstance(m, CAPTURED)}
 
 
-def _kind(name: str) -> str:
-    return name.split(".")[-1]
-
-
 def attention_layers(model: nn.Module, kind: str = "self_attn") -> int:
     """How many attention modules named `kind` `AttentionCapture(model).layers(kind)` returns: a Transformer
     decoder has one cross-attention a layer, an attentional recurrent decoder one in all."""
-    return sum(_kind(name) == kind for name in _captured(model))
+    return sum(name.split(".")[-1] == kind for name in _captured(model))
 
 
 class AttentionCapture:
@@ -75,7 +71,7 @@ class AttentionCapture:
         """
         out = []
         for name, calls in self.weights.items():
-            if _kind(name) == kind and calls:
+            if name.split(".")[-1] == kind and calls:
                 t_k = max(w.shape[-1] for w in calls)
                 out.append(calls[0] if len(calls) == 1
                            else torch.cat([F.pad(w, (0, t_k - w.shape[-1])) for w in calls], dim=-2))

@@ -41,9 +41,7 @@ class KVCache:
 
     def _grow(self, k: Tensor, v: Tensor, needed: int) -> None:
         capacity = max(needed, 2 * (0 if self._k is None else self._k.shape[2]), self.capacity)
-        b, h, _, d = k.shape
-        new_k = k.new_empty(b, h, capacity, d)
-        new_v = v.new_empty(b, h, capacity, v.shape[-1])
+        new_k, new_v = (x.new_empty(*x.shape[:2], capacity, x.shape[-1]) for x in (k, v))
         if self._k is not None and self._v is not None:
             new_k[:, :, : self.length] = self._k[:, :, : self.length]
             new_v[:, :, : self.length] = self._v[:, :, : self.length]
@@ -99,8 +97,7 @@ class DecoderCache:
         self.cross_attn = [StaticKV() for _ in range(n_layers)] if cross else None
 
     @property
-    def offset(self) -> int:
-        """Number of positions already decoded: the absolute position of the next token."""
+    def offset(self) -> int:  # positions already decoded: the absolute position of the next token
         return self.self_attn[0].length
 
     def reorder(self, index: Tensor) -> None:

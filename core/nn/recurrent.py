@@ -67,13 +67,12 @@ class RecurrentEncoder(nn.Module):
 
 
 class CausalRecurrentEncoder(nn.Module):
-    """A unidirectional GRU/LSTM over left-padded sequences (GRU4Rec's network): each position's state reads
-    the real items up to it and never a padding column, so a row's outputs do not depend on how much padding
-    precedes it.
+    """A unidirectional GRU/LSTM over left-padded sequences (GRU4Rec's network) whose outputs do not depend on
+    how much padding precedes a row.
 
-    Left padding would run the cell over the padding first (its biases move the state away from zero), so
-    each row is rotated to start at column 0, run, and rotated back: two gathers instead of packing, which
-    also keeps the graph exportable. The hidden width is D too, so states score against item vectors.
+    Left padding would run the cell over the padding first (its biases move the state away from zero), so each
+    row is rotated to start at column 0, run, and rotated back: two gathers instead of packing, which keeps the
+    graph exportable. The hidden width is D too, so states score against item vectors.
     """
 
     def __init__(self, d_model: int, *, n_layers: int = 1, dropout: float = 0.0, cell: Cell = "gru"):

@@ -28,14 +28,6 @@ from torch import Tensor, nn
 Score = Literal["dot", "general"]
 
 
-def _softmax_over_allowed(scores: Tensor, mask: Tensor | None) -> Tensor:
-    """softmax over S of (B, T, S) scores where `mask` allows; rows with nothing allowed get zeros."""
-    if mask is None:
-        return scores.softmax(-1)
-    weights = scores.masked_fill(~mask, float("-inf")).softmax(-1)
-    return weights.masked_fill(~mask.any(-1, keepdim=True), 0.0)
-
-
 class _ScoredAttention(nn.Module):
     """What both scorings share: the softmax, shared memory rows and the capture of the weights."""
 
@@ -62,7 +54,11 @@ class _ScoredAttention(nn.Module):
             raise ValueError(f"value rows ({bm}) must divide query rows ({b}): each value row serves "
                              "the same number of consecutive query rows")
         q = query.reshape(bm, (b // bm) * t, -1)  # (Bm, G*T, Dq): a value row's G query rows as one row
-        weights = _softmax_over_allowed(self._scores(q, keys), mask)  # (Bm, G*T, S)
+        scores = self._scores(q, keys)  # (Bm, G*T, S)
+        if mask is None:
+            weights = scores.softmax(-1)
+        else:  # a row with nothing allowed gets zeros
+            weights = scores.masked_fill(~mask, float("-inf")).softmax(-1).masked_fill(~mask.any(-1, keepdim=True), 0.0)
         context = (weights @ values).view(b, t, -1)  # (B, T, Dk)
         weights = weights.view(b, t, -1)  # (B, T, S)
         if self.capture is not None:

@@ -149,11 +149,10 @@ class Encoder(_Stack):
             raise ValueError("the low-pass mix is a causal filter: use it with `causal=True`")
         if kernel is not None and (not causal or positions == "alibi"):
             raise ValueError(f"attention {type(kernel).__name__} needs `causal=True` and positions other than alibi")
-        super().__init__(
-            EncoderLayer, d_model, n_heads, n_kv_heads=n_kv_heads, n_layers=n_layers, d_ff=d_ff, dropout=dropout,
-            attn_dropout=attn_dropout, ff_dropout=ff_dropout, max_len=max_len, positions=positions,
-            activation=activation, norm_first=norm_first, mix=mix, kernel=kernel, residual=residual,
-        )
+        super().__init__(EncoderLayer, d_model, n_heads, n_kv_heads=n_kv_heads, n_layers=n_layers, d_ff=d_ff,
+                         dropout=dropout, attn_dropout=attn_dropout, ff_dropout=ff_dropout, max_len=max_len,
+                         positions=positions, activation=activation, norm_first=norm_first, mix=mix, kernel=kernel,
+                         residual=residual)
         self.causal = causal
         self.kernel = kernel
 
@@ -182,10 +181,9 @@ class Encoder(_Stack):
         if causal and mask is not None and cache is None and not capturing:
             # Causality and padding folded into one float mask here, not re-combined and converted in each
             # layer. (Capture mode keeps the boolean mask: it reports a query that sees no key as a zero row.)
-            t = x.shape[1]
             device = x.device.type
             dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
-            bias = additive_mask(combine_masks(mask, causal_mask(t, device=x.device)), dtype, bias)
+            bias = additive_mask(combine_masks(mask, causal_mask(x.shape[1], device=x.device)), dtype, bias)
             mask, causal = None, False
         x = self.drop(x)
         final = len(self.layers) - 1
@@ -217,11 +215,9 @@ class Decoder(_Stack):
     def __init__(self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, n_layers: int, d_ff: int,
                  dropout: float = 0.0, attn_dropout: float = 0.0, ff_dropout: float | None = None, max_len: int,
                  positions: Positions = "sinusoidal", activation: Activation = "gelu", norm_first: bool = True):
-        super().__init__(
-            DecoderLayer, d_model, n_heads, n_kv_heads=n_kv_heads, n_layers=n_layers, d_ff=d_ff, dropout=dropout,
-            attn_dropout=attn_dropout, ff_dropout=ff_dropout, max_len=max_len, positions=positions,
-            activation=activation, norm_first=norm_first,
-        )
+        super().__init__(DecoderLayer, d_model, n_heads, n_kv_heads=n_kv_heads, n_layers=n_layers, d_ff=d_ff,
+                         dropout=dropout, attn_dropout=attn_dropout, ff_dropout=ff_dropout, max_len=max_len,
+                         positions=positions, activation=activation, norm_first=norm_first)
 
     def new_cache(self, capacity: int = 16) -> DecoderCache:
         """An empty cache for incremental decoding with this stack, first sized for `capacity` steps."""

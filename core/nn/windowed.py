@@ -91,9 +91,8 @@ def _flex() -> tuple | None:
 
 @cache
 def _mask_options(cuda: bool) -> dict[str, bool]:
-    """`_compile=True` where `create_block_mask` takes it (a private flag, hence the check, read once): the eager
-    mask evaluates all B x T x T entries (half a GB at B = 32, T = 4,096), the compiled one only the block
-    summaries. Callers unpack the result and never change it."""
+    """`_compile=True` where `create_block_mask` takes it (a private flag, hence the check): the eager mask
+    evaluates all B x T x T entries, the compiled one only the block summaries. Callers never change it."""
     return {"_compile": True} if cuda and "_compile" in inspect.signature(_flex()[1]).parameters else {}
 
 
