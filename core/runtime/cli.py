@@ -77,7 +77,6 @@ def read_yaml(name: str) -> Any:
 
 def config_chain(name: str) -> list[str]:
     """The config file `name` after the files it builds on: its `base: FILE` (relative to it), that one's, and so on.
-
     A missing `name` is left to jsonargparse, which names it."""
     chain = [name]
     while Path(chain[0]).is_file() and isinstance(node := read_yaml(chain[0]), dict) and BASE in node:
@@ -122,7 +121,6 @@ def file_setting(files: Sequence[str], key: str) -> str | None:
 
 class OneLineErrorParser(LightningArgumentParser):
     """A LightningCLI parser whose errors are one line: what is wrong, which key, which file, and where help is.
-
     `parse_args` remembers the arguments, to name the file or flag that set a bad key."""
 
     _argv: Sequence[str] = ()
@@ -180,7 +178,6 @@ def resume_point(folder: Path) -> Path | None:
 
 def overwrite_refusal(folders: Iterable[str | Path], root: str | Path, ckpt_path: str | None) -> str | None:
     """Why a `fit` into the run folder `root` would replace an earlier fit's checkpoints in `folders`; else None.
-
     A `ckpt_path` under `root` or one of `folders`, or "last", resumes that run: replacing them is what was asked."""
     folders = [Path(f) for f in folders]
     if ckpt_path in RESUME_KEYWORDS:
