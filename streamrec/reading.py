@@ -30,14 +30,7 @@ def with_overrides(options: ReadOptions, overrides: Mapping[str, Any]) -> ReadOp
 
     A format changed to one without columns (parquet, sasrec, lines, movielens) drops the checkpoint's
     delimiter, header and column names unless they are overridden too: they described the other format.
-
-    Args:
-        options: the options training read its log with.
-        overrides: ReadOptions fields (`OVERRIDABLE`) and their new values; "none" for `time_col` or `filter`
-            clears it.
-
-    Raises:
-        InputError: an unknown field, or options that do not fit together (ReadOptions' own checks).
+    "none" for `time_col` or `filter` clears it.
     """
     unknown = sorted(set(overrides) - set(OVERRIDABLE))
     if unknown:

@@ -13,39 +13,26 @@ from core.nn.options import regroup
 
 # old flat name -> (group, key) of the grouped layout
 RENAMED: dict[str, tuple[str, str]] = {
-    "n_kv_heads": ("block", "n_kv_heads"), "attn_dropout": ("block", "attn_dropout"),
-    "positions": ("block", "positions"), "activation": ("block", "activation"),
-    "output_head": ("block", "output_head"),
-    "attention": ("mixing", "attention"), "attention_window": ("mixing", "window"),
-    "lowpass_alpha": ("mixing", "lowpass_alpha"), "lowpass_window": ("mixing", "lowpass_window"),
-    "lowpass_kind": ("mixing", "lowpass_kind"),
-    "tied": ("items", "tied"), "item_init_std": ("items", "init_std"), "id_dropout": ("items", "id_dropout"),
-    "history_dropout": ("items", "history_dropout"),
-    "loss": ("objective", "loss"), "label_smoothing": ("objective", "label_smoothing"),
-    "rdrop_alpha": ("objective", "rdrop_alpha"), "num_negatives": ("objective", "num_negatives"),
-    "negative_sampling": ("objective", "negative_sampling"), "gbce_t": ("objective", "gbce_t"),
-    "mask_prob": ("objective", "mask_prob"),
+    **{k: ("block", k) for k in ("n_kv_heads", "attn_dropout", "positions", "activation", "output_head")},
+    **{k: ("mixing", k) for k in ("attention", "lowpass_alpha", "lowpass_window", "lowpass_kind")},
+    **{k: ("items", k) for k in ("tied", "id_dropout", "history_dropout")},
+    **{k: ("objective", k) for k in ("loss", "label_smoothing", "rdrop_alpha", "num_negatives", "negative_sampling",
+                                     "gbce_t", "mask_prob")},
+    **{k: ("optimizer", k) for k in ("warmup_steps", "lr_floor", "item_optimizer", "item_lr")},
+    **{k: ("evaluation", k) for k in ("ks", "exclude_seen", "sampled_metrics", "popularity_baseline")},
+    **{k: ("speed", k) for k in ("cpu_fastpath", "compile", "compile_backend")},
+    "attention_window": ("mixing", "window"), "item_init_std": ("items", "init_std"),
     "contrastive_weight": ("contrastive", "weight"), "contrastive_temperature": ("contrastive", "temperature"),
-    "contrastive_positive": ("contrastive", "positive"),
-    "second_pass_softmax": ("contrastive", "second_pass_softmax"),
-    "warmup_steps": ("optimizer", "warmup_steps"), "lr_floor": ("optimizer", "lr_floor"),
-    "item_optimizer": ("optimizer", "item_optimizer"), "item_lr": ("optimizer", "item_lr"),
-    "ks": ("evaluation", "ks"), "exclude_seen": ("evaluation", "exclude_seen"),
-    "filter_seen": ("evaluation", "exclude_seen"),
-    "sampled_metrics": ("evaluation", "sampled_metrics"), "popularity_baseline": ("evaluation", "popularity_baseline"),
-    "gated_residual": ("block", "residual"),
-    "cpu_fastpath": ("speed", "cpu_fastpath"), "compile": ("speed", "compile"),
-    "compile_backend": ("speed", "compile_backend"),
+    "contrastive_positive": ("contrastive", "positive"), "second_pass_softmax": ("contrastive", "second_pass_softmax"),
+    "filter_seen": ("evaluation", "exclude_seen"), "gated_residual": ("block", "residual"),
 }
 
 
 def upgrade_hparams(hparams: Mapping[str, Any]) -> dict[str, Any]:
     """`hparams` in the grouped layout: old flat names moved into their groups; grouped ones kept as they are.
 
-    `gated_residual: true` becomes `block.residual: gated`; `filter_seen: null` (the old default) is dropped.
-
-    Raises:
-        ValueError: a setting given both flat and in its group (`core.nn.options.regroup`).
+    `gated_residual: true` becomes `block.residual: gated`; `filter_seen: null` (the old default) is dropped; a
+    setting given both flat and in its group is refused (`core.nn.options.regroup`).
     """
     flat = {key: value for key, value in hparams.items() if not (key == "filter_seen" and value is None)}
     if "gated_residual" in flat:

@@ -6,11 +6,9 @@
   it recommends from a mask token appended after the history (`scoring_inputs`).
 - `GRU4Rec` (`gru`): GRU4Rec's recurrent network (`core.nn.recurrent.CausalRecurrentEncoder`), causal like sasrec.
 
-As in RecTools, the variants differ only in injected parts: the encoder, the training inputs, the attention
-masks and what each cannot honour (`refuse`). The item table, features, scoring, ranking and export are the
-base class's. A new network is one subclass and one line of `NETWORKS`; nothing else names an architecture.
-Scores are dot products between the hidden state and every item's vector: the item embedding itself (tied,
-default) or a separate output table.
+The variants differ only in injected parts (the encoder, the training inputs, the attention masks, what each
+cannot honour: `refuse`); the item table, features and scoring are the base class's. A new network is one
+subclass and one line of `NETWORKS`; nothing else names an architecture.
 
 With categorical item features (`num_features` > 0, as RecTools' SASRec offers them), an item's vector is its
 id embedding plus the mean of its features' embeddings, for the inputs and the tied scores alike; a cold item

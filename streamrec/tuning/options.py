@@ -38,19 +38,8 @@ class Budget:
 
 @dataclass(frozen=True)
 class TuneOptions:
-    """One search: tune's flags (`--help`) as `streamrec.tune.parse_args` reads them.
-
-    Attributes:
-        config: fit's --config files, each after the files it builds on (`base: FILE`).
-        overrides: fit's other --section.key arguments, given to every trial.
-        out: the folder of the study and its outputs.
-        budget: when the search stops.
-        params: the searched parameters (names of `streamrec.tuning.space.SPACE`).
-        max_epochs: epochs a trial may run; None: the config's.
-        patience: early stopping, in epochs without a gain.
-        startup_trials: trials before TPE and the pruner act.
-        seed: the sampler's seed.
-    """
+    """One search: tune's flags (`--help`) as `streamrec.tune.parse_args` reads them; `config` lists each of fit's
+    --config files after the files it builds on (`base: FILE`), `overrides` fit's other --section.key arguments."""
 
     config: tuple[str, ...]
     overrides: tuple[str, ...]
@@ -64,7 +53,6 @@ class TuneOptions:
 
     @property
     def config_args(self) -> list[str]:
-        """fit's command line: the --config files, then the overrides."""
         return [a for name in self.config for a in ("--config", name)] + list(self.overrides)
 
     def trial_epochs(self, config_max_epochs: int | None) -> int:

@@ -41,7 +41,6 @@ def trial_rows(study: optuna.Study) -> list[Row]:
 
 
 def write_table(rows: list[Row], path: Path, params: tuple[str, ...]) -> None:
-    """`rows` as CSV at `path`, written atomically."""
     fields = ["trial", "state", METRIC, "best_epoch", "epochs", "minutes", *params]
     with atomic_path(path) as tmp, tmp.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
@@ -50,7 +49,6 @@ def write_table(rows: list[Row], path: Path, params: tuple[str, ...]) -> None:
 
 
 def plot_trials(rows: list[Row], path: Path) -> None:
-    """`trials_figure` as a PNG at `path`, written atomically."""
     with atomic_path(path) as tmp:
         trials_figure(rows).savefig(tmp, format="png", dpi=110)
 

@@ -17,14 +17,8 @@ from jsonargparse import Namespace
 
 @dataclass(frozen=True)
 class Param:
-    """One searched parameter: a float range (`low`, `high`, `log`) or a list of `choices`.
-
-    Args:
-        key: fit's config key, dotted (`model.lr`, `data.max_len`).
-        low, high: the range of a float parameter.
-        log: draw a float on a log scale.
-        choices: the values of a categorical parameter.
-    """
+    """One searched parameter at fit's dotted config `key`: a float range (`low`, `high`, `log` scale) or a list of
+    `choices`."""
 
     key: str
     low: float | None = None
@@ -99,5 +93,4 @@ def config_value(config: Namespace, key: str) -> Any:
 
 
 def config_values(config: Namespace, params: tuple[str, ...]) -> dict[str, Any]:
-    """The parsed config's value of each searched parameter, by name."""
     return {name: config_value(config, SPACE[name].key) for name in params}

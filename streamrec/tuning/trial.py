@@ -28,10 +28,6 @@ class ReportToStudy(Callback):
 
     Ours, not optuna-integration's PyTorchLightningPruningCallback: that package pins its own Lightning import
     path and adds a dependency for a few lines.
-
-    Args:
-        trial: the trial reported to.
-        progress: called with one line after each epoch.
     """
 
     def __init__(self, trial: optuna.Trial, progress: Progress):
