@@ -56,8 +56,7 @@ class StopOnSignal(Callback):
     """On SIGTERM, SIGINT or SIGUSR1 during training: save `FILENAME` after the current step, raise `StopRequested`.
 
     Args:
-        dirpath: where to save; default: the first checkpoint callback's folder, else
-            `<default_root_dir>/checkpoints`."""
+        dirpath: where to save (default: the first checkpoint callback's folder, or `default_root_dir/checkpoints`)."""
 
     def __init__(self, dirpath: str | Path | None = None):
         self.dirpath = dirpath
