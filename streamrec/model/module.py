@@ -45,6 +45,9 @@ from streamrec.ranking.batch import RankingOptions, rank
 from streamrec.ranking.predict import RankedBatch
 
 __all__ = ["StreamRecModule", "full_softmax_terms"]
+GROUPS = {"block": BlockOptions, "mixing": MixingOptions, "items": ItemOptions, "objective": ObjectiveOptions,
+          "contrastive": ContrastiveOptions, "optimizer": OptimizerOptions, "evaluation": EvalOptions,
+          "speed": SpeedOptions}  # the option groups, in the constructor's order
 
 
 class StreamRecModule(SafeLoadMixin, L.LightningModule):
@@ -52,20 +55,17 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
 
     Args:
         num_items: catalogue size N (linked from the data module).
-        arch: the network. sasrec (default): a causal transformer trained to predict every next item. bert4rec:
-            a bidirectional transformer trained to fill masked items (`objective.mask_prob`), recommending from a
-            mask token after the history. gru: GRU4Rec, a recurrent network trained like sasrec (`n_layers` GRU
-            layers of width `d_model`; the attention settings do not apply, and explanations have no attention
-            view).
+        arch: sasrec (default): a causal transformer predicting every next item; bert4rec: a bidirectional one
+            filling masked items (`objective.mask_prob`); gru: GRU4Rec, `n_layers` GRU layers trained like sasrec
+            (no attention settings, and no attention view in explanations).
         d_model: model width.
         n_heads: attention heads.
         n_layers: transformer blocks.
         d_ff: feed-forward width.
         dropout: dropout on embeddings and in blocks.
         max_len: history length read by the model (linked from the data module).
-        num_features: distinct categorical item features (linked from the data module's `item_features`); 0: items
-            are ids only. An item's vector is then its id embedding plus the mean of its features' embeddings, and a
-            cold item's (never in the training histories) its features' alone; needs `items.tied: true`.
+        num_features: distinct categorical item features (linked from `data.item_features`; 0: ids only): an
+            item's vector adds its features' mean embedding, a cold item's is that alone; needs `items.tied: true`.
         features_per_item: the most features an item has (linked from the data module); 0 without features.
         lr: peak learning rate (AdamW). 1e-2 by default: our item vectors enter at unit scale (x sqrt(d_model)),
             and a smaller rate learns them more slowly per epoch (docs/results.md, "Why short races lost").
@@ -78,8 +78,7 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         contrastive: the contrastive term (`ContrastiveOptions`).
         optimizer: the schedule and the item tables' optimizer (`OptimizerOptions`).
         evaluation: what validation and test measure (`EvalOptions`).
-        speed: how the network runs, not what it computes: CPU fast path, torch.compile
-            (`core.nn.options.SpeedOptions`).
+        speed: how the network runs, not what it computes (`core.nn.options.SpeedOptions`).
     """
 
     upgrade_hparams = staticmethod(upgrade_hparams)  # old checkpoints' flat names, for the loaders
@@ -94,13 +93,9 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         evaluation: EvalOptions = EvalOptions(), speed: SpeedOptions = SpeedOptions(),
     ):
         super().__init__()
-        groups = {"block": BlockOptions.of(block, "model.block"), "mixing": MixingOptions.of(mixing, "model.mixing"),
-                  "items": ItemOptions.of(items, "model.items"),
-                  "objective": ObjectiveOptions.of(objective, "model.objective"),
-                  "contrastive": ContrastiveOptions.of(contrastive, "model.contrastive"),
-                  "optimizer": OptimizerOptions.of(optimizer, "model.optimizer"),
-                  "evaluation": EvalOptions.of(evaluation, "model.evaluation"),
-                  "speed": SpeedOptions.of(speed, "model.speed")}
+        given = (block, mixing, items, objective, contrastive, optimizer, evaluation, speed)
+        groups = {name: cls.of(value, f"model.{name}")
+                  for (name, cls), value in zip(GROUPS.items(), given, strict=True)}
         self.objective, self.contrastive = groups["objective"], groups["contrastive"]
         self.optim, self.evaluation, self.speed = groups["optimizer"], groups["evaluation"], groups["speed"]
         network = network_class(arch)
@@ -125,10 +120,8 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         ks, exclude_seen = self.evaluation.ks, self.evaluation.exclude_seen
         self.val_metrics = RankingMetrics(ks, exclude_seen, cross_entropy=True)
         self.test_metrics = RankingMetrics(ks, exclude_seen, cross_entropy=True)
-        self.sampled_metrics = (
-            SampledRankingMetrics(num_items, ks, exclude_seen=exclude_seen) if self.evaluation.sampled_metrics
-            else None
-        )
+        self.sampled_metrics = (SampledRankingMetrics(num_items, ks, exclude_seen=exclude_seen)
+                                if self.evaluation.sampled_metrics else None)
         self.baseline_metrics = RankingMetrics(ks, exclude_seen) if self.evaluation.popularity_baseline else None
         self.item_vocab: ItemVocab | None = None
         self._compiled = False
@@ -142,7 +135,6 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         """The module stored hyper-parameters describe (old names mapped), refusing a key it does not know."""
         return cls(**module_settings(hparams))
 
-    # ------------------------------------------------------------------ setup and checkpoints
     def setup(self, stage: str) -> None:
         destroy_process_group_at_exit()  # each DDP rank, once its process group exists
         self._compile()
@@ -191,7 +183,6 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         if VOCAB_KEY in checkpoint:
             self.item_vocab = ItemVocab.from_dict(checkpoint[VOCAB_KEY])
 
-    # ------------------------------------------------------------------ training
     def training_step(self, batch: TrainBatch, batch_idx: int) -> Tensor:
         partners = self.partner_inputs if self.contrastive.positive == "same_target" else None
         loss, positions = self.loss_fn(self.model, batch, self.item_counts, partners)
@@ -246,7 +237,6 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         tables = [self.model.item_embedding.embedding]
         return tables if self.model.output is None else [*tables, self.model.output]
 
-    # ------------------------------------------------------------------ evaluation
     def validation_step(self, batch: EvalBatch, batch_idx: int) -> None:
         self._evaluate(batch, self.val_metrics)
 
@@ -283,7 +273,6 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
             # "use sync_dist in distributed setting" warning (one per metric under DDP).
             self.log(f"{prefix}_{name}", value, prog_bar=name == "ndcg@10", sync_dist=True, reduce_fx="max")
 
-    # ------------------------------------------------------------------ prediction
     # How `predict` ranks; `ranking.predict.RecommendationWriter` sets it from its arguments. Not a hyper-parameter:
     # when predicting, a checkpoint's would override the command line's.
     predict_options: RankingOptions = RankingOptions()

@@ -1,9 +1,7 @@
-"""StreamRec's option groups: the settings of one part of the model or its training, each validated in one place.
+"""StreamRec's option groups (`--model.objective.loss sampled`, nested mappings in YAML, plain dicts in checkpoints).
 
-`StreamRecModule` takes one object per group (`--model.objective.loss sampled`, `--model.contrastive.weight 0.1`
-on the command line, nested mappings in YAML); checkpoints store them as plain dicts. A rule that involves two
-groups lives in `check_training`; a rule a network cannot honour lives in that network's class
-(`streamrec.model.network`).
+Each group validates itself; a rule spanning two groups lives in `check_training`, one a network cannot honour in
+that network's class (`streamrec.model.network`).
 """
 
 from __future__ import annotations
@@ -44,9 +42,8 @@ class BlockOptions(OptionGroup):
         attn_dropout: dropout on attention weights.
         positions: learned (SASRec), sinusoidal, rope, alibi or none.
         activation: feed-forward activation.
-        residual: plain, or gated: each block's two residual updates scaled by a learned sigmoid gate of the
-            block's input (LiGR's block, which eSASRec trains with `activation: swiglu`; `core.nn.blocks`).
-            Transformer networks only.
+        residual: plain, or gated: each residual update scaled by a learned sigmoid gate of the block's input
+            (LiGR's block, eSASRec's with `activation: swiglu`; `core.nn.blocks`). Transformer networks only.
         output_head: a dense layer, GELU and LayerNorm on each hidden state before it is scored: BERT's
             masked-LM head, part of BERT4Rec as published (and of RecBole's); any network takes it.
     """
@@ -68,9 +65,8 @@ class MixingOptions(OptionGroup):
     """How each block mixes a history's positions.
 
     Args:
-        attention: full (default), or for histories of thousands of items, with time and memory linear in
-            their length: window (each position attends to the last `window` items) or linear (linear
-            attention, elu + 1 features). Window and linear are sasrec's.
+        attention: full (default); for histories of thousands of items, linear in their length (sasrec only):
+            window (each position attends to the last `window` items) or linear (elu + 1 features).
         window: the window of `attention: window`.
         lowpass_alpha: weight of a causal low-pass filter branch mixed with each layer's attention (BSARec's
             "beyond self-attention", made causal: `core.nn.mixing`); 0 (default): attention only. sasrec's.
@@ -113,12 +109,10 @@ class ItemOptions(OptionGroup):
     Args:
         tied: score with the item embedding (True) or a separate output table.
         init_std: standard deviation of the initial item vectors (None: d_model ** -0.5).
-        id_dropout: with item features, the share of item id vectors left out in training (each occurrence, in the
-            inputs and the scored table), so that items are also learnt by their features alone, as DropoutNet
-            trains for cold start: cold items have nothing else to be scored by. 0 (default): none.
-        history_dropout: the share of history items blanked in training (input vector zeroed, position kept; each
-            pass draws its own, so the contrastive term's two views differ by items too, as CL4SRec's item masks
-            do), against leaning on single past items. 0 (default): none.
+        id_dropout: with item features, the share of item id vectors dropped in training, so that items are also
+            learnt by their features alone (DropoutNet): cold items have nothing else. 0 (default): none.
+        history_dropout: the share of history items blanked in training (position kept; each pass draws its own,
+            as CL4SRec's item masks), against leaning on single past items. 0 (default): none.
     """
 
     tied: bool = True
@@ -141,9 +135,8 @@ class ObjectiveOptions(OptionGroup):
         loss: full (softmax over all items), sampled (softmax over shared negatives with logQ correction), bce
             (SASRec: one negative set per position), gbce (gSASRec).
         label_smoothing: eps of label smoothing in the full softmax (eps / N on every item); 0: none.
-        rdrop_alpha: R-Drop's weight (Liang et al., 2021; 0, the default, is off): each training batch runs
-            through two dropout masks, and `core.nn.rdrop_cross_entropy` adds the symmetric KL between the two
-            predicted next-item distributions to their mean cross-entropy. About twice a step; `loss: full`.
+        rdrop_alpha: R-Drop's weight (0, the default, is off): the symmetric KL between two dropout passes'
+            next-item distributions (`core.nn.rdrop_cross_entropy`). About twice a step; `loss: full`.
         num_negatives: negatives per step (sampled: shared by the batch; bce/gbce: per position).
         negative_sampling: uniform or popularity (popularity only for `sampled`).
         gbce_t: gSASRec calibration t in [0, 1] (0 = plain BCE).
@@ -180,19 +173,15 @@ class ContrastiveOptions(OptionGroup):
     """A contrastive term beside the loss (CL4SRec, DuoRec).
 
     Args:
-        weight: the term's weight (0, the default, is off): each batch runs through two dropout masks, and each
-            window's last state must pick its other view out of the batch (`core.nn.contrastive_loss`; windows with the
-            same last target are not negatives, as DuoRec has it). About twice the step (`second_pass_softmax`);
-            `loss: full`, and a causal network (sasrec, gru).
+        weight: the term's weight (0, the default, is off): each window's last state must pick its other view out
+            of the batch (`core.nn.contrastive_loss`; same last target: not a negative, as DuoRec). `loss: full`,
+            a causal network (sasrec, gru).
         temperature: the term's temperature on dot products (1, as CL4SRec and DuoRec).
-        positive: what the term's second view of a window is. dropout (default): the window itself under another
-            dropout mask (CL4SRec's and DuoRec's unsupervised view). same_target: another training window with the
-            same last target (DuoRec's supervised positive; `streamrec.data.datasets.SameTargetWindows`); needs
-            `second_pass_softmax: false`, since the second pass then encodes other windows.
-        second_pass_softmax: whether the second pass also trains the full softmax at every position. False runs it
-            for the term only (its last state, as DuoRec arranges the passes): the softmax over the catalogue is
-            most of a step on sparse data, so the term then costs a fraction of a step instead of doubling it.
-            R-Drop needs both passes' softmax.
+        positive: the second view: dropout (default; the window under another dropout mask, as CL4SRec), or
+            same_target (another window with the same last target, DuoRec's supervised positive; needs
+            `second_pass_softmax: false`, since the second pass then encodes other windows).
+        second_pass_softmax: whether the second pass also trains the full softmax. False runs it for the term's
+            last state only, a fraction of a step instead of doubling it. R-Drop needs both passes' softmax.
     """
 
     weight: float = 0.0
@@ -220,15 +209,12 @@ class OptimizerOptions(OptionGroup):
     Args:
         warmup_steps: linear warmup steps of the warmup-cosine schedule.
         lr_floor: final learning rate as a fraction of the peak.
-        item_optimizer: how the item table(s) learn. adamw (default): like every other parameter, with a dense
-            (N, D) gradient and two AdamW states, about 6 item tables at the peak of a step. rowwise_adagrad:
-            sparse gradients (only the rows a step reads: its inputs, targets and negatives) and row-wise AdaGrad
-            with one accumulator per row (TorchRec / FBGEMM's embedding optimizer), about 1 table plus the
-            touched rows; the rest of the model keeps AdamW and the schedule scales both. Use it when the item
-            table dominates memory (millions of items); it needs a sampled loss (sampled, bce or gbce), and
-            under DDP a backend that all-reduces sparse gradients (gloo; not NCCL).
-        item_lr: peak learning rate of the item rows under `rowwise_adagrad` (unused with adamw). AdaGrad's steps
-            shrink as a row's squared gradients add up, so it wants a larger rate than AdamW.
+        item_optimizer: adamw (default: dense gradients and two AdamW states, about 6 item tables at a step's
+            peak), or rowwise_adagrad: sparse gradients of the rows a step reads and one AdaGrad accumulator per
+            row (FBGEMM's embedding optimizer), about 1 table. For item tables that dominate memory; it needs a
+            sampled loss (sampled, bce or gbce), and under DDP a sparse all-reduce (gloo, not NCCL).
+        item_lr: peak learning rate of the item rows under `rowwise_adagrad`; larger than AdamW's, as AdaGrad's
+            steps shrink as a row's squared gradients add up.
     """
 
     warmup_steps: int = 100
@@ -255,8 +241,7 @@ class EvalOptions(OptionGroup):
         ks: cutoffs for HR@K, NDCG@K, MRR@K.
         exclude_seen: leave items already in the history out of the validation and test ranking.
         sampled_metrics: also log the SASRec paper's sampled metrics (100 negatives; for comparison only).
-        popularity_baseline: also log a most-popular baseline's metrics on the same cases (`*_mostpop_*`), so
-            every run shows what the model adds.
+        popularity_baseline: also log a most-popular baseline's metrics (`*_mostpop_*`): what the model adds.
     """
 
     ks: tuple[int, ...] = (10, 20)
@@ -274,12 +259,8 @@ FULL_SOFTMAX_TERMS = (("objective", "label_smoothing"), ("objective", "rdrop_alp
 
 
 def full_softmax_terms(hparams: Mapping[str, Any]) -> list[str]:
-    """The training terms `hparams` (a module's, groups as mappings or objects) turns on that ride on the full
-    softmax, as `group.key`, so that the loss must stay full.
-
-    One list for the module's refusal and for `tune`, which leaves the loss out of its search when a config sets
-    one.
-    """
+    """The terms `hparams` (groups as mappings or objects) turns on that need the full softmax, as `group.key`:
+    one list for the module's refusal and for `tune`, which then leaves the loss out of its search."""
     def value(group: str, key: str) -> Any:
         options = hparams.get(group)
         return getattr(options, key, None) if not isinstance(options, Mapping) else options.get(key)
