@@ -1,23 +1,15 @@
-"""Next-item training losses, each on the selected (non-padding) positions.
-
-- `full_softmax`: cross-entropy over the whole catalogue (default; best quality when it fits).
-- `rdrop_softmax`: the same over two dropout passes, plus R-Drop's consistency term between them.
-- `sampled_softmax`: softmax over the positive and K shared sampled negatives, with the
-  logQ correction (Yi et al., 2019) so popular negatives are not over-penalised.
-- `bce`: one positive vs K uniform negatives per position (original SASRec).
-- `gbce`: BCE with the positive's probability raised to beta (Petrov & Macdonald, 2023), which
-  undoes the overconfidence that negative sampling causes.
+"""Next-item training losses on the selected (non-padding) positions: `full_softmax` (default, best quality when
+it fits), `rdrop_softmax`, `sampled_softmax` (logQ-corrected, Yi et al., 2019, so popular negatives are not
+over-penalised), `bce` (original SASRec) and `gbce` (Petrov & Macdonald, 2023: undoes the overconfidence that
+negative sampling causes).
 
 The three sampled losses read only the rows they score. With `sparse=True` they gather those rows with
 `F.embedding(..., sparse=True)` and cast only them to the states' dtype (bf16 under autocast): the
 table's gradient is then (rows read, D) sparse, for a row-wise optimizer (`core.nn.optim`). Without it the
 table is cast whole and its gradient is dense (N+1, D), as `torch.optim.AdamW` needs.
 
-`Objective` puts them together: the configured loss and the terms on it (label smoothing, R-Drop, the
-contrastive term) on one training batch of a network, callable without a Trainer.
-
-Every loss takes `hidden` (M, D) states, `targets` (M,) positive item ids and `item_vectors` (N+1, D)
-(row 0 padding); `sparse` chooses the gradient of `item_vectors` (`item_rows`).
+`Objective` puts the configured loss and its terms together on one training batch, callable without a Trainer.
+Every loss takes `hidden` (M, D) states, `targets` (M,) positive ids and `item_vectors` (N+1, D) (row 0 padding).
 
 Legend: M positions, D model width, N items (1..N; 0 = padding), K negatives.
 """
@@ -93,10 +85,8 @@ def bce(hidden: Tensor, targets: Tensor, item_vectors: Tensor, neg_ids: Tensor, 
 
 
 def gbce_beta(num_negatives: int, num_items: int, t: float) -> float:
-    """gSASRec's beta = alpha (t (1 - 1/alpha) + 1/alpha), alpha = K / (N - 1) the sampling rate.
-
-    t = 0 gives beta = 1 (plain BCE); t = 1 gives beta = alpha (fully calibrated).
-    """
+    """gSASRec's beta = alpha (t (1 - 1/alpha) + 1/alpha), alpha = K / (N - 1) the sampling rate: t = 0 gives
+    plain BCE, t = 1 beta = alpha (fully calibrated)."""
     alpha = num_negatives / max(num_items - 1, 1)
     return alpha * (t * (1 - 1 / alpha) + 1 / alpha)
 

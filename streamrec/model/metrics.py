@@ -58,10 +58,7 @@ def _check(scores: Tensor, targets: Tensor, seen: Tensor | None) -> None:
 
 
 def target_ranks(scores: Tensor, targets: Tensor, seen: Tensor | None = None) -> Tensor:
-    """0-based rank (B,) of each target among all items (padding and seen items excluded; ties pessimistic).
-
-    `scores`, `targets` and `seen` (None excludes nothing) follow the conventions above.
-    """
+    """0-based rank (B,) of each target among all items (padding and seen items excluded; ties pessimistic)."""
     target_scores = scores.gather(1, targets[:, None])  # (B, 1)
     above = ~(scores < target_scores)  # (B, N+1); `~(<)` rather than `>=` so NaN counts against the target
     above[:, PAD_ID] = False
@@ -135,22 +132,18 @@ class RankingMetrics(Metric):
         self.count += rank.shape[0]
 
     def compute(self) -> dict[str, Tensor]:
-        out = {}
-        for i, k in enumerate(self.ks):
-            for name in ("hr", "ndcg", "mrr"):
-                out[f"{self.name_prefix}{name}@{k}"] = getattr(self, name)[i] / self.count
+        out = {f"{self.name_prefix}{name}@{k}": getattr(self, name)[i] / self.count
+               for i, k in enumerate(self.ks) for name in ("hr", "ndcg", "mrr")}
         if self.cross_entropy:
             out[f"{self.name_prefix}loss"] = (self.loss / self.count).float()
         return out
 
 
 class SampledRankingMetrics(RankingMetrics):
-    """The SASRec paper's protocol: rank the target against sampled negatives only.
+    """The SASRec paper's protocol: the target against sampled negatives only, for comparison with papers.
 
-    Numbers are much higher than full-ranking ones and are reported only for comparison
-    with papers; keys start with "sampled_". Seen items are never drawn as negatives (with
-    `exclude_seen`). The generator is re-seeded on `reset()`, so every evaluation epoch draws
-    the same negatives for the same batches. Popularity `sampling` draws in proportion to `item_counts`.
+    The generator is re-seeded on `reset()`, so every evaluation epoch draws the same negatives for the same
+    batches; popularity `sampling` draws in proportion to `item_counts`.
     """
 
     name_prefix = "sampled_"
@@ -192,10 +185,7 @@ class SampledRankingMetrics(RankingMetrics):
 
 def most_popular_scores(train_counts: Tensor, batch_size: int) -> Tensor:
     """Most-popular baseline: (B, N + 1) scores, the same in every row (an expanded view: never write to it).
-
-    Scores are distinct (ties in count go to the lower item id), so pessimistic tie handling
-    does not penalise the baseline; padding gets -inf.
-    """
+    Distinct scores (ties in count go to the lower id), so pessimistic tie handling does not penalise it."""
     n = train_counts.shape[0] - 1
     order = torch.sort(train_counts[1:], descending=True, stable=True).indices + 1  # most popular first
     scores = torch.empty(n + 1, device=train_counts.device)

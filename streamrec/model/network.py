@@ -1,18 +1,13 @@
-"""The session networks: one item table and scoring, and three sequence encoders on `core`, one class each.
-
-- `SASRec` (`arch: sasrec`, default): a decoder-only (causal) transformer; each history position predicts the
-  next item.
-- `BERT4Rec` (`bert4rec`): a bidirectional transformer trained by masked item prediction (`training_inputs`);
-  it recommends from a mask token appended after the history (`scoring_inputs`).
-- `GRU4Rec` (`gru`): GRU4Rec's recurrent network (`core.nn.recurrent.CausalRecurrentEncoder`), causal like sasrec.
+"""The session networks: one item table and scoring, and three sequence encoders on `core` (`SASRec`, `BERT4Rec`,
+`GRU4Rec`), one class each.
 
 The variants differ only in injected parts (the encoder, the training inputs, the attention masks, what each
 cannot honour: `refuse`); the item table, features and scoring are the base class's. A new network is one
 subclass and one line of `NETWORKS`; nothing else names an architecture.
 
 With categorical item features (`num_features` > 0, as RecTools' SASRec offers them), an item's vector is its
-id embedding plus the mean of its features' embeddings, for the inputs and the tied scores alike; a cold item
-(never in the training histories) has an untrained id row, so its vector is its features' alone.
+id embedding plus the mean of its features' embeddings, inputs and tied scores alike; a cold item (never in the
+training histories) has an untrained id row, so its vector is its features' alone.
 
 Legend: B batch (users), T history length, D model width, N items (ids 1..N, 0 = padding),
 M selected positions, F feature slots per item.
@@ -47,11 +42,10 @@ Arch = Literal["sasrec", "bert4rec", "gru"]
 def trim_padding(items: Tensor, multiple: int = 1) -> tuple[Tensor, int]:
     """Drop the leading columns that are padding in every row: (B, T) -> (B, T') and T - T'.
 
-    Padding is never attended and the kept items keep their positions (the encoder is given the offset), so
-    outputs are unchanged while a batch of short histories costs what its longest row costs. Under export or
-    tracing every column is kept (offset 0): the cut depends on the data, which a graph with a dynamic length
-    cannot hold. `multiple` > 1 keeps a few padding columns more, so that T' is a multiple of it (or T): CUDA
-    graphs (`core.nn.compile`, "reduce-overhead") are recorded per length and replayed for every batch of it.
+    Padding is never attended and the kept items keep their positions (the encoder gets the offset), so outputs
+    are unchanged while a batch costs what its longest row costs. Under export or tracing every column is kept: a
+    graph with a dynamic length cannot hold a data-dependent cut. `multiple` > 1 rounds T' up to a multiple of it
+    (or T): CUDA graphs (`core.nn.compile`, "reduce-overhead") are recorded per length.
     """
     if exporting():
         return items, 0
@@ -68,9 +62,8 @@ def exporting() -> bool:
 
 
 class StreamRecModel(nn.Module):
-    """Item embedding x sqrt(d_model), a sequence encoder (the subclass's), dot-product scores against the item
-    vectors. Build one with `build_network` or a subclass; the arguments are `StreamRecModule`'s network ones
-    (a test keeps the defaults equal)."""
+    """Item embedding x sqrt(d_model), the subclass's sequence encoder, dot-product scores against the item
+    vectors; the arguments are `StreamRecModule`'s network ones (a test keeps the defaults equal)."""
 
     arch: str = ""  # the `model.arch` name of the subclass, set by `NETWORKS`
     causal: bool = True  # position t summarises items up to t only (the contrastive term needs it)
@@ -134,7 +127,6 @@ class StreamRecModel(nn.Module):
     def from_hparams(cls, hparams: Mapping[str, Any]) -> StreamRecModel:
         return build_network(hparams)
 
-    # ------------------------------------------------------------------ what a subclass injects
     @classmethod
     def refuse(cls, block: BlockOptions, mixing: MixingOptions, num_features: int) -> None:
         """Raise ValueError, naming the key to change, for a setting this network cannot honour."""
@@ -172,9 +164,8 @@ class StreamRecModel(nn.Module):
         return weights
 
     def _masks(self, items: Tensor, keys: Tensor) -> tuple[Tensor | None, Tensor | None]:
-        """The transformer's padding inputs for (B, T) items and their (B, 1, 1, T) padding mask: the attention
-        mask ((B, 1, T, T) causal and padding; None with a long-history kernel, which must not hold T x T), and
-        the (B, T) token positions that the low-pass mix and those kernels read (None when nothing reads them)."""
+        """The attention mask for (B, T) items with (B, 1, 1, T) padding `keys` (None with a long-history kernel,
+        which must not hold T x T), and the (B, T) valid positions the low-pass mix and those kernels read."""
         full = self.encoder.kernel is None
         wants_valid = not full or self.encoder.layers[0].mix is not None
         mask = (causal_padding_mask(keys) if self.causal else keys) if full else None
@@ -186,7 +177,6 @@ class StreamRecModel(nn.Module):
         hidden = self.encoder(self._embed(items), mask, last=last, offset=offset, valid=valid)
         return hidden if self.head is None else self.head(hidden)
 
-    # ------------------------------------------------------------------ items, shared by every network
     def set_item_features(self, features: Tensor, cold: Tensor) -> None:
         """Take the data's (N+1, F) feature ids and (N+1,) bool cold items (never in the training histories)."""
         if self.feature_embedding is None:
@@ -229,11 +219,8 @@ class StreamRecModel(nn.Module):
 
     @property
     def item_vectors(self) -> Tensor:
-        """(N+1, D) vectors that hidden states are scored against; row 0 is padding.
-
-        With item features, computed from the id and feature tables at each use: hold the result while scoring
-        many batches, and never write to it (the tables are not changed).
-        """
+        """(N+1, D) vectors that hidden states are scored against; row 0 is padding. With item features, computed
+        at each use: hold the result while scoring many batches, and never write to it."""
         if self.feature_embedding is not None:
             return self.item_rows(torch.arange(self.num_items + 1, device=self.item_features.device))
         if self.output is not None:
@@ -241,13 +228,9 @@ class StreamRecModel(nn.Module):
         weight = self.item_embedding.weight  # whole, not sliced: a sparse gradient (rowwise_adagrad) has no views
         return weight[: self.num_items + 1] if self.extra_rows else weight
 
-    # ------------------------------------------------------------------ encoding and scoring
     def encode(self, items: Tensor, trim: bool = False, last: int | None = None) -> Tensor:
-        """(B, T) left-padded ids -> (B, T, D) hidden states; position t summarises items up to and including t.
-
-        `trim` skips the all-padding leading columns (`trim_padding`): (B, T', D), the same values there. `last`
-        returns only the last `last` positions (the final layer computes only those).
-        """
+        """(B, T) left-padded ids -> (B, T, D) hidden states; `trim` skips all-padding leading columns (B, T', D);
+        `last`: only the last `last` positions (the final layer computes only those)."""
         items, offset = trim_padding(items, self.length_multiple) if trim else (items, 0)
         return self._run(items, offset, last)
 
@@ -309,9 +292,8 @@ class BERT4Rec(StreamRecModel):
         return torch.cat([torch.zeros_like(weights[:, :1]), weights[:, :-1]], dim=1)
 
     def mask_items(self, items: Tensor, prob: float, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
-        """BERT4Rec's cloze task on (B, T) left-padded histories: each real item is replaced by the mask token with
-        probability `prob`, and every row masks at least one item (its last when the draw masked none, the case
-        that scoring asks for). Returns the (B, T) inputs and (B, T) targets: the masked items, 0 elsewhere."""
+        """BERT4Rec's cloze task: each real item masked with probability `prob`, at least one per row (its last, the
+        case scoring asks for). Returns (B, T) inputs and targets (the masked items, 0 elsewhere)."""
         real = items != PAD_ID
         chosen = (torch.rand(items.shape, device=items.device, generator=generator) < prob) & real
         chosen[:, -1] |= ~chosen.any(1) & real[:, -1]
