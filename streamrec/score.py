@@ -22,11 +22,9 @@ file appears in one rename at the end: never a half-written output, nor a duplic
 run at a time writes an output: a second exits at once naming the holder of `OUTPUT.lock`. A failed run
 leaves no `.parts/` or temporary file behind, and an existing OUTPUT untouched.
 
-Memory does not grow with the catalogue: it is ranked `--item-chunk` items at a time, and on CPU the item
-table is read from the memory-mapped checkpoint as needed (`item_table`). `--shard I/N` scores one shard
-of the users for job arrays; `python -m streamrec.shards merge DIR --output FILE` joins the shards.
-`--engine ray` scores on Ray Data (`streamrec.ray_engine`). A Parquet output records its provenance in its
-schema metadata (`streamrec.shards.read_provenance`). See docs/streamrec.md.
+Memory does not grow with the catalogue: it is ranked `--item-chunk` items at a time, its table read from the
+checkpoint as needed. `--shard I/N` scores one shard of the users (`python -m streamrec.shards merge` joins
+them); a Parquet output records its provenance in its schema metadata. See docs/streamrec.md.
 """
 
 from __future__ import annotations
@@ -63,10 +61,8 @@ log = logging.getLogger(__name__)
 class ResumableOutput:
     """Chunks of results in `OUTPUT.parts/`, merged into OUTPUT at the end.
 
-    A manifest records the arguments that shape the results; parts from a different run
-    are refused rather than mixed in. The caller holds the output's lock (`core.runtime.lock`), so
-    temporary files found here belong to a killed run and are deleted. `fresh` deletes the parts of an earlier
-    interrupted run instead of resuming it.
+    A manifest records the arguments that shape the results, so parts of a different run are refused rather than
+    mixed in. The caller holds the output's lock, so temporary files found here belong to a killed run.
     """
 
     def __init__(self, output: Path, manifest: dict[str, object], fresh: bool = False):
@@ -120,24 +116,17 @@ class ResumableOutput:
 
 
 def scan_precision(choice: str, device: str) -> Precision:
-    """`--precision auto` made concrete: the exact bf16 scan where bf16 matmuls are fast, fp32 elsewhere.
-
-    The scan gives the same top K as fp32 from a half-size table, on the CPU's native bf16 matmuls
-    (docs/results.md, "Scale"). CUDA keeps fp32: the bf16 scan is not measured there.
-    """
+    """`--precision auto` made concrete: the exact bf16 scan where the CPU's bf16 matmuls are fast, else fp32
+    (CUDA keeps fp32: the bf16 scan is not measured there)."""
     if choice != "auto":
         return choice
     return "bf16" if torch.device(device).type == "cpu" and cpu_has_fast_bf16() else "fp32"
 
 
 def item_table(model: StreamRecModel, ckpt: str | Path, precision: str) -> ItemTable:
-    """The item table of a model loaded with `mmap=True`, in bounded memory on CPU.
-
-    The fp32 rows are read from the checkpoint file (`streamrec.ranking.topk.FileRows`), so the fp32 table never
-    enters memory whole; with precision "bf16" the scan reads a bf16 copy built a chunk at a time, then fp32
-    rows only for the items it re-scores. Elsewhere (CUDA, an export folder, a table that is not a mapping of
-    `ckpt`) the model's own table.
-    """
+    """The item table of a model loaded with `mmap=True`, in bounded memory on CPU: fp32 rows read from the
+    checkpoint file (`FileRows`) as needed, and with "bf16" a bf16 copy built a chunk at a time. Elsewhere (CUDA,
+    an export folder) the model's own table."""
     table = model.item_vectors.detach()
     rows = FileRows.mapped(table, ckpt) if Path(ckpt).is_file() else None
     vectors = table if rows is None else rows
@@ -146,12 +135,8 @@ def item_table(model: StreamRecModel, ckpt: str | Path, precision: str) -> ItemT
 
 @dataclass(frozen=True)
 class ScoreJob:
-    """One run of `python -m streamrec.score`, built once from its arguments (`from_args`), then only read.
-
-    The fields are the command line's options (`--help`): `ranking` gathers those that shape the ranking,
-    `ray` the Ray engine's (None: the local engine), `shard` is (I, N) or None, `read` the reading flags given
-    (`streamrec.reading.read_overrides`), `cold_users` "skip" or "popular".
-    """
+    """One run of `python -m streamrec.score`: the command line's options (`ranking`: those that shape the ranking;
+    `ray`: the Ray engine's, None for the local engine; `read`: the reading flags given)."""
 
     ckpt: Path
     input: str
@@ -256,11 +241,9 @@ def main(argv: list[str] | None = None) -> None:
                    help=f"items ranked at once; memory is about batch-size x item-chunk scores (default "
                         f"{DEFAULT_ITEM_CHUNK:,}; {SCAN_CHUNK:,} with the bf16 scan, whose scores then stay in cache)")
     p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
-                   help="bf16: each item chunk scanned in bf16 and the items that can reach the top K (a proven "
-                        "bound on bf16 rounding) re-scored in fp32: the same items and scores as fp32, in half the "
-                        "memory, on the native bf16 matmuls of CPUs with AVX512-BF16 or AMX (see "
-                        "streamrec.ranking.topk). auto (default): bf16 on such a CPU, else fp32; the output's "
-                        "provenance records which ran")
+                   help="bf16: a bf16 scan, the items that can reach the top K (a proven bound) re-scored in fp32: "
+                        "fp32's items and scores in half the memory, on CPUs with AVX512-BF16 or AMX. auto "
+                        "(default): bf16 on such a CPU, else fp32; the output's provenance records which ran")
     p.add_argument("--threads", type=int, default=0,
                    help="torch threads of the local engine (default 0: OMP_NUM_THREADS where set, else the CPUs this "
                         "process may use, as fit's --threads); 1 where other jobs keep the cores busy")
@@ -281,18 +264,14 @@ def main(argv: list[str] | None = None) -> None:
         run(ScoreJob.from_args(args))
 
 
-def _check_output(path: Path) -> None:
-    """Refused before any work is done."""
+def run(job: ScoreJob) -> None:
+    path = job.output  # refused before any work is done
     if path.suffix not in (".csv", ".parquet"):
         raise InputError(f"--output {path}: use a .csv or .parquet file name")
     if path.is_dir():
         raise InputError(f"--output {path}: is a folder; name a .csv or .parquet file in it")
     if not path.parent.is_dir():
         raise InputError(f"--output {path}: the folder {path.parent} does not exist; create it first")
-
-
-def run(job: ScoreJob) -> None:
-    _check_output(job.output)
     with OutputLock(job.output, "streamrec.score"):  # first: a second writer stops at once, before any work
         for tmp in stale_temporaries(job.output):  # a final write cut by kill -9; we hold the lock, so no one owns it
             tmp.unlink()
@@ -362,7 +341,6 @@ def _score_all(job: ScoreJob, out: ResumableOutput, users: list[str], interactio
 
 
 def _write_skipped(output: Path, skipped: list[str]) -> None:
-    """Name the skipped users in OUTPUT.skipped.txt (written atomically); no file when none was skipped."""
     path = skipped_path(output)
     if not skipped:
         path.unlink(missing_ok=True)  # an earlier run's list would name users this run scored

@@ -3,12 +3,9 @@
 Scoring B users against N items the plain way builds the (B, N+1) score matrix. Here the catalogue is walked
 `item_chunk` items at a time: each chunk's scores are computed, masked (seen items, allow-list), cut to their
 best K, and merged into the running best K, so the working memory is about B x item_chunk scores whatever N
-is. A chunk's matmul is the same fp32 dot product as the full one, so the scores agree to float rounding.
-This is the one ranker (`streamrec.ranking.batch.rank`); a chunk as large as the catalogue is the full matrix.
-
-Ranking rule, the same as a stable sort of the full score matrix: higher score first, and on equal
-scores the lower item id first. `torch.topk` leaves the order of ties unspecified, so ties that
-cross the K-th place of a chunk are settled by a stable sort of just those rows.
+is; the scores agree with the full matrix's to float rounding. Ranking rule, as a stable sort of the full
+matrix: higher score first, on equal scores the lower item id first (`torch.topk` leaves ties unspecified, so
+ties that cross the K-th place of a chunk are settled by a stable sort of just those rows).
 
 `precision="bf16"` gives the same items, faster where bf16 matmuls are (AVX512-BF16, AMX; docs/results.md,
 "Scale"): each chunk is scored in bfloat16 and only the items whose bf16 score can still reach the running
@@ -17,13 +14,11 @@ u = 2^-8 each; their products are exact in fp32), products summed in fp32 and th
 bf16, |bf16 score - fp32 score| <= (3u + O(u^2)) sum|q_i v_i| <= (3u + O(u^2)) |q| |v| (Cauchy-Schwarz).
 `BF16_ERROR` = 4u, plus D 2^-23 for the fp32 sums of the re-score and of the K-th best, times |q|
 and the largest |v| of the chunk, is the threshold's margin; an item below (K-th best) - margin
-cannot enter. Maxima of groups of `SCAN_GROUP` items are compared first, so a chunk costs a bf16
-matmul and one `amax` pass, not a `topk`. The first chunk (it sets the K-th best), and any chunk
-where too many items pass (near-equal scores), are scored in fp32. On CUDA the split-K
-reductions in bf16 that PyTorch allows by default are turned off for the call, as the bound needs
-fp32 sums. `scan_table` keeps the bf16 copy and row norms of a catalogue, so the scan never reads
-the fp32 table: it may stay in a file (`FileRows`), read only for the first chunk and the re-scored
-rows (a memory map would not do: the kernel maps whole pages and folios around each row read).
+cannot enter. Maxima of groups of `SCAN_GROUP` items are compared first, so a chunk costs a bf16 matmul and
+one `amax` pass, not a `topk`. The first chunk (it sets the K-th best), and any chunk where too many items
+pass, are scored in fp32. On CUDA, bf16 split-K reductions are turned off for the call (the bound needs fp32
+sums). With `scan_table`'s bf16 copy the fp32 table may stay in a file (`FileRows`), read only for the first
+chunk and the re-scored rows (a memory map would not do: the kernel maps whole pages around each row read).
 
 Legend: B queries (users), D width, N items (ids 1..N, 0 = padding), C items in a chunk, K top-K,
 L excluded ids per query, M allowed items.
@@ -60,13 +55,8 @@ class ScanTable(NamedTuple):
 
 
 class FileRows:
-    """An (N+1, D) fp32 table in a file, read with `os.pread`: only the rows asked for enter memory.
-
-    For `top_k_items(precision="bf16", scan=...)`, which reads fp32 rows only for the first chunk and
-    for re-scoring (a memory map maps whole pages and page-cache folios around each row read, so a
-    few thousand scattered rows map most of the table). The file holds the rows back to back,
-    little-endian fp32, from byte `offset` (e.g. where a tensor starts in a safetensors file).
-    """
+    """An (N+1, D) fp32 table in a file, read with `os.pread`: only the rows asked for enter memory (the bf16
+    scan's re-scored rows). The rows lie back to back, little-endian fp32, from byte `offset`."""
 
     def __init__(self, path: str | Path, shape: tuple[int, int], offset: int = 0):
         self.path, self.shape, self.offset = Path(path), torch.Size(shape), offset
@@ -79,13 +69,11 @@ class FileRows:
 
     @classmethod
     def mapped(cls, table: Tensor, path: str | Path) -> FileRows | None:
-        """The rows of `table`, a tensor that `torch.load(path, mmap=True)` mapped from `path`, read from that file.
+        """The rows of `table`, which `torch.load(path, mmap=True)` mapped from `path`, read from that file.
 
-        So a checkpoint's table is read row by row (`core.runtime.checkpoint.load_module(mmap=True)`) without
-        ever being mapped whole. Its place in the file is where the mapping that holds it starts
-        (/proc/self/maps) plus its distance from there; the first and last rows read back are checked
-        against the tensor's. None where that cannot be told (no /proc, a tensor that is not a mapped
-        contiguous (N+1, D) fp32 table of `path`): the caller then reads `table` itself.
+        Its place in the file is where its mapping starts (/proc/self/maps) plus its distance from there; the
+        first and last rows read back are checked against the tensor's. None where that cannot be told (no
+        /proc, not a mapped contiguous fp32 table of `path`): the caller then reads `table` itself.
         """
         if table.dtype != torch.float32 or table.device.type != "cpu" or table.dim() != 2 or not table.is_contiguous():
             return None
@@ -145,17 +133,15 @@ def top_k_items(queries: Tensor, vectors: Tensor | FileRows, top_k: int, *, excl
     """The `top_k` items with the highest dot product with each (B, D) query, never building the (B, N+1) matrix.
 
     Args:
-        vectors: (N+1, D) item vectors; row 0 is padding and never returned. With a `scan` table only
-            the first chunk and the re-scored rows are read, so the table may stay on disk (`FileRows`).
+        vectors: (N+1, D) item vectors, row 0 padding (never returned); a `FileRows` with a `scan` table.
         exclude: (B, L) item ids to leave out of each row (0 = nothing); `allowed`: (N+1,) bool allow-list.
-        item_chunk: items scored at once: memory is about B x item_chunk floats, whatever N is. None:
-            `DEFAULT_ITEM_CHUNK`, or `SCAN_CHUNK` for the bf16 scan (its scores then stay in cache).
+        item_chunk: items scored at once (memory about B x item_chunk floats); None: `DEFAULT_ITEM_CHUNK`, or
+            `SCAN_CHUNK` for the bf16 scan.
         normalize: L2-normalize each chunk of item vectors first (cosine similarity; normalize the queries too).
         precision: "fp32", or "bf16": a bf16 scan, the items that can reach the top K re-scored in fp32.
         scan: `scan_table(vectors)`, read by the bf16 scan instead of converting each chunk.
 
-    Returns `TopK` (B, min(top_k, N)), ranked by score, then lower item id; a slot with no eligible item left
-    holds item 0 and -inf.
+    Returns `TopK` (B, min(top_k, N)); a slot with no eligible item left holds item 0 and -inf.
     """
     if item_chunk is None:
         item_chunk = SCAN_CHUNK if precision == "bf16" else DEFAULT_ITEM_CHUNK
@@ -215,9 +201,8 @@ def _fp32_sums(device: torch.device) -> Iterator[None]:
 @torch.no_grad()
 def scan_table(vectors: Tensor | FileRows, item_chunk: int = SCAN_CHUNK,
                out: Tensor | None = None) -> ScanTable:
-    """The bf16 copy and fp32 row norms that `top_k_items(precision="bf16", scan=...)` scans, built `item_chunk`
-    rows at a time (no fp32 temporary of the table; small reads leave little for malloc to keep), into `out`
-    (e.g. a memory-mapped file) when given."""
+    """The bf16 copy and fp32 row norms the bf16 scan reads, built `item_chunk` rows at a time (no fp32
+    temporary of the table), into `out` (e.g. a memory-mapped file) when given."""
     device = vectors.device if isinstance(vectors, Tensor) else torch.device("cpu")
     values = torch.empty(vectors.shape, dtype=torch.bfloat16, device=device) if out is None else out
     norms = torch.empty(vectors.shape[0], device=device)
@@ -240,10 +225,7 @@ def _candidates(rows: int, allowed: Tensor | None, device: torch.device) -> Tens
 def _chunk_top(queries: Tensor, chunk: Tensor, ids: Tensor | int, k: int, exclude: Tensor | None,
                buffer: Tensor) -> TopK:
     """The chunk's best min(k, C) items per query, ordered by score, then id (ties settled as a stable sort)."""
-    if chunk.shape[0] == buffer.shape[1]:
-        scores = torch.mm(queries, chunk.float().T, out=buffer)  # (B, C)
-    else:
-        scores = queries @ chunk.float().T
+    scores = torch.mm(queries, chunk.float().T, out=buffer if chunk.shape[0] == buffer.shape[1] else None)  # (B, C)
     _mask_excluded(scores, ids, exclude)
     top, pos = _top_settled(scores, min(k, scores.shape[1]))
     return _ordered(top, _item_ids(ids, pos))
@@ -292,11 +274,8 @@ def _scan_chunk(q: _BoundedQueries, vectors: Tensor | FileRows, scan: ScanTable 
 
 
 def _passing(rough: Tensor, threshold: Tensor, group: int = SCAN_GROUP) -> tuple[Tensor, Tensor]:
-    """(row, chunk position) of the bf16 scores (C, B) at or above their row's threshold (B,), in row-major order.
-
-    The maxima of groups of `group` items are compared first, so only the groups that hold a passing
-    score are read again: one pass over the (C, B) scores, not a `topk` or a `nonzero` of all of them.
-    """
+    """(row, chunk position) of the bf16 scores (C, B) at or above their row's threshold (B,), row-major; group
+    maxima first, so only groups holding a passing score are read again."""
     c, b = rough.shape
     whole = c - c % group
     blocks = rough[:whole].view(whole // group, group, b)  # (G, g, B)
@@ -348,11 +327,8 @@ def _mask_excluded(scores: Tensor, ids: Tensor | int, exclude: Tensor | None) ->
 
 
 def _top_settled(scores: Tensor, k: int) -> tuple[Tensor, Tensor]:
-    """`topk` whose ties at the K-th place go to the lower column (columns are in id order).
-
-    A tie crosses the K-th place exactly when the (K+1)-th best equals the K-th: only those rows
-    are redone with a stable sort, so the common case costs one `topk` of K+1.
-    """
+    """`topk` whose ties at the K-th place go to the lower column (id order): only rows whose (K+1)-th best
+    equals the K-th are redone with a stable sort, so the common case costs one `topk` of K+1."""
     if k >= scores.shape[1]:
         return scores.topk(k, dim=1)
     top, pos = scores.topk(k + 1, dim=1)
