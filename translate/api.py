@@ -29,7 +29,7 @@ from core.runtime.checkpoint import load_module
 from core.runtime.errors import InputError
 from core.runtime.export import is_export_folder, load_folder
 from core.runtime.precision import cpu_has_fast_bf16, no_fast_bf16_reason, quantize_int8
-from translate.data.vocab import PAD_ID, SubwordVocab, vocabs_from_checkpoint
+from translate.data.vocab import PAD_ID, SubwordVocab, not_a_checkpoint, vocabs_from_checkpoint
 from translate.model.hparams import upgrade_hparams
 from translate.model.networks import TranslatorNetwork, network_from_hparams
 from translate.search.align import DEFAULT_LAYER, EMPTY, Layer, WordAlignment, align_batch
@@ -165,10 +165,9 @@ class Translator:
         hyps, aligned = self.translate_ids(sources, options, align_layer, sentences)
         if options.n_best == 1 and not return_scores and aligned is None:
             return [format_line(h, self.tgt_vocab) for h in hyps]
-        results = [[Translation(self.tgt_vocab.decode(h.tokens), h.score, h.log_prob) for h in row] for row in hyps]
-        if aligned is not None:
-            results = [[Translation(r.text, r.score, r.log_prob, a if k == 0 else None) for k, r in enumerate(row)]
-                       for row, a in zip(results, aligned, strict=True)]
+        best_alignment = [None] * len(hyps) if aligned is None else aligned
+        results = [[Translation(self.tgt_vocab.decode(h.tokens), h.score, h.log_prob, a if k == 0 else None)
+                    for k, h in enumerate(row)] for row, a in zip(hyps, best_alignment, strict=True)]
         if options.n_best > 1:
             return results
         blank = Translation("", 0.0, 0.0, EMPTY if aligned is not None else None)
@@ -244,10 +243,7 @@ def _load_one(path: Path, device: str | torch.device, dtype: str) -> Translator:
         vocabs, hparams = _folder_vocabs(path, config), config["hyper_parameters"]
     else:
         model, state = load_module(network_from_hparams, path, WRITTEN_BY, "Translate", prefix="model.")
-        vocabs, hparams = vocabs_from_checkpoint(state), state["hyper_parameters"]
-    if vocabs is None:
-        raise InputError(f"{path}: not a Translate checkpoint (no vocabularies); "
-                         f"pass a checkpoint written by `{WRITTEN_BY}`")
+        vocabs, hparams = vocabs_from_checkpoint(state, path), state["hyper_parameters"]
     if dtype not in (*DTYPES, INT8):
         raise InputError(f"--dtype must be one of {', '.join((*DTYPES, INT8))}, got {dtype!r}")
     on_cpu = torch.device(device).type == "cpu"
@@ -264,10 +260,10 @@ def _load_one(path: Path, device: str | torch.device, dtype: str) -> Translator:
     return Translator(model.to(device=device, dtype=DTYPES[dtype]), *vocabs)
 
 
-def _folder_vocabs(folder: Path, config: dict) -> tuple[SubwordVocab, SubwordVocab] | None:
-    """The (source, target) sentencepiece models an export folder's config.json names, or None."""
+def _folder_vocabs(folder: Path, config: dict) -> tuple[SubwordVocab, SubwordVocab]:
+    """The (source, target) sentencepiece models an export folder's config.json names."""
     names = config.get("src_vocab"), config.get("tgt_vocab")
     if not all(isinstance(n, str) and "/" not in n and "\\" not in n for n in names):
-        return None
+        raise not_a_checkpoint(folder)
     src = SubwordVocab.from_file(folder / names[0])
     return src, src if names[1] == names[0] else SubwordVocab.from_file(folder / names[1])

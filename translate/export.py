@@ -44,11 +44,7 @@ def load(ckpt: str | Path) -> tuple[TranslatorNetwork, dict[str, Any], tuple[Sub
     """The network, its hyper-parameters (in today's layout, `upgrade_hparams`) and (source, target) vocabularies
     of a `python -m translate fit` checkpoint."""
     model, state = load_module(network_from_hparams, ckpt, WRITTEN_BY, "Translate", prefix="model.")
-    vocabs = vocabs_from_checkpoint(state)
-    if vocabs is None:
-        raise InputError(f"{ckpt}: not a Translate checkpoint (no vocabularies); pass a checkpoint written by "
-                         f"`{WRITTEN_BY}`")
-    return model, upgrade_hparams(state["hyper_parameters"]), vocabs
+    return model, upgrade_hparams(state["hyper_parameters"]), vocabs_from_checkpoint(state, ckpt)
 
 
 def write_vocabs(out: Path, vocabs: tuple[SubwordVocab, SubwordVocab]) -> dict[str, str]:
@@ -132,15 +128,15 @@ def _set_stack(spec, stack, embedding: Tensor, cross: bool) -> None:
     if hasattr(spec, "layer_norm"):
         _set_norm(spec.layer_norm, stack.norm)
     for layer_spec, layer in zip(spec.layer, stack.layers, strict=True):
+        # Our fused projections hold rows [q; k; v] and [k; v], as CTranslate2's do.
         attn = layer.self_attn
-        _set_linear(layer_spec.self_attention.linear[0], attn.qkv.weight, attn.qkv.bias)  # rows [q; k; v], as ours
-        _set_linear(layer_spec.self_attention.linear[1], attn.out.weight, attn.out.bias)
+        for linear, ours in zip(layer_spec.self_attention.linear, (attn.qkv, attn.out), strict=True):
+            _set_linear(linear, ours.weight, ours.bias)
         _set_norm(layer_spec.self_attention.layer_norm, (layer.self_block if cross else layer.attn_block).norm)
         if cross:
             c = layer.cross_attn
-            _set_linear(layer_spec.attention.linear[0], c.q.weight, c.q.bias)
-            _set_linear(layer_spec.attention.linear[1], c.kv.weight, c.kv.bias)  # rows [k; v], as ours
-            _set_linear(layer_spec.attention.linear[2], c.out.weight, c.out.bias)
+            for linear, ours in zip(layer_spec.attention.linear, (c.q, c.kv, c.out), strict=True):
+                _set_linear(linear, ours.weight, ours.bias)
             _set_norm(layer_spec.attention.layer_norm, layer.cross_block.norm)
         _set_ffn(layer_spec.ffn, layer.ff, layer.ff_block.norm)
 
@@ -297,10 +293,8 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     if args.quantization and args.format != "ctranslate2":
         p.error("--quantization applies to --format ctranslate2 only")
-    if args.format == "safetensors":
-        run_export(lambda: export_safetensors(args.ckpt, args.output), args.format, args.output)
-    else:
-        run_export(lambda: export_ctranslate2(args.ckpt, args.output, args.quantization), args.format, args.output)
+    run_export(lambda: export_safetensors(args.ckpt, args.output) if args.format == "safetensors" else
+               export_ctranslate2(args.ckpt, args.output, args.quantization), args.format, args.output)
 
 
 if __name__ == "__main__":

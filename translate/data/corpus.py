@@ -42,8 +42,7 @@ WRITTEN_BY = "python -m translate fit"
 
 
 def resolve_paths(paths: SplitPaths, src_lang: str, tgt_lang: str) -> SplitFiles:
-    """The files of one split (`SplitPaths`), `src_lang` and `tgt_lang` the suffixes ("en"): (source, target), or
-    (tsv,) for a path ending in ".tsv"."""
+    """The files of one split (`SplitPaths`); `src_lang` and `tgt_lang` are the suffixes ("en")."""
     if not isinstance(paths, str):
         if len(paths) != 2:
             raise InputError(f"explicit split paths must be a (src_path, tgt_path) pair, got {paths!r}")
@@ -82,8 +81,7 @@ def read_lines(path: str | Path) -> list[str]:
 
 
 def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[list[str], list[str]]:
-    """Read two line-aligned files (a sentence and its translation on each line); raise naming file and line if
-    they do not align or are empty."""
+    """Two line-aligned files; an error names the file and line where they stop aligning."""
     src, tgt = read_lines(src_path), read_lines(tgt_path)
     for path, lines in ((src_path, src), (tgt_path, tgt)):
         if not lines:
@@ -98,8 +96,7 @@ def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[list[str]
 
 
 def read_tsv(path: str | Path) -> tuple[list[str], list[str]]:
-    """Read a bitext file of `source<TAB>target` lines (read as `read_lines` reads: UTF-8, no NUL byte); raise
-    naming file and line for a row without exactly one tab, or an empty file."""
+    """A bitext file of `source<TAB>target` lines, read as `read_lines` reads them."""
     lines = read_lines(path)
     if not lines:
         raise InputError(f"{path}:1: empty file; a TSV split needs one `source<TAB>target` pair per line")
@@ -118,11 +115,7 @@ def read_split(files: SplitFiles) -> tuple[list[str], list[str]]:
 
 def checkpoint_vocabs(path: str | Path) -> tuple[SubwordVocab, SubwordVocab]:
     """The (source, target) vocabularies a `python -m translate fit` checkpoint carries."""
-    vocabs = vocabs_from_checkpoint(load_checkpoint(path, WRITTEN_BY))
-    if vocabs is None:
-        raise InputError(f"data.vocab {path}: not a Translate checkpoint (no vocabularies); pass a checkpoint "
-                         f"written by `{WRITTEN_BY}`")
-    return vocabs
+    return vocabs_from_checkpoint(load_checkpoint(path, WRITTEN_BY), f"data.vocab {path}")
 
 
 def drop_blank_pairs(src: Sequence[str], tgt: Sequence[str], name: str = "train") -> tuple[list[str], list[str]]:
@@ -198,12 +191,11 @@ class SampledSegmentations(Dataset[Example]):
     a process only, so a resumed run does not replay them.
     """
 
-    def __init__(
-        self, base: TranslationDataset, src_vocab: SubwordVocab, tgt_vocab: SubwordVocab, alpha: float,
-        max_len: int, seed: int = 0, rank: int = 0,
-    ):
+    def __init__(self, base: TranslationDataset, src_vocab: SubwordVocab, tgt_vocab: SubwordVocab, alpha: float,
+                 max_len: int, seed: int = 0, rank: int = 0):
         self.base, self.src_vocab, self.tgt_vocab = base, src_vocab, tgt_vocab
         self.alpha, self.max_len, self.seed, self.rank = alpha, max_len, seed, rank
+        self.sources, self.refs = base.sources, base.refs
 
     def __len__(self) -> int:
         return len(self.base)
@@ -211,14 +203,6 @@ class SampledSegmentations(Dataset[Example]):
     @property
     def widths(self) -> list[int]:
         return self.base.widths
-
-    @property
-    def sources(self) -> list[str]:
-        return self.base.sources
-
-    @property
-    def refs(self) -> list[str]:
-        return self.base.refs
 
     def reseed(self, worker_id: int = -1) -> None:
         """Restart sentencepiece's generator from (seed, rank, worker); a DataLoader `worker_init_fn`.
@@ -231,8 +215,8 @@ class SampledSegmentations(Dataset[Example]):
 
     def __getitems__(self, indices: Sequence[int]) -> list[Example]:
         # The DataLoader's batched fetch (torch calls it with the batch's indices when it exists).
-        src = self.src_vocab.sample_batch([self.base.sources[i] for i in indices], self.alpha)
-        tgt = self.tgt_vocab.sample_batch([self.base.refs[i] for i in indices], self.alpha)
+        src = self.src_vocab.sample_batch([self.sources[i] for i in indices], self.alpha)
+        tgt = self.tgt_vocab.sample_batch([self.refs[i] for i in indices], self.alpha)
         examples = []
         for i, s, t in zip(indices, src, tgt, strict=True):
             if len(s) > self.max_len or len(t) + 1 > self.max_len:
@@ -244,16 +228,9 @@ class SampledSegmentations(Dataset[Example]):
         return self.__getitems__([index])[0]
 
 
-def encode_split(
-    sources: Sequence[str],
-    refs: Sequence[str],
-    src_vocab: SubwordVocab,
-    tgt_vocab: SubwordVocab,
-    max_len: int,
-    max_ratio: float | None = None,
-    train: bool = True,
-    name: str = "train",
-) -> TranslationDataset:
+def encode_split(sources: Sequence[str], refs: Sequence[str], src_vocab: SubwordVocab, tgt_vocab: SubwordVocab,
+                 max_len: int, max_ratio: float | None = None, train: bool = True, name: str = "train",
+                 ) -> TranslationDataset:
     """Encode a split. Training drops long pairs and bad length ratios; evaluation truncates.
 
     Every tensor built from the result has at most `max_len` positions: the source at most
@@ -277,10 +254,8 @@ def encode_split(
             ratio += 1
         else:
             keep.append(i)
-    logger.info(
-        "%s: kept %d of %d pairs; dropped %d longer than max_len=%d subwords, %d with length ratio > %s",
-        name, len(keep), len(src_ids), too_long, max_len, ratio, max_ratio,
-    )
+    logger.info("%s: kept %d of %d pairs; dropped %d longer than max_len=%d subwords, %d with length ratio > %s",
+                name, len(keep), len(src_ids), too_long, max_len, ratio, max_ratio)
     if not keep:
         raise InputError(f"{name}: every pair was filtered out; raise `max_len` ({max_len}) or `max_ratio` "
                          f"({max_ratio})")
@@ -310,10 +285,8 @@ class TokenBatchSampler(EpochBatchSampler):
     padded by repeating its first batches; Lightning must not replace the sampler.
     """
 
-    def __init__(
-        self, widths: Sequence[int], max_tokens: int, shuffle: bool = False, seed: int = 0,
-        rank: int = 0, world_size: int = 1,
-    ):
+    def __init__(self, widths: Sequence[int], max_tokens: int, shuffle: bool = False, seed: int = 0, rank: int = 0,
+                 world_size: int = 1):
         self.widths = np.asarray(widths, dtype=np.int64)
         if not 0 <= rank < world_size:
             raise InputError(f"`rank` ({rank}) must be in [0, world_size) with `world_size` ({world_size}) >= 1")
@@ -376,26 +349,14 @@ class TranslationDataModule(L.LightningDataModule):
             them on `train`; `test`, `validate` and `predict --ckpt_path CKPT` read CKPT's without `train`.
     """
 
+    pad_id, bos_id, eos_id = PAD_ID, BOS_ID, EOS_ID
+
     def __init__(
-        self,
-        train: SplitPaths | None = None,
-        val: SplitPaths | None = None,
-        test: SplitPaths | None = None,
-        src_lang: str = "en",
-        tgt_lang: str = "de",
-        vocab_size: int = 8000,
-        model_type: ModelType = "bpe",
-        joint_vocab: bool = True,
-        max_tokens: int = 4096,
-        max_len: int = 128,
-        max_ratio: float = 3.0,
-        character_coverage: float = 1.0,
-        cache_dir: str | None = ".cache/spm",
-        subword_sampling: float = 0.0,
-        seed: int = 0,
-        num_workers: int = 0,
-        predict: str | None = None,
-        vocab: str | None = None,
+        self, train: SplitPaths | None = None, val: SplitPaths | None = None, test: SplitPaths | None = None,
+        src_lang: str = "en", tgt_lang: str = "de", vocab_size: int = 8000, model_type: ModelType = "bpe",
+        joint_vocab: bool = True, max_tokens: int = 4096, max_len: int = 128, max_ratio: float = 3.0,
+        character_coverage: float = 1.0, cache_dir: str | None = ".cache/spm", subword_sampling: float = 0.0,
+        seed: int = 0, num_workers: int = 0, predict: str | None = None, vocab: str | None = None,
     ):
         super().__init__()
         self.save_hyperparameters()
@@ -404,10 +365,8 @@ class TranslationDataModule(L.LightningDataModule):
         if max_tokens < max_len:
             raise InputError(f"`max_tokens` ({max_tokens}) must be >= `max_len` ({max_len}) so the longest pair fits")
         if subword_sampling < 0 or (model_type == "bpe" and subword_sampling > 1):
-            raise InputError(
-                f"`data.subword_sampling` ({subword_sampling}) must be >= 0 (0 turns it off)"
-                + (" and <= 1: with BPE it is a probability (0.1 is usual)" if model_type == "bpe" else "")
-            )
+            bpe = " and <= 1: with BPE it is a probability (0.1 is usual)" if model_type == "bpe" else ""
+            raise InputError(f"`data.subword_sampling` ({subword_sampling}) must be >= 0 (0 turns it off){bpe}")
         if max_ratio < 1.0:
             raise InputError(f"`max_ratio` ({max_ratio}) must be >= 1 (it bounds longer / shorter side)")
         self.paths: dict[str, SplitFiles | None] = {
@@ -443,18 +402,6 @@ class TranslationDataModule(L.LightningDataModule):
     def tgt_vocab_size(self) -> int:
         return self.tgt_vocab.vocab_size
 
-    @property
-    def pad_id(self) -> int:
-        return PAD_ID
-
-    @property
-    def bos_id(self) -> int:
-        return BOS_ID
-
-    @property
-    def eos_id(self) -> int:
-        return EOS_ID
-
     def dataset(self, split: Split) -> TranslationDataset:
         """The encoded split (built on first use); its `refs` are the raw references."""
         if split not in self._datasets:
@@ -482,9 +429,8 @@ class TranslationDataModule(L.LightningDataModule):
             self.dataset(split)
 
     def _loader(self, split: Split | Literal["predict"]) -> DataLoader:
-        ds: TranslationDataset | SampledSegmentations = (
-            self.predict_dataset() if split == "predict" else self.dataset(split)
-        )
+        ds: TranslationDataset | SampledSegmentations
+        ds = self.predict_dataset() if split == "predict" else self.dataset(split)
         hp, trainer = self.hparams, self.trainer
         rank, world_size = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
         sampler = TokenBatchSampler(ds.widths, hp.max_tokens, split == "train", hp.seed, rank, world_size)

@@ -62,10 +62,8 @@ class SubwordVocab:
         self._sp = spm.SentencePieceProcessor(model_proto=self._proto)
         found = (self._sp.pad_id(), self._sp.unk_id(), self._sp.bos_id(), self._sp.eos_id())
         if found != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
-            raise InputError(
-                f"sentencepiece model has (pad, unk, bos, eos) ids {found}, expected (0, 1, 2, 3); "
-                "train it with `translate.data.vocab.train_vocab` (or pad_id=0 unk_id=1 bos_id=2 eos_id=3)"
-            )
+            raise InputError(f"sentencepiece model has (pad, unk, bos, eos) ids {found}, expected (0, 1, 2, 3); train "
+                             "it with `translate.data.vocab.train_vocab` (or pad_id=0 unk_id=1 bos_id=2 eos_id=3)")
 
     @classmethod
     def from_bytes(cls, model_proto: bytes) -> SubwordVocab:
@@ -175,13 +173,8 @@ def content_hash(sentences: Iterable[str], options: dict[str, object]) -> str:
     return h.hexdigest()
 
 
-def train_vocab(
-    sentences: Sequence[str],
-    vocab_size: int,
-    model_type: ModelType = "bpe",
-    character_coverage: float = 1.0,
-    cache_dir: str | Path | None = ".cache/spm",
-) -> SubwordVocab:
+def train_vocab(sentences: Sequence[str], vocab_size: int, model_type: ModelType = "bpe",
+                character_coverage: float = 1.0, cache_dir: str | Path | None = ".cache/spm") -> SubwordVocab:
     """Train a sentencepiece model on `sentences` (both sides for a joint vocabulary), or load it from the
     content-hash cache in `cache_dir` (None: train every time, write nothing). `vocab_size` is an upper bound:
     a small corpus gets fewer pieces.
@@ -200,10 +193,8 @@ def train_vocab(
     proto = io.BytesIO()
     spm.SentencePieceTrainer.train(sentence_iterator=iter(sentences), model_writer=proto, minloglevel=2, **options)
     vocab = SubwordVocab(proto.getvalue())
-    logger.info(
-        "trained sentencepiece %s model: %d pieces (asked %d) on %d sentences in %.2f s",
-        model_type, vocab.vocab_size, vocab_size, len(sentences), time.perf_counter() - start,
-    )
+    logger.info("trained sentencepiece %s model: %d pieces (asked %d) on %d sentences in %.2f s",
+                model_type, vocab.vocab_size, vocab_size, len(sentences), time.perf_counter() - start)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(path) as tmp:
@@ -212,13 +203,22 @@ def train_vocab(
     return vocab
 
 
-def vocabs_from_checkpoint(checkpoint: dict[str, Any]) -> tuple[SubwordVocab, SubwordVocab] | None:
-    """The (source, target) vocabularies stored in a checkpoint dict, or None if it holds none."""
+def not_a_checkpoint(where: object) -> InputError:
+    return InputError(f"{where}: not a Translate checkpoint (no vocabularies); pass a checkpoint written by "
+                      "`python -m translate fit`")
+
+
+def vocabs_from_checkpoint(checkpoint: dict[str, Any], where: object = None,
+                           ) -> tuple[SubwordVocab, SubwordVocab] | None:
+    """The (source, target) vocabularies stored in a checkpoint dict; if it holds none, None, or with `where`
+    (the file) `not_a_checkpoint`'s error."""
     state = checkpoint.get(VOCAB_KEY)
     if not isinstance(state, dict):  # a subclassed data module is stored under its own class name
         state = next((v for v in checkpoint.values() if isinstance(v, dict) and "src_vocab" in v
                       and "tgt_vocab" in v), None)
     if state is None or not isinstance(state.get("src_vocab"), bytes | bytearray):
+        if where is not None:
+            raise not_a_checkpoint(where)
         return None
     src = SubwordVocab.from_bytes(state["src_vocab"])
     tgt = src if state["tgt_vocab"] == state["src_vocab"] else SubwordVocab.from_bytes(state["tgt_vocab"])
