@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -99,10 +100,8 @@ class TimeParser:
     def settle(self, sample: str | None) -> str | None:
         """The kind of times (unix, iso, pattern), settled by `sample`, a first time of the log, if not yet."""
         if self.kind is None and sample is not None:
-            try:
+            with suppress(ValueError):  # the fault is named at its line
                 self.parse(sample)
-            except ValueError:
-                pass  # the fault is named at its line
         return self.kind
 
     def seconds(self, array: pa.Array) -> np.ndarray:
@@ -165,10 +164,7 @@ class TimeParser:
         """One time as seconds; ValueError says why it is not one."""
         text = str(value).strip() if value is not None else ""
         if self.kind in (None, "unix"):
-            try:
-                number = float(text)
-            except ValueError:
-                number = math.nan
+            number = _float(text)
             if math.isfinite(number) or self.kind == "unix" or not text:
                 if not math.isfinite(number):
                     raise ValueError(self.why(value))
@@ -217,10 +213,8 @@ def convert(batch: pa.RecordBatch, plan: ColumnPlan, times: TimeParser, trim: bo
         lengths = as_numpy(pc.binary_length(batch.column(column)))
         if lengths.any():
             raise Fault(int(np.flatnonzero(lengths)[0]), "user_col", "expected 'user::item::rating::timestamp'")
-    ids = []
-    for role in ("user_col", "item_col"):
-        column = as_ids(batch.column(plan.columns[role]), role)
-        ids.append(pc.utf8_trim_whitespace(column) if trim else column)
+    ids = [as_ids(batch.column(plan.columns[role]), role) for role in ("user_col", "item_col")]
+    ids = [pc.utf8_trim_whitespace(column) for column in ids] if trim else ids
     if drop_blank:
         keep = np.flatnonzero(as_numpy(pc.binary_length(ids[0])) > 0)
         if len(keep) < batch.num_rows:
@@ -230,19 +224,21 @@ def convert(batch: pa.RecordBatch, plan: ColumnPlan, times: TimeParser, trim: bo
         empty = np.flatnonzero(as_numpy(pc.binary_length(column)) == 0)
         if len(empty):
             raise Fault(int(empty[0]), role, "empty id; every row needs a user and an item")
-    time_column = plan.columns.get("time_col")
-    seconds = None if time_column is None else times.seconds(batch.column(time_column))
-    filter_column = plan.columns.get("filter")
-    return Chunk(ids[0], ids[1], seconds, None if filter_column is None else batch.column(filter_column))
+    cells = {role: batch.column(column) for role, column in plan.columns.items()}
+    seconds = times.seconds(cells["time_col"]) if "time_col" in cells else None
+    return Chunk(ids[0], ids[1], seconds, cells.get("filter"))
+
+
+def _float(value: object) -> float:
+    try:
+        return float(str(value).strip())
+    except ValueError:
+        return math.nan
 
 
 def cell_number(value: object) -> float:
     """A filter cell as a number; ValueError names what is wrong."""
-    try:
-        number = float(str(value).strip())
-    except ValueError:
-        number = math.nan
-    if not math.isfinite(number):
+    if not math.isfinite(number := _float(value)):
         raise ValueError(f"value {value!r} is not a number, which the filter compares")
     return number
 
@@ -252,8 +248,7 @@ def keep_rows(rule: ColumnFilter, cells: pa.Array) -> np.ndarray:
     if rule.numeric:
         values = _numbers(cells)
         if rule.op in ("in", "not in"):
-            keep = np.isin(values, np.array(rule.values, dtype=np.float64))
-            return keep if rule.op == "in" else ~keep
+            return np.isin(values, np.array(rule.values, dtype=np.float64), invert=rule.op == "not in")
         return _COMPARE[rule.op](values, float(rule.value))
     encoded = pc.dictionary_encode(pc.utf8_trim_whitespace(as_ids(cells, "filter")))
     distinct = encoded.dictionary.to_pylist()  # few: decided in Python, then spread by the indices
@@ -272,19 +267,12 @@ def _numbers(cells: pa.Array) -> np.ndarray:
     elif pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):
         values = as_numpy(pc.cast(cells, pa.float64()))
     if values is None:
-        values = np.array([_python_number(k, v) for k, v in enumerate(cells.to_pylist())], dtype=np.float64)
+        values = np.array([_float(v) for v in cells.to_pylist()], dtype=np.float64)
     bad = np.flatnonzero(~np.isfinite(values))
     if len(bad):
         raise Fault(int(bad[0]), "filter", f"value {cells[int(bad[0])].as_py()!r} is not a number, "
                                            "which the filter compares")
     return values
-
-
-def _python_number(row: int, value: object) -> float:
-    try:
-        return cell_number(value)
-    except ValueError as e:
-        raise Fault(row, "filter", str(e)) from None
 
 
 def refine(inter: Interactions, options: ReadOptions, path: Path) -> Interactions:

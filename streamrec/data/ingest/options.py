@@ -40,10 +40,8 @@ class ColumnFilter:
         if self.op not in ("==", "!=", ">", ">=", "<", "<=", "in", "not in"):
             raise InputError(f"filter {self.column!r}: unknown comparison {self.op!r}; use one of "
                              "==, !=, >, >=, <, <=, in, not in")
-        if self.op in ("in", "not in") and not isinstance(self.value, tuple | list):
-            object.__setattr__(self, "value", (self.value,))
-        if isinstance(self.value, list):
-            object.__setattr__(self, "value", tuple(self.value))
+        if isinstance(self.value, list) or self.op in ("in", "not in"):
+            object.__setattr__(self, "value", tuple(self.value) if isinstance(self.value, list) else self.values)
         if self.op in (">", ">=", "<", "<=") and not isinstance(self.value, int | float):
             raise InputError(f"filter {self.column!r} {self.op} {self.value!r}: an order comparison needs a number; "
                              f"write e.g. {_FILTER_SHAPE}")
@@ -130,9 +128,8 @@ class ReadOptions:
             raise InputError(f"`format` must be auto, {', '.join(FORMATS)}; got {self.format!r}")
         object.__setattr__(self, "delimiter", parse_delimiter(self.delimiter))
         for name in ("user_col", "item_col", "time_col"):
-            value = getattr(self, name)
-            if isinstance(value, int):  # a position, e.g. from YAML `user_col: 0`
-                object.__setattr__(self, name, str(value))
+            if isinstance(getattr(self, name), int):  # a position, e.g. from YAML `user_col: 0`
+                object.__setattr__(self, name, str(getattr(self, name)))
         if self.columns is not None:
             object.__setattr__(self, "columns", tuple(str(c).strip() for c in self.columns))
             if self.header:
@@ -169,7 +166,9 @@ class ReadOptions:
     def to_dict(self) -> dict[str, Any]:
         """Plain values (a checkpoint's copy): the filter as its fields, `columns` as a list."""
         values = {f.name: getattr(self, f.name) for f in fields(self)}
-        values["filter"] = None if self.filter is None else {**asdict(self.filter), "value": _plain(self.filter.value)}
+        if self.filter is not None:
+            value = self.filter.value
+            values["filter"] = {**asdict(self.filter), "value": list(value) if isinstance(value, tuple) else value}
         values["columns"] = None if self.columns is None else list(self.columns)
         return values
 
@@ -180,14 +179,7 @@ class ReadOptions:
         if unknown := sorted(set(values) - known):
             raise InputError(f"read options: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(known))}); "
                              "the checkpoint was written by a newer version of StreamRec")
-        values = dict(values)
-        if values.get("columns") is not None:
-            values["columns"] = tuple(values["columns"])
-        return cls(**values)
-
-
-def _plain(value: float | str | tuple) -> float | str | list:
-    return list(value) if isinstance(value, tuple) else value
+        return cls(**values)  # `__post_init__` makes `columns` a tuple again
 
 
 def read_options_from_checkpoint(checkpoint: Mapping[str, Any]) -> ReadOptions:
