@@ -12,11 +12,8 @@
     log = rec.read_log("events.csv")   # read as the training log was (its columns, delimiter, ...)
     recs = rec.recommend(list(log.items.values()))
 
-Item ids are strings (as the log's cells read); integer ids (Amazon's, MovieLens') are taken as their string
-form, so `rec.recommend([[1, 2, 3]])` asks for items "1", "2", "3".
-
-Users need no retraining: a history is read as it is given. `python -m streamrec.score`, `.explain` and
-`.serve` are clients of this module, and all rank with `streamrec.ranking.batch.rank`.
+Item ids are strings (as the log's cells read); an integer id is its string form, so `rec.recommend([[1, 2]])`
+asks for items "1" and "2". Users need no retraining: a history is read as it is given.
 
 Legend: B users, T history length (the model's max_len), K items per user, N items, D model width.
 """
@@ -41,13 +38,7 @@ from streamrec.data.readers import ReadOptions, read_interactions, read_options_
 from streamrec.data.vocab import VOCAB_KEY, ItemVocab
 from streamrec.model.hparams import upgrade_hparams
 from streamrec.model.network import PAD_ID, StreamRecModel
-from streamrec.ranking.batch import (
-    RankingOptions,
-    encode_histories,
-    encode_history,
-    length_batches,
-    recommend,
-)
+from streamrec.ranking.batch import RankingOptions, encode_histories, encode_history, length_batches, recommend
 from streamrec.ranking.explain import attention_weights, occlusion_drops
 from streamrec.ranking.topk import top_k_items
 from streamrec.reading import with_overrides
@@ -62,8 +53,7 @@ class Recommendations:
 
     Attributes:
         items: per query, (item_id, score) pairs, best first; [] for a cold query.
-        unknown_items: the distinct ids (in histories, queries or the allow-list) the checkpoint never
-            saw, in the order met; they were skipped.
+        unknown_items: the distinct ids (histories, queries, allow-list) the checkpoint never saw, skipped.
         cold: positions of the queries that had nothing known to rank from.
     """
 
@@ -113,9 +103,8 @@ class Explanation:
 
 
 class Recommender:
-    """A trained StreamRec model (put in eval mode) with its item vocabulary, on one device; `catalog` gives
-    explanations titles (`streamrec.data.items.read_items`), `read_options` are how `read_log` reads new logs
-    (the training log's)."""
+    """A trained StreamRec model (in eval mode) with its item vocabulary, on one device; `catalog` gives
+    explanations titles, `read_options` are how `read_log` reads new logs (the training log's)."""
 
     def __init__(self, model: StreamRecModel, vocab: ItemVocab, catalog: ItemCatalog | None = None,
                  read_options: ReadOptions | None = None):
@@ -128,12 +117,11 @@ class Recommender:
         """The recommender stored in a checkpoint written by `python -m streamrec fit`, or in an export folder.
 
         Args:
-            ckpt: the .ckpt file, or a folder written by `python -m streamrec.export --format safetensors`
-                (model.safetensors + config.json: read without pickle).
+            ckpt: the .ckpt file, or a folder written by `python -m streamrec.export --format safetensors`.
             device: where to run the model ("cpu", "cuda", ...).
-            items: an items file (CSV/TSV with `item_id`, `title`, ... columns, or MovieLens' movies.dat) whose
-                titles and metadata `explain` carries; ids it does not list show as themselves.
-            mmap: a .ckpt's weights stay mapped from the file, read as used (`core.runtime.checkpoint.load_module`).
+            items: an items file (CSV/TSV with `item_id`, `title`, ... or MovieLens' movies.dat) whose titles and
+                metadata `explain` carries; ids it does not list show as themselves.
+            mmap: a .ckpt's weights stay mapped from the file, read as used.
         """
         catalog = None if items is None else read_items(items)  # first: a bad file fails before the model loads
         # The network alone (not the LightningModule that trained it): scoring never imports Lightning.
@@ -150,12 +138,9 @@ class Recommender:
         return cls(model.to(device), vocab, catalog, read_options_from_checkpoint(state))
 
     def read_log(self, path: str | Path, **overrides: object) -> Interactions:
-        """A log of histories to recommend for, read the way the training log was (`read_options`).
-
-        `overrides` are reading options to change (`streamrec.reading.OVERRIDABLE`), e.g. `user_col="uid"`,
-        `delimiter=";"`, `time_col=None`; the count filters of training (min_item_count, k_core) never apply.
-        `log.items[user]` is then the user's item ids, oldest first.
-        """
+        """A log of histories to recommend for, read the way the training log was; `log.items[user]` is then the
+        user's item ids, oldest first. `overrides` (`streamrec.reading.OVERRIDABLE`), e.g. `user_col="uid"`,
+        `time_col=None`; the count filters of training never apply."""
         return read_interactions(path, options=with_overrides(self.read_options, overrides))
 
     @property
@@ -198,12 +183,8 @@ class Recommender:
     @torch.no_grad()
     def similar_items(self, item_ids: Sequence[str | int], top_k: int = 10,
                       item_chunk: int | None = None) -> Recommendations:
-        """The `top_k` items whose vectors are closest (cosine) to each given item's, the item itself left out.
-
-        The vectors are the ones hidden states are scored against: the item embedding (tied, the default).
-        `item_chunk` items are compared at once (the catalogue is never normalized as a whole). An unknown query
-        is cold and gets [].
-        """
+        """The `top_k` items whose vectors (those hidden states are scored against) are closest (cosine) to each
+        given item's, the item itself left out; `item_chunk` at a time. An unknown query is cold and gets []."""
         item_ids = as_item_ids(item_ids, "item_ids")
         options = RankingOptions(top_k, item_chunk=item_chunk)
         found = self.vocab.lookup(item_ids)  # (B,) 0 for an unknown id
@@ -223,10 +204,8 @@ class Recommender:
     @torch.no_grad()
     def explain(self, history: Sequence[str | int], top_k: int = 10, exclude_seen: bool = True,
                 items: Iterable[str | int] | None = None) -> Explanation:
-        """Why one history (oldest first) gets its top-k items: the two views of `streamrec.ranking.explain`.
-
-        `items` is an allow-list, as in `recommend`; a history with no item known to the checkpoint is refused.
-        """
+        """Why one history (oldest first) gets its top-k items: the two views of `streamrec.ranking.explain`;
+        `items` is an allow-list, as in `recommend`."""
         options = RankingOptions(top_k, exclude_seen)
         ids, missing = self.encode(history)
         if not ids:
@@ -238,14 +217,8 @@ class Recommender:
         top, scores = top[:, keep], scores[:, keep]
         real = inputs[0] != PAD_ID
         drops = occlusion_drops(self.model, inputs, top)[0][:, real]  # (K, T')
-        return Explanation(
-            history=self.vocab.decode(inputs[0][real]),
-            attention=attention_weights(self.model, inputs)[0][real].tolist(),
-            recommendations=self._named(top[0].tolist(), scores[0].tolist()),
-            drops=drops.cpu(),
-            unknown_items=list(unknown),
-            catalog=self.catalog,
-        )
+        return Explanation(self.vocab.decode(inputs[0][real]), attention_weights(self.model, inputs)[0][real].tolist(),
+                           self._named(top[0].tolist(), scores[0].tolist()), drops.cpu(), list(unknown), self.catalog)
 
     def _allow_list(self, items: Iterable[str | int], unknown: dict[str, None]) -> Tensor:
         """(N+1,) bool mask of the known ids of `items`; the unknown ones are added to `unknown`."""
@@ -261,8 +234,7 @@ class Recommender:
 
 
 def as_item_ids(ids: Iterable[str | int], name: str) -> list[str]:
-    """`ids` as the vocabulary's ids, which are strings: an integer (Amazon's and MovieLens' ids are numbers) is
-    its decimal string form, so 7 and "7" are one item."""
+    """`ids` as the vocabulary's ids, strings: an integer (Amazon's, MovieLens') is its decimal form, 7 is "7"."""
     if isinstance(ids, str | bytes):
         raise InputError(f"`{name}` takes a list of item ids, not one string; pass [{ids!r}]")
     out = list(ids)

@@ -1,12 +1,9 @@
 """Batch scoring, shared by every entry point: histories in, top-K items and output rows out.
 
-Each entry point (`python -m streamrec.score` and its Ray workers, `predict`'s `RecommendationWriter`, the
-server, `streamrec.Recommender`) builds one `RankingOptions` from its own spelling (flags, YAML, JSON,
-keywords) and hands it down. A setting has one name everywhere (`top_k`, `exclude_seen`, `item_chunk`).
-`rank` is the one path from left-padded histories to top-K items (`streamrec.ranking.topk.top_k_items`);
-`recommend` pads id histories and ranks them. `BatchScorer` turns a block of users into output rows
-(`recommendation_table`'s schema, which `predict` writes too, with titles, in the users' order);
-`write_tables` streams tables into one file atomically.
+Each entry point (score and its Ray workers, predict, the server, `streamrec.Recommender`) builds one
+`RankingOptions` from its own spelling (flags, YAML, JSON, keywords), so a setting has one name everywhere.
+`rank` is the one path from left-padded histories to top-K items; `BatchScorer` turns a block of users into
+output rows (`recommendation_table`'s schema, which `predict` writes too).
 
 Legend: B users in a batch, T history length (the model's max_len), K top-K, L seen-list length, N items.
 """
@@ -40,11 +37,10 @@ from streamrec.ranking.topk import ItemTable, Precision, TopK, top_k_items
 class RankingOptions:
     """How one job ranks the catalogue for each user.
 
-    `exclude_seen` leaves out the whole history, not only the last max_len items the model reads. `item_chunk`
-    and `precision` are `streamrec.ranking.topk.top_k_items`'. `cold_slots`: of the `top_k`, how many go to the
-    best cold items (known by their features only), placed among the rest by score: a model ranks a cold item
-    below the warm ones it knows from many histories, so without slots new items are almost never shown. Models
-    without item features have no cold items, and then all slots are warm.
+    `exclude_seen` leaves out the whole history, not only the last max_len items the model reads. `cold_slots`:
+    of the `top_k`, how many go to the best cold items (known by their features only), placed by score: a model
+    ranks a cold item below the warm ones it knows from many histories, so without slots new items are almost
+    never shown. Without item features there are no cold items, and all slots are warm.
     """
 
     top_k: int = 10
@@ -104,11 +100,8 @@ def right_pad(rows: Sequence[Sequence[int]], device: torch.device | str = "cpu")
 
 
 def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
-    """Indices in batches of similar history length, shortest first.
-
-    A batch costs what its longest history costs (`trim_padding`), so batching similar lengths computes
-    little padding (docs/results.md, "Length-grouped batches").
-    """
+    """Indices in batches of similar history length, shortest first: a batch costs what its longest history
+    costs (`trim_padding`)."""
     order = sorted(range(len(lengths)), key=lengths.__getitem__)
     return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
@@ -141,13 +134,12 @@ def rank(model: StreamRecModel, inputs: Tensor, seen: Tensor | None, options: Ra
 @torch.no_grad()
 def recommend(model: StreamRecModel, histories: Sequence[Sequence[int]], options: RankingOptions,
               allowed: Tensor | None = None, table: ItemTable | None = None) -> tuple[Tensor, Tensor, Tensor]:
-    """`rank` of model id histories (oldest first, none empty, the whole of each is its seen items): inputs
-    (B, T), items (B, K) and scores (B, K)."""
+    """`rank` of model id histories (oldest first, none empty, each whole its seen items): inputs (B, T), items
+    (B, K) and scores (B, K)."""
     device = model.item_vectors.device
     inputs = left_pad(histories, model.max_len, device)
     seen = right_pad(histories, device) if options.exclude_seen else None
-    items, scores = rank(model, inputs, seen, options, allowed, table)
-    return inputs, items, scores
+    return inputs, *rank(model, inputs, seen, options, allowed, table)
 
 
 def recommendation_table(users: Sequence[str], vocab: ItemVocab, items: Tensor, scores: Tensor,
@@ -212,11 +204,9 @@ class PopularItems:
 class BatchScorer:
     """Blocks of users into output rows: `python -m streamrec.score`'s local engine and each of its Ray workers.
 
-    A user with no history item known to the checkpoint (or no history at all: absent from the histories) is
-    cold: with `popular` it gets those items (`PopularItems`, counted `popular_users`), else it is skipped
-    (`skipped` names them, `no_history` counts them). Unknown history items are counted (`unknown_items`). With
-    a `catalog` a title column follows each item id column; `table` is where the item vectors are read (None:
-    the model's).
+    A user with no history item known to the checkpoint (or no history) is cold: with `popular` it gets those
+    items (counted `popular_users`), else it is skipped (named in `skipped`). Unknown history items are counted
+    (`unknown_items`). With a `catalog` a title column follows each item id column.
     """
 
     def __init__(self, model: StreamRecModel, vocab: ItemVocab, options: RankingOptions,
@@ -245,8 +235,7 @@ class BatchScorer:
         return in_input_order(pa.concat_tables(tables), users) if tables else self.score_batch([], histories)
 
     def score_batch(self, users: list[str], histories: Mapping[str, Sequence[str]]) -> pa.Table:
-        """One forward pass: the rows of the users that have a known history item, then the cold users' rows
-        (`popular`), in the order of `users` (`rows` puts them back in input order)."""
+        """One forward pass: the rows of the users with a known history item, then the cold users' (`popular`)."""
         encoded, unknown = encode_histories([histories.get(u, ()) for u in users], self.vocab)  # one lookup
         self.unknown_items += sum(map(len, unknown))
         kept = [(u, ids) for u, ids in zip(users, encoded, strict=True) if ids]
@@ -286,18 +275,16 @@ class BatchScorer:
 
 
 def write_tables(tables: Iterable[pa.Table], path: Path, metadata: dict[bytes, bytes] | None = None) -> int:
-    """Stream tables of one schema into `path` (.csv, else Parquet) atomically, one in memory at a time; returns
-    the rows written. `metadata`: the Parquet schema's (the provenance, `streamrec.shards.provenance_metadata`)."""
+    """Stream tables of one schema into `path` (.csv, else Parquet with `metadata`) atomically, one in memory at a
+    time; returns the rows written."""
     writer, rows = None, 0
     with atomic_path(path) as tmp:
         try:
             for table in tables:
                 if writer is None:
                     schema = table.schema.remove_metadata()
-                    if path.suffix == ".csv":
-                        writer = pacsv.CSVWriter(tmp, schema)
-                    else:
-                        writer = pq.ParquetWriter(tmp, schema.with_metadata(metadata) if metadata else schema)
+                    writer = (pacsv.CSVWriter(tmp, schema) if path.suffix == ".csv" else
+                              pq.ParquetWriter(tmp, schema.with_metadata(metadata) if metadata else schema))
                 writer.write_table(table.replace_schema_metadata(None))
                 rows += table.num_rows
         finally:
