@@ -38,12 +38,8 @@ HEATMAP_ITEMS = 30  # the heatmap's columns: the most recent history items, each
 
 
 def _heatmap_figure(drops: Tensor, rows: list[str], cols: list[str], last: int = HEATMAP_ITEMS) -> Figure:
-    """Occlusion heatmap (recommendations x history) as a matplotlib Figure (no pyplot state).
-
-    Only the `last` most recent history items (`cols` and `drops`' columns run oldest -> newest) are drawn,
-    so each column keeps a readable width however long the history is; the title then says "last N of M
-    items". The title wraps and sits over the whole figure, so it fits even a narrow one.
-    """
+    """Occlusion heatmap (recommendations x history) as a matplotlib Figure (no pyplot state): only the `last`
+    most recent history items, so each column keeps a readable width; the title wraps to fit a narrow figure."""
     total = len(cols)
     if total > last:
         drops, cols = drops[:, -last:], cols[-last:]

@@ -85,13 +85,9 @@ def example_batch(model: StreamRecModel) -> Tensor:
 
 
 def write_onnx(model: StreamRecModel, path: Path, opset: int = OPSET) -> None:
-    """Export `ScoringGraph(model)` to `path` with torch's dynamo-based exporter (dynamic B, T <= max_len).
-
-    `trim_padding` keeps every column while exporting, so the graph holds no data-dependent shape. The
-    TorchScript-based exporter (`dynamo=False`) fails on SDPA's `enable_gqa` flag; the dynamo one needs
-    `onnxscript`. Layers run as plain `nn.Linear` / `nn.Dropout` while exporting: the oneDNN op of
-    `core.nn.cpu_fastpath` (`model.cpu_fastpath: true`) has no ONNX form.
-    """
+    """Export `ScoringGraph(model)` to `path` with torch's dynamo-based exporter (dynamic B, T <= max_len): the
+    TorchScript one fails on SDPA's `enable_gqa` flag. The CPU fast path's oneDNN op has no ONNX form, so plain
+    layers run while exporting."""
     graph = ScoringGraph(model).eval()
     batch, length = torch.export.Dim("batch"), torch.export.Dim("length", max=model.max_len)
     # The graph names its weights file after the path it is written to: written under its final name in a
@@ -112,10 +108,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--output", required=True, help="folder to write (created if missing)")
     p.add_argument("--opset", type=int, default=OPSET, help=f"ONNX opset (default {OPSET})")
     args = p.parse_args(argv)
-    if args.format == "safetensors":
-        run_export(lambda: export_safetensors(args.ckpt, args.output), args.format, args.output)
-    else:
-        run_export(lambda: export_onnx(args.ckpt, args.output, args.opset), args.format, args.output)
+    write = {"safetensors": lambda: export_safetensors(args.ckpt, args.output),
+             "onnx": lambda: export_onnx(args.ckpt, args.output, args.opset)}[args.format]
+    run_export(write, args.format, args.output)
 
 
 if __name__ == "__main__":

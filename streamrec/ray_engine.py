@@ -70,8 +70,7 @@ def score_with_ray(ckpt: Path, items: str | None, options: RankingOptions, ray_o
                    users: list[str], interactions: Interactions, output: Path,
                    metadata: dict[bytes, bytes] | None = None) -> int:
     """Score `users` (each with a history in `interactions`) on Ray Data into `output`, whose lock the caller
-    holds, each worker loading `ckpt` (and the titles file `items`); `metadata`: the Parquet output's schema
-    metadata (its provenance). Returns the rows written."""
+    holds; returns the rows written."""
     try:
         import ray  # an optional extra
     except ImportError:

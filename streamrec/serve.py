@@ -82,8 +82,7 @@ class StreamRecAPI(BatchedAPI):
         self.rec = Recommender.load(self.ckpt, device)
 
     def predict_many(self, requests: list[dict]) -> list[dict]:
-        """One answer per request; users who share `exclude_seen`, the allow-list and the cold slots are scored
-        together."""
+        """One answer per request; users who share `exclude_seen`, the allow-list and the cold slots are batched."""
         answers: list[dict[str, Any]] = [{} for _ in requests]
         groups: dict[tuple, list[int]] = {}
         for i, r in enumerate(requests):

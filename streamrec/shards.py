@@ -63,8 +63,7 @@ def checkpoint_sha256(path: str | Path) -> str:
         if path.is_dir():
             digest.update(file.relative_to(path).as_posix().encode() + b"\0")
         with file.open("rb") as f:
-            for block in iter(lambda f=f: f.read(1 << 20), b""):
-                digest.update(block)
+            hashlib.file_digest(f, lambda: digest)
     return digest.hexdigest()
 
 

@@ -99,9 +99,8 @@ def parse_args(argv: list[str] | None) -> TuneOptions:
 def open_study(options: TuneOptions, start: dict[str, Any]) -> optuna.Study:
     """The study in OUT/study.db; a new one gets `start` (the config's values) as its first trial.
 
-    The sampler's seed is `--seed` plus the trials the study already holds: a seeded sampler draws the same
-    sequence each time it is built, so a resumed search seeded as the first run would propose the first run's
-    trials again (and train them to the same scores). Each run of the same command still draws the same.
+    The sampler's seed is `--seed` plus the trials the study already holds: seeded as the first run, a resumed
+    search would propose the first run's trials again.
     """
     storage = f"sqlite:///{(options.out / 'study.db').resolve()}"
     pruner = optuna.pruners.MedianPruner(n_startup_trials=options.startup_trials, n_warmup_steps=2)
@@ -126,11 +125,6 @@ def open_study(options: TuneOptions, start: dict[str, Any]) -> optuna.Study:
     return study
 
 
-def finished(study: optuna.Study) -> int:
-    """Trials that count against a budget of trials: complete or pruned."""
-    return len(study.get_trials(deepcopy=False, states=FINISHED))
-
-
 def quiet() -> None:
     """Optuna's and Lightning's per-trial chatter off: the progress bar and one line a trial say it all."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -141,9 +135,8 @@ def quiet() -> None:
 
 
 def prepare(options: TuneOptions) -> tuple[TuneOptions, ArgumentParser, dict[str, Any], int, int]:
-    """Check the config once before any trial (a wrong key or file fails here, in one line) and read from it:
-    the options (the loss left out where a full-softmax term needs it), fit's parser, the starting point,
-    `n_heads` and the epochs a trial may run (`TuneOptions.trial_epochs`)."""
+    """Check the config once before any trial (a wrong key or file fails here, in one line) and read from it the
+    options (the loss left out where a full-softmax term needs it), fit's parser, the start, n_heads, epochs."""
     base = build_cli(options.config_args, run=False)
     config = base.config
     ks = config_value(config, KS_KEY)
@@ -166,7 +159,7 @@ def search(options: TuneOptions) -> None:
     quiet()
     options, parser, start, n_heads, epochs = prepare(options)
     study = open_study(options, start)
-    done_before = finished(study)
+    done_before = len(study.get_trials(deepcopy=False, states=FINISHED))  # what a budget of trials counts
     n_trials = None if options.budget.trials is None else max(0, options.budget.trials - done_before)
     print(f"tune: {METRIC} on the validation split over {', '.join(options.params)}; budget {options.budget} "
           f"({done_before} trials already in {options.out / 'study.db'}); the test split is never read",
@@ -218,8 +211,8 @@ def trial_line(study: optuna.Study, trial: FrozenTrial) -> str:
 
 
 def write_outputs(study: optuna.Study, options: TuneOptions, parser: ArgumentParser, epochs: int) -> None:
-    """trials.csv, trials.png and the table of every finished trial; best.yaml when one completed, with the
-    trials' `epochs` (their max_epochs) and early-stopping patience: fit trains the winner as the trial did."""
+    """trials.csv, trials.png and the table; best.yaml when a trial completed, with the trials' max_epochs and
+    patience, so that fit trains the winner as the trial did."""
     rows = trial_rows(study)
     if not rows:
         print("tune: no trial finished; nothing written", file=sys.stderr)

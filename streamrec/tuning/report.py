@@ -54,8 +54,7 @@ def plot_trials(rows: list[Row], path: Path) -> None:
 
 
 def trials_figure(rows: list[Row]) -> Figure:
-    """Left: each trial's validation NDCG@10 and the best so far, by trial number; right: against the learning
-    rate."""
+    """Left: each trial's validation NDCG@10 and the best so far; right: against the learning rate."""
     fig = Figure(figsize=(11, 4), layout="constrained")  # no pyplot: no backend, no global figure state
     ax, ax_lr = fig.subplots(1, 2)
     for state, marker in (("complete", "o"), ("pruned", "x")):
@@ -94,13 +93,12 @@ def fmt(value: Any) -> str:
 
 
 def best_config(parser: ArgumentParser, config_args: Sequence[str], values: dict[str, Any], header: str) -> str:
-    """The config `fit` parses from `config_args` (the --config files, then the overrides every trial got) with
-    the winning `values`, as YAML listing only what differs from fit's defaults, after `header` as comment lines.
+    """The config `fit` parses from `config_args` with the winning `values`, as YAML listing only what differs from
+    fit's defaults, after `header` as comment lines.
 
-    Read and written by fit's own parser (`streamrec.lightning_cli`), so the file holds what the trials trained
-    with: the bases read into it, the command line's values typed as fit types them. An option group is written
-    as its keys (`objective: {loss: gbce}`, as configs write it) when the parser reads that back to the same
-    config; else as the parser dumps it (class_path, init_args).
+    Read and written by fit's own parser, so the file holds what the trials trained with. An option group is
+    written as its keys (`objective: {loss: gbce}`) when the parser reads that back to the same config; else as
+    the parser dumps it (class_path, init_args).
     """
     config = parser.parse_args([*config_args, *overrides(values)])
     text = parser.dump(config, skip_default=True)

@@ -1,8 +1,7 @@
 """The search space: each searched parameter, the config key it sets, and its range or choices.
 
-`SPACE` is the one table of names: a parameter's name is what `--params` takes, what Optuna records and the
-column of trials.csv; its `key` is fit's config key (`--model.objective.loss`), which `overrides` writes for
-each trial and `config_values` reads from a parsed config.
+`SPACE` is the one table of names: a name is what `--params` takes, what Optuna records and a trials.csv column;
+its `key` is fit's config key (`--model.objective.loss`).
 """
 
 from __future__ import annotations
@@ -51,30 +50,16 @@ def space_spec() -> dict[str, dict[str, Any]]:
 
 def suggest(trial: optuna.Trial, params: tuple[str, ...], n_heads: int) -> dict[str, Any]:
     """The trial's proposal for each searched parameter (d_model: only the widths that `n_heads` divides)."""
-    values = {}
-    for name in params:
-        param = SPACE[name]
-        if param.choices:
-            values[name] = trial.suggest_categorical(
-                name, [c for c in param.choices if name != "d_model" or c % n_heads == 0])
-        else:
-            values[name] = trial.suggest_float(name, param.low, param.high, log=param.log)
-    return values
+    return {name: trial.suggest_categorical(name, [c for c in p.choices if name != "d_model" or c % n_heads == 0])
+            if p.choices else trial.suggest_float(name, p.low, p.high, log=p.log)
+            for name, p in ((name, SPACE[name]) for name in params)}
 
 
 def starting_point(values: Mapping[str, Any], params: tuple[str, ...]) -> dict[str, Any]:
-    """The config's own `values` of the searched parameters that lie in the space (`suggest`).
-
-    Trial 0 trains them, so the search starts from what the user would have trained (the default recipe when
-    the config names only data) and its best can only be at least that on validation. Values outside the space
-    (weight decay 0, loss "sampled") are left to the sampler.
-    """
-    point = {}
-    for name in params:
-        value, param = values[name], SPACE[name]
-        if param.contains(value):
-            point[name] = value if param.choices else float(value)
-    return point
+    """The config's own `values` of the searched parameters that lie in the space: trial 0 trains them, so the
+    search's best is at least what the user would have trained; values outside are left to the sampler."""
+    return {name: values[name] if SPACE[name].choices else float(values[name])
+            for name in params if SPACE[name].contains(values[name])}
 
 
 def overrides(values: Mapping[str, Any]) -> list[str]:

@@ -24,11 +24,8 @@ Progress = Callable[[str], None]
 
 
 class ReportToStudy(Callback):
-    """Reports validation NDCG@10 after each epoch to Optuna and stops a trial the pruner gives up on.
-
-    Ours, not optuna-integration's PyTorchLightningPruningCallback: that package pins its own Lightning import
-    path and adds a dependency for a few lines.
-    """
+    """Reports validation NDCG@10 after each epoch to Optuna and stops a trial the pruner gives up on (ours: the
+    optuna-integration callback pins its own Lightning import path and adds a dependency for a few lines)."""
 
     def __init__(self, trial: optuna.Trial, progress: Progress):
         self.trial, self.progress = trial, progress
@@ -76,8 +73,7 @@ def run_trial(trial: optuna.Trial, options: TuneOptions, n_heads: int, progress:
 
 
 def keep_if_best(study: optuna.Study, trial: FrozenTrial, out: Path, folder: Path) -> None:
-    """The best trial's weights (in `folder`) become OUT/best.ckpt (test them without training again); others
-    are deleted."""
+    """The best trial's weights (in `folder`) become OUT/best.ckpt; others are deleted."""
     ckpt = folder / "best.ckpt"
     if trial.state == TrialState.COMPLETE and study.best_trial.number == trial.number and ckpt.is_file():
         os.replace(ckpt, out / "best.ckpt")  # one rename on the same disk: never half-written
