@@ -1,8 +1,5 @@
-"""StreamRec data: interaction logs -> item vocabulary -> splits -> padded causal batches.
-
-The DataModule only chains the steps, each in a module of its own (`readers`, `vocab`, `features`, `splits`,
-`datasets`); the reading options go into every checkpoint. Skips (short users, cold-start targets) are logged.
-"""
+"""The DataModule chains the steps of streamrec.data (`readers`, `vocab`, `features`, `splits`, `datasets`); the
+reading options go into every checkpoint. Skips (short users, cold-start targets) are logged."""
 
 from __future__ import annotations
 
@@ -43,9 +40,8 @@ log = logging.getLogger(__name__)
 class StreamRecDataModule(L.LightningDataModule):
     """Reads a log, builds the item vocabulary and split, and serves causal batches.
 
-    The file is read on first use of `num_items`, `vocab`, `splits` or `setup()`, so
-    `LightningCLI.link_arguments("data.num_items", "model.num_items", apply_on="instantiate")`
-    works right after construction.
+    The file is read on first use of `num_items`, `vocab`, `splits` or `setup()`, so linking
+    `data.num_items` to `model.num_items` at instantiation works right after construction.
 
     Args:
         path: interaction log (CSV/TSV/Parquet; MovieLens ratings.dat; SASRec "user item" lines; or one line
@@ -74,20 +70,17 @@ class StreamRecDataModule(L.LightningDataModule):
         k_core: keep only the part of the log where every user and every item has at least k_core events,
             dropping and recounting until nothing changes (e.g. 5 for the usual 5-core); None: no k-core.
         sliding_window: train on every max_len-window of long histories, not only the last.
-        prefixes: train on every prefix of each history as its own example, predicting only its last item (as
-            FMLP-Rec, BSARec and RecBole do): each target sees its history under its own dropout. An epoch
-            encodes about (mean history length) / 2 times more positions, so it suits short histories.
+        prefixes: train on every prefix of each history, predicting only its last item (as FMLP-Rec, BSARec and
+            RecBole do); an epoch encodes about (mean history length) / 2 times more positions.
         temporal_cutoffs: (valid, test) timestamps for split=temporal; None uses `temporal_quantiles`.
         temporal_quantiles: (valid, test) quantiles of all timestamps used when no cutoffs are given.
         num_workers: DataLoader worker processes.
-        cache_dir: a folder for the encoded log (.npy); later loads, every DDP rank and DataLoader worker
-            included, memory-map it instead of parsing the log. None: no cache.
+        cache_dir: a folder for the encoded log (.npy), which later loads, ranks and workers memory-map instead
+            of parsing the log. None: no cache.
         group_by_length: training batches of windows of similar length, each with the same number of targets,
-            which compute less padding (docs/results.md, "Length-grouped batches"). false: random batches.
-            Not used under DDP.
-        item_features: an items file (CSV/TSV with `item_id`, or MovieLens' movies.dat) whose `feature_columns`
-            the model embeds beside the item id. Its items absent from the log become cold items, scored by
-            their features alone. None: items are ids only.
+            which compute less padding; false: random batches. Not used under DDP.
+        item_features: an items file (CSV/TSV with `item_id`, or movies.dat) whose `feature_columns` the model
+            embeds beside the item id; its items absent from the log become cold items. None: ids only.
         feature_columns: the categorical columns of `item_features`, e.g. [genres]; a cell may hold several
             values separated by "|".
     """
@@ -260,9 +253,8 @@ class StreamRecDataModule(L.LightningDataModule):
                           **loader)
 
     def _eval_loader(self, dataset: Dataset) -> DataLoader:
-        # Under DDP, Lightning's default sampler pads ranks with repeated cases, which would
-        # count some users twice; this one splits the cases without repeats (metric states are
-        # summed across ranks, so uneven shares are fine).
+        # Lightning's DDP sampler pads ranks with repeated cases, counting some users twice; this one does not
+        # (metric states are summed across ranks, so uneven shares are fine).
         sampler = UnrepeatedDistributedSampler(dataset, shuffle=False) if process_group_running() else None
         return DataLoader(dataset, batch_size=self.batch_size, sampler=sampler, num_workers=self.num_workers,
                           collate_fn=partial(collate_eval, max_len=self.max_len),
@@ -283,9 +275,9 @@ class StreamRecDataModule(L.LightningDataModule):
 
 
 def _check_features(item_features: str | None, feature_columns: list[str] | None) -> None:
-    if item_features is None and feature_columns:
-        raise InputError(f"`feature_columns` {feature_columns} needs `item_features`, the file holding them")
     if item_features is None:
+        if feature_columns:
+            raise InputError(f"`feature_columns` {feature_columns} needs `item_features`, the file holding them")
         return
     if not feature_columns:
         raise InputError(f"`item_features` {item_features!r} needs `feature_columns`, the categorical columns to "

@@ -1,9 +1,5 @@
-"""Datasets and collate functions: SASRec-style causal training examples and evaluation batches.
-
-Training inputs are window[:-1], targets window[1:], both left-padded with 0 (target 0 = ignore). Evaluation
-batches carry every item already seen, for filtering. Legend: B batch, T time (= max_len), L longest seen-item
-list in the batch, N items.
-"""
+"""SASRec-style causal training windows and evaluation batches; evaluation batches carry every item already
+seen, for filtering. Legend: B batch, T time (= max_len), L longest seen-item list in the batch, N items."""
 
 from __future__ import annotations
 
@@ -25,13 +21,9 @@ log = logging.getLogger(__name__)
 
 def training_windows(history: Sequence[int], max_len: int, sliding_window: bool = False,
                      prefixes: bool = False) -> list[list[int]]:
-    """Cut an encoded chronological history into windows of at most max_len + 1 items (max_len next-item pairs).
-
-    By default only the last window is kept, as SASRec does. With `sliding_window` the windows
-    step back by max_len and overlap by one item, so every transition is a target exactly once. With
-    `prefixes` every prefix of two items or more ends a window (its last max_len + 1 items), and only a
-    window's last item is meant as a target (`collate_train(last_only=True)`).
-    """
+    """Windows of at most max_len + 1 items: only the last, as SASRec; with `sliding_window` stepping back by
+    max_len and overlapping by one item, so every transition is a target once; with `prefixes` one per prefix of
+    two or more items, whose last item alone is the target (`collate_train(last_only=True)`)."""
     windows = []
     end = len(history)
     while end >= 2:
@@ -81,12 +73,8 @@ class EvalBatch(NamedTuple):
 
 
 class TrainDataset(Dataset):
-    """Training windows of every user with at least two training items.
-
-    The windows are (start, end) spans of one flat int32 array of items, which may be a read-only
-    memory map (`from_spans`): DataLoader workers and DDP ranks on a node then share its pages.
-    `sliding_window` and `prefixes` cut as `training_windows` does.
-    """
+    """Training windows (cut as `training_windows` does) of every user with at least two training items, as
+    spans of one flat int32 array: a read-only memory map (`from_spans`) is shared by the workers and ranks."""
 
     def __init__(self, histories: Iterable[Sequence[int]], max_len: int, sliding_window: bool = False,
                  prefixes: bool = False):
@@ -145,12 +133,9 @@ class TrainDataset(Dataset):
 
 
 class SameTargetWindows:
-    """Training windows by their last item, from which each training row draws a partner window with the same last
-    target: another history heading for the same next item (DuoRec's supervised positive, Qiu et al., 2022).
-
-    Draws are uniform over the windows ending in the target, the row's own window among them, so a target that ends
-    one window only gives the row its own window back (a second dropout view of it).
-    """
+    """Training windows by their last item, to draw each row a partner with the same last target (DuoRec's
+    supervised positive, Qiu et al., 2022): uniform over those windows, the row's own among them, so a target
+    ending one window gives the row its own back (a second dropout view of it)."""
 
     def __init__(self, dataset: TrainDataset, num_items: int):
         last = np.asarray(dataset.items[dataset.ends - 1], dtype=np.int64)  # (W,) each window's last item
@@ -174,15 +159,11 @@ class SameTargetWindows:
 class LengthGroupedBatchSampler(EpochBatchSampler):
     """Shuffled batches of windows of similar length, each holding the same number of targets.
 
-    The model skips the columns that are padding in every row of a batch (`StreamRecModel.encode(trim=True)`),
-    so a batch of similar lengths computes little padding. On ML-1M at max_len 200, random batches are padded
-    to 200 almost always; grouped ones compute about half of those positions.
-
-    Each epoch draws a permutation from (seed, epoch), cuts it into groups of `group_batches` x `batch_size`
-    windows, sorts each group by length (stably), and cuts the sorted order into ceil(W / batch_size) batches of
-    equal total `targets` (default: `lengths`), ± one window; the batch order is shuffled. Every step's loss is
-    then a mean over the same number of targets: equal window counts instead (target counts up to max_len times
-    apart) lose accuracy (docs/results.md, "Length-grouped batches"). Every window is seen once an epoch.
+    The model skips columns that are padding in every row (`StreamRecModel.encode(trim=True)`), so similar
+    lengths compute little padding. Each epoch sorts groups of `group_batches` x `batch_size` windows of a
+    (seed, epoch) permutation by length and cuts them into batches of equal total `targets`, ± one window, so
+    every step's loss is a mean over as many targets (equal window counts lose accuracy: docs/results.md,
+    "Length-grouped batches"). Every window is seen once an epoch.
     """
 
     def __init__(self, lengths: np.ndarray, batch_size: int, seed: int = 0, group_batches: int = 64,
@@ -229,8 +210,7 @@ class EvalDataset(Dataset):
 
 
 def collate_train(windows: Sequence[Sequence[int]], max_len: int, last_only: bool = False) -> TrainBatch:
-    """`TrainDataset` windows of <= max_len + 1 items -> inputs = w[:-1], targets = w[1:], left-padded to max_len;
-    with `last_only` (`TrainDataset.prefixes`) the targets are 0 but in the last column."""
+    """Inputs w[:-1], targets w[1:] (0 = ignore), left-padded to max_len; `last_only`: only the last target."""
     targets = [w[-1:] if last_only else w[1:] for w in windows]
     return TrainBatch(_left_padded([w[:-1] for w in windows], max_len), _left_padded(targets, max_len), last_only)
 

@@ -1,9 +1,5 @@
-"""The encoded log: model item ids grouped by user, cacheable as .npy files that every process memory-maps.
-
-Reading and encoding a 20M-row log takes seconds; mapping its cached arrays takes milliseconds,
-and the pages are shared through the OS page cache by every process that maps them: the DDP
-ranks of a node and their DataLoader workers hold one copy of the training items, not one each.
-"""
+"""The encoded log: model item ids grouped by user, cached as .npy files that every process memory-maps, so a
+node's DDP ranks and DataLoader workers share one copy of the items through the page cache."""
 
 from __future__ import annotations
 

@@ -1,12 +1,8 @@
-"""Categorical item features (genres, brand, ...) read from an items file, as ids the model embeds beside the item id.
+"""Categorical item features (genres, brand, ...) from an items file (`read_items`), as ids the model embeds.
 
-An item's features are the values of the chosen columns of its row in a file `read_items` reads (CSV/TSV with
-`item_id`, or MovieLens' `movies.dat`, whose column is `genres`); a cell may hold several values separated by
-"|", as `movies.dat`'s Genres does. Each (column, value) pair is one feature, so equal values of two columns stay
-apart. Items the file lists but the interaction log lacks become cold items (`ItemVocab.extended`): the model
-scores them by their features alone (`streamrec.model.network.StreamRecModel`).
-
-Legend: N items (ids 1..N, 0 = padding), F feature slots per item (the most features any item has).
+A cell may hold several values separated by "|"; each (column, value) pair is one feature, so equal values of
+two columns stay apart. Items absent from the log become cold items (`ItemVocab.extended`), scored by their
+features alone. Legend: N items (ids 1..N, 0 = padding), F feature slots per item.
 """
 
 from __future__ import annotations

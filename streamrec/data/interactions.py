@@ -1,10 +1,5 @@
-"""`Interactions`: every user's events in chronological order, held as columns (numpy offset arrays).
-
-A log of E events by U users is one int32 array of item codes sorted by user then time, plus an
-(U + 1,) offsets array, not a dict of Python lists of strings: 2M events take ~8 MB of codes
-instead of ~1 GB of objects, and the arrays can be written to disk and memory-mapped.
-`items` and `timestamps` show them as read-only mappings user -> list.
-"""
+"""`Interactions`: every user's events in chronological order, as one int32 array of item codes and (U + 1,)
+offsets rather than Python lists of strings, so a big log stays small and can be memory-mapped."""
 
 from __future__ import annotations
 
@@ -33,9 +28,6 @@ class _PerUser(Mapping):
 
     def __len__(self) -> int:
         return len(self._inter.users)
-
-    def __contains__(self, user: object) -> bool:
-        return user in self._inter.user_index
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{u!r}: {self[u]!r}" for u in self._inter.users[:3])

@@ -1,7 +1,4 @@
-"""Reading an interaction log (CSV, TSV, Parquet, MovieLens ratings.dat, SASRec lines, one line per user, or a
-folder of them) into columnar `Interactions`, as a pipeline of steps in streamrec/data/ingest/: `parse` (each
-file's `Layout`, then pyarrow's parsing) -> `columns` (ids as strings, times as Unix seconds; the filters) ->
-`build` (ids encoded to int32, events grouped by user). Every step reads one frozen `ReadOptions`.
+"""Reading an interaction log into columnar `Interactions` through the steps of streamrec/data/ingest/.
 
 User mistakes raise a one-line error naming the file, line/row or column and the fix. Arrow's CSV errors name
 no line, and a row index in a batch is not a line number (blank lines, quoted newlines), so when a step rejects
@@ -188,11 +185,8 @@ def _raise_first_fault(path: Path, layout: Layout, plan: ColumnPlan, times: Time
 
 @contextmanager
 def _malloc_pool() -> Iterator[None]:
-    """Arrow allocates from the C library's malloc while a log is read, then from its default pool again.
-
-    The default (mimalloc) keeps the blocks arrow frees for reuse, so the transient CSV buffers and
-    strings stay resident next to the codes; malloc gives them back as they are freed.
-    """
+    """Arrow allocates from malloc while a log is read: its default (mimalloc) keeps the blocks arrow frees, so
+    the transient CSV buffers and strings would stay resident next to the codes."""
     previous = pa.default_memory_pool()
     pa.set_memory_pool(pa.system_memory_pool())
     try:

@@ -1,10 +1,8 @@
 """The item vocabulary: original item ids (strings) <-> model ids 1..N; 0 is padding.
 
-Held compactly, since a catalogue may have millions of items: the ids are one arrow string array and lookups
-go through their sorted 64-bit hashes (then a string comparison settles the match), not N Python strings and a
-dict. `items` and `index` show it as the read-only list and dict they replace. The hashes are Python's
-`hash(str)`, valid for this process only, so checkpoints keep the list of ids (`to_dict`), never the hashes.
-
+A catalogue may have millions of items, so the ids are one arrow string array looked up through their sorted
+`hash(str)`s (a string comparison settles a match), not N Python strings and a dict; `items` and `index` show
+them as a list and a dict. The hashes hold for this process only: checkpoints keep the ids (`to_dict`).
 Legend: N items, M looked-up ids.
 """
 
@@ -40,11 +38,8 @@ def _sort_key(ids: Sequence[str]) -> Callable[[str], object]:
 
 
 def _strings(values: Sequence[object] | pa.Array, convert: bool) -> tuple[pa.Array, np.ndarray]:
-    """`values` as one arrow large_string array and the (N,) int64 `hash` of each string.
-
-    Non-strings become `str(v)` (`convert`) or null (never found). A list of strings is hashed as it
-    is; an arrow array a block at a time, so that only a block of Python strings exists at once.
-    """
+    """`values` as one arrow large_string array and the (N,) int64 `hash` of each string; non-strings become
+    `str(v)` (`convert`) or null (never found). An arrow array is hashed a block of Python strings at a time."""
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
     if isinstance(values, pa.Array):
@@ -68,10 +63,8 @@ def _strings(values: Sequence[object] | pa.Array, convert: bool) -> tuple[pa.Arr
 
 
 def _text(value: object, convert: bool) -> str | None:
-    """A value as an id: its text (`convert`), else None (never found) unless it is a string arrow can hold.
-
-    An unhashable value raises TypeError when looked up, as it does in a list's `in` and `index` and in a dict.
-    """
+    """A value as an id: its text (`convert`), else None (never found) unless it is a string arrow can hold; an
+    unhashable value raises TypeError, as in a list's `in` and a dict."""
     if isinstance(value, str):
         try:
             value.encode()
@@ -133,9 +126,6 @@ class ItemIndex(Mapping):
             raise KeyError(item)
         return found
 
-    def __contains__(self, item: object) -> bool:
-        return bool(self._vocab._find(item))
-
     def __iter__(self) -> Iterator[str]:
         return iter(self._vocab.items)
 
@@ -192,11 +182,8 @@ class ItemVocab:
         return cls(sorted(unique, key=_sort_key(unique)))
 
     def extended(self, items: Iterable[str]) -> ItemVocab:
-        """This vocabulary with the ids of `items` it lacks appended (sorted as `build` sorts), as ids N+1, ...
-
-        The existing ids keep their model ids, so an encoded log stays valid: cold items (known from an item
-        features file, never in the log) are added so.
-        """
+        """This vocabulary with the ids of `items` it lacks appended as N+1, ... (sorted as `build` sorts): an
+        encoded log stays valid, as cold items (in an item features file, not in the log) are added."""
         unique = list(dict.fromkeys(items))
         new = [i for i, found in zip(unique, self.lookup(unique).tolist(), strict=True) if not found]
         if not new:
@@ -246,10 +233,7 @@ class ItemVocab:
         return out
 
     def _match(self, key: bytes, lo: int, hi: int) -> int:
-        """The model id of the id whose UTF-8 bytes are `key` among sorted hashes lo..hi-1 (all one hash), else 0.
-
-        Ids that share a hash are told apart here, for `_find` and `lookup` alike.
-        """
+        """The model id of the id whose UTF-8 bytes are `key` among sorted hashes lo..hi-1 (all one hash), else 0."""
         for p in self._order[lo:hi].tolist():
             if self._bytes[self._offsets.item(p) : self._offsets.item(p + 1)] == key:
                 return p + 1

@@ -1,11 +1,9 @@
 """Step 5 of reading a log: `Interactions` built from parsed chunks, holding int32 codes rather than id strings.
 
-Id strings wait in a pending group; at `_GROUP_ROWS` rows (or the size of the dictionaries so far) arrow's
-`dictionary_encode` runs over [known ids] + the group, so known ids keep their codes, new ones get the next
-codes in order of first appearance, and the strings are freed: only the log's codes and times are held.
-`build` groups the events by user with a counting sort, so no (E,) int64 sort order is materialised, and
-sorts by time only the stretches of users whose times go backwards. The peak is the codes and times twice,
-never the strings of the whole log (docs/results.md, "Scale"). Legend: E events, U users.
+Id strings wait in a group that arrow's `dictionary_encode` encodes over [known ids] + the group, so known ids
+keep their codes and the strings are freed. `build` groups the events by user with a counting sort (no (E,)
+int64 sort order) and sorts by time only the stretches of users whose times go backwards: the peak is the codes
+and times twice, never the strings of the whole log. Legend: E events, U users.
 """
 
 from __future__ import annotations
@@ -26,12 +24,8 @@ _SORT_ROWS = 1 << 20  # events per stretch of users sorted by time at once
 
 
 class _Column:
-    """A numpy array filled in order, grown by 1.5x when a write passes its end.
-
-    One big array rather than a list of chunks: glibc's malloc serves blocks below its (moving)
-    mmap threshold from the heap, and a heap of freed chunks stays resident.
-    Capacity reserved but not yet written costs no memory: untouched pages are not resident.
-    """
+    """A numpy array filled in order, grown by 1.5x: one big array, not chunks, since glibc serves small blocks
+    from a heap whose freed chunks stay resident; reserved, unwritten capacity costs no memory."""
 
     def __init__(self, dtype: type):
         self.data = np.empty(0, dtype=dtype)
@@ -142,11 +136,8 @@ class InteractionsBuilder:
 
 
 def _destinations(user_codes: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """(E,) each event's position in the user-grouped order (stable: file order within a user).
-
-    A counting sort: users' slots come from `offsets`, and each step of `_DEST_ROWS` events is
-    sorted by (user, position) to number the events of a user within it.
-    """
+    """(E,) each event's position in the user-grouped order (stable): a counting sort, each step of `_DEST_ROWS`
+    events sorted by (user, position) to number a user's events within it."""
     fill = offsets[:-1].copy()  # (U,) the next free slot of each user
     dest = user_codes if offsets[-1] < 2**31 else np.empty(len(user_codes), dtype=np.int64)
     for start in range(0, len(user_codes), _DEST_ROWS):

@@ -1,11 +1,7 @@
 """Steps 1 and 2 of reading a log: what each file is (`Layout`), then the file parsed by pyarrow itself.
 
-`format: auto` looks at a file's first 64 KiB (`sniff_format`), then at its name. A delimiter the content
-shows but the options do not name (';', '|') is a one-line error saying which option to set, not a guess:
-a ';' file read as CSV would give wrong columns, not an error.
-
-Delimited text goes through pyarrow's CSV reader, streamed in `BLOCK`s (arrow reads up to 32 ahead);
-Parquet comes in record batches; SASRec and per-user lines in blocks split with arrow's string kernels.
+`format: auto` looks at a file's first 64 KiB, then at its name. A delimiter the content shows but the options
+do not name (';', '|') is an error naming the option, not a guess: a ';' file read as CSV gives wrong columns.
 Importing this module does not import torch.
 """
 
@@ -86,12 +82,8 @@ def _splits_evenly(rows: list[str], delimiter: str) -> bool:
 
 
 def sniff_format(path: Path) -> str | None:
-    """What a file's first 64 KiB look like, whatever its name says.
-
-    TSV or CSV when every sampled line splits into the same number (at least 2) of fields; movielens when
-    every line is 3 or more fields joined by '::'; "lines" (SASRec's too) when every line has at least two
-    words; None when nothing fits (empty, binary or one field a line).
-    """
+    """What a file's first 64 KiB look like, whatever its name says: TSV or CSV when every line splits into as
+    many (2+) fields, movielens for 3+ fields joined by '::', "lines" (SASRec's too) for 2+ words a line, else None."""
     with path.open("rb") as f:
         if f.read(4) == b"PAR1":
             return "parquet"
