@@ -72,10 +72,8 @@ class EncodedLog:
 
 
 def cache_key(path: str | Path, **settings: object) -> str:
-    """A name for the encoded form of `path` (a file or a folder's files) read with `settings`.
-
-    It changes when any file's size or modification time does, so an edited log is read again.
-    """
+    """A name for `path` (a file or a folder's files) read with `settings`; a file's size or modification time
+    changing changes it, so an edited log is read again."""
     path = Path(path).resolve()
     files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
     stats = [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files]

@@ -1,24 +1,13 @@
 """Item metadata (titles, genres, ...) read from a user's file, so pages show names instead of raw ids.
 
 Three formats, told apart by the content:
+- CSV or TSV with a header row holding `item_id`; a `title` column gives the display name (else the first
+  other column), every other column is kept as metadata (`item_id,title,genre`);
+- MovieLens-1M `movies.dat`: `MovieID::Title::Genres`, no header, Latin-1 (as GroupLens ships it);
+- a JSON object of item id -> list of attribute ids (S3Rec's `Beauty_item2attributes.json`): one `attributes`
+  column, its values separated by "|", which `data.feature_columns: [attributes]` reads as features.
 
-- CSV or TSV with a header row holding `item_id`; a `title` column gives the display name (without
-  one, the first other column does), and every other column is kept as metadata:
-
-      item_id,title,genre
-      v0001,"Series 0, episode 1",genre06
-
-- MovieLens-1M `movies.dat`: `MovieID::Title::Genres`, no header, Latin-1 (as GroupLens ships it).
-
-- A JSON object of item id -> list of attribute ids, as S3Rec, FDSA and DIF-SR ship their item side
-  information (`Beauty_item2attributes.json`): one `attributes` column, its values separated by "|", which
-  `data.feature_columns: [attributes]` reads as features.
-
-Every problem is one `InputError` line naming the file and line. Ids missing from the file are not an
-error: `ItemCatalog.title` falls back to the raw id.
-
-    python -m streamrec.explain ... --items data/streamrec_demo/items.csv
-    Recommender.load(ckpt, items="movies.dat")
+Ids missing from the file are not an error: `ItemCatalog.title` falls back to the raw id.
 """
 
 from __future__ import annotations
@@ -39,11 +28,8 @@ ATTRIBUTES_COLUMN = "attributes"  # the column a JSON attributes file becomes
 
 @dataclass
 class ItemCatalog:
-    """Display names and metadata per item id: `columns` in file order (the title's included, `item_id` not).
-
-    `separators`: columns whose cells hold several values -> the separator between them as stored, where it is
-    not the file's own "|" (`movies.dat`'s genres are shown "Animation, Comedy"); read by `streamrec.data.features`.
-    """
+    """Display names and metadata per item id: `columns` in file order (the title's included, `item_id` not);
+    `separators`: a multi-valued column's separator where it is not "|" (movies.dat's genres show "A, B")."""
 
     columns: list[str]
     rows: dict[str, dict[str, str]]

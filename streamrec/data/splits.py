@@ -1,8 +1,5 @@
-"""Splits: cut every user's sequence into a training history and evaluation cases.
-
-`leave_one_out_split` / `temporal_split` give `Split`s; an `EvalCase` is a target position in the
-user's sequence, its history everything before it. A target is never part of any training history.
-"""
+"""Splits: every user's sequence cut into a training history and evaluation cases (a target position, its
+history everything before it); a target is never part of any training history."""
 
 from __future__ import annotations
 
@@ -49,11 +46,8 @@ class Split:
 
 
 def leave_one_out_split(sequences: Mapping[str, Sequence[int]]) -> Split:
-    """Last item = test, second-to-last = validation, the rest = training.
-
-    Users with fewer than 3 items have no held-out item and are used only for training. Views of one numpy
-    array as `sequences` are shared by the histories and cases, not copied.
-    """
+    """Last item = test, second-to-last = validation, the rest = training; users with fewer than 3 items train
+    only. Views of one numpy array as `sequences` are shared by the histories and cases, not copied."""
     train, valid, test = {}, [], []
     short = 0
     for user, seq in sequences.items():
@@ -83,13 +77,8 @@ def temporal_split(
     sequences: Mapping[str, Sequence[int]], timestamps: Mapping[str, Sequence[float]], valid_cutoff: float,
     test_cutoff: float,
 ) -> Split:
-    """Global time split: train on events at or before `valid_cutoff`, validate on events in
-    (valid_cutoff, test_cutoff], test on events after `test_cutoff`.
-
-    Every later event is a target whose history is everything the user did before it. A
-    target with no earlier event (a user first seen after the cutoff) cannot be scored by a
-    sequential model; those are skipped and counted in the log.
-    """
+    """Train on events at or before `valid_cutoff`, validate on (valid_cutoff, test_cutoff], test on the rest,
+    each target's history everything before it; a target with no earlier event (cold start) is skipped."""
     if valid_cutoff > test_cutoff:
         raise InputError(f"valid cutoff ({valid_cutoff}) must not exceed the test cutoff ({test_cutoff})")
     train, valid, test = {}, [], []

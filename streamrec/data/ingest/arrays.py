@@ -9,11 +9,8 @@ _NUMPY_TYPES = {pa.int32(): np.int32, pa.int64(): np.int64, pa.float64(): np.flo
 
 
 def as_numpy(array: pa.Array) -> np.ndarray:
-    """A null-free int32/int64/float64 arrow array as a read-only numpy view.
-
-    Not `Array.to_numpy`: its first call imports pandas (tens of MiB resident), as does any Python
-    object handed to arrow (`pa.array(...)`, `pc.equal(x, 0)`), so the readers avoid both.
-    """
+    """A null-free int32/int64/float64 arrow array as a read-only numpy view; not `Array.to_numpy`, which imports
+    pandas, as does a Python object handed to arrow (`pa.array(...)`), so the readers avoid both."""
     assert array.null_count == 0, "as_numpy takes arrays without nulls"
     dtype = np.dtype(_NUMPY_TYPES[array.type])
     if not len(array):

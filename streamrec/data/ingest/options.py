@@ -26,11 +26,8 @@ _FILTER_SHAPE = "'rating >= 4', 'event_type == buy' or 'event_type in [view, buy
 
 @dataclass(frozen=True)
 class ColumnFilter:
-    """Keep only the events whose `column` satisfies `op value`, e.g. rating >= 4 or event_type in [view, buy].
-
-    Numbers compare as numbers (4 equals 4.0), anything else as the trimmed text of the cell; the order
-    comparisons need numbers.
-    """
+    """Keep only the events whose `column` satisfies `op value`, e.g. rating >= 4 or event_type in [view, buy];
+    numbers compare as numbers (4 equals 4.0), anything else as the cell's trimmed text."""
 
     column: str
     op: Literal["==", "!=", ">", ">=", "<", "<=", "in", "not in"]
@@ -183,11 +180,8 @@ class ReadOptions:
 
 
 def read_options_from_checkpoint(checkpoint: Mapping[str, Any]) -> ReadOptions:
-    """The options a StreamRec checkpoint's log was read with, to read new logs the same way.
-
-    A checkpoint written before they were stored gives the DataModule's format and columns from its
-    hyper-parameters; one with neither, the defaults.
-    """
+    """The options a checkpoint's log was read with, to read new logs the same way (older checkpoints: the
+    DataModule's format and columns from its hyper-parameters, else the defaults)."""
     # Lightning keeps a DataModule's state under its class name: StreamRecDataModule's, or a subclass's.
     for state in [checkpoint.get(DATAMODULE_KEY), *checkpoint.values()]:
         if isinstance(state, Mapping) and isinstance(state.get(READ_OPTIONS_KEY), Mapping):
