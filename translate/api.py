@@ -101,9 +101,8 @@ class Translator:
             if (other.src_vocab, other.tgt_vocab) != (loaded[0].src_vocab, loaded[0].tgt_vocab):
                 raise InputError(f"{path}: its vocabularies differ from {ckpt[0]}'s; an ensemble needs models trained "
                                  "with one sentencepiece model (the same data, options and sentencepiece version)")
-        if len(loaded) == 1:
-            return loaded[0]
-        return cls(Ensemble([t.model for t in loaded]), loaded[0].src_vocab, loaded[0].tgt_vocab)
+        first = loaded[0]
+        return first if len(loaded) == 1 else cls(Ensemble([t.model for t in loaded]), first.src_vocab, first.tgt_vocab)
 
     @property
     def max_src_len(self) -> int:
@@ -135,10 +134,9 @@ class Translator:
                        ) -> Iterator[str | Translation | list[Translation]]:
         """Translate an iterable of sentences lazily: what `translate` returns, one item at a time, in input order.
 
-        `chunk_lines` sentences are read, sorted by length, translated and yielded before the next
-        are read, so memory is bounded by the chunk, not the input (a file object works: its lines'
-        "\\n" endings are stripped). The results equal `translate` on the whole list (tested). A larger
-        `chunk_lines` fills batches better and takes more memory.
+        `chunk_lines` sentences are read, sorted by length, translated and yielded before the next are read, so
+        memory is bounded by the chunk, not the input (a file object works: its lines' "\\n" endings are
+        stripped); a larger chunk fills batches better. The results equal `translate` on the whole list.
         """
         _check_sentences(sentences)  # now, not at the first next()
         options = SearchOptions(beam_size, n_best, alpha, max_len_a, max_len_b, batch_size)

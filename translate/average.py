@@ -113,12 +113,6 @@ def latest_checkpoints(directory: str | Path, n: int) -> list[Path]:
     return [by_step[step] for step in sorted(by_step)[-n:]]
 
 
-def save_atomic(checkpoint: dict[str, Any], path: str | Path) -> None:
-    """torch.save under a temporary name beside `path`, then rename (never a half-written checkpoint)."""
-    with atomic_path(path) as tmp:
-        torch.save(checkpoint, tmp)
-
-
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m translate.average", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -141,7 +135,9 @@ def main(argv: list[str] | None = None) -> None:
             for tmp in stale_temporaries(output):  # left by a run killed with -9; we hold the lock
                 tmp.unlink()
             paths = args.ckpts if args.ckpts else latest_checkpoints(args.dir, args.last)
-            save_atomic(average_checkpoints(paths), output)
+            averaged = average_checkpoints(paths)
+            with atomic_path(output) as tmp:  # never a half-written checkpoint
+                torch.save(averaged, tmp)
     log.info("averaged %d checkpoints into %s: %s", len(paths), args.output, ", ".join(map(str, paths)))
 
 

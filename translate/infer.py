@@ -220,13 +220,6 @@ def _translate(args: argparse.Namespace, options: SearchOptions, layer: Layer) -
     log.info("translated %d lines", first - 1)
 
 
-def _count_lines(path: str | None) -> int | None:
-    if path is None or not Path(path).is_file():
-        return None  # stdin or a pipe: an open-ended bar (counting would consume it)
-    with open(path, "rb") as f:
-        return sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 20), b""))
-
-
 @contextlib.contextmanager
 def _progress(enabled: bool, path: str | None) -> Iterator[Callable[[int], None]]:
     """A rich progress bar of lines on stderr (advanced by the function it gives); a no-op when disabled."""
@@ -238,7 +231,11 @@ def _progress(enabled: bool, path: str | None) -> Iterator[Callable[[int], None]
 
     with Progress(TextColumn("translating"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   console=Console(stderr=True)) as bar:
-        task = bar.add_task("lines", total=_count_lines(path))
+        total = None  # stdin or a pipe: an open-ended bar (counting would consume it)
+        if path is not None and Path(path).is_file():
+            with open(path, "rb") as f:
+                total = sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 20), b""))
+        task = bar.add_task("lines", total=total)
         yield lambda n: bar.advance(task, n)
 
 

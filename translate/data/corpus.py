@@ -323,9 +323,8 @@ class TranslationDataModule(L.LightningDataModule):
     `tgt_vocab_size` and `pad_id` can be linked into the model when it is instantiated.
 
     Args:
-        train: training files: a prefix (`data/translate_demo/train` -> `train.en`, `train.de`), a pattern
-            with `{lang}`, a (src_path, tgt_path) pair, or one `.tsv` file of `source<TAB>target` lines.
-            `fit` needs it; `test` and `validate` do not when the vocabularies come from `vocab`.
+        train: training files: a prefix (`data/train` -> `train.en`, `train.de`), a pattern with `{lang}`, a
+            (src_path, tgt_path) pair or a `.tsv` file of `source<TAB>target` lines; `fit` needs it.
         val: validation files, same forms as `train`; `fit` and `validate` need them.
         test: test files, same forms as `train`, or None (no test split).
         src_lang: source language suffix, e.g. "en".
@@ -339,9 +338,8 @@ class TranslationDataModule(L.LightningDataModule):
         max_ratio: drop training pairs whose longer side has more than this many times the shorter's subwords.
         character_coverage: sentencepiece character coverage (1.0 keeps every character seen).
         cache_dir: where trained sentencepiece models are cached by content hash (None: no cache).
-        subword_sampling: training only: draw a new segmentation of each training pair every time it is
-            batched; 0 turns it off. BPE: the probability of dropping each merge (BPE-dropout, 0.1 is usual);
-            unigram: the sampling alpha (0.1-0.2 is usual).
+        subword_sampling: draw a new segmentation of each training pair per batch, 0: off. BPE: the probability
+            of dropping each merge (BPE-dropout, 0.1 is usual); unigram: the sampling alpha (0.1-0.2 is usual).
         seed: seed of the training batch shuffle and of the segmentation draws.
         num_workers: DataLoader worker processes (0 loads in the main process).
         predict: source sentences for `predict` to translate, one per line; None translates `test`'s sources.

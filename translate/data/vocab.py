@@ -37,12 +37,10 @@ ModelType = Literal["bpe", "unigram"]
 
 
 def piece_word_index(pieces: Sequence[str]) -> list[int]:
-    """Map each subword piece to the index of the whitespace word it belongs to.
+    """The whitespace word of each piece: a piece starting with '▁' opens one (pieces before the first: word 0).
 
-    A piece that starts with '▁' opens a new word; any other piece continues the current
-    one. The words are exactly `text.split()` of the encoded text, which is how the demo
-    corpus' Pharaoh alignments count words: `["▁der", "▁Hund", "e", "▁."]` -> `[0, 1, 1, 2]`. Pieces
-    before the first '▁' get word 0.
+    The words are exactly `text.split()` of the encoded text, as the demo corpus' Pharaoh alignments count
+    them: `["▁der", "▁Hund", "e", "▁."]` -> `[0, 1, 1, 2]`.
     """
     index, word = [], -1
     for piece in pieces:
@@ -110,14 +108,10 @@ class SubwordVocab:
         return self._sp.encode(list(texts))
 
     def sample_batch(self, texts: Sequence[str], alpha: float) -> list[list[int]]:
-        """A random segmentation of each sentence, for subword regularisation in training.
-
-        BPE: each merge is dropped with probability `alpha` (BPE-dropout, Provilkov et al.,
-        2020; 1.0 gives characters). Unigram: a segmentation drawn from the lattice with
-        probabilities raised to `alpha` (Kudo, 2018). The draw comes from sentencepiece's own
-        generator (`sentencepiece.set_random_generator_seed` resets it), one per thread.
-        Sentence by sentence in the calling thread: a batch call runs on fresh pool threads,
-        which after a reseed restart the same stream on every call (the same draws every batch).
+        """A random segmentation of each sentence (subword regularisation): BPE drops each merge with probability
+        `alpha` (BPE-dropout; 1.0 gives characters), unigram samples the lattice with probabilities raised to
+        `alpha`. Sentence by sentence in the calling thread: sentencepiece's generator is per thread, and a batch
+        call runs on fresh pool threads, which after a reseed draw the same stream on every call.
         """
         return [self._sp.encode(text, enable_sampling=True, alpha=alpha, nbest_size=-1) for text in texts]
 

@@ -30,10 +30,9 @@ ARGUMENTS: dict[str, tuple[str, ...]] = {
 GROUPS: dict[str, tuple[str, type[OptionGroup]]] = {"transformer": ("block", TransformerOptions),
                                                     "rnn": ("rnn", RecurrentOptions)}
 # The module's settings no network reads: its training, evaluation and how it runs.
-TRAINING: dict[str, type[OptionGroup] | None] = {
-    "lr": None, "weight_decay": None, "objective": LossOptions, "optimizer": AdamWOptions, "evaluation": BleuOptions,
-    "speed": SpeedOptions,
-}
+TRAINING: dict[str, type[OptionGroup] | None] = {"lr": None, "weight_decay": None, "objective": LossOptions,
+                                                  "optimizer": AdamWOptions, "evaluation": BleuOptions,
+                                                  "speed": SpeedOptions}
 VOCABULARY = ("src_vocab_size", "tgt_vocab_size")
 
 

@@ -8,15 +8,15 @@ Legend: B batch, S source length, T target length, D model width, V target vocab
 
 from __future__ import annotations
 
-from torch import Tensor, nn
+from torch import nn
 
-from core.nn import padding_mask, tie_weights
+from core.nn import tie_weights
 from core.nn.recurrent import Cell, RecurrentCache, RecurrentDecoder, RecurrentEncoder, Scoring
 from translate.data.vocab import PAD_ID
-from translate.model.transformer import MAX_LEN, token_embeddings
+from translate.model.transformer import MAX_LEN, EncoderDecoder, token_embeddings
 
 
-class RecurrentTranslator(nn.Module):
+class RecurrentTranslator(EncoderDecoder):
     """Bidirectional GRU/LSTM encoder, attentional decoder with input feeding, tied embeddings.
 
     Args: the network's arguments of `translate.model.module.TranslationModule` and its `rnn` group
@@ -31,8 +31,7 @@ class RecurrentTranslator(nn.Module):
         share_embeddings: bool = True, cell: Cell = "gru", score: Scoring = "additive", hidden_size: int = 256,
     ):
         super().__init__()
-        self.pad_id = pad_id
-        self.max_len = max_len
+        self.pad_id, self.max_len = pad_id, max_len
         self.src_embed, self.tgt_embed = token_embeddings(src_vocab_size, tgt_vocab_size, d_model, pad_id,
                                                           share_embeddings)
         self.encoder = RecurrentEncoder(d_model, hidden_size, n_layers=n_encoder_layers, dropout=dropout, cell=cell)
@@ -50,24 +49,6 @@ class RecurrentTranslator(nn.Module):
     def max_tgt_len(self) -> int:
         return self.max_len
 
-    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
-        src_mask = padding_mask(src, self.pad_id)
-        return self.encoder(self.src_embed(src), src_mask), src_mask
-
-    def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, cache: RecurrentCache | None = None) -> Tensor:
-        return self.output(self.decoder(self.tgt_embed(tgt), memory, src_mask, cache=cache))
-
     def new_cache(self, capacity: int = 16) -> RecurrentCache:
         """An empty decoder state (`capacity` is the transformer's; a recurrent state does not grow)."""
         return self.decoder.new_cache()
-
-    def states(self, src: Tensor, tgt: Tensor) -> Tensor:
-        """Teacher-forced attentional vectors (B, T, D), before the output projection `self.output`.
-
-        Target padding needs no mask: it comes after every real token, and the loss ignores it.
-        """
-        memory, src_mask = self.encode(src)
-        return self.decoder(self.tgt_embed(tgt), memory, src_mask)
-
-    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
-        return self.output(self.states(src, tgt))

@@ -5,6 +5,8 @@ Legend: B batch, S source length, T target length, D model width, V target vocab
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import Tensor, nn
 
 from core.nn import Decoder, DecoderCache, Encoder, TokenEmbedding, padding_mask, tie_weights
@@ -22,15 +24,44 @@ def token_embeddings(src_vocab_size: int, tgt_vocab_size: int, d_model: int, pad
     """(source, target) embeddings of both architectures; one shared table with `share`, which needs one
     joint vocabulary (the target table is also the tied output projection)."""
     if share and src_vocab_size != tgt_vocab_size:
-        raise ValueError(
-            f"`share_embeddings` needs a joint vocabulary, but sizes differ "
-            f"({src_vocab_size} vs {tgt_vocab_size}); set share_embeddings: false"
-        )
+        raise ValueError(f"`share_embeddings` needs a joint vocabulary, but sizes differ "
+                         f"({src_vocab_size} vs {tgt_vocab_size}); set share_embeddings: false")
     tgt = TokenEmbedding(tgt_vocab_size, d_model, pad_id=pad_id)
     return (tgt if share else TokenEmbedding(src_vocab_size, d_model, pad_id=pad_id)), tgt
 
 
-class TransformerTranslator(nn.Module):
+class EncoderDecoder(nn.Module):
+    """What both networks share on their `encoder`, `decoder`, embeddings and tied `output`."""
+
+    pad_id: int
+
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        """(B, S) source ids, right-padded with `pad_id` -> memory (B, S, D) and the source mask (B, 1, 1, S)."""
+        src_mask = padding_mask(src, self.pad_id)
+        return self.encoder(self.src_embed(src), src_mask), src_mask
+
+    def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, cache: Any = None) -> Tensor:
+        """Next-token logits (B, T, V) of (B, T) decoder inputs (BOS first; with a cache, only the new steps).
+
+        `memory` may be (B / G, S, D), one row shared by each G consecutive target rows (the beams of a
+        sentence; `core.CrossAttention`'s shared memory rows), with `src_mask` as many rows.
+        """
+        return self.output(self.decoder(self.tgt_embed(tgt), memory, src_mask, cache=cache))
+
+    def states(self, src: Tensor, tgt: Tensor) -> Tensor:
+        """Teacher-forced decoder outputs (B, T, D), before the output projection `self.output`.
+
+        Target padding needs no mask: it comes after every real token (causal attention and a recurrent
+        decoder never read it for one), and the loss ignores it.
+        """
+        memory, src_mask = self.encode(src)
+        return self.decoder(self.tgt_embed(tgt), memory, src_mask)
+
+    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
+        return self.output(self.states(src, tgt))
+
+
+class TransformerTranslator(EncoderDecoder):
     """Bidirectional encoder, causal decoder with cross-attention, tied embeddings.
 
     Args: the network's arguments of `translate.model.module.TranslationModule` and its `block` group
@@ -66,31 +97,6 @@ class TransformerTranslator(nn.Module):
         """Longest decoder input (BOS included), in subwords."""
         return self.decoder.max_len
 
-    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
-        """(B, S) source ids, right-padded with `pad_id` -> memory (B, S, D) and the source mask (B, 1, 1, S)."""
-        src_mask = padding_mask(src, self.pad_id)
-        return self.encoder(self.src_embed(src), src_mask), src_mask
-
-    def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, cache: DecoderCache | None = None) -> Tensor:
-        """Next-token logits (B, T, V) of (B, T) decoder inputs (BOS first; with a cache, only the new steps).
-
-        `memory` may be (B / G, S, D), one row shared by each G consecutive target rows (the beams of a
-        sentence; `core.CrossAttention`'s shared memory rows), with `src_mask` as many rows.
-        """
-        return self.output(self.decoder(self.tgt_embed(tgt), memory, src_mask, cache=cache))
-
     def new_cache(self, capacity: int = 16) -> DecoderCache:
         """An empty cache for incremental decoding, first sized for `capacity` steps (it grows past them)."""
         return self.decoder.new_cache(capacity)
-
-    def states(self, src: Tensor, tgt: Tensor) -> Tensor:
-        """Teacher-forced decoder states (B, T, D), before the output projection `self.output`.
-
-        Target padding needs no mask: causal attention keeps pads after every real token,
-        and the loss ignores them.
-        """
-        memory, src_mask = self.encode(src)
-        return self.decoder(self.tgt_embed(tgt), memory, src_mask)
-
-    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
-        return self.output(self.states(src, tgt))

@@ -58,20 +58,16 @@ def search(model: TranslatorNetwork | Ensemble, src: Tensor, options: SearchOpti
 
 
 @torch.no_grad()
-def greedy_search(
-    model: TranslatorNetwork | Ensemble, src: Tensor, bos_id: int, eos_id: int, *, max_len_a: float = 1.5,
-    max_len_b: int = 10, max_len: int | None = None,
-) -> list[Hypothesis]:
+def greedy_search(model: TranslatorNetwork | Ensemble, src: Tensor, bos_id: int, eos_id: int, *,
+                  max_len_a: float = 1.5, max_len_b: int = 10, max_len: int | None = None) -> list[Hypothesis]:
     """Pick the most likely token at every step; one hypothesis per sentence, scored by its log-probability.
     The output limit (`max_output_lengths`) is capped at `max_len` (default: the model's position limit - 1)."""
     limits = max_output_lengths(src, model.pad_id, max_len_a, max_len_b, _cap(model, max_len))
     memory, src_mask = model.encode(src)
     cache = model.new_cache(int(limits.max()) + 1)
-    b = src.shape[0]
-    token = torch.full((b, 1), bos_id, dtype=torch.long, device=src.device)
-    out = torch.zeros(b, 0, dtype=torch.long, device=src.device)
-    log_prob = torch.zeros(b, device=src.device)
-    done = torch.zeros(b, dtype=torch.bool, device=src.device)
+    out = token = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1 + t)
+    log_prob = torch.zeros(len(src), device=src.device)
+    done = torch.zeros_like(log_prob, dtype=torch.bool)
     for step in range(int(limits.max()) + 1):  # `limit` subwords, then EOS
         logp = _next_log_probs(model, token, memory, src_mask, cache, bos_id)  # (B, V)
         logp = _force_eos(logp, step >= limits, eos_id)
@@ -81,16 +77,14 @@ def greedy_search(
         done |= token[:, 0] == eos_id
         if bool(done.all()):
             break
-    return [
-        Hypothesis(float(lp), _strip(row.tolist(), eos_id), float(lp)) for row, lp in zip(out, log_prob, strict=True)
-    ]
+    return [Hypothesis(float(lp), _strip(row.tolist(), eos_id), float(lp))
+            for row, lp in zip(out[:, 1:], log_prob, strict=True)]
 
 
 @torch.no_grad()
-def beam_search(
-    model: TranslatorNetwork | Ensemble, src: Tensor, bos_id: int, eos_id: int, *, beam_size: int = 5,
-    alpha: float = 0.6, max_len_a: float = 1.5, max_len_b: int = 10, n_best: int = 1, max_len: int | None = None,
-) -> list[list[Hypothesis]]:
+def beam_search(model: TranslatorNetwork | Ensemble, src: Tensor, bos_id: int, eos_id: int, *, beam_size: int = 5,
+                alpha: float = 0.6, max_len_a: float = 1.5, max_len_b: int = 10, n_best: int = 1,
+                max_len: int | None = None) -> list[list[Hypothesis]]:
     """Batched beam search with a KV cache: per sentence its `n_best` best hypotheses, best first (`alpha`: the
     GNMT length-penalty exponent; the output limit as in `greedy_search`)."""
     if not 1 <= n_best <= beam_size:
@@ -177,16 +171,11 @@ def topk_by_blocks(x: Tensor, k: int, block: int = 128) -> tuple[Tensor, Tensor]
     return values, cols.gather(1, pos)
 
 
-def _first_step(
-    model: TranslatorNetwork | Ensemble, src: Tensor, bos_id: int, k: int, steps: int,
-) -> tuple[Tensor, Tensor, Tensor, DecoderCache]:
-    """Encode, decode BOS once per sentence, then give each sentence K target-side rows (copies).
-
-    All beams of a sentence start identical, so step 0 is computed once per sentence, not K times.
-    The source side (memory, its mask and the cross-attention
-    keys/values) stays one row per sentence for the whole search: `CrossAttention` lets the K beam
-    rows of a sentence share it, so it is neither copied K times nor read K times a step.
-    Returns log-probabilities (R, V), memory (B, S, D), source mask (B, 1, 1, S) and the cache.
+def _first_step(model: TranslatorNetwork | Ensemble, src: Tensor, bos_id: int, k: int, steps: int,
+                ) -> tuple[Tensor, Tensor, Tensor, DecoderCache]:
+    """Encode, decode BOS once per sentence (all its beams start identical), then give each sentence K
+    target-side rows. The source side stays one row per sentence for the whole search: `CrossAttention` lets
+    the K beam rows share it, so it is neither copied nor read K times a step.
     """
     memory, src_mask = model.encode(src)
     cache = model.new_cache(steps)  # the most steps this search decodes: the cache never grows
@@ -210,10 +199,8 @@ def _next_log_probs(model: TranslatorNetwork | Ensemble, tokens: Tensor, memory:
     return logp
 
 
-def _collect_finished(
-    finished: list[list[Hypothesis]], active: Tensor, tokens: Tensor, top_scores: Tensor, top_beam: Tensor,
-    top_tok: Tensor, eos_id: int, k: int, length: int, alpha: float,
-) -> None:
+def _collect_finished(finished: list[list[Hypothesis]], active: Tensor, tokens: Tensor, top_scores: Tensor,
+                      top_beam: Tensor, top_tok: Tensor, eos_id: int, k: int, length: int, alpha: float) -> None:
     """Move candidates that end with EOS into their sentence's finished list, in score order.
 
     Only EOS among the top K candidates counts (as in fairseq): an EOS ranked below K live
