@@ -112,16 +112,18 @@ def _check_port(host: str, port: int) -> None:
 
 
 def _stop_on_sigterm() -> None:
-    """SIGTERM stops the server as Ctrl-C does: LitServe shuts its worker processes down on KeyboardInterrupt only.
-    In the forked HTTP processes (uvicorn raises the signal again after its clean shutdown) it just exits."""
+    """SIGTERM stops the server as Ctrl-C does: LitServe's graceful shutdown (the HTTP processes finish the
+    requests they hold, then the workers stop) follows KeyboardInterrupt only. The processes forked from this
+    one (the Manager, the HTTP processes around uvicorn's own handlers) leave a signal sent to the whole group
+    (Ctrl-C, systemd, `kill -- -PGID`) to this process, which stops them in that order."""
     main_pid = os.getpid()
 
     def stop(signum: int, frame: object) -> None:
         if os.getpid() == main_pid:
             raise KeyboardInterrupt(f"signal {signum}")
-        raise SystemExit(0)
 
-    signal.signal(signal.SIGTERM, stop)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, stop)
 
 
 @contextmanager

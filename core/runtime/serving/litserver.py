@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
+import os
+import threading
 from typing import Any
 
 import litserve as ls
@@ -30,7 +32,15 @@ class BatchedAPI(ls.LitAPI):
         self.threads = threads
 
     def setup(self, device: str) -> None:
-        """Load the model onto `device` (called once in each worker process)."""
+        """Load the model onto `device` (called once in each worker process).
+
+        The worker leaves the server's process group, so a signal sent to the group (Ctrl-C, systemd) cannot
+        stop it while the HTTP processes still wait on its answers: LitServe stops it after them. It ends
+        with its parent instead, should that be killed outright."""
+        parent = mp.parent_process()
+        if parent is not None:
+            os.setpgid(0, 0)
+            threading.Thread(target=lambda: (parent.join(), os._exit(0)), daemon=True).start()
         if self.threads:
             torch.set_num_threads(self.threads)
         self.load(device)
