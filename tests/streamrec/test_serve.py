@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import runpy
 import socket
-import subprocess
 import sys
 import urllib.error
 import urllib.request
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -223,13 +224,17 @@ def test_a_port_in_use_stops_with_one_line(exit_line, tiny_ckpt):
     assert f"--port {port}: cannot listen on 127.0.0.1:{port}" in message
 
 
-def test_help_lists_the_options_and_the_local_default():
-    run = subprocess.run([sys.executable, "-m", "streamrec.serve", "--help"], capture_output=True, text=True,
-                         timeout=60, cwd=Path(__file__).resolve().parents[2])
-    assert run.returncode == 0
+def test_help_lists_the_options_and_the_local_default(monkeypatch, capsys):
+    """`python -m streamrec.serve --help`, its `__main__` run in this process: a child would only import torch again."""
+    monkeypatch.setattr(sys, "argv", ["streamrec.serve", "--help"])
+    with warnings.catch_warnings(), pytest.raises(SystemExit) as exit_:
+        warnings.simplefilter("ignore", RuntimeWarning)  # runpy: the module is imported already, by this file
+        runpy.run_module("streamrec.serve", run_name="__main__")
+    assert exit_.value.code == 0
+    stdout = capsys.readouterr().out
     for option in ("--ckpt", "--host", "--port", "--max-batch-size", "--batch-timeout", "--workers",
                    "--max-body-bytes", "default 127.0.0.1"):
-        assert option in run.stdout
+        assert option in stdout
     assert streamrec_serve.build_parser().parse_args(["--ckpt", "x"]).host == "127.0.0.1"  # LitServe: 0.0.0.0
 
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import subprocess
+import runpy
 import sys
 import urllib.error
 import urllib.request
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -162,11 +163,15 @@ def test_bad_checkpoints_stop_with_one_line(exit_line, hostile, assert_refused, 
     assert_refused(exit_line(translate_serve.main, ["--ckpt", str(bad)]), bad, marker)
 
 
-def test_help_lists_the_options_and_the_local_default():
-    run = subprocess.run([sys.executable, "-m", "translate.serve", "--help"], capture_output=True, text=True,
-                         timeout=60, cwd=Path(__file__).resolve().parents[2])
-    assert run.returncode == 0
+def test_help_lists_the_options_and_the_local_default(monkeypatch, capsys):
+    """`python -m translate.serve --help`, its `__main__` run in this process: a child would only import torch again."""
+    monkeypatch.setattr(sys, "argv", ["translate.serve", "--help"])
+    with warnings.catch_warnings(), pytest.raises(SystemExit) as exit_:
+        warnings.simplefilter("ignore", RuntimeWarning)  # runpy: the module is imported already, by this file
+        runpy.run_module("translate.serve", run_name="__main__")
+    assert exit_.value.code == 0
+    stdout = capsys.readouterr().out
     for option in ("--ckpt", "--host", "--port", "--max-batch-size", "--batch-timeout", "--workers",
                    "--max-body-bytes", "--dtype", "default 127.0.0.1"):
-        assert option in run.stdout
+        assert option in stdout
     assert translate_serve.build_parser().parse_args(["--ckpt", "x"]).host == "127.0.0.1"  # LitServe: 0.0.0.0
