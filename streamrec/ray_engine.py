@@ -18,19 +18,15 @@ local engine. Rows come in block order, not input order: compare outputs as sets
 from __future__ import annotations
 
 import logging
-import math
 import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from core.runtime.errors import InputError
+from core.runtime.ray_session import RayCluster, import_ray, ray_instance
 from streamrec.api import Recommender
 from streamrec.data.interactions import Interactions
 from streamrec.ranking.batch import BatchScorer, RankingOptions, write_tables
@@ -39,13 +35,9 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class RayOptions:
-    """Where and how wide Ray scores: model replicas, the CPUs each reserves (also its torch threads), a running
-    cluster's address (None: start a local one), users per Ray Data block."""
+class RayOptions(RayCluster):
+    """`RayCluster` and the users per Ray Data block."""
 
-    workers: int = 2
-    cpus_per_worker: float = 1.0
-    address: str | None = None
     block_users: int = 20_000
 
 
@@ -71,10 +63,7 @@ def score_with_ray(ckpt: Path, items: str | None, options: RankingOptions, ray_o
                    metadata: dict[bytes, bytes] | None = None) -> int:
     """Score `users` (each with a history in `interactions`) on Ray Data into `output`, whose lock the caller
     holds; returns the rows written."""
-    try:
-        import ray  # an optional extra
-    except ImportError:
-        raise InputError("--engine ray needs Ray Data: pip install -c constraints.txt -e '.[scale]'") from None
+    ray = import_ray()
     parts = output.resolve().with_name(f".{output.name}.ray")  # hidden; removed at the end, or at the next run
     shutil.rmtree(parts, ignore_errors=True)
     try:
@@ -84,8 +73,7 @@ def score_with_ray(ckpt: Path, items: str | None, options: RankingOptions, ray_o
             blocks = [pa.table({"user_id": chunk, "history": [interactions.items[u] for u in chunk]},
                                schema=pa.schema([("user_id", pa.string()), ("history", pa.list_(pa.string()))]))
                       for chunk in (users[i : i + step] for i in range(0, len(users), step))]
-            threads = max(1, math.floor(ray_options.cpus_per_worker))
-            kwargs = {"ckpt": ckpt, "items": items, "options": options, "threads": threads}
+            kwargs = {"ckpt": ckpt, "items": items, "options": options, "threads": ray_options.threads}
             scored = ray.data.from_arrow(blocks).map_batches(
                 UserScorer, fn_constructor_kwargs=kwargs, batch_size=None, batch_format="pyarrow",
                 concurrency=ray_options.workers, num_cpus=ray_options.cpus_per_worker)
@@ -94,19 +82,3 @@ def score_with_ray(ckpt: Path, items: str | None, options: RankingOptions, ray_o
             return write_tables((t for t in (pq.read_table(f) for f in files) if t.num_rows), output, metadata)
     finally:
         shutil.rmtree(parts, ignore_errors=True)
-
-
-@contextmanager
-def ray_instance(ray: ModuleType, ray_options: RayOptions) -> Iterator[None]:
-    """Use the Ray instance this process already runs, or start one (local with just the CPUs the workers reserve,
-    or joined to `ray_options.address`) and shut it down at the end: a user's own instance is left running."""
-    started = not ray.is_initialized()
-    if started:
-        cpus = math.ceil(ray_options.workers * ray_options.cpus_per_worker) + 1
-        ray.init(address=ray_options.address, include_dashboard=False, log_to_driver=False, configure_logging=False,
-                 **({} if ray_options.address else {"num_cpus": cpus}))
-    try:
-        yield
-    finally:
-        if started:
-            ray.shutdown()

@@ -3,24 +3,30 @@
     python -m translate.infer --ckpt CKPT [CKPT ...] [-i in.txt] [-o out.txt] [--beam-size 5] [--alpha 0.6]
         [--max-len-a 1.5] [--max-len-b 10] [--batch-size 64] [--n-best N] [--alignments out.jsonl]
         [--html report.html] [--chunk-lines 2000] [--device auto] [--dtype float32|bfloat16|int8]
+        [--engine local|ray --workers N] [--shard I/N] [--fresh]
 
 Exactly one output line per input line, in input order; a blank input line gives an empty output line,
 and `--n-best N` puts the N best translations on one line, tab-separated. The input is read, sorted by
 length and translated a chunk of `--chunk-lines` at a time, so memory does not grow with the input and the
 output equals that of one chunk holding the whole file. Sources longer than the model's `max_len` subwords
 are truncated, with a warning naming the line. `-o`, `--alignments` and `--html` appear in one rename at the
-end, never half-written; one run at a time writes an `-o` file (`OUTPUT.lock`). Several checkpoints
-translate as an ensemble (the mean of their probabilities; alignments come from the first). See docs/translate.md.
+end, never half-written; one run at a time writes an `-o` file (`OUTPUT.lock`). A run from `-i FILE` to
+`-o FILE` keeps its lines in a hidden partial file as they are written, so the same command after a kill or
+a stop continues where it was. Several checkpoints translate as an ensemble (the mean of their probabilities;
+alignments come from the first). Scaling out: `--engine ray` (translate.ray_engine), `--shard` and
+`python -m translate.shards merge` (translate.shards). See docs/translate.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict
 from pathlib import Path
 from typing import IO
 
@@ -30,10 +36,13 @@ from core.nn.explain import attention_layers
 from core.runtime.atomic import atomic_path, stale_temporaries
 from core.runtime.errors import InputError, check_text, describe_os_error
 from core.runtime.lock import OutputLock, interrupt_on_sigterm
+from core.runtime.ray_session import RayCluster
 from translate.alignment_page import write_html
 from translate.api import CHUNK_LINES, DTYPES, INT8, MAX_TRUNCATION_WARNINGS, Translator, format_line
+from translate.ray_engine import translate_on_ray
 from translate.search.align import DEFAULT_LAYER, Layer, WordAlignment
 from translate.search.options import SearchOptions
+from translate.shards import Shard, parse_shard, shard_runs, write_record
 
 log = logging.getLogger("translate.infer")
 MAX_LINE_BYTES = 1 << 20  # one sentence per line; a longer "line" is a file with no line breaks
@@ -118,6 +127,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "CPU without fast bf16) or int8 (int8 linear layers, CPU only); docs/results.md compares "
                         "their speed and BLEU")
     p.add_argument("--progress", action="store_true", help="show progress on stderr even when it is not a terminal")
+    p.add_argument("--fresh", action="store_true",
+                   help="start over instead of continuing the lines an interrupted run with -i and -o kept")
+    p.add_argument("--shard", help="I/N: translate only shard I of N (blocks of --chunk-lines lines, block b in "
+                                   "shard b mod N); merge the parts with python -m translate.shards merge")
+    p.add_argument("--engine", choices=("local", "ray"), default="local",
+                   help="local: this process; ray: --workers model replicas on Ray (the `scale` extra)")
+    p.add_argument("--workers", type=int, default=2, help="--engine ray: model replicas (default 2)")
+    p.add_argument("--cpus-per-worker", type=float, default=1.0,
+                   help="--engine ray: CPUs each replica reserves, also its torch threads (default 1)")
+    p.add_argument("--ray-address", help="--engine ray: a running cluster (default: start a local one)")
     return p
 
 
@@ -132,8 +151,9 @@ def main(argv: list[str] | None = None) -> None:
     except BrokenPipeError:  # the reader went away (`... | head`): stop quietly, as Unix tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
         sys.exit(1)
-    except KeyboardInterrupt:
-        print(f"interrupted: nothing was written to {args.output or 'the named outputs'}", file=sys.stderr)
+    except KeyboardInterrupt as err:
+        kept = str(err) if isinstance(err, Interrupted) else f"nothing was written to {args.output or 'the outputs'}"
+        print(f"interrupted: {kept}", file=sys.stderr)
         sys.exit(130)
     except ValueError as err:  # bad values and files
         sys.exit(f"error: {err}")
@@ -183,45 +203,136 @@ def run(args: argparse.Namespace) -> None:
 
 
 def _translate(args: argparse.Namespace, options: SearchOptions, layer: Layer) -> None:
-    device = torch.device("cpu") if args.dtype == INT8 and args.device == "auto" else _device(args.device)
-    translator = Translator.load(args.ckpt, device, args.dtype)
-    n_layers = attention_layers(translator.aligner.decoder, "cross_attn")  # 1 for an RNN
-    if layer != "mean" and not -n_layers <= layer < n_layers:  # before any output is written
-        raise InputError(f"--align-layer {layer}: the model has {n_layers} decoder cross-attention "
-                         f"layer{'s' if n_layers != 1 else ''} (use 0..{n_layers - 1}, -1 for the last, or mean)")
+    shard = parse_shard(args.shard) if args.shard else None
     want_align = args.alignments is not None or args.html is not None
+    if args.engine == "ray" and want_align:
+        raise InputError("--engine ray writes the translations only; drop --alignments/--html or use --engine local")
+    if shard and not (args.input and args.output):
+        raise InputError(f"--shard {args.shard} needs -i FILE and -o PART: each shard reads the file and writes a part")
+    device = torch.device("cpu") if args.dtype == INT8 and args.device == "auto" else _device(args.device)
+    translator = Translator.load(args.ckpt, device, args.dtype) if args.engine == "local" else None
+    if translator is not None:
+        n_layers = attention_layers(translator.aligner.decoder, "cross_attn")  # 1 for an RNN
+        if layer != "mean" and not -n_layers <= layer < n_layers:  # before any output is written
+            raise InputError(f"--align-layer {layer}: the model has {n_layers} decoder cross-attention "
+                             f"layer{'s' if n_layers != 1 else ''} (use 0..{n_layers - 1}, -1 for the last, or mean)")
     shown: list[tuple[int, WordAlignment]] = []
     warned = [0]
     with AtomicOutputs() as outputs, contextlib.ExitStack() as stack:
-        out = outputs.open(args.output) if args.output else sys.stdout.buffer
+        partial = None
+        if args.input and args.output and not want_align and _plain_file(Path(args.output)):
+            # resumable: the lines are kept as they are written
+            partial, done = _resume(Path(args.output), _settings(args, options, shard, local=True), args.fresh)
+            out = stack.enter_context(open(partial, "ab"))
+        else:
+            out, done = outputs.open(args.output) if args.output else sys.stdout.buffer, 0
         align_out = outputs.open(args.alignments) if args.alignments else None
         html_out = outputs.reserve(args.html) if args.html else None  # a bad path fails now, not after the work
         stream = stack.enter_context(open(args.input, "rb")) if args.input else sys.stdin.buffer
-        advance = stack.enter_context(_progress(args.progress or sys.stderr.isatty(), args.input))
-        first = 1
-        for lines in read_chunks(stream, args.chunk_lines, args.input or "<stdin>", CHUNK_BYTES):
-            sources = translator.encode_sources(lines, first, warned)
-            hyps, aligned = translator.translate_ids(sources, options, layer if want_align else None, lines)
-            out.write("".join(format_line(h, translator.tgt_vocab) + "\n" for h in hyps).encode("utf-8"))
-            out.flush()
-            if aligned is not None:
-                if align_out is not None:
-                    align_out.write("".join(a.to_json() + "\n" for a in aligned).encode("utf-8"))
-                room = args.html_max - len(shown)
-                shown += [(first + k, a) for k, a in enumerate(aligned) if a.tgt_words][: max(room, 0)]
-            first += len(lines)
-            advance(len(lines))
-            del lines, sources, hyps, aligned  # else this chunk stays alive while the next one is read and encoded
-        if warned[0] > MAX_TRUNCATION_WARNINGS:
-            log.warning("%d lines in all were truncated to max_len %d", warned[0], translator.max_src_len)
+        advance = stack.enter_context(_progress(args.progress or sys.stderr.isatty(), args.input, done))
+        runs = shard_runs(read_chunks(stream, args.chunk_lines, args.input or "<stdin>", CHUNK_BYTES),
+                          args.chunk_lines, shard, done)
+        if translator is None:
+            cluster = RayCluster(args.workers, args.cpus_per_worker, args.ray_address)
+            results = translate_on_ray(runs, args.ckpt, str(device), args.dtype, options, cluster, warned)
+        else:
+            results = _local(translator, runs, options, layer if want_align else None, warned)
+        written = done
+        try:
+            for first, lines, text, aligned in results:
+                out.write(text.encode("utf-8"))
+                out.flush()
+                written += len(lines)
+                if aligned is not None:
+                    if align_out is not None:
+                        align_out.write("".join(a.to_json() + "\n" for a in aligned).encode("utf-8"))
+                    room = args.html_max - len(shown)
+                    shown += [(first + k, a) for k, a in enumerate(aligned) if a.tgt_words][: max(room, 0)]
+                advance(len(lines))
+        except KeyboardInterrupt as err:
+            if partial is None:
+                raise
+            raise Interrupted(f"{written} translated lines of {args.output} are kept in {partial}; the same "
+                              "command continues from there (--fresh starts over)") from err
+        except Exception:
+            if partial is not None:  # a bad line: the fixed input is another input, so nothing is worth keeping
+                for path in (partial, partial.with_name(partial.name + ".json")):
+                    path.unlink(missing_ok=True)
+            raise
+        if warned[0] > (MAX_TRUNCATION_WARNINGS if translator else 0):
+            log.warning("%d lines in all were truncated to the model's max_len", warned[0])
         if html_out is not None:
             write_html(html_out, [a for _, a in shown], f"Alignments: {args.input or 'stdin'}",
                        [n for n, _ in shown])
-    log.info("translated %d lines", first - 1)
+        if partial is not None:
+            out.close()
+            os.replace(partial, args.output)
+            partial.with_name(partial.name + ".json").unlink()
+            if shard is not None:
+                write_record(Path(args.output), _settings(args, options, shard, local=False))
+    log.info("translated %d lines", written)
+
+
+class Interrupted(KeyboardInterrupt):
+    """An interruption that kept the lines already written, and says so."""
+
+
+def _local(translator: Translator, runs: Iterable[tuple[int, list[str]]], options: SearchOptions,
+           layer: Layer | None, warned: list[int]) -> Iterator[tuple[int, list[str], str, list | None]]:
+    for first, lines in runs:
+        sources = translator.encode_sources(lines, first, warned)
+        hyps, aligned = translator.translate_ids(sources, options, layer, lines)
+        yield first, lines, "".join(format_line(h, translator.tgt_vocab) + "\n" for h in hyps), aligned
+        del sources, hyps, aligned  # else this chunk stays alive while the next one is read and encoded
+
+
+def _settings(args: argparse.Namespace, options: SearchOptions, shard: Shard | None, local: bool) -> dict:
+    """What shapes the output's lines: a resumed run must match it (`local`: with paths and modification times),
+    and a merge checks the parts' records (without them, so parts from several machines merge)."""
+    def file(path: str) -> list:
+        stat = Path(path).stat()
+        return [str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns] if local else [Path(path).name, stat.st_size]
+
+    record = {"input": file(args.input), "checkpoints": [file(c) for c in args.ckpt], "search": asdict(options),
+              "dtype": args.dtype, "block": args.chunk_lines, "shard": shard and f"{shard[0]}/{shard[1]}"}
+    return record if local else {**record, "input_lines": _count_lines(Path(args.input))}
+
+
+def _resume(output: Path, settings: dict, fresh: bool) -> tuple[Path, int]:
+    """The hidden partial output beside `output` and the lines it holds: an earlier run's with the same settings
+    (cut after its last whole line), or a new, empty one."""
+    partial, record = output.with_name(f".{output.name}.partial"), output.with_name(f".{output.name}.partial.json")
+    if not fresh and partial.is_file() and record.is_file() and json.loads(record.read_text()) == settings:
+        lines, end = 0, 0
+        with open(partial, "rb") as f:
+            for at, block in enumerate(iter(lambda: f.read(1 << 20), b"")):
+                lines += block.count(b"\n")
+                if (last := block.rfind(b"\n")) >= 0:
+                    end = (at << 20) + last + 1
+        os.truncate(partial, end)
+        log.info("resuming %s: %d lines were translated by an earlier run", output, lines)
+        return partial, lines
+    partial.write_bytes(b"")
+    record.write_text(json.dumps(settings))
+    return partial, 0
+
+
+def _plain_file(path: Path) -> bool:
+    """A new or regular file: not a folder, a link written through or a FIFO (`core.runtime.atomic_path`)."""
+    return not path.is_symlink() and (path.is_file() or not path.exists())
+
+
+def _count_lines(path: Path) -> int:
+    """Lines as `read_chunks` counts them: a last line without a line break is one."""
+    lines, last = 0, b"\n"
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            lines, last = lines + block.count(b"\n"), block[-1:]
+    return lines + (last != b"\n")
 
 
 @contextlib.contextmanager
-def _progress(enabled: bool, path: str | None) -> Iterator[Callable[[int], None]]:
+def _progress(enabled: bool, path: str | None, done: int = 0) -> Iterator[Callable[[int], None]]:
     """A rich progress bar of lines on stderr (advanced by the function it gives); a no-op when disabled."""
     if not enabled:
         yield lambda n: None
@@ -231,11 +342,9 @@ def _progress(enabled: bool, path: str | None) -> Iterator[Callable[[int], None]
 
     with Progress(TextColumn("translating"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   console=Console(stderr=True)) as bar:
-        total = None  # stdin or a pipe: an open-ended bar (counting would consume it)
-        if path is not None and Path(path).is_file():
-            with open(path, "rb") as f:
-                total = sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 20), b""))
-        task = bar.add_task("lines", total=total)
+        # stdin or a pipe: an open-ended bar (counting would consume it)
+        total = _count_lines(Path(path)) if path is not None and Path(path).is_file() else None
+        task = bar.add_task("lines", total=total, completed=done)
         yield lambda n: bar.advance(task, n)
 
 
