@@ -27,6 +27,8 @@ PROGRAMS: dict[str, tuple[str, list[str]]] = {
     **{f"python -m streamrec.{name}": (f"streamrec.{name}", []) for name in ("score", "explain", "serve", "export")},
     "python -m streamrec.shards": ("streamrec.shards", []),
     "python -m streamrec.shards merge": ("streamrec.shards", ["merge"]),
+    "python -m translate.shards": ("translate.shards", []),
+    "python -m translate.shards merge": ("translate.shards", ["merge"]),
     **{f"python -m translate {sub}": ("translate.cli", [sub]) for sub in ("fit", "validate", "test", "predict")},
     "python -m translate": ("translate.cli", []),
     **{f"python -m translate.{name}": (f"translate.{name}", []) for name in ("infer", "average", "serve", "export")},
