@@ -27,17 +27,10 @@ import pyarrow.parquet as pq
 
 from core.runtime.atomic import atomic_path
 from core.runtime.errors import InputError, exit_on_error
+from core.runtime.shards import check_shards, parse_shard
 
 PROVENANCE_KEY = b"streamrec.provenance"
 VARYING = ("created", "shard")  # the provenance fields shards of one run may differ in
-
-
-def parse_shard(text: str) -> tuple[int, int]:
-    """'I/N' -> (I, N), with 0 <= I < N."""
-    head, sep, tail = text.partition("/")
-    if sep and head.strip().isdigit() and tail.strip().isdigit() and int(head) < int(tail):
-        return int(head), int(tail)
-    raise InputError(f"--shard {text}: write I/N with 0 <= I < N, e.g. 0/4 for the first of 4 shards")
 
 
 def shard_of(user_id: str, n_shards: int) -> int:
@@ -108,7 +101,7 @@ def merge(folder: str | Path, output: str | Path) -> int:
     if not files:
         raise InputError(f"{folder}: no .parquet shard in it; write them with python -m streamrec.score --shard I/N")
     provs = {f: read_provenance(f) for f in files}
-    n_shards = _check_shards(folder, provs)
+    n_shards = len(check_shards(folder, provs, VARYING))
     first, prov = files[0], provs[files[0]]
     schema = pq.read_schema(first)
     seen: dict[str, Path] = {}
@@ -125,33 +118,6 @@ def merge(folder: str | Path, output: str | Path) -> int:
                 writer.write_table(table.replace_schema_metadata(None))
                 rows += table.num_rows
     return rows
-
-
-def _check_shards(folder: Path, provs: dict[Path, dict[str, object]]) -> int:
-    """All shards i/N for one N, once each, with one provenance; returns N."""
-    first = next(iter(provs))
-    base = {k: v for k, v in provs[first].items() if k not in VARYING}
-    by_index: dict[int, Path] = {}
-    n_shards = None
-    for file, prov in provs.items():
-        for key in sorted(set(base) | set(prov)):
-            if key not in VARYING and prov.get(key) != base.get(key):
-                raise InputError(f"{file.name}: {key} is {prov.get(key)!r} but {first.name} has {base.get(key)!r}; "
-                                 "merge only shards of one run (same checkpoint and settings)")
-        if prov.get("shard") is None:
-            raise InputError(f"{file.name}: not a shard (written without --shard); move it out of {folder}")
-        index, n = parse_shard(str(prov["shard"]))
-        if n_shards is not None and n != n_shards:
-            raise InputError(f"{file.name}: shard {index}/{n} but {first.name} is one of {n_shards}")
-        n_shards = n
-        if index in by_index:
-            raise InputError(f"shard {index}/{n} twice: {by_index[index].name} and {file.name}; remove one")
-        by_index[index] = file
-    missing = [i for i in range(n_shards) if i not in by_index]
-    if missing:
-        raise InputError(f"{folder}: missing shard{'s' if len(missing) > 1 else ''} "
-                         f"{', '.join(map(str, missing))} of {n_shards}; run them with --shard I/{n_shards}")
-    return n_shards
 
 
 def _check_users(file: Path, table: pa.Table, prov: dict[str, object], seen: dict[str, Path]) -> None:

@@ -37,12 +37,13 @@ from core.runtime.atomic import atomic_path, stale_temporaries
 from core.runtime.errors import InputError, check_text, describe_os_error
 from core.runtime.lock import OutputLock, interrupt_on_sigterm
 from core.runtime.ray_session import RayCluster
+from core.runtime.shards import Shard, parse_shard
 from translate.alignment_page import write_html
 from translate.api import CHUNK_LINES, DTYPES, INT8, MAX_TRUNCATION_WARNINGS, Translator, format_line
 from translate.ray_engine import translate_on_ray
 from translate.search.align import DEFAULT_LAYER, Layer, WordAlignment
 from translate.search.options import SearchOptions
-from translate.shards import Shard, parse_shard, shard_runs, write_record
+from translate.shards import shard_runs, write_record
 
 log = logging.getLogger("translate.infer")
 MAX_LINE_BYTES = 1 << 20  # one sentence per line; a longer "line" is a file with no line breaks

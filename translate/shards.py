@@ -19,16 +19,9 @@ from pathlib import Path
 
 from core.runtime.atomic import atomic_path
 from core.runtime.errors import InputError, exit_on_error
+from core.runtime.shards import Shard, check_shards
 
-Shard = tuple[int, int]
 RECORD = ".shard.json"
-
-
-def parse_shard(text: str) -> Shard:
-    head, sep, tail = text.partition("/")
-    if sep and head.strip().isdigit() and tail.strip().isdigit() and int(head) < int(tail):
-        return int(head), int(tail)
-    raise InputError(f"--shard {text}: write I/N with 0 <= I < N, e.g. 0/4 for the first of 4 shards")
 
 
 def shard_runs(chunks: Iterable[list[str]], block: int, shard: Shard | None, skip: int = 0,
@@ -64,7 +57,9 @@ def merge(folder: str | Path, output: str | Path) -> int:
                for p in sorted(folder.glob("*" + RECORD))}
     if not records:
         raise InputError(f"{folder}: no part record (*{RECORD}) in it; write parts with translate.infer --shard I/N")
-    parts = _check_parts(folder, records)
+    parts = check_shards(folder, records, ())
+    if lost := [part.name for part in parts if not part.is_file()]:
+        raise InputError(f"{folder}: the parts {', '.join(lost)} have records but are not there; translate them again")
     base = next(iter(records.values()))
     block, total = int(base["block"]), int(base["input_lines"])
     with atomic_path(output) as tmp, open(tmp, "wb") as out:
@@ -83,30 +78,6 @@ def merge(folder: str | Path, output: str | Path) -> int:
             for reader in readers:
                 reader.close()
     return total
-
-
-def _check_parts(folder: Path, records: dict[Path, dict[str, object]]) -> list[Path]:
-    """The parts in shard order, all N of one run, once each."""
-    first, base = next(iter(records.items()))
-    same = {k: v for k, v in base.items() if k != "shard"}
-    by_index: dict[int, Path] = {}
-    for part, record in records.items():
-        for key in sorted(set(same) | set(record) - {"shard"}):
-            if record.get(key) != same.get(key):
-                raise InputError(f"{part.name}: {key} is {record.get(key)!r} but {first.name} has {same.get(key)!r}; "
-                                 "merge only parts of one run (same input, checkpoints and settings)")
-        index, n = parse_shard(str(record["shard"]))
-        if n != parse_shard(str(base["shard"]))[1]:
-            raise InputError(f"{part.name}: shard {index}/{n} but {first.name} is one of another count")
-        if index in by_index:
-            raise InputError(f"shard {index}/{n} twice: {by_index[index].name} and {part.name}; remove one")
-        if not part.is_file():
-            raise InputError(f"{part}: its record is there but the part is not; translate shard {index}/{n} again")
-        by_index[index] = part
-    n = parse_shard(str(base["shard"]))[1]
-    if missing := [str(i) for i in range(n) if i not in by_index]:
-        raise InputError(f"{folder}: missing shard {', '.join(missing)} of {n}; run them with --shard I/{n}")
-    return [by_index[i] for i in range(n)]
 
 
 def main(argv: list[str] | None = None) -> None:
