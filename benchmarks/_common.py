@@ -1,7 +1,6 @@
 """What the benchmark scripts share: interleaved timing, memory probes, FLOP counts and this machine's GEMM peak
 (MFU), tables, JSON, the shipped configs' training steps. Benchmarks report ratios against a baseline measured in
-the same run, never a lone absolute time: the CPUs are shared and one run can be 2x slower than the next.
-"""
+the same run, never a lone absolute time: the CPUs are shared and one run can be 2x slower than the next."""
 
 from __future__ import annotations
 
@@ -285,10 +284,11 @@ STEP_CASES = {
 QUICK = dict(num_items=50, max_len=12, src_vocab_size=60, tgt_vocab_size=60, d_model=16, n_heads=2, d_ff=32)
 
 
-def step_case(name: str, *, fastpath: bool = True, bf16: bool | None = None, quick: bool = False) -> Callable[[], None]:
+def step_case(name: str, *, fastpath: bool = True, bf16: bool | None = None, quick: bool = False,
+              compiled: bool = False) -> Callable[[], None]:
     """One call of case `name` from seed 0: a training step (training_step, backward, AdamW) or a beam search;
-    `bf16`: autocast (default: as the name says). Imports the apps from `sys.path`, so `hot_path.py` can use it on an
-    older tree."""
+    `bf16`: autocast (default: as the name says); `compiled`: the stacks under inductor. Imports the apps from
+    `sys.path`, so `hot_path.py` can use it on an older tree."""
     import torch
 
     kwargs = STEP_CASES[name] | ({k: v for k, v in QUICK.items() if k in STEP_CASES[name]} if quick else {})
@@ -317,6 +317,10 @@ def step_case(name: str, *, fastpath: bool = True, bf16: bool | None = None, qui
             return lambda: beam_search(model, src, BOS_ID, EOS_ID, beam_size=5, max_len_a=0.0, max_len_b=n, max_len=n)
         tgt_in = torch.cat([torch.full((b, 1), BOS_ID), ids[1, :, :-1]], 1)  # bos + target
         batch = Batch(src=ids[0], tgt_in=tgt_in, tgt_out=ids[1], index=torch.arange(b))
+    if compiled:
+        from core.nn.compile import compile_in_place
+        compile_in_place([m for m in (module.model.encoder, getattr(module.model, "decoder", None)) if m is not None],
+                         "default")
     opt = torch.optim.AdamW(module.parameters(), lr=1e-4)
     module.train()
 

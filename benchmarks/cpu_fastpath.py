@@ -1,17 +1,20 @@
-"""`speed.cpu_fastpath` off against on (or fp32 against bf16 autocast) for a training step of each app, CPU.
+"""`speed.cpu_fastpath` off against on (fp32 against bf16, eager against compiled) for each app's step, CPU.
 
-Each case (`_common.STEP_CASES`: the shipped configs' shapes) is built twice from the same seed (the same weights)
-and times `training_step` + backward + AdamW on one synthetic batch, or beam 5 over 32 sentences for
-`translate_decode`. Interleaved rounds; time = median; speed-up = median of per-round ratios first / second (> 1:
-the second is faster). `--compare precision` (fast path on, as the configs train) checks the start-up bf16 probe
-(`core.runtime.precision.cpu_has_fast_bf16`): a case agrees when the probe's verdict names the faster precision or
-the step is within 10% either way. FLOP/s: `FlopCounterMode`'s count over the step's time; MFU: its share of this
-machine's GEMM peak in the step's precision at the same threads, the best probe beside any case of the run.
+Each case (`_common.STEP_CASES`: the shipped configs' shapes) is built twice from the same seed and times
+`training_step` + backward + AdamW on one synthetic batch, or beam 5 over 32 sentences for `translate_decode`.
+Interleaved rounds; time = median; speed-up = median of per-round ratios first / second (> 1: the second is faster).
+`--compare precision` (fast path on, as the configs train) checks the start-up bf16 probe
+(`core.runtime.precision.cpu_has_fast_bf16`): a case agrees when the probe's verdict names the faster precision or the
+step is within 10% either way. `--compare compile`: eager against inductor (`model.speed.compile default`), both
+without the fast path, training steps only; the warm-up call compiles. FLOP/s: `FlopCounterMode`'s count over the
+step's time; MFU: its share of this machine's GEMM peak in the step's precision at the same threads (the best probe
+beside any case of the run).
 
     python benchmarks/cpu_fastpath.py --threads 2 --json runs/bench/cpu_fastpath_t2.json
     python benchmarks/cpu_fastpath.py --compare precision --json runs/bench/cpu_precision.json
 
-JSON keys: {case}_{label}_{ms,flop_s,mfu}, {case}_speedup, {case}_gflop per case (labels off/on or fp32/bf16),
+JSON keys: {case}_{label}_{ms,flop_s,mfu}, {case}_speedup, {case}_gflop per case (labels off/on, fp32/bf16 or
+eager/compiled),
 peak_flop_s_{fp32,bf16}, threads, quick, load_avg_start, load_avg_end; fastpath: onednn, fast_bf16; precision:
 probe_speedup, probe_fast_bf16, {case}_agrees.
 """
@@ -29,12 +32,14 @@ import torch
 from core.nn.cpu_fastpath import onednn_available
 from core.runtime.precision import FAST_BF16_MIN_SPEEDUP, cpu_bf16_speedup, cpu_has_bf16_kernels, cpu_has_fast_bf16
 
-LABELS = {"fastpath": ("off", "on"), "precision": ("fp32", "bf16")}
+LABELS = {"fastpath": ("off", "on"), "precision": ("fp32", "bf16"), "compile": ("eager", "compiled")}
 PRECISION_CASES = ("streamrec_ml1m", "streamrec_beauty", "translate_multi30k_fp32")
 NEAR = 0.1  # a step within this fraction of level is no wrong verdict either way
 
 
 def build(case: str, label: str, quick: bool):
+    if label in ("eager", "compiled"):  # both without the fast path, whose kernels inductor would not fuse
+        return _common.step_case(case, fastpath=False, compiled=label == "compiled", quick=quick)
     if label in ("fp32", "bf16"):
         return _common.step_case(case, bf16=label == "bf16", quick=quick)
     return _common.step_case(case, fastpath=label == "on", quick=quick)
@@ -56,6 +61,7 @@ def main(argv: list[str] | None = None) -> None:
     warnings.filterwarnings("ignore", ".*self.log.*")  # training_step logs; there is no trainer here
     out, labels = _common.console(width=120), LABELS[args.compare]
     cases = args.cases or list(PRECISION_CASES if args.compare == "precision" else _common.STEP_CASES)
+    cases = [c for c in cases if args.compare != "compile" or c != "translate_decode"]  # search stays eager
     f: dict[str, float] = {"threads": args.threads, "quick": int(args.quick), "load_avg_start": os.getloadavg()[0]}
     if args.compare == "precision":
         _common.require_bf16_kernels("--compare precision")
@@ -71,7 +77,7 @@ def main(argv: list[str] | None = None) -> None:
         size = 256 if args.quick else 1024
         peaks = {d: max(peaks.get(d, 0.0), _common.peak_gemm_flops(d, args.threads, size)) for d in dtypes}
         fns = {label: build(case, label, args.quick) for label in labels}
-        flops = _common.step_flops(build(case, labels[0] if args.compare == "precision" else "off", args.quick))
+        flops = _common.step_flops(build(case, labels[0] if args.compare != "fastpath" else "off", args.quick))
         for fn in fns.values():  # warm-up: oneDNN builds its kernels on the first call
             fn()
         runs[case] = flops, _common.interleave(fns, args.repeats, number=args.number)
