@@ -23,7 +23,9 @@ from torch import Tensor, nn
 from core.nn.cpu_fastpath import cpu_fastpath_disabled
 from core.runtime.atomic import atomic_folder_files
 from core.runtime.checkpoint import load_module
+from core.runtime.errors import exit_on_error
 from core.runtime.export import constructor_arguments, run_export, save_folder, write_json
+from core.runtime.lock import interrupt_on_sigterm
 from streamrec.data.ingest.options import READ_OPTIONS_KEY
 from streamrec.data.readers import read_options_from_checkpoint
 from streamrec.data.vocab import ItemVocab
@@ -110,7 +112,9 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     write = {"safetensors": lambda: export_safetensors(args.ckpt, args.output),
              "onnx": lambda: export_onnx(args.ckpt, args.output, args.opset)}[args.format]
-    run_export(write, args.format, args.output)
+    interrupt_on_sigterm()
+    with exit_on_error(interrupted=f"rerun the command to export {args.output} whole"):
+        run_export(write, args.format, args.output)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from core.runtime.atomic import atomic_path
 from core.runtime.cli import config_chain
 from core.runtime.errors import InputError, exit_on_error
-from core.runtime.lock import OutputLock
+from core.runtime.lock import OutputLock, interrupt_on_sigterm
 from streamrec.lightning_cli import build_cli
 from streamrec.model.module import full_softmax_terms
 from streamrec.tuning.options import Budget, TuneOptions
@@ -185,11 +185,14 @@ def search(options: TuneOptions) -> None:
         def objective(trial: optuna.Trial) -> float:
             try:
                 return run_trial(trial, options, n_heads, progress)
-            except BaseException:
+            except BaseException as err:
                 # Optuna calls no callback (keep_if_best) for a trial that fails, so its weights go here (a
-                # pruned one's would go there anyway). One cut off by Ctrl-C is run again from the start under
-                # a new number: its weights are no use either.
+                # pruned one's would go there anyway). One cut off by Ctrl-C or SIGTERM is run again from the
+                # start under a new number: its weights are no use either. It stays RUNNING, what the next run
+                # reruns, as a SystemExit (what Lightning's fit makes of it), which Optuna does not mark failed.
                 shutil.rmtree(options.trial_dir(trial.number), ignore_errors=True)
+                if isinstance(err, KeyboardInterrupt):
+                    raise SystemExit(1) from err
                 raise
 
         if n_trials != 0:
@@ -241,6 +244,7 @@ def write_outputs(study: optuna.Study, options: TuneOptions, parser: ArgumentPar
 def main(argv: list[str] | None = None) -> None:
     """CLI entry point: a search, resumable; a user's mistake ends with one line."""
     options = parse_args(argv)
+    interrupt_on_sigterm()
     with exit_on_error(interrupted=f"the study in {options.out / 'study.db'} keeps every finished trial; run the "
                                    "same command to go on"):
         options.out.mkdir(parents=True, exist_ok=True)

@@ -23,8 +23,9 @@ import torch
 from torch import Tensor
 
 from core.runtime.checkpoint import load_module
-from core.runtime.errors import InputError
+from core.runtime.errors import InputError, exit_on_error
 from core.runtime.export import constructor_arguments, run_export, save_folder
+from core.runtime.lock import interrupt_on_sigterm
 from translate.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, SubwordVocab, vocabs_from_checkpoint
 from translate.model.hparams import upgrade_hparams
 from translate.model.networks import TranslatorNetwork, network_from_hparams
@@ -293,8 +294,10 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     if args.quantization and args.format != "ctranslate2":
         p.error("--quantization applies to --format ctranslate2 only")
-    run_export(lambda: export_safetensors(args.ckpt, args.output) if args.format == "safetensors" else
-               export_ctranslate2(args.ckpt, args.output, args.quantization), args.format, args.output)
+    interrupt_on_sigterm()
+    with exit_on_error(interrupted=f"rerun the command to export {args.output} whole"):
+        run_export(lambda: export_safetensors(args.ckpt, args.output) if args.format == "safetensors" else
+                   export_ctranslate2(args.ckpt, args.output, args.quantization), args.format, args.output)
 
 
 if __name__ == "__main__":

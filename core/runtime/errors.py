@@ -6,6 +6,7 @@ one line and exit non-zero, and anything else that escapes a reader is a bug."""
 from __future__ import annotations
 
 import errno
+import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,6 +23,26 @@ class UnsafeCheckpointError(InputError):
 
 class OutputLockedError(InputError):
     """Another live process is writing the same output."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM as Ctrl-C's exception, which remembers its signal: the command then exits with 128 + its number, as
+    a shell reports a process the signal killed, not as a refused input's 1."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+
+class Stopped(SystemExit):
+    """The exit of an interrupted command, whose text is its one line (what a caller in the process reads)."""
+
+    def __init__(self, status: int, line: str):
+        super().__init__(status)
+        self.line = line
+
+    def __str__(self) -> str:
+        return self.line
 
 
 _FIXES = {
@@ -49,13 +70,16 @@ def exit_on_error(output: str | Path | None = None, not_written: bool = False,
     """A user's mistake (a bad value or file, an unwritable folder, a full disk) ends the command with one line
     on stderr and exit status 1, not a traceback. `output`: the file an OSError without a file name concerns
     (`not_written`: say it was not written); `interrupted`: the line after "interrupted: " for Ctrl-C or
-    SIGTERM (None: let the interruption through)."""
+    SIGTERM, which end it with 130 or 143 (None: let the interruption through). Lightning's fit ends an
+    interrupted fit with `exit(1)`, the interruption its context: that is one too."""
     try:
         yield
-    except KeyboardInterrupt:
-        if interrupted is None:
+    except (KeyboardInterrupt, SystemExit) as err:
+        cause = err.__context__ if isinstance(err, SystemExit) else err
+        if interrupted is None or not isinstance(cause, KeyboardInterrupt):
             raise
-        sys.exit(f"interrupted: {interrupted}")
+        print(line := f"interrupted: {interrupted}", file=sys.stderr, flush=True)
+        raise Stopped(128 + getattr(cause, "signum", signal.SIGINT), line) from None
     except (ValueError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")
     except OSError as err:

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from core.runtime.errors import InputError, OutputLockedError, describe_os_error
+from core.runtime.errors import InputError, Interrupted, OutputLockedError, describe_os_error
 
 log = logging.getLogger("core.runtime.lock")
 
@@ -121,12 +121,12 @@ def _describe(holder: dict[str, object]) -> str:
 
 
 def interrupt_on_sigterm() -> None:
-    """Make SIGTERM (`kill`, a job scheduler's stop) raise KeyboardInterrupt, as Ctrl-C does.
+    """Make SIGTERM (`kill`, a job scheduler's stop) raise KeyboardInterrupt (`Interrupted`), as Ctrl-C does.
 
     Python's default for SIGTERM ends the process at once, skipping `finally` blocks: temporary files
     and lock files would stay. A CLI calls this first and treats both signals as an interruption."""
     def _raise(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
+        raise Interrupted(signum)
 
     if threading.current_thread() is threading.main_thread():  # the only thread Python lets set handlers
         signal.signal(signal.SIGTERM, _raise)

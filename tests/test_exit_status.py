@@ -1,0 +1,267 @@
+"""Exit statuses of the batch programs: a refused input ends in status 1 every time (never a signal, an abort or a
+hang), and SIGINT or SIGTERM ends a run with 128 + the signal's number, one line, and what resumes it kept.
+
+Each run is a child forked from this process, which has imported the programs already: the child calls the
+program's `main(argv)` and leaves the way the program would, through Python's exit handlers and libc's `exit`
+(where a native thread still alive at exit aborts the process), without returning into pytest."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import sqlite3
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+import optuna
+import pandas  # noqa: F401 (the readers import it on first use: once here, not in every child)
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from optuna.trial import TrialState
+
+from streamrec import export as streamrec_export
+from streamrec import score, tune
+from translate import average
+from translate import export as translate_export
+
+FIXTURES = Path(__file__).parent / "streamrec" / "fixtures"
+CKPT = FIXTURES / "sasrec.ckpt"
+LIBC = ctypes.CDLL(None)
+
+
+def _start(main: Callable[[list[str]], object], argv: list[str], logs: Path, libc_exit: bool = True) -> int:
+    """Fork a child that runs `main(argv)` with stdout and stderr in `logs`.out and `logs`.err; its pid.
+    `libc_exit=False` skips the C++ destructors (torch's take a third of a second) after Python's exit handlers."""
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 70
+    try:
+        for fd, suffix in ((1, ".out"), (2, ".err")):
+            os.dup2(os.open(f"{logs}{suffix}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+        sys.stdout, sys.stderr = open(1, "w", closefd=False), open(2, "w", closefd=False)  # not pytest's capture
+        logging.root.handlers.clear()  # nor its log capture: the program's basicConfig then takes effect
+        try:
+            main(argv)
+            code = 0
+        except SystemExit as stop:  # what the interpreter does with it: print a message, exit 1
+            code = stop.code if isinstance(stop.code, int) else (stop.code is not None)
+            if not isinstance(stop.code, int | None):
+                print(stop.code, file=sys.stderr)
+        except BaseException:  # a bug: the interpreter's traceback, and a status no refusal has
+            traceback.print_exc()
+        threading._shutdown()  # then as Py_Finalize would: join the threads, run the exit handlers
+        import atexit
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        if libc_exit:
+            LIBC.exit(code)  # C++ destructors and atexit hooks run here, as at a real exit
+        os._exit(code)
+
+
+def _wait(pid: int, seconds: float = 60) -> int:
+    """The child's exit status as a shell reports it (128 + N for signal N); a hang fails the test."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            code = os.waitstatus_to_exitcode(status)
+            return 128 - code if code < 0 else code
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    pytest.fail(f"child {pid} hung")
+
+
+def _run(main: Callable[[list[str]], object], argv: list[str], logs: Path, libc_exit: bool = True) -> tuple[int, str]:
+    return _wait(_start(main, argv, logs, libc_exit)), Path(f"{logs}.err").read_text()
+
+
+def _log(path: Path, users: int, per_user: int = 5, bad_row: int | None = None, bad: str = "") -> Path:
+    """A CSV log of the fixture checkpoint's items; row `bad_row` (from 0) replaced by `bad`."""
+    lines = ["user_id,item_id,timestamp"]
+    for u in range(users):
+        lines += [f"u{u:06d},v{(u + k) % 40:04d},{1_700_000_000 + k}" for k in range(per_user)]
+    if bad_row is not None:
+        lines[bad_row + 1] = bad
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("inputs")
+    rows = 30_000  # several blocks of arrow's reader: the bad row is met while it still reads ahead
+    files = {
+        "log": _log(d / "log.csv", 60),
+        "extra_field": _log(d / "extra.csv", rows // 5, bad_row=25_000, bad="u1,v0001,1700000000,9"),
+        "bad_time": _log(d / "time.csv", rows // 5, bad_row=25_000, bad="u1,v0001,yesterday"),
+        "nul": _log(d / "nul.csv", rows // 5, bad_row=25_000, bad="u1,v00\0,1"),
+        "latin1": d / "latin1.csv",
+        "no_time": d / "no_time.csv",
+        "garbage_ckpt": d / "garbage.ckpt",
+        "truncated_ckpt": d / "truncated.ckpt",
+        "truncated_parquet": d / "truncated.parquet",
+        "parquet_no_item": d / "no_item.parquet",
+        "parquet_null_user": d / "null_user.parquet",
+        "users_binary": d / "users.bin",
+        "users_empty": d / "users_empty.txt",
+        "bad_key_yaml": d / "bad_key.yaml",
+    }
+    files["bad_key_yaml"].write_text(f"data: {{path: {d / 'log.csv'}}}\nmodel: {{evaluation: {{ks: [5]}}}}\n")
+    files["latin1"].write_bytes(files["extra_field"].read_bytes().replace(b"u1,v0001,1700000000,9", b"u\xe9,v1,1"))
+    files["no_time"].write_text("user_id,item_id\nu1,v0001\n")
+    files["garbage_ckpt"].write_bytes(b"not a checkpoint\n" * 100)
+    files["truncated_ckpt"].write_bytes(CKPT.read_bytes()[: CKPT.stat().st_size // 2])
+    n = rows
+    users = [f"u{i // 5:06d}" for i in range(n)]
+    table = pa.table({"user_id": users, "item_id": [f"v{i % 40:04d}" for i in range(n)],
+                      "timestamp": [1_700_000_000 + i for i in range(n)]})
+    pq.write_table(table, files["truncated_parquet"], row_group_size=5_000)
+    files["truncated_parquet"].write_bytes(files["truncated_parquet"].read_bytes()[:-100])
+    pq.write_table(table.drop(["item_id"]), files["parquet_no_item"])
+    users[25_000] = None
+    pq.write_table(table.set_column(0, "user_id", pa.array(users)), files["parquet_null_user"], row_group_size=5_000)
+    files["users_binary"].write_bytes(b"u1\n\0\0\n")
+    files["users_empty"].write_text("\n\n")
+    return files
+
+
+def _score_argv(inputs: dict[str, Path], out: Path, **change: str) -> list[str]:
+    args = {"--ckpt": str(CKPT), "--input": str(inputs["log"]), "--output": str(out), **change}
+    return [x for kv in args.items() for x in kv]
+
+
+SCORE_ERRORS = {  # name: (flags changed, runs): arrow's CSV and Parquet readers, with threads reading ahead, most
+    "extra field far in": ({"--input": "extra_field"}, 20),
+    "null user in parquet": ({"--input": "parquet_null_user"}, 20),
+    "bad time far in": ({"--input": "bad_time"}, 2),
+    "NUL far in": ({"--input": "nul"}, 2),
+    "not UTF-8 far in": ({"--input": "latin1"}, 2),
+    "truncated parquet": ({"--input": "truncated_parquet"}, 2),
+    "missing column": ({"--input": "no_time"}, 1),
+    "parquet without item column": ({"--input": "parquet_no_item"}, 1),
+    "garbage checkpoint": ({"--ckpt": "garbage_ckpt"}, 1),
+    "truncated checkpoint": ({"--ckpt": "truncated_ckpt"}, 1),
+    "binary --users": ({"--users": "users_binary"}, 1),
+    "empty --users": ({"--users": "users_empty"}, 1),
+    "missing --users": ({"--users": "/nonexistent/users.txt"}, 1),
+    "output folder missing": ({"--output": "/nonexistent/recs.csv"}, 1),
+    "ray: empty --users": ({"--users": "users_empty", "--engine": "ray"}, 1),
+    "ray: bad input far in": ({"--input": "extra_field", "--engine": "ray"}, 2),
+}
+
+
+@pytest.mark.parametrize("name", SCORE_ERRORS)
+def test_a_refused_score_input_exits_1_every_time(name, inputs, tmp_path):
+    change, runs = SCORE_ERRORS[name]
+    change = {k: str(inputs.get(v, v)) for k, v in change.items()}
+    argv = _score_argv(inputs, tmp_path / "recs.csv", **change)
+    codes = [_run(score.main, argv, tmp_path / f"run{i}", libc_exit=i == 0)[0] for i in range(runs)]
+    err = (tmp_path / "run0.err").read_text()
+    assert codes == [1] * runs, (codes, err)
+    assert err.strip().splitlines()[-1].startswith("error: "), err
+    assert "Traceback" not in err, err
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("run")) == []
+
+
+def test_refused_inputs_of_the_other_programs_exit_1(inputs, tmp_path):
+    out = tmp_path / "out"
+    cases = [
+        (average.main, ["--ckpts", str(inputs["garbage_ckpt"]), "--output", str(out / "avg.ckpt")]),
+        (average.main, ["--ckpts", str(inputs["truncated_ckpt"]), "--output", str(tmp_path / "avg.ckpt")]),
+        (average.main, ["--ckpts", str(CKPT), "--output", str(tmp_path / "avg.ckpt")]),  # not a Translate one
+        (average.main, ["--dir", str(tmp_path / "none"), "--output", str(tmp_path / "avg.ckpt")]),
+        (streamrec_export.main, ["--ckpt", str(inputs["truncated_ckpt"]), "--format", "safetensors",
+                                 "--output", str(out)]),
+        (streamrec_export.main, ["--ckpt", str(CKPT), "--format", "safetensors", "--output", str(inputs["log"])]),
+        (translate_export.main, ["--ckpt", str(CKPT), "--format", "safetensors", "--output", str(out)]),
+        (translate_export.main, ["--ckpt", str(inputs["garbage_ckpt"]), "--format", "ctranslate2",
+                                 "--output", str(out)]),
+        (tune.main, ["--config", str(inputs["bad_key_yaml"]), "--out", str(tmp_path / "search"), "--budget", "1"]),
+    ]
+    for k, (main, argv) in enumerate(cases):
+        code, err = _run(main, argv, tmp_path / f"run{k}")
+        assert code == 1 and err.strip().splitlines()[-1].startswith("error: ") and "Traceback" not in err, (argv, err)
+    assert not out.exists() and not list(tmp_path.glob("*avg*"))
+
+
+def _stopped(signum: int, err: str) -> str:
+    """The one line an interrupted run ends with (its status checked by the caller)."""
+    lines = [line for line in err.splitlines() if line.startswith("interrupted: ")]
+    assert len(lines) == 1 and err.rstrip().endswith(lines[0]) and "Traceback" not in err, err
+    return lines[0]
+
+
+def _signal_when(pid: int, signum: int, ready: Callable[[], bool], seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while not ready():
+        assert time.monotonic() < deadline and not os.waitpid(pid, os.WNOHANG)[0], "the run ended before its signal"
+        time.sleep(0.005)
+    os.kill(pid, signum)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_scoring_with_its_parts_kept_and_a_rerun_resumes_them(signum, tmp_path):
+    log, out = _log(tmp_path / "log.csv", 80), tmp_path / "recs.csv"
+    argv = _score_argv({"log": log}, out, **{"--chunk-users": "1", "--threads": "1"})
+    parts = tmp_path / "recs.csv.parts"
+    pid = _start(score.main, argv, tmp_path / "run")
+    _signal_when(pid, signum, lambda: len(list(parts.glob("part-*.parquet"))) >= 3)
+    assert _wait(pid) == 128 + signum
+    assert "recs.csv.parts/" in _stopped(signum, (tmp_path / "run.err").read_text())
+    kept = len(list(parts.glob("part-*.parquet")))
+    assert kept >= 3 and not out.exists()
+    assert not [p for p in tmp_path.rglob("*") if p.name.endswith((".tmp", ".lock"))]
+    code, err = _run(score.main, argv, tmp_path / "resume")
+    assert code == 0 and f"resuming: {kept} users already scored" in err, err
+    whole = tmp_path / "whole.csv"
+    assert _run(score.main, [str(whole) if a == str(out) else a for a in argv], tmp_path / "whole")[0] == 0
+    assert sorted(out.read_text().splitlines()) == sorted(whole.read_text().splitlines())
+    assert not parts.exists()
+
+
+TUNE_CONFIG = """\
+seed_everything: 0
+trainer: {{max_epochs: 3, accelerator: cpu, logger: false, enable_progress_bar: false}}
+data: {{path: {path}, max_len: 8, batch_size: 32}}
+model: {{d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32, evaluation: {{popularity_baseline: false}}}}
+"""
+
+
+def test_a_signal_stops_tune_and_the_next_run_goes_on_with_the_study(tiny_log, tmp_path):
+    config, out = tmp_path / "base.yaml", tmp_path / "search"
+    config.write_text(TUNE_CONFIG.format(path=tiny_log))
+    argv = ["--config", str(config), "--budget", "1", "--out", str(out), "--startup-trials", "2",
+            "--params", "lr", "dropout"]
+    db = out / "study.db"
+
+    def epoch_reported(k: int) -> bool:  # this run's trial is inside Lightning's fit, past an epoch
+        try:
+            with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as c:  # never held open
+                return bool(c.execute("SELECT COUNT(*) FROM trial_intermediate_values JOIN trials USING "
+                                      "(trial_id) WHERE state = 'RUNNING' AND number = ?", (k,)).fetchone()[0])
+        except sqlite3.Error:  # not created yet, or being written
+            return False
+
+    for k, signum in enumerate((signal.SIGTERM, signal.SIGINT)):
+        pid = _start(tune.main, argv, tmp_path / f"run{k}")
+        _signal_when(pid, signum, lambda: epoch_reported(k))  # noqa: B023 (called before k changes)
+        assert _wait(pid) == 128 + signum
+        assert "study.db" in _stopped(signum, (tmp_path / f"run{k}.err").read_text())
+        assert not (out / "fit.lock").exists() and not list((out / "trials").glob("*"))
+    assert _run(tune.main, argv, tmp_path / "last")[0] == 0
+    study = optuna.load_study(study_name=tune.STUDY_NAME, storage=f"sqlite:///{db}")
+    states = [t.state for t in study.trials]
+    assert states == [TrialState.FAIL, TrialState.FAIL, TrialState.COMPLETE], states
+    assert study.trials[0].params == study.trials[1].params == study.trials[2].params  # the cut trial, run again
