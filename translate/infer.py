@@ -24,6 +24,7 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
@@ -153,9 +154,10 @@ def main(argv: list[str] | None = None) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
         sys.exit(1)
     except KeyboardInterrupt as err:
-        kept = str(err) if isinstance(err, Interrupted) else f"nothing was written to {args.output or 'the outputs'}"
+        kept = str(err) if isinstance(err, KeptLines) else f"nothing was written to {args.output or 'the outputs'}"
         print(f"interrupted: {kept}", file=sys.stderr)
-        sys.exit(130)
+        # 128 + the signal, as a shell reports it: SIGTERM's `Interrupted` knows its number; Ctrl-C is SIGINT
+        sys.exit(128 + getattr(err.__cause__ if isinstance(err, KeptLines) else err, "signum", signal.SIGINT))
     except ValueError as err:  # bad values and files
         sys.exit(f"error: {err}")
     except OSError as err:  # missing, unreadable or unwritable files, a full disk
@@ -253,7 +255,7 @@ def _translate(args: argparse.Namespace, options: SearchOptions, layer: Layer) -
         except KeyboardInterrupt as err:
             if partial is None:
                 raise
-            raise Interrupted(f"{written} translated lines of {args.output} are kept in {partial}; the same "
+            raise KeptLines(f"{written} translated lines of {args.output} are kept in {partial}; the same "
                               "command continues from there (--fresh starts over)") from err
         except Exception:
             if partial is not None:  # a bad line: the fixed input is another input, so nothing is worth keeping
@@ -274,8 +276,8 @@ def _translate(args: argparse.Namespace, options: SearchOptions, layer: Layer) -
     log.info("translated %d lines", written)
 
 
-class Interrupted(KeyboardInterrupt):
-    """An interruption that kept the lines already written, and says so."""
+class KeptLines(KeyboardInterrupt):
+    """An interruption that kept the lines already written, and says so; its cause is the signal's exception."""
 
 
 def _local(translator: Translator, runs: Iterable[tuple[int, list[str]]], options: SearchOptions,
@@ -319,8 +321,9 @@ def _resume(output: Path, settings: dict, fresh: bool) -> tuple[Path, int]:
 
 
 def _plain_file(path: Path) -> bool:
-    """A new or regular file: not a folder, a link written through or a FIFO (`core.runtime.atomic_path`)."""
-    return not path.is_symlink() and (path.is_file() or not path.exists())
+    """A new or regular file in a folder that exists: not a folder, a link written through or a FIFO, which
+    `core.runtime.atomic_path` handles (and refuses a missing folder in its own words)."""
+    return path.parent.is_dir() and not path.is_symlink() and (path.is_file() or not path.exists())
 
 
 def _count_lines(path: Path) -> int:

@@ -7,12 +7,13 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import signal
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from core.runtime.errors import InputError
+from core.runtime.errors import InputError, Interrupted
 from translate import infer, shards
 from translate.shards import shard_runs
 
@@ -98,7 +99,9 @@ def test_merge_refuses_parts_that_are_not_one_whole_run(trained, tmp_path, damag
     assert not (tmp_path / "out.de").exists()
 
 
-def test_an_interrupted_run_keeps_its_lines_and_the_same_command_continues(trained, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize(("stop", "status"), [(KeyboardInterrupt, 130), (Interrupted(signal.SIGTERM), 143)])
+def test_an_interrupted_run_keeps_its_lines_and_the_same_command_continues(trained, tmp_path, monkeypatch, capsys,
+                                                                           stop, status):
     out = tmp_path / "out.de"
     real, calls = infer._local, []
 
@@ -106,14 +109,14 @@ def test_an_interrupted_run_keeps_its_lines_and_the_same_command_continues(train
         for k, result in enumerate(real(*args)):
             calls.append(result[0])
             if k == 2:
-                raise KeyboardInterrupt
+                raise stop
             yield result
 
     with monkeypatch.context() as m:
         m.setattr(infer, "_local", stopped_after_two_chunks)
-        with pytest.raises(SystemExit) as stop:
+        with pytest.raises(SystemExit) as stopped:
             infer.main(_args(trained.ckpt, trained.src, out))
-    assert stop.value.code == 130 and not out.exists()
+    assert stopped.value.code == status and not out.exists()
     assert "8 translated lines" in capsys.readouterr().err
     partial = tmp_path / ".out.de.partial"
     assert partial.read_bytes() == b"".join(trained.whole.splitlines(keepends=True)[:8])
