@@ -26,8 +26,15 @@ Activation = Literal["gelu", "relu", "swiglu"]
 
 
 class FeedForward(nn.Module):
-    """Position-wise feed-forward network D -> F -> D, dropout after the activation; "swiglu" is Shazeer
-    (2020)'s silu(xW) * xV, two input projections of width F each."""
+    """Position-wise feed-forward network.
+
+    Args:
+        d_model: model width D.
+        d_ff: hidden width F.
+        dropout: dropout after the activation.
+        activation: "gelu", "relu", or "swiglu" (Shazeer, 2020: silu(xW) * xV, two input
+            projections of width F each).
+    """
 
     def __init__(self, d_model: int, d_ff: int, *, dropout: float = 0.0, activation: Activation = "gelu"):
         super().__init__()
@@ -49,7 +56,13 @@ class FeedForward(nn.Module):
 
 
 class Residual(nn.Module):
-    """One sublayer with its norm, dropout and residual connection: pre-LN x + f(norm(x)), post-LN norm(x + f(x))."""
+    """One sublayer with its norm, dropout and residual connection: pre-LN x + f(norm(x)), post-LN norm(x + f(x)).
+
+    Args:
+        d_model: model width D.
+        dropout: dropout on the sublayer's output.
+        norm_first: pre-LN (True) or post-LN (False).
+    """
 
     def __init__(self, d_model: int, *, dropout: float, norm_first: bool):
         super().__init__()
@@ -71,7 +84,13 @@ class Residual(nn.Module):
 
 
 class GatedResidual(Residual):
-    """Pre-LN residual with a learned sigmoid gate on the update: x + sigmoid(W x + b) * f(norm(x)) (LiGR's)."""
+    """Pre-LN residual with a learned sigmoid gate on the update: x + sigmoid(W x + b) * f(norm(x)) (LiGR's).
+
+    Args:
+        d_model: model width D.
+        dropout: dropout on the sublayer's output.
+        norm_first: must be True (pre-LN).
+    """
 
     def __init__(self, d_model: int, *, dropout: float, norm_first: bool):
         if not norm_first:

@@ -23,7 +23,12 @@ def _check_length(offset: int, t: int, max_len: int) -> None:
 
 
 class SinusoidalPositions(nn.Module):
-    """Fixed sine/cosine positions (Vaswani et al., 2017), added to the input."""
+    """Fixed sine/cosine positions (Vaswani et al., 2017), added to the input.
+
+    Args:
+        d_model: model width D (even).
+        max_len: longest sequence the table covers.
+    """
 
     def __init__(self, d_model: int, max_len: int):
         super().__init__()
@@ -45,7 +50,12 @@ class SinusoidalPositions(nn.Module):
 
 
 class LearnedPositions(nn.Module):
-    """A trained embedding per absolute position, added to the input."""
+    """A trained embedding per absolute position, added to the input.
+
+    Args:
+        d_model: model width D.
+        max_len: number of positions learned.
+    """
 
     def __init__(self, d_model: int, max_len: int):
         super().__init__()
@@ -65,6 +75,11 @@ class RotaryEmbedding(nn.Module):
 
     "Rotate half" pairing: feature i turns with feature i + Dh/2 by `position * base^(-2i/Dh)`, so the score
     q_m . k_n depends only on m - n.
+
+    Args:
+        head_dim: per-head width Dh (even).
+        max_len: longest absolute position supported.
+        base: frequency base.
     """
 
     def __init__(self, head_dim: int, max_len: int, *, base: float = 10000.0):
@@ -116,6 +131,10 @@ class ALiBi(nn.Module):
     """Attention with linear biases: score(i, j) += -slope_h * |i - j|.
 
     An additive float bias for SDPA's `attn_mask`; in a causal model (j <= i) the paper's slope_h * (j - i).
+
+    Args:
+        n_heads: number of query heads H.
+        max_len: longest absolute position supported.
     """
 
     def __init__(self, n_heads: int, max_len: int):
