@@ -157,7 +157,16 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     """Causal self-attention + cross-attention to the encoder + feed-forward.
 
-    Arguments as `EncoderLayer`'s first nine; `n_heads` and `n_kv_heads` serve both attentions.
+    Args:
+        d_model: model width D.
+        n_heads: attention heads (self and cross).
+        n_kv_heads: key/value heads for grouped-query attention (default n_heads).
+        d_ff: feed-forward width.
+        dropout: dropout on sublayer outputs and inside the feed-forward.
+        attn_dropout: dropout on attention weights.
+        ff_dropout: dropout after the feed-forward activation (fairseq's `activation_dropout`); None: `dropout`.
+        activation: feed-forward activation.
+        norm_first: pre-LN (True) or post-LN (False).
     """
 
     def __init__(self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, d_ff: int,

@@ -78,12 +78,10 @@ class _Stack(nn.Module):
     """What both stacks share: positions (an additive table, or RoPE/ALiBi inside attention), input
     dropout, `n_layers` layers of one kind, a final norm, and the documented initialisation."""
 
-    layer: type[EncoderLayer] | type[DecoderLayer]
-
-    def __init__(self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, n_layers: int, d_ff: int,
-                 dropout: float = 0.0, attn_dropout: float = 0.0, ff_dropout: float | None = None, max_len: int,
-                 positions: Positions = "sinusoidal", activation: Activation = "gelu", norm_first: bool = True,
-                 **layer_options):
+    def __init__(self, layer: type[EncoderLayer] | type[DecoderLayer], d_model: int, n_heads: int, *,
+                 n_kv_heads: int | None, n_layers: int, d_ff: int, dropout: float, attn_dropout: float,
+                 ff_dropout: float | None, max_len: int, positions: Positions, activation: Activation,
+                 norm_first: bool, **layer_options):
         super().__init__()
         # Checked here too: RoPE and ALiBi are sized from n_heads before any layer exists.
         if n_heads <= 0 or d_model % n_heads:
@@ -97,7 +95,7 @@ class _Stack(nn.Module):
         self.alibi = ALiBi(n_heads, max_len) if positions == "alibi" else None
         self.drop = nn.Dropout(dropout)
         self.layers = nn.ModuleList(
-            self.layer(d_model, n_heads, n_kv_heads=n_kv_heads, d_ff=d_ff, dropout=dropout, attn_dropout=attn_dropout,
+            layer(d_model, n_heads, n_kv_heads=n_kv_heads, d_ff=d_ff, dropout=dropout, attn_dropout=attn_dropout,
                   ff_dropout=ff_dropout, activation=activation, norm_first=norm_first, **layer_options)
             for _ in range(n_layers)
         )
@@ -142,8 +140,6 @@ class Encoder(_Stack):
         residual: every layer's residual kind (`core.nn.blocks.Residual`, or `GatedResidual`: pre-LN only).
     """
 
-    layer = EncoderLayer
-
     def __init__(self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, n_layers: int, d_ff: int,
                  dropout: float = 0.0, attn_dropout: float = 0.0, ff_dropout: float | None = None, max_len: int,
                  positions: Positions = "sinusoidal", activation: Activation = "gelu", norm_first: bool = True,
@@ -153,7 +149,7 @@ class Encoder(_Stack):
             raise ValueError("the low-pass mix is a causal filter: use it with `causal=True`")
         if kernel is not None and (not causal or positions == "alibi"):
             raise ValueError(f"attention {type(kernel).__name__} needs `causal=True` and positions other than alibi")
-        super().__init__(d_model, n_heads, n_kv_heads=n_kv_heads, n_layers=n_layers, d_ff=d_ff,
+        super().__init__(EncoderLayer, d_model, n_heads, n_kv_heads=n_kv_heads, n_layers=n_layers, d_ff=d_ff,
                          dropout=dropout, attn_dropout=attn_dropout, ff_dropout=ff_dropout, max_len=max_len,
                          positions=positions, activation=activation, norm_first=norm_first, mix=mix, kernel=kernel,
                          residual=residual)
@@ -201,10 +197,27 @@ class Encoder(_Stack):
 class Decoder(_Stack):
     """A stack of decoder layers (causal self-attention + cross-attention) and a final norm (pre-LN only).
 
-    Arguments as `Encoder`'s first twelve; `max_len` bounds the target, `positions` act in self-attention only.
+    Args:
+        d_model: model width D.
+        n_heads: attention heads; must divide D.
+        n_kv_heads: key/value heads (grouped-query attention); default n_heads.
+        n_layers: number of layers.
+        d_ff: feed-forward width.
+        dropout: dropout on the input and inside each layer.
+        attn_dropout: dropout on attention weights.
+        ff_dropout: dropout after each feed-forward activation; None uses `dropout`.
+        max_len: longest target sequence supported (no default: each app sets its own).
+        positions: "sinusoidal", "learned", "rope", "alibi" or "none" (self-attention only).
+        activation: feed-forward activation ("gelu", "relu", "swiglu").
+        norm_first: pre-LN (True) or post-LN (False).
     """
 
-    layer = DecoderLayer
+    def __init__(self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, n_layers: int, d_ff: int,
+                 dropout: float = 0.0, attn_dropout: float = 0.0, ff_dropout: float | None = None, max_len: int,
+                 positions: Positions = "sinusoidal", activation: Activation = "gelu", norm_first: bool = True):
+        super().__init__(DecoderLayer, d_model, n_heads, n_kv_heads=n_kv_heads, n_layers=n_layers, d_ff=d_ff,
+                         dropout=dropout, attn_dropout=attn_dropout, ff_dropout=ff_dropout, max_len=max_len,
+                         positions=positions, activation=activation, norm_first=norm_first)
 
     def new_cache(self, capacity: int = 16) -> DecoderCache:
         """An empty cache for incremental decoding with this stack, first sized for `capacity` steps."""
