@@ -167,7 +167,9 @@ def test_a_refused_score_input_exits_1_every_time(name, inputs, tmp_path):
     change, runs = SCORE_ERRORS[name]
     change = {k: str(inputs.get(v, v)) for k, v in change.items()}
     argv = _score_argv(inputs, tmp_path / "recs.csv", **change)
-    codes = [_run(score.main, argv, tmp_path / f"run{i}", libc_exit=i == 0)[0] for i in range(runs)]
+    # One run in five leaves through libc's exit, where a reader thread still alive would abort (the C++
+    # destructors cost a second a run); the others check the status of every refusal.
+    codes = [_run(score.main, argv, tmp_path / f"run{i}", libc_exit=i % 5 == 0)[0] for i in range(runs)]
     err = (tmp_path / "run0.err").read_text()
     assert codes == [1] * runs, (codes, err)
     assert err.strip().splitlines()[-1].startswith("error: "), err
