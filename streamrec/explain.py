@@ -28,12 +28,6 @@ from core.runtime.errors import InputError, exit_on_error
 from streamrec.api import Explanation, Recommender
 from streamrec.reading import add_read_arguments, read_overrides
 
-
-def _short(text: str, width: int = 24) -> str:
-    """A heatmap tick label: long titles cut so the figure keeps its size."""
-    return text if len(text) <= width else text[: width - 1] + "\u2026"
-
-
 HEATMAP_ITEMS = 30  # the heatmap's columns: the most recent history items, each wide enough to read
 
 
@@ -43,7 +37,7 @@ def _heatmap_figure(drops: Tensor, rows: list[str], cols: list[str], last: int =
     total = len(cols)
     if total > last:
         drops, cols = drops[:, -last:], cols[-last:]
-    rows, cols = [_short(r) for r in rows], [_short(c) for c in cols]
+    rows, cols = ([t if len(t) <= 24 else t[:23] + "\u2026" for t in ts] for ts in (rows, cols))  # keep its size
     fig = Figure(figsize=(max(5.0, 0.35 * len(cols) + 3), max(3.0, 0.35 * len(rows) + 2.5)), layout="constrained")
     ax = fig.subplots()
     im = ax.imshow(drops.float().numpy(), cmap="magma", aspect="auto")
@@ -55,12 +49,6 @@ def _heatmap_figure(drops: Tensor, rows: list[str], cols: list[str], last: int =
     fig.suptitle(f"score drop when the history item is removed (occlusion)\n{shown}", fontsize=10, wrap=True)
     fig.colorbar(im, ax=ax)
     return fig
-
-
-def _heatmap_png(drops: Tensor, rows: list[str], cols: list[str]) -> str:
-    buf = io.BytesIO()
-    _heatmap_figure(drops, rows, cols).savefig(buf, format="png", dpi=100)
-    return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
 # Narrow screens: containers cap the width, long words break anywhere, a table turns into one card per
@@ -109,8 +97,10 @@ def render_html(user: str, why: Explanation) -> str:
         f"<td data-label='largest occlusion drop'>{_item(why, occ, details=False)} ({drop:+.3f})</td></tr>"
         for r, ((item, score), (att, occ, drop)) in enumerate(zip(why.recommendations, why.because, strict=True))
     )
-    png = _heatmap_png(why.drops, [why.title(item) for item, _ in why.recommendations],
-                       [why.title(item) for item in why.history])
+    buf = io.BytesIO()
+    _heatmap_figure(why.drops, [why.title(item) for item, _ in why.recommendations],
+                    [why.title(item) for item in why.history]).savefig(buf, format="png", dpi=100)
+    png = base64.b64encode(buf.getvalue()).decode("ascii")
     return f"""<!doctype html><html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1"><link rel="icon" href="data:,">
 <title>StreamRec: why for {e(user)}</title><style>{_STYLE}</style></head><body><main>
@@ -148,8 +138,7 @@ def main(argv: list[str] | None = None) -> None:
         interactions = rec.read_log(args.input, **read_overrides(args))
         if args.user not in interactions.items:
             raise InputError(f"{args.input}: no user {args.user!r}; pass a user id that appears in the file")
-        history = interactions.items[args.user]
-        if not rec.encode(history)[0]:
+        if not rec.encode(history := interactions.items[args.user])[0]:
             raise InputError(f"user {args.user!r} has no item known to the checkpoint; nothing to explain")
         why = rec.explain(history, args.top_k, args.exclude_seen)
         with atomic_path(html) as tmp:

@@ -78,7 +78,7 @@ class ResumableOutput:
         if manifest_path.exists():
             try:
                 previous = json.loads(manifest_path.read_text(encoding="utf-8"))
-            except (ValueError, UnicodeDecodeError):
+            except ValueError:  # UnicodeDecodeError too
                 previous = None
             if previous != manifest:
                 raise InputError(f"{self.parts} holds partial results of a run with other arguments; rerun with "
@@ -88,10 +88,8 @@ class ResumableOutput:
                 tmp.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
 
     def done_users(self) -> set[str]:
-        done: set[str] = set()
-        for part in sorted(self.parts.glob("part-*.parquet")):
-            done.update(pq.read_table(part, columns=["user_id"]).column("user_id").to_pylist())
-        return done
+        return {u for part in self.parts.glob("part-*.parquet")
+                for u in pq.read_table(part, columns=["user_id"]).column("user_id").to_pylist()}
 
     def write_part(self, table: pa.Table) -> None:
         n = len(list(self.parts.glob("part-*.parquet")))
@@ -106,13 +104,10 @@ class ResumableOutput:
 
     def discard(self) -> None:
         """After a failure: remove what this run created; the parts of an earlier killed run stay resumable."""
-        if not self.parts.exists():
-            return
-        if self.resumed:
-            for tmp in self.parts.glob(".*.tmp"):
-                tmp.unlink(missing_ok=True)
-        else:
+        if not self.resumed:
             shutil.rmtree(self.parts, ignore_errors=True)
+        for tmp in self.parts.glob(".*.tmp"):  # none once removed
+            tmp.unlink(missing_ok=True)
 
 
 def scan_precision(choice: str, device: str) -> Precision:
@@ -167,11 +162,11 @@ class ScoreJob:
         ranking = RankingOptions(top_k=args.top_k, exclude_seen=args.exclude_seen, item_chunk=args.item_chunk,
                                  precision=scan_precision(args.precision, device), explain=args.explain,
                                  batch_size=args.batch_size, cold_slots=args.cold_slots)
-        ray = RayOptions(args.workers, args.cpus_per_worker, args.ray_address, args.chunk_users)
-        shard = None if args.shard is None else parse_shard(args.shard)
         return cls(Path(args.ckpt), args.input, Path(args.output), ranking, device, read_overrides(args),
-                   args.cold_users, args.users, args.items, shard, args.chunk_users, args.fresh, args.threads,
-                   ray if args.engine == "ray" else None)
+                   args.cold_users, args.users, args.items, None if args.shard is None else parse_shard(args.shard),
+                   args.chunk_users, args.fresh, args.threads,
+                   RayOptions(args.workers, args.cpus_per_worker, args.ray_address, args.chunk_users)
+                   if args.engine == "ray" else None)
 
     def provenance(self) -> dict[str, object]:
         r = self.ranking
@@ -336,20 +331,16 @@ def _score_all(job: ScoreJob, out: ResumableOutput, users: list[str], interactio
         log.warning("%d users with no item known to the checkpoint got the %d most popular items of %s",
                     scorer.popular_users, len(scorer.popular.items), job.input)
     rows = out.finish(metadata)
-    _write_skipped(job.output, scorer.skipped)
-    log.info("wrote %d rows for %d users to %s", rows, len(done) + len(todo) - scorer.no_history, job.output)
-
-
-def _write_skipped(output: Path, skipped: list[str]) -> None:
-    path = skipped_path(output)
+    skipped, path = scorer.skipped, skipped_path(job.output)
     if not skipped:
         path.unlink(missing_ok=True)  # an earlier run's list would name users this run scored
-        return
-    with atomic_path(path) as tmp:
-        tmp.write_text("".join(f"{u}\n" for u in skipped), encoding="utf-8")
-    shown = ", ".join(map(repr, skipped[:SKIPPED_SHOWN])) + (", ..." if len(skipped) > SKIPPED_SHOWN else "")
-    log.warning("skipped %d users with no item known to the checkpoint (%s), listed in %s; --cold-users popular "
-                "gives them the most popular items", len(skipped), shown, path)
+    else:
+        with atomic_path(path) as tmp:
+            tmp.write_text("".join(f"{u}\n" for u in skipped), encoding="utf-8")
+        shown = ", ".join(map(repr, skipped[:SKIPPED_SHOWN])) + (", ..." if len(skipped) > SKIPPED_SHOWN else "")
+        log.warning("skipped %d users with no item known to the checkpoint (%s), listed in %s; --cold-users "
+                    "popular gives them the most popular items", len(skipped), shown, path)
+    log.info("wrote %d rows for %d users to %s", rows, len(done) + len(todo) - scorer.no_history, job.output)
 
 
 if __name__ == "__main__":
