@@ -17,7 +17,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from pathlib import Path
 
 from rich.console import Console
@@ -61,13 +61,27 @@ def time_call(fn: Callable[[], object], sync: Callable[[], None] = lambda: None,
 
 
 def interleave(fns: dict[str, Callable[[], object]], repeats: int, sync: Callable[[], None] = lambda: None,
-               number: int = 1) -> dict[str, list[float]]:
-    """Time every function once per round, A B A B ..., so drifting machine load hits all alike."""
+               number: int = 1, warmup: bool = False) -> dict[str, list[float]]:
+    """Time each function once a round, A B A B ..., so drifting load hits all; `warmup`: one untimed call first."""
+    for fn in fns.values() if warmup else ():
+        time_call(fn, sync)
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
             times[name].append(time_call(fn, sync, number))
     return times
+
+
+def grad_step(forward: Callable[[], object], train: bool, backward: Callable[[object], object]) -> Callable[[], None]:
+    """A call that runs `forward()` with autograd on only when `train`, and then `backward` on its output."""
+    import torch
+
+    def step() -> None:
+        with torch.set_grad_enabled(train):
+            out = forward()
+            if train:
+                backward(out)
+    return step
 
 
 def median_ratio(num: Sequence[float], den: Sequence[float]) -> float:
@@ -77,14 +91,8 @@ def median_ratio(num: Sequence[float], den: Sequence[float]) -> float:
 
 def peak_gemm_flops(dtype: str = "fp32", threads: int | None = None, size: int = 1024, repeats: int = 5,
                     device: str = "cpu") -> float:
-    """This machine's GEMM rate in FLOP/s: the best of `repeats` timed (size x size) @ (size x size) matmuls (the
-    best, since load on shared cores only ever slows one down).
-
-    Args:
-        dtype: "fp32" or "bf16", the precision of the step it is compared with.
-        threads: torch CPU threads for the probe (restored after); None keeps the current count.
-        device: "cpu" or "cuda" (the device's matmul, synchronised, under the current TF32 setting).
-    """
+    """This machine's GEMM rate in FLOP/s: the best of `repeats` timed square matmuls (the best, since load on
+    shared cores only ever slows one down), at `threads` (restored after) and under CUDA's current TF32 setting."""
     import torch
 
     before = torch.get_num_threads()
@@ -101,8 +109,7 @@ def peak_gemm_flops(dtype: str = "fp32", threads: int | None = None, size: int =
 
 
 def step_flops(fn: Callable[[], object]) -> int:
-    """FLOPs of one call of `fn` as `FlopCounterMode` counts them: matmuls, attention, convolutions (forward and
-    backward), not elementwise work."""
+    """FLOPs of one call of `fn` as `FlopCounterMode` counts them: matmuls, attention, convolutions, no elementwise."""
     from torch.utils.flop_counter import FlopCounterMode
 
     with FlopCounterMode(display=False) as counter:
@@ -123,22 +130,17 @@ def loader_flops(step: Callable[[object], object], batches: Iterable, shape: Cal
 
 
 def flop_figures(flops: float, seconds: float, peak: float) -> dict[str, float]:
-    """{"flop_s": achieved FLOP/s, "mfu": its share of `peak`} for `flops` done in `seconds`."""
     return {"flop_s": flops / seconds, "mfu": flops / seconds / peak}
 
 
 def fmt_flops(flop_s: float, mfu: float) -> list[str]:
-    """The table cells "GFLOP/s" and "MFU"."""
     return [f"{flop_s / 1e9:,.1f}", f"{100 * mfu:.1f}%"]
 
 
-def reset_peak_rss() -> bool:
-    """Lower this process's peak-RSS mark to its current RSS (Linux >= 4.0); False if not allowed."""
-    try:
+def reset_peak_rss() -> None:
+    """Lower this process's peak-RSS mark to its current RSS (Linux >= 4.0), where allowed."""
+    with suppress(OSError):
         Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        return False
-    return True
 
 
 def peak_rss_bytes() -> int:
@@ -201,7 +203,6 @@ def console(stderr: bool = False, width: int = 132) -> Console:
 
 
 def print_table(out: Console, title: str, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-    """A right-aligned table (first column left-aligned)."""
     table = Table(title=title, title_justify="left")
     for i, col in enumerate(columns):
         table.add_column(col, justify="left" if i == 0 else "right")
@@ -211,7 +212,6 @@ def print_table(out: Console, title: str, columns: Sequence[str], rows: Sequence
 
 
 def print_targets(out: Console, targets: dict[str, float], figures: dict[str, float]) -> None:
-    """One line per floor the run measured: its figure, met or MISSED."""
     for name, bound in targets.items():
         if name in figures:
             verdict = "met" if figures[name] >= bound else "[red]MISSED[/]"
@@ -219,7 +219,6 @@ def print_targets(out: Console, targets: dict[str, float], figures: dict[str, fl
 
 
 def write_json(path: str | Path | None, figures: dict[str, float]) -> None:
-    """Write one flat JSON object name -> finite number (nothing when `path` is None)."""
     if path is None:
         return
     for name, value in figures.items():
@@ -230,10 +229,26 @@ def write_json(path: str | Path | None, figures: dict[str, float]) -> None:
     path.write_text(json.dumps(figures, indent=1, sort_keys=True) + "\n")
 
 
-def compare_loss_steps(fns: dict[str, Callable[[], float]], repeats: int
+def compare_loss_steps(losses: dict[str, Callable[[], object]], leaves: Sequence, bf16: bool, repeats: int
                        ) -> tuple[dict[str, float], dict[str, list[float]], list[list[str]]]:
-    """Loss steps (forward + backward, returning the loss) on materialised logits ("naive"), our chunked one
-    ("chunked") and any others: the naive-vs-chunked figures, every function's times and the table rows."""
+    """Loss steps (bf16 autocast if `bf16`, backward from cleared grads of `leaves`) on logits ("naive"), our chunked
+    one ("chunked") and any others: the naive-vs-chunked figures, every step's times and the table rows."""
+    import torch
+
+    if bf16:
+        require_bf16_kernels("--precision bf16")
+
+    def step(loss: Callable[[], object]) -> Callable[[], float]:
+        def run() -> float:
+            for x in leaves:
+                x.grad = None
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                value = loss()
+            value.backward()
+            return value.item()
+        return run
+
+    fns = {name: step(loss) for name, loss in losses.items()}
     values = {name: fn() for name, fn in fns.items()}  # also the warm-up
     peaks = {name: step_peak_bytes(fn) / 2**20 for name, fn in fns.items()}
     times = interleave(fns, repeats)

@@ -14,9 +14,8 @@ beside any case of the run).
     python benchmarks/cpu_fastpath.py --compare precision --json runs/bench/cpu_precision.json
 
 JSON keys: {case}_{label}_{ms,flop_s,mfu}, {case}_speedup, {case}_gflop per case (labels off/on, fp32/bf16 or
-eager/compiled),
-peak_flop_s_{fp32,bf16}, threads, quick, load_avg_start, load_avg_end; fastpath: onednn, fast_bf16; precision:
-probe_speedup, probe_fast_bf16, {case}_agrees.
+eager/compiled), peak_flop_s_{fp32,bf16}, threads, quick, load_avg_start, load_avg_end; fastpath: onednn,
+fast_bf16; precision: probe_speedup, probe_fast_bf16, {case}_agrees.
 """
 
 from __future__ import annotations
@@ -35,14 +34,9 @@ from core.runtime.precision import FAST_BF16_MIN_SPEEDUP, cpu_bf16_speedup, cpu_
 LABELS = {"fastpath": ("off", "on"), "precision": ("fp32", "bf16"), "compile": ("eager", "compiled")}
 PRECISION_CASES = ("streamrec_ml1m", "streamrec_beauty", "translate_multi30k_fp32")
 NEAR = 0.1  # a step within this fraction of level is no wrong verdict either way
-
-
-def build(case: str, label: str, quick: bool):
-    if label in ("eager", "compiled"):  # both without the fast path, whose kernels inductor would not fuse
-        return _common.step_case(case, fastpath=False, compiled=label == "compiled", quick=quick)
-    if label in ("fp32", "bf16"):
-        return _common.step_case(case, bf16=label == "bf16", quick=quick)
-    return _common.step_case(case, fastpath=label == "on", quick=quick)
+# label -> step_case arguments; eager and compiled both without the fast path, whose kernels inductor would not fuse
+BUILD = {"off": dict(fastpath=False), "on": dict(fastpath=True), "fp32": dict(bf16=False), "bf16": dict(bf16=True),
+         "eager": dict(fastpath=False), "compiled": dict(fastpath=False, compiled=True)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -76,11 +70,9 @@ def main(argv: list[str] | None = None) -> None:
         # The peak is probed beside every case and the best kept: on shared cores one probe can land in a busy moment.
         size = 256 if args.quick else 1024
         peaks = {d: max(peaks.get(d, 0.0), _common.peak_gemm_flops(d, args.threads, size)) for d in dtypes}
-        fns = {label: build(case, label, args.quick) for label in labels}
-        flops = _common.step_flops(build(case, labels[0] if args.compare != "fastpath" else "off", args.quick))
-        for fn in fns.values():  # warm-up: oneDNN builds its kernels on the first call
-            fn()
-        runs[case] = flops, _common.interleave(fns, args.repeats, number=args.number)
+        fns = {label: _common.step_case(case, quick=args.quick, **BUILD[label]) for label in labels}
+        flops = _common.step_flops(_common.step_case(case, quick=args.quick, **BUILD[labels[0]]))
+        runs[case] = flops, _common.interleave(fns, args.repeats, number=args.number, warmup=True)
     f |= {f"peak_flop_s_{d}": v for d, v in peaks.items()}
     rows = []
     for case, (flops, times) in runs.items():

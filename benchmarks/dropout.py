@@ -13,10 +13,11 @@ from __future__ import annotations
 import argparse
 import statistics
 from collections.abc import Callable
+from functools import partial
 
 import torch
 import torch.nn.functional as F
-from _common import console, interleave, median_ratio, print_table, write_json
+from _common import console, grad_step, interleave, median_ratio, print_table, write_json
 
 from core.nn.cpu_fastpath import dropout
 
@@ -24,19 +25,10 @@ TOKENS = 4096
 
 
 def case(width: int, p: float, train: bool) -> dict[str, Callable[[], None]]:
-    """`F.dropout` and fast-path `dropout` closures for one (width, train) point."""
     x = torch.randn(TOKENS, width, requires_grad=train)
     grad = torch.randn(TOKENS, width)
-
-    def run(fn: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[], None]:
-        def step() -> None:
-            with torch.set_grad_enabled(train):
-                out = fn(x)
-                if train:
-                    out.backward(grad)
-        return step
-
-    return {"torch": run(lambda t: F.dropout(t, p, True)), "core": run(lambda t: dropout(t, p, True))}
+    run = partial(grad_step, train=train, backward=lambda out: out.backward(grad))
+    return {"torch": run(lambda: F.dropout(x, p, True)), "core": run(lambda: dropout(x, p, True))}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -55,9 +47,7 @@ def main(argv: list[str] | None = None) -> None:
         rows = []
         for width in args.widths:
             fns = case(width, args.p, train)
-            for fn in fns.values():  # warm-up
-                fn()
-            times = interleave(fns, args.repeats)
+            times = interleave(fns, args.repeats, warmup=True)
             ms = {name: statistics.median(t) * 1e3 for name, t in times.items()}
             ratio = median_ratio(times["torch"], times["core"])
             key = f"{mode}_W{width}"

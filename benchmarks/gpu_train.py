@@ -40,6 +40,7 @@ import statistics
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import _common
 from torch import Tensor, nn
@@ -253,11 +254,8 @@ def run_section(section: Section, args, device: torch.device, peak: float, figur
         out.print(f"[yellow]note[/]: {note}")
     out.print(f"ours: {flops / 1e9:.4g} GFLOP a step (FlopCounterMode, eager); every row's FLOP/s uses that count")
 
-    def fastest(peer: str) -> System | None:
-        rows = [s for s in ok if s.peer == peer]
-        return min(rows, key=lambda s: statistics.median(times[s.name])) if rows else None
-
-    best, theirs = fastest("ours"), fastest("hf")
+    best, theirs = (min((s for s in ok if s.peer == peer), key=lambda s: statistics.median(times[s.name]), default=None)
+                    for peer in ("ours", "hf"))
     for tag, ours in (("eager_speedup", eager), ("speedup", best)) if theirs is not None else ():
         ratio = figures[f"{key}_{tag}_vs_hf"] = _common.median_ratio(times[theirs.name], times[ours.name])
         out.print(f"{ours.label} / {theirs.label}: {ratio:.2f}x (target >= {HF_TARGET}x at d512, d1024)")
@@ -276,10 +274,7 @@ def main(argv: list[str] | None = None) -> None:
     warnings.filterwarnings("ignore", ".*enable_nested_tensor is True.*")
     warnings.filterwarnings("ignore", ".*self.log.*")  # training_step logs; there is no trainer here
     out, log = _common.console(width=140), _common.console(stderr=True, width=140)
-
-    def autocast():
-        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)
-
+    autocast = partial(torch.autocast, device.type, dtype=torch.bfloat16, enabled=bf16)
     peak = _common.peak_gemm_flops(args.precision, size=512 if args.preset == "tiny" else 1024 if cpu else 8192,
                                    device=device.type)
     where = (f"CPU, {torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f}" if cpu
@@ -287,10 +282,9 @@ def main(argv: list[str] | None = None) -> None:
     out.print(f"[bold]Training step: ours vs HF Marian; StreamRec[/] ({args.preset}) | {where} | torch "
               f"{torch.__version__} | {args.precision} | compile: {', '.join(args.compile) or 'none'}")
     out.print(f"peak GEMM {args.preset}, {args.precision}: {peak / 1e12:.3g} TFLOP/s (MFU's denominator)")
+    sizes = ("d_model", "n_heads", "n_layers", "d_ff", "vocab", "batch_size", "length")
     figures: dict[str, float] = {"steps": args.steps, "warmup": args.warmup, "rounds": args.rounds, "bf16": int(bf16),
-                                 "cuda": int(not cpu), "peak_flop_s": peak, **dict(zip(
-                                     ("d_model", "n_heads", "n_layers", "d_ff", "vocab", "batch_size", "length"),
-                                     args.size, strict=True))}
+                                 "cuda": int(not cpu), "peak_flop_s": peak, **dict(zip(sizes, args.size, strict=True))}
     builders = {"translate": translator_section, "streamrec": streamrec_section}
     for name in args.sections:
         run_section(builders[name](args, device, autocast, figures, log), args, device, peak, figures, out, log)

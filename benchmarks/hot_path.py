@@ -26,8 +26,6 @@ from _common import ROOT, STEP_CASES, console, median_ratio, print_table, step_c
 
 from core.runtime.precision import cpu_has_bf16_kernels
 
-CASES = tuple(STEP_CASES)
-
 
 def old_tree(commit: str, folder: Path) -> Path:
     """core, streamrec and translate as they were at `commit`, extracted into `folder`; one line if git cannot."""
@@ -76,7 +74,7 @@ def measure(tree: Path | None, case: str, args: argparse.Namespace) -> float:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--baseline", required=True, help="the commit to compare with (any git revision)")
-    p.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES))
+    p.add_argument("--cases", nargs="+", choices=tuple(STEP_CASES), default=list(STEP_CASES))
     p.add_argument("--rounds", type=int, default=5, help="alternating rounds (default 5)")
     p.add_argument("--number", type=int, default=5, help="timed calls per child (default 5)")
     p.add_argument("--threads", type=int, default=1)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from _common import console, interleave, median_ratio, print_table, write_json
+from _common import console, grad_step, interleave, median_ratio, print_table, write_json
 
 from core.nn.cpu_fastpath import linear, onednn_available
 
@@ -40,16 +40,8 @@ def case(rows: int, k: int, n: int, train: bool) -> dict[str, Callable[[], None]
     w = torch.randn(n, k, requires_grad=train)
     b = torch.randn(n, requires_grad=train)
     grad = torch.randn(rows, n)
-
-    def run(fn: Callable[..., torch.Tensor], *params: torch.Tensor) -> Callable[[], None]:
-        def step() -> None:
-            with torch.set_grad_enabled(train):
-                out = fn(x, *params)
-                if train:
-                    torch.autograd.grad(out, (x, w, b), grad)
-        return step
-
-    return {"mkl": run(F.linear, w, b), "onednn": run(linear, w, b)}
+    return {name: grad_step(lambda fn=fn: fn(x, w, b), train, lambda out: torch.autograd.grad(out, (x, w, b), grad))
+            for name, fn in (("mkl", F.linear), ("onednn", linear))}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -68,10 +60,7 @@ def main(argv: list[str] | None = None) -> None:
         mode = "train" if train else "fwd"
         table = []
         for name, (rows, k, n) in SHAPES.items():
-            fns = case(rows, k, n, train)
-            for fn in fns.values():  # warm-up
-                fn()
-            times = interleave(fns, args.repeats, number=args.number)
+            times = interleave(case(rows, k, n, train), args.repeats, number=args.number, warmup=True)
             flop = 2 * rows * k * n * (3 if train else 1)
             gflops = {sys_: flop / statistics.median(t) / 1e9 for sys_, t in times.items()}
             ratio = median_ratio(times["mkl"], times["onednn"])

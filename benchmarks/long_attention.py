@@ -68,22 +68,15 @@ def peak_bytes(args: argparse.Namespace, path: str, t: int) -> int:
     return _common.step_peak_bytes(partial(step, path, args.window, *make_inputs(args, t)), args.device)
 
 
-def peak_in_child(args: argparse.Namespace, path: str, t: int) -> int | None:
-    """`peak_bytes` in a fresh process that imported what this script imports; None if it died."""
-    preload = ["torch", "rich.console", "_common", "core.nn.attention", "core.nn.linear_attention", "core.nn.windowed",
-               "core.nn.masks"]
-    return _common.in_fresh_process(peak_bytes, (args, path, t), preload)
-
-
 def measure(args: argparse.Namespace, t: int, log) -> dict[str, float]:
     paths = PATHS + (("window_blocks",) if args.device == "cuda" else ())  # on CPU "window" is the blocks
-    peaks = {p: (peak_bytes(args, p, t) if args.device == "cuda" else peak_in_child(args, p, t)) for p in paths}
+    preload = ["torch", "rich.console", "_common", "core.nn.attention", "core.nn.linear_attention", "core.nn.windowed",
+               "core.nn.masks"]  # what this script imports: the fresh process's peak is one step's alone
+    peaks = {p: peak_bytes(args, p, t) if args.device == "cuda" else
+             _common.in_fresh_process(peak_bytes, (args, p, t), preload) for p in paths}
     qkv = make_inputs(args, t)
     sync = torch.cuda.synchronize if args.device == "cuda" else lambda: None
-    fns = {p: partial(step, p, args.window, *qkv) for p in paths}
-    for fn in fns.values():
-        _common.time_call(fn, sync)  # warm-up
-    times = _common.interleave(fns, args.repeats, sync)
+    times = _common.interleave({p: partial(step, p, args.window, *qkv) for p in paths}, args.repeats, sync, warmup=True)
     f: dict[str, float] = {}
     for p in paths:
         f[f"T{t}_{p}_ms"] = statistics.median(times[p]) * 1e3

@@ -17,10 +17,11 @@ from __future__ import annotations
 import argparse
 import statistics
 from collections.abc import Callable
+from functools import partial
 
 import torch
 import torch.nn.functional as F
-from _common import console, interleave, median_ratio, print_table, write_json
+from _common import console, grad_step, interleave, median_ratio, print_table, write_json
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from core.nn.attention import attend
@@ -30,20 +31,12 @@ TOKENS = 4096  # queries x batch per call, like a max_tokens 4096 batch
 
 
 def case(dtype: torch.dtype, t: int, train: bool, heads: int = 4, head_dim: int = 64) -> dict[str, Callable[[], None]]:
-    """Flash, math and `attend` closures for one (dtype, T, train) point."""
     g = torch.Generator().manual_seed(t)
     b = max(1, TOKENS // t)
     q, k, v = (torch.randn(b, heads, t, head_dim, generator=g).to(dtype).requires_grad_(train) for _ in range(3))
     mask = torch.ones(b, 1, 1, t, dtype=torch.bool)
     mask[: b // 2, ..., t - max(1, t // 8):] = False  # half the rows end in padding
-
-    def run(fn: Callable[[], torch.Tensor]) -> Callable[[], None]:
-        def step() -> None:
-            with torch.set_grad_enabled(train):
-                out = fn()
-                if train:
-                    out.sum().backward()
-        return step
+    run = partial(grad_step, train=train, backward=lambda out: out.sum().backward())
 
     def backend(b: SDPBackend) -> Callable[[], torch.Tensor]:
         def fn() -> torch.Tensor:
@@ -86,10 +79,7 @@ def main(argv: list[str] | None = None) -> None:
             mode = "train" if train else "fwd"
             rows = []
             for t in args.lengths:
-                fns = case(dtype, t, train, args.heads, args.head_dim)
-                for fn in fns.values():  # warm-up
-                    fn()
-                times = interleave(fns, args.repeats)
+                times = interleave(case(dtype, t, train, args.heads, args.head_dim), args.repeats, warmup=True)
                 key = f"{dname}_{mode}_T{t}"
                 ms = {name: statistics.median(ts) * 1e3 for name, ts in times.items()}
                 ratio = median_ratio(times["flash"], times["math"])
@@ -105,9 +95,8 @@ def main(argv: list[str] | None = None) -> None:
                 figures |= {f"{key}_attend_ms": ms["attend"], f"{key}_flash_over_attend": rule}
                 row += [f"{ms['attend']:.2f}", f"{rule:.2f}x"]
                 rows.append(row)
-            cols = ["T", "flash ms", "math ms", "flash / math", *(["fp32 flash ms", "flash / fp32", "math / fp32"]
-                                                                  if dtype != torch.float32 else []),
-                    "attend ms", "flash / attend"]
+            up_cols = ["fp32 flash ms", "flash / fp32", "math / fp32"] if dtype != torch.float32 else []
+            cols = ["T", "flash ms", "math ms", "flash / math", *up_cols, "attend ms", "flash / attend"]
             print_table(out, f"{dname} {'forward + backward' if train else 'forward'}, {TOKENS} queries a call, "
                                  f"{args.heads} heads of {args.head_dim}, {args.threads} thread(s)", cols, rows)
     write_json(args.json, figures)

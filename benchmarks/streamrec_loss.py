@@ -19,7 +19,7 @@ import statistics
 
 import torch
 import torch.nn.functional as F
-from _common import compare_loss_steps, console, median_ratio, print_table, require_bf16_kernels, write_json
+from _common import compare_loss_steps, console, median_ratio, print_table, write_json
 
 from core.nn.loss import CHUNK_ELEMENTS
 from streamrec.model.losses import full_softmax
@@ -52,26 +52,13 @@ def main(argv: list[str] | None = None) -> None:
     items = (torch.randn(args.items + 1, args.d_model, generator=g) * args.d_model**-0.5).requires_grad_()
     targets = torch.randint(1, args.items + 1, (args.positions,), generator=g)
     bf16 = args.precision == "bf16"
-    if bf16:
-        require_bf16_kernels("--precision bf16")
-
-    def step(loss_fn):
-        def run() -> float:
-            hidden.grad = items.grad = None
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                loss = loss_fn(hidden, targets, items)
-            loss.backward()
-            return loss.item()
-        return run
-
-    fns = {"naive": step(naive), "chunked": step(full_softmax)}
+    losses = {"naive": lambda: naive(hidden, targets, items), "chunked": lambda: full_softmax(hidden, targets, items)}
     if args.baseline_chunk_elements:
-        fns["baseline_chunk"] = step(lambda h, t, w: full_softmax(h, t, w, chunk_elements=args.baseline_chunk_elements))
-    figures, times, rows = compare_loss_steps(fns, args.repeats)
-    f = {
-        "positions": args.positions, "items": args.items, "d_model": args.d_model, "bf16": int(bf16),
-        "threads": torch.get_num_threads(), "load_avg": os.getloadavg()[0], **figures,
-    }
+        losses["baseline_chunk"] = lambda: full_softmax(hidden, targets, items,
+                                                        chunk_elements=args.baseline_chunk_elements)
+    figures, times, rows = compare_loss_steps(losses, (hidden, items), bf16, args.repeats)
+    f = {"positions": args.positions, "items": args.items, "d_model": args.d_model, "bf16": int(bf16),
+         "threads": torch.get_num_threads(), "load_avg": os.getloadavg()[0], **figures}
     if args.baseline_chunk_elements:
         f["baseline_chunk_ms"] = 1e3 * statistics.median(times["baseline_chunk"])
         f["speedup_vs_baseline_chunk"] = median_ratio(times["baseline_chunk"], times["chunked"])

@@ -56,14 +56,6 @@ class ProtocolMetrics(RankingMetrics):
         return target_ranks(scores, targets, seen).float().masked_fill(repeat, math.inf)
 
 
-def known_items(data: StreamRecDataModule) -> Tensor:
-    """(N+1,) bool: items in a training history or a validation target."""
-    known = data.train_item_counts() > 0
-    for case in data.splits.valid:
-        known[case.target] = True
-    return known
-
-
 @torch.inference_mode()
 def evaluate(ckpt: str, ks: list[int], batch_size: int) -> dict[str, float]:
     state = load_checkpoint(ckpt, WRITTEN_BY, mmap=True)
@@ -73,7 +65,9 @@ def evaluate(ckpt: str, ks: list[int], batch_size: int) -> dict[str, float]:
     data = StreamRecDataModule(**{**hparams, "batch_size": batch_size, "num_workers": 0})
     data.setup("test")
     model = Recommender.load(ckpt).model
-    known = known_items(data)
+    known = data.train_item_counts() > 0  # (N+1,): items in a training history or a validation target
+    for case in data.splits.valid:
+        known[case.target] = True
     metrics = {p: ProtocolMetrics(p, ks) for p in PROTOCOLS}
     repeats = 0
     for batch in data.test_dataloader():

@@ -36,14 +36,6 @@ def full_matrix(queries: torch.Tensor, vectors: torch.Tensor, k: int, seen: torc
     return scores.scatter_(1, seen, float("-inf")).topk(k, dim=1).indices
 
 
-def mapped_table(vectors: torch.Tensor, path: Path) -> tuple[torch.Tensor, mmap.mmap]:
-    """`vectors` written to `path` and mapped back copy-on-write: only the pages read become resident."""
-    vectors.numpy().tofile(path)
-    with path.open("r+b") as f:
-        mapping = mmap.mmap(f.fileno(), 0, flags=mmap.MAP_PRIVATE)
-    return torch.frombuffer(mapping, dtype=torch.float32).view(vectors.shape), mapping
-
-
 def run_size(n_items: int, args: argparse.Namespace) -> tuple[dict[str, float], list[list[str]]]:
     g = torch.Generator().manual_seed(n_items)
     vectors = torch.randn(n_items + 1, args.d_model, generator=g) * args.d_model**-0.5  # (N+1, D)
@@ -51,7 +43,10 @@ def run_size(n_items: int, args: argparse.Namespace) -> tuple[dict[str, float], 
     if args.table_file:
         folder = tempfile.TemporaryDirectory()
         path = Path(folder.name) / "items.f32"
-        vectors, mapping = mapped_table(vectors, path)
+        vectors.numpy().tofile(path)
+        with path.open("r+b") as file:  # mapped back copy-on-write: only the pages read become resident
+            mapping = mmap.mmap(file.fileno(), 0, flags=mmap.MAP_PRIVATE)
+        vectors = torch.frombuffer(mapping, dtype=torch.float32).view(vectors.shape)
         tables["rows"] = FileRows(path, tuple(vectors.shape))
     users = torch.randn(args.users, args.d_model, generator=g)  # (U, D)
     seen = torch.randint(1, n_items + 1, (args.users, SEEN), generator=g)
@@ -113,8 +108,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--repeats", type=int, default=3, help="timed rounds per size")
     p.add_argument("--threads", type=int, default=2, help="torch threads")
     p.add_argument("--bf16", action="store_true", help="also time the exact bf16 scan and its recall")
-    p.add_argument("--table-file", action="store_true",
-                   help="keep the fp32 table in a file (mapped by full/chunked, rows read by bf16); see above")
+    p.add_argument("--table-file", action="store_true", help="keep the fp32 table in a file, read as it is needed")
     p.add_argument("--json", metavar="PATH", help="write the figures as one flat JSON object")
     args = p.parse_args(argv)
     sizes = [int(s) for s in args.items.split(",")]

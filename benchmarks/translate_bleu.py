@@ -33,9 +33,8 @@ from prepare_multi30k import MULTI30K, moses_lc_tok, read_lines  # noqa: E402  (
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     src_or_hyp = p.add_mutually_exclusive_group(required=True)
-    src_or_hyp.add_argument("--ckpt", nargs="+", metavar="CKPT",
-                            help="translate the split's source with this checkpoint (beam search) and score it; "
-                                 "several translate as an ensemble")
+    src_or_hyp.add_argument("--ckpt", nargs="+", metavar="CKPT", help="translate the split's source and score it; "
+                            "several checkpoints translate as an ensemble")
     src_or_hyp.add_argument("--hyp", help="score this translation file instead")
     p.add_argument("--split", default="test_2016_flickr", help="Multi30k split name (default test_2016_flickr)")
     p.add_argument("--src-lang", default="en")
@@ -44,12 +43,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--beam", type=int, default=5, help="beam size (default 5)")
     p.add_argument("--alpha", type=float, default=0.6, help="GNMT length penalty (default 0.6)")
     p.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
-    p.add_argument("--dtype", choices=("float32", "bfloat16", "int8"), default="float32",
-                   help="decoding dtype, as translate.infer --dtype (int8: int8 linear layers)")
+    p.add_argument("--dtype", choices=("float32", "bfloat16", "int8"), default="float32", help="translate.infer's")
     p.add_argument("--out", help="where the translation goes (default: next to the checkpoint, SPLIT.hyp.LANG)")
-    p.add_argument("--prepared", metavar="DIR",
-                   help="the model was trained on data/prepare_multi30k.py output in DIR: translate DIR's source "
-                        "and score the output as it is (lowercased tokenised BLEU only)")
+    p.add_argument("--prepared", metavar="DIR", help="the model was trained on data/prepare_multi30k.py's output in "
+                   "DIR: translate DIR's source, score the output as it is (lowercased tokenised BLEU only)")
     p.add_argument("--json", metavar="PATH", help="write the figures as one flat JSON object")
     args = p.parse_args(argv)
     out = console(width=120)

@@ -17,7 +17,7 @@ import os
 
 import torch
 import torch.nn.functional as F
-from _common import compare_loss_steps, console, print_table, require_bf16_kernels, write_json
+from _common import compare_loss_steps, console, print_table, write_json
 
 from core.nn import rdrop_cross_entropy
 
@@ -50,30 +50,17 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     out = console(width=120)
     bf16 = args.precision == "bf16"
-    if bf16:
-        require_bf16_kernels("--precision bf16")
 
     g = torch.Generator().manual_seed(0)
     base = torch.randn(args.positions, args.d_model, generator=g)
     hidden = torch.stack([base, base + 0.3 * torch.randn(base.shape, generator=g)]).requires_grad_()  # two passes
     weight = (torch.randn(args.vocab, args.d_model, generator=g) * args.d_model**-0.5).requires_grad_()
     targets = torch.randint(0, args.vocab, (args.positions,), generator=g)
-
-    def step(loss_fn):
-        def run() -> float:
-            hidden.grad = weight.grad = None
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                loss = loss_fn(hidden, weight, targets, args.alpha)
-            loss.backward()
-            return loss.item()
-        return run
-
-    fns = {"naive": step(naive), "chunked": step(lambda h, w, t, a: rdrop_cross_entropy(h, w, t, SMOOTHING, a))}
-    figures, _, rows = compare_loss_steps(fns, args.repeats)
-    f = {
-        "positions": args.positions, "vocab": args.vocab, "d_model": args.d_model, "alpha": args.alpha,
-        "bf16": int(bf16), "threads": torch.get_num_threads(), "load_avg": os.getloadavg()[0], **figures,
-    }
+    losses = {"naive": lambda: naive(hidden, weight, targets, args.alpha),
+              "chunked": lambda: rdrop_cross_entropy(hidden, weight, targets, SMOOTHING, args.alpha)}
+    figures, _, rows = compare_loss_steps(losses, (hidden, weight), bf16, args.repeats)
+    f = {"positions": args.positions, "vocab": args.vocab, "d_model": args.d_model, "alpha": args.alpha,
+         "bf16": int(bf16), "threads": torch.get_num_threads(), "load_avg": os.getloadavg()[0], **figures}
     title = (f"R-Drop loss (alpha {args.alpha:g}), 2 x M {args.positions}, V {args.vocab}, D {args.d_model}, "
              f"{'bf16 autocast' if bf16 else 'fp32'}, {f['threads']} thread(s), load {f['load_avg']:.1f}")
     print_table(out, title, ["", "logits + autograd", "chunked (ours)", "ratio"], rows)

@@ -58,7 +58,6 @@ QUICK = dict(d_model=32, n_heads=2, n_layers=1, d_ff=64, vocab=300, max_src=12, 
 
 
 def make_sources(n: int, min_len: int, max_len: int, vocab: int, seed: int) -> list[list[int]]:
-    """`n` random source sentences of uniform lengths in [min_len, max_len], word ids only."""
     g = torch.Generator().manual_seed(seed)
     lengths = torch.randint(min_len, max_len + 1, (n,), generator=g).tolist()
     return [torch.randint(FIRST_WORD, vocab, (t,), generator=g).tolist() for t in lengths]
@@ -116,39 +115,31 @@ def build_marian(s: SimpleNamespace):
 @torch.no_grad()
 def copy_weights(ours: TransformerTranslator, hf) -> None:
     """Put our weights into the Marian model, and Marian's sinusoid layout into ours: then both compute one function.
-
-    Ours fuses q/k/v (self-attention) and k/v (cross-attention) into one projection, rows [q; k; v].
-    """
+    Ours fuses q/k/v (self-attention) and k/v (cross-attention) into one projection, rows [q; k; v]."""
     d = ours.tgt_embed.weight.shape[1]
     hf.model.shared.weight.copy_(ours.tgt_embed.weight)  # encoder, decoder and lm_head share it
 
-    def lin(dst, src_w: Tensor, src_b: Tensor) -> None:
-        dst.weight.copy_(src_w)
-        dst.bias.copy_(src_b)
+    def lin(dst, src, rows: slice = slice(None)) -> None:  # a Linear, a LayerNorm: any layer with weight and bias
+        dst.weight.copy_(src.weight[rows])
+        dst.bias.copy_(src.bias[rows])
 
-    def attn(dst, w: Tensor, b: Tensor, out) -> None:
-        for i, name in enumerate(("q_proj", "k_proj", "v_proj")[-(w.shape[0] // d):]):
-            lin(getattr(dst, name), w[i * d : (i + 1) * d], b[i * d : (i + 1) * d])
-        lin(dst.out_proj, out.weight, out.bias)
+    def attn(dst, fused, out) -> None:
+        for i, name in enumerate(("q_proj", "k_proj", "v_proj")[-(fused.weight.shape[0] // d):]):
+            lin(getattr(dst, name), fused, slice(i * d, (i + 1) * d))
+        lin(dst.out_proj, out)
 
-    def norm(dst, src) -> None:  # a LayerNorm or any layer with weight and bias
-        lin(dst, src.weight, src.bias)
-
-    for mine, theirs in zip(ours.encoder.layers, hf.model.encoder.layers, strict=True):
-        attn(theirs.self_attn, mine.self_attn.qkv.weight, mine.self_attn.qkv.bias, mine.self_attn.out)
-        norm(theirs.self_attn_layer_norm, mine.attn_block.norm)
-        lin(theirs.fc1, mine.ff.up.weight, mine.ff.up.bias)
-        lin(theirs.fc2, mine.ff.down.weight, mine.ff.down.bias)
-        norm(theirs.final_layer_norm, mine.ff_block.norm)
-    for mine, theirs in zip(ours.decoder.layers, hf.model.decoder.layers, strict=True):
-        attn(theirs.self_attn, mine.self_attn.qkv.weight, mine.self_attn.qkv.bias, mine.self_attn.out)
-        norm(theirs.self_attn_layer_norm, mine.self_block.norm)
-        lin(theirs.encoder_attn.q_proj, mine.cross_attn.q.weight, mine.cross_attn.q.bias)
-        attn(theirs.encoder_attn, mine.cross_attn.kv.weight, mine.cross_attn.kv.bias, mine.cross_attn.out)
-        norm(theirs.encoder_attn_layer_norm, mine.cross_block.norm)
-        lin(theirs.fc1, mine.ff.up.weight, mine.ff.up.bias)
-        lin(theirs.fc2, mine.ff.down.weight, mine.ff.down.bias)
-        norm(theirs.final_layer_norm, mine.ff_block.norm)
+    for mine, theirs in [*zip(ours.encoder.layers, hf.model.encoder.layers, strict=True),
+                         *zip(ours.decoder.layers, hf.model.decoder.layers, strict=True)]:
+        decoder = hasattr(mine, "cross_attn")
+        attn(theirs.self_attn, mine.self_attn.qkv, mine.self_attn.out)
+        lin(theirs.self_attn_layer_norm, (mine.self_block if decoder else mine.attn_block).norm)
+        if decoder:
+            lin(theirs.encoder_attn.q_proj, mine.cross_attn.q)
+            attn(theirs.encoder_attn, mine.cross_attn.kv, mine.cross_attn.out)
+            lin(theirs.encoder_attn_layer_norm, mine.cross_block.norm)
+        lin(theirs.fc1, mine.ff.up)
+        lin(theirs.fc2, mine.ff.down)
+        lin(theirs.final_layer_norm, mine.ff_block.norm)
     hf.final_logits_bias.zero_()
     for stack, theirs in ((ours.encoder, hf.model.encoder), (ours.decoder, hf.model.decoder)):
         table = stack.additive.table  # (max_len, D), a non-persistent buffer of this instance
@@ -166,17 +157,6 @@ def max_logit_diff(ours: TransformerTranslator, hf, batch: Batch) -> float:
     return float((mine - theirs).abs()[real].max())
 
 
-class _VocabOnly:
-    """What CTranslate2's Marian loader reads from a tokenizer: the vocabulary and two special tokens."""
-
-    def __init__(self, tokens: Sequence[str]):
-        self.tokens = list(tokens)
-        self.eos_token, self.unk_token = self.tokens[EOS_ID], self.tokens[UNK_ID]
-
-    def get_vocab(self) -> dict[str, int]:
-        return {t: i for i, t in enumerate(self.tokens)}
-
-
 def vocab_tokens(vocab: int) -> list[str]:
     """Token strings for CTranslate2 (it reads and writes tokens, not ids): id i is `w{i}`."""
     return ["<pad>", "<unk>", "<s>", "</s>", *(f"w{i}" for i in range(FIRST_WORD, vocab))]
@@ -188,8 +168,10 @@ def convert_ct2(hf, vocab: int, workdir: Path) -> Path:
     from ctranslate2.converters import transformers as ct2_transformers
 
     class Converter(ctranslate2.converters.TransformersConverter):
-        def load_tokenizer(self, tokenizer_class, model_name_or_path, **kwargs):
-            return _VocabOnly(vocab_tokens(vocab))  # a random model has no tokenizer files
+        def load_tokenizer(self, tokenizer_class, model_name_or_path, **kwargs):  # a random model has no files for it
+            tokens = vocab_tokens(vocab)  # what CTranslate2's Marian loader reads: the vocabulary, two special tokens
+            return SimpleNamespace(tokens=tokens, eos_token=tokens[EOS_ID], unk_token=tokens[UNK_ID],
+                                   get_vocab=lambda: {t: i for i, t in enumerate(tokens)})
 
     class Loader(ct2_transformers.MarianMTLoader):
         def _remove_pad_weights(self, spec) -> None:
@@ -234,7 +216,6 @@ def decode_hf(model, batches: Sequence[Tensor], beam: int, steps: int) -> list[l
 
 def decode_ct2(translator, token_batches: Sequence[list[list[str]]], beam: int, steps: int,
                index: dict[str, int]) -> list[list[int]]:
-    """CTranslate2's beam search with exactly `steps` target tokens."""
     out = []
     for tokens in token_batches:
         results = translator.translate_batch(tokens, beam_size=beam, min_decoding_length=steps,
@@ -244,7 +225,6 @@ def decode_ct2(translator, token_batches: Sequence[list[list[str]]], beam: int, 
 
 
 def agreement(a: Sequence[Sequence[int]], b: Sequence[Sequence[int]], n: int) -> float:
-    """Fraction of sentences whose first `n` output tokens agree."""
     return sum(list(x[:n]) == list(y[:n]) for x, y in zip(a, b, strict=True)) / len(a)
 
 
@@ -267,7 +247,6 @@ def adamw(model: torch.nn.Module) -> torch.optim.Optimizer:
 
 def run_decode(log, s: SimpleNamespace, ours: TransformerTranslator, hf,
                f: dict[str, float]) -> list[list[str]]:
-    """Times every system's decoding; returns the table rows."""
     sources = make_sources(s.sentences, s.min_src, s.max_src, s.vocab, seed=0)
     batches = source_batches(sources, s.batch_size)
     steps, beam = s.tgt_len, s.beam
@@ -288,11 +267,9 @@ def run_decode(log, s: SimpleNamespace, ours: TransformerTranslator, hf,
                                         intra_threads=s.threads, inter_threads=1)
             fns[f"ct2_{kind}"] = (lambda tr=tr, kind=kind: out.__setitem__(
                 f"ct2_{kind}", decode_ct2(tr, token_batches, beam, steps, index)))
-    for fn in fns.values():  # warm-up (CTranslate2 loads lazily; a full pass is cheap)
-        fn()
     flops = f["decode_gflop"] = _common.step_flops(fns["ours"]) / 1e9
     log.log(f"decoding {len(sources)} sentences, {s.repeats} interleaved rounds of {', '.join(fns)}")
-    times = _common.interleave(fns, s.repeats)
+    times = _common.interleave(fns, s.repeats, warmup=True)  # CTranslate2 loads lazily; a full pass is cheap
     tmp.cleanup()
     rows = []
     for name, ts in times.items():
@@ -313,18 +290,15 @@ def run_decode(log, s: SimpleNamespace, ours: TransformerTranslator, hf,
 
 def run_train(log, s: SimpleNamespace, ours: TransformerTranslator, hf,
               f: dict[str, float]) -> list[list[str]]:
-    """Times both systems' training steps; returns the table rows."""
     batches = training_batches(s)
     ours, hf, bf16 = ours.train(), hf.train(), s.precision == "bf16"
     opts = {"ours": adamw(ours), "hf": adamw(hf)}
     fns = {name: lambda m=m, name=name: [train_step(m, opts[name], b, bf16) for b in batches]
            for name, m in (("ours", ours), ("hf", hf))}
-    for fn in fns.values():  # warm-up
-        fn()
     n_tok = sum(int((b.tgt_out != PAD_ID).sum()) for b in batches)
     flops = f["train_gflop"] = _common.step_flops(fns["ours"]) / 1e9
     log.log(f"training: {len(batches)} batches, {n_tok} target tokens, {s.repeats} rounds")
-    times = _common.interleave(fns, s.repeats)
+    times = _common.interleave(fns, s.repeats, warmup=True)
     f["train_speedup_vs_hf"] = _common.median_ratio(times["hf"], times["ours"])
     f["train_batches"], f["train_tokens"] = len(batches), n_tok
     rows = []
