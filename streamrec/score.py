@@ -308,10 +308,6 @@ def _score_into(job: ScoreJob) -> None:
 SKIPPED_SHOWN = 5  # skipped users named in the log; the file beside the output names them all
 
 
-def skipped_path(output: Path) -> Path:
-    return output.with_name(output.name + ".skipped.txt")
-
-
 def _score_all(job: ScoreJob, out: ResumableOutput, users: list[str], interactions: Interactions,
                scorer: BatchScorer, metadata: dict[bytes, bytes]) -> None:
     done = out.done_users()
@@ -331,7 +327,7 @@ def _score_all(job: ScoreJob, out: ResumableOutput, users: list[str], interactio
         log.warning("%d users with no item known to the checkpoint got the %d most popular items of %s",
                     scorer.popular_users, len(scorer.popular.items), job.input)
     rows = out.finish(metadata)
-    skipped, path = scorer.skipped, skipped_path(job.output)
+    skipped, path = scorer.skipped, job.output.with_name(job.output.name + ".skipped.txt")
     if not skipped:
         path.unlink(missing_ok=True)  # an earlier run's list would name users this run scored
     else:

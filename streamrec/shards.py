@@ -102,33 +102,28 @@ def merge(folder: str | Path, output: str | Path) -> int:
         raise InputError(f"{folder}: no .parquet shard in it; write them with python -m streamrec.score --shard I/N")
     provs = {f: read_provenance(f) for f in files}
     n_shards = len(check_shards(folder, provs, VARYING))
-    first, prov = files[0], provs[files[0]]
+    first, seen, rows = files[0], {}, 0
     schema = pq.read_schema(first)
-    seen: dict[str, Path] = {}
-    rows = 0
     with atomic_path(output) as tmp:
-        merged = {**prov, "shard": None, "merged_shards": n_shards,
+        merged = {**provs[first], "shard": None, "merged_shards": n_shards,
                   "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         with pq.ParquetWriter(tmp, schema.remove_metadata().with_metadata(provenance_metadata(merged))) as writer:
             for file in files:
                 table = pq.read_table(file)
                 if not table.schema.remove_metadata().equals(schema.remove_metadata()):
                     raise InputError(f"{file}: its columns differ from {first.name}'s; shards must come from one run")
-                _check_users(file, table, provs[file], seen)
+                index, n_shards = parse_shard(str(provs[file]["shard"]))
+                for user in dict.fromkeys(table.column("user_id").to_pylist()):
+                    if user in seen:
+                        raise InputError(f"user {user!r} is in both {seen[user].name} and {file.name}; rescore one "
+                                         "of the shards")
+                    if shard_of(user, n_shards) != index:
+                        raise InputError(f"{file.name}: user {user!r} belongs to shard {shard_of(user, n_shards)}/"
+                                         f"{n_shards}, not {index}/{n_shards}")
+                    seen[user] = file
                 writer.write_table(table.replace_schema_metadata(None))
                 rows += table.num_rows
     return rows
-
-
-def _check_users(file: Path, table: pa.Table, prov: dict[str, object], seen: dict[str, Path]) -> None:
-    index, n_shards = parse_shard(str(prov["shard"]))
-    for user in dict.fromkeys(table.column("user_id").to_pylist()):
-        if user in seen:
-            raise InputError(f"user {user!r} is in both {seen[user].name} and {file.name}; rescore one of the shards")
-        if shard_of(user, n_shards) != index:
-            raise InputError(f"{file.name}: user {user!r} belongs to shard {shard_of(user, n_shards)}/{n_shards}, "
-                             f"not {index}/{n_shards}")
-        seen[user] = file
 
 
 def main(argv: list[str] | None = None) -> None:

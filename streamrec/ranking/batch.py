@@ -94,11 +94,6 @@ def left_pad(histories: Sequence[Sequence[int]], max_len: int, device: torch.dev
     return out.to(device)
 
 
-def right_pad(rows: Sequence[Sequence[int]], device: torch.device | str = "cpu") -> Tensor:
-    width = max(1, max((len(r) for r in rows), default=0))
-    return torch.tensor([list(r) + [PAD_ID] * (width - len(r)) for r in rows], dtype=torch.long, device=device)
-
-
 def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
     """Indices in batches of similar history length, shortest first: a batch costs what its longest history
     costs (`trim_padding`)."""
@@ -138,7 +133,9 @@ def recommend(model: StreamRecModel, histories: Sequence[Sequence[int]], options
     (B, K) and scores (B, K)."""
     device = model.item_vectors.device
     inputs = left_pad(histories, model.max_len, device)
-    seen = right_pad(histories, device) if options.exclude_seen else None
+    width = max(1, max((len(h) for h in histories), default=0))  # (B, L) right-padded
+    seen = torch.tensor([list(h) + [PAD_ID] * (width - len(h)) for h in histories], dtype=torch.long,
+                        device=device) if options.exclude_seen else None
     return inputs, *rank(model, inputs, seen, options, allowed, table)
 
 
@@ -161,24 +158,6 @@ def recommendation_table(users: Sequence[str], vocab: ItemVocab, items: Tensor, 
     types = {"rank": pa.int32(), "score": pa.float32(), "attention_weight": pa.float32(),
              "occlusion_drop": pa.float32()}
     return pa.table({name: pa.array(col, type=types.get(name, pa.string())) for name, col in cols.items()})
-
-
-def with_titles(table: pa.Table, catalog: ItemCatalog) -> pa.Table:
-    """A title column after each item id column; an id the catalogue lacks is its own title."""
-    for column, title in (("item_id", "title"), ("because_attention", "because_attention_title"),
-                          ("because_occlusion", "because_occlusion_title")):
-        if column in table.column_names:
-            titles = pa.array([catalog.title(i) for i in table.column(column).to_pylist()], pa.string())
-            table = table.add_column(table.column_names.index(column) + 1, title, titles)
-    return table
-
-
-def in_input_order(table: pa.Table, users: list[str]) -> pa.Table:
-    """Rows put back into the users' input order (they were scored sorted by history length)."""
-    position = {u: i for i, u in enumerate(users)}
-    keys = pa.table({"position": [position[u] for u in table.column("user_id").to_pylist()],
-                     "rank": table.column("rank")})
-    return table.take(pc.sort_indices(keys, sort_keys=[("position", "ascending"), ("rank", "ascending")]))
 
 
 @dataclass(frozen=True)
@@ -229,10 +208,14 @@ class BatchScorer:
             tables.append(self.score_batch([users[i] for i in batch], histories))
             if advance is not None:
                 advance(len(batch))
-        if len(self.skipped) > before + 1:  # named in the users' order too
-            position = {u: i for i, u in enumerate(users)}
-            self.skipped[before:] = sorted(self.skipped[before:], key=position.__getitem__)
-        return in_input_order(pa.concat_tables(tables), users) if tables else self.score_batch([], histories)
+        if not tables:
+            return self.score_batch([], histories)
+        position = {u: i for i, u in enumerate(users)}  # back into the users' order, skipped users too
+        self.skipped[before:] = sorted(self.skipped[before:], key=position.__getitem__)
+        table = pa.concat_tables(tables)
+        keys = pa.table({"position": [position[u] for u in table.column("user_id").to_pylist()],
+                         "rank": table.column("rank")})
+        return table.take(pc.sort_indices(keys, sort_keys=[("position", "ascending"), ("rank", "ascending")]))
 
     def score_batch(self, users: list[str], histories: Mapping[str, Sequence[str]]) -> pa.Table:
         """One forward pass: the rows of the users with a known history item, then the cold users' (`popular`)."""
@@ -271,7 +254,12 @@ class BatchScorer:
     def _table(self, users: list[str], items: Tensor, scores: Tensor, extra: dict[str, Tensor]) -> pa.Table:
         table = recommendation_table(users, self.vocab, items.cpu(), scores.cpu(),
                                      {name: v.cpu() for name, v in extra.items()})
-        return table if self.catalog is None else with_titles(table, self.catalog)
+        for column, title in (("item_id", "title"), ("because_attention", "because_attention_title"),
+                              ("because_occlusion", "because_occlusion_title")):
+            if self.catalog is not None and column in table.column_names:  # an id it lacks is its own title
+                titles = pa.array([self.catalog.title(i) for i in table.column(column).to_pylist()], pa.string())
+                table = table.add_column(table.column_names.index(column) + 1, title, titles)
+        return table
 
 
 def write_tables(tables: Iterable[pa.Table], path: Path, metadata: dict[bytes, bytes] | None = None) -> int:

@@ -90,17 +90,13 @@ class RecommendationWriter(PartsWriter):
         return [pq.read_table(path)]
 
     def write_output(self, rows: list[pa.Table]) -> None:
-        write_tables([_in_user_order(self._concat(rows))], self.output)
+        table = self._concat(rows)  # sorted back by user position, then rank, without the `row` column
+        order = pc.sort_indices(table, sort_keys=[("row", "ascending"), ("rank", "ascending")])
+        write_tables([table.take(order).drop_columns(["row"])], self.output)
 
     def _concat(self, tables: list[pa.Table]) -> pa.Table:
         if tables:
             return pa.concat_tables(tables)
         none = torch.zeros(0, self.options.top_k, dtype=torch.long)
         return recommendation_table([], self._vocab, none, none.float()).append_column("row", pa.array([], pa.int64()))
-
-
-def _in_user_order(table: pa.Table) -> pa.Table:
-    """Rows sorted by user position, then rank, without the `row` column."""
-    order = pc.sort_indices(table, sort_keys=[("row", "ascending"), ("rank", "ascending")])
-    return table.take(order).drop_columns(["row"])
 
