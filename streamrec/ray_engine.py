@@ -4,15 +4,14 @@
     python -m streamrec.score --engine ray --workers 4 --ckpt CKPT --input LOG --output recs.parquet
     python -m streamrec.score --engine ray --ray-address ray://head:10001 ...   # a running cluster
 
-The driver reads the log with the local engine's reader (`streamrec.data.readers.read_interactions`), so
-every user gets the same history, and hands Ray Data blocks of `--chunk-users` (user_id, history)
-rows. `map_batches` runs `UserScorer`, a callable class: each of `--workers` replicas loads the
-checkpoint once and scores its blocks with the local engine's `streamrec.ranking.batch.BatchScorer`,
-so the rows are the same. Ray writes Parquet parts into a hidden folder beside OUTPUT; the driver
-streams them into OUTPUT in one atomic rename, with the provenance in the schema metadata, and
-deletes the folder. On a remote cluster that folder must be on storage the workers share. A failed
-or interrupted run starts over (Ray retries failed tasks itself); `--shard I/N` works as in the
-local engine. Rows come in block order, not input order: compare outputs as sets of rows.
+The driver reads the log with the local engine's reader (`streamrec.data.readers.read_interactions`), so every user gets
+the same history, and hands Ray Data blocks of `--chunk-users` (user_id, history) rows. `map_batches` runs `UserScorer`,
+a callable class: each of `--workers` replicas loads the checkpoint once and scores its blocks with the local engine's
+`streamrec.ranking.batch.BatchScorer`, so the rows are the same. Ray writes Parquet parts into a hidden folder beside
+OUTPUT; the driver streams them into OUTPUT in one atomic rename, with the provenance in the schema metadata, and
+deletes the folder. On a remote cluster that folder must be on storage the workers share. A failed or interrupted run
+starts over (Ray retries failed tasks itself); `--shard I/N` works as in the local engine. Rows come in block order, not
+input order: compare outputs as sets of rows.
 """
 
 from __future__ import annotations

@@ -5,16 +5,14 @@
         [--cold-slots C] [--cold-users skip|popular] [--shard I/N] [--engine local|ray --workers N] \\
         [--user-col C --item-col C --time-col C --delimiter D --format F ...]
 
-Writes rows `user_id, rank, item_id, score` (original ids; rank 1 = best), as CSV or Parquet by the
-output's extension; `--explain` adds the "because you watched" columns and `--items FILE` the titles.
-Users are scored from the history in the input, so users unseen in training need no retraining. The input
-is read the way the checkpoint's training log was (its columns, delimiter, header, time format, filter;
-`streamrec.reading`); the reading flags override that.
+Writes rows `user_id, rank, item_id, score` (original ids; rank 1 = best), as CSV or Parquet by the output's extension;
+`--explain` adds the "because you watched" columns and `--items FILE` the titles. Users are scored from the history in
+the input, so users unseen in training need no retraining. The input is read the way the checkpoint's training log was
+(its columns, delimiter, header, time format, filter; `streamrec.reading`); the reading flags override that.
 
-A cold user (no history item known to the checkpoint, or a `--users` entry absent from the input) is
-skipped and named in `OUTPUT.skipped.txt` (one id per line, what `--users` reads); `--cold-users popular`
-gives it the items with the most events in the input instead (score = the event count; the checkpoint keeps
-no training counts).
+A cold user (no history item known to the checkpoint, or a `--users` entry absent from the input) is skipped and named
+in `OUTPUT.skipped.txt` (one id per line, what `--users` reads); `--cold-users popular` gives it the items with the most
+events in the input instead (score = the event count; the checkpoint keeps no training counts).
 
 Results go to `OUTPUT.parts/` chunk by chunk, each chunk written atomically; a re-run after an interrupt
 (Ctrl-C, SIGTERM, kill -9) skips the users already there (`--fresh` starts over instead), and the final

@@ -3,13 +3,12 @@
     python -m streamrec.score --ckpt CKPT --input LOG --shard 3/16 --output recs/part-03.parquet   # job 3 of 16
     python -m streamrec.shards merge recs/ --output recs.parquet
 
-A user belongs to shard `blake2b(user_id) mod N`: stable across processes, machines and Python
-versions (unlike `hash`), so the N shards are disjoint and together cover every user. Each Parquet
-output carries its provenance in the schema metadata (key `streamrec.provenance`, JSON): checkpoint
-sha256, top-k, exclude-seen, the other settings that shape the rows, created time, package version
-and shard i/N. `merge` checks that all N shards are there, once each, with the same provenance and
-no user twice or in the wrong shard, then writes OUTPUT in one atomic rename, one shard in memory
-at a time. Read provenance with `read_provenance(path)`.
+A user belongs to shard `blake2b(user_id) mod N`: stable across processes, machines and Python versions (unlike `hash`),
+so the N shards are disjoint and together cover every user. Each Parquet output carries its provenance in the schema
+metadata (key `streamrec.provenance`, JSON): checkpoint sha256, top-k, exclude-seen, the other settings that shape the
+rows, created time, package version and shard i/N. `merge` checks that all N shards are there, once each, with the same
+provenance and no user twice or in the wrong shard, then writes OUTPUT in one atomic rename, one shard in memory at a
+time. Read provenance with `read_provenance(path)`.
 """
 
 from __future__ import annotations

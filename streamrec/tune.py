@@ -1,20 +1,18 @@
 """`python -m streamrec tune --config CONFIG.yaml --budget 30 --out runs/tune_NAME`: a validation-only search.
 
-Optuna's TPE sampler proposes learning rate, weight decay, dropout, d_model, max_len and loss (`--params`
-picks a subset); each trial trains with `fit`'s data and model settings plus the proposal, early-stops on
-validation NDCG@10 (and stops at the config's `trainer.max_time`, a per-trial time cap), and is pruned
-(median rule) when its validation NDCG@10 after an epoch falls below the median of earlier trials at that
-epoch. The study lives in SQLite (`OUT/study.db`): stopping the search and running the same command again
-resumes it; a trial cut off mid-way is run again first. `--budget` counts finished trials (`30`) or time
-(`90m`, `2h`). The first trial of a new study trains the config's own values (where they lie in the
-space), so the search starts from what `fit` would have trained.
+Optuna's TPE sampler proposes learning rate, weight decay, dropout, d_model, max_len and loss (`--params` picks a
+subset); each trial trains with `fit`'s data and model settings plus the proposal, early-stops on validation NDCG@10
+(and stops at the config's `trainer.max_time`, a per-trial time cap), and is pruned (median rule) when its validation
+NDCG@10 after an epoch falls below the median of earlier trials at that epoch. The study lives in SQLite
+(`OUT/study.db`): stopping the search and running the same command again resumes it; a trial cut off mid-way is run
+again first. `--budget` counts finished trials (`30`) or time (`90m`, `2h`). The first trial of a new study trains the
+config's own values (where they lie in the space), so the search starts from what `fit` would have trained.
 
-It never reads the test split: trials call `fit` and validation only, and the objective is the best
-validation NDCG@10 (`tests/streamrec/test_tune.py` proves it with a log whose test items differ). Outputs in
-OUT: `best.yaml` (fit's config of the winning trial, the command line's overrides and the trials' epochs
-included, listing what differs from fit's defaults: `python -m streamrec fit --config OUT/best.yaml`),
-`best.ckpt` (the best trial's best epoch: `test --ckpt_path` it), `trials.csv`, `trials.png`, and a table of
-the best trials.
+It never reads the test split: trials call `fit` and validation only, and the objective is the best validation NDCG@10
+(`tests/streamrec/test_tune.py` proves it with a log whose test items differ). Outputs in OUT: `best.yaml` (fit's config
+of the winning trial, the command line's overrides and the trials' epochs included, listing what differs from fit's
+defaults: `python -m streamrec fit --config OUT/best.yaml`), `best.ckpt` (the best trial's best epoch: `test
+--ckpt_path` it), `trials.csv`, `trials.png`, and a table of the best trials.
 """
 
 from __future__ import annotations

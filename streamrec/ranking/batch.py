@@ -104,10 +104,9 @@ def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
 @torch.no_grad()
 def rank(model: StreamRecModel, inputs: Tensor, seen: Tensor | None, options: RankingOptions,
          allowed: Tensor | None = None, table: ItemTable | None = None) -> TopK:
-    """The top K items after each (B, T) left-padded history, (B, K); a slot with no eligible item left holds
-    item 0 and -inf. `seen` (B, L) holds each whole history (0 = nothing), left out when `options.exclude_seen`;
-    `table` is where the item vectors are read (`FileRows` of the checkpoint, the bf16 scan table; None: the
-    model's)."""
+    """The top K items after each (B, T) left-padded history, (B, K); a slot with no eligible item left holds item 0 and
+    -inf. `seen` (B, L) holds each whole history (0 = nothing), left out when `options.exclude_seen`; `table` is where
+    the item vectors are read (`FileRows` of the checkpoint, the bf16 scan table; None: the model's)."""
     vectors, scan = (model.item_vectors, None) if table is None else table
     hidden = model.last_hidden(inputs)
 

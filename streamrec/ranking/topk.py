@@ -7,18 +7,17 @@ is; the scores agree with the full matrix's to float rounding. Ranking rule, as 
 matrix: higher score first, on equal scores the lower item id first (`torch.topk` leaves ties unspecified, so
 ties that cross the K-th place of a chunk are settled by a stable sort of just those rows).
 
-`precision="bf16"` gives the same items, faster where bf16 matmuls are (AVX512-BF16, AMX; docs/results.md,
-"Scale"): each chunk is scored in bfloat16 and only the items whose bf16 score can still reach the running
-K-th best are re-scored in fp32. Why that is exact: with inputs rounded to bf16 (relative error
-u = 2^-8 each; their products are exact in fp32), products summed in fp32 and the sum rounded to
-bf16, |bf16 score - fp32 score| <= (3u + O(u^2)) sum|q_i v_i| <= (3u + O(u^2)) |q| |v| (Cauchy-Schwarz).
-`BF16_ERROR` = 4u, plus D 2^-23 for the fp32 sums of the re-score and of the K-th best, times |q|
-and the largest |v| of the chunk, is the threshold's margin; an item below (K-th best) - margin
-cannot enter. Maxima of groups of `SCAN_GROUP` items are compared first, so a chunk costs a bf16 matmul and
-one `amax` pass, not a `topk`. The first chunk (it sets the K-th best), and any chunk where too many items
-pass, are scored in fp32. On CUDA, bf16 split-K reductions are turned off for the call (the bound needs fp32
-sums). With `scan_table`'s bf16 copy the fp32 table may stay in a file (`FileRows`), read only for the first
-chunk and the re-scored rows (a memory map would not do: the kernel maps whole pages around each row read).
+`precision="bf16"` gives the same items, faster where bf16 matmuls are (AVX512-BF16, AMX; docs/results.md, "Scale"):
+each chunk is scored in bfloat16 and only the items whose bf16 score can still reach the running K-th best are re-scored
+in fp32. Why that is exact: with inputs rounded to bf16 (relative error u = 2^-8 each; their products are exact in
+fp32), products summed in fp32 and the sum rounded to bf16, |bf16 score - fp32 score| <= (3u + O(u^2)) sum|q_i v_i| <=
+(3u + O(u^2)) |q| |v| (Cauchy-Schwarz). `BF16_ERROR` = 4u, plus D 2^-23 for the fp32 sums of the re-score and of the
+K-th best, times |q| and the largest |v| of the chunk, is the threshold's margin; an item below (K-th best) - margin
+cannot enter. Maxima of groups of `SCAN_GROUP` items are compared first, so a chunk costs a bf16 matmul and one `amax`
+pass, not a `topk`. The first chunk (it sets the K-th best), and any chunk where too many items pass, are scored in
+fp32. On CUDA, bf16 split-K reductions are turned off for the call (the bound needs fp32 sums). With `scan_table`'s bf16
+copy the fp32 table may stay in a file (`FileRows`), read only for the first chunk and the re-scored rows (a memory map
+would not do: the kernel maps whole pages around each row read).
 
 Legend: B queries (users), D width, N items (ids 1..N, 0 = padding), C items in a chunk, K top-K,
 L excluded ids per query, M allowed items.
