@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import numpy as np
@@ -109,7 +110,13 @@ class StreamRecDataModule(L.LightningDataModule):
             format=format, delimiter=delimiter, header=header, columns=None if columns is None else tuple(columns),
             user_col=user_col, item_col=item_col, time_col=time_col, time_format=time_format, filter=filter,
             duplicates=duplicates, min_item_count=min_item_count, k_core=k_core)
-        _check_features(item_features, feature_columns)
+        if item_features is None and feature_columns:
+            raise InputError(f"`feature_columns` {feature_columns} needs `item_features`, the file holding them")
+        if item_features is not None and not feature_columns:
+            raise InputError(f"`item_features` {item_features!r} needs `feature_columns`, the categorical columns to "
+                             "read, e.g. [genres]")
+        if item_features is not None and not Path(item_features).is_file():
+            raise FileNotFoundError(f"item features file {item_features!r} does not exist; check `item_features`")
         self.save_hyperparameters()
         self.path, self.format, self.max_len, self.batch_size = path, format, max_len, batch_size
         self.split_name, self.min_interactions = split, min_interactions
@@ -181,23 +188,15 @@ class StreamRecDataModule(L.LightningDataModule):
         """N, the number of items; the model's item table has N + 1 rows (0 = padding)."""
         return self.vocab.num_items
 
-    @property
-    def item_features(self) -> Tensor | None:
-        """`ItemFeatures.table`; None without a file."""
+    def _feature(self, name: str, none: object) -> Any:
         self._load()
-        return None if self._features is None else self._features.table
+        return none if self._features is None else getattr(self._features, name)
 
-    @property
-    def num_features(self) -> int:
-        """The number of distinct item features (0 without `item_features`), linked into the model."""
-        self._load()
-        return 0 if self._features is None else self._features.num_features
-
-    @property
-    def features_per_item(self) -> int:
-        """F, the feature slots per item (0 without `item_features`), linked into the model."""
-        self._load()
-        return 0 if self._features is None else self._features.features_per_item
+    # `ItemFeatures.table`, None without a file; the distinct features and F, the slots per item (0 without
+    # `item_features`), linked into the model.
+    item_features = property(lambda self: self._feature("table", None))
+    num_features = property(lambda self: self._feature("num_features", 0))
+    features_per_item = property(lambda self: self._feature("features_per_item", 0))
 
     @property
     def splits(self) -> Split:
@@ -272,15 +271,3 @@ class StreamRecDataModule(L.LightningDataModule):
         return DataLoader(rows, batch_size=self.batch_size, num_workers=self.num_workers,
                           collate_fn=partial(collate_predict, max_len=self.max_len),
                           persistent_workers=self.num_workers > 0)
-
-
-def _check_features(item_features: str | None, feature_columns: list[str] | None) -> None:
-    if item_features is None:
-        if feature_columns:
-            raise InputError(f"`feature_columns` {feature_columns} needs `item_features`, the file holding them")
-        return
-    if not feature_columns:
-        raise InputError(f"`item_features` {item_features!r} needs `feature_columns`, the categorical columns to "
-                         "read, e.g. [genres]")
-    if not Path(item_features).is_file():
-        raise FileNotFoundError(f"item features file {item_features!r} does not exist; check `item_features`")
