@@ -104,9 +104,8 @@ class StreamRecModel(nn.Module):
         self.item_embedding = TokenEmbedding(num_items + 1 + self.extra_rows, d_model, pad_id=PAD_ID, init_std=init_std)
         self.encoder = self.build_encoder(d_model, n_heads, n_layers, d_ff, dropout, max_len, block, mixing)
         # BERT's masked-LM head (BERT4Rec's, RecBole's): the states are transformed once more before scoring.
-        self.head: nn.Sequential | None = None
-        if block.output_head:
-            self.head = nn.Sequential(nn.Linear(d_model, d_model), nn.GELU(), nn.LayerNorm(d_model))
+        self.head = nn.Sequential(nn.Linear(d_model, d_model), nn.GELU(), nn.LayerNorm(d_model)) if block.output_head \
+            else None
         self.output: nn.Embedding | None = None
         if not items.tied:
             self.output = nn.Embedding(num_items + 1, d_model, padding_idx=PAD_ID)

@@ -173,13 +173,11 @@ class ContrastiveOptions(OptionGroup):
     """A contrastive term beside the loss (CL4SRec, DuoRec).
 
     Args:
-        weight: the term's weight (0, the default, is off): each window's last state must pick its other view out
-            of the batch (`core.nn.contrastive_loss`; same last target: not a negative, as DuoRec). `loss: full`,
-            a causal network (sasrec, gru).
+        weight: the term's weight (0, the default, is off): each window's last state picks its other view out of
+            the batch (`core.nn.contrastive_loss`; DuoRec's same-target rows not negatives). `loss: full`, sasrec/gru.
         temperature: the term's temperature on dot products (1, as CL4SRec and DuoRec).
-        positive: the second view: dropout (default; the window under another dropout mask, as CL4SRec), or
-            same_target (another window with the same last target, DuoRec's supervised positive; needs
-            `second_pass_softmax: false`, since the second pass then encodes other windows).
+        positive: the second view: dropout (default; another dropout mask, as CL4SRec), or same_target (another
+            window with the same last target, DuoRec's; needs `second_pass_softmax: false`).
         second_pass_softmax: whether the second pass also trains the full softmax. False runs it for the term's
             last state only, a fraction of a step instead of doubling it. R-Drop needs both passes' softmax.
     """
@@ -209,10 +207,8 @@ class OptimizerOptions(OptionGroup):
     Args:
         warmup_steps: linear warmup steps of the warmup-cosine schedule.
         lr_floor: final learning rate as a fraction of the peak.
-        item_optimizer: adamw (default: dense gradients and two AdamW states, about 6 item tables at a step's
-            peak), or rowwise_adagrad: sparse gradients of the rows a step reads and one AdaGrad accumulator per
-            row (FBGEMM's embedding optimizer), about 1 table. For item tables that dominate memory; it needs a
-            sampled loss (sampled, bce or gbce), and under DDP a sparse all-reduce (gloo, not NCCL).
+        item_optimizer: adamw (default; about 6 item tables at a step's peak), or rowwise_adagrad: sparse gradients
+            and one AdaGrad accumulator per row (FBGEMM's), about 1 table; needs a sampled loss, and gloo under DDP.
         item_lr: peak learning rate of the item rows under `rowwise_adagrad`; larger than AdamW's, as AdaGrad's
             steps shrink as a row's squared gradients add up.
     """
