@@ -77,26 +77,20 @@ def export_onnx(ckpt: str | Path, out: str | Path, opset: int = OPSET) -> Path:
     return out
 
 
-def example_batch(model: StreamRecModel) -> Tensor:
-    """Two left-padded histories of different lengths, (2, max_len): the example the exporter traces."""
-    t = model.max_len
-    items = torch.zeros(2, t, dtype=torch.long)
-    items[0, :] = torch.arange(t) % model.num_items + 1
-    items[1, t // 2 :] = torch.arange(t - t // 2) % model.num_items + 1
-    return items
-
-
 def write_onnx(model: StreamRecModel, path: Path, opset: int = OPSET) -> None:
     """Export `ScoringGraph(model)` to `path` with torch's dynamo-based exporter (dynamic B, T <= max_len): the
     TorchScript one fails on SDPA's `enable_gqa` flag. The CPU fast path's oneDNN op has no ONNX form, so plain
     layers run while exporting."""
-    graph = ScoringGraph(model).eval()
+    graph, t = ScoringGraph(model).eval(), model.max_len
+    example = torch.zeros(2, t, dtype=torch.long)  # two left-padded histories of different lengths
+    example[0, :] = torch.arange(t) % model.num_items + 1
+    example[1, t // 2 :] = torch.arange(t - t // 2) % model.num_items + 1
     batch, length = torch.export.Dim("batch"), torch.export.Dim("length", max=model.max_len)
     # The graph names its weights file after the path it is written to: written under its final name in a
     # folder of its own, then moved beside `path`, it names `model.onnx.data`, which travels with it.
     with atomic_folder_files(path) as tmp, torch.no_grad(), cpu_fastpath_disabled(model):
         torch.onnx.export(
-            graph, (example_batch(model),), str(tmp), input_names=["items"], output_names=["scores"],
+            graph, (example,), str(tmp), input_names=["items"], output_names=["scores"],
             dynamic_shapes={"items": {0: batch, 1: length}}, opset_version=opset, dynamo=True, verbose=False,
             external_data=True,
         )

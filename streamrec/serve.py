@@ -108,11 +108,8 @@ class StreamRecAPI(BatchedAPI):
         known, unknown = encoded or self.rec.encode(request["history"])  # one vocabulary lookup per list
         if request["items"]:
             unknown = [*unknown, *self.rec.encode(request["items"])[1]]
-        return {
-            "items": [{"item_id": item, "score": score} for item, score in ranked],
-            "unknown_items": list(dict.fromkeys(unknown)),
-            "cold": not known,
-        }
+        return {"items": [{"item_id": item, "score": score} for item, score in ranked],
+                "unknown_items": list(dict.fromkeys(unknown)), "cold": not known}
 
     def _explained(self, request: dict) -> dict[str, Any]:
         encoded = self.rec.encode(request["history"])
