@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -168,11 +170,22 @@ def write_ctranslate2(model: TranslatorNetwork, hparams: dict[str, Any], vocabs:
     src, tgt = vocabs
     spec = transformer_spec(model.float().eval(), hparams, src.pieces(range(src.vocab_size)),
                             tgt.pieces(range(tgt.vocab_size)))
-    out = convert_spec(spec, out, quantization)
-    names = write_vocabs(out, vocabs)
-    options = ctranslate2_options(model, tgt, names)
-    (out / CT2_OPTIONS).write_text(json.dumps(options, indent=2) + "\n", encoding="utf-8")
-    (out / CT2_README).write_text(ctranslate2_readme(options), encoding="utf-8")
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--output {out}: is a file; name a folder")
+    # Written whole in a hidden folder beside `out`, then swapped in: a stopped export leaves no half a model.
+    tmp, old = (out.with_name(f".{out.name}.{os.getpid()}.{kind}") for kind in ("tmpdir", "old"))
+    try:
+        names = write_vocabs(convert_spec(spec, tmp, quantization), vocabs)
+        options = ctranslate2_options(model, tgt, names)
+        (tmp / CT2_OPTIONS).write_text(json.dumps(options, indent=2) + "\n", encoding="utf-8")
+        (tmp / CT2_README).write_text(ctranslate2_readme(options), encoding="utf-8")
+        if out.exists():
+            os.replace(out, old)
+        os.replace(tmp, out)
+    finally:
+        for folder in (tmp, old):
+            shutil.rmtree(folder, ignore_errors=True)
     return out
 
 

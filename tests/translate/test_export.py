@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from core.runtime.errors import InputError
-from translate import Translator
+from translate import Translator, export
 from translate.data.vocab import BOS_ID, PAD_ID, SubwordVocab
 from translate.export import SRC_MODEL, TGT_MODEL, export_safetensors, main, transformer_spec
 from translate.model.transformer import TransformerTranslator as TranslatorModel
@@ -180,6 +180,23 @@ def test_ctranslate2_int8_quantization_writes_a_model(ckpt, test_set, tmp_path):
     assert json.loads((tmp_path / "q" / "config.json").read_text())["decoder_start_token"] == "<s>"
     out = CT2Translator(tmp_path / "q", 32).translate(test_set[0][:5], beam_size=1)
     assert len(out) == 5 and all(isinstance(s, str) for s in out)
+
+
+def test_a_stopped_ctranslate2_export_keeps_the_earlier_folder_whole(ckpt, tmp_path, monkeypatch):
+    pytest.importorskip("ctranslate2", reason="ctranslate2 not installed: pip install -e '.[export]'")
+    out = tmp_path / "ct2"
+    main(["--ckpt", str(ckpt), "--format", "ctranslate2", "--output", str(out)])
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def stopped(options):  # the last file of the folder: everything else is written by now
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(export, "ctranslate2_readme", stopped)
+    with pytest.raises(SystemExit) as stop:
+        main(["--ckpt", str(ckpt), "--format", "ctranslate2", "--output", str(out), "--quantization", "int8"])
+    assert stop.value.code == 130
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # the float32 model, not half an int8 one
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ct2"]  # no hidden folder left
 
 
 def test_ctranslate2_refuses_what_its_spec_cannot_express():
