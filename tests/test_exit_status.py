@@ -29,11 +29,13 @@ from optuna.trial import TrialState
 
 from streamrec import export as streamrec_export
 from streamrec import score, tune
-from translate import average
+from translate import average, infer
 from translate import export as translate_export
 
 FIXTURES = Path(__file__).parent / "streamrec" / "fixtures"
 CKPT = FIXTURES / "sasrec.ckpt"
+# EXIT_STATUS_REPEATS=50: every refusal that many times, each through libc's exit (a measurement, not the suite's)
+REPEATS = int(os.environ.get("EXIT_STATUS_REPEATS", "0"))
 LIBC = ctypes.CDLL(None)
 
 
@@ -169,7 +171,8 @@ def test_a_refused_score_input_exits_1_every_time(name, inputs, tmp_path):
     argv = _score_argv(inputs, tmp_path / "recs.csv", **change)
     # One run in five leaves through libc's exit, where a reader thread still alive would abort (the C++
     # destructors cost a second a run); the others check the status of every refusal.
-    codes = [_run(score.main, argv, tmp_path / f"run{i}", libc_exit=i % 5 == 0)[0] for i in range(runs)]
+    runs = REPEATS or runs
+    codes = [_run(score.main, argv, tmp_path / f"run{i}", libc_exit=REPEATS or i % 5 == 0)[0] for i in range(runs)]
     err = (tmp_path / "run0.err").read_text()
     assert codes == [1] * runs, (codes, err)
     assert err.strip().splitlines()[-1].startswith("error: "), err
@@ -191,8 +194,9 @@ def test_refused_inputs_of_the_other_programs_exit_1(inputs, tmp_path):
         (translate_export.main, ["--ckpt", str(inputs["garbage_ckpt"]), "--format", "ctranslate2",
                                  "--output", str(out)]),
         (tune.main, ["--config", str(inputs["bad_key_yaml"]), "--out", str(tmp_path / "search"), "--budget", "1"]),
+        (infer.main, ["--ckpt", str(CKPT), "-i", str(inputs["log"]), "-o", str(tmp_path / "out.de")]),
     ]
-    for k, (main, argv) in enumerate(cases):
+    for k, (main, argv) in enumerate(cases * (REPEATS or 1)):
         code, err = _run(main, argv, tmp_path / f"run{k}")
         assert code == 1 and err.strip().splitlines()[-1].startswith("error: ") and "Traceback" not in err, (argv, err)
     assert not out.exists() and not list(tmp_path.glob("*avg*"))
