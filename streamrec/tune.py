@@ -100,7 +100,10 @@ def open_study(options: TuneOptions, start: dict[str, Any]) -> optuna.Study:
     The sampler's seed is `--seed` plus the trials the study already holds: seeded as the first run, a resumed
     search would propose the first run's trials again.
     """
-    storage = f"sqlite:///{(options.out / 'study.db').resolve()}"
+    # A reader of the study (a dashboard, a script) holds SQLite's lock for a moment: wait for it, as SQLite's
+    # default 5 s can fail a trial's commit on a loaded machine.
+    storage = optuna.storages.RDBStorage(f"sqlite:///{(options.out / 'study.db').resolve()}",
+                                         engine_kwargs={"connect_args": {"timeout": 60}})
     pruner = optuna.pruners.MedianPruner(n_startup_trials=options.startup_trials, n_warmup_steps=2)
     study = optuna.create_study(study_name=STUDY_NAME, storage=storage, direction="maximize", pruner=pruner,
                                 load_if_exists=True)
