@@ -123,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
                         f"{CHUNK_LINES:,}; a chunk also ends after {CHUNK_BYTES >> 20} MiB of text): memory grows "
                         "with the chunk, not the input")
     p.add_argument("--device", default="auto",
-                   help="cpu, cuda, cuda:N or auto (cuda when available; cpu with --dtype int8)")
+                   help="cpu, cuda, cuda:N or auto (cuda when available; cpu with --dtype int8 or --engine ray)")
     p.add_argument("--dtype", choices=(*DTYPES, INT8), default="float32",
                    help="weights and activations: float32 (default), bfloat16 (float32, with a warning, on a "
                         "CPU without fast bf16) or int8 (int8 linear layers, CPU only); docs/results.md compares "
@@ -212,7 +212,10 @@ def _translate(args: argparse.Namespace, options: SearchOptions, layer: Layer) -
         raise InputError("--engine ray writes the translations only; drop --alignments/--html or use --engine local")
     if shard and not (args.input and args.output):
         raise InputError(f"--shard {args.shard} needs -i FILE and -o PART: each shard reads the file and writes a part")
-    device = torch.device("cpu") if args.dtype == INT8 and args.device == "auto" else _device(args.device)
+    cpu_only = args.dtype == INT8 or args.engine == "ray"
+    device = torch.device("cpu") if cpu_only and args.device == "auto" else _device(args.device)
+    if args.engine == "ray" and device.type != "cpu":
+        raise InputError(f"--engine ray runs its workers on CPUs; drop --device {args.device} or use --engine local")
     translator = Translator.load(args.ckpt, device, args.dtype) if args.engine == "local" else None
     if translator is not None:
         n_layers = attention_layers(translator.aligner.decoder, "cross_attn")  # 1 for an RNN
