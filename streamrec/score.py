@@ -43,6 +43,7 @@ from core.runtime.atomic import atomic_path, stale_temporaries
 from core.runtime.errors import InputError, check_text, exit_on_error
 from core.runtime.lock import OutputLock, interrupt_on_sigterm
 from core.runtime.precision import cpu_has_fast_bf16
+from core.runtime.ray_session import add_ray_arguments
 from core.runtime.threads import set_threads
 from streamrec.api import Recommender
 from streamrec.data.interactions import Interactions
@@ -242,12 +243,7 @@ def main(argv: list[str] | None = None) -> None:
                         "process may use, as fit's --threads); 1 where other jobs keep the cores busy")
     p.add_argument("--shard", help="I/N: score only shard I of N of the users (a stable hash of the user id); "
                                    "merge the N outputs with python -m streamrec.shards merge")
-    p.add_argument("--engine", choices=("local", "ray"), default="local",
-                   help="local (this process, resumable) or ray (Ray Data workers; pip install -e '.[scale]')")
-    p.add_argument("--workers", type=int, default=2, help="--engine ray: model replicas (default 2)")
-    p.add_argument("--cpus-per-worker", type=float, default=1.0,
-                   help="--engine ray: CPUs each replica reserves, also its torch threads (default 1)")
-    p.add_argument("--ray-address", help="--engine ray: a running cluster (default: start a local one)")
+    add_ray_arguments(p, "local (this process, resumable) or ray (Ray Data workers; pip install -e '.[scale]')")
     add_read_arguments(p)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")

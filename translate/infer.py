@@ -37,7 +37,7 @@ from core.nn.explain import attention_layers
 from core.runtime.atomic import atomic_path, stale_temporaries
 from core.runtime.errors import InputError, check_text, describe_os_error
 from core.runtime.lock import OutputLock, interrupt_on_sigterm
-from core.runtime.ray_session import RayCluster
+from core.runtime.ray_session import RayCluster, add_ray_arguments
 from core.runtime.shards import Shard, parse_shard
 from translate.alignment_page import write_html
 from translate.api import CHUNK_LINES, DTYPES, INT8, MAX_TRUNCATION_WARNINGS, Translator, format_line
@@ -133,12 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="start over instead of continuing the lines an interrupted run with -i and -o kept")
     p.add_argument("--shard", help="I/N: translate only shard I of N (blocks of --chunk-lines lines, block b in "
                                    "shard b mod N); merge the parts with python -m translate.shards merge")
-    p.add_argument("--engine", choices=("local", "ray"), default="local",
-                   help="local: this process; ray: --workers model replicas on Ray (the `scale` extra)")
-    p.add_argument("--workers", type=int, default=2, help="--engine ray: model replicas (default 2)")
-    p.add_argument("--cpus-per-worker", type=float, default=1.0,
-                   help="--engine ray: CPUs each replica reserves, also its torch threads (default 1)")
-    p.add_argument("--ray-address", help="--engine ray: a running cluster (default: start a local one)")
+    add_ray_arguments(p, "local: this process; ray: --workers model replicas on Ray (the `scale` extra)")
     return p
 
 

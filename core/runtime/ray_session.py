@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,6 +24,15 @@ class RayCluster:
     @property
     def threads(self) -> int:
         return max(1, math.floor(self.cpus_per_worker))
+
+
+def add_ray_arguments(p: argparse.ArgumentParser, engine_help: str) -> None:
+    """The same --engine, --workers, --cpus-per-worker and --ray-address in every program that scales out."""
+    p.add_argument("--engine", choices=("local", "ray"), default="local", help=engine_help)
+    p.add_argument("--workers", type=int, default=2, help="--engine ray: model replicas (default 2)")
+    p.add_argument("--cpus-per-worker", type=float, default=1.0,
+                   help="--engine ray: CPUs each replica reserves, also its torch threads (default 1)")
+    p.add_argument("--ray-address", help="--engine ray: a running cluster (default: start a local one)")
 
 
 def import_ray() -> ModuleType:
