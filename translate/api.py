@@ -191,6 +191,15 @@ class Translator:
                 ids.append(row)
         return ids
 
+    def translate_chunk(self, lines: Sequence[str], options: SearchOptions, first_line: int = 1,
+                        warned: list[int] | None = None, align_layer: Layer | None = None,
+                        ) -> tuple[str, list[WordAlignment] | None]:
+        """The output text of `lines` (a line each, n-best tab-separated) and their alignments: what
+        `translate.infer` writes for a chunk, in this process or on a Ray worker."""
+        sources = self.encode_sources(lines, first_line, warned)
+        hyps, aligned = self.translate_ids(sources, options, align_layer, lines)
+        return "".join(format_line(h, self.tgt_vocab) + "\n" for h in hyps), aligned
+
     def translate_ids(self, sources: Sequence[Sequence[int]], options: SearchOptions,
                       align_layer: Layer | None = None, source_texts: Sequence[str] | None = None,
                       ) -> tuple[list[list[Hypothesis]], list[WordAlignment] | None]:

@@ -40,7 +40,7 @@ from core.runtime.lock import OutputLock, interrupt_on_sigterm
 from core.runtime.ray_session import RayCluster, add_ray_arguments
 from core.runtime.shards import Shard, parse_shard
 from translate.alignment_page import write_html
-from translate.api import CHUNK_LINES, DTYPES, INT8, MAX_TRUNCATION_WARNINGS, Translator, format_line
+from translate.api import CHUNK_LINES, DTYPES, INT8, MAX_TRUNCATION_WARNINGS, Translator
 from translate.ray_engine import translate_on_ray
 from translate.search.align import DEFAULT_LAYER, Layer, WordAlignment
 from translate.search.options import SearchOptions
@@ -231,8 +231,10 @@ def _translate(args: argparse.Namespace, options: SearchOptions, layer: Layer) -
         html_out = outputs.reserve(args.html) if args.html else None  # a bad path fails now, not after the work
         stream = stack.enter_context(open(args.input, "rb")) if args.input else sys.stdin.buffer
         advance = stack.enter_context(_progress(args.progress or sys.stderr.isatty(), args.input, done))
-        runs = shard_runs(read_chunks(stream, args.chunk_lines, args.input or "<stdin>", CHUNK_BYTES),
-                          args.chunk_lines, shard, done)
+        read = [0]  # the input's lines, counted as they are read (a part's record names them)
+        chunks = (read.__setitem__(0, read[0] + len(c)) or c
+                  for c in read_chunks(stream, args.chunk_lines, args.input or "<stdin>", CHUNK_BYTES))
+        runs = shard_runs(chunks, args.chunk_lines, shard, done)
         if translator is None:
             cluster = RayCluster(args.workers, args.cpus_per_worker, args.ray_address)
             results = translate_on_ray(runs, args.ckpt, str(device), args.dtype, options, cluster, warned)
@@ -250,6 +252,7 @@ def _translate(args: argparse.Namespace, options: SearchOptions, layer: Layer) -
                     room = args.html_max - len(shown)
                     shown += [(first + k, a) for k, a in enumerate(aligned) if a.tgt_words][: max(room, 0)]
                 advance(len(lines))
+                del lines, text, aligned  # else this chunk stays alive while the next one is read and translated
         except KeyboardInterrupt as err:
             if partial is None:
                 raise
@@ -270,7 +273,8 @@ def _translate(args: argparse.Namespace, options: SearchOptions, layer: Layer) -
             os.replace(partial, args.output)
             partial.with_name(partial.name + ".json").unlink()
             if shard is not None:
-                write_record(Path(args.output), _settings(args, options, shard, local=False))
+                record = _settings(args, options, shard, local=False)
+                write_record(Path(args.output), {**record, "input_lines": read[0]})
     log.info("translated %d lines", written)
 
 
@@ -281,10 +285,7 @@ class KeptLines(KeyboardInterrupt):
 def _local(translator: Translator, runs: Iterable[tuple[int, list[str]]], options: SearchOptions,
            layer: Layer | None, warned: list[int]) -> Iterator[tuple[int, list[str], str, list | None]]:
     for first, lines in runs:
-        sources = translator.encode_sources(lines, first, warned)
-        hyps, aligned = translator.translate_ids(sources, options, layer, lines)
-        yield first, lines, "".join(format_line(h, translator.tgt_vocab) + "\n" for h in hyps), aligned
-        del sources, hyps, aligned  # else this chunk stays alive while the next one is read and encoded
+        yield first, lines, *translator.translate_chunk(lines, options, first, warned, layer)
 
 
 def _settings(args: argparse.Namespace, options: SearchOptions, shard: Shard | None, local: bool) -> dict:
@@ -296,7 +297,7 @@ def _settings(args: argparse.Namespace, options: SearchOptions, shard: Shard | N
 
     record = {"input": file(args.input), "checkpoints": [file(c) for c in args.ckpt], "search": asdict(options),
               "dtype": args.dtype, "block": args.chunk_lines, "shard": shard and f"{shard[0]}/{shard[1]}"}
-    return record if local else {**record, "input_lines": _count_lines(Path(args.input))}
+    return record
 
 
 def _resume(output: Path, settings: dict, fresh: bool) -> tuple[Path, int]:

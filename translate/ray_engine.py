@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import torch
 
 from core.runtime.ray_session import RayCluster, import_ray, ray_instance
-from translate.api import Translator, format_line
+from translate.api import Translator
 from translate.search.options import SearchOptions
 
 
@@ -29,9 +29,7 @@ class ChunkTranslator:
     def run(self, first: int, lines: list[str]) -> tuple[str, int]:
         """The output lines of `lines` and how many of them were truncated to the model's length."""
         warned = [0]
-        sources = self.translator.encode_sources(lines, first, warned)
-        hyps, _ = self.translator.translate_ids(sources, self.options)
-        return "".join(format_line(h, self.translator.tgt_vocab) + "\n" for h in hyps), warned[0]
+        return self.translator.translate_chunk(lines, self.options, first, warned)[0], warned[0]
 
 
 def translate_on_ray(runs: Iterable[tuple[int, list[str]]], ckpts: Sequence[str], device: str, dtype: str,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from core.runtime.lock import OutputLock
-from translate import average, infer
+from translate import api, average, infer
 
 
 @pytest.fixture(scope="module")
@@ -50,16 +50,16 @@ def test_missing_output_folder_is_refused_before_any_work(tiny_ckpt, demo_dir, t
 def test_full_disk_while_writing_is_one_line(tiny_ckpt, demo_dir, tmp_path, monkeypatch):
     out = tmp_path / "out.de"
     out.write_text("earlier\n")
-    real = infer.format_line
+    real = api.format_line
 
     def disk_full(*a, **kw):
         raise OSError(errno.ENOSPC, "No space left on device", str(out))
 
-    monkeypatch.setattr(infer, "format_line", disk_full)
+    monkeypatch.setattr(api, "format_line", disk_full)
     message = _fails(infer.main, ["--ckpt", str(tiny_ckpt), "-i", str(demo_dir / "test.en"), "-o", str(out)])
     assert message == f"error: {out}: no space left on the device; free some space and rerun"
     assert out.read_text() == "earlier\n" and _left_behind(tmp_path) == []
-    monkeypatch.setattr(infer, "format_line", real)
+    monkeypatch.setattr(api, "format_line", real)
 
 
 def test_interrupt_leaves_the_earlier_output(tiny_ckpt, demo_dir, tmp_path, monkeypatch):
@@ -69,7 +69,7 @@ def test_interrupt_leaves_the_earlier_output(tiny_ckpt, demo_dir, tmp_path, monk
     def interrupted(*a, **kw):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(infer, "format_line", interrupted)
+    monkeypatch.setattr(api, "format_line", interrupted)
     with pytest.raises(SystemExit) as exit_:
         infer.main(["--ckpt", str(tiny_ckpt), "-i", str(demo_dir / "test.en"), "-o", str(out)])
     assert exit_.value.code == 130
