@@ -1,28 +1,25 @@
 """Exit statuses of the batch programs: a refused input ends in status 1 every time (never a signal, an abort or a
 hang), and SIGINT or SIGTERM ends a run with 128 + the signal's number, one line, and what resumes it kept.
 
-Each run is a child forked from this process, which has imported the programs already: the child calls the
-program's `main(argv)` and leaves the way the program would, through Python's exit handlers and libc's `exit`
-(where a native thread still alive at exit aborts the process), without returning into pytest."""
+Each run is a child forked from a fork server that has imported the programs already (tests/exit_child.py): the
+child calls the program's `main(argv)` and leaves the way the program would, through Python's exit handlers and
+libc's `exit` (where a native thread still alive at exit aborts the process)."""
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import logging
+import multiprocessing
 import os
 import re
 import signal
 import sqlite3
 import sys
-import threading
 import time
-import traceback
 from collections.abc import Callable
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 import optuna
-import pandas  # noqa: F401 (the readers import it on first use: once here, not in every child)
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -37,60 +34,30 @@ FIXTURES = Path(__file__).parent / "streamrec" / "fixtures"
 CKPT = FIXTURES / "sasrec.ckpt"
 # EXIT_STATUS_REPEATS=50: every refusal that many times, each through libc's exit (a measurement, not the suite's)
 REPEATS = int(os.environ.get("EXIT_STATUS_REPEATS", "0"))
-LIBC = ctypes.CDLL(None)
+sys.path.insert(0, str(Path(__file__).parent))
+import exit_child  # noqa: E402 (from a path the fork server inherits)
+
+# A fresh interpreter that has imported the programs forks every child, whatever this worker ran before.
+FORKS = multiprocessing.get_context("forkserver")
+FORKS.set_forkserver_preload(["exit_child", "pandas", "streamrec.score", "streamrec.tune", "streamrec.export",
+                              "translate.average", "translate.infer", "translate.export"])
 
 
-def _start(main: Callable[[list[str]], object], argv: list[str], logs: Path, libc_exit: bool = True) -> int:
-    """Fork a child that runs `main(argv)` with stdout and stderr in `logs`.out and `logs`.err; its pid.
-    `libc_exit=False` skips the C++ destructors (torch's take a third of a second) after Python's exit handlers."""
-    pid = os.fork()
-    if pid:
-        return pid
-    code = 70
-    try:
-        for fd, suffix in ((1, ".out"), (2, ".err")):
-            os.dup2(os.open(f"{logs}{suffix}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
-        sys.stdout, sys.stderr = open(1, "w", closefd=False), open(2, "w", closefd=False)  # not pytest's capture
-        logging.root.handlers.clear()  # nor its log capture: the program's basicConfig then takes effect
-        logging.disable(logging.NOTSET)  # and no level an earlier test in this worker left on a logger
-        for logger in [logging.root, *logging.root.manager.loggerDict.values()]:
-            if isinstance(logger, logging.Logger):
-                logger.setLevel(logging.WARNING if logger is logging.root else logging.NOTSET)
-                logger.disabled = False
-        # Ctrl-C as in a terminal: an xdist worker ignores SIGINT, and a forked child would inherit that
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        try:
-            main(argv)
-            code = 0
-        except SystemExit as stop:  # what the interpreter does with it: print a message, exit 1
-            code = stop.code if isinstance(stop.code, int) else (stop.code is not None)
-            if not isinstance(stop.code, int | None):
-                print(stop.code, file=sys.stderr)
-        except BaseException:  # a bug: the interpreter's traceback, and a status no refusal has
-            traceback.print_exc()
-        threading._shutdown()  # then as Py_Finalize would: join the threads, run the exit handlers
-        import atexit
-        atexit._run_exitfuncs()
-        sys.stdout.flush()
-        sys.stderr.flush()
-    finally:
-        if libc_exit:
-            LIBC.exit(code)  # C++ destructors and atexit hooks run here, as at a real exit
-        os._exit(code)
+def _start(main: Callable[[list[str]], object], argv: list[str], logs: Path, libc_exit: bool = True) -> BaseProcess:
+    """A child, forked from the fork server, running `main(argv)` with its output in `logs`.out and `logs`.err."""
+    child = FORKS.Process(target=exit_child.run, args=(main, argv, str(logs), libc_exit))
+    child.start()
+    return child
 
 
-def _wait(pid: int, seconds: float = 60) -> int:
+def _wait(child: BaseProcess, seconds: float = 60) -> int:
     """The child's exit status as a shell reports it (128 + N for signal N); a hang fails the test."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            code = os.waitstatus_to_exitcode(status)
-            return 128 - code if code < 0 else code
-        time.sleep(0.01)
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    pytest.fail(f"child {pid} hung")
+    child.join(seconds)
+    if child.exitcode is None:
+        child.kill()
+        child.join()
+        pytest.fail(f"child {child.pid} hung")
+    return 128 - child.exitcode if child.exitcode < 0 else child.exitcode
 
 
 def _run(main: Callable[[list[str]], object], argv: list[str], logs: Path, libc_exit: bool = True) -> tuple[int, str]:
@@ -217,12 +184,12 @@ def _stopped(signum: int, err: str) -> str:
     return lines[0]
 
 
-def _signal_when(pid: int, signum: int, ready: Callable[[], bool], seconds: float = 60) -> None:
+def _signal_when(child: BaseProcess, signum: int, ready: Callable[[], bool], seconds: float = 60) -> None:
     deadline = time.monotonic() + seconds
     while not ready():
-        assert time.monotonic() < deadline and not os.waitpid(pid, os.WNOHANG)[0], "the run ended before its signal"
+        assert time.monotonic() < deadline and child.exitcode is None, "the run ended before its signal"
         time.sleep(0.05)
-    os.kill(pid, signum)
+    os.kill(child.pid, signum)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
@@ -230,9 +197,9 @@ def test_a_signal_stops_scoring_with_its_parts_kept_and_a_rerun_resumes_them(sig
     log, out = _log(tmp_path / "log.csv", 80), tmp_path / "recs.csv"
     argv = _score_argv({"log": log}, out, **{"--chunk-users": "1", "--threads": "1"})
     parts = tmp_path / "recs.csv.parts"
-    pid = _start(score.main, argv, tmp_path / "run")
-    _signal_when(pid, signum, lambda: len(list(parts.glob("part-*.parquet"))) >= 3)
-    assert _wait(pid) == 128 + signum
+    child = _start(score.main, argv, tmp_path / "run")
+    _signal_when(child, signum, lambda: len(list(parts.glob("part-*.parquet"))) >= 3)
+    assert _wait(child) == 128 + signum
     assert "recs.csv.parts/" in _stopped(signum, (tmp_path / "run.err").read_text())
     kept = len(list(parts.glob("part-*.parquet")))
     assert kept >= 3 and not out.exists()
@@ -270,9 +237,9 @@ def test_a_signal_stops_tune_and_the_next_run_goes_on_with_the_study(tiny_log, t
             return False
 
     for k, signum in enumerate((signal.SIGTERM, signal.SIGINT)):
-        pid = _start(tune.main, argv, tmp_path / f"run{k}")
-        _signal_when(pid, signum, lambda: epoch_reported(k))  # noqa: B023 (called before k changes)
-        assert _wait(pid) == 128 + signum, (tmp_path / f"run{k}.err").read_text()[-3000:]
+        child = _start(tune.main, argv, tmp_path / f"run{k}")
+        _signal_when(child, signum, lambda: epoch_reported(k))  # noqa: B023 (called before k changes)
+        assert _wait(child) == 128 + signum, (tmp_path / f"run{k}.err").read_text()[-3000:]
         assert "study.db" in _stopped(signum, (tmp_path / f"run{k}.err").read_text())
         assert not (out / "fit.lock").exists() and not list((out / "trials").glob("*"))
     assert _run(tune.main, argv, tmp_path / "last")[0] == 0
