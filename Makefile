@@ -41,9 +41,11 @@ demo: $(VENV)/.installed
 		--alignments $(TR)/test.align.jsonl --html $(TR)/alignments.html
 
 # One pytest worker per core (pytest-xdist); what many tests share is built once per run (tests/conftest.py).
+# Bytecode is written even where the environment says not to: the tests start many interpreters, and each would
+# compile the package again.
 test: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -n auto --dist worksteal
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -n auto --dist worksteal
 
 # Kernel micro-benchmarks of core, each against the PyTorch path it replaces, in one run (a few minutes).
 bench: $(VENV)/.installed
