@@ -8,8 +8,7 @@ import importlib.util
 import os
 import shlex
 import signal
-import subprocess
-import sys
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -36,6 +35,30 @@ CKPTS, STEP_CKPT = resume.CKPTS, resume.STEP_CKPT
 EPOCH, BATCH = 1, 4  # where the signal arrives: inside the middle epoch of three
 
 
+def signalled_fit(cwd: Path, args: list[str], signum: int) -> tuple[int, str]:
+    """`python -m streamrec ARGS` in a process of its own (`resume.start_program`), sent `signum` while its fit
+    is held at the step signals.WAITER marks; the exit status and stderr."""
+    marker, logs = cwd / "at_step", cwd.parent / "signalled"
+    env = {"PREEMPT_MARKER": str(marker), "TMPDIR": str(cwd.parent / "tmpdir")}
+    child = resume.start_program(cwd, args, logs, env)
+    try:
+        deadline = time.monotonic() + 300
+        while not marker.exists():
+            if not child.is_alive():
+                pytest.fail(f"fit ended (status {child.exitcode}) before the marker:\n"
+                            f"{Path(f'{logs}.err').read_text()[-3000:]}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"no {marker.name} after 300 s")
+            time.sleep(0.05)
+        os.kill(child.pid, signum)
+        Path(f"{marker}.sent").touch()
+        status = resume.finished(child)
+    finally:
+        if child.is_alive():
+            child.kill()
+    return status, Path(f"{logs}.err").read_text()
+
+
 @pytest.mark.slow
 def test_sigterm_mid_epoch_saves_prints_the_resume_command_and_exits_143(tiny_log: Path, runs, tmp_path: Path,
                                                                           monkeypatch) -> None:
@@ -45,7 +68,7 @@ def test_sigterm_mid_epoch_saves_prints_the_resume_command_and_exits_143(tiny_lo
     cwd = tmp_path / "stopped"
     cwd.mkdir()
     args = resume._args(cwd, tiny_log, "--trainer.callbacks+=waiter.WaitForSignal")
-    status, err = signals.signalled_fit(cwd, args, "streamrec", signal.SIGTERM, tmp_path)
+    status, err = signalled_fit(cwd, args, signal.SIGTERM)
 
     assert status == 128 + signal.SIGTERM, err[-3000:]
     line = signals.stop_line(err)
@@ -84,18 +107,18 @@ class TermAtSanityCheck(Callback):
 def test_sigterm_before_training_exits_143_saying_nothing_was_saved(tiny_log: Path, tmp_path: Path) -> None:
     """Before the training steps Lightning's handler holds, whose exit status would be 0: ours says so and gives 143.
 
-    In a child process: the signal handlers a test process already holds (pytest's, earlier fits') must not decide it.
+    In a process of its own: the signal handlers a test process already holds (pytest's, earlier fits') must not
+    decide it.
     """
     (tmp_path / "early.py").write_text(EARLY)
     (tmp_path / "step.yaml").write_text(STEP_CKPT)
     cwd = tmp_path / "run"
     cwd.mkdir()
     args = resume._args(cwd, tiny_log, "--trainer.callbacks+=early.TermAtSanityCheck")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(TESTS.parent)]), "OMP_NUM_THREADS": "1"}
-    run = subprocess.run([sys.executable, "-m", "streamrec", *args], cwd=cwd, env=env, capture_output=True,
-                         text=True, timeout=300)
-    assert run.returncode == 128 + signal.SIGTERM, run.stderr[-3000:]
-    line = run.stderr.strip().splitlines()[-1]
+    status = resume.finished(resume.start_program(cwd, args, tmp_path / "early"))
+    err = (tmp_path / "early.err").read_text()
+    assert status == 128 + signal.SIGTERM, err[-3000:]
+    line = err.strip().splitlines()[-1]
     assert line.startswith("fit stopped by SIGTERM outside a training step: no checkpoint saved; rerun: python -m "
                            "streamrec fit --config"), line
     assert not (cwd / CKPTS / "stopped.ckpt").exists()

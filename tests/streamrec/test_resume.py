@@ -4,12 +4,13 @@ older than best.ckpt."""
 
 from __future__ import annotations
 
-import os
+import multiprocessing
+import runpy
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
+from multiprocessing import forkserver
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -48,11 +49,59 @@ def _args(cwd: Path, log: Path, *extra: str) -> list[str]:
             "--trainer.precision", "32-true", *extra]
 
 
-def _killed_fit(cwd: Path, log: Path, tmpdir: Path) -> subprocess.CompletedProcess:
+# A child of multiprocessing's fork server (a fresh interpreter that has imported the program, once per test
+# process), not of this test process: a fork of a pytest worker would inherit what earlier tests left running
+# there (inductor's compile workers, Ray's threads), and a `python -m streamrec` child would only import torch
+# and Lightning again. The modules other test files ask the server for are kept (it serves this process once).
+FORKS = multiprocessing.get_context("forkserver")
+FORKS.set_forkserver_preload(sorted({*getattr(forkserver._forkserver, "_preload_modules", ()), "streamrec.cli"}
+                                    - {"__main__"}))
+
+CHILD = """
+import os, runpy, signal, sys, tempfile
+
+# What `python -m streamrec ARGV` does, started in CWD with ENV and PATH first on sys.path; its output in LOGS.*
+os.chdir(CWD)
+os.environ.update(ENV)
+tempfile.tempdir = None  # the server may have cached its own $TMPDIR
+sys.path[:0] = PATH
+for fd, suffix in ((1, ".out"), (2, ".err")):
+    os.dup2(os.open(LOGS + suffix, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+sys.stdout, sys.stderr = open(1, "w", closefd=False), open(2, "w", closefd=False)
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal: an xdist worker ignores SIGINT
+sys.argv = ["streamrec", *ARGV]
+runpy.run_module("streamrec", run_name="__main__", alter_sys=True)
+"""
+
+
+def start_program(cwd: Path, args: list[str], logs: Path, env: dict[str, str] | None = None) -> BaseProcess:
+    """`python -m streamrec ARGS` in `cwd`, as a process of its own with `cwd.parent` on its path (the tests'
+    callbacks) and its stdout and stderr in `logs`.out and `logs`.err. Its `exitcode`: the status `main`'s
+    SystemExit gives, as the interpreter's; minus the number of the signal that ended it."""
+    script = logs.parent / f"{logs.name}_child.py"
+    script.write_text(CHILD)
+    child = FORKS.Process(target=runpy.run_path, args=(str(script),), kwargs={"run_name": "__main__", "init_globals": {
+        "CWD": str(cwd), "ARGV": args, "ENV": env or {}, "PATH": [str(cwd.parent)], "LOGS": str(logs)}})
+    child.start()
+    return child
+
+
+def finished(child: BaseProcess, seconds: float = 300) -> int:
+    """The exit status of `child` as a shell reports it (128 + N for signal N); a hang fails the test."""
+    child.join(seconds)
+    if child.exitcode is None:
+        child.kill()
+        child.join()
+        pytest.fail(f"child {child.pid} hung")
+    return 128 - child.exitcode if child.exitcode < 0 else child.exitcode
+
+
+def _killed_fit(cwd: Path, log: Path, tmpdir: Path) -> tuple[int, str]:
     """The one fit that needs a process of its own: SIGKILL ends the process, not only the fit."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(cwd.parent)]), "TMPDIR": str(tmpdir)}
-    cmd = [sys.executable, "-m", "streamrec", *_args(cwd, log, "--trainer.callbacks+=killer.KillMidEpoch")]
-    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    logs = cwd.parent / "killed_fit"
+    child = start_program(cwd, _args(cwd, log, "--trainer.callbacks+=killer.KillMidEpoch"), logs,
+                          {"TMPDIR": str(tmpdir)})
+    return finished(child), Path(f"{logs}.err").read_text()
 
 
 def _fit_here(cwd: Path, log: Path, tmpdir: Path, *extra: str) -> None:
@@ -84,8 +133,8 @@ def runs(tiny_log: Path, built_once) -> SimpleNamespace:
         for folder in ("whole", "killed", "tmpdir"):
             (root / folder).mkdir()
         _fit_here(root / "whole", tiny_log, root / "tmpdir")
-        crash = _killed_fit(root / "killed", tiny_log, root / "tmpdir")
-        assert crash.returncode == -signal.SIGKILL, crash.stderr[-2000:]
+        status, err = _killed_fit(root / "killed", tiny_log, root / "tmpdir")
+        assert status == 128 + signal.SIGKILL, err[-2000:]
 
     root = built_once(f"streamrec resume {tiny_log}", build)
     return SimpleNamespace(whole=root / "whole", killed=root / "killed", tmpdir=root / "tmpdir")
