@@ -1,8 +1,7 @@
-"""Multi-head attention on `scaled_dot_product_attention`.
-
-The fast path never materialises the (Tq, Tk) weight matrix: SDPA picks a flash or fused kernel (on CPU too).
-Explanations need the weights, so a module whose `capture` attribute holds a list (see
-`core.nn.explain.AttentionCapture`) recomputes them explicitly and appends them there; the output is the same.
+"""Multi-head attention on `scaled_dot_product_attention`. The fast path never materialises the (Tq, Tk) weight matrix:
+SDPA picks a flash or fused kernel (on CPU too). Explanations need the weights, so a module whose `capture` attribute
+holds a list (see `core.nn.explain.AttentionCapture`) recomputes them explicitly and appends them there; the output is
+the same.
 
 Grouped-query attention: `n_kv_heads` key/value heads are shared by `n_heads / n_kv_heads` query heads each.
 
@@ -39,12 +38,10 @@ def _fp32_on_cpu(q: Tensor, k: Tensor, dropout_p: float) -> bool:
 def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *, is_causal: bool = False,
            bias: Tensor | None = None, dropout_p: float = 0.0, capture: list[Tensor] | None = None,
            cheap_dropout: bool = False) -> Tensor:
-    """(B, H, Tq, Dh) queries over (B, Hkv, Tk, Dh) keys and values (Hkv divides H) -> (B, H, Tq, Dh).
-
-    `mask` (boolean, True = may attend) and `bias` (additive float, e.g. ALiBi) broadcast to (B, H, Tq, Tk);
-    `is_causal`: the queries are the last Tq of the Tk positions. `capture`, a list: the weights are computed
-    explicitly and appended to it. `cheap_dropout`: on the CPU, the dropout mask of `core.nn.cpu_fastpath`.
-    """
+    """(B, H, Tq, Dh) queries over (B, Hkv, Tk, Dh) keys and values (Hkv divides H) -> (B, H, Tq, Dh). `mask` (boolean,
+    True = may attend) and `bias` (additive float, e.g. ALiBi) broadcast to (B, H, Tq, Tk); `is_causal`: the queries are
+    the last Tq of the Tk positions. `capture`, a list: the weights are computed explicitly and appended to it.
+    `cheap_dropout`: on the CPU, the dropout mask of `core.nn.cpu_fastpath`."""
     t_q, t_k = q.shape[-2], k.shape[-2]
     if is_causal and t_q == 1:
         is_causal = False  # the single newest query may see every key
@@ -66,13 +63,11 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *, is_ca
         if attn_mask is not None and attn_mask.is_floating_point():
             attn_mask = attn_mask.float()
         with torch.autocast("cpu", enabled=False):  # autocast would cast the fp32 inputs straight back to bf16
-            out = F.scaled_dot_product_attention(
-                q.float(), k.float(), v.float(), attn_mask=attn_mask, is_causal=is_causal, enable_gqa=enable_gqa,
-            ).to(q.dtype)
+            out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=attn_mask,
+                                                 is_causal=is_causal, enable_gqa=enable_gqa).to(q.dtype)
     else:
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, enable_gqa=enable_gqa,
-        )
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                                             enable_gqa=enable_gqa)
     if bias is not None and mask is not None:
         # With finite fill values a query that sees no key would average every value;
         # give it 0, as SDPA does for a boolean mask and as capture mode does.
@@ -162,12 +157,10 @@ class MultiHeadAttention(_HeadsMixin):
     def forward(self, x: Tensor, mask: Tensor | None = None, *, is_causal: bool = False,
                 rope: RotaryEmbedding | None = None, bias: Tensor | None = None, cache: KVCache | None = None,
                 last: int | None = None, valid: Tensor | None = None) -> Tensor:
-        """(B, T, D) -> (B, T, D), or (B, last, D); with a cache, x holds the new steps only.
-
-        `mask` and `bias` as in `attend`; `rope` is applied from the cache length on. `last`: only the last
-        `last` positions query (all are keys), so a model that needs one output per sequence skips the rest.
-        `valid` (B, T), True at tokens: the padding a `kernel` reads (it reads no `mask`).
-        """
+        """(B, T, D) -> (B, T, D), or (B, last, D); with a cache, x holds the new steps only. `mask` and `bias` as in
+        `attend`; `rope` is applied from the cache length on. `last`: only the last `last` positions query (all are
+        keys), so a model that needs one output per sequence skips the rest. `valid` (B, T), True at tokens: the padding
+        a `kernel` reads (it reads no `mask`)."""
         q, k, v = self.qkv(x).split([self.d_model, self.kv_dim, self.kv_dim], dim=-1)
         q, k, v = self._split(q, self.n_heads), self._split(k, self.n_kv_heads), self._split(v, self.n_kv_heads)
         if rope is not None:
@@ -191,11 +184,9 @@ class MultiHeadAttention(_HeadsMixin):
 
 
 class CrossAttention(_HeadsMixin):
-    """Attention from decoder states to an encoder output (memory).
-
-    Shared memory rows: each of Bm memory rows (Bm dividing B) may serve G = B / Bm consecutive query rows,
-    e.g. several decodings of one input: as if every memory row were repeated G times, but its keys and values
-    are projected, cached and read once.
+    """Attention from decoder states to an encoder output (memory). Shared memory rows: each of Bm memory rows (Bm
+    dividing B) may serve G = B / Bm consecutive query rows, e.g. several decodings of one input: as if every memory row
+    were repeated G times, but its keys and values are projected, cached and read once.
 
     Args:
         d_model: model width D (of both queries and memory).
@@ -215,11 +206,9 @@ class CrossAttention(_HeadsMixin):
 
     def forward(self, x: Tensor, memory: Tensor, mask: Tensor | None = None, *,
                 cache: StaticKV | None = None) -> Tensor:
-        """(B, T, D) queries over (Bm, S, D) memory (shared rows, see the class) -> (B, T, D).
-
-        `mask` broadcasts to (Bm, H, T, S); with shared rows one row per memory row, (Bm, 1, 1, S). `cache`
-        keeps the memory's keys and values from the first call on (the memory is then ignored).
-        """
+        """(B, T, D) queries over (Bm, S, D) memory (shared rows, see the class) -> (B, T, D). `mask` broadcasts to (Bm,
+        H, T, S); with shared rows one row per memory row, (Bm, 1, 1, S). `cache` keeps the memory's keys and values
+        from the first call on (the memory is then ignored)."""
         q = self._split(self.q(x), self.n_heads)  # (B, H, T, Dh)
         if cache is not None and cache.is_set:
             k, v = cache.k, cache.v
@@ -238,9 +227,8 @@ class CrossAttention(_HeadsMixin):
         # The G query rows of a memory row attend as one row of G*T queries.
         q = q.view(bm, g, h, t, dh).transpose(1, 2).reshape(bm, h, g * t, dh)  # (Bm, H, G*T, Dh)
         if t == 1 and g > 1:
-            # One incremental step: the G queries as G heads per key/value head (SDPA's GQA), one query
-            # each: SDPA runs that faster than G queries of one head at a beam search's shape
-            # (benchmarks/translate_speed.py).
+            # One incremental step: the G queries as G heads per key/value head (SDPA's GQA), one query each: SDPA runs
+            # that faster than G queries of one head at a beam search's shape (benchmarks/translate_speed.py).
             q = q.reshape(bm, h * g, 1, dh)  # (Bm, H*G, 1, Dh)
         out = attend(q, k, v, mask, dropout_p=self._dropout_p(), capture=self.capture, cheap_dropout=self.cheap_dropout)
         out = out.view(bm, h, g, t, dh).transpose(1, 2).reshape(b, h, t, dh)  # (B, H, T, Dh)

@@ -1,9 +1,7 @@
-"""Transformer layers: feed-forward, encoder layer, decoder layer; pre-LN or post-LN.
-
-Pre-LN (`norm_first=True`, default): x + f(norm(x)); trains without warmup tricks and
-needs a final norm after the stack. Post-LN: norm(x + f(x)), the original Transformer.
-Gated (encoder layers, pre-LN only): x + sigmoid(x G + c) * f(norm(x)), LiGR's residual (Gui et al., 2025,
-arXiv 2502.03417) as eSASRec trains it: each position learns how much of each sublayer's update to take.
+"""Transformer layers: feed-forward, encoder layer, decoder layer; pre-LN or post-LN. Pre-LN (`norm_first=True`,
+default): x + f(norm(x)); trains without warmup tricks and needs a final norm after the stack. Post-LN: norm(x + f(x)),
+the original Transformer. Gated (encoder layers, pre-LN only): x + sigmoid(x G + c) * f(norm(x)), LiGR's residual (Gui
+et al., 2025, arXiv 2502.03417) as eSASRec trains it: each position learns how much of each sublayer's update to take.
 
 Legend: B batch, T target/time, S source, D model width, F feed-forward width.
 """
@@ -32,8 +30,7 @@ class FeedForward(nn.Module):
         d_model: model width D.
         d_ff: hidden width F.
         dropout: dropout after the activation.
-        activation: "gelu", "relu", or "swiglu" (Shazeer, 2020: silu(xW) * xV, two input
-            projections of width F each).
+        activation: "gelu", "relu", or "swiglu" (Shazeer, 2020: silu(xW) * xV, two input projections of width F each).
     """
 
     def __init__(self, d_model: int, d_ff: int, *, dropout: float = 0.0, activation: Activation = "gelu"):
@@ -185,10 +182,8 @@ class DecoderLayer(nn.Module):
                 self_mask: Tensor | None = None, rope: RotaryEmbedding | None = None, bias: Tensor | None = None,
                 cache: KVCache | None = None, cross_cache: StaticKV | None = None) -> Tensor:
         """(B, T, D) targets (with a cache, only the new steps) against (Bm, S, D) memory (see `CrossAttention`).
-
         `self_mask` is an extra target mask (causality is always applied); `rope` and `bias` (ALiBi) act in
-        self-attention only.
-        """
+        self-attention only."""
         x = self.self_block(x, lambda h: self.self_attn(h, self_mask, is_causal=True, rope=rope, bias=bias,
                                                         cache=cache))
         x = self.cross_block(x, lambda h: self.cross_attn(h, memory, memory_mask, cache=cross_cache))

@@ -1,9 +1,8 @@
-"""Opt-in CPU fast paths: oneDNN's GEMM for fp32 linear layers, and a cheaper dropout mask.
-
-Off by default. `enable_cpu_fastpath(model)` turns the plain `nn.Linear` / `nn.Dropout` layers of a built model
-into `FastLinear` / `FastDropout` in place (same parameters and state dict, so checkpoints load either way);
-`disable_cpu_fastpath(model)` turns them back. Both apps expose it as `model.cpu_fastpath`; what it gains
-depends on the CPU (`benchmarks/cpu_fastpath.py`), so it stays off unless a config turns it on.
+"""Opt-in CPU fast paths: oneDNN's GEMM for fp32 linear layers, and a cheaper dropout mask. Off by default.
+`enable_cpu_fastpath(model)` turns the plain `nn.Linear` / `nn.Dropout` layers of a built model into `FastLinear` /
+`FastDropout` in place (same parameters and state dict, so checkpoints load either way); `disable_cpu_fastpath(model)`
+turns them back. Both apps expose it as `model.cpu_fastpath`; what it gains depends on the CPU
+(`benchmarks/cpu_fastpath.py`), so it stays off unless a config turns it on.
 
 Linear: fp32 `F.linear` on CPU calls MKL's sgemm, which takes an AVX2 path on AMD's AVX-512 CPUs; oneDNN's
 GEMM (`torch.ops.mkldnn._linear_pointwise`, what inductor calls for frozen CPU linears) uses AVX-512 there and
@@ -44,11 +43,9 @@ _LEVELS = 1 << _BITS
 
 def enable_cpu_fastpath(model: nn.Module) -> int:
     """Turn every plain `nn.Linear` / `nn.Dropout` in `model` into `FastLinear` / `FastDropout` in place, and give
-    core's attention modules the cheap weight-dropout mask; returns how many layers were swapped.
-
-    Exact types only (subclasses such as `nn.MultiheadAttention`'s projection are left alone). The parameters
-    stay the same objects, so an optimizer built before still holds them.
-    """
+    core's attention modules the cheap weight-dropout mask; returns how many layers were swapped. Exact types only
+    (subclasses such as `nn.MultiheadAttention`'s projection are left alone). The parameters stay the same objects, so
+    an optimizer built before still holds them."""
     return _swap(model, {nn.Linear: FastLinear, nn.Dropout: FastDropout}, cheap=True)
 
 
@@ -93,11 +90,9 @@ def onednn_available() -> bool:
 
 @functools.cache
 def mkl_takes_avx2_path() -> bool:
-    """False on Intel CPUs with AVX-512, where MKL's sgemm runs its AVX-512 kernels; True elsewhere.
-
-    MKL picks its kernels by the CPU's vendor, oneDNN by instruction set. Without /proc/cpuinfo (not Linux)
-    it says True, which keeps oneDNN for the weight gradient, the choice measured on AMD.
-    """
+    """False on Intel CPUs with AVX-512, where MKL's sgemm runs its AVX-512 kernels; True elsewhere. MKL picks its
+    kernels by the CPU's vendor, oneDNN by instruction set. Without /proc/cpuinfo (not Linux) it says True, which keeps
+    oneDNN for the weight gradient, the choice measured on AMD."""
     try:
         with open("/proc/cpuinfo", encoding="ascii", errors="replace") as info:
             head = info.read(1 << 16)

@@ -1,7 +1,6 @@
-"""Attention capture and the tools that read it: entropy and rollout.
-
-Weights are computed only inside `AttentionCapture`: the fast path never builds them.
-Attention is not proof of what drove a prediction; apps report an occlusion check beside it.
+"""Attention capture and the tools that read it: entropy and rollout. Weights are computed only inside
+`AttentionCapture`: the fast path never builds them. Attention is not proof of what drove a prediction; apps report an
+occlusion check beside it.
 
 Legend: B batch, H heads, Tq queries, Tk keys, L layers.
 """
@@ -32,11 +31,10 @@ def attention_layers(model: nn.Module, kind: str = "self_attn") -> int:
 
 
 class AttentionCapture:
-    """Context manager that records attention weights of every attention module in a model.
-
-    Inside the block each `MultiHeadAttention` / `CrossAttention` computes its weights explicitly (same output
-    as the fast path) and appends them, one (B, H, Tq, Tk) tensor per call, under its module name;
-    `AdditiveAttention` / `MultiplicativeAttention` append theirs with H = 1.
+    """Context manager that records attention weights of every attention module in a model. Inside the block each
+    `MultiHeadAttention` / `CrossAttention` computes its weights explicitly (same output as the fast path) and appends
+    them, one (B, H, Tq, Tk) tensor per call, under its module name; `AdditiveAttention` / `MultiplicativeAttention`
+    append theirs with H = 1.
 
     Example:
         with AttentionCapture(model) as cap:
@@ -64,11 +62,9 @@ class AttentionCapture:
             m.capture = None
 
     def layers(self, kind: str = "self_attn") -> list[Tensor]:
-        """(B, H, Tq, Tk) weights of each module whose name ends with `kind`, in layer order.
-
-        Several calls to one module (incremental decoding) are concatenated on the query axis, the shorter
-        key axes right-padded with zeros.
-        """
+        """(B, H, Tq, Tk) weights of each module whose name ends with `kind`, in layer order. Several calls to one
+        module (incremental decoding) are concatenated on the query axis, the shorter key axes right-padded with
+        zeros."""
         out = []
         for name, calls in self.weights.items():
             if name.split(".")[-1] == kind and calls:
@@ -87,12 +83,9 @@ def attention_entropy(weights: Tensor) -> Tensor:
 
 
 def attention_rollout(layers: Sequence[Tensor], residual: bool = True) -> Tensor:
-    """Attention rollout (Abnar & Zuidema, 2020) of (B, H, T, T) weights per layer, first layer first -> (B, T, T):
-    how much each output position draws on each input position.
-
-    Heads are averaged; with `residual`, each layer becomes 0.5 A + 0.5 I (the skip connection) and rows are
-    renormalised; the layers are multiplied from the last down.
-    """
+    """Attention rollout (Abnar & Zuidema, 2020) of (B, H, T, T) weights per layer, first layer first -> (B, T, T): how
+    much each output position draws on each input position. Heads are averaged; with `residual`, each layer becomes 0.5
+    A + 0.5 I (the skip connection) and rows are renormalised; the layers are multiplied from the last down."""
     if not layers:
         raise ValueError("attention_rollout needs at least one layer of weights")
     rollout: Tensor | None = None

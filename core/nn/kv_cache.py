@@ -1,8 +1,7 @@
-"""Key/value caches for incremental decoding.
-
-Self-attention appends one step's keys and values per call; cross-attention stores the encoder's once per
-input. A search that keeps, drops or duplicates hypotheses reorders every cache's batch rows with `reorder`
-(`reorder_self` for the target side alone, `reorder_cross` for the input side, which may have fewer rows).
+"""Key/value caches for incremental decoding. Self-attention appends one step's keys and values per call;
+cross-attention stores the encoder's once per input. A search that keeps, drops or duplicates hypotheses reorders every
+cache's batch rows with `reorder` (`reorder_self` for the target side alone, `reorder_cross` for the input side, which
+may have fewer rows).
 
 Legend: B batch rows (e.g. inputs x hypotheses), Hkv key/value heads, T cached steps, Dh head width.
 """
@@ -14,9 +13,8 @@ from torch import Tensor
 
 
 class KVCache:
-    """Growing key/value store for one self-attention layer.
-
-    Storage is preallocated and doubled when full, so appending a step copies only that step.
+    """Growing key/value store for one self-attention layer. Storage is preallocated and doubled when full, so appending
+    a step copies only that step.
 
     Args:
         capacity: steps to allocate at first (a search that knows its length limit passes it).

@@ -1,6 +1,5 @@
-"""Causal linear attention (Katharopoulos et al. 2020): softmax replaced by a positive feature map.
-
-With phi(x) = elu(x) + 1, position t reads
+"""Causal linear attention (Katharopoulos et al. 2020): softmax replaced by a positive feature map. With phi(x) = elu(x)
++ 1, position t reads
 
     out_t = phi(q_t) S_t / (phi(q_t) . z_t),   S_t = sum_{s<=t} phi(k_s) v_s^T,   z_t = sum_{s<=t} phi(k_s),
 
@@ -29,10 +28,8 @@ def feature_map(x: Tensor) -> Tensor:
 
 def causal_linear_attention(q: Tensor, k: Tensor, v: Tensor, valid: Tensor | None = None,
                             chunk: int = CHUNK) -> Tensor:
-    """(B, H, T, Dh) queries (before the feature map), (B, Hkv, T, Dh) keys and values -> (B, H, T, Dh).
-
-    Padding (`valid` False) adds nothing to the sums; a query with no valid key up to it gets zeros.
-    """
+    """(B, H, T, Dh) queries (before the feature map), (B, Hkv, T, Dh) keys and values -> (B, H, T, Dh). Padding
+    (`valid` False) adds nothing to the sums; a query with no valid key up to it gets zeros."""
     b, h, t, dh = q.shape
     k, v = (x if x.shape[1] == h else x.repeat_interleave(h // x.shape[1], dim=1) for x in (k, v))
     dtype = torch.promote_types(q.dtype, torch.float32)  # sums in at least fp32 (bf16 inputs)

@@ -1,9 +1,8 @@
-"""Cross-entropy over a large output vocabulary without materialising the logits.
-
-Both apps end in `hidden @ weight.T` followed by a softmax over every item or subword: (M, V) logits, their
-log-softmax and its gradient are three M x V float buffers, written and read once and freshly page-faulted
-every step. `linear_cross_entropy` computes the loss and both gradients chunk by chunk in the forward pass
-instead (`benchmarks/streamrec_loss.py` compares it with `F.cross_entropy`).
+"""Cross-entropy over a large output vocabulary without materialising the logits. Both apps end in `hidden @ weight.T`
+followed by a softmax over every item or subword: (M, V) logits, their log-softmax and its gradient are three M x V
+float buffers, written and read once and freshly page-faulted every step. `linear_cross_entropy` computes the loss and
+both gradients chunk by chunk in the forward pass instead (`benchmarks/streamrec_loss.py` compares it with
+`F.cross_entropy`).
 
 `rdrop_cross_entropy` is R-Drop (Liang et al., 2021): the same rows through two dropout masks,
 cross-entropy on both plus a symmetric KL between the two predicted distributions.
@@ -27,12 +26,10 @@ CHUNK_ELEMENTS = 1 << 20
 
 def linear_cross_entropy(hidden: Tensor, weight: Tensor, targets: Tensor, label_smoothing: float = 0.0,
                          chunk_elements: int = CHUNK_ELEMENTS) -> Tensor:
-    """Mean cross-entropy of softmax(hidden @ weight.T) against `targets`, in row chunks.
-
-    Equal in value and gradients to `F.cross_entropy(hidden @ weight.T, targets, label_smoothing=...)`, for
-    (M, D) `hidden` (bf16 is fine: softmax and sums run in fp32), (V, D) `weight` and (M,) `targets` (padding
-    rows selected out beforehand). `chunk_elements`: logits held at once (rows per chunk: this // V, >= 16).
-    """
+    """Mean cross-entropy of softmax(hidden @ weight.T) against `targets`, in row chunks. Equal in value and gradients
+    to `F.cross_entropy(hidden @ weight.T, targets, label_smoothing=...)`, for (M, D) `hidden` (bf16 is fine: softmax
+    and sums run in fp32), (V, D) `weight` and (M,) `targets` (padding rows selected out beforehand). `chunk_elements`:
+    logits held at once (rows per chunk: this // V, >= 16)."""
     if not 0.0 <= label_smoothing < 1.0:
         raise ValueError(f"`label_smoothing` must be in [0, 1), got {label_smoothing}")
     rows = max(16, chunk_elements // max(weight.shape[0], 1))
@@ -42,11 +39,9 @@ def linear_cross_entropy(hidden: Tensor, weight: Tensor, targets: Tensor, label_
 def rdrop_cross_entropy(hidden: Tensor, weight: Tensor, targets: Tensor, label_smoothing: float = 0.0,
                         alpha: float = 5.0, chunk_elements: int = CHUNK_ELEMENTS) -> Tensor:
     """R-Drop loss of two dropout passes, (2, M, D) `hidden`, over the same rows, in chunks as `linear_cross_entropy`.
-
-    Per row, the paper's eq. 3 halved, so the cross-entropy stays a mean over both passes and the paper's
-    alpha values carry over (5 for IWSLT): (CE(p1) + CE(p2)) / 2 with label smoothing as
-    `linear_cross_entropy`, plus alpha / 4 * (KL(p1 || p2) + KL(p2 || p1)); averaged over rows.
-    """
+    Per row, the paper's eq. 3 halved, so the cross-entropy stays a mean over both passes and the paper's alpha values
+    carry over (5 for IWSLT): (CE(p1) + CE(p2)) / 2 with label smoothing as `linear_cross_entropy`, plus alpha / 4 *
+    (KL(p1 || p2) + KL(p2 || p1)); averaged over rows."""
     if not 0.0 <= label_smoothing < 1.0:
         raise ValueError(f"`label_smoothing` must be in [0, 1), got {label_smoothing}")
     if hidden.dim() != 3 or hidden.shape[0] != 2:
@@ -68,14 +63,10 @@ class _StoredGradients(torch.autograd.Function):
 
 
 class _ChunkedRDrop(_StoredGradients):
-    """`rdrop_cross_entropy` with its gradients computed chunk by chunk during the forward pass.
-
-    Spares autograd's materialised (2, M, V) logits (`benchmarks/translate_rdrop_loss.py`). Per chunk, with
-    l = log p and d = l1 - l2:
-    loss = (ce1 + ce2) / 2 + alpha / 4 * sum(p1 - p2) d,
-    dz1 = (p1 - (1 - eps) onehot - eps / V) / 2 + alpha / 4 * (p1 (d - KL(p1 || p2)) + p1 - p2),
-    and dz2 the same with 1 and 2 swapped.
-    """
+    """`rdrop_cross_entropy` with its gradients computed chunk by chunk during the forward pass. Spares autograd's
+    materialised (2, M, V) logits (`benchmarks/translate_rdrop_loss.py`). Per chunk, with l = log p and d = l1 - l2:
+    loss = (ce1 + ce2) / 2 + alpha / 4 * sum(p1 - p2) d, dz1 = (p1 - (1 - eps) onehot - eps / V) / 2 + alpha / 4 * (p1
+    (d - KL(p1 || p2)) + p1 - p2), and dz2 the same with 1 and 2 swapped."""
 
     @staticmethod
     def forward(ctx, hidden: Tensor, weight: Tensor, targets: Tensor, eps: float, alpha: float,
@@ -117,12 +108,10 @@ class _ChunkedRDrop(_StoredGradients):
 
 
 def contrastive_loss(first: Tensor, second: Tensor, temperature: float = 1.0, groups: Tensor | None = None) -> Tensor:
-    """Mean NT-Xent (SimCLR's InfoNCE over 2B views) of two (B, D) views of B rows.
-
-    Each of the 2B views is classified among the other 2B - 1 by dot product / `temperature` (CL4SRec and
-    DuoRec use 1); its twin (the other view of its row) is the answer. Rows of the same (B,) `groups` value
-    (DuoRec: the same next item) are left out of each other's candidates, as false negatives.
-    """
+    """Mean NT-Xent (SimCLR's InfoNCE over 2B views) of two (B, D) views of B rows. Each of the 2B views is classified
+    among the other 2B - 1 by dot product / `temperature` (CL4SRec and DuoRec use 1); its twin (the other view of its
+    row) is the answer. Rows of the same (B,) `groups` value (DuoRec: the same next item) are left out of each other's
+    candidates, as false negatives."""
     if temperature <= 0:
         raise ValueError(f"`temperature` must be > 0, got {temperature}")
     if first.shape != second.shape or first.dim() != 2:
@@ -152,11 +141,9 @@ def _matmul_dtype(x: Tensor) -> torch.dtype:
 
 
 def _logsumexp(logits: Tensor, probs: Tensor, targets: Tensor, target_logit: Tensor) -> Tensor:
-    """Each row's logsumexp, read off its softmax `probs` (fp32) without another pass over the row where possible.
-
-    CPU: z_t - log p_t from two gathered numbers; rows whose target prob underflows are recomputed directly.
-    Elsewhere max z - log max p (max p >= 1/V never underflows), which needs no host sync for a test of rows.
-    """
+    """Each row's logsumexp, read off its softmax `probs` (fp32) without another pass over the row where possible. CPU:
+    z_t - log p_t from two gathered numbers; rows whose target prob underflows are recomputed directly. Elsewhere max z
+    - log max p (max p >= 1/V never underflows), which needs no host sync for a test of rows."""
     acc = probs.dtype
     if logits.device.type != "cpu":
         return logits.amax(dim=1).to(acc) - probs.amax(dim=1).log()
@@ -169,11 +156,9 @@ def _logsumexp(logits: Tensor, probs: Tensor, targets: Tensor, target_logit: Ten
 
 
 class _ChunkedCrossEntropy(_StoredGradients):
-    """Mean softmax cross-entropy whose gradients are computed chunk by chunk during the forward pass.
-
-    Per chunk: z = h W^T, loss = logsumexp(z) - (1 - eps) z_target - eps mean(z),
-    dz = softmax(z) - (1 - eps) onehot - eps / V, dh = dz W, dW += dz^T h.
-    """
+    """Mean softmax cross-entropy whose gradients are computed chunk by chunk during the forward pass. Per chunk: z = h
+    W^T, loss = logsumexp(z) - (1 - eps) z_target - eps mean(z), dz = softmax(z) - (1 - eps) onehot - eps / V, dh = dz
+    W, dW += dz^T h."""
 
     @staticmethod
     def forward(ctx, hidden: Tensor, weight: Tensor, targets: Tensor, eps: float, rows: int) -> Tensor:

@@ -1,12 +1,11 @@
-"""Low-pass mixing beside self-attention, made causal: "beyond self-attention" (BSARec, Shin et al. 2024).
-
-BSARec splits each layer's input H into a low-frequency part (the first few Fourier bins over the sequence)
-and the rest, rescales the rest per channel by beta^2, and mixes the result with self-attention's output:
-alpha * filter + (1 - alpha) * attention. Attention alone smooths away the high-frequency, item-to-item
-signal; the filter branch puts it back. Its Fourier transform runs over the whole sequence, so a model trained
-on every next item (ours) would see each position's future. Here the low-pass is by default a causal moving
-average over the last `window` valid positions: the same split, no future in it, at O(T D) cost.
-`kind="fourier"` is BSARec's own filter, for models trained at the last position only (`data.prefixes`).
+"""Low-pass mixing beside self-attention, made causal: "beyond self-attention" (BSARec, Shin et al. 2024). BSARec splits
+each layer's input H into a low-frequency part (the first few Fourier bins over the sequence) and the rest, rescales the
+rest per channel by beta^2, and mixes the result with self-attention's output: alpha * filter + (1 - alpha) * attention.
+Attention alone smooths away the high-frequency, item-to-item signal; the filter branch puts it back. Its Fourier
+transform runs over the whole sequence, so a model trained on every next item (ours) would see each position's future.
+Here the low-pass is by default a causal moving average over the last `window` valid positions: the same split, no
+future in it, at O(T D) cost. `kind="fourier"` is BSARec's own filter, for models trained at the last position only
+(`data.prefixes`).
 
 Legend: B batch, T time, D model width, W window.
 """
@@ -24,13 +23,10 @@ LowPassKind = Literal["causal", "fourier"]
 
 @dataclass(frozen=True)
 class LowPassMix:
-    """The filter branch's settings: `alpha` is its weight (attention gets 1 - alpha).
-
-    `window`: causal, the moving-average length W (a box filter keeps roughly the periods longer than W
-    steps); fourier, BSARec's c, which keeps the lowest c // 2 + 1 Fourier bins over `length` positions.
-    `length`: the Fourier transform's length, the model's max_len, so a bin means the same period whatever a
-    batch's length (histories are zero-padded to it).
-    """
+    """The filter branch's settings: `alpha` is its weight (attention gets 1 - alpha). `window`: causal, the
+    moving-average length W (a box filter keeps roughly the periods longer than W steps); fourier, BSARec's c, which
+    keeps the lowest c // 2 + 1 Fourier bins over `length` positions. `length`: the Fourier transform's length, the
+    model's max_len, so a bin means the same period whatever a batch's length (histories are zero-padded to it)."""
 
     alpha: float = 0.5
     window: int = 16
@@ -49,11 +45,9 @@ class LowPassMix:
 
 
 def causal_moving_average(x: Tensor, window: int, valid: Tensor | None = None) -> Tensor:
-    """(B, T, D) -> (B, T, D): at t, the mean of x over the valid positions among t - W + 1 .. t.
-
-    `valid` (B, T), True where x holds a token: padding neither counts nor contributes. A position with no
-    valid one in its window (padding before the first item) gets zeros.
-    """
+    """(B, T, D) -> (B, T, D): at t, the mean of x over the valid positions among t - W + 1 .. t. `valid` (B, T), True
+    where x holds a token: padding neither counts nor contributes. A position with no valid one in its window (padding
+    before the first item) gets zeros."""
     weight = x.new_ones(x.shape[:2]) if valid is None else valid.to(x.dtype)
     sums = torch.cumsum(x * weight.unsqueeze(-1), dim=1)  # (B, T, D)
     counts = torch.cumsum(weight, dim=1)  # (B, T)
@@ -65,11 +59,9 @@ def causal_moving_average(x: Tensor, window: int, valid: Tensor | None = None) -
 
 def fourier_low_pass(x: Tensor, bins: int, length: int, valid: Tensor | None = None) -> Tensor:
     """(B, T, D) -> (B, T, D): x with all but its lowest `bins` Fourier bins over `length` >= T positions removed.
-
-    BSARec's filter (rfft, zeroed bins, irfft, orthonormal). The rows are zero-padded from T to `length`
-    at the end; with the left padding inside T that is a circular shift of a history padded on the left
-    to `length`, which a Fourier filter shifts alike. `valid` (B, T) zeroes the padding first.
-    """
+    BSARec's filter (rfft, zeroed bins, irfft, orthonormal). The rows are zero-padded from T to `length` at the end;
+    with the left padding inside T that is a circular shift of a history padded on the left to `length`, which a Fourier
+    filter shifts alike. `valid` (B, T) zeroes the padding first."""
     if valid is not None:
         x = x * valid.unsqueeze(-1).to(x.dtype)
     wide = x if x.dtype in (torch.float32, torch.float64) else x.float()  # no half-precision FFT on the CPU

@@ -1,8 +1,7 @@
-"""Typed option groups: a model's settings that belong together, as one frozen, validated object.
-
-A LightningModule takes each group as one argument (`speed: SpeedOptions = SpeedOptions()`), which
-LightningCLI exposes as `--model.speed.compile default` and YAML as a nested mapping. Each group checks its
-own rules in `__post_init__`, so a bad value is refused in one place, before anything is built.
+"""Typed option groups: a model's settings that belong together, as one frozen, validated object. A LightningModule
+takes each group as one argument (`speed: SpeedOptions = SpeedOptions()`), which LightningCLI exposes as
+`--model.speed.compile default` and YAML as a nested mapping. Each group checks its own rules in `__post_init__`, so a
+bad value is refused in one place, before anything is built.
 
 Checkpoints hold the groups as plain dicts (`as_dict`): the safe loader unpickles no class of ours, and
 `OptionGroup.of` turns such a dict back into the group, refusing a key the group does not have.
@@ -21,18 +20,13 @@ Group = TypeVar("Group", bound="OptionGroup")
 
 @dataclasses.dataclass(frozen=True)
 class OptionGroup:
-    """Base of the frozen dataclasses that hold one group of a module's settings.
-
-    A dataclass itself (with no fields): jsonargparse exposes a dataclass's fields as `--model.GROUP.FIELD` only
-    when every class it derives from is one.
-    """
+    """Base of the frozen dataclasses that hold one group of a module's settings. A dataclass itself (with no fields):
+    jsonargparse exposes a dataclass's fields as `--model.GROUP.FIELD` only when every class it derives from is one."""
 
     @classmethod
     def of(cls: type[Group], value: Group | Mapping[str, Any] | None, name: str = "") -> Group:
-        """`value` as this group: itself, or built from a mapping (a checkpoint's, a config's); None: defaults.
-
-        A key the group lacks is a one-line ValueError naming `name` (the class when empty) and the keys it has.
-        """
+        """`value` as this group: itself, or built from a mapping (a checkpoint's, a config's); None: defaults. A key
+        the group lacks is a one-line ValueError naming `name` (the class when empty) and the keys it has."""
         if value is None:
             return cls()
         if isinstance(value, cls):
@@ -79,13 +73,10 @@ class SpeedOptions(OptionGroup):
 
 
 def regroup(hparams: Mapping[str, Any], moved: Mapping[str, tuple[str, str]]) -> dict[str, Any]:
-    """`hparams` with the flat names of an older layout moved into their groups: `moved` maps an old name to its
-    (group, name in the group). Every other key is kept as it is; a group already given as a mapping is merged.
-
-    The loaders of old checkpoints call it (`streamrec.model.hparams`, `translate.model.hparams`); the old names
-    are never options of a constructor. A group that is not a mapping, or a setting given both flat and in its
-    group, is a ValueError.
-    """
+    """`hparams` with the flat names of an older layout moved into their groups: `moved` maps an old name to its (group,
+    name in the group). Every other key is kept as it is; a group already given as a mapping is merged. The loaders of
+    old checkpoints call it (`streamrec.model.hparams`, `translate.model.hparams`); the old names are never options of a
+    constructor. A group that is not a mapping, or a setting given both flat and in its group, is a ValueError."""
     out: dict[str, Any] = {}
     found: dict[str, dict[str, Any]] = {}
     for key, value in hparams.items():

@@ -1,9 +1,7 @@
-"""Position information: added to embeddings (sinusoidal, learned) or inside attention
-(RoPE rotates q and k, ALiBi adds a per-head distance bias).
-
-Every variant takes an `offset`: the absolute position of the first token, which is
-the number of positions already in a KV cache during incremental decoding. Every table needs its
-`max_len`: core has no default length (each app sets its own, and a stack passes it on).
+"""Position information: added to embeddings (sinusoidal, learned) or inside attention (RoPE rotates q and k, ALiBi adds
+a per-head distance bias). Every variant takes an `offset`: the absolute position of the first token, which is the
+number of positions already in a KV cache during incremental decoding. Every table needs its `max_len`: core has no
+default length (each app sets its own, and a stack passes it on).
 
 Legend: B batch, T time, D model width, H heads, Dh head width (D / H).
 """
@@ -71,10 +69,8 @@ class LearnedPositions(nn.Module):
 
 
 class RotaryEmbedding(nn.Module):
-    """Rotary position embedding (Su et al., 2021), applied to queries and keys.
-
-    "Rotate half" pairing: feature i turns with feature i + Dh/2 by `position * base^(-2i/Dh)`, so the score
-    q_m . k_n depends only on m - n.
+    """Rotary position embedding (Su et al., 2021), applied to queries and keys. "Rotate half" pairing: feature i turns
+    with feature i + Dh/2 by `position * base^(-2i/Dh)`, so the score q_m . k_n depends only on m - n.
 
     Args:
         head_dim: per-head width Dh (even).
@@ -109,11 +105,8 @@ def apply_rope(q: Tensor, k: Tensor, rope: RotaryEmbedding, offset: int = 0) -> 
 
 
 def alibi_slopes(n_heads: int) -> Tensor:
-    """Per-head ALiBi slopes (Press et al., 2022): 2^(-8i/H) for i = 1..H.
-
-    For H not a power of two, the paper's recipe: the slopes of the closest lower power of
-    two, then every other slope of the next power of two.
-    """
+    """Per-head ALiBi slopes (Press et al., 2022): 2^(-8i/H) for i = 1..H. For H not a power of two, the paper's recipe:
+    the slopes of the closest lower power of two, then every other slope of the next power of two."""
 
     def power_of_two(n: int) -> list[float]:
         start = 2.0 ** (-8.0 / n)
@@ -128,9 +121,8 @@ def alibi_slopes(n_heads: int) -> Tensor:
 
 
 class ALiBi(nn.Module):
-    """Attention with linear biases: score(i, j) += -slope_h * |i - j|.
-
-    An additive float bias for SDPA's `attn_mask`; in a causal model (j <= i) the paper's slope_h * (j - i).
+    """Attention with linear biases: score(i, j) += -slope_h * |i - j|. An additive float bias for SDPA's `attn_mask`;
+    in a causal model (j <= i) the paper's slope_h * (j - i).
 
     Args:
         n_heads: number of query heads H.

@@ -1,11 +1,10 @@
-"""A recurrent encoder-decoder: a bidirectional GRU/LSTM encoder and an attentional decoder with input feeding.
-
-The decoder follows Luong et al. (2015): at step t the recurrent stack reads [y_t-1 embedding; h~_t-1] (input
-feeding: the previous attentional vector tells it what was attended), its top state h_t attends over the
-encoder outputs (`core.nn.scored_attention`: additive, dot or general scores), and the attentional vector is
-h~_t = tanh(W_c [c_t; h_t]); the output layer reads h~_t. The initial decoder state is tanh(W m) of the mean
-m of the encoder outputs over real source tokens (Nematus' choice), so the decoder needs nothing but the
-memory and its mask, like the transformer's `core.nn.Decoder`.
+"""A recurrent encoder-decoder: a bidirectional GRU/LSTM encoder and an attentional decoder with input feeding. The
+decoder follows Luong et al. (2015): at step t the recurrent stack reads [y_t-1 embedding; h~_t-1] (input feeding: the
+previous attentional vector tells it what was attended), its top state h_t attends over the encoder outputs
+(`core.nn.scored_attention`: additive, dot or general scores), and the attentional vector is h~_t = tanh(W_c [c_t;
+h_t]); the output layer reads h~_t. The initial decoder state is tanh(W m) of the mean m of the encoder outputs over
+real source tokens (Nematus' choice), so the decoder needs nothing but the memory and its mask, like the transformer's
+`core.nn.Decoder`.
 
 Teacher forcing cannot run the target in parallel (h~_t-1 feeds step t), so a whole target runs step by step
 through the same code as incremental decoding; `RecurrentCache` carries the state between calls.
@@ -67,13 +66,10 @@ class RecurrentEncoder(nn.Module):
 
 
 class CausalRecurrentEncoder(nn.Module):
-    """A unidirectional GRU/LSTM over left-padded sequences (GRU4Rec's network) whose outputs do not depend on
-    how much padding precedes a row.
-
-    Left padding would run the cell over the padding first (its biases move the state away from zero), so each
-    row is rotated to start at column 0, run, and rotated back: two gathers instead of packing, which keeps the
-    graph exportable. The hidden width is D too, so states score against item vectors.
-    """
+    """A unidirectional GRU/LSTM over left-padded sequences (GRU4Rec's network) whose outputs do not depend on how much
+    padding precedes a row. Left padding would run the cell over the padding first (its biases move the state away from
+    zero), so each row is rotated to start at column 0, run, and rotated back: two gathers instead of packing, which
+    keeps the graph exportable. The hidden width is D too, so states score against item vectors."""
 
     def __init__(self, d_model: int, *, n_layers: int = 1, dropout: float = 0.0, cell: Cell = "gru"):
         super().__init__()
@@ -146,11 +142,9 @@ class RecurrentDecoder(nn.Module):
         return RecurrentCache()
 
     def forward(self, x: Tensor, memory: Tensor, mask: Tensor, cache: RecurrentCache | None = None) -> Tensor:
-        """(B, T, D) embedded inputs (with a cache, the new steps) -> (B, T, D) attentional vectors h~.
-
-        `memory` (Bm, S, D) and its (Bm, 1, 1, S) padding `mask`: shared rows, see the module. `cache` from
-        `new_cache()` is advanced by this call (None: decode `x` from the start).
-        """
+        """(B, T, D) embedded inputs (with a cache, the new steps) -> (B, T, D) attentional vectors h~. `memory` (Bm, S,
+        D) and its (Bm, 1, 1, S) padding `mask`: shared rows, see the module. `cache` from `new_cache()` is advanced by
+        this call (None: decode `x` from the start)."""
         cache = RecurrentCache() if cache is None else cache
         mask = mask.reshape(memory.shape[0], 1, memory.shape[1])  # (Bm, 1, S)
         if not cache.started:

@@ -85,13 +85,10 @@ class WarmupCosineLR(LambdaLR):
     @classmethod
     def for_run(cls, optimizer: Optimizer, warmup_steps: int, *, run_steps: float, floor: float = 0.0,
                 clock_limited: bool = False, advice: str = "") -> WarmupCosineLR:
-        """The schedule over a whole training run, e.g. Lightning's `trainer.estimated_stepping_batches`.
-
-        A run shorter than the warmup keeps the full warmup. An unbounded run (`max_epochs: -1` without
-        `max_steps`) is refused: a cosine needs an end. A run a clock may stop (`clock_limited`, e.g.
-        `stops_on_time(trainer.callbacks)`) gets a warning, ended by `advice`: the cosine still spans
-        `run_steps`, so the run can end at a high learning rate.
-        """
+        """The schedule over a whole training run, e.g. Lightning's `trainer.estimated_stepping_batches`. A run shorter
+        than the warmup keeps the full warmup. An unbounded run (`max_epochs: -1` without `max_steps`) is refused: a
+        cosine needs an end. A run a clock may stop (`clock_limited`, e.g. `stops_on_time(trainer.callbacks)`) gets a
+        warning, ended by `advice`: the cosine still spans `run_steps`, so the run can end at a high learning rate."""
         if not math.isfinite(run_steps):
             raise ValueError("trainer.max_epochs / trainer.max_steps: the warmup-cosine schedule needs a finite run; "
                              "set one of them (early stopping can still end the run sooner)")
@@ -116,8 +113,6 @@ class InverseSqrtLR(LambdaLR):
 
 
 def stops_on_time(callbacks: Iterable[Any]) -> bool:
-    """Whether a callback may stop the run on the clock (Lightning's `Timer`, added by `trainer.max_time`).
-
-    Read by attribute, so `core` needs no Lightning import.
-    """
+    """Whether a callback may stop the run on the clock (Lightning's `Timer`, added by `trainer.max_time`); read by
+    attribute, so `core` needs no Lightning import."""
     return any(callable(getattr(cb, "time_remaining", None)) and cb.time_remaining() is not None for cb in callbacks)

@@ -43,10 +43,8 @@ class _ScoredAttention(nn.Module):
 
     def forward(self, query: Tensor, values: Tensor, mask: Tensor | None = None,
                 keys: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """(B, T, Dq) queries over (Bm, S, Dk) values -> (B, T, Dk) contexts and (B, T, S) weights.
-
-        `mask` broadcasts to (Bm, G*T, S), with G > 1 as (Bm, 1, S); `keys`: `project_keys(values)` if known.
-        """
+        """(B, T, Dq) queries over (Bm, S, Dk) values -> (B, T, Dk) contexts and (B, T, S) weights. `mask` broadcasts to
+        (Bm, G*T, S), with G > 1 as (Bm, 1, S); `keys`: `project_keys(values)` if known."""
         keys = self.project_keys(values) if keys is None else keys
         b, t, _ = query.shape
         bm = values.shape[0]

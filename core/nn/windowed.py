@@ -1,15 +1,13 @@
-"""Causal sliding-window (local) attention in blocks: time and memory linear in the sequence length.
-
-Query t sees keys t - W + 1 .. t. A banded mask over full attention gives the same result but still computes
-and stores all T x T scores. Here the queries are cut into blocks of W, and each block attends only to its own
-block and the one before it (2W keys, the band masked inside), so the scores take T x 2W.
+"""Causal sliding-window (local) attention in blocks: time and memory linear in the sequence length. Query t sees keys t
+- W + 1 .. t. A banded mask over full attention gives the same result but still computes and stores all T x T scores.
+Here the queries are cut into blocks of W, and each block attends only to its own block and the one before it (2W keys,
+the band masked inside), so the scores take T x 2W.
 
 On CUDA the same band runs as FlexAttention's block-sparse kernel instead (`kernel="flex"`, compiled once
 per process): it skips the key blocks outside the band without copying K and V into block pairs. FlexAttention
 has no attention dropout, so a training step with `dropout_p > 0` keeps the blocks.
 
-Legend: B batch, H query heads, Hkv key/value heads, T time, W window, N blocks (T / W rounded up),
-Dh head width.
+Legend: B batch, H query heads, Hkv key/value heads, T time, W window, N blocks (T / W rounded up), Dh head width.
 """
 
 from __future__ import annotations
@@ -36,12 +34,10 @@ KERNELS: tuple[str, ...] = get_args(WindowKernel)
 
 def windowed_attention(q: Tensor, k: Tensor, v: Tensor, window: int, valid: Tensor | None = None,
                        dropout_p: float = 0.0, kernel: WindowKernel = "auto") -> Tensor:
-    """Causal attention of each of the (B, H, T, Dh) queries to the last `window` of the (B, Hkv, T, Dh) keys and
-    values (itself included) -> (B, H, T, Dh); a query that sees no `valid` key gets zeros.
-
-    `kernel`: "blocks" (SDPA over block pairs, any device), "flex" (FlexAttention with the band as a block mask;
-    no dropout; eager, hence slow, off CUDA) or "auto": flex on CUDA when it exists and there is no dropout.
-    """
+    """Causal attention of each of the (B, H, T, Dh) queries to the last `window` of the (B, Hkv, T, Dh) keys and values
+    (itself included) -> (B, H, T, Dh); a query that sees no `valid` key gets zeros. `kernel`: "blocks" (SDPA over block
+    pairs, any device), "flex" (FlexAttention with the band as a block mask; no dropout; eager, hence slow, off CUDA) or
+    "auto": flex on CUDA when it exists and there is no dropout."""
     if window < 1:
         raise ValueError(f"`window` must be >= 1, got {window}")
     if kernel not in KERNELS:

@@ -16,11 +16,10 @@ _serial = itertools.count()  # distinct temporary names for several outputs of o
 
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path beside `path`; rename it to `path` if the block succeeds, else delete it.
-
-    The temporary file sits in the same folder, so the rename is atomic. Its name is not from
-    `tempfile.mkstemp`, whose 0600 mode would stick to the result. A symbolic link is written through (the
-    link stays); a path that exists but is no regular file (a FIFO, `/dev/stdout`) is yielded as it is."""
+    """Yield a temporary path beside `path`; rename it to `path` if the block succeeds, else delete it. The temporary
+    file sits in the same folder, so the rename is atomic. Its name is not from `tempfile.mkstemp`, whose 0600 mode
+    would stick to the result. A symbolic link is written through (the link stays); a path that exists but is no regular
+    file (a FIFO, `/dev/stdout`) is yielded as it is."""
     path = Path(path)
     if path.is_dir():
         raise IsADirectoryError(f"{path}: is a folder; name a file to write")

@@ -23,9 +23,8 @@ from torch import nn
 
 from core.runtime.errors import InputError, UnsafeCheckpointError
 
-# Types our checkpoints hold beyond what PyTorch's weights-only unpickler accepts by itself
-# (tensors, storages, dtypes, OrderedDict, plain containers). None today: keep it that way, and
-# add a type here only with a test that writes it.
+# Types our checkpoints hold beyond what PyTorch's weights-only unpickler accepts by itself (tensors, storages, dtypes,
+# OrderedDict, plain containers). None today: keep it that way, and add a type here only with a test that writes it.
 ALLOWED_GLOBALS: list[Any] = []
 
 MAX_CHECKPOINT_BYTES = 64 << 30  # a bigger file is not one of ours; refuse before reading it
@@ -35,11 +34,10 @@ _TORCH_GLOBAL = re.compile(r"^(torch\.|collections\.OrderedDict$|_codecs\.encode
 
 
 def load_checkpoint(path: str | Path, written_by: str, mmap: bool = False) -> Any:
-    """The checkpoint at `path`, on CPU, unpickled with PyTorch's restricted (weights-only) unpickler.
-
-    `written_by` (`python -m translate fit`) is named in the hints. `mmap` maps the tensors (copy-on-write)
-    instead of reading them: pages nobody touches (optimizer states) stay on disk. The caller checks that the
-    content is its own kind of checkpoint: only it knows which keys it needs."""
+    """The checkpoint at `path`, on CPU, unpickled with PyTorch's restricted (weights-only) unpickler. `written_by`
+    (`python -m translate fit`) is named in the hints. `mmap` maps the tensors (copy-on-write) instead of reading them:
+    pages nobody touches (optimizer states) stay on disk. The caller checks that the content is its own kind of
+    checkpoint: only it knows which keys it needs."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: checkpoint not found; pass the .ckpt written by `{written_by}`")
@@ -73,11 +71,10 @@ Module = TypeVar("Module", bound=nn.Module)
 
 def load_module(cls: type[Module], path: str | Path, written_by: str, app: str,
                 required: Iterable[str] = (), mmap: bool = False, prefix: str = "") -> tuple[Module, dict[str, Any]]:
-    """A `cls` rebuilt from a checkpoint's hyper-parameters and weights (eval mode, CPU), and the checkpoint dict.
-
-    `cls` is the LightningModule, or, with `prefix` ("model."), the network it holds, so scoring and translating
-    neither build the training module nor import Lightning. `required`: keys the checkpoint must hold besides
-    those two (a vocabulary). With `mmap` the weights stay mapped from the file, which must not change."""
+    """A `cls` rebuilt from a checkpoint's hyper-parameters and weights (eval mode, CPU), and the checkpoint dict. `cls`
+    is the LightningModule, or, with `prefix` ("model."), the network it holds, so scoring and translating neither build
+    the training module nor import Lightning. `required`: keys the checkpoint must hold besides those two (a
+    vocabulary). With `mmap` the weights stay mapped from the file, which must not change."""
     state = load_checkpoint(path, written_by, mmap=mmap)
     missing = [key for key in ("hyper_parameters", "state_dict", *required)
                if not isinstance(state, dict) or key not in state]

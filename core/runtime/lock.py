@@ -121,10 +121,9 @@ def _describe(holder: dict[str, object]) -> str:
 
 
 def interrupt_on_sigterm() -> None:
-    """Make SIGTERM (`kill`, a job scheduler's stop) raise KeyboardInterrupt (`Interrupted`), as Ctrl-C does.
-
-    Python's default for SIGTERM ends the process at once, skipping `finally` blocks: temporary files
-    and lock files would stay. A CLI calls this first and treats both signals as an interruption."""
+    """Make SIGTERM (`kill`, a job scheduler's stop) raise KeyboardInterrupt (`Interrupted`), as Ctrl-C does. Python's
+    default for SIGTERM ends the process at once, skipping `finally` blocks: temporary files and lock files would stay.
+    A CLI calls this first and treats both signals as an interruption."""
     def _raise(signum: int, frame: object) -> None:
         raise Interrupted(signum)
 

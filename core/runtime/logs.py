@@ -43,11 +43,8 @@ def log_info_to_stderr(package: str) -> None:
 # Lines a normal run prints that its user cannot act on: Lightning's advertisement for its cloud logger, a
 # deprecation inside Lightning's own pytree helper (torch deprecated what it calls), and the note that an epoch
 # has fewer batches than the logging interval (the last step of each epoch is logged anyway).
-NOISE_MESSAGES = (
-    r"💡 Tip: For seamless cloud logging",
-    r"`isinstance\(treespec, LeafSpec\)` is deprecated",
-    r"The number of training batches \(\d+\) is smaller than the logging interval",
-)
+NOISE_MESSAGES = (r"💡 Tip: For seamless cloud logging", r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                  r"The number of training batches \(\d+\) is smaller than the logging interval")
 
 
 class _DropNoise(logging.Filter):

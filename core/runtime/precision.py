@@ -85,10 +85,9 @@ def cpu_precision_fallback(precision: str | int | None, accelerator: str) -> tup
 
 
 def quantize_int8(model: nn.Module, inplace: bool = False) -> nn.Module:
-    """`model` (a copy, unless `inplace`) with its `nn.Linear` layers running in int8 on the CPU, for inference.
-
-    Dynamic quantisation; embeddings, norms and attention stay float32. torch.ao's is deprecated in favour of
-    torchao (not a dependency here): with the pinned torch it works, and its warnings are silenced."""
+    """`model` (a copy, unless `inplace`) with its `nn.Linear` layers running in int8 on the CPU, for inference. Dynamic
+    quantisation; embeddings, norms and attention stay float32. torch.ao's is deprecated in favour of torchao (not a
+    dependency here): with the pinned torch it works, and its warnings are silenced."""
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
     from core.nn.cpu_fastpath import disable_cpu_fastpath

@@ -1,8 +1,7 @@
 """Exact resume: a run resumed from any checkpoint ends with an uninterrupted run's weights, bit for bit on the CPU.
-
-`ExactResume` stores the generator states in every checkpoint as tensors and plain numbers (loadable without
-an allow-list) and restores them just before the first batch. The samplers here shuffle from (seed, epoch)
-alone, so fetching data draws nothing dropout also draws from; after a mid-epoch checkpoint they skip ahead.
+`ExactResume` stores the generator states in every checkpoint as tensors and plain numbers (loadable without an
+allow-list) and restores them just before the first batch. The samplers here shuffle from (seed, epoch) alone, so
+fetching data draws nothing dropout also draws from; after a mid-epoch checkpoint they skip ahead.
 
 Limits: under DDP Lightning's `DistributedSampler` replaces the sampler (a mid-epoch resume restarts the
 epoch); DataLoader workers' random streams and sentencepiece's sampling generator are not stored."""
@@ -42,10 +41,9 @@ class EpochRandomSampler(RandomSampler):
 
 
 class EpochBatchSampler(Sampler[list[int]]):
-    """Batches drawn from (seed, epoch) alone; subclasses give `epoch_batches`.
-
-    Each `iter()` uses the current epoch and advances it (Lightning calls `set_epoch` on samplers, not on
-    batch samplers, so the advance is what gives a new order each epoch); `ExactResume` pins it each epoch."""
+    """Batches drawn from (seed, epoch) alone; subclasses give `epoch_batches`. Each `iter()` uses the current epoch and
+    advances it (Lightning calls `set_epoch` on samplers, not on batch samplers, so the advance is what gives a new
+    order each epoch); `ExactResume` pins it each epoch."""
 
     def __init__(self, seed: int = 0):
         self.seed, self.epoch, self.skip = seed, 0, 0

@@ -1,9 +1,8 @@
-"""Stopping `fit` on SIGTERM, SIGINT or SIGUSR1 with a checkpoint that resumes exactly where it stopped.
-
-`StopOnSignal` finishes the training step in progress, saves a checkpoint of the point after it, and ends
-`fit` with `StopRequested`, a `SystemExit` of status 128 + the signal's number, so a scheduler does not read
-the run as finished. The fit is abandoned, not stopped with `trainer.should_stop`: that would run the
-epoch's validation and end-of-epoch hooks, whose `last.ckpt` would claim a partly trained epoch.
+"""Stopping `fit` on SIGTERM, SIGINT or SIGUSR1 with a checkpoint that resumes exactly where it stopped. `StopOnSignal`
+finishes the training step in progress, saves a checkpoint of the point after it, and ends `fit` with `StopRequested`, a
+`SystemExit` of status 128 + the signal's number, so a scheduler does not read the run as finished. The fit is
+abandoned, not stopped with `trainer.should_stop`: that would run the epoch's validation and end-of-epoch hooks, whose
+`last.ckpt` would claim a partly trained epoch.
 
 The handlers replace Lightning's own from the start of training, except under SLURM with `auto_requeue`
 (Lightning saves an `hpc_ckpt` and requeues the job itself), with more than one process (each rank would

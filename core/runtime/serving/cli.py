@@ -80,10 +80,9 @@ class ServerOptions:
 
 
 def run_server(api: BatchedAPI, validate: Validate, options: ServerOptions, metadata: dict | None = None) -> None:
-    """Serve `api` on `POST /predict` (and LitServe's `GET /health`, `GET /info`) until SIGINT or SIGTERM.
-
-    `api` is pickled into each worker process, so it holds paths, not models; `validate` (parsed JSON -> the
-    checked request) runs in the HTTP process (`JSONGate`); `metadata` is what `GET /info` reports as "model"."""
+    """Serve `api` on `POST /predict` (and LitServe's `GET /health`, `GET /info`) until SIGINT or SIGTERM. `api` is
+    pickled into each worker process, so it holds paths, not models; `validate` (parsed JSON -> the checked request)
+    runs in the HTTP process (`JSONGate`); `metadata` is what `GET /info` reports as "model"."""
     o = options
     if o.batch_timeout >= o.timeout:
         raise InputError(f"--batch-timeout ({o.batch_timeout}) must be less than --timeout ({o.timeout})")

@@ -23,10 +23,9 @@ Validate = Callable[[object], dict]
 
 
 class JSONGate:
-    """ASGI middleware: a size limit on every body (413, before reading it when Content-Length says so); a
-    parsed, checked JSON object for `POST path`, re-encoded for LitServe with the defaults filled in.
-
-    A refused request is answered here with `{"error": "one line"}` and never reaches LitServe's queue."""
+    """ASGI middleware: a size limit on every body (413, before reading it when Content-Length says so); a parsed,
+    checked JSON object for `POST path`, re-encoded for LitServe with the defaults filled in. A refused request is
+    answered here with `{"error": "one line"}` and never reaches LitServe's queue."""
 
     def __init__(self, app: Any, *, path: str, max_body_bytes: int, validate: Validate):
         self.app, self.path, self.max_body_bytes, self.validate = app, path, max_body_bytes, validate

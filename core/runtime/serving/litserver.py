@@ -22,21 +22,18 @@ LITSERVE_VERSION = "0.2.19"  # the one whose private `LitServer._init_manager` a
 
 class BatchedAPI(ls.LitAPI):
     """A LitAPI whose subclasses answer a list of checked requests at once (`predict_many`), batched or not.
-
-    `encode_response` renders each answer to JSON bytes in the worker, so the HTTP process passes the
-    response through instead of walking it with FastAPI's `jsonable_encoder`. `threads`: torch threads of
-    the worker process (0: PyTorch's default)."""
+    `encode_response` renders each answer to JSON bytes in the worker, so the HTTP process passes the response through
+    instead of walking it with FastAPI's `jsonable_encoder`. `threads`: torch threads of the worker process (0:
+    PyTorch's default)."""
 
     def __init__(self, threads: int = 0, *, max_batch_size: int = 1, batch_timeout: float = 0.0):
         super().__init__(max_batch_size=max_batch_size, batch_timeout=batch_timeout)
         self.threads = threads
 
     def setup(self, device: str) -> None:
-        """Load the model onto `device` (called once in each worker process).
-
-        The worker leaves the server's process group, so a signal sent to the group (Ctrl-C, systemd) cannot
-        stop it while the HTTP processes still wait on its answers: LitServe stops it after them. It ends
-        with its parent instead, should that be killed outright."""
+        """Load the model onto `device` (called once in each worker process). The worker leaves the server's process
+        group, so a signal sent to the group (Ctrl-C, systemd) cannot stop it while the HTTP processes still wait on its
+        answers: LitServe stops it after them. It ends with its parent instead, should that be killed outright."""
         parent = mp.parent_process()
         if parent is not None:
             os.setpgid(0, 0)
@@ -66,11 +63,10 @@ class BatchedAPI(ls.LitAPI):
 
 
 class PipeLitServer(ls.LitServer):
-    """A LitServer whose processes talk through pipes (`multiprocessing.Queue`), not Manager proxies.
-
-    Through a Manager's queues each put and get is a round trip to the Manager's process. LitServe's
-    `fast_queue=True` (ZeroMQ) never reaches the transport config, and wired by hand drops answers under load.
-    No public API chooses the queues, so the private `_init_manager` is overridden to replace them."""
+    """A LitServer whose processes talk through pipes (`multiprocessing.Queue`), not Manager proxies. Through a
+    Manager's queues each put and get is a round trip to the Manager's process. LitServe's `fast_queue=True` (ZeroMQ)
+    never reaches the transport config, and wired by hand drops answers under load. No public API chooses the queues, so
+    the private `_init_manager` is overridden to replace them."""
 
     def __init__(self, *args: Any, **kwargs: Any):
         if ls.__version__ != LITSERVE_VERSION:
