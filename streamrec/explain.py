@@ -1,8 +1,5 @@
 """"Because you watched X" as a self-contained HTML page: one user's recommendations with their reasons.
 
-    python -m streamrec.explain --ckpt CKPT --input FILE --user U --html out.html [--items items.csv] \\
-        [--user-col C --item-col C --time-col C --delimiter D --format F ...]
-
 The input is read the way the checkpoint's training log was (its columns, delimiter, header, time format,
 filter; `streamrec.reading`); the reading flags override that.
 

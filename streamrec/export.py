@@ -89,11 +89,9 @@ def write_onnx(model: StreamRecModel, path: Path, opset: int = OPSET) -> None:
     # The graph names its weights file after the path it is written to: written under its final name in a
     # folder of its own, then moved beside `path`, it names `model.onnx.data`, which travels with it.
     with atomic_folder_files(path) as tmp, torch.no_grad(), cpu_fastpath_disabled(model):
-        torch.onnx.export(
-            graph, (example,), str(tmp), input_names=["items"], output_names=["scores"],
-            dynamic_shapes={"items": {0: batch, 1: length}}, opset_version=opset, dynamo=True, verbose=False,
-            external_data=True,
-        )
+        torch.onnx.export(graph, (example,), str(tmp), input_names=["items"], output_names=["scores"],
+                          dynamic_shapes={"items": {0: batch, 1: length}}, opset_version=opset, dynamo=True,
+                          verbose=False, external_data=True)
 
 
 def main(argv: list[str] | None = None) -> None:

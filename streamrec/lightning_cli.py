@@ -1,8 +1,7 @@
-"""StreamRec's LightningCLI: `fit|validate|test|predict` over `StreamRecModule` and `StreamRecDataModule`.
-
-YAML may interpolate `${...}`, resolved after the command line (omegaconf+ mode: `--trainer.default_root_dir X` moves
-the checkpoints and logs the configs put under `${trainer.default_root_dir}`); `num_items`, `max_len`, `num_features`
-and `features_per_item` come from the data module.
+"""StreamRec's LightningCLI: `fit|validate|test|predict` over `StreamRecModule` and `StreamRecDataModule`. YAML may
+interpolate `${...}`, resolved after the command line (omegaconf+ mode: `--trainer.default_root_dir X` moves the
+checkpoints and logs the configs put under `${trainer.default_root_dir}`); `num_items`, `max_len`, `num_features` and
+`features_per_item` come from the data module.
 
 The CLI class lives in a module, not in `__main__`: `ddp_spawn` pickles it into its worker processes, which
 cannot import a package's `__main__` module.
@@ -57,8 +56,6 @@ TUNE_EPILOG = ("also: python -m streamrec tune --config CONFIG --budget N --out 
 
 def build_cli(args: list[str] | None = None, run: bool = True) -> StreamRecCLI:
     """The CLI over `args`; with run=False, parse and instantiate only (no subcommand: `tune` builds trials so)."""
-    return StreamRecCLI(
-        StreamRecModule, StreamRecDataModule, run=run,
-        parser_kwargs={"parser_mode": "omegaconf+", "prog": "python -m streamrec", "epilog": TUNE_EPILOG},
-        parser_class=OneLineErrorParser, save_config_kwargs={"overwrite": True}, args=args,
-    )
+    parser_kwargs = {"parser_mode": "omegaconf+", "prog": "python -m streamrec", "epilog": TUNE_EPILOG}
+    return StreamRecCLI(StreamRecModule, StreamRecDataModule, run=run, parser_kwargs=parser_kwargs,
+                        parser_class=OneLineErrorParser, save_config_kwargs={"overwrite": True}, args=args)

@@ -57,9 +57,8 @@ class UserScorer:
         return table
 
 
-def score_with_ray(ckpt: Path, items: str | None, options: RankingOptions, ray_options: RayOptions,
-                   users: list[str], interactions: Interactions, output: Path,
-                   metadata: dict[bytes, bytes] | None = None) -> int:
+def score_with_ray(ckpt: Path, items: str | None, options: RankingOptions, ray_options: RayOptions, users: list[str],
+                   interactions: Interactions, output: Path, metadata: dict[bytes, bytes] | None = None) -> int:
     """Score `users` (each with a history in `interactions`) on Ray Data into `output`, whose lock the caller
     holds; returns the rows written."""
     ray = import_ray()

@@ -26,12 +26,9 @@ _NONE = ("none", "null", "")
 
 
 def with_overrides(options: ReadOptions, overrides: Mapping[str, Any]) -> ReadOptions:
-    """`options` (a checkpoint's) with the given fields replaced, for reading a new log.
-
-    A format changed to one without columns (parquet, sasrec, lines, movielens) drops the checkpoint's
-    delimiter, header and column names unless they are overridden too: they described the other format.
-    "none" for `time_col` or `filter` clears it.
-    """
+    """`options` (a checkpoint's) with the given fields replaced, for reading a new log. A format changed to one without
+    columns (parquet, sasrec, lines, movielens) drops the checkpoint's delimiter, header and column names unless they
+    are overridden too: they described the other format. "none" for `time_col` or `filter` clears it."""
     unknown = sorted(set(overrides) - set(OVERRIDABLE))
     if unknown:
         raise InputError(f"reading options: unknown key(s) {', '.join(unknown)}; known: {', '.join(OVERRIDABLE)}")

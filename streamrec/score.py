@@ -1,10 +1,5 @@
 """Batch recommendation scoring: top-K items for every user of an interaction log.
 
-    python -m streamrec.score --ckpt CKPT --input FILE --output recs.parquet --top-k 10 \\
-        [--no-exclude-seen] [--explain] [--batch-size N] [--users FILE] [--items FILE] [--item-chunk N] \\
-        [--cold-slots C] [--cold-users skip|popular] [--shard I/N] [--engine local|ray --workers N] \\
-        [--user-col C --item-col C --time-col C --delimiter D --format F ...]
-
 Writes rows `user_id, rank, item_id, score` (original ids; rank 1 = best), as CSV or Parquet by the output's extension;
 `--explain` adds the "because you watched" columns and `--items FILE` the titles. Users are scored from the history in
 the input, so users unseen in training need no retraining. The input is read the way the checkpoint's training log was
@@ -14,11 +9,10 @@ A cold user (no history item known to the checkpoint, or a `--users` entry absen
 in `OUTPUT.skipped.txt` (one id per line, what `--users` reads); `--cold-users popular` gives it the items with the most
 events in the input instead (score = the event count; the checkpoint keeps no training counts).
 
-Results go to `OUTPUT.parts/` chunk by chunk, each chunk written atomically; a re-run after an interrupt
-(Ctrl-C, SIGTERM, kill -9) skips the users already there (`--fresh` starts over instead), and the final
-file appears in one rename at the end: never a half-written output, nor a duplicated or dropped user. One
-run at a time writes an output: a second exits at once naming the holder of `OUTPUT.lock`. A failed run
-leaves no `.parts/` or temporary file behind, and an existing OUTPUT untouched.
+Results go to `OUTPUT.parts/` chunk by chunk, each written atomically; a re-run after an interrupt (Ctrl-C, SIGTERM,
+kill -9) skips the users already there (`--fresh` starts over), and the final file appears in one rename: never a
+half-written output, nor a duplicated or dropped user. A second run on the same output exits naming the holder of
+`OUTPUT.lock`. A failed run leaves no `.parts/` or temporary file behind, and an existing OUTPUT untouched.
 
 Memory does not grow with the catalogue: it is ranked `--item-chunk` items at a time, its table read from the
 checkpoint as needed. `--shard I/N` scores one shard of the users (`python -m streamrec.shards merge` joins
@@ -58,11 +52,9 @@ log = logging.getLogger(__name__)
 
 
 class ResumableOutput:
-    """Chunks of results in `OUTPUT.parts/`, merged into OUTPUT at the end.
-
-    A manifest records the arguments that shape the results, so parts of a different run are refused rather than
-    mixed in. The caller holds the output's lock, so temporary files found here belong to a killed run.
-    """
+    """Chunks of results in `OUTPUT.parts/`, merged into OUTPUT at the end. A manifest records the arguments that shape
+    the results, so parts of a different run are refused rather than mixed in. The caller holds the output's lock, so
+    temporary files found here belong to a killed run."""
 
     def __init__(self, output: Path, manifest: dict[str, object], fresh: bool = False):
         self.output = output

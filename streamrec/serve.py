@@ -5,21 +5,12 @@
          -d '{"history": ["v0001", "v0002"], "top_k": 3}'
     # {"items": [{"item_id": "v0007", "score": 8.1}, ...], "unknown_items": [], "cold": false}
 
-Request (POST /predict, a JSON object; only these fields):
-  history       item ids, oldest first (required; at most 10,000); strings, or integers read as their
-                string form (7 is the item "7"), as `streamrec.Recommender.recommend` reads them
-  top_k         items to return, 1 to min(1000, catalogue size) (default 10)
-  exclude_seen  leave out items already in the history (default true)
-  items         an allow-list: recommend only among these ids (default null: the whole catalogue)
-  cold_slots    of the top_k, how many go to the best cold items of a model trained with item features
-                (default 0; at most top_k; not with explain)
-  explain       add "explanation": attention over the history and, per item, the history item
-                whose removal costs it most (default false; one model call per request, not one per batch)
-
-Requests arriving together (up to --max-batch-size, waiting at most --batch-timeout seconds) are
-scored in one model call (`streamrec.Recommender.recommend`). A malformed or out-of-range request gets
-a 4xx answer {"error": "one line"} and the server goes on serving. GET /health answers 200 "ok" once
-the model is loaded. The server listens on 127.0.0.1 unless --host says otherwise. See docs/serving.md.
+The request (POST /predict) is a JSON object with `history` (item ids, oldest first) and optionally `top_k`,
+`exclude_seen`, `items` (an allow-list), `cold_slots` and `explain`; docs/serving.md lists their ranges and defaults.
+Requests arriving together (up to --max-batch-size, waiting at most --batch-timeout seconds) are scored in one model
+call (`streamrec.Recommender.recommend`). A malformed or out-of-range request gets a 4xx answer {"error": "one line"}
+and the server goes on serving. GET /health answers 200 "ok" once the model is loaded. The server listens on 127.0.0.1
+unless --host says otherwise.
 """
 
 from __future__ import annotations

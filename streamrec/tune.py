@@ -95,11 +95,9 @@ def parse_args(argv: list[str] | None) -> TuneOptions:
 
 
 def open_study(options: TuneOptions, start: dict[str, Any]) -> optuna.Study:
-    """The study in OUT/study.db; a new one gets `start` (the config's values) as its first trial.
-
-    The sampler's seed is `--seed` plus the trials the study already holds: seeded as the first run, a resumed
-    search would propose the first run's trials again.
-    """
+    """The study in OUT/study.db; a new one gets `start` (the config's values) as its first trial. The sampler's seed is
+    `--seed` plus the trials the study already holds: seeded as the first run, a resumed search would propose the first
+    run's trials again."""
     # A reader of the study (a dashboard, a script) holds SQLite's lock for a moment: wait for it, as SQLite's
     # default 5 s can fail a trial's commit on a loaded machine.
     storage = optuna.storages.RDBStorage(f"sqlite:///{(options.out / 'study.db').resolve()}",

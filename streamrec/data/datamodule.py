@@ -39,10 +39,9 @@ log = logging.getLogger(__name__)
 
 
 class StreamRecDataModule(L.LightningDataModule):
-    """Reads a log, builds the item vocabulary and split, and serves causal batches.
-
-    The file is read on first use of `num_items`, `vocab`, `splits` or `setup()`, so linking
-    `data.num_items` to `model.num_items` at instantiation works right after construction.
+    """Reads a log, builds the item vocabulary and split, and serves causal batches. The file is read on first use of
+    `num_items`, `vocab`, `splits` or `setup()`, so linking `data.num_items` to `model.num_items` at instantiation works
+    right after construction.
 
     Args:
         path: interaction log (CSV/TSV/Parquet; MovieLens ratings.dat; SASRec "user item" lines; or one line
@@ -86,18 +85,15 @@ class StreamRecDataModule(L.LightningDataModule):
             values separated by "|".
     """
 
-    def __init__(
-        self, path: str, format: Format = "auto", max_len: int = 50, batch_size: int = 128,
-        split: SplitName = "leave_one_out", min_interactions: int = 2, user_col: str = "user_id",
-        item_col: str = "item_id", time_col: str | None = "timestamp", sliding_window: bool = False,
-        prefixes: bool = False,
-        temporal_cutoffs: tuple[float, float] | None = None, temporal_quantiles: tuple[float, float] = (0.8, 0.9),
-        num_workers: int = 0, cache_dir: str | None = None, group_by_length: bool = True,
-        item_features: str | None = None, feature_columns: list[str] | None = None,
-        delimiter: str | None = None, header: bool = True, columns: list[str] | None = None,
-        time_format: str = "auto", filter: str | None = None, duplicates: DuplicatePolicy = "keep",
-        min_item_count: int = 1, k_core: int | None = None,
-    ):
+    def __init__(self, path: str, format: Format = "auto", max_len: int = 50, batch_size: int = 128,
+                 split: SplitName = "leave_one_out", min_interactions: int = 2, user_col: str = "user_id",
+                 item_col: str = "item_id", time_col: str | None = "timestamp", sliding_window: bool = False,
+                 prefixes: bool = False, temporal_cutoffs: tuple[float, float] | None = None,
+                 temporal_quantiles: tuple[float, float] = (0.8, 0.9), num_workers: int = 0,
+                 cache_dir: str | None = None, group_by_length: bool = True, item_features: str | None = None,
+                 feature_columns: list[str] | None = None, delimiter: str | None = None, header: bool = True,
+                 columns: list[str] | None = None, time_format: str = "auto", filter: str | None = None,
+                 duplicates: DuplicatePolicy = "keep", min_item_count: int = 1, k_core: int | None = None):
         super().__init__()
         for name, value, low in (("max_len", max_len, 1), ("batch_size", batch_size, 1),
                                  ("min_interactions", min_interactions, 1), ("num_workers", num_workers, 0)):
@@ -220,8 +216,7 @@ class StreamRecDataModule(L.LightningDataModule):
         index = {u: k for k, u in enumerate(self._log.users)}
         starts = np.asarray(self._log.offsets)[:-1][[index[u] for u in self.splits.train]]
         ends = starts + np.array([len(h) for h in self.splits.train.values()], dtype=np.int64)
-        return TrainDataset.from_spans(self._log.items, starts, ends, self.max_len, self.sliding_window,
-                                       self.prefixes)
+        return TrainDataset.from_spans(self._log.items, starts, ends, self.max_len, self.sliding_window, self.prefixes)
 
     def state_dict(self) -> dict[str, dict]:
         """Saved in every checkpoint, so that `read_options_from_checkpoint` reads new logs the same way."""

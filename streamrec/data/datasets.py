@@ -157,14 +157,11 @@ class SameTargetWindows:
 
 
 class LengthGroupedBatchSampler(EpochBatchSampler):
-    """Shuffled batches of windows of similar length, each holding the same number of targets.
-
-    The model skips columns that are padding in every row (`StreamRecModel.encode(trim=True)`), so similar
-    lengths compute little padding. Each epoch sorts groups of `group_batches` x `batch_size` windows of a
-    (seed, epoch) permutation by length and cuts them into batches of equal total `targets`, ± one window, so
-    every step's loss is a mean over as many targets (equal window counts lose accuracy: docs/results.md,
-    "Length-grouped batches"). Every window is seen once an epoch.
-    """
+    """Shuffled batches of windows of similar length, each holding the same number of targets. The model skips columns
+    that are padding in every row (`StreamRecModel.encode(trim=True)`), so similar lengths compute little padding. Each
+    epoch sorts groups of `group_batches` x `batch_size` windows of a (seed, epoch) permutation by length and cuts them
+    into batches of equal total `targets`, ± one window, so every step's loss is a mean over as many targets (equal
+    window counts lose accuracy: docs/results.md, "Length-grouped batches"). Every window is seen once an epoch."""
 
     def __init__(self, lengths: np.ndarray, batch_size: int, seed: int = 0, group_batches: int = 64,
                  targets: np.ndarray | None = None):
@@ -218,12 +215,10 @@ def collate_train(windows: Sequence[Sequence[int]], max_len: int, last_only: boo
 def collate_eval(cases: Sequence[tuple[int, EvalCase]], max_len: int) -> EvalBatch:
     """`EvalDataset`'s (row, case) pairs -> `EvalBatch`."""
     histories = [case.history for _, case in cases]
-    return EvalBatch(
-        rows=torch.tensor([i for i, _ in cases], dtype=torch.long),
-        inputs=_left_padded(histories, max_len),
-        targets=torch.tensor([int(case.target) for _, case in cases], dtype=torch.long),
-        seen=_seen(histories),  # (B, L)
-    )
+    rows = torch.tensor([i for i, _ in cases], dtype=torch.long)
+    return EvalBatch(rows=rows, inputs=_left_padded(histories, max_len),
+                     targets=torch.tensor([int(case.target) for _, case in cases], dtype=torch.long),
+                     seen=_seen(histories))  # seen: (B, L)
 
 
 class PredictBatch(NamedTuple):
@@ -246,12 +241,8 @@ def user_sequences(split: Split) -> dict[str, Sequence[int]]:
 def collate_predict(rows: Sequence[tuple[int, tuple[str, Sequence[int]]]], max_len: int) -> PredictBatch:
     """(row, (user, sequence)) pairs of `StreamRecDataModule.predict_dataloader`'s dataset."""
     sequences = [seq for _, (_, seq) in rows]
-    return PredictBatch(
-        rows=torch.tensor([i for i, _ in rows], dtype=torch.long),
-        users=[user for _, (user, _) in rows],
-        inputs=_left_padded(sequences, max_len),
-        seen=_seen(sequences),  # (B, L)
-    )
+    return PredictBatch(rows=torch.tensor([i for i, _ in rows], dtype=torch.long), users=[u for _, (u, _) in rows],
+                        inputs=_left_padded(sequences, max_len), seen=_seen(sequences))  # seen: (B, L)
 
 
 def item_counts(histories: Iterable[Sequence[int]], num_items: int) -> Tensor:

@@ -31,17 +31,13 @@ __all__ = ["Format", "ReadOptions", "existing_path", "read_interactions", "read_
            "sniff_format"]
 
 
-def read_interactions(
-    path: str | Path, format: Format = "auto", user_col: str = "user_id", item_col: str = "item_id",
-    time_col: str | None = "timestamp", *, options: ReadOptions | None = None,
-) -> Interactions:
-    """Read an interaction log into per-user chronological sequences (equal times keep file order).
-
-    `path` is a file, or a folder of files read in name order as one log (a Parquet dataset's parts). `format`
-    auto goes by content (`sniff_format`), then extension, per file; a forced format that does not fit says
-    which one does. time_col None: the file order is chronological. `options` gives every reading option at
-    once (`ReadOptions`), the four arguments before it then left at their defaults.
-    """
+def read_interactions(path: str | Path, format: Format = "auto", user_col: str = "user_id", item_col: str = "item_id",
+                      time_col: str | None = "timestamp", *, options: ReadOptions | None = None) -> Interactions:
+    """Read an interaction log into per-user chronological sequences (equal times keep file order). `path` is a file, or
+    a folder of files read in name order as one log (a Parquet dataset's parts). `format` auto goes by content
+    (`sniff_format`), then extension, per file; a forced format that does not fit says which one does. time_col None:
+    the file order is chronological. `options` gives every reading option at once (`ReadOptions`), the four arguments
+    before it then left at their defaults."""
     loose = {"format": format, "user_col": user_col, "item_col": item_col, "time_col": time_col}
     if options is None:
         options = ReadOptions(**loose)

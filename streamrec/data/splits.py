@@ -73,10 +73,8 @@ def time_quantiles(timestamps: Mapping[str, Sequence[float]] | np.ndarray, quant
     return [float(v) for v in np.quantile(flat, quantiles, method="lower")]
 
 
-def temporal_split(
-    sequences: Mapping[str, Sequence[int]], timestamps: Mapping[str, Sequence[float]], valid_cutoff: float,
-    test_cutoff: float,
-) -> Split:
+def temporal_split(sequences: Mapping[str, Sequence[int]], timestamps: Mapping[str, Sequence[float]],
+                   valid_cutoff: float, test_cutoff: float) -> Split:
     """Train on events at or before `valid_cutoff`, validate on (valid_cutoff, test_cutoff], test on the rest,
     each target's history everything before it; a target with no earlier event (cold start) is skipped."""
     if valid_cutoff > test_cutoff:

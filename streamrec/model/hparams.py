@@ -30,10 +30,8 @@ RENAMED: dict[str, tuple[str, str]] = {
 
 def upgrade_hparams(hparams: Mapping[str, Any]) -> dict[str, Any]:
     """`hparams` in the grouped layout: old flat names moved into their groups; grouped ones kept as they are.
-
-    `gated_residual: true` becomes `block.residual: gated`; `filter_seen: null` (the old default) is dropped; a
-    setting given both flat and in its group is refused (`core.nn.options.regroup`).
-    """
+    `gated_residual: true` becomes `block.residual: gated`; `filter_seen: null` (the old default) is dropped; a setting
+    given both flat and in its group is refused (`core.nn.options.regroup`)."""
     flat = {key: value for key, value in hparams.items() if not (key == "filter_seen" and value is None)}
     if "gated_residual" in flat:
         flat["gated_residual"] = "gated" if flat["gated_residual"] else "plain"

@@ -1,25 +1,18 @@
-"""Next-item ranking metrics: HR@K, NDCG@K and MRR@K, full-catalogue or against sampled negatives.
+"""Next-item ranking metrics: HR@K, NDCG@K and MRR@K, full-catalogue or against sampled negatives. Conventions, shared
+by every function here:
 
-Conventions, shared by every function here:
+- `scores` (B, N + 1): column 0 is padding and is never a candidate; `targets` (B,): the one held-out item, in 1..N.
+- `seen`: items the user already interacted with, padded ids (B, L) with 0 = pad or a boolean mask (B, N + 1). With
+  `exclude_seen` they leave the candidates, except the target itself (users do re-consume items).
+- rank (0-based) = number of candidates whose score is >= the target's. **Ties count against the target**, and so does
+  NaN: a model that scores everything equal, or produces NaN, ranks last instead of first. Pass float32 scores: bf16
+  logits tie often and would be penalised for it (upcast the hidden state, not the logits).
+- HR@K = [rank < K]; NDCG@K = [rank < K] / log2(rank + 2) (the ideal DCG is 1); MRR@K = [rank < K] / (rank + 1).
 
-- `scores` (B, N + 1): column 0 is padding and is never a candidate.
-- `targets` (B,): the held-out item, in 1..N. There is one relevant item per row.
-- `seen`: items the user already interacted with, either padded ids (B, L) with 0 = pad or a
-  boolean mask (B, N + 1). With `exclude_seen` they are removed from the candidates, except
-  the target itself (users do re-consume items).
-- rank (0-based) = number of candidates whose score is >= the target's. **Ties count against
-  the target (pessimistic)**, and so does NaN: a model that scores everything equal, or
-  produces NaN, ranks last instead of first. Pass float32 scores: bf16 logits (autocast) have
-  about 3 significant digits, tie often, and would be penalised for it (upcast the hidden state, not the logits).
-- HR@K = [rank < K]; NDCG@K = [rank < K] / log2(rank + 2) (one relevant item, so the ideal
-  DCG is 1); MRR@K = [rank < K] / (rank + 1).
-
-States are sums plus a count with `dist_reduce_fx="sum"`, so DDP gives the exact global mean.
-One comparison pass per batch gives every rank; all Ks are read from it.
-
-The "sampled" variant (the SASRec paper's protocol: the target against 100 negatives drawn
-uniformly or by popularity, excluding seen items) inflates every number; its names start
-with "sampled_" so it is never mistaken for the full ranking.
+States are sums plus a count with `dist_reduce_fx="sum"`, so DDP gives the exact global mean. One comparison pass per
+batch gives every rank; all Ks are read from it. The "sampled" variant (the SASRec paper's protocol: the target against
+100 negatives drawn uniformly or by popularity, excluding seen items) inflates every number; its names start with
+"sampled_" so it is never mistaken for the full ranking.
 
 Legend: B batch, N items, L seen-list length, C sampled negatives, K cutoffs.
 """
@@ -68,9 +61,8 @@ def target_ranks(scores: Tensor, targets: Tensor, seen: Tensor | None = None) ->
     return above.sum(1)
 
 
-def sample_negatives(
-    weights: Tensor, targets: Tensor, seen: Tensor | None, num_negatives: int, generator: torch.Generator | None = None,
-) -> Tensor:
+def sample_negatives(weights: Tensor, targets: Tensor, seen: Tensor | None, num_negatives: int,
+                     generator: torch.Generator | None = None) -> Tensor:
     """(B, C) negatives per row, drawn without replacement in proportion to the (N + 1,) `weights`, never padding,
     the target or a seen item."""
     w = weights.to(torch.float).expand(targets.shape[0], -1).clone()  # (B, N+1)
@@ -91,11 +83,9 @@ def sample_negatives(
 
 
 class RankingMetrics(Metric):
-    """HR@K, NDCG@K and MRR@K of the target's rank among the full catalogue.
-
-    `compute()` returns {"hr@10": ..., "ndcg@10": ..., "mrr@10": ..., "hr@20": ...}; with `cross_entropy` also
-    "loss", the target's mean cross-entropy over the catalogue (the curve to read beside the training loss).
-    """
+    """HR@K, NDCG@K and MRR@K of the target's rank among the full catalogue. `compute()` returns {"hr@10": ...,
+    "ndcg@10": ..., "mrr@10": ..., "hr@20": ...}; with `cross_entropy` also "loss", the target's mean cross-entropy over
+    the catalogue (the curve to read beside the training loss)."""
 
     full_state_update = False
     higher_is_better = True
@@ -140,19 +130,15 @@ class RankingMetrics(Metric):
 
 
 class SampledRankingMetrics(RankingMetrics):
-    """The SASRec paper's protocol: the target against sampled negatives only, for comparison with papers.
-
-    The generator is re-seeded on `reset()`, so every evaluation epoch draws the same negatives for the same
-    batches; popularity `sampling` draws in proportion to `item_counts`.
-    """
+    """The SASRec paper's protocol: the target against sampled negatives only, for comparison with papers. The generator
+    is re-seeded on `reset()`, so every evaluation epoch draws the same negatives for the same batches; popularity
+    `sampling` draws in proportion to `item_counts`."""
 
     name_prefix = "sampled_"
 
-    def __init__(
-        self, num_items: int, ks: Sequence[int] = (10, 20), *, num_negatives: int = 100,
-        sampling: Literal["uniform", "popularity"] = "uniform", item_counts: Tensor | None = None,
-        exclude_seen: bool = True, seed: int = 0,
-    ):
+    def __init__(self, num_items: int, ks: Sequence[int] = (10, 20), *, num_negatives: int = 100,
+                 sampling: Literal["uniform", "popularity"] = "uniform", item_counts: Tensor | None = None,
+                 exclude_seen: bool = True, seed: int = 0):
         super().__init__(ks, exclude_seen)
         if sampling == "uniform":
             weights = torch.ones(num_items + 1)

@@ -1,7 +1,6 @@
-"""StreamRec training logic: losses, optimisation, full-catalogue validation.
-
-The constructor is the config schema (LightningCLI turns it into `--model.*` and YAML);
-`num_items` and `max_len` are linked from the data module so nobody types them twice.
+"""StreamRec training logic: losses, optimisation, full-catalogue validation. The constructor is the config schema
+(LightningCLI turns it into `--model.*` and YAML); `num_items` and `max_len` are linked from the data module so nobody
+types them twice.
 
 Legend: B batch, T history length, D model width, N items, M non-padding positions.
 """
@@ -83,15 +82,14 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
 
     upgrade_hparams = staticmethod(upgrade_hparams)  # old checkpoints' flat names, for the loaders
 
-    def __init__(
-        self, num_items: int = 1, *, arch: Arch = "sasrec", d_model: int = 64, n_heads: int = 2, n_layers: int = 2,
-        d_ff: int = 256, dropout: float = 0.2, max_len: int = MAX_LEN, num_features: int = 0,
-        features_per_item: int = 0, lr: float = 1e-2, weight_decay: float = 0.0,
-        block: BlockOptions = BlockOptions(), mixing: MixingOptions = MixingOptions(),
-        items: ItemOptions = ItemOptions(), objective: ObjectiveOptions = ObjectiveOptions(),
-        contrastive: ContrastiveOptions = ContrastiveOptions(), optimizer: OptimizerOptions = OptimizerOptions(),
-        evaluation: EvalOptions = EvalOptions(), speed: SpeedOptions = SpeedOptions(),
-    ):
+    def __init__(self, num_items: int = 1, *, arch: Arch = "sasrec", d_model: int = 64, n_heads: int = 2,
+                 n_layers: int = 2, d_ff: int = 256, dropout: float = 0.2, max_len: int = MAX_LEN,
+                 num_features: int = 0, features_per_item: int = 0, lr: float = 1e-2, weight_decay: float = 0.0,
+                 block: BlockOptions = BlockOptions(), mixing: MixingOptions = MixingOptions(),
+                 items: ItemOptions = ItemOptions(), objective: ObjectiveOptions = ObjectiveOptions(),
+                 contrastive: ContrastiveOptions = ContrastiveOptions(),
+                 optimizer: OptimizerOptions = OptimizerOptions(), evaluation: EvalOptions = EvalOptions(),
+                 speed: SpeedOptions = SpeedOptions()):
         super().__init__()
         given = (block, mixing, items, objective, contrastive, optimizer, evaluation, speed)
         groups = {name: cls.of(value, f"model.{name}")

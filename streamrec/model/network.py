@@ -1,9 +1,7 @@
 """The session networks: one item table and scoring, and three sequence encoders on `core` (`SASRec`, `BERT4Rec`,
-`GRU4Rec`), one class each.
-
-The variants differ only in injected parts (the encoder, the training inputs, the attention masks, what each
-cannot honour: `refuse`); the item table, features and scoring are the base class's. A new network is one
-subclass and one line of `NETWORKS`; nothing else names an architecture.
+`GRU4Rec`), one class each. The variants differ only in injected parts (the encoder, the training inputs, the attention
+masks, what each cannot honour: `refuse`); the item table, features and scoring are the base class's. A new network is
+one subclass and one line of `NETWORKS`; nothing else names an architecture.
 
 With categorical item features (`num_features` > 0, as RecTools' SASRec offers them), an item's vector is its
 id embedding plus the mean of its features' embeddings, inputs and tied scores alike; a cold item (never in the
@@ -40,13 +38,11 @@ Arch = Literal["sasrec", "bert4rec", "gru"]
 
 
 def trim_padding(items: Tensor, multiple: int = 1) -> tuple[Tensor, int]:
-    """Drop the leading columns that are padding in every row: (B, T) -> (B, T') and T - T'.
-
-    Padding is never attended and the kept items keep their positions (the encoder gets the offset), so outputs
-    are unchanged while a batch costs what its longest row costs. Under export or tracing every column is kept: a
-    graph with a dynamic length cannot hold a data-dependent cut. `multiple` > 1 rounds T' up to a multiple of it
-    (or T): CUDA graphs (`core.nn.compile`, "reduce-overhead") are recorded per length.
-    """
+    """Drop the leading columns that are padding in every row: (B, T) -> (B, T') and T - T'. Padding is never attended
+    and the kept items keep their positions (the encoder gets the offset), so outputs are unchanged while a batch costs
+    what its longest row costs. Under export or tracing every column is kept: a graph with a dynamic length cannot hold
+    a data-dependent cut. `multiple` > 1 rounds T' up to a multiple of it (or T): CUDA graphs (`core.nn.compile`,
+    "reduce-overhead") are recorded per length."""
     if exporting():
         return items, 0
     occupied = (items != PAD_ID).any(0).to(torch.uint8)
@@ -74,12 +70,11 @@ class StreamRecModel(nn.Module):
     # argument: only CUDA graphs want it, and `StreamRecModule` sets it when it compiles in that mode.
     length_multiple: int = 1
 
-    def __init__(
-        self, num_items: int, *, d_model: int = 64, n_heads: int = 2, n_layers: int = 2, d_ff: int = 256,
-        dropout: float = 0.2, max_len: int = MAX_LEN, num_features: int = 0, features_per_item: int = 0,
-        block: BlockOptions | Mapping[str, Any] | None = None, mixing: MixingOptions | Mapping[str, Any] | None = None,
-        items: ItemOptions | Mapping[str, Any] | None = None,
-    ):
+    def __init__(self, num_items: int, *, d_model: int = 64, n_heads: int = 2, n_layers: int = 2, d_ff: int = 256,
+                 dropout: float = 0.2, max_len: int = MAX_LEN, num_features: int = 0, features_per_item: int = 0,
+                 block: BlockOptions | Mapping[str, Any] | None = None,
+                 mixing: MixingOptions | Mapping[str, Any] | None = None,
+                 items: ItemOptions | Mapping[str, Any] | None = None):
         super().__init__()
         block, mixing = BlockOptions.of(block, "model.block"), MixingOptions.of(mixing, "model.mixing")
         items = ItemOptions.of(items, "model.items")
@@ -141,12 +136,10 @@ class StreamRecModel(nn.Module):
     def build_encoder(self, d_model: int, n_heads: int, n_layers: int, d_ff: int, dropout: float, max_len: int,
                       block: BlockOptions, mixing: MixingOptions) -> nn.Module:
         """The sequence encoder: pre-LN transformer blocks with a final LayerNorm (causal when `causal`)."""
-        return Encoder(
-            d_model, n_heads, n_kv_heads=block.n_kv_heads, n_layers=n_layers, d_ff=d_ff, dropout=dropout,
-            attn_dropout=block.attn_dropout, max_len=max_len, positions=block.positions, activation=block.activation,
-            norm_first=True, causal=self.causal, mix=mixing.lowpass(max_len), kernel=mixing.kernel(),
-            residual=GatedResidual if block.residual == "gated" else Residual,
-        )
+        return Encoder(d_model, n_heads, n_kv_heads=block.n_kv_heads, n_layers=n_layers, d_ff=d_ff, dropout=dropout,
+                       attn_dropout=block.attn_dropout, max_len=max_len, positions=block.positions,
+                       activation=block.activation, norm_first=True, causal=self.causal, mix=mixing.lowpass(max_len),
+                       kernel=mixing.kernel(), residual=GatedResidual if block.residual == "gated" else Residual)
 
     def training_inputs(self, inputs: Tensor, targets: Tensor, last_only: bool,
                         mask_prob: float) -> tuple[Tensor, Tensor, int | None]:

@@ -1,9 +1,8 @@
-"""Batch scoring, shared by every entry point: histories in, top-K items and output rows out.
-
-Each entry point (score and its Ray workers, predict, the server, `streamrec.Recommender`) builds one
-`RankingOptions` from its own spelling (flags, YAML, JSON, keywords), so a setting has one name everywhere.
-`rank` is the one path from left-padded histories to top-K items; `BatchScorer` turns a block of users into
-output rows (`recommendation_table`'s schema, which `predict` writes too).
+"""Batch scoring, shared by every entry point: histories in, top-K items and output rows out. Each entry point (score
+and its Ray workers, predict, the server, `streamrec.Recommender`) builds one `RankingOptions` from its own spelling
+(flags, YAML, JSON, keywords), so a setting has one name everywhere. `rank` is the one path from left-padded histories
+to top-K items; `BatchScorer` turns a block of users into output rows (`recommendation_table`'s schema, which `predict`
+writes too).
 
 Legend: B users in a batch, T history length (the model's max_len), K top-K, L seen-list length, N items.
 """
@@ -35,13 +34,11 @@ from streamrec.ranking.topk import ItemTable, Precision, TopK, top_k_items
 
 @dataclass(frozen=True)
 class RankingOptions:
-    """How one job ranks the catalogue for each user.
-
-    `exclude_seen` leaves out the whole history, not only the last max_len items the model reads. `cold_slots`:
-    of the `top_k`, how many go to the best cold items (known by their features only), placed by score: a model
-    ranks a cold item below the warm ones it knows from many histories, so without slots new items are almost
-    never shown. Without item features there are no cold items, and all slots are warm.
-    """
+    """How one job ranks the catalogue for each user. `exclude_seen` leaves out the whole history, not only the last
+    max_len items the model reads. `cold_slots`: of the `top_k`, how many go to the best cold items (known by their
+    features only), placed by score: a model ranks a cold item below the warm ones it knows from many histories, so
+    without slots new items are almost never shown. Without item features there are no cold items, and all slots are
+    warm."""
 
     top_k: int = 10
     exclude_seen: bool = True
@@ -180,12 +177,10 @@ class PopularItems:
 
 
 class BatchScorer:
-    """Blocks of users into output rows: `python -m streamrec.score`'s local engine and each of its Ray workers.
-
-    A user with no history item known to the checkpoint (or no history) is cold: with `popular` it gets those
-    items (counted `popular_users`), else it is skipped (named in `skipped`). Unknown history items are counted
-    (`unknown_items`). With a `catalog` a title column follows each item id column.
-    """
+    """Blocks of users into output rows: `python -m streamrec.score`'s local engine and each of its Ray workers. A user
+    with no history item known to the checkpoint (or no history) is cold: with `popular` it gets those items (counted
+    `popular_users`), else it is skipped (named in `skipped`). Unknown history items are counted (`unknown_items`). With
+    a `catalog` a title column follows each item id column."""
 
     def __init__(self, model: StreamRecModel, vocab: ItemVocab, options: RankingOptions,
                  catalog: ItemCatalog | None = None, table: ItemTable | None = None,

@@ -39,17 +39,15 @@ class RankedBatch(NamedTuple):
 
 
 class RecommendationWriter(PartsWriter):
-    """Writes `predict`'s recommendations to one Parquet file: `user_id, rank, item_id, score`.
-
-    Sets the model's `predict_options` from its own arguments when predict starts.
+    """Writes `predict`'s recommendations to one Parquet file: `user_id, rank, item_id, score`. Sets the model's
+    `predict_options` from its own arguments when predict starts.
 
     Args:
         output: the .parquet file to write; its folder must exist.
         top_k: items per user.
         exclude_seen: leave out items already in the user's history.
-        merge: rank 0 merges the ranks' `OUTPUT.rank{N}.parquet` parts into `output` and deletes them;
-            false keeps the parts (each with a `row` column giving the user order), e.g. for ranks on
-            machines that share no folder.
+        merge: rank 0 merges the ranks' `OUTPUT.rank{N}.parquet` parts into `output` and deletes them; false keeps the
+            parts (each with a `row` column giving the user order), e.g. for ranks on machines that share no folder.
         item_chunk: items ranked at once (`streamrec.ranking.topk.top_k_items`); None: the ranker's default.
     """
 

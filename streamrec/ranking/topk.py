@@ -1,11 +1,10 @@
-"""Top-K items over a catalogue of any size in bounded memory: item chunks and a running merge.
-
-Scoring B users against N items the plain way builds the (B, N+1) score matrix. Here the catalogue is walked
-`item_chunk` items at a time: each chunk's scores are computed, masked (seen items, allow-list), cut to their
-best K, and merged into the running best K, so the working memory is about B x item_chunk scores whatever N
-is; the scores agree with the full matrix's to float rounding. Ranking rule, as a stable sort of the full
-matrix: higher score first, on equal scores the lower item id first (`torch.topk` leaves ties unspecified, so
-ties that cross the K-th place of a chunk are settled by a stable sort of just those rows).
+"""Top-K items over a catalogue of any size in bounded memory: item chunks and a running merge. Scoring B users against
+N items the plain way builds the (B, N+1) score matrix. Here the catalogue is walked `item_chunk` items at a time: each
+chunk's scores are computed, masked (seen items, allow-list), cut to their best K, and merged into the running best K,
+so the working memory is about B x item_chunk scores whatever N is; the scores agree with the full matrix's to float
+rounding. Ranking rule, as a stable sort of the full matrix: higher score first, on equal scores the lower item id first
+(`torch.topk` leaves ties unspecified, so ties that cross the K-th place of a chunk are settled by a stable sort of just
+those rows).
 
 `precision="bf16"` gives the same items, faster where bf16 matmuls are (AVX512-BF16, AMX; docs/results.md, "Scale"):
 each chunk is scored in bfloat16 and only the items whose bf16 score can still reach the running K-th best are re-scored
@@ -68,12 +67,10 @@ class FileRows:
 
     @classmethod
     def mapped(cls, table: Tensor, path: str | Path) -> FileRows | None:
-        """The rows of `table`, which `torch.load(path, mmap=True)` mapped from `path`, read from that file.
-
-        Its place in the file is where its mapping starts (/proc/self/maps) plus its distance from there; the
-        first and last rows read back are checked against the tensor's. None where that cannot be told (no
-        /proc, not a mapped contiguous fp32 table of `path`): the caller then reads `table` itself.
-        """
+        """The rows of `table`, which `torch.load(path, mmap=True)` mapped from `path`, read from that file. Its place
+        in the file is where its mapping starts (/proc/self/maps) plus its distance from there; the first and last rows
+        read back are checked against the tensor's. None where that cannot be told (no /proc, not a mapped contiguous
+        fp32 table of `path`): the caller then reads `table` itself."""
         if table.dtype != torch.float32 or table.device.type != "cpu" or table.dim() != 2 or not table.is_contiguous():
             return None
         try:
@@ -198,8 +195,7 @@ def _fp32_sums(device: torch.device) -> Iterator[None]:
 
 
 @torch.no_grad()
-def scan_table(vectors: Tensor | FileRows, item_chunk: int = SCAN_CHUNK,
-               out: Tensor | None = None) -> ScanTable:
+def scan_table(vectors: Tensor | FileRows, item_chunk: int = SCAN_CHUNK, out: Tensor | None = None) -> ScanTable:
     """The bf16 copy and fp32 row norms the bf16 scan reads, built `item_chunk` rows at a time (no fp32
     temporary of the table), into `out` (e.g. a memory-mapped file) when given."""
     device = vectors.device if isinstance(vectors, Tensor) else torch.device("cpu")

@@ -94,12 +94,9 @@ def fmt(value: Any) -> str:
 
 def best_config(parser: ArgumentParser, config_args: Sequence[str], values: dict[str, Any], header: str) -> str:
     """The config `fit` parses from `config_args` with the winning `values`, as YAML listing only what differs from
-    fit's defaults, after `header` as comment lines.
-
-    Read and written by fit's own parser, so the file holds what the trials trained with. An option group is
-    written as its keys (`objective: {loss: gbce}`) when the parser reads that back to the same config; else as
-    the parser dumps it (class_path, init_args).
-    """
+    fit's defaults, after `header` as comment lines. Read and written by fit's own parser, so the file holds what the
+    trials trained with. An option group is written as its keys (`objective: {loss: gbce}`) when the parser reads that
+    back to the same config; else as the parser dumps it (class_path, init_args)."""
     config = parser.parse_args([*config_args, *overrides(values)])
     text = parser.dump(config, skip_default=True)
     plain = yaml.safe_dump(_plain_groups(yaml.safe_load(text)), sort_keys=False)

@@ -52,12 +52,11 @@ def run_trial(trial: optuna.Trial, options: TuneOptions, n_heads: int, progress:
     stop = EarlyStopping(monitor=METRIC, mode="max", patience=options.patience, check_finite=False)
     keep = ModelCheckpoint(dirpath=options.trial_dir(trial.number), filename="best", monitor=METRIC, mode="max",
                            save_weights_only=True, enable_version_counter=False)
-    trainer = L.Trainer(
-        max_epochs=options.trial_epochs(base.max_epochs), max_time=base.max_time,
-        accelerator=base.accelerator, devices=1, precision=cli.trainer.precision, callbacks=[stop, report, keep],
-        logger=False, enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-        limit_train_batches=base.limit_train_batches, limit_val_batches=base.limit_val_batches,
-    )
+    trainer = L.Trainer(max_epochs=options.trial_epochs(base.max_epochs), max_time=base.max_time,
+                        accelerator=base.accelerator, devices=1, precision=cli.trainer.precision,
+                        callbacks=[stop, report, keep], logger=False, enable_progress_bar=False,
+                        enable_model_summary=False, num_sanity_val_steps=0,
+                        limit_train_batches=base.limit_train_batches, limit_val_batches=base.limit_val_batches)
     start = time.perf_counter()
     try:
         trainer.fit(cli.model, datamodule=cli.datamodule)  # fit and validation only: never the test split
@@ -65,8 +64,7 @@ def run_trial(trial: optuna.Trial, options: TuneOptions, n_heads: int, progress:
         trial.set_user_attr("epochs", len(report.values))
         trial.set_user_attr("minutes", (time.perf_counter() - start) / 60)
     if not report.values:
-        raise InputError(f"no {METRIC} was logged; tune needs validation every epoch and 10 in "
-                         "model.evaluation.ks")
+        raise InputError(f"no {METRIC} was logged; tune needs validation every epoch and 10 in " "model.evaluation.ks")
     best = max(report.values)
     trial.set_user_attr("best_epoch", report.values.index(best) + 1)
     return best

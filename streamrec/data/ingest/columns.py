@@ -205,8 +205,7 @@ def as_ids(array: pa.Array, role: str = "user_col") -> pa.Array:
         raise Fault(0, role, f"its ids cannot be read as text ({e}); store ids as strings or integers") from e
 
 
-def convert(batch: pa.RecordBatch, plan: ColumnPlan, times: TimeParser, trim: bool, drop_blank: bool = False,
-            ) -> Chunk:
+def convert(batch: pa.RecordBatch, plan: ColumnPlan, times: TimeParser, trim: bool, drop_blank: bool = False) -> Chunk:
     """The batch's ids, seconds and filter cells; `trim`: strip the spaces around text ids (delimited text);
     `drop_blank`: rows with an empty user id are blank lines (the tolerant CSV pass), not faults."""
     for column in plan.empty:
@@ -358,7 +357,6 @@ def k_core(inter: Interactions, k: int, path: Path) -> Interactions:
             break
         keep = now
     kept = inter.select(keep)
-    log.info("%s: %d-core: kept %d of %d events, %d of %d users, %d items (%d rounds)", path, k,
-             kept.num_interactions, inter.num_interactions, len(kept.users), len(inter.users),
-             len(np.unique(kept.codes)), rounds)
+    log.info("%s: %d-core: kept %d of %d events, %d of %d users, %d items (%d rounds)", path, k, kept.num_interactions,
+             inter.num_interactions, len(kept.users), len(inter.users), len(np.unique(kept.codes)), rounds)
     return kept
