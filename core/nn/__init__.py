@@ -18,13 +18,11 @@ from core.nn.schedule import InverseSqrt, InverseSqrtLR, WarmupCosine, WarmupCos
 from core.nn.stacks import Decoder, Encoder, TokenEmbedding, init_linear, tie_weights
 from core.nn.windowed import WindowAttention
 
-__all__ = [
-    "ALiBi", "AttentionCapture", "CrossAttention", "Decoder", "DecoderCache", "DecoderLayer", "Encoder",
-    "EncoderLayer", "FastDropout", "FastLinear", "FeedForward", "GatedResidual", "LinearAttention", "OptionGroup",
-    "Residual", "SpeedOptions", "WindowAttention", "InverseSqrt", "InverseSqrtLR", "KVCache",
-    "LearnedPositions", "MultiHeadAttention", "RotaryEmbedding", "SinusoidalPositions", "StaticKV", "TokenEmbedding",
-    "WarmupCosine", "WarmupCosineLR", "additive_mask", "alibi_slopes", "apply_rope", "attend", "attention_entropy",
-    "attention_rollout", "causal_mask", "causal_padding_mask", "combine_masks", "contrastive_loss",
-    "disable_cpu_fastpath", "enable_cpu_fastpath", "init_linear", "lengths_mask", "linear_cross_entropy",
-    "padding_mask", "rdrop_cross_entropy", "stops_on_time", "tie_weights",
-]
+__all__ = ["ALiBi", "AttentionCapture", "CrossAttention", "Decoder", "DecoderCache", "DecoderLayer", "Encoder",
+           "EncoderLayer", "FastDropout", "FastLinear", "FeedForward", "GatedResidual", "LinearAttention",
+           "OptionGroup", "Residual", "SpeedOptions", "WindowAttention", "InverseSqrt", "InverseSqrtLR", "KVCache",
+           "LearnedPositions", "MultiHeadAttention", "RotaryEmbedding", "SinusoidalPositions", "StaticKV",
+           "TokenEmbedding", "WarmupCosine", "WarmupCosineLR", "additive_mask", "alibi_slopes", "apply_rope", "attend",
+           "attention_entropy", "attention_rollout", "causal_mask", "causal_padding_mask", "combine_masks",
+           "contrastive_loss", "disable_cpu_fastpath", "enable_cpu_fastpath", "init_linear", "lengths_mask",
+           "linear_cross_entropy", "padding_mask", "rdrop_cross_entropy", "stops_on_time", "tie_weights"]

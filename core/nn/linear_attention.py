@@ -26,8 +26,7 @@ def feature_map(x: Tensor) -> Tensor:
     return F.elu(x) + 1.0
 
 
-def causal_linear_attention(q: Tensor, k: Tensor, v: Tensor, valid: Tensor | None = None,
-                            chunk: int = CHUNK) -> Tensor:
+def causal_linear_attention(q: Tensor, k: Tensor, v: Tensor, valid: Tensor | None = None, chunk: int = CHUNK) -> Tensor:
     """(B, H, T, Dh) queries (before the feature map), (B, Hkv, T, Dh) keys and values -> (B, H, T, Dh). Padding
     (`valid` False) adds nothing to the sums; a query with no valid key up to it gets zeros."""
     b, h, t, dh = q.shape

@@ -69,8 +69,7 @@ class _ChunkedRDrop(_StoredGradients):
     (d - KL(p1 || p2)) + p1 - p2), and dz2 the same with 1 and 2 swapped."""
 
     @staticmethod
-    def forward(ctx, hidden: Tensor, weight: Tensor, targets: Tensor, eps: float, alpha: float,
-                rows: int) -> Tensor:
+    def forward(ctx, hidden: Tensor, weight: Tensor, targets: Tensor, eps: float, alpha: float, rows: int) -> Tensor:
         need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         acc = torch.promote_types(hidden.dtype, torch.float32)
         grad_h = torch.empty_like(hidden) if need_h else None

@@ -47,8 +47,7 @@ class RecurrentEncoder(nn.Module):
     embeddings in, both directions' Hd-wide states projected back to D out; `dropout` on the inputs, between
     layers and on the output."""
 
-    def __init__(self, d_model: int, hidden_size: int, *, n_layers: int = 2, dropout: float = 0.0,
-                 cell: Cell = "gru"):
+    def __init__(self, d_model: int, hidden_size: int, *, n_layers: int = 2, dropout: float = 0.0, cell: Cell = "gru"):
         super().__init__()
         self.rnn = recurrent_stack(cell, d_model, hidden_size, n_layers, dropout, bidirectional=True)
         self.proj = nn.Linear(2 * hidden_size, d_model)
