@@ -42,10 +42,8 @@ def alignment_table(alignment: WordAlignment) -> str:
 
 def write_html(path: str | Path, alignments: Sequence[WordAlignment], title: str = "Cross-attention alignments",
                line_numbers: Sequence[int] | None = None) -> None:
-    """Write one self-contained HTML page (inline CSS, no scripts or external files) of heatmap tables.
-
-    `line_numbers`: the 1-based input line of each alignment, for the captions (default 1, 2, ...).
-    """
+    """Write one self-contained HTML page (inline CSS, no scripts or external files) of heatmap tables. `line_numbers`:
+    the 1-based input line of each alignment, for the captions (default 1, 2, ...)."""
     numbers = line_numbers or range(1, len(alignments) + 1)
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
              "<meta name='viewport' content='width=device-width, initial-scale=1'><link rel='icon' href='data:,'>"

@@ -51,12 +51,9 @@ CHUNK_LINES = 2_000  # translate_iter's default chunk; translate.infer's --chunk
 
 @dataclass(frozen=True)
 class Translation:
-    """One translation of a sentence ("" for a blank one).
-
-    `score` is what beam search ranks by: the log-probability (of the subwords and EOS, `log_prob`) divided by
-    the GNMT length penalty; greedy search's is the log-probability itself. `alignment`: the best
-    translation's word alignment with `return_alignments`.
-    """
+    """One translation of a sentence ("" for a blank one). `score` is what beam search ranks by: the log-probability (of
+    the subwords and EOS, `log_prob`) divided by the GNMT length penalty; greedy search's is the log-probability itself.
+    `alignment`: the best translation's word alignment with `return_alignments`."""
 
     text: str
     score: float
@@ -83,15 +80,12 @@ class Translator:
     @classmethod
     def load(cls, ckpt: str | Path | Sequence[str | Path], device: str | torch.device = "cpu",
              dtype: str = "float32") -> Translator:
-        """The translator stored in a checkpoint, or an ensemble of several.
-
-        `ckpt`: a checkpoint from `python -m translate fit` or `python -m translate.average`, or a folder from
-        `python -m translate.export --format safetensors` (read without pickle); several (a list) make an
-        `Ensemble` (the mean of their probabilities), which must share the vocabularies.
-        `dtype`: "float32"; "bfloat16" (search still normalises scores in float32) for GPUs and CPUs with bf16
-        units, float32 with a warning on a CPU without them; or "int8" for int8 linear layers on the CPU
-        (`core.runtime.precision.quantize_int8`). Their BLEU cost is measured in docs/results.md.
-        """
+        """The translator stored in a checkpoint, or an ensemble of several. `ckpt`: a checkpoint from `python -m
+        translate fit` or `python -m translate.average`, or a folder from `python -m translate.export --format
+        safetensors` (read without pickle); several (a list) make an `Ensemble` (the mean of their probabilities), which
+        must share the vocabularies. `dtype`: "float32"; "bfloat16" (search still normalises scores in float32) for GPUs
+        and CPUs with bf16 units, float32 with a warning on a CPU without them; or "int8" for int8 linear layers on the
+        CPU (`core.runtime.precision.quantize_int8`). Their BLEU cost is measured in docs/results.md."""
         if isinstance(ckpt, (str, Path)):
             return _load_one(Path(ckpt), device, dtype)
         if not ckpt:
@@ -118,26 +112,21 @@ class Translator:
                   batch_size: int = 64, align_layer: Layer = DEFAULT_LAYER,
                   ) -> list[str] | list[Translation] | list[list[Translation]]:
         """Translate sentences; `beam_size`, `n_best`, `alpha`, `max_len_a`, `max_len_b`, `batch_size` are the
-        `SearchOptions`, `align_layer` the decoder layer whose cross-attention aligns (an index, or "mean").
-
-        Returns a string per sentence; with `return_scores` or `return_alignments` (the best one carries its
-        word alignment), a `Translation` per sentence; with `n_best` > 1, a list of `n_best` `Translation`s
-        per sentence ([] for a blank one).
-        """
+        `SearchOptions`, `align_layer` the decoder layer whose cross-attention aligns (an index, or "mean"). Returns a
+        string per sentence; with `return_scores` or `return_alignments` (the best one carries its word alignment), a
+        `Translation` per sentence; with `n_best` > 1, a list of `n_best` `Translation`s per sentence ([] for a blank
+        one)."""
         options = SearchOptions(beam_size, n_best, alpha, max_len_a, max_len_b, batch_size)
         return self.translate_with(sentences, options, return_scores, align_layer if return_alignments else None)
 
-    def translate_iter(self, sentences: Iterable[str], beam_size: int = 5, n_best: int = 1,
-                       return_scores: bool = False, return_alignments: bool = False, alpha: float = 0.6,
-                       max_len_a: float = 1.5, max_len_b: int = 10, batch_size: int = 64,
-                       align_layer: Layer = DEFAULT_LAYER, chunk_lines: int = CHUNK_LINES,
-                       ) -> Iterator[str | Translation | list[Translation]]:
+    def translate_iter(self, sentences: Iterable[str], beam_size: int = 5, n_best: int = 1, return_scores: bool = False,
+                       return_alignments: bool = False, alpha: float = 0.6, max_len_a: float = 1.5, max_len_b: int = 10,
+                       batch_size: int = 64, align_layer: Layer = DEFAULT_LAYER,
+                       chunk_lines: int = CHUNK_LINES) -> Iterator[str | Translation | list[Translation]]:
         """Translate an iterable of sentences lazily: what `translate` returns, one item at a time, in input order.
-
-        `chunk_lines` sentences are read, sorted by length, translated and yielded before the next are read, so
-        memory is bounded by the chunk, not the input (a file object works: its lines' "\\n" endings are
-        stripped); a larger chunk fills batches better. The results equal `translate` on the whole list.
-        """
+        `chunk_lines` sentences are read, sorted by length, translated and yielded before the next are read, so memory
+        is bounded by the chunk, not the input (a file object works: its lines' "\\n" endings are stripped); a larger
+        chunk fills batches better. The results equal `translate` on the whole list."""
         _check_sentences(sentences)  # now, not at the first next()
         options = SearchOptions(beam_size, n_best, alpha, max_len_a, max_len_b, batch_size)
         if chunk_lines < 1:
@@ -174,10 +163,8 @@ class Translator:
     def encode_sources(self, lines: Sequence[str], first_line: int = 1, warned: list[int] | None = None,
                        ) -> list[list[int]]:
         """Subword ids per line ([] for a blank line), truncated to `max_src_len` with a warning naming the line.
-
-        `first_line`: the 1-based number of `lines[0]` in the whole input; `warned`: a one-element counter of
-        warnings already given, shared across chunks so a long input cannot flood stderr.
-        """
+        `first_line`: the 1-based number of `lines[0]` in the whole input; `warned`: a one-element counter of warnings
+        already given, shared across chunks so a long input cannot flood stderr."""
         warned = [0] if warned is None else warned
         ids: list[list[int]] = []
         for start, stop in _spans([len(line) for line in lines], ENCODE_CHARS):
@@ -203,11 +190,9 @@ class Translator:
     def translate_ids(self, sources: Sequence[Sequence[int]], options: SearchOptions,
                       align_layer: Layer | None = None, source_texts: Sequence[str] | None = None,
                       ) -> tuple[list[list[Hypothesis]], list[WordAlignment] | None]:
-        """Translate subword sources, longest first in batches, and return results in input order.
-
-        Every program's path: each batch goes through `translate.search.decoding.search`, as in `predict`.
-        An empty source gives no hypothesis; `source_texts` give the alignments' source words.
-        """
+        """Translate subword sources, longest first in batches, and return results in input order. Every program's path:
+        each batch goes through `translate.search.decoding.search`, as in `predict`. An empty source gives no
+        hypothesis; `source_texts` give the alignments' source words."""
         device = next(self.model.parameters()).device
         results: list[list[Hypothesis]] = [[] for _ in sources]
         alignments: list[WordAlignment] | None = None if align_layer is None else [EMPTY] * len(sources)

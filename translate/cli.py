@@ -1,9 +1,7 @@
-"""`python -m translate fit|validate|test|predict --config configs/translate/NAME.yaml`
-
-LightningCLI over `TranslationModule` and `TranslationDataModule` (YAML may interpolate `${...}`, resolved
-after the command line). The vocabulary sizes and pad id come from the data module, `model.max_len` from
-`data.max_len`. `validate`, `test` and `predict` with `--ckpt_path CKPT` and no `data.train` take CKPT's
-vocabularies and, unless given, its `max_len`.
+"""`python -m translate fit|validate|test|predict --config configs/translate/NAME.yaml`. LightningCLI over
+`TranslationModule` and `TranslationDataModule` (YAML may interpolate `${...}`, resolved after the command line). The
+vocabulary sizes and pad id come from the data module, `model.max_len` from `data.max_len`. `validate`, `test` and
+`predict` with `--ckpt_path CKPT` and no `data.train` take CKPT's vocabularies and, unless given, its `max_len`.
 
 The CLI lives here, not in `__main__`: `ddp_spawn` pickles it into its worker processes, which
 cannot import a package's `__main__` module.
@@ -65,9 +63,7 @@ def main(args: list[str] | None = None) -> TranslateCLI:
     quiet_library_noise()
     log_info_to_stderr("translate")  # data counts (skipped blank pairs, length filters), vocabulary cache
     with exit_on_error():  # also an unwritable run folder, a full disk while saving a checkpoint
-        return TranslateCLI(
-            TranslationModule, TranslationDataModule,
-            parser_kwargs={"parser_mode": "omegaconf+", "prog": "python -m translate"},
-            parser_class=OneLineErrorParser, save_config_kwargs={"overwrite": True}, args=args,
-        )
+        return TranslateCLI(TranslationModule, TranslationDataModule,
+                            parser_kwargs={"parser_mode": "omegaconf+", "prog": "python -m translate"},
+                            parser_class=OneLineErrorParser, save_config_kwargs={"overwrite": True}, args=args)
 

@@ -86,10 +86,9 @@ def transformer_spec(model: TransformerTranslator, hparams: dict[str, Any], src_
                          "attention only")
     act = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU,
            "swiglu": common_spec.Activation.SWISH}[activation]
-    spec = ts.TransformerSpec.from_config(
-        (len(model.encoder.layers), len(model.decoder.layers)), n_heads, pre_norm=block.norm_first,
-        no_final_norm=not block.norm_first, activation=act, ffn_glu=activation == "swiglu",
-    )
+    spec = ts.TransformerSpec.from_config((len(model.encoder.layers), len(model.decoder.layers)), n_heads,
+                                          pre_norm=block.norm_first, no_final_norm=not block.norm_first, activation=act,
+                                          ffn_glu=activation == "swiglu")
     _set_stack(spec.encoder, model.encoder, model.src_embed.weight, cross=False)
     _set_stack(spec.decoder, model.decoder, model.tgt_embed.weight, cross=True)
     _set_linear(spec.decoder.projection, model.output.weight)
@@ -197,14 +196,11 @@ RAW_LENGTH_PENALTY = 1e-6
 
 def ctranslate2_options(model: TransformerTranslator, tgt: SubwordVocab, names: dict[str, str],
                         search: SearchOptions | None = None) -> dict[str, Any]:
-    """What a plain CTranslate2 user needs for our search's output (`translate_options.json`).
-
-    `greedy` and `beam` are `translate_batch` keyword arguments; `output_limit` is our per-sentence limit
-    (CTranslate2 takes one `max_decoding_length` per call), `rerank` the GNMT penalty beam hypotheses are
-    ranked by. Beam search keeps padding and BOS in the softmax, as ours does (`suppress_sequences` would
-    renormalise without them and change which beams survive); a hypothesis holding one is dropped.
-    The model's position tables bound the source and output lengths.
-    """
+    """What a plain CTranslate2 user needs for our search's output (`translate_options.json`). `greedy` and `beam` are
+    `translate_batch` keyword arguments; `output_limit` is our per-sentence limit (CTranslate2 takes one
+    `max_decoding_length` per call), `rerank` the GNMT penalty beam hypotheses are ranked by. Beam search keeps padding
+    and BOS in the softmax, as ours does (`suppress_sequences` would renormalise without them and change which beams
+    survive); a hypothesis holding one is dropped. The model's position tables bound the source and output lengths."""
     o = search or SearchOptions()
     cap = model.max_tgt_len - 1  # the decoder reads BOS + `cap` pieces to predict EOS
     never = tgt.pieces([PAD_ID, BOS_ID])  # our search never generates them

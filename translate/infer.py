@@ -1,19 +1,13 @@
 """Translate a text file (or stdin) with a checkpoint written by `python -m translate fit`.
 
-    python -m translate.infer --ckpt CKPT [CKPT ...] [-i in.txt] [-o out.txt] [--beam-size 5] [--alpha 0.6]
-        [--max-len-a 1.5] [--max-len-b 10] [--batch-size 64] [--n-best N] [--alignments out.jsonl]
-        [--html report.html] [--chunk-lines 2000] [--device auto] [--dtype float32|bfloat16|int8]
-        [--engine local|ray --workers N] [--shard I/N] [--fresh]
-
-Exactly one output line per input line, in input order; a blank input line gives an empty output line,
-and `--n-best N` puts the N best translations on one line, tab-separated. The input is read, sorted by
-length and translated a chunk of `--chunk-lines` at a time, so memory does not grow with the input and the
-output equals that of one chunk holding the whole file. Sources longer than the model's `max_len` subwords
-are truncated, with a warning naming the line. `-o`, `--alignments` and `--html` appear in one rename at the
-end, never half-written; one run at a time writes an `-o` file (`OUTPUT.lock`). A run from `-i FILE` to
-`-o FILE` keeps its lines in a hidden partial file as they are written, so the same command after a kill or
-a stop continues where it was. Several checkpoints translate as an ensemble (the mean of their probabilities;
-alignments come from the first). Scaling out: `--engine ray` (translate.ray_engine), `--shard` and
+Exactly one output line per input line, in input order; a blank input line gives an empty output line, and `--n-best
+N` puts the N best translations on one line, tab-separated. The input is read, sorted by length and translated a chunk
+of `--chunk-lines` at a time, so memory does not grow with the input and the output equals that of one chunk holding the
+whole file. Sources longer than the model's `max_len` subwords are truncated, with a warning naming the line. `-o`,
+`--alignments` and `--html` appear in one rename at the end, never half-written; one run at a time writes an `-o` file
+(`OUTPUT.lock`). A run from `-i FILE` to `-o FILE` keeps its lines in a hidden partial file as they are written, so the
+same command after a kill or a stop continues where it was. Several checkpoints translate as an ensemble (the mean of
+their probabilities; alignments come from the first). Scaling out: `--engine ray` (translate.ray_engine), `--shard` and
 `python -m translate.shards merge` (translate.shards). See docs/translate.md.
 """
 
@@ -53,12 +47,10 @@ CHUNK_BYTES = 16 << 20  # a chunk of very long lines ends early: its text, not i
 
 def read_chunks(stream: IO[bytes], size: int, name: str = "<stdin>", max_bytes: int = CHUNK_BYTES,
                 ) -> Iterator[list[str]]:
-    """Lines of a UTF-8 byte stream, `size` at a time, split on "\\n" only (as `translate.data.corpus.read_lines`).
-
-    A chunk ends early once its lines hold `max_bytes` bytes (it holds at least one line). A
-    byte-order mark and CRLF endings are accepted; invalid UTF-8, a NUL byte or a line over
-    `MAX_LINE_BYTES` raises `InputError` naming the line.
-    """
+    """Lines of a UTF-8 byte stream, `size` at a time, split on "\\n" only (as `translate.data.corpus.read_lines`). A
+    chunk ends early once its lines hold `max_bytes` bytes (it holds at least one line). A byte-order mark and CRLF
+    endings are accepted; invalid UTF-8, a NUL byte or a line over `MAX_LINE_BYTES` raises `InputError` naming the
+    line."""
     chunk: list[str] = []
     held = 0  # bytes in `chunk`
     for number, raw in enumerate(stream, start=1):
@@ -266,8 +258,7 @@ def _translate(args: argparse.Namespace, options: SearchOptions, layer: Layer) -
         if warned[0] > (MAX_TRUNCATION_WARNINGS if translator else 0):
             log.warning("%d lines in all were truncated to the model's max_len", warned[0])
         if html_out is not None:
-            write_html(html_out, [a for _, a in shown], f"Alignments: {args.input or 'stdin'}",
-                       [n for n, _ in shown])
+            write_html(html_out, [a for _, a in shown], f"Alignments: {args.input or 'stdin'}", [n for n, _ in shown])
         if partial is not None:
             out.close()
             os.replace(partial, args.output)

@@ -19,10 +19,9 @@ from core.runtime.prediction import PartsWriter
 
 
 class TranslationWriter(PartsWriter):
-    """Writes `predict`'s translations to `output` (its folder must exist), one line per input sentence, in
-    input order. With `merge` false rank 0 does not merge the ranks' `OUTPUT.rank{N}.jsonl` parts, e.g. for
-    ranks on machines that share no folder.
-    """
+    """Writes `predict`'s translations to `output` (its folder must exist), one line per input sentence, in input order.
+    With `merge` false rank 0 does not merge the ranks' `OUTPUT.rank{N}.jsonl` parts, e.g. for ranks on machines that
+    share no folder."""
 
     part_suffix, written_by, file_kind = ".jsonl", "translate predict", "a text file"
 

@@ -5,19 +5,13 @@
          -d '{"sentences": ["he can sleep .", "she sees the dog ."], "beam_size": 5}'
     # {"translations": [{"text": "er kann schlafen .", "score": -0.41, "log_prob": -0.52}, ...]}
 
-Request (POST /predict, a JSON object; only these fields):
-  sentences      source sentences (1 to 64, each at most 1,000 characters), or
-  text           one source sentence; the answer then has "translation" instead of "translations"
-  beam_size      beam width, 1 to 16; 1 is greedy search (default 5)
-  n_best         translations per sentence, 1 to beam_size; above 1 each sentence gets a list, best first
-  return_scores  answer {"text", "score", "log_prob"} objects; false: plain strings (default true)
-
-`score` is what beam search ranks by (the log-probability over the GNMT length penalty), as in
-`translate.Translator.translate`. Sentences of requests arriving together (up to --max-batch-size
-requests, waiting at most --batch-timeout seconds) are decoded in one `Translator.translate_with` call
-per distinct `SearchOptions`. A malformed or out-of-range request gets a 4xx answer {"error": "one line"}
-and the server goes on serving. GET /health answers 200 "ok" once the model is loaded. The server listens on
-127.0.0.1 unless --host says otherwise. See docs/serving.md.
+The request (POST /predict) is a JSON object with `sentences` (or `text`, one sentence, answered with "translation")
+and optionally `beam_size`, `n_best` and `return_scores`; docs/serving.md lists their ranges and defaults. `score` is
+what beam search ranks by, as in `translate.Translator.translate`. Sentences of requests arriving together (up to
+--max-batch-size requests, waiting at most --batch-timeout seconds) are decoded in one `Translator.translate_with` call
+per distinct `SearchOptions`. A malformed or out-of-range request gets a 4xx answer {"error": "one line"} and the server
+goes on serving. GET /health answers 200 "ok" once the model is loaded. The server listens on 127.0.0.1 unless --host
+says otherwise.
 """
 
 from __future__ import annotations
@@ -63,11 +57,9 @@ def search_options(request: dict) -> SearchOptions:
 
 
 class TranslateAPI(BatchedAPI):
-    """Translations for a batch of requests: one `Translator.translate_with` call per distinct `SearchOptions`.
-
-    `ckpt` is loaded in each worker process by `setup`; the other arguments as `Translator.load` and
-    `core.runtime.serving.litserver.BatchedAPI` take them.
-    """
+    """Translations for a batch of requests: one `Translator.translate_with` call per distinct `SearchOptions`. `ckpt`
+    is loaded in each worker process by `setup`; the other arguments as `Translator.load` and
+    `core.runtime.serving.litserver.BatchedAPI` take them."""
 
     def __init__(self, ckpt: str, dtype: str = "float32", threads: int = 0, max_batch_size: int = 1,
                  batch_timeout: float = 0.0):

@@ -1,8 +1,7 @@
-"""Parallel text to padded subword batches, and the LightningDataModule that wires it up.
-
-Pipeline: `read_split` -> `train_vocab` on the training split (or a checkpoint's vocabularies) ->
-`encode_split` -> `TokenBatchSampler` -> `collate`. With `subword_sampling`, `SampledSegmentations`
-draws a new segmentation of each training pair per batch (subword regularisation).
+"""Parallel text to padded subword batches, and the LightningDataModule that wires it up. Pipeline: `read_split` ->
+`train_vocab` on the training split (or a checkpoint's vocabularies) -> `encode_split` -> `TokenBatchSampler` ->
+`collate`. With `subword_sampling`, `SampledSegmentations` draws a new segmentation of each training pair per batch
+(subword regularisation).
 
 Legend: B batch, S source length, T target length (the target plus one bos/eos shift).
 """
@@ -31,9 +30,8 @@ from translate.data.vocab import BOS_ID, EOS_ID, PAD_ID, ModelType, SubwordVocab
 logger = logging.getLogger(__name__)
 
 Split = Literal["train", "val", "test"]
-# A split's files: a prefix ("data/translate_demo/train" -> train.en, train.de), a pattern
-# with "{lang}" ("corpus/{lang}/train.txt"), an explicit (src_path, tgt_path) pair, or one
-# ".tsv" file of "source<TAB>target" lines ("corpus/train.tsv").
+# A split's files: a prefix ("data/translate_demo/train" -> train.en, train.de), a pattern with "{lang}"
+# ("corpus/{lang}/train.txt"), an explicit (src_path, tgt_path) pair, or one ".tsv" file of "source<TAB>target" lines.
 SplitPaths = str | tuple[str, str]
 # The resolved files: (source, target), or (tsv,) for a TSV file holding both sides.
 SplitFiles = tuple[Path, Path] | tuple[Path]
@@ -55,11 +53,9 @@ def resolve_paths(paths: SplitPaths, src_lang: str, tgt_lang: str) -> SplitFiles
 
 
 def read_lines(path: str | Path) -> list[str]:
-    """The lines of a UTF-8 text file (a byte-order mark and CRLF endings accepted), without line endings.
-
-    Splits on "\\n" only: `str.splitlines` would also split on U+2028 and friends and
-    silently shift every later line against its translation.
-    """
+    """The lines of a UTF-8 text file (a byte-order mark and CRLF endings accepted), without line endings. Splits on
+    "\\n" only: `str.splitlines` would also split on U+2028 and friends and silently shift every later line against its
+    translation."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file; check the split path and the language suffix")
@@ -70,10 +66,8 @@ def read_lines(path: str | Path) -> list[str]:
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
-        raise InputError(
-            f"{path}:{line}: invalid UTF-8 (byte 0x{data[e.start]:02x} at column {column}); "
-            "re-encode the file as UTF-8, e.g. `iconv -f latin1 -t utf-8`"
-        ) from None
+        raise InputError(f"{path}:{line}: invalid UTF-8 (byte 0x{data[e.start]:02x} at column {column}); "
+                         "re-encode the file as UTF-8, e.g. `iconv -f latin1 -t utf-8`") from None
     lines = text.removeprefix("\ufeff").split("\n")
     if lines[-1] == "":
         lines.pop()  # the final newline ends the last line; it does not start a new one
@@ -88,10 +82,8 @@ def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[list[str]
             raise InputError(f"{path}:1: empty file; a split needs one sentence per line")
     if len(src) != len(tgt):
         (short, n_short), (long, n_long) = sorted([(src_path, len(src)), (tgt_path, len(tgt))], key=lambda p: p[1])
-        raise InputError(
-            f"{short}:{n_short + 1}: line missing: {short} has {n_short} lines but {long} has {n_long}; "
-            "parallel files must hold one sentence per line, aligned"
-        )
+        raise InputError(f"{short}:{n_short + 1}: line missing: {short} has {n_short} lines but {long} has {n_long}; "
+                         "parallel files must hold one sentence per line, aligned")
     return src, tgt
 
 
@@ -138,11 +130,9 @@ class Example(NamedTuple):
 
 @dataclass
 class Batch:
-    """A padded batch (pad = 0). Tensors only, so Lightning moves it and infers B without help.
-
-    `index` points into the dataset, whose `sources`/`refs` hold the raw strings (sacreBLEU
-    scores against `refs`, never against decoded ids).
-    """
+    """A padded batch (pad = 0). Tensors only, so Lightning moves it and infers B without help. `index` points into the
+    dataset, whose `sources`/`refs` hold the raw strings (sacreBLEU scores against `refs`, never against decoded
+    ids)."""
 
     src: Tensor  # (B, S)
     tgt_in: Tensor  # (B, T) bos + target
@@ -181,15 +171,12 @@ class TranslationDataset(Dataset[Example]):
 
 
 class SampledSegmentations(Dataset[Example]):
-    """A training split that draws a new subword segmentation of each pair every time it is fetched.
-
-    Subword regularisation (`SubwordVocab.sample_batch`) helps small corpora. Batches are still planned on
-    the deterministic segmentation (`widths`), so an epoch has the same number of batches every time
-    (Lightning's step counts, LR schedules and DDP ranks rely on it); sampled segmentations are longer, so a
-    batch holds more than `max_tokens`. A pair whose sample exceeds `max_len` keeps its deterministic ids.
-    The draws are seeded by (seed, rank, DataLoader worker) (`reseed`); sentencepiece's draws repeat within
-    a process only, so a resumed run does not replay them.
-    """
+    """A training split that draws a new subword segmentation of each pair every time it is fetched. Subword
+    regularisation (`SubwordVocab.sample_batch`) helps small corpora. Batches are still planned on the deterministic
+    segmentation (`widths`), so an epoch has the same number of batches every time (Lightning's step counts, LR
+    schedules and DDP ranks rely on it); sampled segmentations are longer, so a batch holds more than `max_tokens`. A
+    pair whose sample exceeds `max_len` keeps its deterministic ids. The draws are seeded by (seed, rank, DataLoader
+    worker) (`reseed`); sentencepiece's draws repeat within a process only, so a resumed run does not replay them."""
 
     def __init__(self, base: TranslationDataset, src_vocab: SubwordVocab, tgt_vocab: SubwordVocab, alpha: float,
                  max_len: int, seed: int = 0, rank: int = 0):
@@ -205,11 +192,9 @@ class SampledSegmentations(Dataset[Example]):
         return self.base.widths
 
     def reseed(self, worker_id: int = -1) -> None:
-        """Restart sentencepiece's generator from (seed, rank, worker); a DataLoader `worker_init_fn`.
-
-        The generator is process-wide, and forked workers would otherwise all continue the
-        parent's stream and draw the same segmentations.
-        """
+        """Restart sentencepiece's generator from (seed, rank, worker); a DataLoader `worker_init_fn`. The generator is
+        process-wide, and forked workers would otherwise all continue the parent's stream and draw the same
+        segmentations."""
         state = np.random.SeedSequence([self.seed, self.rank, worker_id + 1]).generate_state(1)[0]
         spm.set_random_generator_seed(int(state))
 
@@ -231,13 +216,11 @@ class SampledSegmentations(Dataset[Example]):
 def encode_split(sources: Sequence[str], refs: Sequence[str], src_vocab: SubwordVocab, tgt_vocab: SubwordVocab,
                  max_len: int, max_ratio: float | None = None, train: bool = True, name: str = "train",
                  ) -> TranslationDataset:
-    """Encode a split. Training drops long pairs and bad length ratios; evaluation truncates.
-
-    Every tensor built from the result has at most `max_len` positions: the source at most
-    `max_len` subwords, the target at most `max_len - 1` (bos/eos take the last position).
-    Evaluation keeps every pair so references stay complete. `max_ratio` (training only): drop pairs whose
-    longer side has more than `max_ratio` times the subwords of the shorter one; None keeps all.
-    """
+    """Encode a split. Training drops long pairs and bad length ratios; evaluation truncates. Every tensor built from
+    the result has at most `max_len` positions: the source at most `max_len` subwords, the target at most `max_len - 1`
+    (bos/eos take the last position). Evaluation keeps every pair so references stay complete. `max_ratio` (training
+    only): drop pairs whose longer side has more than `max_ratio` times the subwords of the shorter one; None keeps
+    all."""
     src_ids, tgt_ids = src_vocab.encode_batch(sources), tgt_vocab.encode_batch(refs)
     if not train:
         cut = sum(len(s) > max_len or len(t) > max_len - 1 for s, t in zip(src_ids, tgt_ids, strict=True))
@@ -276,14 +259,12 @@ def batch_sizes(sorted_widths: Sequence[int], max_tokens: int) -> list[int]:
 
 
 class TokenBatchSampler(EpochBatchSampler):
-    """Length-bucketed batches of at most `max_tokens` padded tokens (count x widest example).
-
-    With `shuffle`, equal widths are put in random order and the batch order is shuffled, both seeded by
-    (seed, epoch). Only ties are shuffled (no length noise): the batch sizes and `len(self)` stay the same
-    every epoch, which Lightning's step counts, LR schedules and DDP ranks (that must run equally many steps)
-    rely on. Under DDP every rank builds the same batch list and takes every `world_size`-th batch, the list
-    padded by repeating its first batches; Lightning must not replace the sampler.
-    """
+    """Length-bucketed batches of at most `max_tokens` padded tokens (count x widest example). With `shuffle`, equal
+    widths are put in random order and the batch order is shuffled, both seeded by (seed, epoch). Only ties are shuffled
+    (no length noise): the batch sizes and `len(self)` stay the same every epoch, which Lightning's step counts, LR
+    schedules and DDP ranks (that must run equally many steps) rely on. Under DDP every rank builds the same batch list
+    and takes every `world_size`-th batch, the list padded by repeating its first batches; Lightning must not replace
+    the sampler."""
 
     def __init__(self, widths: Sequence[int], max_tokens: int, shuffle: bool = False, seed: int = 0, rank: int = 0,
                  world_size: int = 1):
@@ -317,10 +298,9 @@ class TokenBatchSampler(EpochBatchSampler):
 
 
 class TranslationDataModule(L.LightningDataModule):
-    """Parallel text files -> subword batches; the vocabularies exist right after construction.
-
-    Construction trains (or loads from cache) the sentencepiece model(s), so `src_vocab_size`,
-    `tgt_vocab_size` and `pad_id` can be linked into the model when it is instantiated.
+    """Parallel text files -> subword batches; the vocabularies exist right after construction. Construction trains (or
+    loads from cache) the sentencepiece model(s), so `src_vocab_size`, `tgt_vocab_size` and `pad_id` can be linked into
+    the model when it is instantiated.
 
     Args:
         train: training files: a prefix (`data/train` -> `train.en`, `train.de`), a pattern with `{lang}`, a
@@ -349,13 +329,11 @@ class TranslationDataModule(L.LightningDataModule):
 
     pad_id, bos_id, eos_id = PAD_ID, BOS_ID, EOS_ID
 
-    def __init__(
-        self, train: SplitPaths | None = None, val: SplitPaths | None = None, test: SplitPaths | None = None,
-        src_lang: str = "en", tgt_lang: str = "de", vocab_size: int = 8000, model_type: ModelType = "bpe",
-        joint_vocab: bool = True, max_tokens: int = 4096, max_len: int = 128, max_ratio: float = 3.0,
-        character_coverage: float = 1.0, cache_dir: str | None = ".cache/spm", subword_sampling: float = 0.0,
-        seed: int = 0, num_workers: int = 0, predict: str | None = None, vocab: str | None = None,
-    ):
+    def __init__(self, train: SplitPaths | None = None, val: SplitPaths | None = None, test: SplitPaths | None = None,
+                 src_lang: str = "en", tgt_lang: str = "de", vocab_size: int = 8000, model_type: ModelType = "bpe",
+                 joint_vocab: bool = True, max_tokens: int = 4096, max_len: int = 128, max_ratio: float = 3.0,
+                 character_coverage: float = 1.0, cache_dir: str | None = ".cache/spm", subword_sampling: float = 0.0,
+                 seed: int = 0, num_workers: int = 0, predict: str | None = None, vocab: str | None = None):
         super().__init__()
         self.save_hyperparameters()
         if max_len < 2:

@@ -1,10 +1,9 @@
 """Subword vocabulary: a sentencepiece model with fixed special ids, trained once and cached.
 
-The model code relies on pad=0, unk=1, bos=2, eos=3: `train_vocab` fixes them and `SubwordVocab` refuses a
-model that disagrees. Training is cached by content (sha256 of the options, the sentencepiece version and every
-sentence). Training is deterministic, which matters under DDP: every rank trains (or loads) on its own and
-must end up with the same pieces; the write is atomic so ranks racing on a cold cache cannot read a
-half-written file.
+The model code relies on pad=0, unk=1, bos=2, eos=3: `train_vocab` fixes them and `SubwordVocab` refuses a model that
+disagrees. Training is cached by content (sha256 of the options, the sentencepiece version and every sentence). Training
+is deterministic, which matters under DDP: every rank trains (or loads) on its own and must end up with the same pieces;
+the write is atomic so ranks racing on a cold cache cannot read a half-written file.
 """
 
 from __future__ import annotations
@@ -37,11 +36,9 @@ ModelType = Literal["bpe", "unigram"]
 
 
 def piece_word_index(pieces: Sequence[str]) -> list[int]:
-    """The whitespace word of each piece: a piece starting with '▁' opens one (pieces before the first: word 0).
-
-    The words are exactly `text.split()` of the encoded text, as the demo corpus' Pharaoh alignments count
-    them: `["▁der", "▁Hund", "e", "▁."]` -> `[0, 1, 1, 2]`.
-    """
+    """The whitespace word of each piece: a piece starting with '▁' opens one (pieces before the first: word 0). The
+    words are exactly `text.split()` of the encoded text, as the demo corpus' Pharaoh alignments count them: `["▁der",
+    "▁Hund", "e", "▁."]` -> `[0, 1, 1, 2]`."""
     index, word = [], -1
     for piece in pieces:
         if piece.startswith(WORD_BOUNDARY) or word < 0:
@@ -109,10 +106,9 @@ class SubwordVocab:
 
     def sample_batch(self, texts: Sequence[str], alpha: float) -> list[list[int]]:
         """A random segmentation of each sentence (subword regularisation): BPE drops each merge with probability
-        `alpha` (BPE-dropout; 1.0 gives characters), unigram samples the lattice with probabilities raised to
-        `alpha`. Sentence by sentence in the calling thread: sentencepiece's generator is per thread, and a batch
-        call runs on fresh pool threads, which after a reseed draw the same stream on every call.
-        """
+        `alpha` (BPE-dropout; 1.0 gives characters), unigram samples the lattice with probabilities raised to `alpha`.
+        Sentence by sentence in the calling thread: sentencepiece's generator is per thread, and a batch call runs on
+        fresh pool threads, which after a reseed draw the same stream on every call."""
         return [self._sp.encode(text, enable_sampling=True, alpha=alpha, nbest_size=-1) for text in texts]
 
     def decode(self, ids: Sequence[int] | Tensor) -> str:
@@ -169,10 +165,9 @@ def content_hash(sentences: Iterable[str], options: dict[str, object]) -> str:
 
 def train_vocab(sentences: Sequence[str], vocab_size: int, model_type: ModelType = "bpe",
                 character_coverage: float = 1.0, cache_dir: str | Path | None = ".cache/spm") -> SubwordVocab:
-    """Train a sentencepiece model on `sentences` (both sides for a joint vocabulary), or load it from the
-    content-hash cache in `cache_dir` (None: train every time, write nothing). `vocab_size` is an upper bound:
-    a small corpus gets fewer pieces.
-    """
+    """Train a sentencepiece model on `sentences` (both sides for a joint vocabulary), or load it from the content-hash
+    cache in `cache_dir` (None: train every time, write nothing). `vocab_size` is an upper bound: a small corpus gets
+    fewer pieces."""
     options = _options(vocab_size, model_type, character_coverage)
     path = None
     if cache_dir is not None:

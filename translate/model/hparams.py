@@ -25,10 +25,8 @@ MOVED: dict[str, tuple[str, str]] = {
 
 
 def upgrade_hparams(hparams: Mapping[str, Any]) -> dict[str, Any]:
-    """`hparams` (a checkpoint's or an export's) with the flat names of older checkpoints moved into their groups.
-
-    Keys starting with "_" (LightningCLI's bookkeeping, such as `_instantiator`) are left out; every other key
-    is kept as it is, so a key the module does not know is still refused where the module or network is built.
-    A setting given both flat and in its group is a `ValueError` (`core.nn.options.regroup`).
-    """
+    """`hparams` (a checkpoint's or an export's) with the flat names of older checkpoints moved into their groups. Keys
+    starting with "_" (LightningCLI's bookkeeping, such as `_instantiator`) are left out; every other key is kept as it
+    is, so a key the module does not know is still refused where the module or network is built. A setting given both
+    flat and in its group is a `ValueError` (`core.nn.options.regroup`)."""
     return regroup({k: v for k, v in hparams.items() if not k.startswith("_")}, MOVED)

@@ -1,10 +1,8 @@
-"""Translate training logic: label-smoothed cross-entropy, AdamW + warmup-cosine, BLEU validation.
-
-Under DDP each rank decodes its own batches; at epoch end the (index, hypothesis) pairs of all ranks are
-gathered, duplicates (the batch sampler repeats a few batches so ranks run equally many steps) are dropped by
-`Batch.index`, and every rank scores the same merged corpus, so all ranks log the same `val_bleu` and the
-checkpoint callback agrees everywhere. The vocabularies travel in the checkpoint (`VOCAB_KEY`), so inference
-needs nothing else.
+"""Translate training logic: label-smoothed cross-entropy, AdamW + warmup-cosine, BLEU validation. Under DDP each rank
+decodes its own batches; at epoch end the (index, hypothesis) pairs of all ranks are gathered, duplicates (the batch
+sampler repeats a few batches so ranks run equally many steps) are dropped by `Batch.index`, and every rank scores the
+same merged corpus, so all ranks log the same `val_bleu` and the checkpoint callback agrees everywhere. The vocabularies
+travel in the checkpoint (`VOCAB_KEY`), so inference needs nothing else.
 
 Legend: B batch, S source length, T target length, V target vocabulary.
 """
@@ -40,15 +38,12 @@ from translate.search.options import SearchOptions
 GROUP_NAMES = ("block", "rnn", "objective", "optimizer", "evaluation", "speed")
 
 
-def translation_loss(
-    model: TranslatorNetwork, batch: Batch, pad_id: int, smoothing: float, rdrop_alpha: float = 0.0,
-) -> Tensor:
-    """Mean label-smoothed cross-entropy (PyTorch's definition) per non-padding target token of a batch.
-
-    Computed from the decoder states without a (tokens, V) logits tensor (`core.nn.linear_cross_entropy`).
-    With `rdrop_alpha` > 0 (training only: it needs dropout) the batch runs twice in one forward pass and
-    R-Drop's symmetric KL between the two predictions is added.
-    """
+def translation_loss(model: TranslatorNetwork, batch: Batch, pad_id: int, smoothing: float,
+                     rdrop_alpha: float = 0.0) -> Tensor:
+    """Mean label-smoothed cross-entropy (PyTorch's definition) per non-padding target token of a batch. Computed from
+    the decoder states without a (tokens, V) logits tensor (`core.nn.linear_cross_entropy`). With `rdrop_alpha` > 0
+    (training only: it needs dropout) the batch runs twice in one forward pass and R-Drop's symmetric KL between the two
+    predictions is added."""
     keep = batch.tgt_out != pad_id
     targets = batch.tgt_out[keep]
     if rdrop_alpha > 0.0:
@@ -154,8 +149,7 @@ class TranslationModule(SafeLoadMixin, L.LightningModule):
 
     def compute_loss(self, batch: Batch) -> Tensor:
         """Label-smoothed cross-entropy per non-padding target token of a batch, without R-Drop."""
-        return translation_loss(self.model, self._bucketed(batch), self.hparams.pad_id,
-                                self.objective.label_smoothing)
+        return translation_loss(self.model, self._bucketed(batch), self.hparams.pad_id, self.objective.label_smoothing)
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
         o = self.objective

@@ -44,11 +44,9 @@ def accepted_keys() -> list[str]:
 
 
 def network_arguments(hparams: Mapping[str, Any]) -> tuple[type[TranslatorNetwork], dict[str, Any]]:
-    """The network class `hparams["arch"]` names and exactly the keyword arguments it takes from `hparams`.
-
-    `hparams` in `TranslationModule`'s layout (groups as their dataclass or a mapping); missing ones take the
-    module's defaults. An unknown key (top-level or in a group) or `arch` is a one-line `ValueError`.
-    """
+    """The network class `hparams["arch"]` names and exactly the keyword arguments it takes from `hparams`. `hparams` in
+    `TranslationModule`'s layout (groups as their dataclass or a mapping); missing ones take the module's defaults. An
+    unknown key (top-level or in a group) or `arch` is a one-line `ValueError`."""
     known = accepted_keys()
     if unknown := [k for k in hparams if k not in known]:
         raise ValueError(f"`model.{unknown[0]}` is not a hyper-parameter of TranslationModule; "
@@ -74,8 +72,6 @@ def build_translator(hparams: Mapping[str, Any]) -> TranslatorNetwork:
 
 def network_from_hparams(**hparams: Any) -> TranslatorNetwork:
     """`build_translator` over a stored checkpoint's or export's hyper-parameters, either layout (`upgrade_hparams`).
-
     The factory the network-only loaders pass to `core.runtime.checkpoint.load_module` and
-    `core.runtime.export.load_folder`, which call it with the stored hyper-parameters by name.
-    """
+    `core.runtime.export.load_folder`, which call it with the stored hyper-parameters by name."""
     return build_translator(upgrade_hparams(hparams))

@@ -1,7 +1,6 @@
-"""The recurrent translator network: `core.nn.recurrent`'s encoder and attentional decoder, tied embeddings.
-
-It has `TransformerTranslator`'s interface, so search, n-best lists, ensembles and alignments (its decoder's
-`cross_attn`) use it unchanged.
+"""The recurrent translator network: `core.nn.recurrent`'s encoder and attentional decoder, tied embeddings. It has
+`TransformerTranslator`'s interface, so search, n-best lists, ensembles and alignments (its decoder's `cross_attn`) use
+it unchanged.
 
 Legend: B batch, S source length, T target length, D model width, V target vocabulary.
 """
@@ -17,19 +16,16 @@ from translate.model.transformer import MAX_LEN, EncoderDecoder, token_embedding
 
 
 class RecurrentTranslator(EncoderDecoder):
-    """Bidirectional GRU/LSTM encoder, attentional decoder with input feeding, tied embeddings.
+    """Bidirectional GRU/LSTM encoder, attentional decoder with input feeding, tied embeddings. Args: the network's
+    arguments of `translate.model.module.TranslationModule` and its `rnn` group
+    (`translate.model.options.RecurrentOptions`), with their names, meanings and defaults (a test keeps the defaults
+    equal); `translate.model.networks.build_translator` hands them over. `max_len` has no positions to size here, it
+    caps the search."""
 
-    Args: the network's arguments of `translate.model.module.TranslationModule` and its `rnn` group
-    (`translate.model.options.RecurrentOptions`), with their names, meanings and defaults (a test keeps the
-    defaults equal); `translate.model.networks.build_translator` hands them over. `max_len` has no positions to
-    size here, it caps the search.
-    """
-
-    def __init__(
-        self, src_vocab_size: int, tgt_vocab_size: int, *, pad_id: int = PAD_ID, d_model: int = 256,
-        n_encoder_layers: int = 3, n_decoder_layers: int = 3, dropout: float = 0.1, max_len: int = MAX_LEN,
-        share_embeddings: bool = True, cell: Cell = "gru", score: Scoring = "additive", hidden_size: int = 256,
-    ):
+    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, *, pad_id: int = PAD_ID, d_model: int = 256,
+                 n_encoder_layers: int = 3, n_decoder_layers: int = 3, dropout: float = 0.1, max_len: int = MAX_LEN,
+                 share_embeddings: bool = True, cell: Cell = "gru", score: Scoring = "additive",
+                 hidden_size: int = 256):
         super().__init__()
         self.pad_id, self.max_len = pad_id, max_len
         self.src_embed, self.tgt_embed = token_embeddings(src_vocab_size, tgt_vocab_size, d_model, pad_id,

@@ -41,19 +41,15 @@ class EncoderDecoder(nn.Module):
         return self.encoder(self.src_embed(src), src_mask), src_mask
 
     def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, cache: Any = None) -> Tensor:
-        """Next-token logits (B, T, V) of (B, T) decoder inputs (BOS first; with a cache, only the new steps).
-
-        `memory` may be (B / G, S, D), one row shared by each G consecutive target rows (the beams of a
-        sentence; `core.CrossAttention`'s shared memory rows), with `src_mask` as many rows.
-        """
+        """Next-token logits (B, T, V) of (B, T) decoder inputs (BOS first; with a cache, only the new steps). `memory`
+        may be (B / G, S, D), one row shared by each G consecutive target rows (the beams of a sentence;
+        `core.CrossAttention`'s shared memory rows), with `src_mask` as many rows."""
         return self.output(self.decoder(self.tgt_embed(tgt), memory, src_mask, cache=cache))
 
     def states(self, src: Tensor, tgt: Tensor) -> Tensor:
-        """Teacher-forced decoder outputs (B, T, D), before the output projection `self.output`.
-
-        Target padding needs no mask: it comes after every real token (causal attention and a recurrent
-        decoder never read it for one), and the loss ignores it.
-        """
+        """Teacher-forced decoder outputs (B, T, D), before the output projection `self.output`. Target padding needs no
+        mask: it comes after every real token (causal attention and a recurrent decoder never read it for one), and the
+        loss ignores it."""
         memory, src_mask = self.encode(src)
         return self.decoder(self.tgt_embed(tgt), memory, src_mask)
 
@@ -62,20 +58,16 @@ class EncoderDecoder(nn.Module):
 
 
 class TransformerTranslator(EncoderDecoder):
-    """Bidirectional encoder, causal decoder with cross-attention, tied embeddings.
+    """Bidirectional encoder, causal decoder with cross-attention, tied embeddings. Args: the network's arguments of
+    `translate.model.module.TranslationModule` and its `block` group (`translate.model.options.TransformerOptions`),
+    with their names, meanings and defaults (a test keeps the defaults equal);
+    `translate.model.networks.build_translator` hands them over."""
 
-    Args: the network's arguments of `translate.model.module.TranslationModule` and its `block` group
-    (`translate.model.options.TransformerOptions`), with their names, meanings and defaults (a test keeps the
-    defaults equal); `translate.model.networks.build_translator` hands them over.
-    """
-
-    def __init__(
-        self, src_vocab_size: int, tgt_vocab_size: int, *, pad_id: int = PAD_ID, d_model: int = 256,
-        n_heads: int = 4, n_kv_heads: int | None = None, n_encoder_layers: int = 3, n_decoder_layers: int = 3,
-        d_ff: int = 1024, dropout: float = 0.1, attn_dropout: float = 0.0, ff_dropout: float | None = None,
-        max_len: int = MAX_LEN, positions: Positions = "sinusoidal", activation: Activation = "relu",
-        norm_first: bool = True, share_embeddings: bool = True,
-    ):
+    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, *, pad_id: int = PAD_ID, d_model: int = 256,
+                 n_heads: int = 4, n_kv_heads: int | None = None, n_encoder_layers: int = 3, n_decoder_layers: int = 3,
+                 d_ff: int = 1024, dropout: float = 0.1, attn_dropout: float = 0.0, ff_dropout: float | None = None,
+                 max_len: int = MAX_LEN, positions: Positions = "sinusoidal", activation: Activation = "relu",
+                 norm_first: bool = True, share_embeddings: bool = True):
         super().__init__()
         self.pad_id = pad_id
         self.src_embed, self.tgt_embed = token_embeddings(src_vocab_size, tgt_vocab_size, d_model, pad_id,

@@ -1,8 +1,7 @@
-"""Word alignments from the decoder's cross-attention (`WordAlignment`: JSON lines, Pharaoh links).
-
-Method (one extra pass, exact): the decoder is re-run teacher-forced on [BOS] + hypothesis under
-`core.nn.explain.AttentionCapture`; the row of decoder position t (which predicts y_t) is the attention of
-target subword y_t over the source subwords, averaged over heads, of one layer or the mean of all.
+"""Word alignments from the decoder's cross-attention (`WordAlignment`: JSON lines, Pharaoh links). Method (one extra
+pass, exact): the decoder is re-run teacher-forced on [BOS] + hypothesis under `core.nn.explain.AttentionCapture`; the
+row of decoder position t (which predicts y_t) is the attention of target subword y_t over the source subwords, averaged
+over heads, of one layer or the mean of all.
 
 Subwords to words: the weight of target word j on source word i is the SUM over the source subwords of word
 i (so a word split in pieces is not diluted) of the MEAN over the target subwords of word j (so every target
@@ -60,11 +59,9 @@ EMPTY = WordAlignment([], [], [], [])
 @torch.no_grad()
 def cross_attention(model: TranslatorNetwork, src: Tensor, targets: Sequence[Sequence[int]],
                     layer: Layer = DEFAULT_LAYER) -> list[Tensor]:
-    """Head-averaged cross-attention of each target subword over the source subwords.
-
-    `targets`: per sentence the target ids without BOS/EOS (a hypothesis or a reference). Returns per sentence
-    a (T_b, S) tensor whose row t is target subword t (the decoder step that predicts it).
-    """
+    """Head-averaged cross-attention of each target subword over the source subwords. `targets`: per sentence the target
+    ids without BOS/EOS (a hypothesis or a reference). Returns per sentence a (T_b, S) tensor whose row t is target
+    subword t (the decoder step that predicts it)."""
     width = max(1, max((len(t) for t in targets), default=0))
     tgt_in = torch.full((len(targets), width), model.pad_id, dtype=torch.long)
     for row, ids in enumerate(targets):
@@ -85,13 +82,10 @@ def cross_attention(model: TranslatorNetwork, src: Tensor, targets: Sequence[Seq
 
 
 def words_of(vocab: SubwordVocab, ids: Sequence[int], text: str | None = None) -> tuple[list[str], list[int]]:
-    """The whitespace words of an id sequence and each id's word index (-1 for specials).
-
-    The words are those of `text` (the original line) or else of the decoded ids, so they read
-    as the input and output lines do: a character the vocabulary lacks stays itself in the source
-    instead of becoming `<unk>`. When the word counts disagree (e.g. the line was truncated, or
-    normalisation turned a character into a space) the pieces' own text is used instead.
-    """
+    """The whitespace words of an id sequence and each id's word index (-1 for specials). The words are those of `text`
+    (the original line) or else of the decoded ids, so they read as the input and output lines do: a character the
+    vocabulary lacks stays itself in the source instead of becoming `<unk>`. When the word counts disagree (e.g. the
+    line was truncated, or normalisation turned a character into a space) the pieces' own text is used instead."""
     index = vocab.word_index(ids)
     n_words = max(index, default=-1) + 1
     surface = (vocab.decode(ids) if text is None else text).split()
@@ -105,10 +99,8 @@ def words_of(vocab: SubwordVocab, ids: Sequence[int], text: str | None = None) -
 
 
 def to_word_matrix(weights: Tensor, tgt_index: Sequence[int], src_index: Sequence[int]) -> Tensor:
-    """(T, S) subword weights -> (Tw, Sw) word weights: sum over source pieces, mean over target pieces.
-
-    Word index -1 ignores a row or column; `src_index` may be shorter than S (padding columns are ignored).
-    """
+    """(T, S) subword weights -> (Tw, Sw) word weights: sum over source pieces, mean over target pieces. Word index -1
+    ignores a row or column; `src_index` may be shorter than S (padding columns are ignored)."""
     n_tgt, n_src = max(tgt_index, default=-1) + 1, max(src_index, default=-1) + 1
     src_map = torch.zeros(weights.shape[1], max(n_src, 1))  # (S, Sw) one-hot of each piece's word
     for s, w in enumerate(src_index):

@@ -1,11 +1,10 @@
-"""Greedy and batched beam search over a network's `encode` / `decode(..., cache)` (or an `Ensemble`'s).
-
-Beam search keeps `beam_size` live hypotheses per sentence in one (B*K)-row batch; the source side is kept once
-per sentence (`core.CrossAttention`'s shared memory rows) and a beam keeps its parent's self-attention cache
-row where it can, so only the rows whose beam changed are copied. A sentence is done when it has `beam_size`
-finished hypotheses or reaches its limit of `max_len_a * source_length + max_len_b` subwords before EOS
-(fairseq's definition); done sentences leave the batch so later steps cost less. Finished hypotheses are
-ranked by the GNMT length penalty (Wu et al., 2016), length counting the EOS.
+"""Greedy and batched beam search over a network's `encode` / `decode(..., cache)` (or an `Ensemble`'s). Beam search
+keeps `beam_size` live hypotheses per sentence in one (B*K)-row batch; the source side is kept once per sentence
+(`core.CrossAttention`'s shared memory rows) and a beam keeps its parent's self-attention cache row where it can, so
+only the rows whose beam changed are copied. A sentence is done when it has `beam_size` finished hypotheses or reaches
+its limit of `max_len_a * source_length + max_len_b` subwords before EOS (fairseq's definition); done sentences leave
+the batch so later steps cost less. Finished hypotheses are ranked by the GNMT length penalty (Wu et al., 2016), length
+counting the EOS.
 
 Legend: B sentences, K beam size, S source length, V vocabulary, R = B*K rows.
 """
@@ -133,13 +132,10 @@ def beam_search(model: TranslatorNetwork | Ensemble, src: Tensor, bos_id: int, e
 
 
 def _stable_slots(parent: Tensor) -> Tensor:
-    """The slot (row within its sentence) of each new beam, given its parent's slot. (B, K) -> (B, K)
-
-    A parent's first child (in score order) takes the parent's own slot; further children take the
-    slots of parents that left no child, in order. The self-attention cache then copies only the
-    rows of those further children (beams stored in score order would copy every row) and leaves
-    the rest in place.
-    """
+    """The slot (row within its sentence) of each new beam, given its parent's slot. (B, K) -> (B, K). A parent's first
+    child (in score order) takes the parent's own slot; further children take the slots of parents that left no child,
+    in order. The self-attention cache then copies only the rows of those further children (beams stored in score order
+    would copy every row) and leaves the rest in place."""
     k = parent.shape[1]
     ar = torch.arange(k, device=parent.device)
     same = parent[:, :, None] == parent[:, None, :]  # (B, K, K) beams j and j' share a parent
@@ -151,13 +147,10 @@ def _stable_slots(parent: Tensor) -> Tensor:
 
 
 def topk_by_blocks(x: Tensor, k: int, block: int = 128) -> tuple[Tensor, Tensor]:
-    """`x.topk(k, dim=-1)` for (B, N) rows, N in the tens of thousands (the K*V beam candidates).
-
-    Every one of the k largest lies in one of the k blocks (of `block` columns) with the largest
-    maxima, so a max per block, a topk over those and one over the k chosen blocks give the same
-    values and, ties aside, the same indices. A max per element is far cheaper than torch.topk's
-    selection, so the costly topk reads k blocks instead of all N columns.
-    """
+    """`x.topk(k, dim=-1)` for (B, N) rows, N in the tens of thousands (the K*V beam candidates). Every one of the k
+    largest lies in one of the k blocks (of `block` columns) with the largest maxima, so a max per block, a topk over
+    those and one over the k chosen blocks give the same values and, ties aside, the same indices. A max per element is
+    far cheaper than torch.topk's selection, so the costly topk reads k blocks instead of all N columns."""
     b, n = x.shape
     n_blocks = n // block
     if n_blocks <= k:
@@ -173,10 +166,9 @@ def topk_by_blocks(x: Tensor, k: int, block: int = 128) -> tuple[Tensor, Tensor]
 
 def _first_step(model: TranslatorNetwork | Ensemble, src: Tensor, bos_id: int, k: int, steps: int,
                 ) -> tuple[Tensor, Tensor, Tensor, DecoderCache]:
-    """Encode, decode BOS once per sentence (all its beams start identical), then give each sentence K
-    target-side rows. The source side stays one row per sentence for the whole search: `CrossAttention` lets
-    the K beam rows share it, so it is neither copied nor read K times a step.
-    """
+    """Encode, decode BOS once per sentence (all its beams start identical), then give each sentence K target-side rows.
+    The source side stays one row per sentence for the whole search: `CrossAttention` lets the K beam rows share it, so
+    it is neither copied nor read K times a step."""
     memory, src_mask = model.encode(src)
     cache = model.new_cache(steps)  # the most steps this search decodes: the cache never grows
     bos = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
@@ -188,12 +180,10 @@ def _first_step(model: TranslatorNetwork | Ensemble, src: Tensor, bos_id: int, k
 
 def _next_log_probs(model: TranslatorNetwork | Ensemble, tokens: Tensor, memory: Tensor, src_mask: Tensor,
                     cache: DecoderCache, bos_id: int) -> Tensor:
-    """Log-probabilities (rows, V) of the token after `tokens` (the newest step), in float32.
-
-    Padding and BOS never follow in a real target, but the softmax gives them a little mass; they
-    are made impossible (-inf, as fairseq does for padding) so no hypothesis can contain them.
-    The other tokens keep their log-probabilities, so scores still equal the model's.
-    """
+    """Log-probabilities (rows, V) of the token after `tokens` (the newest step), in float32. Padding and BOS never
+    follow in a real target, but the softmax gives them a little mass; they are made impossible (-inf, as fairseq does
+    for padding) so no hypothesis can contain them. The other tokens keep their log-probabilities, so scores still equal
+    the model's."""
     logp = model.decode(tokens, memory, src_mask, cache)[:, -1].float().log_softmax(-1)
     logp[:, model.pad_id] = logp[:, bos_id] = float("-inf")
     return logp
@@ -201,11 +191,9 @@ def _next_log_probs(model: TranslatorNetwork | Ensemble, tokens: Tensor, memory:
 
 def _collect_finished(finished: list[list[Hypothesis]], active: Tensor, tokens: Tensor, top_scores: Tensor,
                       top_beam: Tensor, top_tok: Tensor, eos_id: int, k: int, length: int, alpha: float) -> None:
-    """Move candidates that end with EOS into their sentence's finished list, in score order.
-
-    Only EOS among the top K candidates counts (as in fairseq): an EOS ranked below K live
-    continuations would not have survived as a beam, and counting it makes beam 1 differ from greedy.
-    """
+    """Move candidates that end with EOS into their sentence's finished list, in score order. Only EOS among the top K
+    candidates counts (as in fairseq): an EOS ranked below K live continuations would not have survived as a beam, and
+    counting it makes beam 1 differ from greedy."""
     ended = (top_tok == eos_id) & torch.isfinite(top_scores)
     ended[:, k:] = False
     if not bool(ended.any()):
