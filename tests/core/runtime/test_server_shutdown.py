@@ -29,7 +29,7 @@ pytestmark = pytest.mark.slow  # end-to-end: a real server in a subprocess
 
 ROOT = Path(__file__).resolve().parents[3]
 CKPT = ROOT / "tests" / "streamrec" / "fixtures" / "sasrec.ckpt"
-REQUESTS = 24
+REQUESTS = 12
 NOT_ACCEPTED = (ConnectionRefusedError, ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected)
 
 
@@ -112,8 +112,9 @@ def same(answer: object, expected: object) -> bool:
     return answer == expected
 
 
-@pytest.mark.parametrize("target", ["server", "group"])
-def test_sigterm_answers_the_accepted_requests_and_exits_0(target, tmp_path):
+@pytest.fixture(scope="module")
+def requests_and_answers() -> tuple[list[dict], list[object]]:
+    """The requests both cases send, and what the API answers each in this process (the reference)."""
     rec = Recommender.load(CKPT)
     items = list(rec.vocab.items)
     # Explained answers: one model call per history item, slow enough to be in flight when the signal comes.
@@ -121,8 +122,12 @@ def test_sigterm_answers_the_accepted_requests_and_exits_0(target, tmp_path):
     api = StreamRecAPI(str(CKPT))
     api.load("cpu")
     fields = request_fields(rec.vocab.num_items)
-    expected = [json.loads(json.dumps(api.predict_many([check_request(p, fields)])[0])) for p in payloads]
+    return payloads, [json.loads(json.dumps(api.predict_many([check_request(p, fields)])[0])) for p in payloads]
 
+
+@pytest.mark.parametrize("target", ["server", "group"])
+def test_sigterm_answers_the_accepted_requests_and_exits_0(target, requests_and_answers, tmp_path):
+    payloads, expected = requests_and_answers
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc = start(port, tmp_path / "server.log")
