@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -73,14 +72,20 @@ def test_missing_or_unwritable_folder_is_one_line(tmp_path: Path) -> None:
 def test_many_processes_racing_get_exactly_one_lock(tmp_path: Path) -> None:
     """Eight processes try at once, each releasing (and deleting the file) as soon as it holds the lock."""
     target = tmp_path / "out.txt"
-    code = ("import sys, time; from core.runtime.lock import OutputLock\n"
+    code = ("import os, sys, time; from core.runtime.lock import OutputLock\n"
             "from core.runtime.errors import OutputLockedError\n"
-            "time.sleep(max(0.0, float(sys.argv[2]) - time.time()))\n"
+            "print('ready', flush=True); os.read(0, 1)\n"  # every process has imported, and waits for the go
             "try:\n    l = OutputLock(sys.argv[1]).acquire()\nexcept OutputLockedError:\n    sys.exit(3)\n"
             "h = sys.argv[1] + '.holders'; open(h, 'a').write('+'); time.sleep(0.3); s = open(h).read()\n"
             "open(h, 'a').write('-'); l.release(); sys.exit(0 if s.count('+') - s.count('-') == 1 else 4)\n")
-    start = time.time() + 6.0  # every process has imported and waits for the same instant
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(target), str(start)], cwd=REPO) for _ in range(8)]
+    go, start = os.pipe()  # one pipe read by all: closing its end wakes every process at the same instant
+    try:
+        procs = [subprocess.Popen([sys.executable, "-c", code, str(target)], cwd=REPO, stdin=go,
+                                  stdout=subprocess.PIPE, text=True) for _ in range(8)]
+        assert [p.stdout.readline().strip() for p in procs] == ["ready"] * 8
+    finally:
+        os.close(go)
+        os.close(start)
     codes = [p.wait(timeout=60) for p in procs]
     assert 4 not in codes, "two processes held the lock at once"
     assert codes.count(0) >= 1 and set(codes) <= {0, 3}
