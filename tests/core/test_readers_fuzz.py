@@ -24,7 +24,7 @@ from translate.data.corpus import read_lines, read_parallel
 from translate.infer import read_chunks
 
 FOLDER = Path(tempfile.mkdtemp(prefix="readers_fuzz_"))
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # Pieces of lines people's files really hold, good and bad, mixed at random below.
 FIELDS = ["u1", "u2", "i1", "i2", "", " ", "1", "2.5", "-3", "nan", "inf", "1e400", "abc", '"', '""', '"a,b"',
