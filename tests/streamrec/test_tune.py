@@ -40,7 +40,7 @@ model:
   evaluation:
     popularity_baseline: false
 """
-FAST = ["--max-epochs", "2", "--startup-trials", "2", "--params", "lr", "dropout", "weight_decay", "loss"]
+FAST = ["--max-epochs", "1", "--startup-trials", "2", "--params", "lr", "dropout", "weight_decay", "loss"]
 
 
 def _config(tmp_path: Path, log: Path, name: str = "base.yaml") -> Path:
@@ -87,12 +87,12 @@ def test_tune_never_reads_the_test_split(tiny_log, tmp_path, monkeypatch):
         raise AssertionError("tune built the test loader")
 
     monkeypatch.setattr(StreamRecDataModule, "test_dataloader", no_test)
-    main(["tune", "--config", str(_config(tmp_path, tiny_log, "a.yaml")), "--budget", "3", "--out",
+    main(["tune", "--config", str(_config(tmp_path, tiny_log, "a.yaml")), "--budget", "2", "--out",
           str(tmp_path / "a"), *FAST])
-    main(["tune", "--config", str(_config(tmp_path, other, "b.yaml")), "--budget", "3", "--out",
+    main(["tune", "--config", str(_config(tmp_path, other, "b.yaml")), "--budget", "2", "--out",
           str(tmp_path / "b"), *FAST])
     trials_a, trials_b = _trials(tmp_path / "a"), _trials(tmp_path / "b")
-    assert len(trials_a) == 3
+    assert len(trials_a) == 2
     drop = ("minutes",)
     assert [{k: v for k, v in t.items() if k not in drop} for t in trials_a] == \
         [{k: v for k, v in t.items() if k not in drop} for t in trials_b]
@@ -104,7 +104,7 @@ def test_best_yaml_is_the_best_trial_and_fit_takes_it(tiny_log, tmp_path, monkey
     # The config names a log that is not there; the command line gives the real one (both forms of an override),
     # as a user tuning another data set with a shipped config does: best.yaml must carry them.
     config = _config(tmp_path, tmp_path / "not_here.csv")
-    main(["tune", "--config", str(config), "--data.path", str(tiny_log), "--model.d_ff=24", "--budget", "3",
+    main(["tune", "--config", str(config), "--data.path", str(tiny_log), "--model.d_ff=24", "--budget", "2",
           "--out", str(out), *FAST])
     rows = [r for r in _trials(out) if r["state"] == "complete"]
     best = max(rows, key=lambda r: float(r["val_ndcg@10"]))
@@ -113,7 +113,7 @@ def test_best_yaml_is_the_best_trial_and_fit_takes_it(tiny_log, tmp_path, monkey
     # Only what differs from fit's defaults, groups as configs write them; the epochs the trials ran (--max-epochs)
     written = yaml.safe_load(text)
     assert "class_path" not in text and "init_args" not in text
-    assert written["trainer"] == {"max_epochs": 2, "accelerator": "cpu", "logger": False,
+    assert written["trainer"] == {"max_epochs": 1, "accelerator": "cpu", "logger": False,
                                   "enable_progress_bar": False}
     assert written["model"].get("objective") == (None if best["loss"] == "full" else {"loss": best["loss"]})
     assert written["model"]["evaluation"] == {"popularity_baseline": False}
@@ -159,29 +159,29 @@ def test_every_searched_parameter_names_a_key_fit_takes(tiny_log, tmp_path):
 
 def test_an_interrupted_search_resumes_and_reruns_the_cut_off_trial(tiny_log, tmp_path):
     config, out = str(_config(tmp_path, tiny_log)), tmp_path / "search"
-    main(["tune", "--config", config, "--budget", "2", "--out", str(out), *FAST])
+    main(["tune", "--config", config, "--budget", "1", "--out", str(out), *FAST])
     first = _trials(out)
     study = optuna.load_study(study_name="streamrec", storage=f"sqlite:///{out / 'study.db'}")
     cut = study.ask({"lr": optuna.distributions.FloatDistribution(1e-4, 3e-2, log=True)})  # left RUNNING, as by kill
     cut_lr = cut.params["lr"]
-    main(["tune", "--config", config, "--budget", "4", "--out", str(out), *FAST])
+    main(["tune", "--config", config, "--budget", "2", "--out", str(out), *FAST])
     rows = _trials(out)
-    assert len(rows) == 4 and rows[:2] == first  # finished trials are kept, not rerun
+    assert len(rows) == 2 and rows[:1] == first  # finished trials are kept, not rerun
     study = optuna.load_study(study_name="streamrec", storage=f"sqlite:///{out / 'study.db'}")
     assert study.trials[cut.number].state == optuna.trial.TrialState.FAIL
     assert study.trials[cut.number + 1].params["lr"] == pytest.approx(cut_lr)  # run again first
-    main(["tune", "--config", config, "--budget", "4", "--out", str(out), *FAST])  # budget already met
-    assert len(_trials(out)) == 4
+    main(["tune", "--config", config, "--budget", "2", "--out", str(out), *FAST])  # budget already met
+    assert len(_trials(out)) == 2
 
 
 def test_a_resumed_search_proposes_new_trials(tiny_log, tmp_path):
     """A seeded sampler rebuilt on resume must not replay the first run's proposals (and their scores)."""
     config, out = str(_config(tmp_path, tiny_log)), tmp_path / "search"
     fast = ["--max-epochs", "1", "--startup-trials", "5", "--params", "lr", "dropout"]  # all random proposals
-    main(["tune", "--config", config, "--budget", "2", "--out", str(out), *fast])
-    main(["tune", "--config", config, "--budget", "4", "--out", str(out), *fast])
+    main(["tune", "--config", config, "--budget", "2", "--out", str(out), *fast])  # the config's, one drawn
+    main(["tune", "--config", config, "--budget", "3", "--out", str(out), *fast])  # drawn again from the seed
     proposals = [(r["lr"], r["dropout"]) for r in _trials(out)]
-    assert len(proposals) == 4 and len(set(proposals)) == 4, proposals
+    assert len(proposals) == 3 and len(set(proposals)) == 3, proposals
 
 
 def test_trials_png_numbers_trials_with_integer_ticks():
@@ -204,7 +204,8 @@ def test_a_trial_that_raises_leaves_no_weights_behind(tiny_log, tmp_path, monkey
 
     monkeypatch.setattr(StreamRecModule, "training_step", fails_in_epoch_two)
     with pytest.raises(RuntimeError, match="boom in epoch 2"):  # the error still propagates
-        main(["tune", "--config", str(_config(tmp_path, tiny_log)), "--budget", "2", "--out", str(out), *FAST])
+        main(["tune", "--config", str(_config(tmp_path, tiny_log)), "--budget", "2", "--out", str(out), *FAST,
+              "--max-epochs", "2"])
     assert seen == [True]
     assert not (out / "trials" / "0").exists()
     assert _study_trials(out)[0].state == optuna.trial.TrialState.FAIL
