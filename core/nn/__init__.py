@@ -1,8 +1,7 @@
 """The pure-PyTorch transformer both apps build on: no Lightning, LitServe or file I/O here.
 
-`from core.nn import MultiHeadAttention, Decoder, causal_mask, ...` names the public parts; each
-lives in the module named for its concept (`core.nn.attention`, `core.nn.masks`, ...).
-"""
+`from core.nn import MultiHeadAttention, Decoder, causal_mask, ...` names the public parts; each lives in the module
+named for its concept (`core.nn.attention`, `core.nn.masks`, ...)."""
 
 from core.nn.attention import CrossAttention, MultiHeadAttention, attend
 from core.nn.blocks import DecoderLayer, EncoderLayer, FeedForward, GatedResidual, Residual

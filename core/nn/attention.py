@@ -5,9 +5,8 @@ the same.
 
 Grouped-query attention: `n_kv_heads` key/value heads are shared by `n_heads / n_kv_heads` query heads each.
 
-Legend: B batch, T time, Tq queries, Tk keys, S source length, D model width,
-H query heads, Hkv key/value heads, Dh head width (D / H).
-"""
+Legend: B batch, T time, Tq queries, Tk keys, S source length, D model width, H query heads, Hkv key/value heads, Dh
+head width (D / H)."""
 
 from __future__ import annotations
 
@@ -143,8 +142,7 @@ class MultiHeadAttention(_HeadsMixin):
         bias: whether projections have a bias.
         kernel: None (default): the softmax over every allowed key (SDPA). For long causal sequences, with time
             and memory linear in T, a `SequenceKernel` (`WindowAttention`, `LinearAttention`): causal only, it
-            takes the padding as `valid` (B, T) instead of a mask, and has no KV cache, positional bias or capture.
-    """
+            takes the padding as `valid` (B, T) instead of a mask, and has no KV cache, positional bias or capture."""
 
     def __init__(self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, dropout: float = 0.0,
                  bias: bool = True, kernel: SequenceKernel | None = None):
@@ -193,8 +191,7 @@ class CrossAttention(_HeadsMixin):
         n_heads: query heads H; must divide D.
         n_kv_heads: key/value heads; must divide H. Default H.
         dropout: dropout on attention weights during training.
-        bias: whether projections have a bias.
-    """
+        bias: whether projections have a bias."""
 
     def __init__(self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, dropout: float = 0.0,
                  bias: bool = True):

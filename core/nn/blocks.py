@@ -3,8 +3,7 @@ default): x + f(norm(x)); trains without warmup tricks and needs a final norm af
 the original Transformer. Gated (encoder layers, pre-LN only): x + sigmoid(x G + c) * f(norm(x)), LiGR's residual (Gui
 et al., 2025, arXiv 2502.03417) as eSASRec trains it: each position learns how much of each sublayer's update to take.
 
-Legend: B batch, T target/time, S source, D model width, F feed-forward width.
-"""
+Legend: B batch, T target/time, S source, D model width, F feed-forward width."""
 
 from __future__ import annotations
 
@@ -58,8 +57,7 @@ class Residual(nn.Module):
     Args:
         d_model: model width D.
         dropout: dropout on the sublayer's output.
-        norm_first: pre-LN (True) or post-LN (False).
-    """
+        norm_first: pre-LN (True) or post-LN (False)."""
 
     def __init__(self, d_model: int, *, dropout: float, norm_first: bool):
         super().__init__()
@@ -86,8 +84,7 @@ class GatedResidual(Residual):
     Args:
         d_model: model width D.
         dropout: dropout on the sublayer's output.
-        norm_first: must be True (pre-LN).
-    """
+        norm_first: must be True (pre-LN)."""
 
     def __init__(self, d_model: int, *, dropout: float, norm_first: bool):
         if not norm_first:
@@ -116,8 +113,7 @@ class EncoderLayer(nn.Module):
         norm_first: pre-LN (True) or post-LN (False).
         mix: a low-pass filter branch mixed with self-attention (`core.nn.mixing`); None: attention only.
         kernel: the self-attention's `SequenceKernel` (`MultiHeadAttention`); None: the softmax over all keys.
-        residual: the residual kind of both sublayers: `Residual` or `GatedResidual` (pre-LN only).
-    """
+        residual: the residual kind of both sublayers: `Residual` or `GatedResidual` (pre-LN only)."""
 
     def __init__(self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, d_ff: int,
                  dropout: float = 0.0, attn_dropout: float = 0.0, ff_dropout: float | None = None,
@@ -163,8 +159,7 @@ class DecoderLayer(nn.Module):
         attn_dropout: dropout on attention weights.
         ff_dropout: dropout after the feed-forward activation (fairseq's `activation_dropout`); None: `dropout`.
         activation: feed-forward activation.
-        norm_first: pre-LN (True) or post-LN (False).
-    """
+        norm_first: pre-LN (True) or post-LN (False)."""
 
     def __init__(self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, d_ff: int,
                  dropout: float = 0.0, attn_dropout: float = 0.0, ff_dropout: float | None = None,

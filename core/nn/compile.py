@@ -9,8 +9,7 @@ batch of another length recompiles once with the lengths symbolic, and later bat
 up to a multiple of `BUCKET` (capped at `max_len`): a handful of graphs, each replayed many times. Padding is
 masked, so the outputs at the real positions stay the same (to float rounding); the other modes run unpadded.
 
-Legend: B batch, T time.
-"""
+Legend: B batch, T time."""
 
 from __future__ import annotations
 

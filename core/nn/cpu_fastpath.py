@@ -155,8 +155,7 @@ class FastLinear(nn.Linear):
         out_features: output width.
         bias: whether to add a learned bias.
         device: where the parameters live.
-        dtype: the parameters' dtype.
-    """
+        dtype: the parameters' dtype."""
 
     def forward(self, x: Tensor) -> Tensor:
         return linear(x, self.weight, self.bias)
@@ -209,8 +208,7 @@ class FastDropout(nn.Dropout):
 
     Args:
         p: probability of zeroing an element (on CPU rounded to a multiple of 1/32768).
-        inplace: zero in place (PyTorch's own in-place kernel; the fast mask is out of place).
-    """
+        inplace: zero in place (PyTorch's own in-place kernel; the fast mask is out of place)."""
 
     def forward(self, x: Tensor) -> Tensor:
         if self.inplace:

@@ -2,8 +2,7 @@
 `AttentionCapture`: the fast path never builds them. Attention is not proof of what drove a prediction; apps report an
 occlusion check beside it.
 
-Legend: B batch, H heads, Tq queries, Tk keys, L layers.
-"""
+Legend: B batch, H heads, Tq queries, Tk keys, L layers."""
 
 from __future__ import annotations
 
@@ -42,8 +41,7 @@ class AttentionCapture:
         self_attn = cap.layers("self_attn")  # list over layers of (B, H, T, T)
 
     Args:
-        model: any module containing core attention modules.
-    """
+        model: any module containing core attention modules."""
 
     def __init__(self, model: nn.Module):
         self.modules = _captured(model)

@@ -3,8 +3,7 @@ cross-attention stores the encoder's once per input. A search that keeps, drops 
 cache's batch rows with `reorder` (`reorder_self` for the target side alone, `reorder_cross` for the input side, which
 may have fewer rows).
 
-Legend: B batch rows (e.g. inputs x hypotheses), Hkv key/value heads, T cached steps, Dh head width.
-"""
+Legend: B batch rows (e.g. inputs x hypotheses), Hkv key/value heads, T cached steps, Dh head width."""
 
 from __future__ import annotations
 
@@ -17,8 +16,7 @@ class KVCache:
     a step copies only that step.
 
     Args:
-        capacity: steps to allocate at first (a search that knows its length limit passes it).
-    """
+        capacity: steps to allocate at first (a search that knows its length limit passes it)."""
 
     def __init__(self, capacity: int = 16) -> None:
         self._k: Tensor | None = None
@@ -87,8 +85,7 @@ class DecoderCache:
     Args:
         n_layers: number of layers in the stack.
         cross: whether layers also cross-attend (encoder-decoder) or only self-attend.
-        capacity: steps each self-attention cache allocates at first.
-    """
+        capacity: steps each self-attention cache allocates at first."""
 
     def __init__(self, n_layers: int, *, cross: bool = True, capacity: int = 16) -> None:
         self.self_attn = [KVCache(capacity) for _ in range(n_layers)]

@@ -7,8 +7,7 @@ so decoding keeps the constant-size state (S, z) instead of a KV cache, and a wh
 and memory linear in T. Training runs in chunks of C positions: inside a chunk the (C x C) form, across
 chunks the running sums, so nothing of size T x T or T x Dh x Dh is ever held.
 
-Legend: B batch, H query heads, Hkv key/value heads, T time, C chunk, N chunks, Dh head width.
-"""
+Legend: B batch, H query heads, Hkv key/value heads, T time, C chunk, N chunks, Dh head width."""
 
 from __future__ import annotations
 

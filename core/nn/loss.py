@@ -10,8 +10,7 @@ cross-entropy on both plus a symmetric KL between the two predicted distribution
 `contrastive_loss` is the in-batch InfoNCE (NT-Xent) of two views of each row, as CL4SRec and DuoRec
 add to a sequential recommender's next-item loss: each view must pick its twin out of the batch.
 
-Legend: M rows (positions), D width, V classes.
-"""
+Legend: M rows (positions), D width, V classes."""
 
 from __future__ import annotations
 

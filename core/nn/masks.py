@@ -6,8 +6,7 @@ to (B, H, Tq, Tk):
 - causal masks are (Tq, Tk): query i may see keys up to its own absolute position;
 - `combine_masks` ANDs any of them together (None means "no restriction").
 
-Legend: B batch, H heads, T time, Tq query length, Tk key length.
-"""
+Legend: B batch, H heads, T time, Tq query length, Tk key length."""
 
 from __future__ import annotations
 

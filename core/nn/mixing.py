@@ -7,8 +7,7 @@ Here the low-pass is by default a causal moving average over the last `window` v
 future in it, at O(T D) cost. `kind="fourier"` is BSARec's own filter, for models trained at the last position only
 (`data.prefixes`).
 
-Legend: B batch, T time, D model width, W window.
-"""
+Legend: B batch, T time, D model width, W window."""
 
 from __future__ import annotations
 

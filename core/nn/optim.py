@@ -9,8 +9,7 @@ sparse gradient names, so a table costs itself, V accumulators and the touched r
 Both kinds live in one `torch.optim.Optimizer` (a param group with `rowwise: True` holds tables), so one
 learning-rate scheduler scales both and one `state_dict` resumes both.
 
-Legend: V table rows, D row width, R rows touched in a step.
-"""
+Legend: V table rows, D row width, R rows touched in a step."""
 
 from __future__ import annotations
 

@@ -3,9 +3,8 @@ takes each group as one argument (`speed: SpeedOptions = SpeedOptions()`), which
 `--model.speed.compile default` and YAML as a nested mapping. Each group checks its own rules in `__post_init__`, so a
 bad value is refused in one place, before anything is built.
 
-Checkpoints hold the groups as plain dicts (`as_dict`): the safe loader unpickles no class of ours, and
-`OptionGroup.of` turns such a dict back into the group, refusing a key the group does not have.
-"""
+Checkpoints hold the groups as plain dicts (`as_dict`): the safe loader unpickles no class of ours, and `OptionGroup.of`
+turns such a dict back into the group, refusing a key the group does not have."""
 
 from __future__ import annotations
 
@@ -56,8 +55,7 @@ class SpeedOptions(OptionGroup):
             (default) runs eager; default, reduce-overhead (CUDA graphs; lengths are then rounded up to a multiple
             of 16 so that a few graphs serve every batch), max-autotune or max-autotune-no-cudagraphs. The first
             steps are slower while it compiles; `load_from_checkpoint` outside a trainer stays eager.
-        compile_backend: torch.compile backend; "eager" or "aot_eager" check the plumbing without inductor.
-    """
+        compile_backend: torch.compile backend; "eager" or "aot_eager" check the plumbing without inductor."""
 
     cpu_fastpath: bool = False
     compile: bool | CompileMode | None = None

@@ -3,8 +3,7 @@ a per-head distance bias). Every variant takes an `offset`: the absolute positio
 number of positions already in a KV cache during incremental decoding. Every table needs its `max_len`: core has no
 default length (each app sets its own, and a stack passes it on).
 
-Legend: B batch, T time, D model width, H heads, Dh head width (D / H).
-"""
+Legend: B batch, T time, D model width, H heads, Dh head width (D / H)."""
 
 from __future__ import annotations
 
@@ -25,8 +24,7 @@ class SinusoidalPositions(nn.Module):
 
     Args:
         d_model: model width D (even).
-        max_len: longest sequence the table covers.
-    """
+        max_len: longest sequence the table covers."""
 
     def __init__(self, d_model: int, max_len: int):
         super().__init__()
@@ -52,8 +50,7 @@ class LearnedPositions(nn.Module):
 
     Args:
         d_model: model width D.
-        max_len: number of positions learned.
-    """
+        max_len: number of positions learned."""
 
     def __init__(self, d_model: int, max_len: int):
         super().__init__()
@@ -75,8 +72,7 @@ class RotaryEmbedding(nn.Module):
     Args:
         head_dim: per-head width Dh (even).
         max_len: longest absolute position supported.
-        base: frequency base.
-    """
+        base: frequency base."""
 
     def __init__(self, head_dim: int, max_len: int, *, base: float = 10000.0):
         super().__init__()
@@ -126,8 +122,7 @@ class ALiBi(nn.Module):
 
     Args:
         n_heads: number of query heads H.
-        max_len: longest absolute position supported.
-    """
+        max_len: longest absolute position supported."""
 
     def __init__(self, n_heads: int, max_len: int):
         super().__init__()

@@ -12,9 +12,8 @@ through the same code as incremental decoding; `RecurrentCache` carries the stat
 Shared memory rows, as `core.nn.attention.CrossAttention` allows: each of Bm memory rows serves G = B / Bm
 consecutive target rows, read once for its G rows (`core.nn.scored_attention`).
 
-Legend: B target rows, Bm memory rows, G = B / Bm, S source length, T target steps, D model width
-(embeddings, memory, attentional vector), Hd recurrent hidden width, L layers.
-"""
+Legend: B target rows, Bm memory rows, G = B / Bm, S source length, T target steps, D model width (embeddings, memory,
+attentional vector), Hd recurrent hidden width, L layers."""
 
 from __future__ import annotations
 

@@ -4,9 +4,8 @@
       class_path: core.nn.schedule.WarmupCosineLR
       init_args: {warmup_steps: 200, total_steps: 2500, floor: 0.1}
 
-They step once per optimizer step (Lightning: `"interval": "step"`). The factor functions are picklable
-classes, not lambdas, so `state_dict` saves them and a resumed run continues the same curve.
-"""
+They step once per optimizer step (Lightning: `"interval": "step"`). The factor functions are picklable classes, not
+lambdas, so `state_dict` saves them and a resumed run continues the same curve."""
 
 from __future__ import annotations
 
@@ -27,8 +26,7 @@ class WarmupCosine:
     Args:
         warmup_steps: steps of linear warmup (factor = step / warmup_steps).
         total_steps: step at which the decay reaches the floor.
-        floor: final factor, a fraction of the peak learning rate.
-    """
+        floor: final factor, a fraction of the peak learning rate."""
 
     warmup_steps: int
     total_steps: int
@@ -56,8 +54,7 @@ class InverseSqrt:
     """LR factor: linear warmup to 1, then sqrt(warmup_steps / step) (Vaswani et al., 2017).
 
     Args:
-        warmup_steps: steps of linear warmup (> 0).
-    """
+        warmup_steps: steps of linear warmup (> 0)."""
 
     warmup_steps: int
 
@@ -76,8 +73,7 @@ class WarmupCosineLR(LambdaLR):
         optimizer: the optimizer whose LR is scaled (injected by LightningCLI).
         warmup_steps: optimizer steps of linear warmup.
         total_steps: optimizer steps until the floor is reached (e.g. epochs x batches).
-        floor: final LR as a fraction of the peak.
-    """
+        floor: final LR as a fraction of the peak."""
 
     def __init__(self, optimizer: Optimizer, warmup_steps: int, *, total_steps: int, floor: float = 0.0):
         super().__init__(optimizer, WarmupCosine(warmup_steps, total_steps, floor))
@@ -105,8 +101,7 @@ class InverseSqrtLR(LambdaLR):
 
     Args:
         optimizer: the optimizer whose LR is scaled.
-        warmup_steps: optimizer steps of linear warmup.
-    """
+        warmup_steps: optimizer steps of linear warmup."""
 
     def __init__(self, optimizer: Optimizer, warmup_steps: int):
         super().__init__(optimizer, InverseSqrt(warmup_steps))

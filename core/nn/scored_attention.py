@@ -14,9 +14,8 @@ consecutive query rows (a beam search's beams of one sentence), read once for th
 copied G times; the mask then has one row per value row. Inside `core.nn.explain.AttentionCapture` each call
 appends its weights as (B, 1, T, S): one head.
 
-Legend: B batch (query rows), Bm value rows, G = B / Bm, T query steps, S source length, Dq query width,
-Dk key width, A attention width.
-"""
+Legend: B batch (query rows), Bm value rows, G = B / Bm, T query steps, S source length, Dq query width, Dk key width, A
+attention width."""
 
 from __future__ import annotations
 

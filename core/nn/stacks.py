@@ -4,8 +4,7 @@ N(0, D^-1/2) and scaled by sqrt(D) on the way in, so their output has unit varia
 works as a tied output projection (Vaswani et al. 2017; fairseq); LayerNorms start at (1, 0); learned positions are N(0,
 0.02).
 
-Legend: B batch, T time, S source length, D model width, V vocabulary size.
-"""
+Legend: B batch, T time, S source length, D model width, V vocabulary size."""
 
 from __future__ import annotations
 
@@ -34,8 +33,7 @@ class TokenEmbedding(nn.Module):
         pad_id: id whose vector is zero and receives no gradient (None: no padding); the apps
             keep theirs (`streamrec.data.constants.PAD_ID`, `translate.data.vocab.PAD_ID`).
         init_std: standard deviation of the initial vectors (None: d_model ** -0.5, so that the
-            scaled input has unit variance).
-    """
+            scaled input has unit variance)."""
 
     def __init__(self, num_embeddings: int, d_model: int, *, pad_id: int | None, init_std: float | None = None):
         super().__init__()
@@ -134,8 +132,7 @@ class Encoder(_Stack):
         mix: a causal low-pass branch beside each layer's attention (`core.nn.mixing`); needs `causal`.
         kernel: for long histories, every layer's `SequenceKernel` (`core.nn.windowed.WindowAttention`,
             `core.nn.linear_attention.LinearAttention`): causal only, no (T, T) mask, the padding as `valid`.
-        residual: every layer's residual kind (`core.nn.blocks.Residual`, or `GatedResidual`: pre-LN only).
-    """
+        residual: every layer's residual kind (`core.nn.blocks.Residual`, or `GatedResidual`: pre-LN only)."""
 
     def __init__(self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, n_layers: int, d_ff: int,
                  dropout: float = 0.0, attn_dropout: float = 0.0, ff_dropout: float | None = None, max_len: int,
@@ -204,8 +201,7 @@ class Decoder(_Stack):
         max_len: longest target sequence supported (no default: each app sets its own).
         positions: "sinusoidal", "learned", "rope", "alibi" or "none" (self-attention only).
         activation: feed-forward activation ("gelu", "relu", "swiglu").
-        norm_first: pre-LN (True) or post-LN (False).
-    """
+        norm_first: pre-LN (True) or post-LN (False)."""
 
     def __init__(self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, n_layers: int, d_ff: int,
                  dropout: float = 0.0, attn_dropout: float = 0.0, ff_dropout: float | None = None, max_len: int,

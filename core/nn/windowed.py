@@ -1,14 +1,13 @@
-"""Causal sliding-window (local) attention in blocks: time and memory linear in the sequence length. Query t sees keys t
-- W + 1 .. t. A banded mask over full attention gives the same result but still computes and stores all T x T scores.
-Here the queries are cut into blocks of W, and each block attends only to its own block and the one before it (2W keys,
-the band masked inside), so the scores take T x 2W.
+"""Causal sliding-window (local) attention in blocks: time and memory linear in the sequence length. Query t sees
+keys t - W + 1 .. t. A banded mask over full attention gives the same result but still computes and stores all T x T
+scores. Here the queries are cut into blocks of W, and each block attends only to its own block and the one before it
+(2W keys, the band masked inside), so the scores take T x 2W.
 
 On CUDA the same band runs as FlexAttention's block-sparse kernel instead (`kernel="flex"`, compiled once
 per process): it skips the key blocks outside the band without copying K and V into block pairs. FlexAttention
 has no attention dropout, so a training step with `dropout_p > 0` keeps the blocks.
 
-Legend: B batch, H query heads, Hkv key/value heads, T time, W window, N blocks (T / W rounded up), Dh head width.
-"""
+Legend: B batch, H query heads, Hkv key/value heads, T time, W window, N blocks (T / W rounded up), Dh head width."""
 
 from __future__ import annotations
 
@@ -128,8 +127,7 @@ class WindowAttention:
     """Causal attention over the last `window` positions, as a part `MultiHeadAttention` takes (`kernel`).
 
     Args:
-        window: the positions each query sees, itself included.
-    """
+        window: the positions each query sees, itself included."""
 
     window: int = 256
 
