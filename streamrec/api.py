@@ -15,8 +15,7 @@
 Item ids are strings (as the log's cells read); an integer id is its string form, so `rec.recommend([[1, 2]])`
 asks for items "1" and "2". Users need no retraining: a history is read as it is given.
 
-Legend: B users, T history length (the model's max_len), K items per user, N items, D model width.
-"""
+Legend: B users, T history length (the model's max_len), K items per user, N items, D model width."""
 
 from __future__ import annotations
 
@@ -54,8 +53,7 @@ class Recommendations:
     Attributes:
         items: per query, (item_id, score) pairs, best first; [] for a cold query.
         unknown_items: the distinct ids (histories, queries, allow-list) the checkpoint never saw, skipped.
-        cold: positions of the queries that had nothing known to rank from.
-    """
+        cold: positions of the queries that had nothing known to rank from."""
 
     items: list[list[tuple[str, float]]]
     unknown_items: list[str]
@@ -81,8 +79,7 @@ class Explanation:
         recommendations: (item_id, score) pairs, best first.
         drops: (K, T) how much each recommendation's score drops when each history item is removed.
         unknown_items: history ids the checkpoint never saw (skipped).
-        catalog: titles and metadata of the items, when the recommender was loaded with `items=FILE`.
-    """
+        catalog: titles and metadata of the items, when the recommender was loaded with `items=FILE`."""
 
     history: list[str]
     attention: list[float]
@@ -121,8 +118,7 @@ class Recommender:
             device: where to run the model ("cpu", "cuda", ...).
             items: an items file (CSV/TSV with `item_id`, `title`, ... or MovieLens' movies.dat) whose titles and
                 metadata `explain` carries; ids it does not list show as themselves.
-            mmap: a .ckpt's weights stay mapped from the file, read as used.
-        """
+            mmap: a .ckpt's weights stay mapped from the file, read as used."""
         catalog = None if items is None else read_items(items)  # first: a bad file fails before the model loads
         # The network alone (not the LightningModule that trained it): scoring never imports Lightning.
         if is_export_folder(ckpt):
@@ -162,8 +158,7 @@ class Recommender:
             item_chunk: items scored at once (memory is about batch_size x item_chunk scores); None: the default.
             cold_slots: of the `top_k`, how many go to the best cold items (`RankingOptions.cold_slots`).
 
-        `result[u]` is user u's (item_id, score) list; a user with no known history item is cold and gets [].
-        """
+        `result[u]` is user u's (item_id, score) list; a user with no known history item is cold and gets []."""
         if isinstance(histories, str) or any(isinstance(h, str | int) for h in histories):
             raise InputError("`histories` takes one list of item ids per user; for one user pass [history]")
         options = RankingOptions(top_k, exclude_seen, item_chunk, batch_size=batch_size, cold_slots=cold_slots)

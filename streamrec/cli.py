@@ -1,7 +1,6 @@
 """`python -m streamrec fit|validate|test|predict --config configs/streamrec/NAME.yaml`, and `tune`.
 
-The Lightning subcommands run `streamrec.lightning_cli`; `tune` (a search of many fits) runs `streamrec.tune`.
-"""
+The Lightning subcommands run `streamrec.lightning_cli`; `tune` (a search of many fits) runs `streamrec.tune`."""
 
 from __future__ import annotations
 

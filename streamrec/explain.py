@@ -5,8 +5,7 @@ filter; `streamrec.reading`); the reading flags override that.
 
 The page draws `streamrec.Recommender.explain`'s two views (`streamrec.ranking.explain`: rolled-out attention and
 occlusion). With `--items` (see `streamrec.data.items`: CSV/TSV with item_id,title,... or MovieLens' movies.dat) it
-shows titles and metadata instead of raw ids. It fits narrow screens (390 px phones) without sideways scrolling.
-"""
+shows titles and metadata instead of raw ids. It fits narrow screens (390 px phones) without sideways scrolling."""
 
 from __future__ import annotations
 

@@ -9,8 +9,7 @@ item vocabulary); `streamrec.Recommender.load(DIR)` reads it back without pickle
 positions count from the first column), and DIR/items.json (`max_len`, and `items[k]`: the original id of
 model id k + 1). It needs the `export` extra (`pip install -c constraints.txt -e ".[export]"`).
 
-Legend: B users, T history length, N items.
-"""
+Legend: B users, T history length, N items."""
 
 from __future__ import annotations
 

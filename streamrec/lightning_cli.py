@@ -3,9 +3,8 @@ interpolate `${...}`, resolved after the command line (omegaconf+ mode: `--train
 checkpoints and logs the configs put under `${trainer.default_root_dir}`); `num_items`, `max_len`, `num_features` and
 `features_per_item` come from the data module.
 
-The CLI class lives in a module, not in `__main__`: `ddp_spawn` pickles it into its worker processes, which
-cannot import a package's `__main__` module.
-"""
+The CLI class lives in a module, not in `__main__`: `ddp_spawn` pickles it into its worker processes, which cannot
+import a package's `__main__` module."""
 
 from __future__ import annotations
 

@@ -11,8 +11,7 @@ a callable class: each of `--workers` replicas loads the checkpoint once and sco
 OUTPUT; the driver streams them into OUTPUT in one atomic rename, with the provenance in the schema metadata, and
 deletes the folder. On a remote cluster that folder must be on storage the workers share. A failed or interrupted run
 starts over (Ray retries failed tasks itself); `--shard I/N` works as in the local engine. Rows come in block order, not
-input order: compare outputs as sets of rows.
-"""
+input order: compare outputs as sets of rows."""
 
 from __future__ import annotations
 

@@ -1,12 +1,11 @@
 """How the programs read a new log: the way the checkpoint's training log was read, with the user's overrides.
 
-A checkpoint keeps its `ReadOptions` (`streamrec.data.readers.read_options_from_checkpoint`): a model trained
-with `--data.user_col user --data.delimiter ';'` scores, explains and serves logs written the same way with no
-flag at all. `add_read_arguments` gives `python -m streamrec.score` and `.explain` one flag per option that
-shapes the parsing (`--user-col`, `--delimiter`, ..., the DataModule's `--data.*` names with dashes);
-`with_overrides` applies them. The count filters (`min_item_count`, `k_core`) shape a training set and are
-never applied to a log being scored (`ReadOptions.for_new_logs`).
-"""
+A checkpoint keeps its `ReadOptions` (`streamrec.data.readers.read_options_from_checkpoint`): a model trained with
+`--data.user_col user --data.delimiter ';'` scores, explains and serves logs written the same way with no flag at all.
+`add_read_arguments` gives `python -m streamrec.score` and `.explain` one flag per option that shapes the parsing
+(`--user-col`, `--delimiter`, ..., the DataModule's `--data.*` names with dashes); `with_overrides` applies them. The
+count filters (`min_item_count`, `k_core`) shape a training set and are never applied to a log being scored
+(`ReadOptions.for_new_logs`)."""
 
 from __future__ import annotations
 

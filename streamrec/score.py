@@ -14,10 +14,9 @@ kill -9) skips the users already there (`--fresh` starts over), and the final fi
 half-written output, nor a duplicated or dropped user. A second run on the same output exits naming the holder of
 `OUTPUT.lock`. A failed run leaves no `.parts/` or temporary file behind, and an existing OUTPUT untouched.
 
-Memory does not grow with the catalogue: it is ranked `--item-chunk` items at a time, its table read from the
-checkpoint as needed. `--shard I/N` scores one shard of the users (`python -m streamrec.shards merge` joins
-them); a Parquet output records its provenance in its schema metadata. See docs/streamrec.md.
-"""
+Memory does not grow with the catalogue: it is ranked `--item-chunk` items at a time, its table read from the checkpoint
+as needed. `--shard I/N` scores one shard of the users (`python -m streamrec.shards merge` joins them); a Parquet output
+records its provenance in its schema metadata. See docs/streamrec.md."""
 
 from __future__ import annotations
 

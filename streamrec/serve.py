@@ -10,8 +10,7 @@ The request (POST /predict) is a JSON object with `history` (item ids, oldest fi
 Requests arriving together (up to --max-batch-size, waiting at most --batch-timeout seconds) are scored in one model
 call (`streamrec.Recommender.recommend`). A malformed or out-of-range request gets a 4xx answer {"error": "one line"}
 and the server goes on serving. GET /health answers 200 "ok" once the model is loaded. The server listens on 127.0.0.1
-unless --host says otherwise.
-"""
+unless --host says otherwise."""
 
 from __future__ import annotations
 

@@ -8,8 +8,7 @@ so the N shards are disjoint and together cover every user. Each Parquet output 
 metadata (key `streamrec.provenance`, JSON): checkpoint sha256, top-k, exclude-seen, the other settings that shape the
 rows, created time, package version and shard i/N. `merge` checks that all N shards are there, once each, with the same
 provenance and no user twice or in the wrong shard, then writes OUTPUT in one atomic rename, one shard in memory at a
-time. Read provenance with `read_provenance(path)`.
-"""
+time. Read provenance with `read_provenance(path)`."""
 
 from __future__ import annotations
 

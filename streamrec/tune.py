@@ -12,8 +12,7 @@ It never reads the test split: trials call `fit` and validation only, and the ob
 (`tests/streamrec/test_tune.py` proves it with a log whose test items differ). Outputs in OUT: `best.yaml` (fit's config
 of the winning trial, the command line's overrides and the trials' epochs included, listing what differs from fit's
 defaults: `python -m streamrec fit --config OUT/best.yaml`), `best.ckpt` (the best trial's best epoch: `test
---ckpt_path` it), `trials.csv`, `trials.png`, and a table of the best trials.
-"""
+--ckpt_path` it), `trials.csv`, `trials.png`, and a table of the best trials."""
 
 from __future__ import annotations
 

@@ -82,8 +82,7 @@ class StreamRecDataModule(L.LightningDataModule):
         item_features: an items file (CSV/TSV with `item_id`, or movies.dat) whose `feature_columns` the model
             embeds beside the item id; its items absent from the log become cold items. None: ids only.
         feature_columns: the categorical columns of `item_features`, e.g. [genres]; a cell may hold several
-            values separated by "|".
-    """
+            values separated by "|"."""
 
     def __init__(self, path: str, format: Format = "auto", max_len: int = 50, batch_size: int = 128,
                  split: SplitName = "leave_one_out", min_interactions: int = 2, user_col: str = "user_id",

@@ -1,9 +1,8 @@
 """Categorical item features (genres, brand, ...) from an items file (`read_items`), as ids the model embeds.
 
-A cell may hold several values separated by "|"; each (column, value) pair is one feature, so equal values of
-two columns stay apart. Items absent from the log become cold items (`ItemVocab.extended`), scored by their
-features alone. Legend: N items (ids 1..N, 0 = padding), F feature slots per item.
-"""
+A cell may hold several values separated by "|"; each (column, value) pair is one feature, so equal values of two
+columns stay apart. Items absent from the log become cold items (`ItemVocab.extended`), scored by their features alone.
+Legend: N items (ids 1..N, 0 = padding), F feature slots per item."""
 
 from __future__ import annotations
 

@@ -7,8 +7,7 @@ Three formats, told apart by the content:
 - a JSON object of item id -> list of attribute ids (S3Rec's `Beauty_item2attributes.json`): one `attributes`
   column, its values separated by "|", which `data.feature_columns: [attributes]` reads as features.
 
-Ids missing from the file are not an error: `ItemCatalog.title` falls back to the raw id.
-"""
+Ids missing from the file are not an error: `ItemCatalog.title` falls back to the raw id."""
 
 from __future__ import annotations
 

@@ -1,10 +1,9 @@
 """The item vocabulary: original item ids (strings) <-> model ids 1..N; 0 is padding.
 
 A catalogue may have millions of items, so the ids are one arrow string array looked up through their sorted
-`hash(str)`s (a string comparison settles a match), not N Python strings and a dict; `items` and `index` show
-them as a list and a dict. The hashes hold for this process only: checkpoints keep the ids (`to_dict`).
-Legend: N items, M looked-up ids.
-"""
+`hash(str)`s (a string comparison settles a match), not N Python strings and a dict; `items` and `index` show them as a
+list and a dict. The hashes hold for this process only: checkpoints keep the ids (`to_dict`). Legend: N items, M
+looked-up ids."""
 
 from __future__ import annotations
 

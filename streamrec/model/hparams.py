@@ -1,8 +1,7 @@
 """Checkpoints written before the option groups existed: their flat hyper-parameter names, mapped into groups.
 
-Only loaders call `upgrade_hparams` (the Python API, exports, `load_from_checkpoint`, `--ckpt_path`): the
-old names are not options of the constructor or the CLI, so a config must use the grouped keys.
-"""
+Only loaders call `upgrade_hparams` (the Python API, exports, `load_from_checkpoint`, `--ckpt_path`): the old names are
+not options of the constructor or the CLI, so a config must use the grouped keys."""
 
 from __future__ import annotations
 

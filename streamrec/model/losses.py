@@ -9,8 +9,7 @@ gradient is dense (N+1, D), as `torch.optim.AdamW` needs.
 `Objective` puts the configured loss and its terms together on one training batch, callable without a Trainer.
 Every loss takes `hidden` (M, D) states, `targets` (M,) positive ids and `item_vectors` (N+1, D) (row 0 padding).
 
-Legend: M positions, D model width, N items (1..N; 0 = padding), K negatives.
-"""
+Legend: M positions, D model width, N items (1..N; 0 = padding), K negatives."""
 
 from __future__ import annotations
 

@@ -14,8 +14,7 @@ batch gives every rank; all Ks are read from it. The "sampled" variant (the SASR
 100 negatives drawn uniformly or by popularity, excluding seen items) inflates every number; its names start with
 "sampled_" so it is never mistaken for the full ranking.
 
-Legend: B batch, N items, L seen-list length, C sampled negatives, K cutoffs.
-"""
+Legend: B batch, N items, L seen-list length, C sampled negatives, K cutoffs."""
 
 from __future__ import annotations
 

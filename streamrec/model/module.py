@@ -2,8 +2,7 @@
 (LightningCLI turns it into `--model.*` and YAML); `num_items` and `max_len` are linked from the data module so nobody
 types them twice.
 
-Legend: B batch, T history length, D model width, N items, M non-padding positions.
-"""
+Legend: B batch, T history length, D model width, N items, M non-padding positions."""
 
 from __future__ import annotations
 
@@ -77,8 +76,7 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         contrastive: the contrastive term (`ContrastiveOptions`).
         optimizer: the schedule and the item tables' optimizer (`OptimizerOptions`).
         evaluation: what validation and test measure (`EvalOptions`).
-        speed: how the network runs, not what it computes (`core.nn.options.SpeedOptions`).
-    """
+        speed: how the network runs, not what it computes (`core.nn.options.SpeedOptions`)."""
 
     upgrade_hparams = staticmethod(upgrade_hparams)  # old checkpoints' flat names, for the loaders
 

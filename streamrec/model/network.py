@@ -7,9 +7,8 @@ With categorical item features (`num_features` > 0, as RecTools' SASRec offers t
 id embedding plus the mean of its features' embeddings, inputs and tied scores alike; a cold item (never in the
 training histories) has an untrained id row, so its vector is its features' alone.
 
-Legend: B batch (users), T history length, D model width, N items (ids 1..N, 0 = padding),
-M selected positions, F feature slots per item.
-"""
+Legend: B batch (users), T history length, D model width, N items (ids 1..N, 0 = padding), M selected positions, F
+feature slots per item."""
 
 from __future__ import annotations
 

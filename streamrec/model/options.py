@@ -1,8 +1,7 @@
 """StreamRec's option groups (`--model.objective.loss sampled`, nested mappings in YAML, plain dicts in checkpoints).
 
-Each group validates itself; a rule spanning two groups lives in `check_training`, one a network cannot honour in
-that network's class (`streamrec.model.network`).
-"""
+Each group validates itself; a rule spanning two groups lives in `check_training`, one a network cannot honour in that
+network's class (`streamrec.model.network`)."""
 
 from __future__ import annotations
 
@@ -45,8 +44,7 @@ class BlockOptions(OptionGroup):
         residual: plain, or gated: each residual update scaled by a learned sigmoid gate of the block's input
             (LiGR's block, eSASRec's with `activation: swiglu`; `core.nn.blocks`). Transformer networks only.
         output_head: a dense layer, GELU and LayerNorm on each hidden state before it is scored: BERT's
-            masked-LM head, part of BERT4Rec as published (and of RecBole's); any network takes it.
-    """
+            masked-LM head, part of BERT4Rec as published (and of RecBole's); any network takes it."""
 
     n_kv_heads: int | None = None
     attn_dropout: float = 0.0
@@ -72,8 +70,7 @@ class MixingOptions(OptionGroup):
             "beyond self-attention", made causal: `core.nn.mixing`); 0 (default): attention only. sasrec's.
         lowpass_window: that filter's moving-average length in items (fourier: BSARec's c, `core.nn.mixing`).
         lowpass_kind: causal (default), or fourier: BSARec's own filter over the whole history, which reads each
-            position's future, so it needs training at the last position only (`data.prefixes: true`).
-    """
+            position's future, so it needs training at the last position only (`data.prefixes: true`)."""
 
     attention: AttentionName = "full"
     window: int = 256
@@ -112,8 +109,7 @@ class ItemOptions(OptionGroup):
         id_dropout: with item features, the share of item id vectors dropped in training, so that items are also
             learnt by their features alone (DropoutNet): cold items have nothing else. 0 (default): none.
         history_dropout: the share of history items blanked in training (position kept; each pass draws its own,
-            as CL4SRec's item masks), against leaning on single past items. 0 (default): none.
-    """
+            as CL4SRec's item masks), against leaning on single past items. 0 (default): none."""
 
     tied: bool = True
     init_std: float | None = None
@@ -141,8 +137,7 @@ class ObjectiveOptions(OptionGroup):
         negative_sampling: uniform or popularity (popularity only for `sampled`).
         gbce_t: gSASRec calibration t in [0, 1] (0 = plain BCE).
         mask_prob: bert4rec's share of history items masked in each training sequence (at least one per
-            sequence); unused by the other networks.
-    """
+            sequence); unused by the other networks."""
 
     loss: LossName = "full"
     label_smoothing: float = 0.0
@@ -179,8 +174,7 @@ class ContrastiveOptions(OptionGroup):
         positive: the second view: dropout (default; another dropout mask, as CL4SRec), or same_target (another
             window with the same last target, DuoRec's; needs `second_pass_softmax: false`).
         second_pass_softmax: whether the second pass also trains the full softmax. False runs it for the term's
-            last state only, a fraction of a step instead of doubling it. R-Drop needs both passes' softmax.
-    """
+            last state only, a fraction of a step instead of doubling it. R-Drop needs both passes' softmax."""
 
     weight: float = 0.0
     temperature: float = 1.0
@@ -210,8 +204,7 @@ class OptimizerOptions(OptionGroup):
         item_optimizer: adamw (default; about 6 item tables at a step's peak), or rowwise_adagrad: sparse gradients
             and one AdaGrad accumulator per row (FBGEMM's), about 1 table; needs a sampled loss, and gloo under DDP.
         item_lr: peak learning rate of the item rows under `rowwise_adagrad`; larger than AdamW's, as AdaGrad's
-            steps shrink as a row's squared gradients add up.
-    """
+            steps shrink as a row's squared gradients add up."""
 
     warmup_steps: int = 100
     lr_floor: float = 0.1
@@ -237,8 +230,7 @@ class EvalOptions(OptionGroup):
         ks: cutoffs for HR@K, NDCG@K, MRR@K.
         exclude_seen: leave items already in the history out of the validation and test ranking.
         sampled_metrics: also log the SASRec paper's sampled metrics (100 negatives; for comparison only).
-        popularity_baseline: also log a most-popular baseline's metrics (`*_mostpop_*`): what the model adds.
-    """
+        popularity_baseline: also log a most-popular baseline's metrics (`*_mostpop_*`): what the model adds."""
 
     ks: tuple[int, ...] = (10, 20)
     exclude_seen: bool = True

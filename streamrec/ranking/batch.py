@@ -4,8 +4,7 @@ and its Ray workers, predict, the server, `streamrec.Recommender`) builds one `R
 to top-K items; `BatchScorer` turns a block of users into output rows (`recommendation_table`'s schema, which `predict`
 writes too).
 
-Legend: B users in a batch, T history length (the model's max_len), K top-K, L seen-list length, N items.
-"""
+Legend: B users in a batch, T history length (the model's max_len), K top-K, L seen-list length, N items."""
 
 from __future__ import annotations
 

@@ -1,16 +1,15 @@
 """"Because you watched X": which history items drove each recommendation. Two views, reported side by side because
 attention is not proof:
 
-- attention: self-attention captured from the recommending (last) position, averaged over
-  heads and rolled out through the layers with the residual path (Abnar & Zuidema, 2020).
-  One distribution over the history per user, the same for all of the user's recommendations.
-- occlusion: how much a recommended item's score drops when one history item is removed
-  (the rest shifted and re-padded, as a shorter history would be). Specific to each item.
+- attention: self-attention captured from the recommending (last) position, averaged over heads and rolled out through
+  the layers with the residual path (Abnar & Zuidema, 2020). One distribution over the history per user, the same for
+  all of the user's recommendations.
+- occlusion: how much a recommended item's score drops when one history item is removed (the rest shifted and
+  re-padded, as a shorter history would be). Specific to each item.
 
 `agreement` measures how often the top-attended item is also the top-occlusion item.
 
-Legend: B users, T history length, K recommendations per user, N items.
-"""
+Legend: B users, T history length, K recommendations per user, N items."""
 
 from __future__ import annotations
 

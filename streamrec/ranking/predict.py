@@ -8,8 +8,7 @@
 `python -m streamrec.score` writes them. Under DDP the ranks' parts are merged as `core.runtime.prediction`
 says; a part kept with `merge: false` is read with `pyarrow.parquet.read_table` and sorted by `row`, `rank`.
 
-Legend: B users, K items per user.
-"""
+Legend: B users, K items per user."""
 
 from __future__ import annotations
 
@@ -48,8 +47,7 @@ class RecommendationWriter(PartsWriter):
         exclude_seen: leave out items already in the user's history.
         merge: rank 0 merges the ranks' `OUTPUT.rank{N}.parquet` parts into `output` and deletes them; false keeps the
             parts (each with a `row` column giving the user order), e.g. for ranks on machines that share no folder.
-        item_chunk: items ranked at once (`streamrec.ranking.topk.top_k_items`); None: the ranker's default.
-    """
+        item_chunk: items ranked at once (`streamrec.ranking.topk.top_k_items`); None: the ranker's default."""
 
     part_suffix, written_by = ".parquet", "streamrec predict"
 

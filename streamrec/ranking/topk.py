@@ -18,9 +18,8 @@ fp32. On CUDA, bf16 split-K reductions are turned off for the call (the bound ne
 copy the fp32 table may stay in a file (`FileRows`), read only for the first chunk and the re-scored rows (a memory map
 would not do: the kernel maps whole pages around each row read).
 
-Legend: B queries (users), D width, N items (ids 1..N, 0 = padding), C items in a chunk, K top-K,
-L excluded ids per query, M allowed items.
-"""
+Legend: B queries (users), D width, N items (ids 1..N, 0 = padding), C items in a chunk, K top-K, L excluded ids per
+query, M allowed items."""
 
 from __future__ import annotations
 
@@ -137,8 +136,7 @@ def top_k_items(queries: Tensor, vectors: Tensor | FileRows, top_k: int, *, excl
         precision: "fp32", or "bf16": a bf16 scan, the items that can reach the top K re-scored in fp32.
         scan: `scan_table(vectors)`, read by the bf16 scan instead of converting each chunk.
 
-    Returns `TopK` (B, min(top_k, N)); a slot with no eligible item left holds item 0 and -inf.
-    """
+    Returns `TopK` (B, min(top_k, N)); a slot with no eligible item left holds item 0 and -inf."""
     if item_chunk is None:
         item_chunk = SCAN_CHUNK if precision == "bf16" else DEFAULT_ITEM_CHUNK
     if top_k < 1 or item_chunk < 1:

@@ -1,8 +1,7 @@
 """The search space: each searched parameter, the config key it sets, and its range or choices.
 
-`SPACE` is the one table of names: a name is what `--params` takes, what Optuna records and a trials.csv column;
-its `key` is fit's config key (`--model.objective.loss`).
-"""
+`SPACE` is the one table of names: a name is what `--params` takes, what Optuna records and a trials.csv column; its
+`key` is fit's config key (`--model.objective.loss`)."""
 
 from __future__ import annotations
 

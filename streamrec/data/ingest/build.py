@@ -1,10 +1,9 @@
 """Step 5 of reading a log: `Interactions` built from parsed chunks, holding int32 codes rather than id strings.
 
-Id strings wait in a group that arrow's `dictionary_encode` encodes over [known ids] + the group, so known ids
-keep their codes and the strings are freed. `build` groups the events by user with a counting sort (no (E,)
-int64 sort order) and sorts by time only the stretches of users whose times go backwards: the peak is the codes
-and times twice, never the strings of the whole log. Legend: E events, U users.
-"""
+Id strings wait in a group that arrow's `dictionary_encode` encodes over [known ids] + the group, so known ids keep
+their codes and the strings are freed. `build` groups the events by user with a counting sort (no (E,) int64 sort order)
+and sorts by time only the stretches of users whose times go backwards: the peak is the codes and times twice, never the
+strings of the whole log. Legend: E events, U users."""
 
 from __future__ import annotations
 

@@ -1,11 +1,10 @@
 """Steps 3 and 4 of reading a log: the parsed columns named (user, item, time, the filter's) and converted,
 then which events are kept, each filter logging what it found and dropped.
 
-A value that cannot be converted raises `Fault` with its row in the batch: the delimited reader re-reads
-the file to name its line (`streamrec.data.readers`), Parquet names the row at once. `keep_rows` filters
-each block before its ids are encoded, so a filtered-out event costs nothing later; `refine` applies the
-filters that need the whole log. Legend: E events, U users, N items.
-"""
+A value that cannot be converted raises `Fault` with its row in the batch: the delimited reader re-reads the file to
+name its line (`streamrec.data.readers`), Parquet names the row at once. `keep_rows` filters each block before its ids
+are encoded, so a filtered-out event costs nothing later; `refine` applies the filters that need the whole log. Legend:
+E events, U users, N items."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """`ReadOptions`: how a log is read, one frozen object from the DataModule (or a checkpoint) down every step.
 
-Plain values, so a checkpoint stores `to_dict` and scoring reads new logs the way training read its log.
-"""
+Plain values, so a checkpoint stores `to_dict` and scoring reads new logs the way training read its log."""
 
 from __future__ import annotations
 

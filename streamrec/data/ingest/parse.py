@@ -1,9 +1,8 @@
 """Steps 1 and 2 of reading a log: what each file is (`Layout`), then the file parsed by pyarrow itself.
 
-`format: auto` looks at a file's first 64 KiB, then at its name. A delimiter the content shows but the options
-do not name (';', '|') is an error naming the option, not a guess: a ';' file read as CSV gives wrong columns.
-Importing this module does not import torch.
-"""
+`format: auto` looks at a file's first 64 KiB, then at its name. A delimiter the content shows but the options do not
+name (';', '|') is an error naming the option, not a guess: a ';' file read as CSV gives wrong columns. Importing this
+module does not import torch."""
 
 from __future__ import annotations
 
