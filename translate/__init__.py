@@ -1,8 +1,7 @@
 """Translate: the encoder-decoder translator built on `core` (docs/translate.md).
 
-`from translate import Translator` (`translate.api`) is imported on first use, so `import translate` (every
-CLI) does not pay for Lightning and the model until then.
-"""
+`from translate import Translator` (`translate.api`) is imported on first use, so `import translate` (every CLI) does
+not pay for Lightning and the model until then."""
 
 from __future__ import annotations
 

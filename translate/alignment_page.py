@@ -1,7 +1,6 @@
 """The alignment page of `python -m translate.infer --html`: one self-contained HTML file of heatmap tables.
 
-Writing files is a program's job, so the page lives beside the programs, not in `translate.search.align`.
-"""
+Writing files is a program's job, so the page lives beside the programs, not in `translate.search.align`."""
 
 from __future__ import annotations
 

@@ -9,8 +9,7 @@
 
 `python -m translate.infer` and the server translate through here too, so every program searches alike.
 
-Legend: B sentences, S source length, V target vocabulary.
-"""
+Legend: B sentences, S source length, V target vocabulary."""
 
 from __future__ import annotations
 

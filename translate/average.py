@@ -3,13 +3,12 @@
     python -m translate.average --ckpts A.ckpt B.ckpt C.ckpt --output avg.ckpt
     python -m translate.average --dir runs/NAME/checkpoints --last 5 --output avg.ckpt
 
-The output is the last input checkpoint (by training step with `--dir`, the last listed with `--ckpts`)
-with its `state_dict` replaced by the element-wise mean of all inputs' weights (floating-point tensors
-averaged in float64; other tensors must be equal) and no optimizer state: `validate`, `test` and
-`translate.infer` take it, resuming `fit` from it does not work. The inputs must share weight names,
-shapes and vocabularies. `--dir D --last N` averages the N checkpoints of D with the highest training step;
-files holding the same step count once, and earlier averages (key `averaged_from`) are skipped.
-"""
+The output is the last input checkpoint (by training step with `--dir`, the last listed with `--ckpts`) with its
+`state_dict` replaced by the element-wise mean of all inputs' weights (floating-point tensors averaged in float64; other
+tensors must be equal) and no optimizer state: `validate`, `test` and `translate.infer` take it, resuming `fit` from it
+does not work. The inputs must share weight names, shapes and vocabularies. `--dir D --last N` averages the N
+checkpoints of D with the highest training step; files holding the same step count once, and earlier averages (key
+`averaged_from`) are skipped."""
 
 from __future__ import annotations
 

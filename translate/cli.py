@@ -3,9 +3,8 @@
 vocabulary sizes and pad id come from the data module, `model.max_len` from `data.max_len`. `validate`, `test` and
 `predict` with `--ckpt_path CKPT` and no `data.train` take CKPT's vocabularies and, unless given, its `max_len`.
 
-The CLI lives here, not in `__main__`: `ddp_spawn` pickles it into its worker processes, which
-cannot import a package's `__main__` module.
-"""
+The CLI lives here, not in `__main__`: `ddp_spawn` pickles it into its worker processes, which cannot import a package's
+`__main__` module."""
 
 from __future__ import annotations
 

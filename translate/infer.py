@@ -1,15 +1,14 @@
 """Translate a text file (or stdin) with a checkpoint written by `python -m translate fit`.
 
-Exactly one output line per input line, in input order; a blank input line gives an empty output line, and `--n-best
-N` puts the N best translations on one line, tab-separated. The input is read, sorted by length and translated a chunk
-of `--chunk-lines` at a time, so memory does not grow with the input and the output equals that of one chunk holding the
+Exactly one output line per input line, in input order; a blank input line gives an empty output line, and `--n-best N`
+puts the N best translations on one line, tab-separated. The input is read, sorted by length and translated a chunk of
+`--chunk-lines` at a time, so memory does not grow with the input and the output equals that of one chunk holding the
 whole file. Sources longer than the model's `max_len` subwords are truncated, with a warning naming the line. `-o`,
 `--alignments` and `--html` appear in one rename at the end, never half-written; one run at a time writes an `-o` file
 (`OUTPUT.lock`). A run from `-i FILE` to `-o FILE` keeps its lines in a hidden partial file as they are written, so the
 same command after a kill or a stop continues where it was. Several checkpoints translate as an ensemble (the mean of
 their probabilities; alignments come from the first). Scaling out: `--engine ray` (translate.ray_engine), `--shard` and
-`python -m translate.shards merge` (translate.shards). See docs/translate.md.
-"""
+`python -m translate.shards merge` (translate.shards). See docs/translate.md."""
 
 from __future__ import annotations
 

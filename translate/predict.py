@@ -3,9 +3,8 @@
     python -m translate predict --config configs/translate/demo.yaml --config configs/translate/predict_demo.yaml \\
         --ckpt_path runs/translate_demo/checkpoints/best.ckpt
 
-Under DDP the ranks' parts are merged as `core.runtime.prediction` says, a sentence that two ranks decoded
-written once; each line of a part kept with `merge: false` is a JSON `[index, translation]`.
-"""
+Under DDP the ranks' parts are merged as `core.runtime.prediction` says, a sentence that two ranks decoded written once;
+each line of a part kept with `merge: false` is a JSON `[index, translation]`."""
 
 from __future__ import annotations
 

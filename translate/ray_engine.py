@@ -1,11 +1,10 @@
 """Batch translation on Ray: `python -m translate.infer --engine ray --workers N` (needs the `scale` extra).
 
-The driver reads and checks the input with the local engine's reader (the same line checks, naming the same
-lines) and hands its chunks to N actors, each loading the checkpoints once; it writes their translations itself,
-in input order. At most two chunks per worker are in flight, so neither the driver's nor a worker's memory grows
-with the file. Ray Data's text reader is not used: it would drop the line numbers the checks name, and its own
-line splitting is not the one every other program of this package uses.
-"""
+The driver reads and checks the input with the local engine's reader (the same line checks, naming the same lines) and
+hands its chunks to N actors, each loading the checkpoints once; it writes their translations itself, in input order. At
+most two chunks per worker are in flight, so neither the driver's nor a worker's memory grows with the file. Ray Data's
+text reader is not used: it would drop the line numbers the checks name, and its own line splitting is not the one every
+other program of this package uses."""
 
 from __future__ import annotations
 

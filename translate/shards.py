@@ -3,12 +3,11 @@
     python -m translate.infer --ckpt CKPT -i big.en -o parts/part-3.de --shard 3/16    # job 3 of 16
     python -m translate.shards merge parts/ --output big.de
 
-The input is cut into blocks of `--chunk-lines` lines; block b belongs to shard b mod N, so every shard reads
-the whole file but translates only its blocks, and a long file's shards get equal shares of it. Each part's
-record (`PART.shard.json`) names its shard, block size, the input's line count and the settings that shape its
-lines; `merge` checks that all N parts of one run are there, then interleaves their blocks back into input order
-in one atomic rename, reading each part a line at a time.
-"""
+The input is cut into blocks of `--chunk-lines` lines; block b belongs to shard b mod N, so every shard reads the whole
+file but translates only its blocks, and a long file's shards get equal shares of it. Each part's record
+(`PART.shard.json`) names its shard, block size, the input's line count and the settings that shape its lines; `merge`
+checks that all N parts of one run are there, then interleaves their blocks back into input order in one atomic rename,
+reading each part a line at a time."""
 
 from __future__ import annotations
 

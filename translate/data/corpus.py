@@ -3,8 +3,7 @@
 `collate`. With `subword_sampling`, `SampledSegmentations` draws a new segmentation of each training pair per batch
 (subword regularisation).
 
-Legend: B batch, S source length, T target length (the target plus one bos/eos shift).
-"""
+Legend: B batch, S source length, T target length (the target plus one bos/eos shift)."""
 
 from __future__ import annotations
 
@@ -324,8 +323,7 @@ class TranslationDataModule(L.LightningDataModule):
         num_workers: DataLoader worker processes (0 loads in the main process).
         predict: source sentences for `predict` to translate, one per line; None translates `test`'s sources.
         vocab: a checkpoint written by `python -m translate fit` whose vocabularies to use instead of training
-            them on `train`; `test`, `validate` and `predict --ckpt_path CKPT` read CKPT's without `train`.
-    """
+            them on `train`; `test`, `validate` and `predict --ckpt_path CKPT` read CKPT's without `train`."""
 
     pad_id, bos_id, eos_id = PAD_ID, BOS_ID, EOS_ID
 

@@ -3,8 +3,7 @@
 The model code relies on pad=0, unk=1, bos=2, eos=3: `train_vocab` fixes them and `SubwordVocab` refuses a model that
 disagrees. Training is cached by content (sha256 of the options, the sentencepiece version and every sentence). Training
 is deterministic, which matters under DDP: every rank trains (or loads) on its own and must end up with the same pieces;
-the write is atomic so ranks racing on a cold cache cannot read a half-written file.
-"""
+the write is atomic so ranks racing on a cold cache cannot read a half-written file."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """A checkpoint's hyper-parameters in the layout `TranslationModule` takes now.
 
 Checkpoints written before the module's options were grouped hold every setting flat (`lr_floor`, `attention`,
-...). Every loader goes through `upgrade_hparams`, so all read both layouts.
-"""
+...). Every loader goes through `upgrade_hparams`, so all read both layouts."""
 
 from __future__ import annotations
 

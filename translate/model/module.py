@@ -4,8 +4,7 @@ sampler repeats a few batches so ranks run equally many steps) are dropped by `B
 same merged corpus, so all ranks log the same `val_bleu` and the checkpoint callback agrees everywhere. The vocabularies
 travel in the checkpoint (`VOCAB_KEY`), so inference needs nothing else.
 
-Legend: B batch, S source length, T target length, V target vocabulary.
-"""
+Legend: B batch, S source length, T target length, V target vocabulary."""
 
 from __future__ import annotations
 
@@ -89,8 +88,7 @@ class TranslationModule(SafeLoadMixin, L.LightningModule):
         objective: the loss: label smoothing and R-Drop.
         optimizer: AdamW's betas and the learning-rate schedule (warmup, cosine or inverse square root).
         evaluation: how validate and test decode (beam widths, length penalty) and score BLEU.
-        speed: how the network runs (CPU fast path, torch.compile); a checkpoint is the same under every setting.
-    """
+        speed: how the network runs (CPU fast path, torch.compile); a checkpoint is the same under every setting."""
 
     upgrade_hparams = staticmethod(upgrade_hparams)
 

@@ -1,9 +1,8 @@
 """The translator networks by name (`model.arch`), and the one handoff from the module's hyper-parameters to them.
 
-Every loader builds through `build_translator`, so a checkpoint's `arch` decides the class everywhere and each
-network is given exactly its own arguments (`ARGUMENTS`, `GROUPS`); the module's other settings (`TRAINING`)
-are not handed over, and any other key is refused.
-"""
+Every loader builds through `build_translator`, so a checkpoint's `arch` decides the class everywhere and each network
+is given exactly its own arguments (`ARGUMENTS`, `GROUPS`); the module's other settings (`TRAINING`) are not handed
+over, and any other key is refused."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """`TranslationModule`'s option groups: frozen dataclasses that check their own rules (`core.nn.options`).
 
-Each is one constructor argument of the module, `--model.optimizer.warmup_steps` on the command line and a
-nested mapping in YAML; checkpoints hold them as plain dicts.
-"""
+Each is one constructor argument of the module, `--model.optimizer.warmup_steps` on the command line and a nested
+mapping in YAML; checkpoints hold them as plain dicts."""
 
 from __future__ import annotations
 
@@ -33,8 +32,7 @@ class TransformerOptions(OptionGroup):
         ff_dropout: dropout after the feed-forward activation (fairseq's `activation_dropout`); None: `dropout`.
         positions: position encoding (self-attention only).
         activation: feed-forward activation.
-        norm_first: pre-LN (True) or post-LN (False, the original Transformer).
-    """
+        norm_first: pre-LN (True) or post-LN (False, the original Transformer)."""
 
     n_kv_heads: int | None = None
     attn_dropout: float = 0.0
@@ -57,8 +55,7 @@ class RecurrentOptions(OptionGroup):
     Args:
         cell: the recurrent cell, "gru" or "lstm".
         score: attention score: "additive" (Bahdanau), "general" or "dot" (Luong; needs hidden_size == d_model).
-        hidden_size: the recurrent width (each encoder direction's, and the decoder's).
-    """
+        hidden_size: the recurrent width (each encoder direction's, and the decoder's)."""
 
     cell: Cell = "gru"
     score: Scoring = "additive"
@@ -80,8 +77,7 @@ class LossOptions(OptionGroup):
     Args:
         label_smoothing: eps of the label-smoothed cross-entropy (0 = plain cross-entropy).
         rdrop_alpha: R-Drop weight (0 = off): each training batch runs twice, through two dropout masks, and
-            the loss adds alpha / 4 times the symmetric KL of their predictions (the paper's alpha).
-    """
+            the loss adds alpha / 4 times the symmetric KL of their predictions (the paper's alpha)."""
 
     label_smoothing: float = 0.1
     rdrop_alpha: float = 0.0
@@ -102,8 +98,7 @@ class AdamWOptions(OptionGroup):
         warmup_steps: optimizer steps of linear warmup.
         lr_floor: final learning rate as a fraction of the peak (cosine decay over the whole run).
         schedule: "cosine" (warmup, then cosine decay to `lr_floor` at the run's last step) or "inverse_sqrt"
-            (warmup, then lr * sqrt(warmup_steps / step); needs no run length, ignores `lr_floor`).
-    """
+            (warmup, then lr * sqrt(warmup_steps / step); needs no run length, ignores `lr_floor`)."""
 
     betas: tuple[float, float] = (0.9, 0.98)
     warmup_steps: int = 400
@@ -134,8 +129,7 @@ class BleuOptions(OptionGroup):
         test_beam_size: beam width when testing and predicting.
         alpha: GNMT length-penalty exponent for beam search.
         bleu_tokenize: sacreBLEU tokenizer ("13a" is the WMT default; "intl", "char", "none").
-        bleu_lowercase: score lowercased BLEU (chrF stays cased).
-    """
+        bleu_lowercase: score lowercased BLEU (chrF stays cased)."""
 
     val_beam_size: int = 1
     test_beam_size: int = 5

@@ -2,8 +2,7 @@
 `TransformerTranslator`'s interface, so search, n-best lists, ensembles and alignments (its decoder's `cross_attn`) use
 it unchanged.
 
-Legend: B batch, S source length, T target length, D model width, V target vocabulary.
-"""
+Legend: B batch, S source length, T target length, D model width, V target vocabulary."""
 
 from __future__ import annotations
 

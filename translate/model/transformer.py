@@ -1,7 +1,6 @@
 """The encoder-decoder translator network on `core` (no training or search code here).
 
-Legend: B batch, S source length, T target length, D model width, V target vocabulary.
-"""
+Legend: B batch, S source length, T target length, D model width, V target vocabulary."""
 
 from __future__ import annotations
 

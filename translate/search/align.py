@@ -8,8 +8,7 @@ i (so a word split in pieces is not diluted) of the MEAN over the target subword
 word has one row of total weight 1, or less when attention falls on padding). The hard alignment links each
 target word j to its highest-weight source word i, written "i-j" as in the demo corpus' `.align` files.
 
-Legend: B sentences, H heads, T target subwords, S source subwords, Tw / Sw target / source words.
-"""
+Legend: B sentences, H heads, T target subwords, S source subwords, Tw / Sw target / source words."""
 
 from __future__ import annotations
 

@@ -6,8 +6,7 @@ its limit of `max_len_a * source_length + max_len_b` subwords before EOS (fairse
 the batch so later steps cost less. Finished hypotheses are ranked by the GNMT length penalty (Wu et al., 2016), length
 counting the EOS.
 
-Legend: B sentences, K beam size, S source length, V vocabulary, R = B*K rows.
-"""
+Legend: B sentences, K beam size, S source length, V vocabulary, R = B*K rows."""
 
 from __future__ import annotations
 

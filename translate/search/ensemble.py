@@ -1,9 +1,8 @@
 """An ensemble of translators that beam search drives like one network (`translate.model.networks`).
 
-Each step's next-token distribution is the mean of the members' probabilities, as fairseq's ensembles do.
-`encode` concatenates the members' encoder outputs along the feature axis, so search can keep, index and drop
-the memory of a sentence as it does for one model; `decode` splits it again.
-"""
+Each step's next-token distribution is the mean of the members' probabilities, as fairseq's ensembles do. `encode`
+concatenates the members' encoder outputs along the feature axis, so search can keep, index and drop the memory of a
+sentence as it does for one model; `decode` splits it again."""
 
 from __future__ import annotations
 
