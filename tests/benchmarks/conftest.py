@@ -9,11 +9,13 @@ another. The StreamRec checkpoint they score is the `tiny_ckpt` every test folde
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import math
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from multiprocessing import forkserver
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
@@ -27,14 +29,24 @@ def _command(script: str, args: tuple[object, ...]) -> list[str]:
     return [sys.executable, f"benchmarks/{script}", *map(str, args)]
 
 
+@pytest.fixture(scope="session")
+def benchmark_fork_server() -> Iterator[forkserver.ForkServer]:
+    """The fork server of the scripts run in this process, apart from the suite's (which keeps the preloads other
+    tests gave it); started by the first script that measures in a fresh process, with that script's preloads."""
+    server = forkserver.ForkServer()
+    yield server
+    server._stop()
+
+
 @pytest.fixture
-def run_benchmark(tmp_path: Path, capsys, monkeypatch) -> Callable[..., SimpleNamespace]:
+def run_benchmark(tmp_path: Path, capsys, monkeypatch, benchmark_fork_server) -> Callable[..., SimpleNamespace]:
     """`(script, *args, timeout=300, in_process=False) -> (figures, stdout, json)`: `benchmarks/SCRIPT ARGS --json
     FILE` run to the end; its figures are a flat JSON object of finite ints and floats.
 
     `in_process`: call the script's `main(argv)` in this process instead of a child (which would import torch
     and the apps again), for scripts that neither fork this process nor keep state beyond their torch threads
-    (restored here). Scripts that fork, serve or measure a fresh process's memory run as children.
+    (restored here). A script that measures memory in a fresh process (`_common.in_fresh_process`) forks from
+    `benchmark_fork_server`.
     """
 
     def run(script: str, *args: object, timeout: float = 300, in_process: bool = False) -> SimpleNamespace:
@@ -44,6 +56,9 @@ def run_benchmark(tmp_path: Path, capsys, monkeypatch) -> Callable[..., SimpleNa
             module = import_benchmark(script)
             monkeypatch.chdir(ROOT)
             capsys.readouterr()
+            monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # the fork server's children unpickle its functions
+            for name in ("ensure_running", "connect_to_new_process", "set_forkserver_preload"):
+                monkeypatch.setattr(forkserver, name, getattr(benchmark_fork_server, name))
             threads = torch.get_num_threads()
             try:
                 module.main(argv)
@@ -62,6 +77,30 @@ def run_benchmark(tmp_path: Path, capsys, monkeypatch) -> Callable[..., SimpleNa
         return SimpleNamespace(figures=figures, stdout=stdout, json=out)
 
     return run
+
+
+@pytest.fixture(scope="session")
+def python3_shim(tmp_path_factory) -> Iterator[Path]:
+    """A folder holding a `python3` whose runs fork from a process that imported torch and lightning once
+    (tests/benchmarks/fork_server.py): for scripts whose fresh interpreters are the design, not what is tested."""
+    folder = tmp_path_factory.mktemp("python3_shim")
+    address = str(folder / "socket")
+    server = subprocess.Popen([sys.executable, str(Path(__file__).with_name("fork_server.py")), address],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout.readline() == "ready\n", "the fork server did not start"
+        _load_fork_server().write_shim(folder, address)
+        yield folder
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def _load_fork_server() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("benchmarks_fork_server", Path(__file__).with_name("fork_server.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def import_benchmark(script: str) -> ModuleType:

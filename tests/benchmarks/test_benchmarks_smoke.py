@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ FIGURES = ("sdpa_ms", "explicit_ms", "time_ratio", "sdpa_mem_mib", "explicit_mem
 def test_attention_quick_writes_flat_json(run_benchmark) -> None:
     # One thread: with other jobs on the 2 shared cores, 2 spinning threads can run 100x slower.
     figures = run_benchmark("attention.py", "--quick", "--lengths", "128", "--device", "cpu", "--threads", "1",
-                            timeout=120).figures
+                            in_process=True).figures
     expected = {
         f"cpu_fp32{mode}_T{t}_{figure}" for mode in ("", "_causal") for t in (128,) for figure in FIGURES
     }
@@ -26,7 +27,8 @@ def test_attention_quick_writes_flat_json(run_benchmark) -> None:
 
 
 def test_long_attention_quick_times_every_path_against_full(run_benchmark, benchmark_refuses) -> None:
-    figures = run_benchmark("long_attention.py", "--quick", "--device", "cpu", "--threads", "1", timeout=120).figures
+    figures = run_benchmark("long_attention.py", "--quick", "--device", "cpu", "--threads", "1",
+                            in_process=True).figures
     for t in (128,):
         for path in ("full", "full_nopad", "window", "linear"):
             assert figures[f"T{t}_{path}_ms"] > 0 and figures[f"T{t}_{path}_mem_mib"] >= 0, (t, path)
@@ -68,9 +70,12 @@ def test_rdrop_loss_benchmark_writes_flat_json(run_benchmark, benchmark_refuses)
     assert "--alpha >= 0" in benchmark_refuses("translate_rdrop_loss.py", "--alpha", "-1")
 
 
-def test_hot_path_times_a_case_on_both_trees(run_benchmark, benchmark_refuses) -> None:
+def test_hot_path_times_a_case_on_both_trees(run_benchmark, benchmark_refuses, python3_shim, monkeypatch) -> None:
+    # Each tree's child still imports core, streamrec and translate itself (and checks from where); only torch
+    # and lightning come imported, from the shim's fork server.
+    monkeypatch.setattr(sys, "executable", str(python3_shim / "python3"))
     args = ("--baseline", "HEAD", "--cases", "streamrec_beauty", "--rounds", "1", "--number", "1", "--quick")
-    figures = run_benchmark("hot_path.py", *args, timeout=240).figures
+    figures = run_benchmark("hot_path.py", *args, in_process=True).figures
     assert figures["streamrec_beauty_baseline_ms"] > 0 and figures["streamrec_beauty_today_ms"] > 0
     assert figures["streamrec_beauty_ratio"] > 0 and figures["rounds"] == 1
     assert "must be >= 1" in benchmark_refuses("hot_path.py", "--baseline", "HEAD", "--rounds", "0")
