@@ -51,9 +51,11 @@ def test_configs_exist():
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.name)
 def test_every_config_runs_one_fast_dev_batch(config, demo_dir, tmp_path, monkeypatch):
-    """Each YAML parses and trains one batch; its data is swapped for the tiny demo corpus (real data is not in CI)."""
+    """Each YAML parses and trains one batch; its data is swapped for the tiny demo corpus (real data is not in CI)
+    and its layers for tiny ones of the same architecture: what is checked is the file, not the model's size."""
     monkeypatch.chdir(tmp_path)
     cli = main(["fit", "--config", str(config), *_data(demo_dir), "--data.cache_dir", str(tmp_path / "spm"),
+                *TINY_MODEL, "--model.rnn.hidden_size", "16", "--data.max_tokens", "256",
                 "--trainer.fast_dev_run", "true", "--trainer.enable_progress_bar", "false",
                 "--trainer.accelerator", "cpu", "--trainer.devices", "1", "--trainer.precision", "32-true"])
     hp, dm = cli.model.hparams, cli.datamodule

@@ -33,16 +33,12 @@ EPOCH, BATCH = 1, 2  # where the signal arrives: inside the second (last) epoch
 
 
 @pytest.mark.slow
-def test_sigterm_mid_epoch_saves_prints_the_resume_command_and_exits_143(demo_dir: Path, tmp_path: Path,
+def test_sigterm_mid_epoch_saves_prints_the_resume_command_and_exits_143(built_once, demo_dir: Path, tmp_path: Path,
                                                                           monkeypatch) -> None:
     (tmp_path / "waiter.py").write_text(signals.WAITER.format(epoch=EPOCH, batch=BATCH))
     (tmp_path / "tmpdir").mkdir()
-    whole, cwd = tmp_path / "whole", tmp_path / "stopped"
-    whole.mkdir()
+    whole, cwd = resume.uninterrupted_fit(built_once, demo_dir), tmp_path / "stopped"
     cwd.mkdir()
-    with monkeypatch.context() as m:  # the uninterrupted fit in this process (one thread, as OMP_NUM_THREADS=1)
-        m.chdir(whole)
-        main(resume._args(whole, demo_dir))
 
     args = resume._args(cwd, demo_dir, "--trainer.callbacks+=waiter.WaitForSignal")
     status, err = signals.signalled_fit(cwd, args, "translate", signal.SIGTERM, tmp_path)

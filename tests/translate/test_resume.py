@@ -4,6 +4,7 @@ within a process only (see `translate.data.corpus.SampledSegmentations`)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -40,6 +41,16 @@ def _args(cwd: Path, demo_dir: Path, *extra: str) -> list[str]:
             "--trainer.enable_model_summary", "false", *extra]
 
 
+def uninterrupted_fit(built_once, demo_dir: Path) -> Path:
+    """The folder of the fit `_args` describes, run to its end in this process (one thread, as OMP_NUM_THREADS=1)
+    once per test run: this file's test and test_preemption's compare their resumed fits with it."""
+    def build(folder: Path) -> None:
+        with contextlib.chdir(folder):
+            main(_args(folder, demo_dir))
+
+    return built_once(f"translate uninterrupted fit {demo_dir}", build)
+
+
 def _killed_fit(cwd: Path, demo_dir: Path, *extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(cwd.parent)]), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "translate", *_args(cwd, demo_dir, *extra)]
@@ -47,14 +58,10 @@ def _killed_fit(cwd: Path, demo_dir: Path, *extra: str) -> subprocess.CompletedP
 
 
 @pytest.mark.slow
-def test_killed_and_resumed_fit_equals_uninterrupted(demo_dir: Path, tmp_path: Path, monkeypatch) -> None:
+def test_killed_and_resumed_fit_equals_uninterrupted(built_once, demo_dir: Path, tmp_path: Path, monkeypatch) -> None:
     (tmp_path / "killer.py").write_text(KILLER)
-    whole, killed = tmp_path / "whole", tmp_path / "killed"
-    whole.mkdir()
+    whole, killed = uninterrupted_fit(built_once, demo_dir), tmp_path / "killed"
     killed.mkdir()
-    with monkeypatch.context() as m:  # the uninterrupted fit in this process (one thread, as OMP_NUM_THREADS=1)
-        m.chdir(whole)
-        main(_args(whole, demo_dir))
     crash = _killed_fit(killed, demo_dir, "--trainer.callbacks+=killer.KillMidEpoch")
     assert crash.returncode == -signal.SIGKILL, crash.stderr[-2000:]
     last = killed / CKPTS / "last.ckpt"

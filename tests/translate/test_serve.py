@@ -1,7 +1,7 @@
 """python -m translate.serve: a real server on 127.0.0.1 in a subprocess, spoken to over HTTP.
 
-One server per module (small batches, a short batch timeout and a 20,000-byte body limit) answers
-every test; the answers must equal `Translator.translate` called directly.
+One server (small batches, a short batch timeout and a 20,000-byte body limit) answers every request of one
+test; the answers must equal `Translator.translate` called directly.
 """
 
 from __future__ import annotations
@@ -86,42 +86,6 @@ def assert_same(got: list, want: list) -> None:
             assert (g["score"], g["log_prob"]) == pytest.approx((w["score"], w["log_prob"]), rel=1e-4, abs=1e-5)
 
 
-def test_health_reports_ready(server):
-    with urllib.request.urlopen(server + "/health", timeout=TIMEOUT) as response:
-        assert (response.status, response.read()) == (200, b"ok")
-
-
-def test_answers_equal_the_python_api(server, translator, lines):
-    status, answer = post(server, {"sentences": lines, "beam_size": 3})
-    assert status == 200
-    want = [as_json(t) for t in translator.translate(lines, beam_size=3, return_scores=True)]
-    assert_same(answer["translations"], want)
-    assert answer["translations"][1] == {"text": "", "score": 0.0, "log_prob": 0.0}  # a blank sentence
-
-    status, answer = post(server, {"sentences": lines, "beam_size": 3, "n_best": 2})
-    want = [[as_json(t) for t in row] for row in translator.translate(lines, beam_size=3, n_best=2)]
-    assert status == 200 and answer["translations"][1] == []
-    assert_same(answer["translations"], want)
-
-    status, answer = post(server, {"sentences": lines, "beam_size": 1, "return_scores": False})
-    assert (status, answer) == (200, {"translations": translator.translate(lines, beam_size=1)})
-
-    status, answer = post(server, {"text": lines[0]})
-    assert status == 200 and list(answer) == ["translation"]
-    assert_same([answer["translation"]], [as_json(translator.translate(lines[:1], return_scores=True)[0])])
-
-
-def test_concurrent_requests_are_not_mixed_up(server, translator, lines):
-    real = [s for s in lines if s]
-    requests = [{"sentences": real[i % len(real):][: 1 + i % 3], "beam_size": 1 + 2 * (i % 2)} for i in range(12)]
-    with ThreadPoolExecutor(12) as pool:
-        answers = list(pool.map(lambda r: post(server, r), requests))
-    for r, (status, answer) in zip(requests, answers, strict=True):
-        assert status == 200
-        want = translator.translate(r["sentences"], beam_size=r["beam_size"], return_scores=True)
-        assert_same(answer["translations"], [as_json(t) for t in want])
-
-
 BAD = {
     "malformed JSON": b'{"sentences": ["a"',
     "not an object": b'"a sentence"',
@@ -141,19 +105,54 @@ BAD = {
 }
 
 
-@pytest.mark.parametrize("body", BAD.values(), ids=BAD.keys())
-def test_bad_requests_get_a_one_line_4xx_and_the_server_keeps_serving(server, translator, lines, body):
-    status, answer = post(server, body)
-    assert 400 <= status < 500, answer
-    assert list(answer) == ["error"] and "\n" not in answer["error"] and answer["error"]
-    status, answer = post(server, {"sentences": lines[:1], "beam_size": 1, "return_scores": False})
-    assert (status, answer) == (200, {"translations": translator.translate(lines[:1], beam_size=1)})
+def test_the_server_is_ready_answers_as_the_python_api_and_refuses_bad_requests_in_one_line(server, translator,
+                                                                                             lines):
+    """Every request to the module's one server, in one test: pytest-xdist may hand the tests of a module to
+    different workers, and each worker that runs a test of the `server` fixture starts a server of its own."""
+    with urllib.request.urlopen(server + "/health", timeout=TIMEOUT) as response:
+        assert (response.status, response.read()) == (200, b"ok")
 
+    # answers equal the Python API's
+    status, answer = post(server, {"sentences": lines, "beam_size": 3})
+    assert status == 200
+    want = [as_json(t) for t in translator.translate(lines, beam_size=3, return_scores=True)]
+    assert_same(answer["translations"], want)
+    assert answer["translations"][1] == {"text": "", "score": 0.0, "log_prob": 0.0}  # a blank sentence
 
-def test_errors_name_the_problem(server):
+    status, answer = post(server, {"sentences": lines, "beam_size": 3, "n_best": 2})
+    want = [[as_json(t) for t in row] for row in translator.translate(lines, beam_size=3, n_best=2)]
+    assert status == 200 and answer["translations"][1] == []
+    assert_same(answer["translations"], want)
+
+    status, answer = post(server, {"sentences": lines, "beam_size": 1, "return_scores": False})
+    assert (status, answer) == (200, {"translations": translator.translate(lines, beam_size=1)})
+
+    status, answer = post(server, {"text": lines[0]})
+    assert status == 200 and list(answer) == ["translation"]
+    assert_same([answer["translation"]], [as_json(translator.translate(lines[:1], return_scores=True)[0])])
+
+    # concurrent requests are not mixed up
+    real = [s for s in lines if s]
+    requests = [{"sentences": real[i % len(real):][: 1 + i % 3], "beam_size": 1 + 2 * (i % 2)} for i in range(12)]
+    with ThreadPoolExecutor(12) as pool:
+        answers = list(pool.map(lambda r: post(server, r), requests))
+    for r, (status, answer) in zip(requests, answers, strict=True):
+        assert status == 200
+        want = translator.translate(r["sentences"], beam_size=r["beam_size"], return_scores=True)
+        assert_same(answer["translations"], [as_json(t) for t in want])
+
+    # each bad request gets a one-line 4xx, and the server keeps serving
+    good = {"translations": translator.translate(lines[:1], beam_size=1)}
+    for name, body in BAD.items():
+        status, answer = post(server, body)
+        assert 400 <= status < 500, (name, answer)
+        assert list(answer) == ["error"] and "\n" not in answer["error"] and answer["error"], (name, answer)
+        assert post(server, {"sentences": lines[:1], "beam_size": 1, "return_scores": False}) == (200, good), name
+
+    # the errors name the problem
     error = {"error": "`n_best` (3) must be between 1 and `beam_size` (2)"}
-    assert post(server, {"text": "a", "beam_size": 2, "n_best": 3}) == (422, error)
-    assert post(server, {"sentences": ["x" * 900] * 25})[0] == 413
+    assert post(server, BAD["n_best above beam"]) == (422, error)
+    assert post(server, BAD["oversize body"])[0] == 413
 
 
 def test_bad_checkpoints_stop_with_one_line(exit_line, hostile, assert_refused, ckpt, tmp_path):
