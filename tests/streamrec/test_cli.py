@@ -175,18 +175,20 @@ def test_fit_stops_early_on_validation_ndcg_by_default(tiny_log, tmp_path, monke
     assert epochs == 2 and [s.monitor for s in stoppers] == ["val_hr@10"]  # the user's replaces the default
 
 
-def _tiny_fit(tiny_log, *extra):
-    """One short epoch of a tiny model with configs/streamrec/demo.yaml's checkpoints and loggers."""
+def _tiny_fit(tiny_log, *extra, loggers=False):
+    """One short epoch of a tiny model with configs/streamrec/demo.yaml's checkpoints, and its loggers only with
+    `loggers` (drawing curves.png at the end costs more than the epoch)."""
     return _run(["fit", "--config", str(REPO / "configs" / "streamrec" / "demo.yaml"), "--data.path", str(tiny_log),
                  "--data.max_len", "8", "--model.d_model", "16", "--model.n_heads", "2", "--model.n_layers", "1",
                  "--model.d_ff", "32", "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2",
-                 "--trainer.enable_progress_bar", "false", "--trainer.precision", "32-true", *extra])
+                 "--trainer.enable_progress_bar", "false", "--trainer.precision", "32-true",
+                 *([] if loggers else ["--trainer.logger", "false"]), *extra])
 
 
 def test_every_output_of_fit_goes_under_default_root_dir(tiny_log, tmp_path, monkeypatch):
     """Checkpoints, CSV and TensorBoard logs, config.yaml and curves.png follow `--trainer.default_root_dir`."""
     monkeypatch.chdir(tmp_path)
-    _tiny_fit(tiny_log, "--trainer.default_root_dir", "other")
+    _tiny_fit(tiny_log, "--trainer.default_root_dir", "other", loggers=True)
     files = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
     assert files and all(f.startswith("other/") for f in files), files
     logs = "other/lightning_logs/version_0"

@@ -41,12 +41,13 @@ class KillMidEpoch(Callback):
 
 def _args(cwd: Path, log: Path, *extra: str) -> list[str]:
     """The demo config's fit, with a tiny model for 3 epochs: killed inside the last one, it has a last.ckpt
-    of a whole epoch and a step checkpoint inside an epoch to resume from."""
+    of a whole epoch and a step checkpoint inside an epoch to resume from. No loggers: what resumes is in the
+    checkpoints, and drawing curves.png at each fit's end would cost more than its training."""
     return ["fit", "--config", str(REPO / "configs/streamrec/demo.yaml"), "--config", str(cwd.parent / "step.yaml"),
             "--data.path", str(log), "--data.batch_size", "8", "--data.max_len", "8", "--model.d_model", "16",
             "--model.d_ff", "32", "--model.n_layers", "1", "--trainer.max_epochs", "3",
             "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
-            "--trainer.precision", "32-true", *extra]
+            "--trainer.precision", "32-true", "--trainer.logger", "false", *extra]
 
 
 # A child of multiprocessing's fork server (a fresh interpreter that has imported the program, once per test
