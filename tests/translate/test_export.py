@@ -102,7 +102,7 @@ def _train(demo_dir: Path, out: Path, steps: int) -> Path:
 @pytest.fixture(scope="module")
 def ckpt(demo_dir, built_once) -> Path:
     """Trained once per run (not once per xdist worker that runs a test of this module); tests only read it."""
-    return built_once(f"translate export small {demo_dir}", lambda out: _train(demo_dir, out, steps=600)) / "small.ckpt"
+    return built_once(f"translate export small {demo_dir}", lambda out: _train(demo_dir, out, steps=300)) / "small.ckpt"
 
 
 @pytest.fixture(scope="module")
