@@ -1,7 +1,6 @@
 """Multi-head attention on `scaled_dot_product_attention`. The fast path never materialises the (Tq, Tk) weight matrix:
 SDPA picks a flash or fused kernel (on CPU too). Explanations need the weights, so a module whose `capture` attribute
-holds a list (see `core.nn.explain.AttentionCapture`) recomputes them explicitly and appends them there; the output is
-the same.
+holds a list (`core.nn.explain.AttentionCapture`) recomputes them and appends them there, with the same output.
 
 Grouped-query attention: `n_kv_heads` key/value heads are shared by `n_heads / n_kv_heads` query heads each.
 

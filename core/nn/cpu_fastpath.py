@@ -211,9 +211,7 @@ class FastDropout(nn.Dropout):
         inplace: zero in place (PyTorch's own in-place kernel; the fast mask is out of place)."""
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.inplace:
-            return super().forward(x)
-        return dropout(x, self.p, self.training)
+        return super().forward(x) if self.inplace else dropout(x, self.p, self.training)
 
 
 def sdpa_math_with_cheap_dropout(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, dropout_p: float,

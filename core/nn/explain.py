@@ -61,8 +61,7 @@ class AttentionCapture:
 
     def layers(self, kind: str = "self_attn") -> list[Tensor]:
         """(B, H, Tq, Tk) weights of each module whose name ends with `kind`, in layer order. Several calls to one
-        module (incremental decoding) are concatenated on the query axis, the shorter key axes right-padded with
-        zeros."""
+        module (incremental decoding) are concatenated on the query axis, shorter key axes right-padded with zeros."""
         out = []
         for name, calls in self.weights.items():
             if name.split(".")[-1] == kind and calls:

@@ -76,8 +76,7 @@ class CausalRecurrentEncoder(nn.Module):
         self.norm = nn.LayerNorm(d_model)  # as the transformer stack's final norm: item scores keep their scale
 
     def forward(self, x: Tensor, valid: Tensor) -> Tensor:
-        """(B, T, D) inputs, (B, T) True at real (left-padded: contiguous, last) positions -> (B, T, D); zeros at
-        padding."""
+        """(B, T, D) inputs, (B, T) True at real (left-padded: contiguous, last) positions -> (B, T, D), 0 at pads."""
         b, t, d = x.shape
         shift = t - valid.sum(1)  # (B,) leading padding columns
         cols = torch.arange(t, device=x.device)[None, :]

@@ -16,8 +16,7 @@ def process_group_running() -> bool:
 def destroy_process_group_at_exit() -> None:
     """Destroy the default process group when this process exits, as Lightning does only for NCCL. Left to interpreter
     shutdown, a gloo group's C++ threads are torn down in no fixed order, and a worker sometimes aborts after its work
-    is done, failing the run. Call it in every rank once the group exists (`LightningModule.setup`); safe to call
-    again."""
+    is done, failing the run. Call it in every rank once the group exists (`LightningModule.setup`); safe to repeat."""
     global _registered
     if _registered or not process_group_running():
         return

@@ -76,8 +76,7 @@ def runs_on_cpu(accelerator: str) -> bool:
 
 
 def cpu_precision_fallback(precision: str | int | None, accelerator: str) -> tuple[str, str] | None:
-    """(precision to train in, one-line reason) instead of a bf16 `trainer.precision` this CPU cannot run fast;
-    None keeps it."""
+    """(precision to train in, one-line reason) for a bf16 `trainer.precision` this CPU runs slowly; None: keep it."""
     if not str(precision).startswith("bf16") or not runs_on_cpu(str(accelerator)) or cpu_has_fast_bf16():
         return None
     return "32-true", (f"trainer.precision {precision}: {no_fast_bf16_reason()}, so training runs in 32-true; "

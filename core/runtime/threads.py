@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+from contextlib import suppress
 from pathlib import Path
 
 import torch
@@ -18,12 +19,10 @@ CGROUP = Path("/sys/fs/cgroup")
 def cgroup_cpu_limit(root: Path = CGROUP) -> float | None:
     """The CPUs the cgroup's quota allows (quota / period), or None without a quota: cgroup v2's cpu.max holds
     "QUOTA PERIOD" (or "max PERIOD"), v1's cpu.cfs_quota_us (-1: none) and cpu.cfs_period_us."""
-    try:
+    with suppress(OSError, ValueError, IndexError):
         text = (root / "cpu.max").read_text().split()
         if text:
             return None if text[0] == "max" else int(text[0]) / int(text[1])
-    except (OSError, ValueError, IndexError):
-        pass
     try:
         quota = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
         period = int((root / "cpu" / "cpu.cfs_period_us").read_text())
@@ -51,8 +50,7 @@ def check_threads(threads: int | None, name: str = "--threads") -> None:
 
 
 def default_threads() -> int:
-    """`OMP_NUM_THREADS` where the environment sets it (torch's own rule, which schedulers use), else
-    `available_cpus()`."""
+    """`OMP_NUM_THREADS` where the environment sets it (torch's rule, which schedulers use), else `available_cpus()`."""
     env = os.environ.get("OMP_NUM_THREADS", "").strip()
     return int(env) if env.isdigit() and int(env) > 0 else available_cpus()
 

@@ -23,8 +23,7 @@ LITSERVE_VERSION = "0.2.19"  # the one whose private `LitServer._init_manager` a
 class BatchedAPI(ls.LitAPI):
     """A LitAPI whose subclasses answer a list of checked requests at once (`predict_many`), batched or not.
     `encode_response` renders each answer to JSON bytes in the worker, so the HTTP process passes the response through
-    instead of walking it with FastAPI's `jsonable_encoder`. `threads`: torch threads of the worker process (0:
-    PyTorch's default)."""
+    instead of walking it with FastAPI's `jsonable_encoder`. `threads`: the worker's torch threads (0: torch's own)."""
 
     def __init__(self, threads: int = 0, *, max_batch_size: int = 1, batch_timeout: float = 0.0):
         super().__init__(max_batch_size=max_batch_size, batch_timeout=batch_timeout)
