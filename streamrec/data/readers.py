@@ -3,8 +3,7 @@
 User mistakes raise a one-line error naming the file, line/row or column and the fix. Arrow's CSV errors name no line,
 and a row index in a batch is not a line number (blank lines, quoted newlines), so when a step rejects a block,
 `_raise_first_fault` reads the file again with Python's csv module, checking each row as the steps do; a file it finds
-no fault in (e.g. a quoted newline inside an id) is read again with arrow's tolerant options. Importing this module does
-not import torch."""
+no fault in (e.g. a quoted newline inside an id) is read again with arrow's tolerant options. It imports no torch."""
 
 from __future__ import annotations
 

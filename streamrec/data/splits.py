@@ -64,8 +64,7 @@ def leave_one_out_split(sequences: Mapping[str, Sequence[int]]) -> Split:
 
 
 def time_quantiles(timestamps: Mapping[str, Sequence[float]] | np.ndarray, quantiles: Sequence[float]) -> list[float]:
-    """Global timestamp quantiles over all events (user -> timestamps, or one array), e.g. a temporal split's
-    cutoffs."""
+    """Global timestamp quantiles over all events (user -> timestamps, or one array): a temporal split's cutoffs."""
     if any(not 0.0 <= q <= 1.0 for q in quantiles):
         raise InputError(f"quantiles must lie in [0, 1], got {list(quantiles)}")
     flat = (timestamps if isinstance(timestamps, np.ndarray)

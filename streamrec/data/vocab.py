@@ -11,6 +11,7 @@ import logging
 import operator
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import suppress
 
 import numpy as np
 import pyarrow as pa
@@ -48,7 +49,7 @@ def _strings(values: Sequence[object] | pa.Array, convert: bool) -> tuple[pa.Arr
             block = strings.slice(lo, _BLOCK).to_pylist()
             out[lo : lo + len(block)] = np.fromiter(map(_hash, block), np.int64, count=len(block))
         return strings, out
-    try:
+    with suppress(pa.ArrowTypeError, pa.ArrowInvalid, UnicodeEncodeError):  # non-strings, lone surrogates
         # Looked-up values get their type inferred: given large_string, arrow would take bytes as text (and
         # hash(b"x") == hash("x")), so b"x" would be found where `b"x" in vocab` is False.
         strings = pa.array(values, pa.large_string() if convert else None)
@@ -56,8 +57,6 @@ def _strings(values: Sequence[object] | pa.Array, convert: bool) -> tuple[pa.Arr
             strings = strings.cast(pa.large_string()).combine_chunks()
         if not strings.null_count and (pa.types.is_string(strings.type) or pa.types.is_large_string(strings.type)):
             return strings.cast(pa.large_string()), np.fromiter(map(_hash, values), np.int64, count=len(strings))
-    except (pa.ArrowTypeError, pa.ArrowInvalid, UnicodeEncodeError):  # non-strings, lone surrogates
-        pass
     return _strings(pa.array([_text(v, convert) for v in values], pa.large_string()), convert)
 
 
@@ -233,10 +232,8 @@ class ItemVocab:
 
     def _match(self, key: bytes, lo: int, hi: int) -> int:
         """The model id of the id whose UTF-8 bytes are `key` among sorted hashes lo..hi-1 (all one hash), else 0."""
-        for p in self._order[lo:hi].tolist():
-            if self._bytes[self._offsets.item(p) : self._offsets.item(p + 1)] == key:
-                return p + 1
-        return 0
+        return next((p + 1 for p in self._order[lo:hi].tolist()
+                     if self._bytes[self._offsets.item(p) : self._offsets.item(p + 1)] == key), 0)
 
     def encode(self, items: Iterable[str], skip_unknown: bool = False) -> list[int]:
         """Original ids -> model ids; `skip_unknown` drops ids not in the vocabulary (logged) instead of raising."""

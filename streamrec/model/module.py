@@ -1,6 +1,5 @@
 """StreamRec training logic: losses, optimisation, full-catalogue validation. The constructor is the config schema
-(LightningCLI turns it into `--model.*` and YAML); `num_items` and `max_len` are linked from the data module so nobody
-types them twice.
+(LightningCLI turns it into `--model.*` and YAML); `num_items` and `max_len` are linked from the data module.
 
 Legend: B batch, T history length, D model width, N items, M non-padding positions."""
 

@@ -1,8 +1,7 @@
 """Batch scoring, shared by every entry point: histories in, top-K items and output rows out. Each entry point (score
 and its Ray workers, predict, the server, `streamrec.Recommender`) builds one `RankingOptions` from its own spelling
 (flags, YAML, JSON, keywords), so a setting has one name everywhere. `rank` is the one path from left-padded histories
-to top-K items; `BatchScorer` turns a block of users into output rows (`recommendation_table`'s schema, which `predict`
-writes too).
+to top-K items; `BatchScorer` turns a block of users into output rows (`recommendation_table`'s, as `predict` writes).
 
 Legend: B users in a batch, T history length (the model's max_len), K top-K, L seen-list length, N items."""
 
@@ -36,8 +35,7 @@ class RankingOptions:
     """How one job ranks the catalogue for each user. `exclude_seen` leaves out the whole history, not only the last
     max_len items the model reads. `cold_slots`: of the `top_k`, how many go to the best cold items (known by their
     features only), placed by score: a model ranks a cold item below the warm ones it knows from many histories, so
-    without slots new items are almost never shown. Without item features there are no cold items, and all slots are
-    warm."""
+    without slots new items are almost never shown. Without item features there is no cold item: all slots are warm."""
 
     top_k: int = 10
     exclude_seen: bool = True

@@ -61,8 +61,7 @@ def explain_columns(model: StreamRecModel, inputs: Tensor, items: Tensor,
                     max_sequences: int = 4096) -> dict[str, Tensor]:
     """Per recommendation: the top-attended history item and the top-occlusion item, with weights. The "because you
     watched" columns of `python -m streamrec.score --explain`. Runs in sub-batches so that B x T occlusion variants stay
-    under `max_sequences`. `items` (B, K) may hold 0 for an empty slot; returns (B, K) tensors named by
-    `EXPLAIN_COLUMNS`."""
+    under `max_sequences`. `items` (B, K) may hold 0 for an empty slot; returns (B, K) tensors (`EXPLAIN_COLUMNS`)."""
     parts: list[dict[str, Tensor]] = []
     step = max(1, max_sequences // inputs.shape[1])
     for start in range(0, inputs.shape[0], step):

@@ -3,8 +3,7 @@ N items the plain way builds the (B, N+1) score matrix. Here the catalogue is wa
 chunk's scores are computed, masked (seen items, allow-list), cut to their best K, and merged into the running best K,
 so the working memory is about B x item_chunk scores whatever N is; the scores agree with the full matrix's to float
 rounding. Ranking rule, as a stable sort of the full matrix: higher score first, on equal scores the lower item id first
-(`torch.topk` leaves ties unspecified, so ties that cross the K-th place of a chunk are settled by a stable sort of just
-those rows).
+(`torch.topk` leaves ties unspecified: ties across a chunk's K-th place are settled by a stable sort of those rows).
 
 `precision="bf16"` gives the same items, faster where bf16 matmuls are (AVX512-BF16, AMX; docs/results.md, "Scale"):
 each chunk is scored in bfloat16 and only the items whose bf16 score can still reach the running K-th best are re-scored

@@ -15,8 +15,7 @@ from jsonargparse import Namespace
 
 @dataclass(frozen=True)
 class Param:
-    """One searched parameter at fit's dotted config `key`: a float range (`low`, `high`, `log` scale) or a list of
-    `choices`."""
+    """One searched parameter at fit's dotted config `key`: a float range (`low`, `high`, `log`) or `choices`."""
 
     key: str
     low: float | None = None

@@ -170,10 +170,7 @@ class TimeParser:
                 self.kind = "unix"
                 return number
         try:
-            if self.pattern is not None:
-                moment = datetime.strptime(text, self.pattern)
-            else:
-                moment = datetime.fromisoformat(text)
+            moment = datetime.fromisoformat(text) if self.pattern is None else datetime.strptime(text, self.pattern)
         except ValueError:
             raise ValueError(self.why(value)) from None
         self.kind = self.kind or "iso"
@@ -258,10 +255,8 @@ def keep_rows(rule: ColumnFilter, cells: pa.Array) -> np.ndarray:
 def _numbers(cells: pa.Array) -> np.ndarray:
     kind, values = cells.type, None
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
-        try:
+        with suppress(pa.ArrowInvalid):
             values = as_numpy(pc.cast(pc.utf8_trim_whitespace(cells), pa.float64()))
-        except pa.ArrowInvalid:
-            pass
     elif pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):
         values = as_numpy(pc.cast(cells, pa.float64()))
     if values is None:

@@ -101,8 +101,7 @@ def parse_delimiter(value: str | None) -> str | None:
 class ReadOptions:
     """Every option of reading a log: what the file looks like, and which events are kept. The options mean what
     `StreamRecDataModule`'s arguments of the same names say. A column is a name, or a position in a file without header
-    (user_col: 0); time_col None means the file order is chronological. Times become Unix seconds, a time without a zone
-    taken as UTC."""
+    (user_col: 0); time_col None means the file order is chronological. Times become Unix seconds (no zone: UTC)."""
 
     format: Format = "auto"
     delimiter: str | None = None

@@ -94,9 +94,7 @@ def sniff_format(path: Path) -> str | None:
             return fmt
     if len({len(r.split("::")) for r in rows}) == 1 and len(rows[0].split("::")) >= 3:
         return "movielens"
-    if all(len(r.split()) >= 2 for r in rows):
-        return "lines"
-    return None
+    return "lines" if all(len(r.split()) >= 2 for r in rows) else None
 
 
 def sniff_delimiter(path: Path) -> str | None:
