@@ -113,8 +113,7 @@ class Translator:
         """Translate sentences; `beam_size`, `n_best`, `alpha`, `max_len_a`, `max_len_b`, `batch_size` are the
         `SearchOptions`, `align_layer` the decoder layer whose cross-attention aligns (an index, or "mean"). Returns a
         string per sentence; with `return_scores` or `return_alignments` (the best one carries its word alignment), a
-        `Translation` per sentence; with `n_best` > 1, a list of `n_best` `Translation`s per sentence ([] for a blank
-        one)."""
+        `Translation` per sentence; with `n_best` > 1, a list of `n_best` `Translation`s per sentence ([] if blank)."""
         options = SearchOptions(beam_size, n_best, alpha, max_len_a, max_len_b, batch_size)
         return self.translate_with(sentences, options, return_scores, align_layer if return_alignments else None)
 

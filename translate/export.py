@@ -7,8 +7,7 @@
 `translate.Translator.load(DIR)` reads it back without pickle. `ctranslate2` writes a CTranslate2 model, the
 sentencepiece models, `translate_options.json` (the `translate_batch` arguments that give our search's output) and a
 README.md that decodes with plain `ctranslate2` and `sentencepiece` calls; it needs the `export` extra (`pip install -e
-".[export]"`). RoPE, ALiBi, grouped-query attention and `model.arch: rnn` have no CTranslate2 form and are refused by
-name."""
+".[export]"`). RoPE, ALiBi, grouped-query attention and `model.arch: rnn` have no CTranslate2 form: refused by name."""
 
 from __future__ import annotations
 

@@ -48,8 +48,7 @@ def read_chunks(stream: IO[bytes], size: int, name: str = "<stdin>", max_bytes: 
                 ) -> Iterator[list[str]]:
     """Lines of a UTF-8 byte stream, `size` at a time, split on "\\n" only (as `translate.data.corpus.read_lines`). A
     chunk ends early once its lines hold `max_bytes` bytes (it holds at least one line). A byte-order mark and CRLF
-    endings are accepted; invalid UTF-8, a NUL byte or a line over `MAX_LINE_BYTES` raises `InputError` naming the
-    line."""
+    endings are accepted; invalid UTF-8, a NUL byte or a line over `MAX_LINE_BYTES` raises `InputError` naming it."""
     chunk: list[str] = []
     held = 0  # bytes in `chunk`
     for number, raw in enumerate(stream, start=1):
@@ -285,9 +284,8 @@ def _settings(args: argparse.Namespace, options: SearchOptions, shard: Shard | N
         stat = Path(path).stat()
         return [str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns] if local else [Path(path).name, stat.st_size]
 
-    record = {"input": file(args.input), "checkpoints": [file(c) for c in args.ckpt], "search": asdict(options),
-              "dtype": args.dtype, "block": args.chunk_lines, "shard": shard and f"{shard[0]}/{shard[1]}"}
-    return record
+    return {"input": file(args.input), "checkpoints": [file(c) for c in args.ckpt], "search": asdict(options),
+            "dtype": args.dtype, "block": args.chunk_lines, "shard": shard and f"{shard[0]}/{shard[1]}"}
 
 
 def _resume(output: Path, settings: dict, fresh: bool) -> tuple[Path, int]:

@@ -19,8 +19,7 @@ from core.runtime.prediction import PartsWriter
 
 class TranslationWriter(PartsWriter):
     """Writes `predict`'s translations to `output` (its folder must exist), one line per input sentence, in input order.
-    With `merge` false rank 0 does not merge the ranks' `OUTPUT.rank{N}.jsonl` parts, e.g. for ranks on machines that
-    share no folder."""
+    With `merge` false rank 0 leaves the ranks' `OUTPUT.rank{N}.jsonl` parts unmerged (machines sharing no folder)."""
 
     part_suffix, written_by, file_kind = ".jsonl", "translate predict", "a text file"
 

@@ -10,8 +10,7 @@ and optionally `beam_size`, `n_best` and `return_scores`; docs/serving.md lists 
 what beam search ranks by, as in `translate.Translator.translate`. Sentences of requests arriving together (up to
 --max-batch-size requests, waiting at most --batch-timeout seconds) are decoded in one `Translator.translate_with` call
 per distinct `SearchOptions`. A malformed or out-of-range request gets a 4xx answer {"error": "one line"} and the server
-goes on serving. GET /health answers 200 "ok" once the model is loaded. The server listens on 127.0.0.1 unless --host
-says otherwise."""
+goes on serving. GET /health answers 200 "ok" once the model is loaded. The server listens on 127.0.0.1 (see --host)."""
 
 from __future__ import annotations
 

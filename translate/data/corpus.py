@@ -53,8 +53,7 @@ def resolve_paths(paths: SplitPaths, src_lang: str, tgt_lang: str) -> SplitFiles
 
 def read_lines(path: str | Path) -> list[str]:
     """The lines of a UTF-8 text file (a byte-order mark and CRLF endings accepted), without line endings. Splits on
-    "\\n" only: `str.splitlines` would also split on U+2028 and friends and silently shift every later line against its
-    translation."""
+    "\\n" only: `str.splitlines` also splits on U+2028 and friends, shifting each later line against its translation."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file; check the split path and the language suffix")
@@ -130,8 +129,7 @@ class Example(NamedTuple):
 @dataclass
 class Batch:
     """A padded batch (pad = 0). Tensors only, so Lightning moves it and infers B without help. `index` points into the
-    dataset, whose `sources`/`refs` hold the raw strings (sacreBLEU scores against `refs`, never against decoded
-    ids)."""
+    dataset, whose `sources`/`refs` hold the raw strings (sacreBLEU scores against `refs`, never decoded ids)."""
 
     src: Tensor  # (B, S)
     tgt_in: Tensor  # (B, T) bos + target
@@ -192,8 +190,7 @@ class SampledSegmentations(Dataset[Example]):
 
     def reseed(self, worker_id: int = -1) -> None:
         """Restart sentencepiece's generator from (seed, rank, worker); a DataLoader `worker_init_fn`. The generator is
-        process-wide, and forked workers would otherwise all continue the parent's stream and draw the same
-        segmentations."""
+        process-wide, and forked workers would otherwise all continue the parent's stream: the same segmentations."""
         state = np.random.SeedSequence([self.seed, self.rank, worker_id + 1]).generate_state(1)[0]
         spm.set_random_generator_seed(int(state))
 
@@ -218,8 +215,7 @@ def encode_split(sources: Sequence[str], refs: Sequence[str], src_vocab: Subword
     """Encode a split. Training drops long pairs and bad length ratios; evaluation truncates. Every tensor built from
     the result has at most `max_len` positions: the source at most `max_len` subwords, the target at most `max_len - 1`
     (bos/eos take the last position). Evaluation keeps every pair so references stay complete. `max_ratio` (training
-    only): drop pairs whose longer side has more than `max_ratio` times the subwords of the shorter one; None keeps
-    all."""
+    only): drop pairs whose longer side has more than `max_ratio` times the subwords of the shorter; None keeps all."""
     src_ids, tgt_ids = src_vocab.encode_batch(sources), tgt_vocab.encode_batch(refs)
     if not train:
         cut = sum(len(s) > max_len or len(t) > max_len - 1 for s, t in zip(src_ids, tgt_ids, strict=True))
@@ -262,8 +258,7 @@ class TokenBatchSampler(EpochBatchSampler):
     widths are put in random order and the batch order is shuffled, both seeded by (seed, epoch). Only ties are shuffled
     (no length noise): the batch sizes and `len(self)` stay the same every epoch, which Lightning's step counts, LR
     schedules and DDP ranks (that must run equally many steps) rely on. Under DDP every rank builds the same batch list
-    and takes every `world_size`-th batch, the list padded by repeating its first batches; Lightning must not replace
-    the sampler."""
+    and takes every `world_size`-th batch, the list padded by repeating its first; Lightning must keep this sampler."""
 
     def __init__(self, widths: Sequence[int], max_tokens: int, shuffle: bool = False, seed: int = 0, rank: int = 0,
                  world_size: int = 1):

@@ -165,8 +165,7 @@ def content_hash(sentences: Iterable[str], options: dict[str, object]) -> str:
 def train_vocab(sentences: Sequence[str], vocab_size: int, model_type: ModelType = "bpe",
                 character_coverage: float = 1.0, cache_dir: str | Path | None = ".cache/spm") -> SubwordVocab:
     """Train a sentencepiece model on `sentences` (both sides for a joint vocabulary), or load it from the content-hash
-    cache in `cache_dir` (None: train every time, write nothing). `vocab_size` is an upper bound: a small corpus gets
-    fewer pieces."""
+    cache in `cache_dir` (None: train every time, write nothing); a small corpus gets fewer than `vocab_size` pieces."""
     options = _options(vocab_size, model_type, character_coverage)
     path = None
     if cache_dir is not None:

@@ -1,6 +1,5 @@
 """The recurrent translator network: `core.nn.recurrent`'s encoder and attentional decoder, tied embeddings. It has
-`TransformerTranslator`'s interface, so search, n-best lists, ensembles and alignments (its decoder's `cross_attn`) use
-it unchanged.
+`TransformerTranslator`'s interface: search, n-best lists, ensembles and alignments (its decoder's `cross_attn`) use it.
 
 Legend: B batch, S source length, T target length, D model width, V target vocabulary."""
 
@@ -18,8 +17,7 @@ class RecurrentTranslator(EncoderDecoder):
     """Bidirectional GRU/LSTM encoder, attentional decoder with input feeding, tied embeddings. Args: the network's
     arguments of `translate.model.module.TranslationModule` and its `rnn` group
     (`translate.model.options.RecurrentOptions`), with their names, meanings and defaults (a test keeps the defaults
-    equal); `translate.model.networks.build_translator` hands them over. `max_len` has no positions to size here, it
-    caps the search."""
+    equal); `translate.model.networks.build_translator` hands them over. `max_len` only caps the search."""
 
     def __init__(self, src_vocab_size: int, tgt_vocab_size: int, *, pad_id: int = PAD_ID, d_model: int = 256,
                  n_encoder_layers: int = 3, n_decoder_layers: int = 3, dropout: float = 0.1, max_len: int = MAX_LEN,

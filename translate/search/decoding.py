@@ -3,8 +3,7 @@ keeps `beam_size` live hypotheses per sentence in one (B*K)-row batch; the sourc
 (`core.CrossAttention`'s shared memory rows) and a beam keeps its parent's self-attention cache row where it can, so
 only the rows whose beam changed are copied. A sentence is done when it has `beam_size` finished hypotheses or reaches
 its limit of `max_len_a * source_length + max_len_b` subwords before EOS (fairseq's definition); done sentences leave
-the batch so later steps cost less. Finished hypotheses are ranked by the GNMT length penalty (Wu et al., 2016), length
-counting the EOS.
+the batch so later steps cost less. Ended hypotheses are ranked by GNMT's length penalty (Wu et al., 2016), EOS counted.
 
 Legend: B sentences, K beam size, S source length, V vocabulary, R = B*K rows."""
 
@@ -181,8 +180,7 @@ def _next_log_probs(model: TranslatorNetwork | Ensemble, tokens: Tensor, memory:
                     cache: DecoderCache, bos_id: int) -> Tensor:
     """Log-probabilities (rows, V) of the token after `tokens` (the newest step), in float32. Padding and BOS never
     follow in a real target, but the softmax gives them a little mass; they are made impossible (-inf, as fairseq does
-    for padding) so no hypothesis can contain them. The other tokens keep their log-probabilities, so scores still equal
-    the model's."""
+    for padding) so no hypothesis can contain them. The other tokens keep their log-probabilities (the model's)."""
     logp = model.decode(tokens, memory, src_mask, cache)[:, -1].float().log_softmax(-1)
     logp[:, model.pad_id] = logp[:, bos_id] = float("-inf")
     return logp
