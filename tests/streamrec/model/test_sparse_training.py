@@ -94,13 +94,13 @@ class StopAfter(L.Callback):
         trainer.should_stop = trainer.current_epoch + 1 >= self.epochs
 
 
-def fit(log: Path, root: Path, ckpt: str | None = None, stop: int = 4) -> tuple[StreamRecModule, L.Trainer]:
+def fit(log: Path, root: Path, ckpt: str | None = None, stop: int = 2) -> tuple[StreamRecModule, L.Trainer]:
     L.seed_everything(0, verbose=False)
     data = StreamRecDataModule(str(log), max_len=8, batch_size=16)
     module = StreamRecModule(num_items=40, max_len=8, d_model=16, n_heads=2, n_layers=1, d_ff=32, weight_decay=0.01,
                              objective=ObjectiveOptions(loss="sampled", num_negatives=16),
                              optimizer=OptimizerOptions(item_optimizer="rowwise_adagrad", warmup_steps=5))
-    trainer = L.Trainer(max_epochs=4, logger=False, enable_progress_bar=False, enable_model_summary=False,
+    trainer = L.Trainer(max_epochs=2, logger=False, enable_progress_bar=False, enable_model_summary=False,
                         enable_checkpointing=False, default_root_dir=root, callbacks=[ExactResume(), StopAfter(stop)])
     trainer.fit(module, data, ckpt_path=ckpt)
     return module, trainer
@@ -130,10 +130,10 @@ def test_a_short_fit_learns_and_beats_popularity(tiny_log, tmp_path):
 
 
 def test_resumed_fit_equals_uninterrupted(tiny_log, tmp_path):
-    """Two epochs, a checkpoint, two more from it: the weights and optimizer states of four straight epochs."""
+    """One epoch, a checkpoint, one more from it: the weights and optimizer states of two straight epochs."""
     whole, _ = fit(tiny_log, tmp_path / "whole")
-    _, first = fit(tiny_log, tmp_path / "first", stop=2)
-    ckpt = tmp_path / "two_epochs.ckpt"
+    _, first = fit(tiny_log, tmp_path / "first", stop=1)
+    ckpt = tmp_path / "one_epoch.ckpt"
     first.save_checkpoint(ckpt)
     resumed, trainer = fit(tiny_log, tmp_path / "resumed", ckpt=str(ckpt))
     assert trainer.global_step > first.global_step
