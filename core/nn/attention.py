@@ -36,10 +36,10 @@ def _fp32_on_cpu(q: Tensor, k: Tensor, dropout_p: float) -> bool:
 def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, *, is_causal: bool = False,
            bias: Tensor | None = None, dropout_p: float = 0.0, capture: list[Tensor] | None = None,
            cheap_dropout: bool = False) -> Tensor:
-    """(B, H, Tq, Dh) queries over (B, Hkv, Tk, Dh) keys and values (Hkv divides H) -> (B, H, Tq, Dh). `mask` (boolean,
-    True = may attend) and `bias` (additive float, e.g. ALiBi) broadcast to (B, H, Tq, Tk); `is_causal`: the queries are
-    the last Tq of the Tk positions. `capture`, a list: the weights are computed explicitly and appended to it.
-    `cheap_dropout`: on the CPU, the dropout mask of `core.nn.cpu_fastpath`."""
+    """(B, H, Tq, Dh) queries over (B, Hkv, Tk, Dh) keys and values (Hkv divides H) -> (B, H, Tq, Dh). `mask`
+    (boolean, True = may attend) and `bias` (additive float, e.g. ALiBi) broadcast to (B, H, Tq, Tk); `is_causal`: the
+    queries are the last Tq of the Tk positions. `capture`, a list: the weights are computed explicitly and appended to
+    it. `cheap_dropout`: on the CPU, the dropout mask of `core.nn.cpu_fastpath`."""
     t_q, t_k = q.shape[-2], k.shape[-2]
     if is_causal and t_q == 1:
         is_causal = False  # the single newest query may see every key
@@ -202,9 +202,9 @@ class CrossAttention(_HeadsMixin):
 
     def forward(self, x: Tensor, memory: Tensor, mask: Tensor | None = None, *,
                 cache: StaticKV | None = None) -> Tensor:
-        """(B, T, D) queries over (Bm, S, D) memory (shared rows, see the class) -> (B, T, D). `mask` broadcasts to (Bm,
-        H, T, S); with shared rows one row per memory row, (Bm, 1, 1, S). `cache` keeps the memory's keys and values
-        from the first call on (the memory is then ignored)."""
+        """(B, T, D) queries over (Bm, S, D) memory (shared rows, see the class) -> (B, T, D). `mask` broadcasts to
+        (Bm, H, T, S); with shared rows one row per memory row, (Bm, 1, 1, S). `cache` keeps the memory's keys and
+        values from the first call on (the memory is then ignored)."""
         q = self._split(self.q(x), self.n_heads)  # (B, H, T, Dh)
         if cache is not None and cache.is_set:
             k, v = cache.k, cache.v

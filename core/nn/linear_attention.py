@@ -1,5 +1,5 @@
-"""Causal linear attention (Katharopoulos et al. 2020): softmax replaced by a positive feature map. With phi(x) = elu(x)
-+ 1, position t reads
+"""Causal linear attention (Katharopoulos et al. 2020): softmax replaced by a positive feature map. With
+phi(x) = elu(x) + 1, position t reads
 
     out_t = phi(q_t) S_t / (phi(q_t) . z_t),   S_t = sum_{s<=t} phi(k_s) v_s^T,   z_t = sum_{s<=t} phi(k_s),
 

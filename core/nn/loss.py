@@ -139,8 +139,8 @@ def _matmul_dtype(x: Tensor) -> torch.dtype:
 
 def _logsumexp(logits: Tensor, probs: Tensor, targets: Tensor, target_logit: Tensor) -> Tensor:
     """Each row's logsumexp, read off its softmax `probs` (fp32) without another pass over the row where possible. CPU:
-    z_t - log p_t from two gathered numbers; rows whose target prob underflows are recomputed directly. Elsewhere max z
-    - log max p (max p >= 1/V never underflows), which needs no host sync for a test of rows."""
+    z_t - log p_t from two gathered numbers; rows whose target prob underflows are recomputed directly. Elsewhere
+    max z - log max p (max p >= 1/V never underflows), which needs no host sync for a test of rows."""
     acc = probs.dtype
     if logits.device.type != "cpu":
         return logits.amax(dim=1).to(acc) - probs.amax(dim=1).log()
@@ -153,9 +153,9 @@ def _logsumexp(logits: Tensor, probs: Tensor, targets: Tensor, target_logit: Ten
 
 
 class _ChunkedCrossEntropy(_StoredGradients):
-    """Mean softmax cross-entropy whose gradients are computed chunk by chunk during the forward pass. Per chunk: z = h
-    W^T, loss = logsumexp(z) - (1 - eps) z_target - eps mean(z), dz = softmax(z) - (1 - eps) onehot - eps / V, dh = dz
-    W, dW += dz^T h."""
+    """Mean softmax cross-entropy whose gradients are computed chunk by chunk during the forward pass. Per chunk:
+    z = h W^T, loss = logsumexp(z) - (1 - eps) z_target - eps mean(z),
+    dz = softmax(z) - (1 - eps) onehot - eps / V, dh = dz W, dW += dz^T h."""
 
     @staticmethod
     def forward(ctx, hidden: Tensor, weight: Tensor, targets: Tensor, eps: float, rows: int) -> Tensor:

@@ -71,10 +71,10 @@ class SpeedOptions(OptionGroup):
 
 
 def regroup(hparams: Mapping[str, Any], moved: Mapping[str, tuple[str, str]]) -> dict[str, Any]:
-    """`hparams` with the flat names of an older layout moved into their groups: `moved` maps an old name to its (group,
-    name in the group). Every other key is kept as it is; a group already given as a mapping is merged. The loaders of
-    old checkpoints call it (`streamrec.model.hparams`, `translate.model.hparams`); the old names are never options of a
-    constructor. A group that is not a mapping, or a setting given both flat and in its group, is a ValueError."""
+    """`hparams` with the flat names of an older layout moved into their groups: `moved` maps an old name to its
+    (group, name in the group). Other keys are kept as they are; a group already given as a mapping is merged. The
+    loaders of old checkpoints call it (`streamrec.model.hparams`, `translate.model.hparams`); the old names are never
+    constructor options. A group that is not a mapping, or a setting given flat and in its group, is a ValueError."""
     out: dict[str, Any] = {}
     found: dict[str, dict[str, Any]] = {}
     for key, value in hparams.items():

@@ -139,9 +139,9 @@ class RecurrentDecoder(nn.Module):
         return RecurrentCache()
 
     def forward(self, x: Tensor, memory: Tensor, mask: Tensor, cache: RecurrentCache | None = None) -> Tensor:
-        """(B, T, D) embedded inputs (with a cache, the new steps) -> (B, T, D) attentional vectors h~. `memory` (Bm, S,
-        D) and its (Bm, 1, 1, S) padding `mask`: shared rows, see the module. `cache` from `new_cache()` is advanced by
-        this call (None: decode `x` from the start)."""
+        """(B, T, D) embedded inputs (with a cache, the new steps) -> (B, T, D) attentional vectors h~. `memory`
+        (Bm, S, D) and its (Bm, 1, 1, S) padding `mask`: shared rows, see the module. `cache` from `new_cache()` is
+        advanced by this call (None: decode `x` from the start)."""
         cache = RecurrentCache() if cache is None else cache
         mask = mask.reshape(memory.shape[0], 1, memory.shape[1])  # (Bm, 1, S)
         if not cache.started:

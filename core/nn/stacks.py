@@ -1,8 +1,8 @@
 """Embeddings and layer stacks: encoder (bidirectional or causal) and decoder. Initialisation (documented because it
 changes results): every `nn.Linear` inside a stack gets Xavier-uniform weights and zero biases; token embeddings are
 N(0, D^-1/2) and scaled by sqrt(D) on the way in, so their output has unit variance at the start and the same matrix
-works as a tied output projection (Vaswani et al. 2017; fairseq); LayerNorms start at (1, 0); learned positions are N(0,
-0.02).
+works as a tied output projection (Vaswani et al. 2017; fairseq); LayerNorms start at (1, 0); learned positions are
+N(0, 0.02).
 
 Legend: B batch, T time, S source length, D model width, V vocabulary size."""
 
@@ -158,10 +158,10 @@ class Encoder(_Stack):
 
     def forward(self, x: Tensor, mask: Tensor | None = None, *, cache: DecoderCache | None = None,
                 last: int | None = None, offset: int = 0, valid: Tensor | None = None) -> Tensor:
-        """(B, T, D) embedded tokens (positions are added here) -> (B, T, D), or (B, last, D). `mask` broadcasts to (B,
-        H, T, T). `last`: the final layer computes only the last `last` positions (a recommender needs the last state
-        alone). `offset`: the first column's position without a cache, so left-padded inputs cut to their longest row
-        keep every item's position. `valid` (B, T), True at tokens: what a low-pass mix averages and the padding a
+        """(B, T, D) embedded tokens (positions are added here) -> (B, T, D), or (B, last, D). `mask` broadcasts to
+        (B, H, T, T). `last`: the final layer computes only the last `last` positions (a recommender needs the last
+        state alone). `offset`: the first column's position without a cache, so left-padded inputs cut to their longest
+        row keep every item's position. `valid` (B, T), True at tokens: what a low-pass mix averages and the padding a
         `kernel` reads (all positions when None)."""
         if cache is not None:
             offset = cache.offset
