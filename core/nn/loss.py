@@ -38,8 +38,8 @@ def rdrop_cross_entropy(hidden: Tensor, weight: Tensor, targets: Tensor, label_s
                         alpha: float = 5.0, chunk_elements: int = CHUNK_ELEMENTS) -> Tensor:
     """R-Drop loss of two dropout passes, (2, M, D) `hidden`, over the same rows, in chunks as `linear_cross_entropy`.
     Per row, the paper's eq. 3 halved, so the cross-entropy stays a mean over both passes and the paper's alpha values
-    carry over (5 for IWSLT): (CE(p1) + CE(p2)) / 2 with label smoothing as `linear_cross_entropy`, plus alpha / 4 *
-    (KL(p1 || p2) + KL(p2 || p1)); averaged over rows."""
+    carry over (5 for IWSLT): (CE(p1) + CE(p2)) / 2 with label smoothing as `linear_cross_entropy`,
+    plus alpha / 4 * (KL(p1 || p2) + KL(p2 || p1)); averaged over rows."""
     if not 0.0 <= label_smoothing < 1.0:
         raise ValueError(f"`label_smoothing` must be in [0, 1), got {label_smoothing}")
     if hidden.dim() != 3 or hidden.shape[0] != 2:

@@ -25,10 +25,10 @@ from torch.optim.adam import adam
 class RowwiseAdagradAdamW(Optimizer):
     """AdamW on ordinary param groups, row-wise AdaGrad on param groups marked `rowwise: True`. The AdamW groups take
     the same steps as `torch.optim.AdamW` with these settings (its functional kernel and state layout: `step`,
-    `exp_avg`, `exp_avg_sq`). A rowwise group holds (V, D) tables whose gradients are sparse (`F.embedding(...,
-    sparse=True)`); duplicate rows in a gradient are summed before the update. A dense gradient counts every row as
-    touched. Weight decay on a table is decoupled, as in AdamW, and applied to the touched rows only (untouched rows are
-    not read at all). A group may set its own `lr`, `eps` and `weight_decay`; a rowwise group ignores `betas`."""
+    `exp_avg`, `exp_avg_sq`). A rowwise group holds (V, D) tables with sparse gradients (`F.embedding(sparse=True)`);
+    duplicate rows in a gradient are summed before the update. A dense gradient counts every row as touched. Weight
+    decay on a table is decoupled, as in AdamW, and applied to the touched rows only (untouched rows are not read at
+    all). A group may set its own `lr`, `eps` and `weight_decay`; a rowwise group ignores `betas`."""
 
     def __init__(self, params: Iterable[Tensor] | Iterable[dict[str, Any]], lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 1e-2):
