@@ -1,7 +1,7 @@
 """StreamRec: a causal session recommender built on `core` (docs/streamrec.md).
 
-`from streamrec import Recommender` is the Python API (`streamrec.api`); it is imported on first use, so `import
-streamrec` (every CLI) does not pay for Lightning and the model until then."""
+`from streamrec import Recommender` is the Python API (`streamrec.api`); it is imported on first use, so
+`import streamrec` (every CLI) does not pay for Lightning and the model until then."""
 
 from __future__ import annotations
 
