@@ -79,12 +79,12 @@ class Translator:
     @classmethod
     def load(cls, ckpt: str | Path | Sequence[str | Path], device: str | torch.device = "cpu",
              dtype: str = "float32") -> Translator:
-        """The translator stored in a checkpoint, or an ensemble of several. `ckpt`: a checkpoint from `python -m
-        translate fit` or `python -m translate.average`, or a folder from `python -m translate.export --format
-        safetensors` (read without pickle); several (a list) make an `Ensemble` (the mean of their probabilities), which
-        must share the vocabularies. `dtype`: "float32"; "bfloat16" (search still normalises scores in float32) for GPUs
-        and CPUs with bf16 units, float32 with a warning on a CPU without them; or "int8" for int8 linear layers on the
-        CPU (`core.runtime.precision.quantize_int8`). Their BLEU cost is measured in docs/results.md."""
+        """The translator stored in a checkpoint, or an ensemble of several. `ckpt`: a checkpoint from
+        `python -m translate fit` or `python -m translate.average`, or a folder from `python -m translate.export
+        --format safetensors` (read without pickle); several (a list) make an `Ensemble` (the mean of their
+        probabilities), which must share the vocabularies. `dtype`: "float32"; "bfloat16" (scores still normalised in
+        float32) for GPUs and CPUs with bf16 units, float32 with a warning on a CPU without them; or "int8" for int8
+        linear layers on the CPU (`core.runtime.precision.quantize_int8`). docs/results.md gives their BLEU cost."""
         if isinstance(ckpt, (str, Path)):
             return _load_one(Path(ckpt), device, dtype)
         if not ckpt:

@@ -36,8 +36,8 @@ ModelType = Literal["bpe", "unigram"]
 
 def piece_word_index(pieces: Sequence[str]) -> list[int]:
     """The whitespace word of each piece: a piece starting with '▁' opens one (pieces before the first: word 0). The
-    words are exactly `text.split()` of the encoded text, as the demo corpus' Pharaoh alignments count them: `["▁der",
-    "▁Hund", "e", "▁."]` -> `[0, 1, 1, 2]`."""
+    words are exactly `text.split()` of the encoded text, as the demo corpus' Pharaoh alignments count them:
+    `["▁der", "▁Hund", "e", "▁."]` -> `[0, 1, 1, 2]`."""
     index, word = [], -1
     for piece in pieces:
         if piece.startswith(WORD_BOUNDARY) or word < 0:
