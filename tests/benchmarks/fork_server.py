@@ -1,24 +1,31 @@
-"""A stand-in for `python3` whose every run forks from one process that has already imported torch and lightning.
+"""A stand-in for `python3` whose every run forks from one process that has already imported torch, lightning and
+the other third-party modules the apps import.
 
 The benchmark scripts under test start fresh interpreters on purpose (hot_path.py's child per tree, run_all.sh's
 stages), and each would import torch and lightning again: seconds of CPU that the smoke tests do not check. Here
-`python fork_server.py ADDRESS` imports them once and serves a Unix socket; `write_shim` writes a `python3` that
+`python fork_server.py ADDRESS` imports those once and serves a Unix socket; `write_shim` writes a `python3` that
 sends its argv, working directory, environment and stdin/stdout/stderr there and exits with the forked run's
 status. The run is otherwise what the interpreter does with `-c CODE`, `-m MODULE` or `SCRIPT` (its own
 `__main__`, `sys.argv`, `sys.path`, exit status); nothing of the apps or of benchmarks/ is imported beforehand, so
-each run imports core, streamrec and translate from the path it sets.
+each run imports core, streamrec and translate from the path it sets. What the preloaded modules read from the
+environment at import (OMP_NUM_THREADS, CUDA_VISIBLE_DEVICES) is the server's: the test process's environment.
 """
 
 from __future__ import annotations
 
+import atexit
+import gc
 import json
 import os
 import runpy
 import socket
 import sys
+import traceback
 from pathlib import Path
 
-PRELOAD = ("torch", "lightning.pytorch", "rich.console")
+# Third-party modules the apps import, the costly ones; none of core, streamrec, translate or benchmarks/.
+PRELOAD = ("torch", "torch._functorch.aot_autograd", "torch._inductor.codecache", "lightning.pytorch", "torchmetrics",
+           "pyarrow.compute", "sacrebleu", "sentencepiece", "filelock", "rich.console", "pytest")
 
 SHIM = """#!{python} -IS
 import json, os, socket, sys
@@ -79,10 +86,30 @@ def _run(request: dict, fds: list[int]) -> None:
         sys.exit(f"fork_server: only `-c CODE`, `-m MODULE` or `SCRIPT` with arguments, got {argv}")
 
 
+def _child(request: dict, fds: list[int]) -> int:
+    """The run's exit status as the interpreter would give it. Then the atexit functions, but no teardown of the
+    inherited heap: freeing it would copy every page the fork shared, which costs more than most runs."""
+    try:
+        _run(request, fds)
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+        if not isinstance(e.code, int | None):
+            print(e.code, file=sys.stderr)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return code
+
+
 def serve(address: str) -> None:
     sys.path.pop(0)  # this folder: a run sees the path its own command line gives it
     for name in PRELOAD:
         __import__(name)
+    gc.freeze()  # the children's collections leave the preloaded objects, and the pages they share, alone
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(address)
     listener.listen()
@@ -96,8 +123,7 @@ def serve(address: str) -> None:
             if pid == 0:
                 listener.close()
                 conn.close()
-                _run(request, fds)
-                sys.exit(0)  # and uncaught exceptions exit 1 with their traceback, as in a fresh interpreter
+                os._exit(_child(request, fds))
             for fd in fds:
                 os.close(fd)
             _, status = os.waitpid(pid, 0)
