@@ -8,6 +8,7 @@ another. The StreamRec checkpoint they score is the `tiny_ckpt` every test folde
 
 from __future__ import annotations
 
+import gc
 import importlib
 import importlib.util
 import json
@@ -60,9 +61,11 @@ def run_benchmark(tmp_path: Path, capsys, monkeypatch, benchmark_fork_server) ->
             for name in ("ensure_running", "connect_to_new_process", "set_forkserver_preload"):
                 monkeypatch.setattr(forkserver, name, getattr(benchmark_fork_server, name))
             threads = torch.get_num_threads()
+            gc.freeze()  # the scripts' gc.collect() before each memory probe skips this process's heap, not theirs
             try:
                 module.main(argv)
             finally:
+                gc.unfreeze()
                 torch.set_num_threads(threads)
             stdout = capsys.readouterr().out
         else:
