@@ -2,7 +2,11 @@
 whether a dotted name of ours (`core.nn.attention.MultiHeadAttention`) names something in the tree.
 
 A program is named as it is typed: `python -m streamrec fit`, `python -m translate.infer`, or a script,
-`python data/make_streamrec_demo.py`. Shared by tests/test_help_text.py and tests/test_docs_examples.py.
+`python data/make_streamrec_demo.py`. Shared by tests/test_help_text.py and tests/test_docs_examples.py; and
+what `fit --print_config` prints for a stack of configs, shared by tests/test_configs.py and tests/test_overlays.py.
+
+The test files import it by name (tests/ on sys.path), so that one module, and one cache of each text, serves them
+all; under `--import-mode=importlib` a file loaded by path would be a module of its own.
 """
 
 from __future__ import annotations
@@ -12,10 +16,14 @@ import contextlib
 import functools
 import importlib
 import io
+import os
 import re
 import runpy
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -73,9 +81,53 @@ def help_text(program: str) -> str:
         runpy.run_path(str(script), run_name="__main__")
 
     try:
-        return _captured(run)
+        with _in_this_process(script):
+            return _captured(run)
     finally:
         sys.path[:] = saved
+
+
+@contextlib.contextmanager
+def _in_this_process(script: Path) -> Iterator[None]:
+    """A benchmark re-runs itself (`os.execv`) in its peer venv where one exists, which would replace the test
+    process: its options are its own argparse's in either venv, so the re-run is skipped, and any other exec
+    fails the test instead."""
+    def refused(path: str, *args: object) -> None:
+        raise AssertionError(f"`{script.name} --help` tried to replace the test process with {path}")
+
+    common = importlib.import_module("_common") if (script.parent / "_common.py").is_file() else None
+    saved = os.execv, os.execve, os.execvp
+    peer = getattr(common, "ensure_peer_venv", None)
+    os.execv = os.execve = os.execvp = refused
+    if peer is not None:
+        common.ensure_peer_venv = lambda *args, **kwargs: None
+    try:
+        yield
+    finally:
+        os.execv, os.execve, os.execvp = saved
+        if peer is not None:
+            common.ensure_peer_venv = peer
+
+
+@functools.cache
+def _print_config(app: str, configs: tuple[str, ...]) -> str:
+    main = importlib.import_module(f"{app}.cli").main
+    out, saved = io.StringIO(), sys.argv
+    sys.argv = saved[:1]
+    try:
+        with contextlib.redirect_stdout(out):
+            main(["fit", *(arg for c in configs for arg in ("--config", c)), "--print_config"])
+    except SystemExit as exit_:
+        assert exit_.code in (0, None), f"--print_config exited with {exit_.code}"
+    finally:
+        sys.argv = saved
+    return out.getvalue()
+
+
+def printed_config(app: str, configs: list[Path]) -> dict:
+    """Everything `python -m APP fit` would run with for `--config` each of `configs` in turn (defaults included,
+    `${...}` resolved), as `fit --print_config` shows it; a fresh dict on each call, for the caller to change."""
+    return yaml.safe_load(_print_config(app, tuple(str(c) for c in configs)))
 
 
 DOTTED = re.compile(r"(?<![\w./-])((?:core|streamrec|translate)(?:\.[A-Za-z_]\w*)+)")  # `core.nn.masks`
@@ -105,6 +157,7 @@ def defined_names(path: Path) -> dict[str, str | None]:
     return names
 
 
+@functools.cache
 def missing_name(dotted: str) -> str | None:
     """Why `dotted` names nothing in the tree, or None when it names a module, or a name in one (a name a module
     imports is followed to its source: `streamrec.Recommender.load` is `streamrec.api.Recommender.load`)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,18 +11,13 @@ import yaml
 from streamrec.cli import main as streamrec_main
 from translate.cli import main as translate_main
 
+sys.path.insert(0, str(Path(__file__).parent))
+import program_help  # noqa: E402 (by name: tests/test_overlays.py prints the same data sets' configs)
+
 REPO = Path(__file__).resolve().parents[1]
 DATA_SETS = [("streamrec", "demo"), ("streamrec", "beauty"), ("streamrec", "ml1m"), ("streamrec", "seed_m4"),
              ("translate", "demo"), ("translate", "multi30k_en_de")]
 MAINS = {"streamrec": streamrec_main, "translate": translate_main}
-
-
-def _printed(app: str, config: Path, capsys) -> dict:
-    """Everything `fit` would run with (defaults included, `${...}` resolved), as `fit --print_config` shows it."""
-    with pytest.raises(SystemExit) as exit_:
-        MAINS[app](["fit", "--config", str(config), "--print_config"])
-    assert exit_.value.code in (0, None)
-    return yaml.safe_load(capsys.readouterr().out)
 
 
 def _leaves(tree: object, prefix: tuple = ()) -> dict[tuple, object]:
@@ -39,12 +35,12 @@ def _at(tree: dict, path: tuple) -> object:
 
 
 @pytest.mark.parametrize(("app", "name"), DATA_SETS, ids=lambda x: x)
-def test_a_data_set_reads_its_base_first_and_changes_only_its_own_keys(app, name, tmp_path, capsys, monkeypatch):
+def test_a_data_set_reads_its_base_first_and_changes_only_its_own_keys(app, name, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     data_set = REPO / "configs" / app / f"{name}.yaml"
     own = yaml.safe_load(data_set.read_text(encoding="utf-8"))
     base = yaml.safe_load((data_set.parent / own["base"]).read_text(encoding="utf-8"))
-    printed = _printed(app, data_set, capsys)
+    printed = program_help.printed_config(app, [data_set])
     assert "base" not in printed  # a printed or saved config holds every value itself
     own_leaves = _leaves(own)
     checked = [(path, value) for path, value in own_leaves.items()]  # the data set's own values hold ...

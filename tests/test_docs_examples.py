@@ -32,6 +32,7 @@ import importlib.util
 import io
 import re
 import shlex
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,9 +41,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", REPO / "data" / "README.md",
          *sorted(p for p in (REPO / "docs").glob("*.md") if p.name != "results.md")]
-_spec = importlib.util.spec_from_file_location("program_help", Path(__file__).with_name("program_help.py"))
-program_help = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(program_help)
+sys.path.insert(0, str(Path(__file__).parent))
+import program_help  # noqa: E402 (by name: the other files that use it share its cached texts)
 
 FENCE = re.compile(r"^(\s*)```(\S*)\s*$")
 NOT_RUN = re.compile(r"<!--\s*not run:\s*(.+?)\s*-->")

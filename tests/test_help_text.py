@@ -11,16 +11,15 @@ beat`, `several times slower`) or a metric with its value (`NDCG@10 was 0.58`). 
 from __future__ import annotations
 
 import ast
-import importlib.util
 import re
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("program_help", Path(__file__).with_name("program_help.py"))
-program_help = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(program_help)
+sys.path.insert(0, str(Path(__file__).parent))
+import program_help  # noqa: E402 (by name: the other files that use it share its cached texts)
 
 NUM = r"\d+(?:[.,]\d+)*"
 FIGURES = {

@@ -7,38 +7,36 @@ DDP training itself is tested in tests/streamrec/test_ddp_training.py and tests/
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from jsonargparse import ArgumentParser
 from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy, Strategy
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
 from core.nn.blocks import DecoderLayer, EncoderLayer
-from streamrec.cli import main as streamrec_main
 from streamrec.lightning_cli import build_cli
-from translate.cli import main as translate_main
+
+sys.path.insert(0, str(Path(__file__).parent))
+import program_help  # noqa: E402 (by name: one cache of the printed configs for this file and test_configs)
 
 REPO = Path(__file__).resolve().parents[1]
 OVERLAYS = REPO / "configs" / "overlays"
 DATA_SETS = {"streamrec": ["demo", "ml1m", "beauty"], "translate": ["demo", "multi30k_en_de"]}
-MAINS = {"streamrec": streamrec_main, "translate": translate_main}
 CASES = [(app, name) for app, names in DATA_SETS.items() for name in names]
 
 
-def _printed(app: str, configs: list[Path], capsys) -> dict:
-    with pytest.raises(SystemExit) as exit_:
-        MAINS[app](["fit", *(arg for c in configs for arg in ("--config", str(c))), "--print_config"])
-    assert exit_.value.code in (0, None)
-    return yaml.safe_load(capsys.readouterr().out)
+def _printed(app: str, configs: list[Path]) -> dict:
+    """What `fit --print_config` prints for the configs (tests/test_configs.py prints the data sets alone too)."""
+    return program_help.printed_config(app, configs)
 
 
 @pytest.mark.parametrize(("app", "name"), CASES, ids=lambda x: x)
-def test_the_gpu_overlay_sets_gpu_bf16_and_compile_and_keeps_the_rest(app, name, capsys):
+def test_the_gpu_overlay_sets_gpu_bf16_and_compile_and_keeps_the_rest(app, name):
     data_set = REPO / "configs" / app / f"{name}.yaml"
-    before = _printed(app, [data_set], capsys)
-    after = _printed(app, [data_set, OVERLAYS / "gpu.yaml"], capsys)
+    before = _printed(app, [data_set])
+    after = _printed(app, [data_set, OVERLAYS / "gpu.yaml"])
     want = {("trainer", "accelerator"): "gpu", ("trainer", "devices"): 1, ("trainer", "precision"): "bf16-mixed",
             ("model", "speed", "compile"): "default", ("model", "speed", "cpu_fastpath"): False}
     for (*sections, key), value in want.items():
@@ -52,9 +50,9 @@ def test_the_gpu_overlay_sets_gpu_bf16_and_compile_and_keeps_the_rest(app, name,
 
 @pytest.mark.parametrize(("app", "name"), CASES, ids=lambda x: x)
 @pytest.mark.parametrize(("overlay", "strategy"), [("ddp.yaml", "DDPStrategy"), ("fsdp.yaml", "FSDPStrategy")])
-def test_the_multi_device_overlays_stack_on_the_gpu_overlay(app, name, overlay, strategy, capsys):
+def test_the_multi_device_overlays_stack_on_the_gpu_overlay(app, name, overlay, strategy):
     configs = [REPO / "configs" / app / f"{name}.yaml", OVERLAYS / "gpu.yaml", OVERLAYS / overlay]
-    trainer = _printed(app, configs, capsys)["trainer"]
+    trainer = _printed(app, configs)["trainer"]
     assert trainer["strategy"]["class_path"] == f"lightning.pytorch.strategies.{strategy}"
     assert (trainer["accelerator"], trainer["devices"], trainer["precision"]) == ("gpu", "auto", "bf16-mixed")
 
@@ -68,8 +66,8 @@ def test_the_ddp_overlay_builds_a_ddp_trainer_on_two_cpu_processes(tiny_log, tmp
     assert cli.trainer.strategy._ddp_kwargs["gradient_as_bucket_view"] is True
 
 
-def test_the_fsdp_overlay_builds_an_fsdp_strategy_wrapping_each_block(capsys):
-    printed = _printed("translate", [REPO / "configs" / "translate" / "demo.yaml", OVERLAYS / "fsdp.yaml"], capsys)
+def test_the_fsdp_overlay_builds_an_fsdp_strategy_wrapping_each_block():
+    printed = _printed("translate", [REPO / "configs" / "translate" / "demo.yaml", OVERLAYS / "fsdp.yaml"])
     parser = ArgumentParser()
     parser.add_argument("--strategy", type=Strategy)
     strategy = parser.instantiate_classes(parser.parse_object({"strategy": printed["trainer"]["strategy"]})).strategy
