@@ -32,8 +32,7 @@ class TokenEmbedding(nn.Module):
         d_model: model width D.
         pad_id: id whose vector is zero and receives no gradient (None: no padding); the apps
             keep theirs (`streamrec.data.constants.PAD_ID`, `translate.data.vocab.PAD_ID`).
-        init_std: standard deviation of the initial vectors (None: d_model ** -0.5, so that the
-            scaled input has unit variance)."""
+        init_std: standard deviation of the initial vectors (None: d_model ** -0.5, unit variance once scaled)."""
 
     def __init__(self, num_embeddings: int, d_model: int, *, pad_id: int | None, init_std: float | None = None):
         super().__init__()
