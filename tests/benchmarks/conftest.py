@@ -84,8 +84,9 @@ def run_benchmark(tmp_path: Path, capsys, monkeypatch, benchmark_fork_server) ->
 
 @pytest.fixture(scope="session")
 def python3_shim(tmp_path_factory) -> Iterator[Path]:
-    """A folder holding a `python3` whose runs fork from a process that imported torch and lightning once
-    (tests/benchmarks/fork_server.py): for scripts whose fresh interpreters are the design, not what is tested."""
+    """A folder holding a `python3` whose runs fork from a process that imported torch, lightning and the other
+    costly third-party modules once (tests/benchmarks/fork_server.py): for scripts whose fresh interpreters are
+    their design but not what their smoke test checks."""
     folder = tmp_path_factory.mktemp("python3_shim")
     address = str(folder / "socket")
     server = subprocess.Popen([sys.executable, str(Path(__file__).with_name("fork_server.py")), address],

@@ -71,8 +71,8 @@ def test_rdrop_loss_benchmark_writes_flat_json(run_benchmark, benchmark_refuses)
 
 
 def test_hot_path_times_a_case_on_both_trees(run_benchmark, benchmark_refuses, python3_shim, monkeypatch) -> None:
-    # Each tree's child still imports core, streamrec and translate itself (and checks from where); only torch
-    # and lightning come imported, from the shim's fork server.
+    # Each tree's child still imports core, streamrec and translate itself (and checks from where); only the
+    # third-party modules (torch, lightning, ...) come imported, from the shim's fork server.
     monkeypatch.setattr(sys, "executable", str(python3_shim / "python3"))
     args = ("--baseline", "HEAD", "--cases", "streamrec_beauty", "--rounds", "1", "--number", "1", "--quick")
     figures = run_benchmark("hot_path.py", *args, in_process=True).figures
