@@ -13,9 +13,9 @@ from streamrec.model.module import StreamRecModule
 SIZE = dict(num_items=30, max_len=8, d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.2)
 
 
-def _module(on: bool) -> StreamRecModule:
+def _module(on: bool, **size) -> StreamRecModule:
     torch.manual_seed(0)
-    return StreamRecModule(**SIZE, speed=SpeedOptions(cpu_fastpath=on))
+    return StreamRecModule(**{**SIZE, **size}, speed=SpeedOptions(cpu_fastpath=on))
 
 
 def _items() -> torch.Tensor:
@@ -59,7 +59,7 @@ def test_onnx_export_of_a_fast_model_traces_the_plain_layers_and_restores_them(t
     pytest.importorskip("onnxscript", reason="onnxscript not installed: pip install -e '.[export]'")
     from streamrec.export import write_onnx
 
-    model = _module(True).model.eval()
+    model = _module(True, n_layers=1).model.eval()  # one block: the exporter takes seconds per block
     write_onnx(model, tmp_path / "model.onnx")
     assert {FastLinear, FastDropout} <= {type(m) for m in model.modules()}  # the live model keeps its fast path
     session = ort.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])

@@ -1,18 +1,14 @@
-"""Export folders are complete: copied anywhere, they load with plain onnxruntime; no hidden file, usual modes,
-and a failed export leaves nothing behind."""
+"""Export folders: safetensors files get the usual modes, and a failed export leaves nothing behind (a copied
+ONNX folder scoring as PyTorch is in test_export.py)."""
 
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 from pathlib import Path
 
-import numpy as np
 import pytest
-import torch
 
-from streamrec import Recommender
 from streamrec.export import main
 
 CKPT = Path(__file__).parent / "fixtures" / "sasrec.ckpt"  # a tiny checkpoint: nothing to train
@@ -22,25 +18,6 @@ def _umask_mode() -> int:
     umask = os.umask(0)
     os.umask(umask)
     return 0o666 & ~umask
-
-
-def test_a_copied_onnx_folder_scores_as_the_api(tmp_path) -> None:
-    ort = pytest.importorskip("onnxruntime", reason="pip install -c constraints.txt -e '.[export]'")
-    pytest.importorskip("onnxscript", reason="pip install -c constraints.txt -e '.[export]'")
-    main(["--ckpt", str(CKPT), "--format", "onnx", "--output", str(tmp_path / "export")])
-    names = sorted(os.listdir(tmp_path / "export"))
-    assert not [n for n in names if n.startswith(".")], names  # nothing `ls` would not show
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    for name in names:  # cp export/* elsewhere/
-        shutil.copy(tmp_path / "export" / name, elsewhere / name)
-    shutil.rmtree(tmp_path / "export")
-    session = ort.InferenceSession(str(elsewhere / "model.onnx"), providers=["CPUExecutionProvider"])
-    rec = Recommender.load(CKPT)
-    items = torch.tensor([[0, 0, 0, 1, 2, 3, 4, 5], [0, 0, 0, 0, 0, 0, 7, 9]])
-    (scores,) = session.run(["scores"], {"items": items.numpy()})
-    want = rec.model.recommend_scores(items).numpy()
-    np.testing.assert_allclose(scores[:, 1:], want[:, 1:], rtol=1e-4, atol=1e-4)
 
 
 def test_safetensors_files_get_the_usual_mode(tmp_path) -> None:
