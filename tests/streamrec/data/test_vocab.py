@@ -6,6 +6,7 @@ The reference below is that implementation, kept verbatim in spirit: a list of s
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import subprocess
 import sys
@@ -168,15 +169,19 @@ def test_build_and_encode_codes_match_the_reference() -> None:
 
 
 def test_a_pickled_vocabulary_works_in_a_process_with_another_hash_seed(tmp_path: Path) -> None:
-    """Hashes of strings differ between processes (PYTHONHASHSEED), so pickling must not carry them."""
+    """Hashes of strings differ between processes (PYTHONHASHSEED), so pickling must not carry them. One child
+    (each imports torch again) under a seed that is not this process's."""
     items = [f"item{k}" for k in range(1000)]
     (tmp_path / "v.pkl").write_bytes(pickle.dumps(ItemVocab(items)))
     code = ("import pickle, sys; v = pickle.loads(open(sys.argv[1], 'rb').read()); "
-            "print(v.lookup(['item0', 'item999', 'nope']).tolist(), 'item5' in v, v.index['item7'])")
-    for seed in ("1", "2"):
-        out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "v.pkl")], cwd=ROOT, capture_output=True,
-                             text=True, env={"PYTHONHASHSEED": seed, "PATH": ""}, check=True)
-        assert out.stdout.strip() == "[1, 1000, 0] True 8"
+            "print(v.lookup(['item0', 'item999', 'nope']).tolist(), 'item5' in v, v.index['item7'], hash('item7'))")
+    seed = "2" if os.environ.get("PYTHONHASHSEED") == "1" else "1"  # not this process's seed
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "v.pkl")], cwd=ROOT, capture_output=True,
+                         text=True, env={"PYTHONHASHSEED": seed, "PATH": ""}, check=True)
+    *found, child_hash = out.stdout.split()
+    assert " ".join(found) == "[1, 1000, 0] True 8"
+    assert int(child_hash) != hash("item7")  # the child really hashed differently
+
 
 
 def test_holds_no_python_string_per_item() -> None:
