@@ -3,7 +3,7 @@
 `from core.nn import MultiHeadAttention, Decoder, causal_mask, ...` names the public parts; each lives in the module
 named for its concept (`core.nn.attention`, `core.nn.masks`, ...)."""
 
-from core.nn.attention import CrossAttention, MultiHeadAttention, attend
+from core.nn.attention import CrossAttention, MultiHeadAttention, SideStream, attend
 from core.nn.blocks import DecoderLayer, EncoderLayer, FeedForward, GatedResidual, Residual
 from core.nn.cpu_fastpath import FastDropout, FastLinear, disable_cpu_fastpath, enable_cpu_fastpath
 from core.nn.explain import AttentionCapture, attention_entropy, attention_rollout
@@ -20,7 +20,7 @@ from core.nn.windowed import WindowAttention
 __all__ = ["ALiBi", "AttentionCapture", "CrossAttention", "Decoder", "DecoderCache", "DecoderLayer", "Encoder",
            "EncoderLayer", "FastDropout", "FastLinear", "FeedForward", "GatedResidual", "LinearAttention",
            "OptionGroup", "Residual", "SpeedOptions", "WindowAttention", "InverseSqrt", "InverseSqrtLR", "KVCache",
-           "LearnedPositions", "MultiHeadAttention", "RotaryEmbedding", "SinusoidalPositions", "StaticKV",
+           "LearnedPositions", "MultiHeadAttention", "RotaryEmbedding", "SideStream", "SinusoidalPositions", "StaticKV",
            "TokenEmbedding", "WarmupCosine", "WarmupCosineLR", "additive_mask", "alibi_slopes", "apply_rope", "attend",
            "attention_entropy", "attention_rollout", "causal_mask", "causal_padding_mask", "combine_masks",
            "contrastive_loss", "disable_cpu_fastpath", "enable_cpu_fastpath", "init_linear", "lengths_mask",

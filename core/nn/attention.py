@@ -3,6 +3,7 @@ SDPA picks a flash or fused kernel (on CPU too). Explanations need the weights, 
 holds a list (`core.nn.explain.AttentionCapture`) recomputes them and appends them there, with the same output.
 
 Grouped-query attention: `n_kv_heads` key/value heads are shared by `n_heads / n_kv_heads` query heads each.
+A `SideStream` adds a second input's query-key logits to self-attention's (values from the main input alone).
 
 Legend: B batch, T time, Tq queries, Tk keys, S source length, D model width, H query heads, Hkv key/value heads, Dh
 head width (D / H)."""
@@ -10,6 +11,7 @@ head width (D / H)."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -112,7 +114,7 @@ class _HeadsMixin(nn.Module):
 
     def _split(self, x: Tensor, heads: int) -> Tensor:
         b, t, _ = x.shape
-        return x.view(b, t, heads, self.head_dim).transpose(1, 2)  # (B, heads, T, Dh)
+        return x.view(b, t, heads, -1).transpose(1, 2)  # (B, heads, T, Dh), or a side stream's head width
 
     def _merge(self, x: Tensor) -> Tensor:
         b, _, t, _ = x.shape
@@ -130,6 +132,23 @@ class SequenceKernel(Protocol):
         """(B, H, T, Dh) queries, (B, Hkv, T, Dh) keys and values, (B, T) True at tokens -> (B, H, T, Dh)."""
 
 
+@dataclass(frozen=True)
+class SideStream:
+    """A second input that steers self-attention without being read by it: each layer projects it to its own queries
+    and keys, q_s k_s^T is added to q k^T before the softmax, and the values come from the main input alone. Decoupled
+    side information (DIF-SR, Xie et al. 2022): attributes decide where a position looks, and are not mixed into the
+    states themselves, where they would crowd the ids out. The sum is scaled by the main heads' 1 / sqrt(Dh), as DIF-SR.
+
+    Args:
+        width: the stream's width; the query heads split it as they split the model width."""
+
+    width: int
+
+    def __post_init__(self) -> None:
+        if self.width < 1:
+            raise ValueError(f"`width` of the side stream must be >= 1, got {self.width}")
+
+
 class MultiHeadAttention(_HeadsMixin):
     """Self-attention with one fused QKV projection.
 
@@ -141,27 +160,38 @@ class MultiHeadAttention(_HeadsMixin):
         bias: whether projections have a bias.
         kernel: None (default): the softmax over every allowed key (SDPA). For long causal sequences, with time
             and memory linear in T, a `SequenceKernel` (`WindowAttention`, `LinearAttention`): causal only, it
-            takes the padding as `valid` (B, T) instead of a mask, and has no KV cache, positional bias or capture."""
+            takes the padding as `valid` (B, T) instead of a mask, and has no KV cache, positional bias or capture.
+        side: a `SideStream` whose logits join the softmax's (`forward`'s `side`); not with a `kernel`."""
 
     def __init__(self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, dropout: float = 0.0,
-                 bias: bool = True, kernel: SequenceKernel | None = None):
+                 bias: bool = True, kernel: SequenceKernel | None = None, side: SideStream | None = None):
         super().__init__()
         self._init_heads(d_model, n_heads, n_kv_heads, dropout)
+        if side is not None and (side.width % n_heads or kernel is not None):
+            raise ValueError(f"a side stream needs `n_heads` ({n_heads}) to divide its width ({side.width}) and the "
+                             "softmax over all keys (no `kernel`)")
         self.kernel = kernel
         self.qkv = nn.Linear(d_model, d_model + 2 * self.kv_dim, bias=bias)  # rows: [q; k; v]
+        side_dh = 0 if side is None else side.width // n_heads
+        self.side_qk = None if side is None else nn.Linear(side.width, side_dh * (n_heads + self.n_kv_heads),
+                                                              bias=bias)
         self.out = nn.Linear(d_model, d_model, bias=bias)
 
     def forward(self, x: Tensor, mask: Tensor | None = None, *, is_causal: bool = False,
                 rope: RotaryEmbedding | None = None, bias: Tensor | None = None, cache: KVCache | None = None,
-                last: int | None = None, valid: Tensor | None = None) -> Tensor:
+                last: int | None = None, valid: Tensor | None = None, side: Tensor | None = None) -> Tensor:
         """(B, T, D) -> (B, T, D), or (B, last, D); with a cache, x holds the new steps only. `mask` and `bias` as in
         `attend`; `rope` is applied from the cache length on. `last`: only the last `last` positions query (all are
         keys), so a model that needs one output per sequence skips the rest. `valid` (B, T), True at tokens: the padding
-        a `kernel` reads (it reads no `mask`)."""
+        a `kernel` reads (it reads no `mask`). `side` (B, T, width): the `SideStream` at x's positions."""
         q, k, v = self.qkv(x).split([self.d_model, self.kv_dim, self.kv_dim], dim=-1)
         q, k, v = self._split(q, self.n_heads), self._split(k, self.n_kv_heads), self._split(v, self.n_kv_heads)
         if rope is not None:
             q, k = apply_rope(q, k, rope, offset=0 if cache is None else cache.length)
+        if (side is None) != (self.side_qk is None):
+            raise ValueError("pass `side` exactly when the attention was built with a `SideStream`")
+        if side is not None:
+            q, k = self._with_side(q, k, side)
         if self.kernel is not None:
             if not is_causal or mask is not None or bias is not None or cache is not None or self.capture is not None:
                 raise ValueError(f"attention {type(self.kernel).__name__} is causal self-attention over whole "
@@ -178,6 +208,16 @@ class MultiHeadAttention(_HeadsMixin):
         out = attend(q, k, v, mask, is_causal=is_causal, bias=bias, dropout_p=self._dropout_p(), capture=self.capture,
                      cheap_dropout=self.cheap_dropout)
         return self.out(self._merge(out))
+
+    def _with_side(self, q: Tensor, k: Tensor, side: Tensor) -> tuple[Tensor, Tensor]:
+        """[q, q_s] and [k, k_s] along the head width, so that one SDPA call takes q k^T + q_s k_s^T (SDPA allows
+        values narrower than keys). SDPA divides by the root of the wider head: q is scaled up to undo that, leaving
+        the sum over sqrt(Dh), the main heads' (a KV cache then holds the wide keys)."""
+        assert self.side_qk is not None
+        side_dh = self.side_qk.in_features // self.n_heads
+        q_s, k_s = self.side_qk(side).split([self.n_heads * side_dh, self.n_kv_heads * side_dh], dim=-1)
+        q = torch.cat([q, self._split(q_s, self.n_heads)], dim=-1) * math.sqrt(1 + side_dh / self.head_dim)
+        return q, torch.cat([k, self._split(k_s, self.n_kv_heads)], dim=-1)
 
 
 class CrossAttention(_HeadsMixin):

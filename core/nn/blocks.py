@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from core.nn.attention import CrossAttention, MultiHeadAttention, SequenceKernel
+from core.nn.attention import CrossAttention, MultiHeadAttention, SequenceKernel, SideStream
 from core.nn.kv_cache import KVCache, StaticKV
 from core.nn.mixing import LowPassFilter, LowPassMix
 from core.nn.positions import RotaryEmbedding
@@ -113,16 +113,18 @@ class EncoderLayer(nn.Module):
         norm_first: pre-LN (True) or post-LN (False).
         mix: a low-pass filter branch mixed with self-attention (`core.nn.mixing`); None: attention only.
         kernel: the self-attention's `SequenceKernel` (`MultiHeadAttention`); None: the softmax over all keys.
-        residual: the residual kind of both sublayers: `Residual` or `GatedResidual` (pre-LN only)."""
+        residual: the residual kind of both sublayers: `Residual` or `GatedResidual` (pre-LN only).
+        side: a `SideStream` adding its own query-key logits to the self-attention's (`MultiHeadAttention`)."""
 
     def __init__(self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, d_ff: int,
                  dropout: float = 0.0, attn_dropout: float = 0.0, ff_dropout: float | None = None,
                  activation: Activation = "gelu", norm_first: bool = True, mix: LowPassMix | None = None,
-                 kernel: SequenceKernel | None = None, residual: type[Residual] = Residual):
+                 kernel: SequenceKernel | None = None, residual: type[Residual] = Residual,
+                 side: SideStream | None = None):
         super().__init__()
         ff_p = dropout if ff_dropout is None else ff_dropout
         self.self_attn = MultiHeadAttention(d_model, n_heads, kernel=kernel, n_kv_heads=n_kv_heads,
-                                            dropout=attn_dropout)
+                                            dropout=attn_dropout, side=side)
         self.ff = FeedForward(d_model, d_ff, dropout=ff_p, activation=activation)
         self.attn_block = residual(d_model, dropout=dropout, norm_first=norm_first)
         self.ff_block = residual(d_model, dropout=dropout, norm_first=norm_first)
@@ -131,10 +133,10 @@ class EncoderLayer(nn.Module):
 
     def forward(self, x: Tensor, mask: Tensor | None = None, *, is_causal: bool = False,
                 rope: RotaryEmbedding | None = None, bias: Tensor | None = None, cache: KVCache | None = None,
-                last: int | None = None, valid: Tensor | None = None) -> Tensor:
+                last: int | None = None, valid: Tensor | None = None, side: Tensor | None = None) -> Tensor:
         """Arguments as in `MultiHeadAttention.forward`; `valid` is also what the low-pass filter averages."""
         x = self.attn_block(x, lambda h: self._mixed(h, mask, is_causal=is_causal, rope=rope, bias=bias,
-                                                     cache=cache, last=last, valid=valid))
+                                                     cache=cache, last=last, valid=valid, side=side))
         return self.ff_block(x, self.ff)
 
     def _mixed(self, h: Tensor, mask: Tensor | None, *, valid: Tensor | None, last: int | None, **attn) -> Tensor:

@@ -14,7 +14,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from core.nn.attention import SequenceKernel
+from core.nn.attention import SequenceKernel, SideStream
 from core.nn.blocks import Activation, DecoderLayer, EncoderLayer, Residual
 from core.nn.kv_cache import DecoderCache
 from core.nn.masks import additive_mask, causal_mask, combine_masks
@@ -131,13 +131,14 @@ class Encoder(_Stack):
         mix: a causal low-pass branch beside each layer's attention (`core.nn.mixing`); needs `causal`.
         kernel: for long histories, every layer's `SequenceKernel` (`core.nn.windowed.WindowAttention`,
             `core.nn.linear_attention.LinearAttention`): causal only, no (T, T) mask, the padding as `valid`.
-        residual: every layer's residual kind (`core.nn.blocks.Residual`, or `GatedResidual`: pre-LN only)."""
+        residual: every layer's residual kind (`core.nn.blocks.Residual`, or `GatedResidual`: pre-LN only).
+        side: a `core.nn.attention.SideStream`: each layer projects `forward`'s `side` to logits of its own."""
 
     def __init__(self, d_model: int, n_heads: int, *, n_kv_heads: int | None = None, n_layers: int, d_ff: int,
                  dropout: float = 0.0, attn_dropout: float = 0.0, ff_dropout: float | None = None, max_len: int,
                  positions: Positions = "sinusoidal", activation: Activation = "gelu", norm_first: bool = True,
                  causal: bool = False, mix: LowPassMix | None = None, kernel: SequenceKernel | None = None,
-                 residual: type[Residual] = Residual):
+                 residual: type[Residual] = Residual, side: SideStream | None = None):
         if mix is not None and not causal:
             raise ValueError("the low-pass mix is a causal filter: use it with `causal=True`")
         if kernel is not None and (not causal or positions == "alibi"):
@@ -145,7 +146,7 @@ class Encoder(_Stack):
         super().__init__(EncoderLayer, d_model, n_heads, n_kv_heads=n_kv_heads, n_layers=n_layers, d_ff=d_ff,
                          dropout=dropout, attn_dropout=attn_dropout, ff_dropout=ff_dropout, max_len=max_len,
                          positions=positions, activation=activation, norm_first=norm_first, mix=mix, kernel=kernel,
-                         residual=residual)
+                         residual=residual, side=side)
         self.causal = causal
         self.kernel = kernel
 
@@ -156,12 +157,14 @@ class Encoder(_Stack):
         return DecoderCache(len(self.layers), cross=False)
 
     def forward(self, x: Tensor, mask: Tensor | None = None, *, cache: DecoderCache | None = None,
-                last: int | None = None, offset: int = 0, valid: Tensor | None = None) -> Tensor:
+                last: int | None = None, offset: int = 0, valid: Tensor | None = None,
+                side: Tensor | None = None) -> Tensor:
         """(B, T, D) embedded tokens (positions are added here) -> (B, T, D), or (B, last, D). `mask` broadcasts to
         (B, H, T, T). `last`: the final layer computes only the last `last` positions (a recommender needs the last
         state alone). `offset`: the first column's position without a cache, so left-padded inputs cut to their longest
         row keep every item's position. `valid` (B, T), True at tokens: what a low-pass mix averages and the padding a
-        `kernel` reads (all positions when None)."""
+        `kernel` reads (all positions when None). `side` (B, T, width): the `SideStream` at x's positions, the same in
+        every layer (never updated by them)."""
         if cache is not None:
             offset = cache.offset
         x, bias = self._positions(x, offset, cached=cache is not None)
@@ -181,7 +184,7 @@ class Encoder(_Stack):
         for i, layer in enumerate(self.layers):
             layer_cache = None if cache is None else cache.self_attn[i]
             x = layer(x, mask, is_causal=causal, rope=self.rope, bias=bias, cache=layer_cache,
-                      last=last if i == final else None, valid=valid)
+                      last=last if i == final else None, valid=valid, side=side)
         return self.norm(x if last is None else x[:, -last:])
 
 
