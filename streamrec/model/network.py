@@ -5,20 +5,23 @@ one subclass and one line of `NETWORKS`; nothing else names an architecture.
 
 With categorical item features (`num_features` > 0, as RecTools' SASRec offers them), an item's vector is its
 id embedding plus the mean of its features' embeddings, inputs and tied scores alike; a cold item (never in the
-training histories) has an untrained id row, so its vector is its features' alone.
+training histories) has an untrained id row, so its vector is its features' alone. With `items.features: attention`
+(DIF-SR) the features' mean is a side stream instead (`core.nn.SideStream`): it adds attention logits in every layer,
+and item vectors are the id embeddings alone.
 
 Legend: B batch (users), T history length, D model width, N items (ids 1..N, 0 = padding), M selected positions, F
 feature slots per item."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
 
-from core.nn import Encoder, TokenEmbedding, causal_padding_mask, padding_mask
+from core.nn import Encoder, SideStream, TokenEmbedding, causal_padding_mask, padding_mask
 from core.nn.blocks import GatedResidual, Residual
 from core.nn.compile import bucket_length
 from core.nn.recurrent import CausalRecurrentEncoder
@@ -88,8 +91,14 @@ class StreamRecModel(nn.Module):
         if num_features and not items.tied:
             raise ValueError("item features need `model.items.tied: true`: a separate output table has no features, "
                              "so it could not score cold items")
-        self.refuse(block, mixing, num_features)
+        self.refuse(block, mixing, num_features, items)
+        if items.features == "attention" and (not num_features or mixing.attention != "full"):
+            raise ValueError("`model.items.features: attention` needs item features (`data.item_features`) and "
+                             "`model.mixing.attention: full` (its logits join the softmax's)")
         self.block, self.mixing, self.items = block, mixing, items
+        self.adds_features = bool(num_features) and items.features == "add"
+        width = items.feature_width or d_model
+        self.side = SideStream(width) if num_features and not self.adds_features else None
         self.id_dropout, self.history_dropout = items.id_dropout, items.history_dropout
         self.num_items = num_items
         self.max_len = max_len  # the history length inputs are padded or cut to, whatever the encoder
@@ -107,8 +116,8 @@ class StreamRecModel(nn.Module):
         self.feature_embedding: nn.EmbeddingBag | None = None
         if num_features:
             # A mean over each item's features; padding slots are left out (an item without any gets zeros).
-            self.feature_embedding = nn.EmbeddingBag(num_features + 1, d_model, mode="mean", padding_idx=PAD_ID)
-            nn.init.normal_(self.feature_embedding.weight, std=d_model**-0.5 if init_std is None else init_std)
+            self.feature_embedding = nn.EmbeddingBag(num_features + 1, width, mode="mean", padding_idx=PAD_ID)
+            nn.init.normal_(self.feature_embedding.weight, std=width**-0.5 if init_std is None else init_std)
             self.feature_embedding.weight.data[PAD_ID].zero_()
             # Filled by `set_item_features` from the data; persistent, so checkpoints and exports carry them.
             self.register_buffer("item_features", torch.zeros(num_items + 1, features_per_item, dtype=torch.long))
@@ -121,7 +130,7 @@ class StreamRecModel(nn.Module):
         return build_network(hparams)
 
     @classmethod
-    def refuse(cls, block: BlockOptions, mixing: MixingOptions, num_features: int) -> None:
+    def refuse(cls, block: BlockOptions, mixing: MixingOptions, num_features: int, items: ItemOptions) -> None:
         """Raise ValueError, naming the key to change, for a setting this network cannot honour."""
 
     @classmethod
@@ -138,7 +147,8 @@ class StreamRecModel(nn.Module):
         return Encoder(d_model, n_heads, n_kv_heads=block.n_kv_heads, n_layers=n_layers, d_ff=d_ff, dropout=dropout,
                        attn_dropout=block.attn_dropout, max_len=max_len, positions=block.positions,
                        activation=block.activation, norm_first=True, causal=self.causal, mix=mixing.lowpass(max_len),
-                       kernel=mixing.kernel(), residual=GatedResidual if block.residual == "gated" else Residual)
+                       kernel=mixing.kernel(), residual=GatedResidual if block.residual == "gated" else Residual,
+                       side=self.side)
 
     def training_inputs(self, inputs: Tensor, targets: Tensor, last_only: bool,
                         mask_prob: float) -> tuple[Tensor, Tensor, int | None]:
@@ -165,8 +175,17 @@ class StreamRecModel(nn.Module):
     def _run(self, items: Tensor, offset: int, last: int | None = None) -> Tensor:
         """The encoder on (B, T) items whose first column is history position `offset` -> (B, T or last, D)."""
         mask, valid = self._masks(items, padding_mask(items, PAD_ID))  # keys (B, 1, 1, T)
-        hidden = self.encoder(self._embed(items), mask, last=last, offset=offset, valid=valid)
+        hidden = self.encoder(self._embed(items), mask, last=last, offset=offset, valid=valid, side=self._side(items))
         return hidden if self.head is None else self.head(hidden)
+
+    def _side(self, items: Tensor) -> Tensor | None:
+        """`features: attention`'s side stream: (B, T) ids -> (B, T, W) their features' means, scaled as the item
+        inputs are (unit variance at the start); None without it. Every layer reads it as it is, and `history_dropout`
+        leaves it whole: a blanked item's attributes still steer attention, its id is what is hidden."""
+        if self.side is None:
+            return None
+        bags = self.feature_embedding(self.item_features[items].reshape(-1, self.item_features.shape[1]))
+        return bags.view(*items.shape, -1) * math.sqrt(self.side.width)
 
     def set_item_features(self, features: Tensor, cold: Tensor) -> None:
         """Take the data's (N+1, F) feature ids and (N+1,) bool cold items (never in the training histories)."""
@@ -184,9 +203,9 @@ class StreamRecModel(nn.Module):
         self.cold_items[PAD_ID] = False
 
     def item_rows(self, ids: Tensor) -> Tensor:
-        """(...) item ids -> (..., D) their vectors (unscaled): the id embedding, plus the features' mean with them."""
+        """(...) item ids -> (..., D) their vectors (unscaled): the id embedding, plus the features' mean when added."""
         vectors = self.item_embedding.weight[ids]
-        if self.feature_embedding is None:
+        if not self.adds_features:
             return vectors
         drop = self.cold_items[ids]  # an untrained id row adds noise
         if self.training and self.id_dropout:  # DropoutNet: learn to score an item by its features alone
@@ -198,7 +217,7 @@ class StreamRecModel(nn.Module):
     def _embed(self, items: Tensor) -> Tensor:
         """(B, T) ids -> (B, T, D) encoder inputs, scaled by sqrt(D) as `TokenEmbedding` scales them; in training,
         `history_dropout` blanks whole history items (their position stays), so that no single item is relied on."""
-        if self.feature_embedding is None:
+        if not self.adds_features:
             vectors = self.item_embedding(items)
         else:
             vectors = self.item_rows(items) * self.item_embedding.scale
@@ -210,9 +229,9 @@ class StreamRecModel(nn.Module):
 
     @property
     def item_vectors(self) -> Tensor:
-        """(N+1, D) vectors that hidden states are scored against; row 0 is padding. With item features, computed
+        """(N+1, D) vectors that hidden states are scored against; row 0 is padding. With added item features, computed
         at each use: hold the result while scoring many batches, and never write to it."""
-        if self.feature_embedding is not None:
+        if self.adds_features:
             return self.item_rows(torch.arange(self.num_items + 1, device=self.item_features.device))
         if self.output is not None:
             return self.output.weight
@@ -254,8 +273,10 @@ class BERT4Rec(StreamRecModel):
     extra_rows = 1
 
     @classmethod
-    def refuse(cls, block: BlockOptions, mixing: MixingOptions, num_features: int) -> None:
+    def refuse(cls, block: BlockOptions, mixing: MixingOptions, num_features: int, items: ItemOptions) -> None:
         _refuse_causal_mixing(cls.arch, mixing)
+        if items.features != "add":
+            raise ValueError("`model.items.features: attention` is offered with arch sasrec only; use `features: add`")
         if num_features:
             raise ValueError("item features are not offered with arch bert4rec (its mask token has no features); "
                              "use arch sasrec or gru")
@@ -298,8 +319,11 @@ class GRU4Rec(StreamRecModel):
     has_attention = False
 
     @classmethod
-    def refuse(cls, block: BlockOptions, mixing: MixingOptions, num_features: int) -> None:
+    def refuse(cls, block: BlockOptions, mixing: MixingOptions, num_features: int, items: ItemOptions) -> None:
         _refuse_causal_mixing(cls.arch, mixing)
+        if items.features != "add":
+            raise ValueError("`model.items.features: attention` adds attention logits; arch gru has no attention: "
+                             "use `features: add`")
         if block.residual != "plain":
             raise ValueError("`model.block.residual: gated` gates the transformer blocks' residuals; arch gru has "
                              "none: set it to plain")

@@ -20,6 +20,7 @@ LossName = Literal["full", "sampled", "bce", "gbce"]
 ItemOptimizer = Literal["adamw", "rowwise_adagrad"]
 AttentionName = Literal["full", "window", "linear"]
 ResidualName = Literal["plain", "gated"]
+FeatureUse = Literal["add", "attention"]
 
 
 def _choice(name: str, value: object, choices: tuple[str, ...]) -> None:
@@ -109,18 +110,33 @@ class ItemOptions(OptionGroup):
         id_dropout: with item features, the share of item id vectors dropped in training, so that items are also
             learnt by their features alone (DropoutNet): cold items have nothing else. 0 (default): none.
         history_dropout: the share of history items blanked in training (position kept; each pass draws its own,
-            as CL4SRec's item masks), against leaning on single past items. 0 (default): none."""
+            as CL4SRec's item masks), against leaning on single past items. 0 (default): none.
+        features: how item features enter. add (default): their mean embedding joins the item's id vector, in the
+            inputs and the scores. attention: DIF-SR's decoupled side information (sasrec only): the mean only
+            steers attention, each layer adding logits of its own, so the ids' vectors are not crowded by the
+            attributes; inputs, values and scores are ids alone, so a cold item (no training history) keeps an id
+            row never trained on a positive, ranked as an id-only model ranks it.
+        feature_width: the feature embedding width of `features: attention` (None: d_model); n_heads must divide it."""
 
     tied: bool = True
     init_std: float | None = None
     id_dropout: float = 0.0
     history_dropout: float = 0.0
+    features: FeatureUse = "add"
+    feature_width: int | None = None
 
     def __post_init__(self) -> None:
         if self.init_std is not None and self.init_std <= 0:
             raise ValueError(f"`model.items.init_std` must be > 0, got {self.init_std}")
         _share("model.items.id_dropout", self.id_dropout)
         _share("model.items.history_dropout", self.history_dropout)
+        _choice("model.items.features", self.features, ("add", "attention"))
+        if self.features == "attention" and self.id_dropout:
+            raise ValueError("`model.items.id_dropout` lets features stand in for ids, which `features: attention` "
+                             "never scores by: set it to 0")
+        if self.feature_width is not None and (self.features != "attention" or self.feature_width < 1):
+            raise ValueError("`model.items.feature_width` sizes `features: attention`'s embeddings: >= 1 with it, "
+                             f"unset otherwise; got {self.feature_width}")
 
 
 @dataclass(frozen=True)

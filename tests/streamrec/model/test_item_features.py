@@ -1,4 +1,5 @@
-"""Item features in the network: id + mean of feature vectors, cold items by features alone, checkpoints carry them."""
+"""Item features in the network: id + mean of feature vectors, cold items by features alone, checkpoints carry them;
+`features: attention` (DIF-SR): the features' mean as a side stream of attention logits, ids alone scored."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import torch
 from core.runtime.errors import InputError
 from streamrec.api import Recommender
 from streamrec.data.datamodule import StreamRecDataModule
+from streamrec.export import write_onnx
 from streamrec.model.module import StreamRecModule
-from streamrec.model.network import SASRec, StreamRecModel
+from streamrec.model.network import NETWORKS, SASRec, StreamRecModel
 from streamrec.model.options import ItemOptions
 from streamrec.ranking.batch import RankingOptions, rank
 from streamrec.score import item_table
@@ -210,3 +212,81 @@ def test_batch_scoring_keeps_the_cold_slots_and_records_them(trained, tmp_path):
     with pytest.raises(SystemExit):
         score.main(["--ckpt", str(ckpt), "--input", str(log), "--output", str(tmp_path / "x.csv"), "--top-k", "2",
                     "--cold-slots", "3"])
+
+
+def _attention_model(**items) -> StreamRecModel:
+    model = _model(num_features=3, features_per_item=2, items={"features": "attention", **items})
+    model.set_item_features(FEATURES, COLD)
+    return model
+
+
+def test_attention_features_are_a_side_stream_of_feature_means():
+    model = _attention_model(feature_width=4)
+    feats = model.feature_embedding.weight  # (4, W): padding and 3 features
+    assert feats.shape == (4, 4)
+    want = torch.stack([(feats[1] + feats[2]) / 2, (feats[3] + feats[1]) / 2, feats[0]]) * 2.0  # x sqrt(W)
+    torch.testing.assert_close(model._side(torch.tensor([[1, 4, 3]]))[0], want)
+    assert model.item_vectors is model.item_embedding.weight  # scored by the ids alone (DIF-SR)
+
+
+def test_attention_features_with_silent_side_projections_give_the_id_only_logits():
+    model = _attention_model()
+    plain = _model()
+    unexpected = plain.load_state_dict(model.state_dict(), strict=False).unexpected_keys
+    assert unexpected and all(k.startswith(("feature_embedding", "item_features", "cold_items")) or "side_qk" in k
+                              for k in unexpected)
+    histories = torch.tensor([[0, 0, 1, 2, 4, 1], [0, 0, 0, 3, 1, 2]])
+    assert not torch.allclose(model.recommend_scores(histories), plain.recommend_scores(histories))  # features act
+    for layer in model.encoder.layers:
+        layer.self_attn.side_qk.weight.data.zero_()  # its biases start at zero
+    torch.testing.assert_close(model.recommend_scores(histories), plain.recommend_scores(histories))
+    torch.testing.assert_close(model.encode(histories), plain.encode(histories))  # every position, untrimmed
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"arch": "gru"}, "arch gru has no attention"),
+    ({"arch": "bert4rec"}, "arch sasrec only"),
+    ({"num_features": 0, "features_per_item": 0}, "needs item features"),
+    ({"mixing": {"attention": "window"}}, "`model.mixing.attention: full`"),
+    ({"id_dropout": 0.2}, "`model.items.id_dropout`"),
+    ({"features": "add", "feature_width": 4}, "`model.items.feature_width`"),
+    ({"features": "sum"}, "`model.items.features` must be add or attention"),
+])
+def test_attention_features_refuse_what_they_cannot_do(kwargs, message):
+    arch, rest = kwargs.pop("arch", "sasrec"), {k: kwargs.pop(k) for k in ("num_features", "features_per_item",
+                                                                           "mixing") if k in kwargs}
+    sizes = {"num_features": 3, "features_per_item": 2, **rest}
+    with pytest.raises(ValueError, match=message):
+        NETWORKS[arch](4, **SIZES, **sizes, items={"features": "attention", **kwargs})
+
+
+def test_attention_features_fit_score_and_export(tmp_path):
+    folder = tmp_path
+    log = "user_id,item_id,timestamp\n" + "".join(f"u{u},i{(u + t) % 6},{t}\n" for u in range(12) for t in range(5))
+    (folder / "log.csv").write_text(log, encoding="utf-8")
+    rows = "".join(f"i{k},g{k % 3}|h{k % 2}\n" for k in range(6))
+    (folder / "items.csv").write_text(f"item_id,genres\n{rows}", encoding="utf-8")
+    L.seed_everything(0, verbose=False)
+    data = StreamRecDataModule(str(folder / "log.csv"), max_len=6, batch_size=8,
+                               item_features=str(folder / "items.csv"), feature_columns=["genres"])
+    module = StreamRecModule(data.num_items, **SIZES, num_features=data.num_features,
+                             features_per_item=data.features_per_item, items={"features": "attention"})
+    side = [p.detach().clone() for n, p in module.named_parameters() if "side_qk" in n or "feature_embedding" in n]
+    trainer = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, accelerator="cpu", devices=1)
+    trainer.fit(module, data)
+    trained = [p for n, p in module.named_parameters() if "side_qk" in n or "feature_embedding" in n]
+    assert all(not torch.equal(a, b) for a, b in zip(side, trained, strict=True))  # the side stream learns
+    trainer.save_checkpoint(folder / "attention.ckpt")
+    module.eval()
+    rec = Recommender.load(folder / "attention.ckpt")
+    history = ["i0", "i1", "i2"]
+    inputs = torch.tensor([[0, 0, 0, *data.vocab.encode(history)]])
+    torch.testing.assert_close(rec.model.recommend_scores(inputs), module.model.recommend_scores(inputs))
+    assert len(rec.recommend([history], top_k=3)[0]) == 3
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime not installed: pip install -e '.[export]'")
+    pytest.importorskip("onnxscript", reason="onnxscript not installed: pip install -e '.[export]'")
+    write_onnx(module.model, folder / "model.onnx")
+    session = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
+    got = torch.from_numpy(session.run(["scores"], {"items": inputs.numpy()})[0])
+    torch.testing.assert_close(got[:, 1:], module.model.recommend_scores(inputs)[:, 1:], atol=1e-4, rtol=0)
