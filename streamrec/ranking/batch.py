@@ -109,6 +109,9 @@ def rank(model: StreamRecModel, inputs: Tensor, seen: Tensor | None, options: Ra
                            item_chunk=options.item_chunk, precision=options.precision, scan=scan)
 
     cold = getattr(model, "cold_items", None)
+    if options.cold_slots and getattr(getattr(model, "items", None), "features", "add") == "attention":
+        raise InputError("`cold_slots` needs a model that scores cold items by their features, and this one scores ids "
+                         "alone (`model.items.features: attention`); ask for 0 cold slots")
     if not options.cold_slots or cold is None or not bool(cold.any()):
         return top(options.top_k, allowed)
     both = torch.ones_like(cold) if allowed is None else allowed.to(cold.device)

@@ -290,3 +290,11 @@ def test_attention_features_fit_score_and_export(tmp_path):
     session = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
     got = torch.from_numpy(session.run(["scores"], {"items": inputs.numpy()})[0])
     torch.testing.assert_close(got[:, 1:], module.model.recommend_scores(inputs)[:, 1:], atol=1e-4, rtol=0)
+
+
+def test_cold_slots_are_refused_when_ids_alone_are_scored():
+    model = _attention_model().eval()
+    inputs = torch.tensor([[0, 1, 2]])
+    with pytest.raises(InputError, match="ask for 0 cold slots"):
+        rank(model, inputs, None, RankingOptions(top_k=2, cold_slots=1))
+    assert rank(model, inputs, None, RankingOptions(top_k=2)).items.shape == (1, 2)
