@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from core.nn.attention import CrossAttention, MultiHeadAttention, SequenceKernel, SideStream
 from core.nn.kv_cache import KVCache, StaticKV
 from core.nn.mixing import LowPassFilter, LowPassMix
+from core.nn.options import check_choice
 from core.nn.positions import RotaryEmbedding
 
 Activation = Literal["gelu", "relu", "swiglu"]
@@ -34,8 +35,7 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int, *, dropout: float = 0.0, activation: Activation = "gelu"):
         super().__init__()
-        if activation not in ("gelu", "relu", "swiglu"):
-            raise ValueError(f"`activation` must be 'gelu', 'relu' or 'swiglu', got {activation!r}")
+        check_choice("activation", activation, ("gelu", "relu", "swiglu"))
         self.activation = activation
         self.up = nn.Linear(d_model, 2 * d_ff if activation == "swiglu" else d_ff)
         self.down = nn.Linear(d_ff, d_model)

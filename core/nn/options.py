@@ -17,6 +17,12 @@ from core.nn.compile import CompileMode, check_backend, compile_mode
 Group = TypeVar("Group", bound="OptionGroup")
 
 
+def check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
+    """ValueError naming `name` and the accepted values unless `value` is one of `choices`."""
+    if value not in choices:
+        raise ValueError(f"`{name}` must be {', '.join(choices[:-1])} or {choices[-1]}, got {value!r}")
+
+
 @dataclasses.dataclass(frozen=True)
 class OptionGroup:
     """Base of the frozen dataclasses that hold one group of a module's settings. A dataclass itself (with no fields):

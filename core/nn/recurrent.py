@@ -23,6 +23,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from core.nn.options import check_choice
 from core.nn.scored_attention import AdditiveAttention, MultiplicativeAttention
 
 Cell = Literal["gru", "lstm"]
@@ -32,8 +33,7 @@ Scoring = Literal["additive", "dot", "general"]
 def recurrent_stack(cell: Cell, input_size: int, hidden_size: int, n_layers: int, dropout: float,
                     bidirectional: bool) -> nn.GRU | nn.LSTM:
     """A batch-first `nn.GRU` or `nn.LSTM`, dropout between its layers."""
-    if cell not in ("gru", "lstm"):
-        raise ValueError(f"`cell` must be 'gru' or 'lstm', got {cell!r}")
+    check_choice("cell", cell, ("gru", "lstm"))
     if n_layers < 1:
         raise ValueError(f"`n_layers` ({n_layers}) must be >= 1")
     rnn = nn.GRU if cell == "gru" else nn.LSTM
@@ -128,8 +128,7 @@ class RecurrentDecoder(nn.Module):
         self.n_layers, self.hidden_size, self.cell = n_layers, hidden_size, cell
         self.rnn = recurrent_stack(cell, 2 * d_model, hidden_size, n_layers, dropout, bidirectional=False)
         self.bridge = nn.Linear(d_model, n_layers * hidden_size)
-        if attention not in ("additive", "dot", "general"):
-            raise ValueError(f"`attention` must be 'additive', 'dot' or 'general', got {attention!r}")
+        check_choice("attention", attention, ("additive", "dot", "general"))
         self.cross_attn = (AdditiveAttention(hidden_size, d_model, d_model) if attention == "additive"
                            else MultiplicativeAttention(hidden_size, d_model, attention))
         self.combine = nn.Linear(d_model + hidden_size, d_model)  # W_c

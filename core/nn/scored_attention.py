@@ -24,6 +24,8 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
+from core.nn.options import check_choice
+
 Score = Literal["dot", "general"]
 
 
@@ -86,8 +88,7 @@ class MultiplicativeAttention(_ScoredAttention):
 
     def __init__(self, query_dim: int, key_dim: int, score: Score = "general"):
         super().__init__()
-        if score not in ("dot", "general"):
-            raise ValueError(f"`score` must be 'dot' or 'general', got {score!r}")
+        check_choice("score", score, ("dot", "general"))
         if score == "dot" and query_dim != key_dim:
             raise ValueError(f"'dot' scores need equal widths, got query {query_dim} and key {key_dim}")
         self.score = score

@@ -19,6 +19,7 @@ from core.nn.blocks import Activation, DecoderLayer, EncoderLayer, Residual
 from core.nn.kv_cache import DecoderCache
 from core.nn.masks import additive_mask, causal_mask, combine_masks
 from core.nn.mixing import LowPassMix
+from core.nn.options import check_choice
 from core.nn.positions import ALiBi, LearnedPositions, RotaryEmbedding, SinusoidalPositions, _check_length
 
 Positions = Literal["sinusoidal", "learned", "rope", "alibi", "none"]
@@ -81,8 +82,7 @@ class _Stack(nn.Module):
         # Checked here too: RoPE and ALiBi are sized from n_heads before any layer exists.
         if n_heads <= 0 or d_model % n_heads:
             raise ValueError(f"`n_heads` ({n_heads}) must divide `d_model` ({d_model})")
-        if positions not in ("sinusoidal", "learned", "rope", "alibi", "none"):
-            raise ValueError(f"`positions` must be sinusoidal, learned, rope, alibi or none, got {positions!r}")
+        check_choice("positions", positions, ("sinusoidal", "learned", "rope", "alibi", "none"))
         self.max_len = max_len
         additive = {"sinusoidal": SinusoidalPositions, "learned": LearnedPositions}.get(positions)
         self.additive: nn.Module | None = None if additive is None else additive(d_model, max_len)

@@ -217,10 +217,8 @@ class StreamRecModel(nn.Module):
     def _embed(self, items: Tensor) -> Tensor:
         """(B, T) ids -> (B, T, D) encoder inputs, scaled by sqrt(D) as `TokenEmbedding` scales them; in training,
         `history_dropout` blanks whole history items (their position stays), so that no single item is relied on."""
-        if not self.adds_features:
-            vectors = self.item_embedding(items)
-        else:
-            vectors = self.item_rows(items) * self.item_embedding.scale
+        vectors = (self.item_rows(items) * self.item_embedding.scale if self.adds_features
+                   else self.item_embedding(items))
         if self.training and self.history_dropout:
             real = (items != PAD_ID) & (items != self.mask_id)  # bert4rec's mask tokens are what it must fill
             blank = (torch.rand(items.shape, device=items.device) < self.history_dropout) & real

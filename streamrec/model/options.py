@@ -12,7 +12,7 @@ from typing import Any, Literal
 from core.nn.blocks import Activation
 from core.nn.linear_attention import LinearAttention
 from core.nn.mixing import LowPassKind, LowPassMix
-from core.nn.options import OptionGroup
+from core.nn.options import OptionGroup, check_choice
 from core.nn.stacks import Positions
 from core.nn.windowed import WindowAttention
 
@@ -21,11 +21,6 @@ ItemOptimizer = Literal["adamw", "rowwise_adagrad"]
 AttentionName = Literal["full", "window", "linear"]
 ResidualName = Literal["plain", "gated"]
 FeatureUse = Literal["add", "attention"]
-
-
-def _choice(name: str, value: object, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"`{name}` must be {', '.join(choices[:-1])} or {choices[-1]}, got {value!r}")
 
 
 def _share(name: str, value: float) -> None:
@@ -56,7 +51,7 @@ class BlockOptions(OptionGroup):
 
     def __post_init__(self) -> None:
         _share("model.block.attn_dropout", self.attn_dropout)
-        _choice("model.block.residual", self.residual, ("plain", "gated"))
+        check_choice("model.block.residual", self.residual, ("plain", "gated"))
 
 
 @dataclass(frozen=True)
@@ -80,7 +75,7 @@ class MixingOptions(OptionGroup):
     lowpass_kind: LowPassKind = "causal"
 
     def __post_init__(self) -> None:
-        _choice("model.mixing.attention", self.attention, ("full", "window", "linear"))
+        check_choice("model.mixing.attention", self.attention, ("full", "window", "linear"))
         if self.window < 1:
             raise ValueError(f"`model.mixing.window` must be >= 1, got {self.window}")
         if self.lowpass_alpha < 0:
@@ -130,7 +125,7 @@ class ItemOptions(OptionGroup):
             raise ValueError(f"`model.items.init_std` must be > 0, got {self.init_std}")
         _share("model.items.id_dropout", self.id_dropout)
         _share("model.items.history_dropout", self.history_dropout)
-        _choice("model.items.features", self.features, ("add", "attention"))
+        check_choice("model.items.features", self.features, ("add", "attention"))
         if self.features == "attention" and self.id_dropout:
             raise ValueError("`model.items.id_dropout` lets features stand in for ids, which `features: attention` "
                              "never scores by: set it to 0")
@@ -164,14 +159,14 @@ class ObjectiveOptions(OptionGroup):
     mask_prob: float = 0.2
 
     def __post_init__(self) -> None:
-        _choice("model.objective.loss", self.loss, ("full", "sampled", "bce", "gbce"))
+        check_choice("model.objective.loss", self.loss, ("full", "sampled", "bce", "gbce"))
         _share("model.objective.label_smoothing", self.label_smoothing)
         if self.rdrop_alpha < 0.0:
             raise ValueError(f"`model.objective.rdrop_alpha` must be >= 0 (0 turns R-Drop off), got {self.rdrop_alpha}")
         if self.loss != "full" and self.num_negatives < 1:
             raise ValueError(f"`model.objective.num_negatives` must be >= 1 for loss {self.loss!r}, "
                              f"got {self.num_negatives}")
-        _choice("model.objective.negative_sampling", self.negative_sampling, ("uniform", "popularity"))
+        check_choice("model.objective.negative_sampling", self.negative_sampling, ("uniform", "popularity"))
         if self.negative_sampling == "popularity" and self.loss != "sampled":
             raise ValueError("`model.objective.negative_sampling: popularity` needs `loss: sampled` (it relies on "
                              "the logQ correction)")
@@ -201,7 +196,7 @@ class ContrastiveOptions(OptionGroup):
         if self.weight < 0.0 or self.temperature <= 0.0:
             raise ValueError(f"`model.contrastive.weight` must be >= 0 and `model.contrastive.temperature` > 0, "
                              f"got {self.weight} and {self.temperature}")
-        _choice("model.contrastive.positive", self.positive, ("dropout", "same_target"))
+        check_choice("model.contrastive.positive", self.positive, ("dropout", "same_target"))
         if self.positive == "same_target" and self.second_pass_softmax:
             raise ValueError("`model.contrastive.positive: same_target` needs `second_pass_softmax: false`: its "
                              "second pass encodes other windows than the first")
@@ -228,7 +223,7 @@ class OptimizerOptions(OptionGroup):
     item_lr: float = 0.1
 
     def __post_init__(self) -> None:
-        _choice("model.optimizer.item_optimizer", self.item_optimizer, ("adamw", "rowwise_adagrad"))
+        check_choice("model.optimizer.item_optimizer", self.item_optimizer, ("adamw", "rowwise_adagrad"))
         if self.item_lr <= 0:
             raise ValueError(f"`model.optimizer.item_lr` must be > 0, got {self.item_lr}")
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from core.nn.blocks import Activation
-from core.nn.options import OptionGroup
+from core.nn.options import OptionGroup, check_choice
 from core.nn.recurrent import Cell, Scoring
 from core.nn.stacks import Positions
 
@@ -62,10 +62,8 @@ class RecurrentOptions(OptionGroup):
     hidden_size: int = 256
 
     def __post_init__(self) -> None:
-        if self.cell not in ("gru", "lstm"):
-            raise ValueError(f"`model.rnn.cell` ({self.cell!r}) must be 'gru' or 'lstm'")
-        if self.score not in ("additive", "general", "dot"):
-            raise ValueError(f"`model.rnn.score` ({self.score!r}) must be 'additive', 'general' or 'dot'")
+        check_choice("model.rnn.cell", self.cell, ("gru", "lstm"))
+        check_choice("model.rnn.score", self.score, ("additive", "general", "dot"))
         if self.hidden_size < 1:
             raise ValueError(f"`model.rnn.hidden_size` ({self.hidden_size}) must be >= 1")
 
@@ -113,8 +111,7 @@ class AdamWOptions(OptionGroup):
             raise ValueError(f"`model.optimizer.warmup_steps` ({self.warmup_steps}) must be >= 0")
         if not 0.0 <= self.lr_floor <= 1.0:
             raise ValueError(f"`model.optimizer.lr_floor` ({self.lr_floor}) must be a fraction of the peak in [0, 1]")
-        if self.schedule not in ("cosine", "inverse_sqrt"):
-            raise ValueError(f"`model.optimizer.schedule` ({self.schedule!r}) must be 'cosine' or 'inverse_sqrt'")
+        check_choice("model.optimizer.schedule", self.schedule, ("cosine", "inverse_sqrt"))
         if self.schedule == "inverse_sqrt" and self.warmup_steps < 1:
             raise ValueError(f"`model.optimizer.warmup_steps` ({self.warmup_steps}) must be >= 1 with the "
                              "inverse_sqrt schedule")
@@ -141,6 +138,4 @@ class BleuOptions(OptionGroup):
         if self.val_beam_size < 1 or self.test_beam_size < 1:
             raise ValueError(f"`model.evaluation.val_beam_size` ({self.val_beam_size}) and `test_beam_size` "
                              f"({self.test_beam_size}) must be >= 1")
-        if self.bleu_tokenize not in ("13a", "intl", "char", "none"):
-            raise ValueError(f"`model.evaluation.bleu_tokenize` ({self.bleu_tokenize!r}) must be one of "
-                             "'13a', 'intl', 'char', 'none'")
+        check_choice("model.evaluation.bleu_tokenize", self.bleu_tokenize, ("13a", "intl", "char", "none"))
