@@ -1,7 +1,6 @@
-"""torch.compile for the stacks that do the work, and the few static lengths CUDA graphs need. Both apps expose it as
-`model.compile` (a torch.compile mode; off by default) and `model.compile_backend`. `compile_in_place` calls
-`nn.Module.compile` on the given stacks, which stay where they are: the state dict keys are the eager model's, so a
-checkpoint written with compile on loads with it off and the other way round.
+"""torch.compile for the stacks that do the work, and the few static lengths CUDA graphs need (`SpeedOptions.compile`).
+`compile_in_place` calls `nn.Module.compile` on the given stacks, which stay where they are: the state dict keys are
+the eager model's, so a checkpoint written with compile on loads with it off and the other way round.
 
 Shapes: a batch's length varies. With `dynamic=None` the first batch compiles for its own lengths, the first
 batch of another length recompiles once with the lengths symbolic, and later batches reuse that graph.

@@ -1,8 +1,5 @@
-"""Opt-in CPU fast paths: oneDNN's GEMM for fp32 linear layers, and a cheaper dropout mask. Off by default.
-`enable_cpu_fastpath(model)` turns the plain `nn.Linear` / `nn.Dropout` layers of a built model into `FastLinear` /
-`FastDropout` in place (same parameters and state dict, so checkpoints load either way); `disable_cpu_fastpath(model)`
-turns them back. Both apps expose it as `model.cpu_fastpath`; what it gains depends on the CPU
-(`benchmarks/cpu_fastpath.py`), so it stays off unless a config turns it on.
+"""Opt-in CPU fast paths (`enable_cpu_fastpath`; docs/core.md): oneDNN's GEMM for fp32 linear layers, and a cheaper
+dropout mask. Off by default: what they gain depends on the CPU (`benchmarks/cpu_fastpath.py`).
 
 Linear: fp32 `F.linear` on CPU calls MKL's sgemm, which takes an AVX2 path on AMD's AVX-512 CPUs; oneDNN's
 GEMM (`torch.ops.mkldnn._linear_pointwise`, what inductor calls for frozen CPU linears) uses AVX-512 there and

@@ -103,11 +103,6 @@ def read_split(files: SplitFiles) -> tuple[list[str], list[str]]:
     return read_tsv(files[0]) if len(files) == 1 else read_parallel(*files)
 
 
-def checkpoint_vocabs(path: str | Path) -> tuple[SubwordVocab, SubwordVocab]:
-    """The (source, target) vocabularies a `python -m translate fit` checkpoint carries."""
-    return vocabs_from_checkpoint(load_checkpoint(path, WRITTEN_BY), f"data.vocab {path}")
-
-
 def drop_blank_pairs(src: Sequence[str], tgt: Sequence[str], name: str = "train") -> tuple[list[str], list[str]]:
     """Keep the pairs where both sides have text; log how many were skipped (`name`: the files, for the log)."""
     keep = [i for i, (s, t) in enumerate(zip(src, tgt, strict=True)) if s.strip() and t.strip()]
@@ -344,7 +339,8 @@ class TranslationDataModule(L.LightningDataModule):
         }
         self._train_text: tuple[list[str], list[str]] | None = None
         if vocab is not None:
-            self.src_vocab, self.tgt_vocab = checkpoint_vocabs(vocab)
+            state = load_checkpoint(vocab, WRITTEN_BY)
+            self.src_vocab, self.tgt_vocab = vocabs_from_checkpoint(state, f"data.vocab {vocab}")
         elif train is None:
             raise InputError("data.train: no training files; `fit` needs them (a prefix, a {lang} pattern, a pair "
                              "or a .tsv file), and `test`/`validate` without them need --ckpt_path CKPT or "
