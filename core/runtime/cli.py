@@ -212,12 +212,6 @@ def resume_command(program: str, args: Sequence[str], ckpt_path: str | Path) -> 
     return shlex.join([*shlex.split(program), *without_ckpt_path(args), "--ckpt_path", _shown(Path(ckpt_path))])
 
 
-def stopped_line(stop: StopRequested, program: str, args: Sequence[str]) -> str:
-    """The one line `fit` ends with when a signal stopped it: the signal, where, and the command that resumes."""
-    return (f"fit stopped by {stop.signal_name} in epoch {stop.epoch} at step {stop.step}: saved "
-            f"{_shown(Path(stop.ckpt_path))}; resume with: {resume_command(program, args, stop.ckpt_path)}")
-
-
 class PlotCurves(Callback):
     """Draws each CSVLogger's metrics.csv to `curves.png` beside it when `fit` ends, on an error or Ctrl-C too,
     so a long run cut short still gets its curves (`core.runtime.curves`)."""
@@ -394,7 +388,9 @@ class AppCLI(LightningCLI):
             super()._run_subcommand(subcommand)
         except StopRequested as stop:  # StopOnSignal saved a checkpoint: say how to resume from it
             if rank_zero_only.rank == 0:
-                print(stopped_line(stop, program, getattr(self, "_given_args", [])), file=sys.stderr, flush=True)
+                resume = resume_command(program, getattr(self, "_given_args", []), stop.ckpt_path)
+                print(f"fit stopped by {stop.signal_name} in epoch {stop.epoch} at step {stop.step}: saved "
+                      f"{_shown(Path(stop.ckpt_path))}; resume with: {resume}", file=sys.stderr, flush=True)
             raise
         except SIGTERMException:  # Lightning's handler, whose exit status is 0: outside StopOnSignal's steps, or DDP
             if slurm_requeues(self.trainer):  # Lightning saved an hpc checkpoint and requeued the job
