@@ -190,9 +190,8 @@ class Recommender:
             unit = torch.nn.functional.normalize(vectors[query].float(), dim=-1)  # (B, D)
             top, scores = top_k_items(unit, vectors, options.top_k, exclude=query[:, None],
                                       item_chunk=options.item_chunk, normalize=True)  # cosines
-            for pos, row in zip(np.flatnonzero(found).tolist(), zip(top.tolist(), scores.tolist(), strict=True),
-                                strict=True):
-                ranked[pos] = self._named(*row)
+            for pos, ids, values in zip(np.flatnonzero(found).tolist(), top.tolist(), scores.tolist(), strict=True):
+                ranked[pos] = self._named(ids, values)
         cold = np.flatnonzero(found == 0).tolist()
         return Recommendations(ranked, list(dict.fromkeys(item_ids[i] for i in cold)), cold)
 
@@ -234,11 +233,9 @@ def as_item_ids(ids: Iterable[str | int], name: str) -> list[str]:
         raise InputError(f"`{name}` takes a list of item ids, not one string; pass [{ids!r}]")
     out = list(ids)
     for k, value in enumerate(out):
-        if isinstance(value, str):
-            continue
         if isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_):
             out[k] = str(int(value))
-        else:
+        elif not isinstance(value, str):
             raise InputError(f"`{name}[{k}]` must be an item id (a string or an integer), got "
                              f"{type(value).__name__} {value!r}")
     return out

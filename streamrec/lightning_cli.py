@@ -1,7 +1,6 @@
 """StreamRec's LightningCLI: `fit|validate|test|predict` over `StreamRecModule` and `StreamRecDataModule`. YAML may
 interpolate `${...}`, resolved after the command line (omegaconf+ mode: `--trainer.default_root_dir X` moves the
-checkpoints and logs the configs put under `${trainer.default_root_dir}`); `num_items`, `max_len`, `num_features` and
-`features_per_item` come from the data module.
+checkpoints and logs the configs put under `${trainer.default_root_dir}`).
 
 The CLI class lives in a module, not in `__main__`: `ddp_spawn` pickles it into its worker processes, which cannot
 import a package's `__main__` module."""

@@ -1,13 +1,8 @@
 """Cross-entropy over a large output vocabulary without materialising the logits. Both apps end in `hidden @ weight.T`
 followed by a softmax over every item or subword: (M, V) logits, their log-softmax and its gradient are three M x V
 float buffers, written and read once and freshly page-faulted every step. `linear_cross_entropy` computes the loss and
-both gradients chunk by chunk in the forward pass instead (`benchmarks/streamrec_loss.py`: against `F.cross_entropy`).
-
-`rdrop_cross_entropy` is R-Drop (Liang et al., 2021): the same rows through two dropout masks,
-cross-entropy on both plus a symmetric KL between the two predicted distributions.
-
-`contrastive_loss` is the in-batch InfoNCE (NT-Xent) of two views of each row, as CL4SRec and DuoRec
-add to a sequential recommender's next-item loss: each view must pick its twin out of the batch.
+both gradients chunk by chunk in the forward pass instead (`benchmarks/streamrec_loss.py`: against `F.cross_entropy`);
+`rdrop_cross_entropy` (R-Drop, Liang et al., 2021) likewise. `contrastive_loss` is CL4SRec's and DuoRec's InfoNCE.
 
 Legend: M rows (positions), D width, V classes."""
 

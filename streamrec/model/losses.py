@@ -4,10 +4,8 @@ over-penalised), `bce` (original SASRec) and `gbce` (Petrov & Macdonald, 2023: u
 sampling causes). The three sampled losses read only the rows they score. With `sparse=True` they gather those rows with
 `F.embedding(..., sparse=True)` and cast only them to the states' dtype (bf16 under autocast): the table's gradient is
 then (rows read, D) sparse, for a row-wise optimizer (`core.nn.optim`). Without it the table is cast whole and its
-gradient is dense (N+1, D), as `torch.optim.AdamW` needs.
-
-`Objective` puts the configured loss and its terms together on one training batch, callable without a Trainer.
-Every loss takes `hidden` (M, D) states, `targets` (M,) positive ids and `item_vectors` (N+1, D) (row 0 padding).
+gradient is dense (N+1, D), as `torch.optim.AdamW` needs. Every loss takes `hidden` (M, D) states, `targets` (M,)
+positive ids and `item_vectors` (N+1, D) (row 0 padding).
 
 Legend: M positions, D model width, N items (1..N; 0 = padding), K negatives."""
 

@@ -7,8 +7,6 @@ attention is not proof:
 - occlusion: how much a recommended item's score drops when one history item is removed (the rest shifted and
   re-padded, as a shorter history would be). Specific to each item.
 
-`agreement` measures how often the top-attended item is also the top-occlusion item.
-
 Legend: B users, T history length, K recommendations per user, N items."""
 
 from __future__ import annotations
