@@ -15,6 +15,7 @@ from streamrec.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((REPO / "configs" / "streamrec").glob("*.yaml"))
+TINY_MODEL = ["--model.d_model", "16", "--model.n_heads", "2", "--model.n_layers", "1", "--model.d_ff", "32"]
 
 
 def _run(args):
@@ -31,7 +32,8 @@ def test_help(sub, capsys):
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.name)
 def test_every_config_runs_one_fast_dev_batch(config, tiny_log, tmp_path, monkeypatch):
-    """Each YAML parses and trains one batch; its data is swapped for the tiny log (real data is not in CI)."""
+    """Each YAML parses and trains one batch; its data is swapped for the tiny log (real data is not in CI) and its
+    layers for tiny ones of the same architecture: what is checked is the file, not the model's size."""
     monkeypatch.chdir(tmp_path)
     features = []
     if "item_features" in (yaml.safe_load(config.read_text(encoding="utf-8")).get("data") or {}):
@@ -39,7 +41,7 @@ def test_every_config_runs_one_fast_dev_batch(config, tiny_log, tmp_path, monkey
         (tmp_path / "items.csv").write_text("item_id,genres\n" + "".join(f"{i},a|b\n" for i in items), encoding="utf-8")
         features = ["--data.item_features", "items.csv"]
     cli = _run(["fit", "--config", str(config), "--data.path", str(tiny_log), "--data.format", "csv", *features,
-                "--trainer.fast_dev_run", "true", "--trainer.enable_progress_bar", "false",
+                *TINY_MODEL, "--trainer.fast_dev_run", "true", "--trainer.enable_progress_bar", "false",
                 "--trainer.accelerator", "cpu", "--trainer.devices", "1"])
     assert cli.model.hparams.num_items == cli.datamodule.num_items  # linked, not typed
     assert cli.model.hparams.max_len == cli.datamodule.max_len
@@ -123,8 +125,11 @@ def test_ddp_validation_equals_single_process(tiny_ckpt, tiny_log, tmp_path, mon
     assert "sync_dist" not in capfd.readouterr().err  # the forked ranks write to the captured stderr too
 
 
-def test_a_second_fit_into_one_run_folder_is_refused(tiny_log, tmp_path, monkeypatch):
+def test_a_second_fit_into_one_run_folder_is_refused_and_a_fit_reads_safely_and_resumes_exactly(
+        tiny_log, tmp_path, monkeypatch):
+    from core.runtime.checkpoint_io import SafeCheckpointIO
     from core.runtime.lock import OutputLock
+    from core.runtime.resume import ExactResume
 
     monkeypatch.chdir(tmp_path)
     root = tmp_path / "runs" / "one"
@@ -137,17 +142,10 @@ def test_a_second_fit_into_one_run_folder_is_refused(tiny_log, tmp_path, monkeyp
     message = str(exit_.value.code)
     assert "another run is writing it (fit, pid" in message and f"lock file {root / 'fit.lock'}" in message
     assert "\n" not in message
-    _run(args)  # free again: runs, and releases the folder when done
+    cli = _run(args)  # free again: runs, and releases the folder when done
     assert not (root / "fit.lock").exists()
-
-
-def test_trainer_reads_safely_saves_last_first_and_resumes_exactly(tiny_log, tmp_path, monkeypatch):
-    from core.runtime.checkpoint_io import SafeCheckpointIO
-    from core.runtime.resume import ExactResume
-
-    monkeypatch.chdir(tmp_path)
-    cli = _run(["fit", "--config", str(REPO / "configs" / "streamrec" / "demo.yaml"), "--data.path", str(tiny_log),
-                "--trainer.fast_dev_run", "true", "--trainer.enable_progress_bar", "false"])
+    # The demo config's trainer, which that run built: it reads checkpoints safely, saves last.ckpt before
+    # best.ckpt, and resumes exactly.
     assert isinstance(cli.trainer.strategy.checkpoint_io, SafeCheckpointIO)
     assert sum(isinstance(cb, ExactResume) for cb in cli.trainer.callbacks) == 1
     assert [cb.monitor for cb in cli.trainer.checkpoint_callbacks] == [None, "val_ndcg@10"]  # last.ckpt first
@@ -157,13 +155,15 @@ def _fit_epochs(tiny_log, *extra):
     cli = _run(["fit", "--data.path", str(tiny_log), "--data.max_len", "8", "--model.d_model", "16",
                 "--model.n_heads", "2", "--model.n_layers", "1", "--model.d_ff", "32", "--model.lr", "0",
                 "--model.evaluation.popularity_baseline", "false", "--trainer.max_epochs", "6",
-                "--trainer.logger", "false",
+                "--trainer.limit_train_batches", "1", "--trainer.limit_val_batches", "1",
+                "--trainer.num_sanity_val_steps", "0", "--trainer.logger", "false",
                 "--trainer.enable_checkpointing", "false", "--trainer.enable_progress_bar", "false", *extra])
     return cli.trainer.current_epoch, [cb for cb in cli.trainer.callbacks if type(cb).__name__ == "EarlyStopping"]
 
 
 def test_fit_stops_early_on_validation_ndcg_by_default(tiny_log, tmp_path, monkeypatch):
-    """lr 0: validation never improves, so fit stops `patience` epochs after the first, unless told otherwise."""
+    """lr 0: validation never improves, so fit stops `patience` epochs after the first, unless told otherwise
+    (one batch of each split an epoch: the same metric every epoch needs no more)."""
     monkeypatch.chdir(tmp_path)
     epochs, stoppers = _fit_epochs(tiny_log, "--early_stopping", "2")
     assert epochs == 3 and len(stoppers) == 1 and stoppers[0].monitor == "val_ndcg@10"
@@ -176,11 +176,12 @@ def test_fit_stops_early_on_validation_ndcg_by_default(tiny_log, tmp_path, monke
 
 
 def _tiny_fit(tiny_log, *extra, loggers=False):
-    """One short epoch of a tiny model with configs/streamrec/demo.yaml's checkpoints, and its loggers only with
-    `loggers` (drawing curves.png at the end costs more than the epoch)."""
+    """One short epoch (two training batches, one validation batch, no sanity check) of a tiny model with
+    configs/streamrec/demo.yaml's checkpoints, and its loggers only with `loggers` (drawing curves.png at the end
+    costs more than the epoch)."""
     return _run(["fit", "--config", str(REPO / "configs" / "streamrec" / "demo.yaml"), "--data.path", str(tiny_log),
-                 "--data.max_len", "8", "--model.d_model", "16", "--model.n_heads", "2", "--model.n_layers", "1",
-                 "--model.d_ff", "32", "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2",
+                 "--data.max_len", "8", *TINY_MODEL, "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2",
+                 "--trainer.limit_val_batches", "1", "--trainer.num_sanity_val_steps", "0",
                  "--trainer.enable_progress_bar", "false", "--trainer.precision", "32-true",
                  *([] if loggers else ["--trainer.logger", "false"]), *extra])
 
