@@ -144,7 +144,7 @@ def test_fit_under_the_ddp_launcher_on_two_cpu_processes(demo_dir, tmp_path):
     args = [sys.executable, "-m", "translate", "fit", *_data(demo_dir), *TINY_MODEL, "--data.vocab_size", "120",
             "--data.cache_dir", str(tmp_path / "spm"), "--data.max_tokens", "256", "--trainer.strategy", "ddp",
             "--trainer.devices", "2", "--trainer.accelerator", "cpu", "--trainer.max_steps", "3",
-            "--trainer.limit_val_batches", "2", "--trainer.enable_progress_bar", "false", "--trainer.logger", "false",
+            "--trainer.limit_val_batches", "1", "--trainer.enable_progress_bar", "false", "--trainer.logger", "false",
             "--trainer.default_root_dir", str(tmp_path)]
     run = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300,
                          env={**os.environ, "OMP_NUM_THREADS": "1"})
