@@ -7,9 +7,7 @@
     best = t.translate(["the cat sees the dog ."], return_scores=True, return_alignments=True)[0]
     best.text, best.score, best.alignment.pharaoh()
 
-`python -m translate.infer` and the server translate through here too, so every program searches alike.
-
-Legend: B sentences, S source length, V target vocabulary."""
+`python -m translate.infer` and the server translate through here too, so every program searches alike."""
 
 from __future__ import annotations
 

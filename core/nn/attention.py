@@ -3,7 +3,6 @@ SDPA picks a flash or fused kernel (on CPU too). Explanations need the weights, 
 holds a list (`core.nn.explain.AttentionCapture`) recomputes them and appends them there, with the same output.
 
 Grouped-query attention: `n_kv_heads` key/value heads are shared by `n_heads / n_kv_heads` query heads each.
-A `SideStream` adds a second input's query-key logits to self-attention's (values from the main input alone).
 
 Legend: B batch, T time, Tq queries, Tk keys, S source length, D model width, H query heads, Hkv key/value heads, Dh
 head width (D / H)."""

@@ -1,7 +1,6 @@
 """Key/value caches for incremental decoding. Self-attention appends one step's keys and values per call;
 cross-attention stores the encoder's once per input. A search that keeps, drops or duplicates hypotheses reorders every
-cache's batch rows with `reorder` (`reorder_self` for the target side alone, `reorder_cross` for the input side, which
-may have fewer rows).
+cache's batch rows with `reorder` (or one side of them: `reorder_self`, `reorder_cross`).
 
 Legend: B batch rows (e.g. inputs x hypotheses), Hkv key/value heads, T cached steps, Dh head width."""
 

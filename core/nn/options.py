@@ -1,10 +1,7 @@
 """Typed option groups: a model's settings that belong together, as one frozen, validated object. A LightningModule
 takes each group as one argument (`speed: SpeedOptions = SpeedOptions()`), which LightningCLI exposes as
 `--model.speed.compile default` and YAML as a nested mapping. Each group checks its own rules in `__post_init__`, so a
-bad value is refused in one place, before anything is built.
-
-Checkpoints hold the groups as plain dicts (`as_dict`): the safe loader unpickles no class of ours, and `OptionGroup.of`
-turns such a dict back into the group, refusing a key the group does not have."""
+bad value is refused in one place, before anything is built."""
 
 from __future__ import annotations
 
@@ -45,7 +42,8 @@ class OptionGroup:
         return cls(**dict(value))
 
     def as_dict(self) -> dict[str, Any]:
-        """The group's fields as plain values (tuples as lists), as checkpoints and exports store them."""
+        """The group's fields as plain values (tuples as lists), as checkpoints and exports store them: the safe loader
+        unpickles no class of ours, and `of` turns such a dict back into the group."""
         return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}  # type: ignore[call-overload]
 
 

@@ -4,8 +4,7 @@ scores. Here the queries are cut into blocks of W, and each block attends only t
 (2W keys, the band masked inside), so the scores take T x 2W.
 
 On CUDA the same band runs as FlexAttention's block-sparse kernel instead (`kernel="flex"`, compiled once
-per process): it skips the key blocks outside the band without copying K and V into block pairs. FlexAttention
-has no attention dropout, so a training step with `dropout_p > 0` keeps the blocks.
+per process): it skips the key blocks outside the band without copying K and V into block pairs.
 
 Legend: B batch, H query heads, Hkv key/value heads, T time, W window, N blocks (T / W rounded up), Dh head width."""
 
@@ -43,15 +42,15 @@ def windowed_attention(q: Tensor, k: Tensor, v: Tensor, window: int, valid: Tens
         raise ValueError(f"`kernel` must be one of {KERNELS}, got {kernel!r}")
     if kernel == "auto":
         kernel = "flex" if q.is_cuda and dropout_p == 0.0 and _flex() is not None else "blocks"
+    keep = torch.ones_like(q[:, 0, :, 0], dtype=torch.bool) if valid is None else valid.to(torch.bool)  # (B, T)
     if kernel == "flex":
-        return _flex_windowed(q, k, v, window, valid, dropout_p)
+        return _flex_windowed(q, k, v, window, keep, dropout_p)
     b, h, t, dh = q.shape
     k, v = (x if x.shape[1] == h else x.repeat_interleave(h // x.shape[1], dim=1) for x in (k, v))  # GQA
     n = -(-t // window)
     pad = n * window - t  # at the end: later positions, which no real query sees
     if pad:
         q, k, v = (F.pad(x, (0, 0, 0, pad)) for x in (q, k, v))
-    keep = torch.ones(b, t, dtype=torch.bool, device=q.device) if valid is None else valid.to(torch.bool)
     keep = F.pad(keep, (window, pad))  # (B, W + N*W): one block of padding before the first
     # Blocks become batch rows, (B*N, H, W, Dh): four-dimensional, so SDPA's fused CPU kernel takes the mask.
     qb = q.reshape(b, h, n, window, dh).transpose(1, 2).reshape(b * n, h, window, dh)
@@ -97,8 +96,8 @@ def _compiled_flex():
     return torch.compile(_flex()[0], dynamic=False)
 
 
-def _flex_windowed(q: Tensor, k: Tensor, v: Tensor, window: int, valid: Tensor | None, dropout_p: float) -> Tensor:
-    """The band as a FlexAttention block mask: key blocks wholly outside it are never read."""
+def _flex_windowed(q: Tensor, k: Tensor, v: Tensor, window: int, keep: Tensor, dropout_p: float) -> Tensor:
+    """The band as a FlexAttention block mask: key blocks wholly outside it are never read; `keep` (B, T) bool."""
     parts = _flex()
     if parts is None:
         raise ValueError(f"kernel 'flex' needs torch.nn.attention.flex_attention, which torch {torch.__version__} "
@@ -107,7 +106,6 @@ def _flex_windowed(q: Tensor, k: Tensor, v: Tensor, window: int, valid: Tensor |
         raise ValueError("kernel 'flex' has no attention dropout; use kernel 'blocks' when dropout_p > 0")
     flex_attention, create_block_mask = parts
     b, h, t, _ = q.shape
-    keep = torch.ones(b, t, dtype=torch.bool, device=q.device) if valid is None else valid.to(torch.bool)
 
     def band(batch, head, qi, kj):  # FlexAttention's mask_mod: True where query qi may see key kj
         return (kj <= qi) & (kj > qi - window) & keep[batch, kj]

@@ -9,8 +9,7 @@ training histories) has an untrained id row, so its vector is its features' alon
 (DIF-SR) the features' mean is a side stream instead (`core.nn.SideStream`): it adds attention logits in every layer,
 and item vectors are the id embeddings alone.
 
-Legend: B batch (users), T history length, D model width, N items (ids 1..N, 0 = padding), M selected positions, F
-feature slots per item."""
+Legend: B batch (users), T history length, D model width, N items (ids 1..N, 0 = padding), F feature slots per item."""
 
 from __future__ import annotations
 

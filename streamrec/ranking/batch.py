@@ -1,9 +1,8 @@
 """Batch scoring, shared by every entry point: histories in, top-K items and output rows out. Each entry point (score
 and its Ray workers, predict, the server, `streamrec.Recommender`) builds one `RankingOptions` from its own spelling
-(flags, YAML, JSON, keywords), so a setting has one name everywhere. `rank` is the one path from left-padded histories
-to top-K items; `BatchScorer` turns a block of users into output rows (`recommendation_table`'s, as `predict` writes).
+(flags, YAML, JSON, keywords), so a setting has one name everywhere; `rank` is the one path from histories to top-K.
 
-Legend: B users in a batch, T history length (the model's max_len), K top-K, L seen-list length, N items."""
+Legend: B users in a batch, T history length (the model's max_len), K top-K, L seen-list length."""
 
 from __future__ import annotations
 

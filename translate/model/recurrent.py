@@ -1,7 +1,6 @@
 """The recurrent translator network: `core.nn.recurrent`'s encoder and attentional decoder, tied embeddings. It has
-`TransformerTranslator`'s interface: search, n-best lists, ensembles and alignments (its decoder's `cross_attn`) use it.
-
-Legend: B batch, S source length, T target length, D model width, V target vocabulary."""
+`TransformerTranslator`'s interface: search, n-best lists, ensembles and alignments (its decoder's `cross_attn`)
+use it."""
 
 from __future__ import annotations
 
