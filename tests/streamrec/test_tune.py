@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import shutil
 from pathlib import Path
 
 import lightning
@@ -76,22 +77,39 @@ def _rotate_test_items(log: Path, out: Path) -> Path:
     return out
 
 
-def test_tune_never_reads_the_test_split(tiny_log, tmp_path, monkeypatch):
-    """Another test split (every user's last item swapped) gives the same trials; the test loader is never built."""
+def _refuse_test_loader(self):
+    raise AssertionError("tune built the test loader")
+
+
+@pytest.fixture(scope="module")
+def searched(tiny_log, tmp_path_factory) -> Path:
+    """The OUT folder of a two-trial search of the base config (FAST) during which building the test loader
+    fails; tests search on in a copy of it. A study is known by its config's text, not its path
+    (`TuneOptions.fingerprint`), so `_config(tmp_path, tiny_log)` anywhere continues it."""
+    root = tmp_path_factory.mktemp("searched")
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(StreamRecDataModule, "test_dataloader", _refuse_test_loader)
+        main(["tune", "--config", str(_config(root, tiny_log)), "--budget", "2", "--out", str(root / "search"),
+              *FAST])
+    return root / "search"
+
+
+def _copy(searched: Path, tmp_path: Path) -> Path:
+    return shutil.copytree(searched, tmp_path / "search")
+
+
+def test_tune_never_reads_the_test_split(tiny_log, searched, tmp_path, monkeypatch):
+    """Another test split (every user's last item swapped) gives the same trials; the test loader is never built
+    (neither here nor in the `searched` run)."""
     other = _rotate_test_items(tiny_log, tmp_path / "other_tests.csv")
     a, b = StreamRecDataModule(str(tiny_log)), StreamRecDataModule(str(other))
     assert [c.target for c in a.splits.test] != [c.target for c in b.splits.test]
     assert [list(c.history) for c in a.splits.valid] == [list(c.history) for c in b.splits.valid]
 
-    def no_test(self):
-        raise AssertionError("tune built the test loader")
-
-    monkeypatch.setattr(StreamRecDataModule, "test_dataloader", no_test)
-    main(["tune", "--config", str(_config(tmp_path, tiny_log, "a.yaml")), "--budget", "2", "--out",
-          str(tmp_path / "a"), *FAST])
+    monkeypatch.setattr(StreamRecDataModule, "test_dataloader", _refuse_test_loader)
     main(["tune", "--config", str(_config(tmp_path, other, "b.yaml")), "--budget", "2", "--out",
           str(tmp_path / "b"), *FAST])
-    trials_a, trials_b = _trials(tmp_path / "a"), _trials(tmp_path / "b")
+    trials_a, trials_b = _trials(searched), _trials(tmp_path / "b")
     assert len(trials_a) == 2
     drop = ("minutes",)
     assert [{k: v for k, v in t.items() if k not in drop} for t in trials_a] == \
@@ -157,21 +175,20 @@ def test_every_searched_parameter_names_a_key_fit_takes(tiny_log, tmp_path):
     assert all(config_value(config, param.key) is not None for param in SPACE.values())
 
 
-def test_an_interrupted_search_resumes_and_reruns_the_cut_off_trial(tiny_log, tmp_path):
-    config, out = str(_config(tmp_path, tiny_log)), tmp_path / "search"
-    main(["tune", "--config", config, "--budget", "1", "--out", str(out), *FAST])
+def test_an_interrupted_search_resumes_and_reruns_the_cut_off_trial(tiny_log, searched, tmp_path):
+    config, out = str(_config(tmp_path, tiny_log)), _copy(searched, tmp_path)
     first = _trials(out)
     study = optuna.load_study(study_name="streamrec", storage=f"sqlite:///{out / 'study.db'}")
     cut = study.ask({"lr": optuna.distributions.FloatDistribution(1e-4, 3e-2, log=True)})  # left RUNNING, as by kill
     cut_lr = cut.params["lr"]
-    main(["tune", "--config", config, "--budget", "2", "--out", str(out), *FAST])
+    main(["tune", "--config", config, "--budget", "3", "--out", str(out), *FAST])
     rows = _trials(out)
-    assert len(rows) == 2 and rows[:1] == first  # finished trials are kept, not rerun
+    assert len(first) == 2 and len(rows) == 3 and rows[:2] == first  # finished trials are kept, not rerun
     study = optuna.load_study(study_name="streamrec", storage=f"sqlite:///{out / 'study.db'}")
     assert study.trials[cut.number].state == optuna.trial.TrialState.FAIL
     assert study.trials[cut.number + 1].params["lr"] == pytest.approx(cut_lr)  # run again first
-    main(["tune", "--config", config, "--budget", "2", "--out", str(out), *FAST])  # budget already met
-    assert len(_trials(out)) == 2
+    main(["tune", "--config", config, "--budget", "3", "--out", str(out), *FAST])  # budget already met
+    assert len(_trials(out)) == 3
 
 
 def test_a_resumed_search_proposes_new_trials(tiny_log, tmp_path):
@@ -211,11 +228,11 @@ def test_a_trial_that_raises_leaves_no_weights_behind(tiny_log, tmp_path, monkey
     assert _study_trials(out)[0].state == optuna.trial.TrialState.FAIL
 
 
-def test_a_study_with_other_settings_is_refused_in_one_line(tiny_log, tmp_path):
-    config, out = str(_config(tmp_path, tiny_log)), tmp_path / "search"
-    main(["tune", "--config", config, "--budget", "1", "--out", str(out), *FAST])
+def test_a_study_with_other_settings_is_refused_in_one_line(tiny_log, searched, tmp_path):
+    config, out = str(_config(tmp_path, tiny_log)), _copy(searched, tmp_path)
     with pytest.raises(SystemExit, match=r"^error: .*study\.db holds a search with other settings.*another --out"):
-        main(["tune", "--config", config, "--budget", "2", "--out", str(out), *FAST, "--patience", "3"])
+        main(["tune", "--config", config, "--budget", "3", "--out", str(out), *FAST, "--patience", "3"])
+    assert len(_trials(out)) == 2  # nothing ran
 
 
 @pytest.mark.parametrize(("args", "message"), [
