@@ -100,8 +100,10 @@ def fit(log: Path, root: Path, ckpt: str | None = None, stop: int = 2) -> tuple[
     module = StreamRecModule(num_items=40, max_len=8, d_model=16, n_heads=2, n_layers=1, d_ff=32, weight_decay=0.01,
                              objective=ObjectiveOptions(loss="sampled", num_negatives=16),
                              optimizer=OptimizerOptions(item_optimizer="rowwise_adagrad", warmup_steps=5))
+    # No validation: what a resume must restore is training's state, and every fit here skips it alike.
     trainer = L.Trainer(max_epochs=2, logger=False, enable_progress_bar=False, enable_model_summary=False,
-                        enable_checkpointing=False, default_root_dir=root, callbacks=[ExactResume(), StopAfter(stop)])
+                        enable_checkpointing=False, default_root_dir=root, limit_val_batches=0,
+                        callbacks=[ExactResume(), StopAfter(stop)])
     trainer.fit(module, data, ckpt_path=ckpt)
     return module, trainer
 
