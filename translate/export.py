@@ -192,14 +192,13 @@ def write_ctranslate2(model: TranslatorNetwork, hparams: dict[str, Any], vocabs:
 RAW_LENGTH_PENALTY = 1e-6
 
 
-def ctranslate2_options(model: TransformerTranslator, tgt: SubwordVocab, names: dict[str, str],
-                        search: SearchOptions | None = None) -> dict[str, Any]:
+def ctranslate2_options(model: TransformerTranslator, tgt: SubwordVocab, names: dict[str, str]) -> dict[str, Any]:
     """What a plain CTranslate2 user needs for our search's output (`translate_options.json`). `greedy` and `beam` are
     `translate_batch` keyword arguments; `output_limit` is our per-sentence limit (CTranslate2 takes one
     `max_decoding_length` per call), `rerank` the GNMT penalty beam hypotheses are ranked by. Beam search keeps padding
     and BOS in the softmax, as ours does (`suppress_sequences` would renormalise without them and change which beams
     survive); a hypothesis holding one is dropped. The model's position tables bound the source and output lengths."""
-    o = search or SearchOptions()
+    o = SearchOptions()
     cap = model.max_tgt_len - 1  # the decoder reads BOS + `cap` pieces to predict EOS
     never = tgt.pieces([PAD_ID, BOS_ID])  # our search never generates them
     common = {"max_input_length": model.max_src_len,  # ours truncates longer sources to the encoder's positions

@@ -84,17 +84,15 @@ def read_config(folder: str | Path, app: str, written_by: str) -> dict[str, Any]
     return config
 
 
-def load_folder(cls: type[Module], folder: str | Path, app: str, written_by: str,
-                model_attr: str = "") -> tuple[Module, dict[str, Any]]:
-    """A `cls` rebuilt from an export folder (eval mode, CPU), and its config.json; `model_attr`: the attribute
-    of `cls` holding the network whose weights the folder stores ("": `cls` is it)."""
+def load_folder(cls: type[Module], folder: str | Path, app: str, written_by: str) -> tuple[Module, dict[str, Any]]:
+    """The network (`cls`, or a factory) rebuilt from an export folder (eval mode, CPU), and its config.json."""
     from safetensors import SafetensorError
     from safetensors.torch import load_model
 
     config = read_config(folder, app, written_by)
     try:
         module = build_from_hparams(cls, config["hyper_parameters"])
-        load_model(getattr(module, model_attr) if model_attr else module, str(Path(folder) / WEIGHTS), strict=True)
+        load_model(module, str(Path(folder) / WEIGHTS), strict=True)
     except (RuntimeError, TypeError, ValueError, SafetensorError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise InputError(f"{folder}: weights do not fit the stored hyper-parameters ({first}); "

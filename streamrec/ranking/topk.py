@@ -192,11 +192,10 @@ def _fp32_sums(device: torch.device) -> Iterator[None]:
 
 
 @torch.no_grad()
-def scan_table(vectors: Tensor | FileRows, item_chunk: int = SCAN_CHUNK, out: Tensor | None = None) -> ScanTable:
-    """The bf16 copy and fp32 row norms the bf16 scan reads, built `item_chunk` rows at a time (no fp32
-    temporary of the table), into `out` (e.g. a memory-mapped file) when given."""
+def scan_table(vectors: Tensor | FileRows, item_chunk: int = SCAN_CHUNK) -> ScanTable:
+    """The bf16 copy and fp32 row norms the bf16 scan reads, built `item_chunk` rows at a time (no fp32 table copy)."""
     device = vectors.device if isinstance(vectors, Tensor) else torch.device("cpu")
-    values = torch.empty(vectors.shape, dtype=torch.bfloat16, device=device) if out is None else out
+    values = torch.empty(vectors.shape, dtype=torch.bfloat16, device=device)
     norms = torch.empty(vectors.shape[0], device=device)
     for lo in range(0, vectors.shape[0], item_chunk):
         chunk = vectors[lo : lo + item_chunk].float()
