@@ -133,25 +133,12 @@ def _add(builder: InteractionsBuilder, chunk: Chunk, options: ReadOptions) -> No
     builder.add(users, items, times)
 
 
-def _rows(path: Path, layout: Layout) -> Iterator[tuple[int, list[str]]]:
-    with path.open(newline="", encoding="utf-8-sig") as f:
-        if layout.format == "movielens":
-            for number, line in enumerate(f, 1):
-                yield number, line.rstrip("\r\n").split("::")
-            return
-        reader = csv.reader(f, delimiter=layout.delimiter)
-        if layout.header:
-            next(reader, None)
-        for row in reader:
-            yield reader.line_num, row
-
-
 def _raise_first_fault(path: Path, layout: Layout, plan: ColumnPlan, times: TimeParser,
                       rule: ColumnFilter | None) -> None:
     index = {role: int(column[1:]) // (2 if layout.format == "movielens" else 1)
              for role, column in plan.columns.items()}  # parsed columns are c0, c1, ...
     width = 4 if layout.format == "movielens" else plan.width
-    for number, row in _rows(path, layout):
+    for number, row in parse.delimited_rows(path, layout):
         if not row or not any(v.strip() for v in row):
             continue  # blank line
         where = f"{path} line {number}"

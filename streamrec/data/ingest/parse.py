@@ -193,19 +193,26 @@ def estimate_rows(path: Path) -> int:
     return int(path.stat().st_size * (head.count(b"\n") + 1) / max(len(head), 1) * 1.05)
 
 
+def delimited_rows(path: Path, layout: Layout) -> Iterator[tuple[int, list[str]]]:
+    """(line number, fields) of each row of a delimited or MovieLens file after its header, read by Python's csv."""
+    with path.open(newline="", encoding="utf-8-sig") as f:
+        if layout.format == "movielens":
+            for number, line in enumerate(f, 1):
+                yield number, line.rstrip("\r\n").split("::")
+            return
+        reader = csv.reader(f, delimiter=layout.delimiter)
+        if layout.header:
+            next(reader, None)
+        for row in reader:
+            yield reader.line_num, row
+
+
 def first_value(path: Path, layout: Layout, plan: ColumnPlan, role: str) -> str | None:
     """The `role` column's value in the first row of events (None: no such row or column)."""
     if role not in plan.columns:
         return None
-    with path.open(newline="", encoding="utf-8-sig") as f:
-        if layout.format == "movielens":
-            row = f.readline().rstrip("\r\n").split("::")
-            column = int(plan.columns[role][1:]) // 2
-        else:
-            rows = csv.reader(f, delimiter=layout.delimiter)
-            if layout.header:
-                next(rows, None)
-            row, column = next(rows, []), int(plan.columns[role][1:])
+    row = next((fields for _, fields in delimited_rows(path, layout)), [])
+    column = int(plan.columns[role][1:]) // (2 if layout.format == "movielens" else 1)
     return row[column] if column < len(row) else None
 
 
