@@ -54,8 +54,7 @@ class KVCache:
                     filled = buf[:, :, : self.length]
                     filled.index_copy_(0, moved, filled.index_select(0, src))  # reads all sources first
             return
-        self._k = self._k.index_select(0, index)
-        self._v = self._v.index_select(0, index)
+        self._k, self._v = self._k.index_select(0, index), self._v.index_select(0, index)
 
 
 class StaticKV:
@@ -74,8 +73,7 @@ class StaticKV:
 
     def reorder(self, index: Tensor) -> None:
         if self.k is not None and self.v is not None:
-            self.k = self.k.index_select(0, index)
-            self.v = self.v.index_select(0, index)
+            self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
 
 
 class DecoderCache:

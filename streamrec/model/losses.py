@@ -128,12 +128,10 @@ class Objective:
         else:
             loss = self.loss(network, hidden[keep], targets[keep], item_counts)  # (M, D), (M,)
             if self.contrastive.weight > 0.0:  # the second pass for the term alone: only its last state
-                if self.contrastive.positive == "dropout":
-                    views = inputs
-                elif partners is None:
+                dropout_views = self.contrastive.positive == "dropout"
+                if not dropout_views and partners is None:
                     raise ValueError("`contrastive.positive: same_target` needs the training windows (`partners`)")
-                else:
-                    views = partners(targets[:, -1])
+                views = inputs if dropout_views else partners(targets[:, -1])
                 second = network.encode(views, trim=True, last=1)[:, -1]
                 loss = loss + self.contrastive_term(hidden[:, -1], second, targets)
         return loss, int(keep.sum())

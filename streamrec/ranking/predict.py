@@ -3,10 +3,9 @@
     python -m streamrec predict --config configs/streamrec/demo.yaml --config configs/streamrec/predict_demo.yaml \\
         --ckpt_path runs/streamrec_demo/checkpoints/best.ckpt
 
-`RecommendationWriter` builds the job's `RankingOptions` from its arguments and hands them to the module;
-`predict_step` ranks with `streamrec.ranking.batch.rank`, and the rows are `recommendation_table`'s, as
-`python -m streamrec.score` writes them. Under DDP the ranks' parts are merged as `core.runtime.prediction`
-says; a part kept with `merge: false` is read with `pyarrow.parquet.read_table` and sorted by `row`, `rank`.
+`predict_step` ranks with `streamrec.ranking.batch.rank` and the rows are `recommendation_table`'s, as
+`python -m streamrec.score` writes them; a part kept with `merge: false` (`core.runtime.prediction`) is read with
+`pyarrow.parquet.read_table` and sorted by `row`, `rank`.
 
 Legend: B users, K items per user."""
 
