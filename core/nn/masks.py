@@ -56,10 +56,8 @@ def causal_padding_mask(key_mask: Tensor) -> Tensor:
     """(B, 1, 1, T) padding mask -> (B, 1, T, T) causal padding mask with no empty rows. A left-padded query at a pad
     position would see no key at all; some SDPA kernels then return NaN. Letting every query see itself keeps all rows
     finite; pad outputs are ignored by the loss anyway."""
-    t = key_mask.shape[-1]
-    causal = causal_mask(t, device=key_mask.device)
-    eye = torch.eye(t, dtype=torch.bool, device=key_mask.device)
-    return (causal & key_mask) | eye
+    t, device = key_mask.shape[-1], key_mask.device
+    return (causal_mask(t, device=device) & key_mask) | torch.eye(t, dtype=torch.bool, device=device)
 
 
 def additive_mask(mask: Tensor, dtype: torch.dtype, bias: Tensor | None = None) -> Tensor:

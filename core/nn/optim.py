@@ -54,10 +54,8 @@ class RowwiseAdagradAdamW(Optimizer):
         return loss
 
     def _adamw(self, group: dict[str, Any]) -> None:
-        params, grads, exp_avgs, exp_avg_sqs, steps = [], [], [], [], []
-        for p in group["params"]:
-            if p.grad is None:
-                continue
+        params = [p for p in group["params"] if p.grad is not None]
+        for p in params:
             if p.grad.is_sparse:
                 raise RuntimeError(f"a parameter of shape {tuple(p.shape)} has a sparse gradient but sits in an "
                                    "AdamW group; put it in a group with `rowwise: True`")
@@ -67,16 +65,12 @@ class RowwiseAdagradAdamW(Optimizer):
                 state["step"] = torch.tensor(0.0, dtype=scalar)
                 state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                 state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            params.append(p)
-            grads.append(p.grad)
-            exp_avgs.append(state["exp_avg"])
-            exp_avg_sqs.append(state["exp_avg_sq"])
-            steps.append(state["step"])
         if params:
+            states = [self.state[p] for p in params]
             beta1, beta2 = group["betas"]
-            adam(params, grads, exp_avgs, exp_avg_sqs, [], steps, decoupled_weight_decay=True, amsgrad=False,
-                 beta1=beta1, beta2=beta2, lr=group["lr"], weight_decay=group["weight_decay"], eps=group["eps"],
-                 maximize=False)
+            adam(params, [p.grad for p in params], [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
+                 [], [s["step"] for s in states], decoupled_weight_decay=True, amsgrad=False, beta1=beta1,
+                 beta2=beta2, lr=group["lr"], weight_decay=group["weight_decay"], eps=group["eps"], maximize=False)
 
     def _rowwise_adagrad(self, group: dict[str, Any]) -> None:
         lr, eps, decay = group["lr"], group["eps"], group["weight_decay"]
