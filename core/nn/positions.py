@@ -61,8 +61,7 @@ class LearnedPositions(nn.Module):
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         """Add positions `offset .. offset+T-1` to x, (B, T, D)."""
         _check_length(offset, x.shape[1], self.max_len)
-        pos = torch.arange(offset, offset + x.shape[1], device=x.device)
-        return x + self.embedding(pos).to(x.dtype)
+        return x + self.embedding(torch.arange(offset, offset + x.shape[1], device=x.device)).to(x.dtype)
 
 
 class RotaryEmbedding(nn.Module):

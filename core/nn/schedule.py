@@ -92,8 +92,7 @@ class WarmupCosineLR(LambdaLR):
             warnings.warn(f"trainer.max_time: the warmup-cosine schedule spans trainer.max_epochs / max_steps "
                           f"({int(run_steps)} steps), so a run the clock stops first ends before its learning rate "
                           f"has decayed; set max_epochs to what fits the time{advice}", stacklevel=2)
-        total = max(int(run_steps), warmup_steps, 1)
-        return cls(optimizer, warmup_steps, total_steps=total, floor=floor)
+        return cls(optimizer, warmup_steps, total_steps=max(int(run_steps), warmup_steps, 1), floor=floor)
 
 
 class InverseSqrtLR(LambdaLR):

@@ -34,10 +34,8 @@ def hook_matches() -> bool:
 
 def flops_counted(summary_data: list[tuple[str, list[str]]], total_flops: int) -> bool:
     """Whether the summary has a FLOPs count other than 0 (a total, or a layer's; "n/a" rows count as none)."""
-    if total_flops:
-        return True
     column = dict(summary_data).get(FLOPS, [])
-    return any(str(value).strip() not in ("0", "n/a", "") for value in column)
+    return bool(total_flops) or any(str(value).strip() not in ("0", "n/a", "") for value in column)
 
 
 def without_flops(summary_data: list[tuple[str, list[str]]]) -> list[tuple[str, list[str]]]:

@@ -40,8 +40,7 @@ def length_penalty(length: Tensor | int, alpha: float) -> Tensor | float:
 
 def max_output_lengths(src: Tensor, pad_id: int, a: float, b: int, limit: int) -> Tensor:
     """Per-sentence limit on output subwords (EOS not counted): a * source_length + b, capped at `limit`. (B,)"""
-    src_len = (src != pad_id).sum(1)
-    return (a * src_len + b).long().clamp(min=1, max=limit)
+    return (a * (src != pad_id).sum(1) + b).long().clamp(min=1, max=limit)
 
 
 @torch.inference_mode()
