@@ -126,10 +126,8 @@ class _OneDNNLinear(torch.autograd.Function):
         rows = grad.reshape(-1, grad.shape[-1])
         if ctx.needs_input_grad[1]:
             x_rows = x.reshape(-1, x.shape[-1])
-            if weight.shape[0] <= ONEDNN_MAX_GRAD_ROWS and mkl_takes_avx2_path():  # (x.T @ grad).T in oneDNN
-                grad_w = _onednn(x_rows.t(), rows.t(), None).t().contiguous()
-            else:
-                grad_w = rows.t() @ x_rows
+            onednn = weight.shape[0] <= ONEDNN_MAX_GRAD_ROWS and mkl_takes_avx2_path()  # (x.T @ grad).T in oneDNN
+            grad_w = _onednn(x_rows.t(), rows.t(), None).t().contiguous() if onednn else rows.t() @ x_rows
         if ctx.has_bias and ctx.needs_input_grad[2]:
             grad_b = rows.sum(0)
         return grad_x, grad_w, grad_b
