@@ -8,7 +8,6 @@ libc's `exit` (where a native thread still alive at exit aborts the process)."""
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import os
 import re
 import signal
@@ -36,28 +35,22 @@ CKPT = FIXTURES / "sasrec.ckpt"
 REPEATS = int(os.environ.get("EXIT_STATUS_REPEATS", "0"))
 sys.path.insert(0, str(Path(__file__).parent))
 import exit_child  # noqa: E402 (from a path the fork server inherits)
+import forks  # noqa: E402 (by name: one fork server and its module list for this file and test_resume)
 
 # A fresh interpreter that has imported the programs forks every child, whatever this worker ran before.
-FORKS = multiprocessing.get_context("forkserver")
-FORKS.set_forkserver_preload(["exit_child", "pandas", "streamrec.score", "streamrec.tune", "streamrec.export",
-                              "translate.average", "translate.infer", "translate.export"])
+forks.preload("exit_child", "pandas", "streamrec.score", "streamrec.tune", "streamrec.export", "translate.average",
+              "translate.infer", "translate.export")
 
 
 def _start(main: Callable[[list[str]], object], argv: list[str], logs: Path, libc_exit: bool = True) -> BaseProcess:
     """A child, forked from the fork server, running `main(argv)` with its output in `logs`.out and `logs`.err."""
-    child = FORKS.Process(target=exit_child.run, args=(main, argv, str(logs), libc_exit))
+    child = forks.FORKS.Process(target=exit_child.run, args=(main, argv, str(logs), libc_exit))
     child.start()
     return child
 
 
 def _wait(child: BaseProcess, seconds: float = 60) -> int:
-    """The child's exit status as a shell reports it (128 + N for signal N); a hang fails the test."""
-    child.join(seconds)
-    if child.exitcode is None:
-        child.kill()
-        child.join()
-        pytest.fail(f"child {child.pid} hung")
-    return 128 - child.exitcode if child.exitcode < 0 else child.exitcode
+    return forks.exit_status(child, seconds)
 
 
 def _run(main: Callable[[list[str]], object], argv: list[str], logs: Path, libc_exit: bool = True) -> tuple[int, str]:

@@ -4,12 +4,11 @@ older than best.ckpt."""
 
 from __future__ import annotations
 
-import multiprocessing
 import runpy
 import shutil
 import signal
+import sys
 import tempfile
-from multiprocessing import forkserver
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,6 +18,9 @@ import torch
 
 from core.runtime.checkpoint import load_checkpoint
 from streamrec.cli import main
+
+sys.path.insert(0, str(Path(__file__).parents[1]))
+import forks  # noqa: E402 (by name: one fork server and its module list for this file and test_exit_status)
 
 REPO = Path(__file__).resolve().parents[2]
 CKPTS = Path("runs/streamrec_demo/checkpoints")  # where configs/streamrec/demo.yaml puts them, under the cwd
@@ -50,13 +52,8 @@ def _args(cwd: Path, log: Path, *extra: str) -> list[str]:
             "--trainer.precision", "32-true", "--trainer.logger", "false", *extra]
 
 
-# A child of multiprocessing's fork server (a fresh interpreter that has imported the program, once per test
-# process), not of this test process: a fork of a pytest worker would inherit what earlier tests left running
-# there (inductor's compile workers, Ray's threads), and a `python -m streamrec` child would only import torch
-# and Lightning again. The modules other test files ask the server for are kept (it serves this process once).
-FORKS = multiprocessing.get_context("forkserver")
-FORKS.set_forkserver_preload(sorted({*getattr(forkserver._forkserver, "_preload_modules", ()), "streamrec.cli"}
-                                    - {"__main__"}))
+# A child of the tests' fork server (tests/forks.py), which imports the program once per test process.
+forks.preload("streamrec.cli")
 
 CHILD = """
 import os, runpy, signal, sys, tempfile
@@ -81,20 +78,15 @@ def start_program(cwd: Path, args: list[str], logs: Path, env: dict[str, str] | 
     SystemExit gives, as the interpreter's; minus the number of the signal that ended it."""
     script = logs.parent / f"{logs.name}_child.py"
     script.write_text(CHILD)
-    child = FORKS.Process(target=runpy.run_path, args=(str(script),), kwargs={"run_name": "__main__", "init_globals": {
-        "CWD": str(cwd), "ARGV": args, "ENV": env or {}, "PATH": [str(cwd.parent)], "LOGS": str(logs)}})
+    names = {"CWD": str(cwd), "ARGV": args, "ENV": env or {}, "PATH": [str(cwd.parent)], "LOGS": str(logs)}
+    child = forks.FORKS.Process(target=runpy.run_path, args=(str(script),),
+                                kwargs={"run_name": "__main__", "init_globals": names})
     child.start()
     return child
 
 
 def finished(child: BaseProcess, seconds: float = 300) -> int:
-    """The exit status of `child` as a shell reports it (128 + N for signal N); a hang fails the test."""
-    child.join(seconds)
-    if child.exitcode is None:
-        child.kill()
-        child.join()
-        pytest.fail(f"child {child.pid} hung")
-    return 128 - child.exitcode if child.exitcode < 0 else child.exitcode
+    return forks.exit_status(child, seconds)
 
 
 def _killed_fit(cwd: Path, log: Path, tmpdir: Path) -> tuple[int, str]:
