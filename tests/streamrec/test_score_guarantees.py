@@ -4,13 +4,14 @@ once after a resume, one-line errors, nothing half-written or left behind, earli
 from __future__ import annotations
 
 import errno
+import itertools
 import json
 import logging
 import os
 import signal
-import subprocess
 import sys
 import time
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -20,6 +21,11 @@ from core.runtime.lock import OutputLock
 from streamrec import score
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests"))
+import exit_child  # noqa: E402 (from a path the fork server inherits)
+import forks  # noqa: E402 (by name: the fork server test_exit_status and test_resume use too)
+
+forks.preload("exit_child", "streamrec.score")
 
 
 @pytest.fixture(scope="module")
@@ -31,19 +37,28 @@ def big_log(demo, tmp_path_factory) -> Path:
 
 
 def _scorer_args(ckpt: Path, log: Path, out: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "streamrec.score", "--ckpt", str(ckpt), "--input", str(log), "--output", str(out),
-            "--top-k", "5", "--explain", "--chunk-users", "20", "--batch-size", "16", *extra]
+    """`python -m streamrec.score ARGS`'s ARGS."""
+    return ["--ckpt", str(ckpt), "--input", str(log), "--output", str(out), "--top-k", "5", "--explain",
+            "--chunk-users", "20", "--batch-size", "16", *extra]
 
 
-def _scorer(ckpt: Path, log: Path, out: Path, *extra: str) -> subprocess.Popen:
-    cmd = _scorer_args(ckpt, log, out, *extra)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # tiny tensors: a second thread only waits on a busy machine
-    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+_RUNS = itertools.count()
 
 
-def _wait_for(condition, procs: list[subprocess.Popen], seconds: float = 120) -> None:
+def _scorer(ckpt: Path, log: Path, out: Path, *extra: str) -> BaseProcess:
+    """A scorer as a process of its own (forked from the tests' fork server, tests/forks.py), leaving as the
+    program would (tests/exit_child.py); its stderr in `out`'s folder, `scorer-N.err` (its `err`)."""
+    logs = out.parent / f"scorer-{next(_RUNS)}"
+    child = forks.FORKS.Process(target=exit_child.run, args=(score.main, _scorer_args(ckpt, log, out, *extra),
+                                                               str(logs), True))
+    child.start()
+    child.err = Path(f"{logs}.err")
+    return child
+
+
+def _wait_for(condition, procs: list[BaseProcess], seconds: float = 120) -> None:
     deadline = time.time() + seconds
-    while not condition() and any(p.poll() is None for p in procs) and time.time() < deadline:
+    while not condition() and any(p.exitcode is None for p in procs) and time.time() < deadline:
         time.sleep(0.01)
 
 
@@ -66,11 +81,11 @@ def test_two_scorers_on_one_output_exactly_one_succeeds(tiny_ckpt, big_log, tmp_
     try:
         winner = next(p for p in procs if p.pid == holder)
         loser = next(p for p in procs if p.pid != holder)
-        assert loser.wait(timeout=300) != 0
+        assert forks.exit_status(loser, 300) != 0
     finally:
         os.kill(holder, signal.SIGCONT)
-    assert winner.wait(timeout=300) == 0, winner.stderr.read()
-    message = loser.stderr.read().strip().splitlines()[-1]
+    assert forks.exit_status(winner, 300) == 0, winner.err.read_text()
+    message = loser.err.read_text().strip().splitlines()[-1]
     assert "another run is writing it (streamrec.score, pid" in message and f"lock file {out}.lock" in message
     assert f"pid {holder} " in message
     _users_once(out, 400)
@@ -83,14 +98,15 @@ def test_scorer_killed_with_sigkill_resumes_every_user_once(tiny_ckpt, big_log, 
     proc = _scorer(tiny_ckpt, big_log, out)
     parts = tmp_path / "recs.parquet.parts"
     _wait_for(lambda: (parts / "part-00001.parquet").exists(), [proc])
-    proc.send_signal(signal.SIGKILL)
-    assert proc.wait() == -signal.SIGKILL, "the scorer finished before it could be killed: use a bigger log"
+    proc.kill()
+    assert forks.exit_status(proc, 300) == 128 + signal.SIGKILL, \
+        "the scorer finished before it could be killed: use a bigger log"
     assert not out.exists() and (tmp_path / "recs.parquet.lock").exists()
-    # The resumed run in this process (the same arguments as _scorer's; a second interpreter would only import
-    # torch again): it returns normally and logs the takeover and the resume.
+    # The resumed run in this process (the same arguments as _scorer's): it returns normally and logs the
+    # takeover and the resume.
     monkeypatch.chdir(REPO)
     caplog.set_level(logging.INFO)
-    score.main([*_scorer_args(tiny_ckpt, big_log, out)[3:]])
+    score.main(_scorer_args(tiny_ckpt, big_log, out))
     assert "took over the lock file" in caplog.text and "resuming:" in caplog.text
     _users_once(out, 400)
     assert not parts.exists() and not list(tmp_path.glob(".*.tmp"))
