@@ -40,7 +40,7 @@ from core.runtime.lock import OutputLock, interrupt_on_sigterm
 from streamrec.lightning_cli import build_cli
 from streamrec.model.module import full_softmax_terms
 from streamrec.tuning.options import Budget, TuneOptions
-from streamrec.tuning.report import best_config, fmt, plot_trials, print_table, trial_rows, write_table
+from streamrec.tuning.report import best_config, fmt, print_table, trial_rows, trials_figure, write_table
 from streamrec.tuning.space import PARAMS, SPACE, config_value, config_values, starting_point
 from streamrec.tuning.trial import METRIC, keep_if_best, run_trial
 
@@ -219,7 +219,8 @@ def write_outputs(study: optuna.Study, options: TuneOptions, parser: ArgumentPar
         print("tune: no trial finished; nothing written", file=sys.stderr)
         return
     write_table(rows, options.out / "trials.csv", options.params)
-    plot_trials(rows, options.out / "trials.png")
+    with atomic_path(options.out / "trials.png") as tmp:
+        trials_figure(rows).savefig(tmp, format="png", dpi=110)
     print_table(rows, options.params)
     if not any(t.state == TrialState.COMPLETE for t in study.get_trials(deepcopy=False)):
         print("tune: every trial was pruned; no best.yaml", file=sys.stderr)

@@ -48,11 +48,6 @@ def write_table(rows: list[Row], path: Path, params: tuple[str, ...]) -> None:
         writer.writerows(rows)
 
 
-def plot_trials(rows: list[Row], path: Path) -> None:
-    with atomic_path(path) as tmp:
-        trials_figure(rows).savefig(tmp, format="png", dpi=110)
-
-
 def trials_figure(rows: list[Row]) -> Figure:
     """Left: each trial's validation NDCG@10 and the best so far; right: against the learning rate."""
     fig = Figure(figsize=(11, 4), layout="constrained")  # no pyplot: no backend, no global figure state
