@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from core.runtime.atomic import atomic_path
-from core.runtime.errors import InputError, exit_on_error
+from core.runtime.errors import InputError, check_output_file, exit_on_error
 from streamrec.api import Explanation, Recommender
 from streamrec.reading import add_read_arguments, read_overrides
 
@@ -126,9 +126,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     html = Path(args.html)
     with exit_on_error(html, not_written=True):
-        if html.is_dir() or not html.parent.is_dir():
-            raise InputError(f"--html {html}: " + ("is a folder; name a .html file" if html.is_dir() else
-                                                   f"the folder {html.parent} does not exist; create it first"))
+        check_output_file(html, "--html", "a .html file")
         rec = Recommender.load(args.ckpt, items=args.items)
         interactions = rec.read_log(args.input, **read_overrides(args))
         if args.user not in interactions.items:

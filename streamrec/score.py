@@ -33,7 +33,7 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from core.runtime.atomic import atomic_path, stale_temporaries
-from core.runtime.errors import InputError, check_text, exit_on_error
+from core.runtime.errors import InputError, check_output_file, check_text, exit_on_error
 from core.runtime.lock import OutputLock, interrupt_on_sigterm
 from core.runtime.precision import cpu_has_fast_bf16
 from core.runtime.ray_session import add_ray_arguments
@@ -248,10 +248,7 @@ def run(job: ScoreJob) -> None:
     path = job.output  # refused before any work is done
     if path.suffix not in (".csv", ".parquet"):
         raise InputError(f"--output {path}: use a .csv or .parquet file name")
-    if path.is_dir():
-        raise InputError(f"--output {path}: is a folder; name a .csv or .parquet file in it")
-    if not path.parent.is_dir():
-        raise InputError(f"--output {path}: the folder {path.parent} does not exist; create it first")
+    check_output_file(path, "--output", "a .csv or .parquet file in it")
     with OutputLock(job.output, "streamrec.score"):  # first: a second writer stops at once, before any work
         for tmp in stale_temporaries(job.output):  # a final write cut by kill -9; we hold the lock, so no one owns it
             tmp.unlink()

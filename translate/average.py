@@ -22,7 +22,7 @@ import torch
 
 from core.runtime.atomic import atomic_path, stale_temporaries
 from core.runtime.checkpoint import read_checkpoint_file
-from core.runtime.errors import InputError, exit_on_error
+from core.runtime.errors import InputError, check_output_file, exit_on_error
 from core.runtime.lock import OutputLock, interrupt_on_sigterm
 from translate.data.vocab import vocabs_from_checkpoint
 
@@ -127,9 +127,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.last < 1:
             raise InputError(f"--last must be >= 1, got {args.last}")
         output = Path(args.output)
-        if output.is_dir() or not output.parent.is_dir():
-            raise InputError(f"--output {output}: " + ("is a folder; name a .ckpt file" if output.is_dir() else
-                                                       f"the folder {output.parent} does not exist; create it first"))
+        check_output_file(output, "--output", "a .ckpt file")
         with OutputLock(output, "translate.average"):
             for tmp in stale_temporaries(output):  # left by a run killed with -9; we hold the lock
                 tmp.unlink()

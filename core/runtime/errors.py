@@ -86,6 +86,14 @@ def exit_on_error(output: str | Path | None = None, not_written: bool = False,
         sys.exit(f"error: {describe_os_error(err, output)}" + (f"; {output} was not written" if not_written else ""))
 
 
+def check_output_file(path: Path, flag: str, kind: str) -> None:
+    """Refuse, naming `flag`, an output `path` that is a folder (name `kind` instead) or whose folder is missing."""
+    if path.is_dir():
+        raise InputError(f"{flag} {path}: is a folder; name {kind}")
+    if not path.parent.is_dir():
+        raise InputError(f"{flag} {path}: the folder {path.parent} does not exist; create it first")
+
+
 def check_text(data: bytes, name: str | Path, offset_line: int = 1) -> None:
     """Refuse binary input: a NUL byte never occurs in text, so say where the first one is (`offset_line`: the
     line number of `data`'s first line in the file `name`)."""

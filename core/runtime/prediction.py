@@ -10,7 +10,7 @@ from typing import Any
 from lightning.pytorch.callbacks import BasePredictionWriter
 
 from core.runtime.atomic import stale_temporaries
-from core.runtime.errors import InputError
+from core.runtime.errors import check_output_file
 from core.runtime.lock import OutputLock
 
 
@@ -36,11 +36,7 @@ class PartsWriter(BasePredictionWriter):
 
     def check_output(self) -> None:
         """One-line `InputError` when `output` cannot be written; apps add their own checks first."""
-        if self.output.is_dir():
-            raise InputError(f"{type(self).__name__}: output {self.output}: is a folder; name {self.file_kind}")
-        if not self.output.parent.is_dir():
-            raise InputError(f"{type(self).__name__}: output {self.output}: the folder {self.output.parent} "
-                             "does not exist; create it first")
+        check_output_file(self.output, f"{type(self).__name__}: output", self.file_kind)
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         if stage != "predict":
