@@ -57,8 +57,7 @@ class RecurrentEncoder(nn.Module):
         b, s, _ = x.shape
         real = mask.reshape(b, s)  # (B, S)
         lengths = real.sum(1).clamp(min=1).cpu()  # an all-padding row runs one step; its output is masked
-        packed = pack_padded_sequence(self.dropout(x), lengths, batch_first=True, enforce_sorted=False)
-        out, _ = self.rnn(packed)
+        out, _ = self.rnn(pack_padded_sequence(self.dropout(x), lengths, batch_first=True, enforce_sorted=False))
         out, _ = pad_packed_sequence(out, batch_first=True, total_length=s)  # (B, S, 2Hd)
         return self.proj(self.dropout(out)) * real[:, :, None]
 

@@ -220,8 +220,7 @@ class Decoder(_Stack):
                 self_mask: Tensor | None = None, cache: DecoderCache | None = None) -> Tensor:
         """(B, T, D) embedded targets against the encoder output -> (B, T, D); arguments as in
         `DecoderLayer.forward`, `cache` from `new_cache()` (filled and advanced by this call)."""
-        offset = 0 if cache is None else cache.offset
-        x, bias = self._positions(x, offset)
+        x, bias = self._positions(x, 0 if cache is None else cache.offset)
         x = self.drop(x)
         for i, layer in enumerate(self.layers):
             self_cache = None if cache is None else cache.self_attn[i]

@@ -109,8 +109,7 @@ class RankingMetrics(Metric):
     def update(self, scores: Tensor, targets: Tensor, seen: Tensor | None = None) -> None:
         _check(scores, targets, seen)
         rank = self.ranks(scores.detach(), targets, seen if self.exclude_seen else None)  # (B,)
-        ks = torch.tensor(self.ks, device=rank.device)
-        hit = (rank[:, None] < ks).float()  # (B, K)
+        hit = (rank[:, None] < torch.tensor(self.ks, device=rank.device)).float()  # (B, K)
         pos = rank[:, None].float() + 1.0  # 1-based rank, (B, 1)
         self.hr += hit.sum(0)
         self.ndcg += (hit / torch.log2(pos + 1.0)).sum(0)

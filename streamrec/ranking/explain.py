@@ -82,7 +82,6 @@ def explain_columns(model: StreamRecModel, inputs: Tensor, items: Tensor,
 def agreement(attention: Tensor, drops: Tensor, inputs: Tensor) -> float:
     """Fraction of (user, recommendation) pairs whose top-attended history position is also
     the position whose removal lowers that recommendation's score most (padding positions never count)."""
-    masked = drops.masked_fill((inputs == PAD_ID)[:, None, :], float("-inf"))
-    top_occ = masked.argmax(-1)  # (B, K)
+    top_occ = drops.masked_fill((inputs == PAD_ID)[:, None, :], float("-inf")).argmax(-1)  # (B, K)
     top_att = attention.argmax(-1)[:, None]  # (B, 1)
     return float((top_occ == top_att).float().mean())

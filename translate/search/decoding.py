@@ -97,8 +97,7 @@ def beam_search(model: TranslatorNetwork | Ensemble, src: Tensor, bos_id: int, e
     for step in range(int(limits.max()) + 1):  # `limit` subwords, then EOS
         if step:
             logp = _next_log_probs(model, tokens[:, -1:], memory, src_mask, cache, bos_id)  # (R, V)
-        at_limit = (step >= limits[active]).repeat_interleave(k)
-        logp = _force_eos(logp, at_limit, eos_id)
+        logp = _force_eos(logp, (step >= limits[active]).repeat_interleave(k), eos_id)
         vocab = logp.shape[-1]
         cand = logp.view(-1, k, vocab).add_(scores[:, :, None]).view(-1, k * vocab)  # (B_act, K*V), in place
         top_scores, top_idx = topk_by_blocks(cand, min(2 * k, k * vocab))  # (B_act, 2K)

@@ -242,8 +242,7 @@ def parquet_batches(path: Path, options: ReadOptions) -> tuple[ColumnPlan, int, 
         file = pq.ParquetFile(path)
     except (pa.ArrowException, OSError) as e:
         raise _parquet_error(path, e) from e
-    names = file.schema_arrow.names
-    plan = plan_columns(path, names, options)
+    plan = plan_columns(path, file.schema_arrow.names, options)
     if file.metadata.num_rows == 0:
         raise InputError(f"{path}: the file has no rows; it must hold one row per (user, item) event")
 
