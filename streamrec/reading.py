@@ -36,8 +36,7 @@ def with_overrides(options: ReadOptions, overrides: Mapping[str, Any]) -> ReadOp
     if changes.get("columns") is not None:
         changes["columns"] = tuple(changes["columns"])
         changes.setdefault("header", False)  # naming the columns says the file has no header
-    fmt = changes.get("format", options.format)
-    if "format" in changes and fmt not in ("auto", "csv", "tsv"):
+    if changes.get("format", "auto") not in ("auto", "csv", "tsv"):  # a format without columns
         defaults = ReadOptions()
         for name in _TEXT_ONLY:
             changes.setdefault(name, getattr(defaults, name))
