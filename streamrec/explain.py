@@ -18,7 +18,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from core.runtime.atomic import atomic_path
+from core.runtime.atomic import atomic_write_text
 from core.runtime.errors import InputError, check_output_file, exit_on_error
 from streamrec.api import Explanation, Recommender
 from streamrec.reading import add_read_arguments, read_overrides
@@ -134,8 +134,7 @@ def main(argv: list[str] | None = None) -> None:
         if not rec.encode(history := interactions.items[args.user])[0]:
             raise InputError(f"user {args.user!r} has no item known to the checkpoint; nothing to explain")
         why = rec.explain(history, args.top_k, args.exclude_seen)
-        with atomic_path(html) as tmp:
-            tmp.write_text(render_html(args.user, why), encoding="utf-8")
+        atomic_write_text(html, render_html(args.user, why))
     print(f"wrote {args.html}: {len(why.recommendations)} recommendations for user {args.user} "
           f"from {len(why.history)} history items")
 

@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from core.runtime.atomic import atomic_path, stale_temporaries
+from core.runtime.atomic import atomic_write_text, stale_temporaries
 from core.runtime.errors import InputError, check_output_file, check_text, exit_on_error
 from core.runtime.lock import OutputLock, interrupt_on_sigterm
 from core.runtime.precision import cpu_has_fast_bf16
@@ -74,8 +74,7 @@ class ResumableOutput:
                 raise InputError(f"{self.parts} holds partial results of a run with other arguments; rerun with "
                                  "those arguments to resume it, or pass --fresh to delete it and start over")
         else:
-            with atomic_path(manifest_path) as tmp:
-                tmp.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+            atomic_write_text(manifest_path, json.dumps(manifest, indent=1))
 
     def done_users(self) -> set[str]:
         return {u for part in self.parts.glob("part-*.parquet")
@@ -313,8 +312,7 @@ def _score_all(job: ScoreJob, out: ResumableOutput, users: list[str], interactio
     if not skipped:
         path.unlink(missing_ok=True)  # an earlier run's list would name users this run scored
     else:
-        with atomic_path(path) as tmp:
-            tmp.write_text("".join(f"{u}\n" for u in skipped), encoding="utf-8")
+        atomic_write_text(path, "".join(f"{u}\n" for u in skipped))
         shown = ", ".join(map(repr, skipped[:SKIPPED_SHOWN])) + (", ..." if len(skipped) > SKIPPED_SHOWN else "")
         log.warning("skipped %d users with no item known to the checkpoint (%s), listed in %s; --cold-users "
                     "popular gives them the most popular items", len(skipped), shown, path)

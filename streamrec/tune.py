@@ -33,7 +33,7 @@ from optuna.trial import FrozenTrial, TrialState
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from core.runtime.atomic import atomic_path
+from core.runtime.atomic import atomic_path, atomic_write_text
 from core.runtime.cli import config_chain
 from core.runtime.errors import InputError, exit_on_error
 from core.runtime.lock import OutputLock, interrupt_on_sigterm
@@ -233,8 +233,7 @@ def write_outputs(study: optuna.Study, options: TuneOptions, parser: ArgumentPar
               f"again: python -m streamrec fit --config {out / 'best.yaml'}")
     trained_as = ["--trainer.max_epochs", str(epochs), "--early_stopping", str(options.patience)]
     text = best_config(parser, [*options.config_args, *trained_as], best.params, header)
-    with atomic_path(out / "best.yaml") as tmp:
-        tmp.write_text(text, encoding="utf-8")
+    atomic_write_text(out / "best.yaml", text)
     print(f"tune: best {METRIC} {best.value:.4f} (trial {best.number}: "
           + ", ".join(f"{k} {fmt(v)}" for k, v in best.params.items())
           + f"); config {out / 'best.yaml'}, table {out / 'trials.csv'}, plot {out / 'trials.png'}")

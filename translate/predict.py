@@ -13,7 +13,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from core.runtime.atomic import atomic_path
+from core.runtime.atomic import atomic_write_text
 from core.runtime.prediction import PartsWriter
 
 
@@ -34,8 +34,7 @@ class TranslationWriter(PartsWriter):
         self._rows.extend(prediction)
 
     def write_part(self, rows: list[tuple[int, str]], path: Path) -> None:
-        with atomic_path(path) as tmp:
-            tmp.write_text("".join(json.dumps(p, ensure_ascii=False) + "\n" for p in rows), encoding="utf-8")
+        atomic_write_text(path, "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in rows))
 
     def read_part(self, path: Path) -> list[tuple[int, str]]:
         return [tuple(json.loads(line)) for line in path.read_text("utf-8").splitlines()]
@@ -43,5 +42,4 @@ class TranslationWriter(PartsWriter):
     def write_output(self, rows: list[tuple[int, str]]) -> None:
         by_index = dict(rows)  # a sentence decoded twice (DDP padding) is decoded identically
         assert sorted(by_index) == list(range(len(by_index))), "every input sentence is translated once"
-        with atomic_path(self.output) as tmp:
-            tmp.write_text("".join(by_index[i] + "\n" for i in range(len(by_index))), encoding="utf-8")
+        atomic_write_text(self.output, "".join(by_index[i] + "\n" for i in range(len(by_index))))

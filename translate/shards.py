@@ -16,7 +16,7 @@ import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from core.runtime.atomic import atomic_path
+from core.runtime.atomic import atomic_path, atomic_write_text
 from core.runtime.errors import InputError, exit_on_error
 from core.runtime.shards import Shard, check_shards
 
@@ -43,8 +43,7 @@ def shard_runs(chunks: Iterable[list[str]], block: int, shard: Shard | None, ski
 
 
 def write_record(part: Path, record: dict[str, object]) -> None:
-    with atomic_path(part.with_name(part.name + RECORD)) as tmp:
-        tmp.write_text(json.dumps(record, indent=1) + "\n")
+    atomic_write_text(part.with_name(part.name + RECORD), json.dumps(record, indent=1) + "\n")
 
 
 def merge(folder: str | Path, output: str | Path) -> int:

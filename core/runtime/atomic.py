@@ -40,6 +40,12 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """`text` as the UTF-8 file `path`, written through `atomic_path`."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
 @contextmanager
 def atomic_folder_files(path: str | Path) -> Iterator[Path]:
     """Yield `path`'s name inside a new hidden folder beside it; when the block succeeds, move every file the

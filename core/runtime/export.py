@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from torch import nn
 
-from core.runtime.atomic import atomic_path
+from core.runtime.atomic import atomic_path, atomic_write_text
 from core.runtime.checkpoint import accepted_arguments, build_from_hparams
 from core.runtime.errors import InputError, exit_on_error
 
@@ -59,8 +59,7 @@ def save_folder(out: str | Path, model: nn.Module, app: str, hparams: dict[str, 
 
 def write_json(path: Path, data: Any) -> None:
     """`data` as indented JSON at `path`, written atomically."""
-    with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
 def read_config(folder: str | Path, app: str, written_by: str) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from core.runtime.atomic import atomic_path
+from core.runtime.atomic import atomic_path, atomic_write_text
 from streamrec.data.interactions import Interactions
 from streamrec.data.vocab import ItemVocab, encode_codes
 
@@ -53,9 +53,8 @@ class EncodedLog:
         for name, array in arrays.items():
             with atomic_path(folder / f"{key}.{name}.npy") as tmp, open(tmp, "wb") as f:
                 np.save(f, array)
-        with atomic_path(folder / f"{key}.json") as tmp:
-            tmp.write_text(json.dumps({"users": self.users, "vocab": self.vocab.to_dict(),
-                                       "timed": self.times is not None}))
+        atomic_write_text(folder / f"{key}.json", json.dumps({"users": self.users, "vocab": self.vocab.to_dict(),
+                                                                "timed": self.times is not None}))
 
     @classmethod
     def load(cls, folder: str | Path, key: str) -> EncodedLog | None:
