@@ -4,7 +4,6 @@ older than best.ckpt."""
 
 from __future__ import annotations
 
-import runpy
 import shutil
 import signal
 import sys
@@ -55,34 +54,9 @@ def _args(cwd: Path, log: Path, *extra: str) -> list[str]:
 # A child of the tests' fork server (tests/forks.py), which imports the program once per test process.
 forks.preload("streamrec.cli")
 
-CHILD = """
-import os, runpy, signal, sys, tempfile
-
-# What `python -m streamrec ARGV` does, started in CWD with ENV and PATH first on sys.path; its output in LOGS.*
-os.chdir(CWD)
-os.environ.update(ENV)
-tempfile.tempdir = None  # the server may have cached its own $TMPDIR
-sys.path[:0] = PATH
-for fd, suffix in ((1, ".out"), (2, ".err")):
-    os.dup2(os.open(LOGS + suffix, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
-sys.stdout, sys.stderr = open(1, "w", closefd=False), open(2, "w", closefd=False)
-signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal: an xdist worker ignores SIGINT
-sys.argv = ["streamrec", *ARGV]
-runpy.run_module("streamrec", run_name="__main__", alter_sys=True)
-"""
-
-
 def start_program(cwd: Path, args: list[str], logs: Path, env: dict[str, str] | None = None) -> BaseProcess:
-    """`python -m streamrec ARGS` in `cwd`, as a process of its own with `cwd.parent` on its path (the tests'
-    callbacks) and its stdout and stderr in `logs`.out and `logs`.err. Its `exitcode`: the status `main`'s
-    SystemExit gives, as the interpreter's; minus the number of the signal that ended it."""
-    script = logs.parent / f"{logs.name}_child.py"
-    script.write_text(CHILD)
-    names = {"CWD": str(cwd), "ARGV": args, "ENV": env or {}, "PATH": [str(cwd.parent)], "LOGS": str(logs)}
-    child = forks.FORKS.Process(target=runpy.run_path, args=(str(script),),
-                                kwargs={"run_name": "__main__", "init_globals": names})
-    child.start()
-    return child
+    """`python -m streamrec ARGS` in `cwd`, a process of its own (`forks.start_program`)."""
+    return forks.start_program("streamrec", cwd, args, logs, env)
 
 
 def finished(child: BaseProcess, seconds: float = 300) -> int:

@@ -5,9 +5,7 @@ within a process only (see `translate.data.corpus.SampledSegmentations`)."""
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +14,11 @@ import torch
 
 from core.runtime.checkpoint import load_checkpoint
 from translate.cli import main
+
+sys.path.insert(0, str(Path(__file__).parents[1]))
+import forks  # noqa: E402 (by name: the fork server test_exit_status and streamrec's test_resume use too)
+
+forks.preload("translate.cli")
 
 REPO = Path(__file__).resolve().parents[2]
 CKPTS = Path("runs/translate_demo/checkpoints")  # where configs/translate/demo.yaml puts them, under the cwd
@@ -51,10 +54,12 @@ def uninterrupted_fit(built_once, demo_dir: Path) -> Path:
     return built_once(f"translate uninterrupted fit {demo_dir}", build)
 
 
-def _killed_fit(cwd: Path, demo_dir: Path, *extra: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(cwd.parent)]), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "translate", *_args(cwd, demo_dir, *extra)]
-    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+def _killed_fit(cwd: Path, demo_dir: Path, *extra: str) -> tuple[int, str]:
+    """`python -m translate fit`, SIGKILLed mid-epoch: a process of its own (a child of the tests' fork server,
+    tests/forks.py, which has imported the program), since SIGKILL ends the process, not only the fit."""
+    logs = cwd.parent / "killed_fit"
+    child = forks.start_program("translate", cwd, _args(cwd, demo_dir, *extra), logs)
+    return forks.exit_status(child, 600), Path(f"{logs}.err").read_text()
 
 
 @pytest.mark.slow
@@ -62,8 +67,8 @@ def test_killed_and_resumed_fit_equals_uninterrupted(built_once, demo_dir: Path,
     (tmp_path / "killer.py").write_text(KILLER)
     whole, killed = uninterrupted_fit(built_once, demo_dir), tmp_path / "killed"
     killed.mkdir()
-    crash = _killed_fit(killed, demo_dir, "--trainer.callbacks+=killer.KillMidEpoch")
-    assert crash.returncode == -signal.SIGKILL, crash.stderr[-2000:]
+    status, err = _killed_fit(killed, demo_dir, "--trainer.callbacks+=killer.KillMidEpoch")
+    assert status == 128 + signal.SIGKILL, err[-2000:]
     last = killed / CKPTS / "last.ckpt"
     assert load_checkpoint(last, "fit")["epoch"] == 0
     with monkeypatch.context() as m:  # resumed in this process as well: only the killed fit needs its own
