@@ -22,7 +22,7 @@ def _run(args):
     return main(args)
 
 
-@pytest.mark.parametrize("sub", [[], ["fit"], ["validate"], ["test"]])
+@pytest.mark.parametrize("sub", [["fit"], ["validate"], ["test"]])  # the top level's: the test naming tune
 def test_help(sub, capsys):
     with pytest.raises(SystemExit) as exit_:
         _run([*sub, "--help"])
@@ -262,9 +262,11 @@ def test_the_command_line_runs_without_lightnings_args_warning(monkeypatch, capf
 def test_the_top_level_help_names_tune(capsys) -> None:
     from streamrec.cli import main
 
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as exit_:
         main(["--help"])
+    assert exit_.value.code == 0
     printed = " ".join(capsys.readouterr().out.split())
+    assert "usage" in printed
     assert "python -m streamrec tune --config CONFIG" in printed and "{fit,validate,test,predict}" in printed
 
 
