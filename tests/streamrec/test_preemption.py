@@ -5,10 +5,9 @@ uninterrupted fit, bit for bit (CPU), as a fit killed with SIGKILL and resumed d
 from __future__ import annotations
 
 import importlib.util
-import os
 import shlex
 import signal
-import time
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -28,35 +27,14 @@ def _load(path: Path, name: str) -> ModuleType:
 
 
 TESTS = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(TESTS))
+import signalled  # noqa: E402 (by name, as tests/forks.py: the signalled fit both apps' preemption tests run)
+
 resume = _load(TESTS / "streamrec/test_resume.py", "_streamrec_test_resume")
 signals = _load(TESTS / "core/runtime/test_signals.py", "_core_test_signals")  # the signalling helpers
 runs = resume.runs  # the uninterrupted fit (and a SIGKILLed one), built once per test run
 CKPTS, STEP_CKPT = resume.CKPTS, resume.STEP_CKPT
 EPOCH, BATCH = 1, 4  # where the signal arrives: inside the middle epoch of three
-
-
-def signalled_fit(cwd: Path, args: list[str], signum: int) -> tuple[int, str]:
-    """`python -m streamrec ARGS` in a process of its own (`resume.start_program`), sent `signum` while its fit
-    is held at the step signals.WAITER marks; the exit status and stderr."""
-    marker, logs = cwd / "at_step", cwd.parent / "signalled"
-    env = {"PREEMPT_MARKER": str(marker), "TMPDIR": str(cwd.parent / "tmpdir")}
-    child = resume.start_program(cwd, args, logs, env)
-    try:
-        deadline = time.monotonic() + 300
-        while not marker.exists():
-            if not child.is_alive():
-                pytest.fail(f"fit ended (status {child.exitcode}) before the marker:\n"
-                            f"{Path(f'{logs}.err').read_text()[-3000:]}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"no {marker.name} after 300 s")
-            time.sleep(0.05)
-        os.kill(child.pid, signum)
-        Path(f"{marker}.sent").touch()
-        status = resume.finished(child)
-    finally:
-        if child.is_alive():
-            child.kill()
-    return status, Path(f"{logs}.err").read_text()
 
 
 @pytest.mark.slow
@@ -68,7 +46,7 @@ def test_sigterm_mid_epoch_saves_prints_the_resume_command_and_exits_143(tiny_lo
     cwd = tmp_path / "stopped"
     cwd.mkdir()
     args = resume._args(cwd, tiny_log, "--trainer.callbacks+=waiter.WaitForSignal")
-    status, err = signalled_fit(cwd, args, signal.SIGTERM)
+    status, err = signalled.signalled_fit("streamrec", cwd, args, signal.SIGTERM)
 
     assert status == 128 + signal.SIGTERM, err[-3000:]
     line = signals.stop_line(err)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import shlex
 import signal
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -26,6 +27,9 @@ def _load(path: Path, name: str) -> ModuleType:
 
 
 TESTS = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(TESTS))
+import signalled  # noqa: E402 (by name, as tests/forks.py: the signalled fit both apps' preemption tests run)
+
 resume = _load(TESTS / "translate/test_resume.py", "_translate_test_resume")
 signals = _load(TESTS / "core/runtime/test_signals.py", "_core_test_signals")  # the signalling helpers
 CKPTS = resume.CKPTS
@@ -41,7 +45,7 @@ def test_sigterm_mid_epoch_saves_prints_the_resume_command_and_exits_143(built_o
     cwd.mkdir()
 
     args = resume._args(cwd, demo_dir, "--trainer.callbacks+=waiter.WaitForSignal")
-    status, err = signals.signalled_fit(cwd, args, "translate", signal.SIGTERM, tmp_path)
+    status, err = signalled.signalled_fit("translate", cwd, args, signal.SIGTERM)
 
     assert status == 128 + signal.SIGTERM, err[-3000:]
     line = signals.stop_line(err)
