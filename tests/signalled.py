@@ -25,8 +25,9 @@ def signalled_fit(package: str, cwd: Path, args: list[str], signum: int) -> tupl
         deadline = time.monotonic() + 300
         while not marker.exists():
             if not child.is_alive():
-                pytest.fail(f"fit ended (status {child.exitcode}) before the marker:\n"
-                            f"{Path(f'{logs}.err').read_text()[-3000:]}")
+                pytest.fail(
+                    f"fit ended (status {child.exitcode}) before the marker:\n{Path(f'{logs}.err').read_text()[-3000:]}"
+                )
             if time.monotonic() > deadline:
                 pytest.fail(f"no {marker.name} after 300 s")
             time.sleep(0.05)
