@@ -56,17 +56,29 @@ runpy.run_module(PACKAGE, run_name="__main__", alter_sys=True)
 """
 
 
-def start_program(package: str, cwd: Path, args: list[str], logs: Path, env: dict[str, str] | None = None,
-                  ) -> BaseProcess:
+def start_program(
+    package: str,
+    cwd: Path,
+    args: list[str],
+    logs: Path,
+    env: dict[str, str] | None = None,
+) -> BaseProcess:
     """`python -m PACKAGE ARGS` in `cwd`, as a process of its own with `cwd.parent` on its path (the tests'
-    callbacks) and its stdout and stderr in `logs`.out and `logs`.err (`package`'s CLI module preloaded). Its
-    `exitcode`: the status `main`'s SystemExit gives, as the interpreter's; minus the number of the signal that
-    ended it."""
+    callbacks) and its stdout and stderr in `logs`.out and `logs`.err; its caller `preload`s the program's CLI
+    module. Its `exitcode`: the status `main`'s SystemExit gives, as the interpreter's; minus the number of the
+    signal that ended it."""
     script = logs.parent / f"{logs.name}_child.py"
     script.write_text(_PROGRAM)
-    names = {"PACKAGE": package, "CWD": str(cwd), "ARGV": args, "ENV": env or {}, "PATH": [str(cwd.parent)],
-             "LOGS": str(logs)}
-    child = FORKS.Process(target=runpy.run_path, args=(str(script),),
-                          kwargs={"run_name": "__main__", "init_globals": names})
+    names = {
+        "PACKAGE": package,
+        "CWD": str(cwd),
+        "ARGV": args,
+        "ENV": env or {},
+        "PATH": [str(cwd.parent)],
+        "LOGS": str(logs),
+    }
+    child = FORKS.Process(
+        target=runpy.run_path, args=(str(script),), kwargs={"run_name": "__main__", "init_globals": names}
+    )
     child.start()
     return child
