@@ -60,14 +60,24 @@ def run_trial(trial: optuna.Trial, options: TuneOptions, n_heads: int, progress:
     start = time.perf_counter()
     try:
         trainer.fit(cli.model, datamodule=cli.datamodule)  # fit and validation only: never the test split
-    finally:
-        trial.set_user_attr("epochs", len(report.values))
-        trial.set_user_attr("minutes", (time.perf_counter() - start) / 60)
+    except (KeyboardInterrupt, SystemExit):
+        # A signal can land inside a storage call, whose lock its session then keeps: one more write would wait
+        # on it for the whole busy timeout. The cut trial stays RUNNING, and a resumed search runs it again.
+        raise
+    except Exception:
+        _record_length(trial, report, start)  # a pruned or failed trial's epochs still count in the report
+        raise
+    _record_length(trial, report, start)
     if not report.values:
         raise InputError(f"no {METRIC} was logged; tune needs validation every epoch and 10 in " "model.evaluation.ks")
     best = max(report.values)
     trial.set_user_attr("best_epoch", report.values.index(best) + 1)
     return best
+
+
+def _record_length(trial: optuna.Trial, report: ReportToStudy, start: float) -> None:
+    trial.set_user_attr("epochs", len(report.values))
+    trial.set_user_attr("minutes", (time.perf_counter() - start) / 60)
 
 
 def keep_if_best(study: optuna.Study, trial: FrozenTrial, out: Path, folder: Path) -> None:
