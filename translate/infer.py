@@ -28,7 +28,7 @@ import torch
 
 from core.nn.explain import attention_layers
 from core.runtime.atomic import atomic_path, stale_temporaries
-from core.runtime.errors import InputError, check_text, describe_os_error
+from core.runtime.errors import InputError, check_text, describe_os_error, skip_exit_collection
 from core.runtime.lock import OutputLock, interrupt_on_sigterm
 from core.runtime.ray_session import RayCluster, add_ray_arguments
 from core.runtime.shards import Shard, parse_shard
@@ -133,6 +133,7 @@ def main(argv: list[str] | None = None) -> None:
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
     interrupt_on_sigterm()
+    skip_exit_collection()
     try:
         run(args)
     except BrokenPipeError:  # the reader went away (`... | head`): stop quietly, as Unix tools do

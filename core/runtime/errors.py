@@ -5,7 +5,9 @@ one line and exit non-zero, and anything else that escapes a reader is a bug."""
 
 from __future__ import annotations
 
+import atexit
 import errno
+import gc
 import signal
 import sys
 from collections.abc import Iterator
@@ -72,6 +74,7 @@ def exit_on_error(output: str | Path | None = None, not_written: bool = False,
     (`not_written`: say it was not written); `interrupted`: the line after "interrupted: " for Ctrl-C or
     SIGTERM, which end it with 130 or 143 (None: let the interruption through). Lightning's fit ends an
     interrupted fit with `exit(1)`, the interruption its context: that is one too."""
+    skip_exit_collection()
     try:
         yield
     except (KeyboardInterrupt, SystemExit) as err:
@@ -84,6 +87,14 @@ def exit_on_error(output: str | Path | None = None, not_written: bool = False,
         sys.exit(f"error: {err}")
     except OSError as err:
         sys.exit(f"error: {describe_os_error(err, output)}" + (f"; {output} was not written" if not_written else ""))
+
+
+def skip_exit_collection() -> None:
+    """Programs only (a library's user may count on it): the interpreter's last garbage collection walks every
+    object torch and Lightning created, a second or more of each command's exit, to free what the process's end
+    frees anyway. Objects frozen at exit are not walked."""
+    atexit.unregister(gc.freeze)  # once, however many commands a process runs
+    atexit.register(gc.freeze)
 
 
 def check_output_file(path: Path, flag: str, kind: str) -> None:
