@@ -19,6 +19,8 @@ import pytest
 import torch
 from filelock import FileLock
 
+from core.runtime.errors import skip_exit_collection
+
 REPO = Path(__file__).resolve().parents[1]
 
 # One thread per test process and per program a test starts: the suite runs one xdist worker per core, and a
@@ -26,6 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_name, "1")
 torch.set_num_threads(1)
+skip_exit_collection()  # each xdist worker ends as the programs do, without walking every object it made
 HOSTILE_KINDS = ("zip", "legacy", "in_hparams")
 
 
