@@ -266,6 +266,17 @@ class AppCLI(LightningCLI):
     written_by = "python -m <app> fit"
     _run_lock: OutputLock | None = None
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        argv = sys.argv[1:] if kwargs.get("args") is None else kwargs["args"]
+        self._named = argv[0] if isinstance(argv, list | tuple) and argv else None
+        super().__init__(*args, **kwargs)
+
+    def subcommands(self) -> dict[str, set[str]]:
+        """Only the subcommand the command line starts with gets a parser (each costs a quarter second of every
+        command's start); `--help`, a misspelt name or options before it get them all."""
+        every = LightningCLI.subcommands()
+        return {self._named: every[self._named]} if self._named in every else every
+
     def test(self, **kwargs: Any) -> list[dict[str, float]]:
         """`trainer.test` with our table instead of Lightning's (every digit, baselines sorted among the rows)."""
         return self._evaluate(self.trainer.test, kwargs)

@@ -17,6 +17,7 @@ from core.runtime.cli import (
     overwrite_refusal,
     with_bases,
 )
+from translate.cli import main as translate_main  # either app: AppCLI builds the parsers
 
 
 def test_config_files_are_found_in_every_spelling_in_order() -> None:
@@ -145,3 +146,16 @@ def test_the_metrics_table_puts_the_baseline_beside_the_model_with_4_decimals() 
     assert lines[3].split() == ["test_ndcg@10", "0.0612", "0.0251"]
     assert len(lines) == 4  # no separate rows for the baseline
     assert metrics_table({"test_bleu": 34.56789}).splitlines()[2].split() == ["test_bleu", "34.5679"]
+
+
+@pytest.mark.parametrize("subcommand", ["fit", "validate", "test", "predict"])
+def test_each_subcommand_parses_alone_and_the_others_are_listed_when_none_is_named(subcommand, capsys) -> None:
+    with pytest.raises(SystemExit):
+        translate_main([subcommand, "--help"])
+    shown = capsys.readouterr().out
+    assert shown.startswith(f"usage: python -m translate [options] {subcommand}") and "--trainer" in shown
+    for argv in (["--help"], [f"{subcommand}x"]):
+        with pytest.raises(SystemExit):
+            translate_main(argv)
+        out, err = capsys.readouterr()
+        assert all(f"{name}" in out + err for name in ("fit", "validate", "test", "predict"))
