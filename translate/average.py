@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from core.runtime.atomic import atomic_path, stale_temporaries
-from core.runtime.checkpoint import read_checkpoint_file
+from core.runtime.checkpoint import load_checkpoint
 from core.runtime.errors import InputError, check_output_file, exit_on_error
 from core.runtime.lock import OutputLock, interrupt_on_sigterm
 from translate.data.vocab import vocabs_from_checkpoint
@@ -33,7 +33,7 @@ AVERAGED_KEY = "averaged_from"
 def read_checkpoint(path: str | Path) -> dict[str, Any]:
     """A Translate checkpoint as a dict (weights, hyperparameters, vocabularies); one-line errors otherwise."""
     path = Path(path)
-    state = read_checkpoint_file(path, written_by="python -m translate fit")
+    state = load_checkpoint(path, written_by="python -m translate fit")
     if not isinstance(state, dict) or "state_dict" not in state or vocabs_from_checkpoint(state) is None:
         raise InputError(f"{path}: not a Translate checkpoint (no vocabularies or weights); "
                          "pass checkpoints written by `python -m translate fit`")

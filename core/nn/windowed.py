@@ -19,13 +19,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-
-def band_mask(t: int, window: int, device: torch.device | str | None = None) -> Tensor:
-    """(T, T) boolean, True where query i may see key j: i - W < j <= i (the full-attention reference)."""
-    i = torch.arange(t, device=device)[:, None]
-    return (i >= i.T) & (i.T > i - window)
-
-
 WindowKernel = Literal["auto", "blocks", "flex"]
 KERNELS: tuple[str, ...] = get_args(WindowKernel)
 

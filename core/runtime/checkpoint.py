@@ -63,9 +63,6 @@ def load_checkpoint(path: str | Path, written_by: str, mmap: bool = False) -> An
                          f"pass the .ckpt written by `{written_by}`") from None
 
 
-# The name the apps used before this loader; kept so older imports keep working.
-read_checkpoint_file = load_checkpoint
-
 Module = TypeVar("Module", bound=nn.Module)
 
 

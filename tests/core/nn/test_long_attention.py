@@ -14,7 +14,7 @@ from core.nn.linear_attention import (
     linear_attention_step,
 )
 from core.nn.stacks import Encoder
-from core.nn.windowed import WindowAttention, band_mask, windowed_attention
+from core.nn.windowed import WindowAttention, windowed_attention
 
 
 def qkv(b=2, h=4, hkv=2, t=23, dh=8, dtype=torch.float64):
@@ -27,6 +27,12 @@ def left_padding(b: int, t: int) -> torch.Tensor:
     valid = torch.ones(b, t, dtype=torch.bool)
     valid[1, :9] = False
     return valid
+
+
+def band_mask(t: int, window: int) -> torch.Tensor:
+    """(T, T) boolean, True where query i may see key j: i - W < j <= i (the full-attention reference)."""
+    i = torch.arange(t)[:, None]
+    return (i >= i.T) & (i.T > i - window)
 
 
 def naive_softmax(q, k, v, allowed):
