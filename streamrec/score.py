@@ -91,9 +91,10 @@ class ResumableOutput:
         shutil.rmtree(self.parts)
         return rows
 
-    def discard(self) -> None:
-        """After a failure: remove what this run created; the parts of an earlier killed run stay resumable."""
-        if not self.resumed:
+    def discard(self, keep_parts: bool = False) -> None:
+        """After a failure or an interruption (`keep_parts`): remove what this run created, its temporaries at
+        least; the parts of an earlier killed run stay resumable."""
+        if not self.resumed and not keep_parts:
             shutil.rmtree(self.parts, ignore_errors=True)
         for tmp in self.parts.glob(".*.tmp"):  # none once removed
             tmp.unlink(missing_ok=True)
@@ -279,10 +280,8 @@ def _score_into(job: ScoreJob) -> None:
                          item_table(rec.model, job.ckpt, job.ranking.precision), popular)
     try:
         _score_all(job, out, users, interactions, scorer, metadata)
-    except KeyboardInterrupt:
-        raise  # an interruption: the parts stay, the next run resumes them
-    except BaseException:
-        out.discard()
+    except BaseException as err:
+        out.discard(keep_parts=isinstance(err, KeyboardInterrupt))  # interrupted: the next run resumes the parts
         raise
 
 
