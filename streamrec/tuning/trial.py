@@ -60,12 +60,11 @@ def run_trial(trial: optuna.Trial, options: TuneOptions, n_heads: int, progress:
     start = time.perf_counter()
     try:
         trainer.fit(cli.model, datamodule=cli.datamodule)  # fit and validation only: never the test split
-    except (KeyboardInterrupt, SystemExit):
-        # A signal can land inside a storage call, whose lock its session then keeps: one more write would wait
-        # on it for the whole busy timeout. The cut trial stays RUNNING, and a resumed search runs it again.
-        raise
-    except Exception:
-        _record_length(trial, report, start)  # a pruned or failed trial's epochs still count in the report
+    except Exception:  # a pruned or failed trial's epochs still count in the report
+        # Not after an interruption (KeyboardInterrupt, SystemExit): a signal can land inside a storage call, whose
+        # lock its session then keeps, and one more write would wait out the busy timeout. The cut trial stays
+        # RUNNING, and a resumed search runs it again.
+        _record_length(trial, report, start)
         raise
     _record_length(trial, report, start)
     if not report.values:
