@@ -1,15 +1,13 @@
 """`core.runtime.signals`: a signal during training saves a checkpoint after the step in progress and ends `fit` with
 128 + the signal's number; a second signal while saving changes nothing; under SLURM's auto-requeue Lightning's
-handling holds. Also the helpers the apps' preemption tests share (a fit held at one step until signalled)."""
+handling holds. Also what the apps' preemption tests share: the callback that holds a fit at one step until
+signalled (`WAITER`) and the reading of the stop line."""
 
 from __future__ import annotations
 
 import os
 import re
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import lightning as L
@@ -22,8 +20,6 @@ from lightning.pytorch.demos.boring_classes import BoringModel
 from core.runtime.checkpoint import load_checkpoint
 from core.runtime.cli import overwrite_refusal, resume_command, resume_point, without_ckpt_path
 from core.runtime.signals import FILENAME, STOP_SIGNALS, StopOnSignal, StopRequested, handles_signals
-
-REPO = Path(__file__).resolve().parents[3]
 
 # Holds the fit at one batch's end until the test says it has sent the signal: the signal lands in that step,
 # whatever the machine's speed. Waits only in the child the test starts (PREEMPT_MARKER set).
@@ -43,39 +39,6 @@ class WaitForSignal(Callback):
             while not Path(marker + ".sent").exists():
                 time.sleep(0.01)
 '''
-
-
-def wait_for(path: Path, process: subprocess.Popen, timeout: float = 120.0) -> None:
-    """Poll until `path` exists; fail at once if `process` ends first."""
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if process.poll() is not None:
-            _, err = process.communicate()
-            pytest.fail(f"fit ended (status {process.returncode}) before the marker:\n{err[-3000:]}")
-        if time.monotonic() > deadline:
-            process.kill()
-            pytest.fail(f"no {path.name} after {timeout:.0f} s")
-        time.sleep(0.05)
-
-
-def signalled_fit(cwd: Path, args: list[str], program: str, signum: int, extra_path: Path) -> tuple[int, str]:
-    """Run `python -m program args` in `cwd` and send `signum` while its fit is held at the marked step.
-
-    Returns the exit status and stderr."""
-    marker = cwd / "at_step"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(extra_path)]), "OMP_NUM_THREADS": "1",
-           "PREEMPT_MARKER": str(marker), "TMPDIR": str(cwd.parent / "tmpdir")}
-    process = subprocess.Popen([sys.executable, "-m", program, *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for(marker, process)
-        process.send_signal(signum)
-        Path(f"{marker}.sent").touch()
-        _, err = process.communicate(timeout=120)
-    finally:
-        if process.poll() is None:
-            process.kill()
-    return process.returncode, err
 
 
 def stop_line(stderr: str) -> re.Match:
