@@ -4,7 +4,8 @@ graphs, and under the real inductor backend on the CPU the compiled step's loss 
 
 Graph breaks and recompiles are decided by dynamo before any backend runs, so the cheap checks trace every network
 through a recording backend, over the lengths that compile a static and then a symbolic graph; inductor, which
-generates and builds C++ kernels, runs on the two default networks at one length each.
+generates and builds C++ kernels, runs at one length each on SASRec's encoder and the translator's decoder (its
+encoder is the same core encoder layer SASRec's test lowers).
 """
 
 from __future__ import annotations
@@ -152,7 +153,7 @@ def test_inductor_compiles_the_sasrec_step_with_eager_loss_and_gradients(_quick_
 def test_inductor_compiles_the_translation_step_with_eager_loss_and_gradients(_quick_cpp_build):
     compiled = _translator()
     eager = copy.deepcopy(compiled)
-    compile_in_place([compiled.encoder, compiled.decoder], "default", backend="inductor")
+    compile_in_place([compiled.decoder], "default", backend="inductor")
     _assert_same_step(_translation_step(compiled, LENGTHS[0]), _translation_step(eager, LENGTHS[0]))
     assert sum(counters["graph_break"].values()) == 0
-    assert counters["stats"]["unique_graphs"] == 2
+    assert counters["stats"]["unique_graphs"] == 1

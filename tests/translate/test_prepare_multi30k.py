@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("sacremoses")
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "data" / "prepare_multi30k.py"
 
@@ -29,6 +28,7 @@ def _write(folder: Path, name: str, lines: list[str]) -> None:
 
 @pytest.fixture()
 def corpus(tmp_path: Path) -> Path:
+    pytest.importorskip("sacremoses")  # here, not at import: collecting it would cost every worker the import
     raw = tmp_path / "multi30k"
     for split in ("train", "test_2016_flickr"):
         _write(raw, f"{split}.en", RAW_EN)
