@@ -124,18 +124,16 @@ def test_safetensors_round_trip_gives_identical_translations(ckpt, test_set, tmp
             lines, beam_size=beam, return_scores=True)
 
 
-def test_ctranslate2_greedy_is_identical_and_beam_bleu_close(ckpt, test_set, tmp_path):
+def test_ctranslate2_greedy_and_unpenalised_beam_are_identical(ckpt, test_set, tmp_path):
+    """The two length penalties normalise differently (GNMT's against length ** alpha), so beam outputs are
+    compared without one, where both rank hypotheses by their summed log-probability."""
     pytest.importorskip("ctranslate2", reason="ctranslate2 not installed: pip install -e '.[export]'")
-    import sacrebleu
-
     main(["--ckpt", str(ckpt), "--format", "ctranslate2", "--output", str(tmp_path / "ct2")])
     ours = Translator.load(ckpt)
     ct2 = CT2Translator(tmp_path / "ct2", ours.max_src_len)
-    sources, refs = test_set
+    sources = test_set[0]
     assert ct2.translate(sources, beam_size=1) == ours.translate(sources, beam_size=1)
-    # Beam search differs in details (CTranslate2's length penalty and stopping rule), so compare BLEU.
-    bleu = [sacrebleu.corpus_bleu(t.translate(sources, beam_size=5), [refs]).score for t in (ours, ct2)]
-    assert abs(bleu[0] - bleu[1]) <= 0.3, bleu
+    assert ct2.translate(sources, beam_size=5, alpha=0.0) == ours.translate(sources, beam_size=5, alpha=0.0)
 
 
 def _readme_translate(folder: Path):
