@@ -1,6 +1,6 @@
 """Fixtures every test folder shares: files built once per run for every xdist worker (the demo data scripts,
-a tiny StreamRec log and checkpoint), hostile checkpoints that would run code if unpickled, and a headless
-browser for the HTML pages."""
+a tiny StreamRec log and checkpoint, a Translate demo corpus and tiny translators), hostile checkpoints that would
+run code if unpickled, and a headless browser for the HTML pages."""
 
 from __future__ import annotations
 
@@ -166,6 +166,56 @@ def tiny_ckpt(tiny_log, built_once) -> Path:
         trainer.save_checkpoint(folder / "tiny.ckpt")
 
     return built_once(f"streamrec tiny_ckpt {tiny_log}", build) / "tiny.ckpt"
+
+
+@pytest.fixture(scope="session")
+def demo_dir(built_once) -> Path:
+    """A small Translate demo corpus (300/30/30 pairs) written once per run."""
+    def build(folder: Path) -> None:
+        demo = _data_script("make_translate_demo")
+        demo.write_corpus(demo.generate(train_size=300, val_size=30, test_size=30, seed=0), folder)
+
+    return built_once("translate demo_dir", build)
+
+
+def _translate_data(demo_dir: Path, out: Path, max_len: int):
+    from translate.data.corpus import TranslationDataModule
+
+    return TranslationDataModule(str(demo_dir / "train"), str(demo_dir / "val"), str(demo_dir / "test"),
+                                 max_len=max_len, max_tokens=512, cache_dir=str(out / "spm"))
+
+
+def _fit_tiny_translator(demo_dir: Path, out: Path, max_len: int, n_decoder_layers: int) -> None:
+    """Fit a tiny translator for 20 steps on the demo corpus and save it as `out/tiny.ckpt` (vocab in out/spm)."""
+    import lightning as L
+
+    from translate.model.module import TranslationModule
+
+    L.seed_everything(0, verbose=False)
+    dm = _translate_data(demo_dir, out, max_len)
+    module = TranslationModule(dm.src_vocab_size, dm.tgt_vocab_size, pad_id=dm.pad_id, max_len=max_len,
+                               d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=n_decoder_layers, d_ff=32,
+                               lr=3e-3, optimizer={"warmup_steps": 5})
+    trainer = L.Trainer(max_steps=20, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, limit_val_batches=0, use_distributed_sampler=False)
+    trainer.fit(module, dm)
+    trainer.save_checkpoint(out / "tiny.ckpt")
+
+
+@pytest.fixture(scope="session")
+def train_tiny_checkpoint(built_once):
+    """`(demo_dir, out, max_len=32, n_decoder_layers=1) -> (path, data module)`: a tiny translator from a real fit.
+
+    Each (corpus, max_len, layers) is trained once per run; every caller gets its own copy in `out`
+    (`out/tiny.ckpt`, its vocabulary in `out/spm`), so what a test writes beside it stays its own.
+    """
+    def train(demo_dir: Path, out: Path, max_len: int = 32, n_decoder_layers: int = 1):
+        built = built_once(f"translate tiny {demo_dir} {max_len} {n_decoder_layers}",
+                           lambda folder: _fit_tiny_translator(demo_dir, folder, max_len, n_decoder_layers))
+        shutil.copytree(built, out, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".built"))
+        return out / "tiny.ckpt", _translate_data(demo_dir, out, max_len)
+
+    return train
 
 
 # ----------------------------------------------------------------------------- a real browser for HTML pages

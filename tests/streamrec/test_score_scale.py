@@ -198,28 +198,6 @@ def test_merge_refuses_another_checkpoint(tiny_ckpt, tiny_log, tmp_path):
     assert err.startswith("error: b.parquet: checkpoint_sha256 is") and "a.parquet has" in err
 
 
-@pytest.mark.slow
-def test_ray_engine_equals_the_local_scorer(tiny_ckpt, tiny_log, tmp_path):
-    """One Ray run (each start of an instance and of its replicas costs seconds): two replicas on small blocks
-    score shard 1/2 as the local engine does, and the instance it started is gone after. In this process
-    (`main`, what `python -m streamrec.score` runs): a second interpreter would only import torch again."""
-    ray = pytest.importorskip("ray")
-    assert not ray.is_initialized()
-    sharded, local = tmp_path / "ray-shard.parquet", tmp_path / "local-shard.parquet"
-    try:
-        _score(tiny_ckpt, tiny_log, sharded, "--engine", "ray", "--workers", "2", "--cpus-per-worker", "0.5",
-               "--chunk-users", "20", "--shard", "1/2")
-        assert not ray.is_initialized()  # the instance it started
-    finally:
-        ray.shutdown()
-    _score(tiny_ckpt, tiny_log, local, "--shard", "1/2")
-    _assert_same_rows(sharded, local)
-    provenance = shards.read_provenance(sharded)
-    assert provenance["shard"] == "1/2"
-    assert provenance["checkpoint_sha256"] == shards.checkpoint_sha256(tiny_ckpt)
-    assert not list(tmp_path.glob(".*"))  # Ray's parts folder is gone
-
-
 class _FakeRay:
     """What `ray_instance` calls of `ray`, recorded."""
 

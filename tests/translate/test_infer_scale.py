@@ -1,6 +1,5 @@
 """`translate.infer` scaled out: shards that together translate every line once and merge back into the
-single-process output, a run that continues after an interruption, and the Ray engine's output equal to the
-local engine's."""
+single-process output, and a run that continues after an interruption (the Ray engine: tests/test_ray_engines.py)."""
 
 from __future__ import annotations
 
@@ -133,12 +132,3 @@ def test_an_interrupted_run_keeps_its_lines_and_the_same_command_continues(train
     infer.main(_args(trained.ckpt, trained.src, out))
     assert out.read_bytes() == trained.whole and calls == [1, 5, 9, 13]
 
-
-@pytest.mark.slow
-def test_the_ray_engine_writes_the_local_engines_output(trained, tmp_path):
-    pytest.importorskip("ray")
-    out = tmp_path / "ray.de"
-    infer.main(_args(trained.ckpt, trained.src, out, "--engine", "ray", "--workers", "2"))
-    assert out.read_bytes() == trained.whole
-    with pytest.raises(SystemExit, match="--engine ray writes the translations only"):
-        infer.main(_args(trained.ckpt, trained.src, out, "--engine", "ray", "--html", str(tmp_path / "a.html")))
