@@ -2,7 +2,7 @@
 
     from streamrec import Recommender
 
-    rec = Recommender.load("runs/streamrec_demo/checkpoints/best.ckpt")
+    rec = Recommender.load("runs/streamrec_demo/checkpoints/best.ckpt")   # several paths: an ensemble
     recs = rec.recommend([["i0012", "i0007"], ["i0031"]], top_k=5)   # one history per user, oldest first
     recs[0]                          # [("i0040", 7.1), ...]: the first user's 5 items, best first
     recs.unknown_items               # ids the checkpoint never saw: skipped, not an error
@@ -38,6 +38,7 @@ from streamrec.data.vocab import VOCAB_KEY, ItemVocab
 from streamrec.model.hparams import upgrade_hparams
 from streamrec.model.network import PAD_ID, StreamRecModel
 from streamrec.ranking.batch import RankingOptions, encode_histories, encode_history, length_batches, recommend
+from streamrec.ranking.ensemble import Ensemble, explaining
 from streamrec.ranking.explain import attention_weights, occlusion_drops
 from streamrec.ranking.topk import top_k_items
 from streamrec.reading import with_overrides
@@ -103,22 +104,25 @@ class Recommender:
     """A trained StreamRec model (in eval mode) with its item vocabulary, on one device; `catalog` gives
     explanations titles, `read_options` are how `read_log` reads new logs (the training log's)."""
 
-    def __init__(self, model: StreamRecModel, vocab: ItemVocab, catalog: ItemCatalog | None = None,
+    def __init__(self, model: StreamRecModel | Ensemble, vocab: ItemVocab, catalog: ItemCatalog | None = None,
                  read_options: ReadOptions | None = None):
         self.model, self.vocab, self.catalog = model.eval(), vocab, catalog
         self.read_options = (read_options or ReadOptions()).for_new_logs()
 
     @classmethod
-    def load(cls, ckpt: str | Path, device: str | torch.device = "cpu", items: str | Path | None = None,
-             mmap: bool = False) -> Recommender:
+    def load(cls, ckpt: str | Path | Sequence[str | Path], device: str | torch.device = "cpu",
+             items: str | Path | None = None, mmap: bool = False) -> Recommender:
         """The recommender stored in a checkpoint written by `python -m streamrec fit`, or in an export folder.
 
         Args:
-            ckpt: the .ckpt file, or a folder written by `python -m streamrec.export --format safetensors`.
+            ckpt: the .ckpt file, or a folder written by `python -m streamrec.export --format safetensors`; several
+                (a list) make an `Ensemble` (the mean of their probabilities) of models of one catalogue.
             device: where to run the model ("cpu", "cuda", ...).
             items: an items file (CSV/TSV with `item_id`, `title`, ... or MovieLens' movies.dat) whose titles and
                 metadata `explain` carries; ids it does not list show as themselves.
             mmap: a .ckpt's weights stay mapped from the file, read as used."""
+        if not isinstance(ckpt, str | Path):
+            return cls._ensemble([Path(p) for p in ckpt], device, items, mmap)
         catalog = None if items is None else read_items(items)  # first: a bad file fails before the model loads
         # The network alone (not the LightningModule that trained it): scoring never imports Lightning.
         if is_export_folder(ckpt):
@@ -132,6 +136,26 @@ class Recommender:
         if speed.get("cpu_fastpath"):  # as trained: the module turns it on for its network
             enable_cpu_fastpath(model)
         return cls(model.to(device), vocab, catalog, read_options_from_checkpoint(state))
+
+    @classmethod
+    def _ensemble(cls, paths: list[Path], device: str | torch.device, items: str | Path | None,
+                  mmap: bool) -> Recommender:
+        if not paths:
+            raise InputError("no checkpoint given: pass one path, or a list of several for an ensemble")
+        first = cls.load(paths[0], device, items, mmap)
+        if len(paths) == 1:
+            return first
+        members = [first.model]
+        for path in paths[1:]:
+            other = cls.load(path, device, mmap=mmap)
+            if other.vocab.items != first.vocab.items:
+                raise InputError(f"{path}: its item vocabulary differs from {paths[0]}'s; an ensemble needs models "
+                                 "trained on one catalogue")
+            if other.model.max_len != first.model.max_len:
+                raise InputError(f"{path}: max_len {other.model.max_len}, {paths[0]}: {first.model.max_len}; an "
+                                 "ensemble's members read one history length")
+            members.append(other.model)
+        return cls(Ensemble(members), first.vocab, first.catalog, first.read_options)
 
     def read_log(self, path: str | Path, **overrides: object) -> Interactions:
         """A log of histories to recommend for, read the way the training log was; `log.items[user]` is then the
@@ -210,8 +234,9 @@ class Recommender:
         keep = top[0] != PAD_ID
         top, scores = top[:, keep], scores[:, keep]
         real = inputs[0] != PAD_ID
-        drops = occlusion_drops(self.model, inputs, top)[0][:, real]  # (K, T')
-        return Explanation(self.vocab.decode(inputs[0][real]), attention_weights(self.model, inputs)[0][real].tolist(),
+        network = explaining(self.model)
+        drops = occlusion_drops(network, inputs, top)[0][:, real]  # (K, T')
+        return Explanation(self.vocab.decode(inputs[0][real]), attention_weights(network, inputs)[0][real].tolist(),
                            self._named(top[0].tolist(), scores[0].tolist()), drops.cpu(), list(unknown), self.catalog)
 
     def _allow_list(self, items: Iterable[str | int], unknown: dict[str, None]) -> Tensor:

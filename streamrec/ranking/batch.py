@@ -25,6 +25,7 @@ from streamrec.data.interactions import Interactions
 from streamrec.data.items import ItemCatalog
 from streamrec.data.vocab import ItemVocab
 from streamrec.model.network import PAD_ID, StreamRecModel
+from streamrec.ranking.ensemble import Ensemble, explaining
 from streamrec.ranking.explain import EXPLAIN_COLUMNS, explain_columns
 from streamrec.ranking.topk import ItemTable, Precision, TopK, top_k_items
 
@@ -95,17 +96,25 @@ def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
 
 
 @torch.no_grad()
-def rank(model: StreamRecModel, inputs: Tensor, seen: Tensor | None, options: RankingOptions,
+def rank(model: StreamRecModel | Ensemble, inputs: Tensor, seen: Tensor | None, options: RankingOptions,
          allowed: Tensor | None = None, table: ItemTable | None = None) -> TopK:
     """The top K items after each (B, T) left-padded history, (B, K); a slot with no eligible item left holds item 0 and
     -inf. `seen` (B, L) holds each whole history (0 = nothing), left out when `options.exclude_seen`; `table` is where
     the item vectors are read (`FileRows` of the checkpoint, the bf16 scan table; None: the model's)."""
-    vectors, scan = (model.item_vectors, None) if table is None else table
-    hidden = model.last_hidden(inputs)
+    exclude = seen if options.exclude_seen else None
+    if isinstance(model, Ensemble):
+        if table is not None or options.precision != "fp32":
+            raise InputError("an ensemble ranks by a mean of probabilities, in fp32 only: drop the bf16 precision")
 
-    def top(k: int, among: Tensor | None) -> TopK:
-        return top_k_items(hidden, vectors, k, allowed=among, exclude=seen if options.exclude_seen else None,
-                           item_chunk=options.item_chunk, precision=options.precision, scan=scan)
+        def top(k: int, among: Tensor | None) -> TopK:
+            return model.top_k(inputs, k, among, exclude, options.item_chunk)
+    else:
+        vectors, scan = (model.item_vectors, None) if table is None else table
+        hidden = model.last_hidden(inputs)
+
+        def top(k: int, among: Tensor | None) -> TopK:
+            return top_k_items(hidden, vectors, k, allowed=among, exclude=exclude, item_chunk=options.item_chunk,
+                               precision=options.precision, scan=scan)
 
     cold = getattr(model, "cold_items", None)
     if options.cold_slots and getattr(getattr(model, "items", None), "features", "add") == "attention":
@@ -122,7 +131,7 @@ def rank(model: StreamRecModel, inputs: Tensor, seen: Tensor | None, options: Ra
 
 
 @torch.no_grad()
-def recommend(model: StreamRecModel, histories: Sequence[Sequence[int]], options: RankingOptions,
+def recommend(model: StreamRecModel | Ensemble, histories: Sequence[Sequence[int]], options: RankingOptions,
               allowed: Tensor | None = None, table: ItemTable | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """`rank` of model id histories (oldest first, none empty, each whole its seen items): inputs (B, T), items
     (B, K) and scores (B, K)."""
@@ -181,7 +190,7 @@ class BatchScorer:
     `popular_users`), else it is skipped (named in `skipped`). Unknown history items are counted (`unknown_items`). With
     a `catalog` a title column follows each item id column."""
 
-    def __init__(self, model: StreamRecModel, vocab: ItemVocab, options: RankingOptions,
+    def __init__(self, model: StreamRecModel | Ensemble, vocab: ItemVocab, options: RankingOptions,
                  catalog: ItemCatalog | None = None, table: ItemTable | None = None,
                  popular: PopularItems | None = None):
         self.model, self.vocab, self.options, self.catalog, self.table = model, vocab, options, catalog, table
@@ -229,7 +238,7 @@ class BatchScorer:
             extra = dict.fromkeys(EXPLAIN_COLUMNS, none) if self.options.explain else {}
             return self._table([], none, none.float(), extra)
         inputs, items, scores = recommend(self.model, [ids for _, ids in kept], self.options, table=self.table)
-        extra = explain_columns(self.model, inputs, items) if self.options.explain else {}
+        extra = explain_columns(explaining(self.model), inputs, items) if self.options.explain else {}
         return self._table([u for u, _ in kept], items, scores, extra)
 
     def _popular_rows(self, users: list[str]) -> pa.Table:

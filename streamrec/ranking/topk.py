@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal, NamedTuple
@@ -163,11 +163,7 @@ def _walk(best: TopK, queries: Tensor, vectors: Tensor | FileRows, n_out: int, c
     total = candidates.numel() if candidates is not None else vectors.shape[0] - 1
     buffer = torch.empty(queries.shape[0], max(min(item_chunk, total), 1), device=queries.device)  # reused per chunk
     for start in range(0, total, item_chunk):
-        if candidates is None:  # the whole catalogue: a slice of the table, no copy
-            lo, hi = 1 + start, min(1 + start + item_chunk, vectors.shape[0])
-            ids, rows = lo, slice(lo, hi)  # ids lo..hi-1, kept as the first one
-        else:
-            ids = rows = candidates[start : start + item_chunk]
+        ids, rows = _chunk_rows(start, item_chunk, candidates, vectors.shape[0])
         if bounded is not None and start > 0:  # the first chunk is scored in fp32: it sets the K-th best
             _scan_chunk(bounded, vectors, scan, rows, ids, best, exclude, normalize, buffer)
             continue
@@ -175,6 +171,36 @@ def _walk(best: TopK, queries: Tensor, vectors: Tensor | FileRows, n_out: int, c
         merged = _merge(best, _chunk_top(queries, chunk, ids, n_out, exclude, buffer))
         best.items.copy_(merged.items)
         best.scores.copy_(merged.scores)
+
+
+def _chunk_rows(start: int, item_chunk: int, candidates: Tensor | None,
+                rows: int) -> tuple[Tensor | int, slice | Tensor]:
+    """The chunk's ids (its sorted ids, or the first id of a run) and the rows to read."""
+    if candidates is None:  # the whole catalogue: a slice of the table, no copy
+        lo, hi = 1 + start, min(1 + start + item_chunk, rows)
+        return lo, slice(lo, hi)  # ids lo..hi-1, kept as the first one
+    ids = candidates[start : start + item_chunk]
+    return ids, ids
+
+
+@torch.no_grad()
+def top_k_by(score_rows: Callable[[slice | Tensor], Tensor], n_items: int, batch: int, top_k: int, *,
+             exclude: Tensor | None = None, allowed: Tensor | None = None, item_chunk: int = DEFAULT_ITEM_CHUNK,
+             device: torch.device | str = "cpu") -> TopK:
+    """`top_k_items` for scores that are not one dot product (an ensemble's mean probability): `score_rows(rows)`
+    gives the (B, C) scores of a chunk of item rows (a slice, or sorted ids), walked and merged by the same rule."""
+    n_out = min(top_k, n_items)
+    best = TopK(torch.full((batch, n_out), PAD_ID, dtype=torch.long, device=device),
+                torch.full((batch, n_out), NEG_INF, device=device))
+    candidates = _candidates(n_items + 1, allowed, torch.device(device))
+    exclude = None if exclude is None else exclude.to(device)
+    for start in range(0, candidates.numel() if candidates is not None else n_items, item_chunk):
+        ids, rows = _chunk_rows(start, item_chunk, candidates, n_items + 1)
+        scores = score_rows(rows).float()
+        _mask_excluded(scores, ids, exclude)
+        top, pos = _top_settled(scores, min(n_out, scores.shape[1]))
+        best = _merge(best, _ordered(top, _item_ids(ids, pos)))
+    return TopK(best.items.masked_fill(best.scores == NEG_INF, PAD_ID), best.scores)
 
 
 @contextmanager
