@@ -42,7 +42,7 @@ class RayOptions(RayCluster):
 class UserScorer:
     """Scores blocks of (user_id, history) rows; Ray builds one per replica, so the model loads once per worker."""
 
-    def __init__(self, ckpt: Path, items: str | None, options: RankingOptions, threads: int):
+    def __init__(self, ckpt: Path | list[Path], items: str | None, options: RankingOptions, threads: int):
         torch.set_num_threads(threads)
         rec = Recommender.load(ckpt, "cpu", items=items)
         self.scorer = BatchScorer(rec.model, rec.vocab, options, rec.catalog)
@@ -56,8 +56,9 @@ class UserScorer:
         return table
 
 
-def score_with_ray(ckpt: Path, items: str | None, options: RankingOptions, ray_options: RayOptions, users: list[str],
-                   interactions: Interactions, output: Path, metadata: dict[bytes, bytes] | None = None) -> int:
+def score_with_ray(ckpt: Path | list[Path], items: str | None, options: RankingOptions, ray_options: RayOptions,
+                   users: list[str], interactions: Interactions, output: Path,
+                   metadata: dict[bytes, bytes] | None = None) -> int:
     """Score `users` (each with a history in `interactions`) on Ray Data into `output`, whose lock the caller
     holds; returns the rows written."""
     ray = import_ray()

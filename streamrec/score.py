@@ -45,7 +45,7 @@ from streamrec.ranking.batch import BatchScorer, PopularItems, RankingOptions, w
 from streamrec.ranking.topk import DEFAULT_ITEM_CHUNK, SCAN_CHUNK, FileRows, ItemTable, Precision, scan_table
 from streamrec.ray_engine import RayOptions, score_with_ray
 from streamrec.reading import add_read_arguments, read_overrides
-from streamrec.shards import checkpoint_sha256, parse_shard, provenance, provenance_metadata, shard_users
+from streamrec.shards import checkpoints_sha256, parse_shard, provenance, provenance_metadata, shard_users
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ class ScoreJob:
     """One run of `python -m streamrec.score`: the command line's options (`ranking`: those that shape the ranking;
     `ray`: the Ray engine's, None for the local engine; `read`: the reading flags given)."""
 
-    ckpt: Path
+    ckpt: tuple[Path, ...]  # several: an ensemble
     input: str
     output: Path
     ranking: RankingOptions
@@ -149,10 +149,14 @@ class ScoreJob:
         if args.cold_users == "popular" and args.engine == "ray":
             raise InputError("--cold-users popular runs on the local engine; drop it or --engine ray")
         device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+        if len(args.ckpt) > 1 and args.precision == "bf16":
+            raise InputError("--precision bf16: an ensemble (several --ckpt) ranks by a mean of probabilities, in "
+                             "fp32; drop --precision")
+        precision = "fp32" if len(args.ckpt) > 1 else scan_precision(args.precision, device)
         ranking = RankingOptions(top_k=args.top_k, exclude_seen=args.exclude_seen, item_chunk=args.item_chunk,
-                                 precision=scan_precision(args.precision, device), explain=args.explain,
+                                 precision=precision, explain=args.explain,
                                  batch_size=args.batch_size, cold_slots=args.cold_slots)
-        return cls(Path(args.ckpt), args.input, Path(args.output), ranking, device, read_overrides(args),
+        return cls(tuple(map(Path, args.ckpt)), args.input, Path(args.output), ranking, device, read_overrides(args),
                    args.cold_users, args.users, args.items, None if args.shard is None else parse_shard(args.shard),
                    args.chunk_users, args.fresh, args.threads,
                    RayOptions(args.workers, args.cpus_per_worker, args.ray_address, args.chunk_users)
@@ -160,14 +164,14 @@ class ScoreJob:
 
     def provenance(self) -> dict[str, object]:
         r = self.ranking
-        return provenance(checkpoint_sha256(self.ckpt), r.top_k, r.exclude_seen, self.shard, explain=r.explain,
+        return provenance(checkpoints_sha256(self.ckpt), r.top_k, r.exclude_seen, self.shard, explain=r.explain,
                           titles=self.items is not None, precision=r.precision, cold_slots=r.cold_slots,
                           cold_users=self.cold_users)
 
     def manifest(self) -> dict[str, object]:
         """The settings that shape the rows: parts of an interrupted run are resumed only under the same."""
         r = self.ranking
-        return {"ckpt": str(self.ckpt.resolve()), "ckpt_bytes": self.ckpt.stat().st_size,
+        return {"ckpt": [str(p.resolve()) for p in self.ckpt], "ckpt_bytes": [p.stat().st_size for p in self.ckpt],
                 "input": str(Path(self.input).resolve()), "users": self.users, "top_k": r.top_k,
                 "exclude_seen": r.exclude_seen, "explain": r.explain,
                 "items": str(Path(self.items).resolve()) if self.items else None,
@@ -200,7 +204,9 @@ def main(argv: list[str] | None = None) -> None:
     """CLI entry point; user mistakes end with one line on stderr and a non-zero exit status."""
     p = argparse.ArgumentParser(prog="python -m streamrec.score", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--ckpt", required=True, help="checkpoint written by `python -m streamrec fit`")
+    p.add_argument("--ckpt", required=True, nargs="+", metavar="CKPT",
+                   help="checkpoint written by `python -m streamrec fit`; several (one catalogue): an ensemble, "
+                        "ranked by the mean of their probabilities")
     p.add_argument("--input", required=True, help="interaction log with the users' histories (csv/tsv/parquet/txt)")
     p.add_argument("--output", required=True, help="recommendations file, .csv or .parquet, in an existing folder")
     p.add_argument("--top-k", type=int, default=10, help="items per user (default 10)")
@@ -256,7 +262,8 @@ def run(job: ScoreJob) -> None:
 
 
 def _score_into(job: ScoreJob) -> None:
-    rec = Recommender.load(job.ckpt, job.device, items=job.items, mmap=True)  # the weights stay in the file until read
+    # mmap: the weights stay in the file until read
+    rec = Recommender.load(list(job.ckpt), job.device, items=job.items, mmap=True)
     interactions = rec.read_log(job.input, **job.read)  # as the checkpoint's log was read, with the flags given
     pa.default_memory_pool().release_unused()  # the reader's freed blocks, which arrow's pool would keep
     users = _read_users(job.users) if job.users else list(interactions.items)
@@ -270,14 +277,16 @@ def _score_into(job: ScoreJob) -> None:
         if not users:
             raise InputError(f"{job.output}: no user to score (none of the listed users is in {job.input}); "
                              "nothing written")
-        rows = score_with_ray(job.ckpt, job.items, job.ranking, job.ray, users, interactions, job.output, metadata)
+        rows = score_with_ray(list(job.ckpt), job.items, job.ranking, job.ray, users, interactions, job.output,
+                              metadata)
         log.info("wrote %d rows for %d users to %s", rows, len(users), job.output)
         return
     set_threads(job.threads or None)
     out = ResumableOutput(job.output, job.manifest(), fresh=job.fresh)
     popular = PopularItems.count(interactions, rec.vocab, job.ranking.top_k) if job.cold_users == "popular" else None
     scorer = BatchScorer(rec.model, rec.vocab, job.ranking, rec.catalog,
-                         item_table(rec.model, job.ckpt, job.ranking.precision), popular)
+                         item_table(rec.model, job.ckpt[0], job.ranking.precision) if len(job.ckpt) == 1 else None,
+                         popular)
     try:
         _score_all(job, out, users, interactions, scorer, metadata)
     except BaseException as err:

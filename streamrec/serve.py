@@ -64,7 +64,7 @@ class StreamRecAPI(BatchedAPI):
     """Recommendations for a batch of requests: one `Recommender.recommend` call per distinct (exclude_seen, items,
     cold_slots). The checkpoint is loaded in each worker process by `setup`."""
 
-    def __init__(self, ckpt: str, threads: int = 0, max_batch_size: int = 1, batch_timeout: float = 0.0):
+    def __init__(self, ckpt: list[str], threads: int = 0, max_batch_size: int = 1, batch_timeout: float = 0.0):
         super().__init__(threads, max_batch_size=max_batch_size, batch_timeout=batch_timeout)
         self.ckpt = ckpt
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -63,6 +63,13 @@ def package_version() -> str:
         return metadata.version("transformer-apps")
     except metadata.PackageNotFoundError:
         return "unknown"
+
+
+def checkpoints_sha256(paths: Sequence[str | Path]) -> str:
+    """One checkpoint's `checkpoint_sha256`; an ensemble's, the sha256 of its members' digests in the order given."""
+    if len(paths) == 1:
+        return checkpoint_sha256(paths[0])
+    return hashlib.sha256(",".join(checkpoint_sha256(p) for p in paths).encode()).hexdigest()
 
 
 def provenance(ckpt_sha256: str, top_k: int, exclude_seen: bool, shard: tuple[int, int] | None,

@@ -59,7 +59,7 @@ class TranslateAPI(BatchedAPI):
     is loaded in each worker process by `setup`; the other arguments as `Translator.load` and
     `core.runtime.serving.litserver.BatchedAPI` take them."""
 
-    def __init__(self, ckpt: str, dtype: str = "float32", threads: int = 0, max_batch_size: int = 1,
+    def __init__(self, ckpt: list[str], dtype: str = "float32", threads: int = 0, max_batch_size: int = 1,
                  batch_timeout: float = 0.0):
         super().__init__(threads, max_batch_size=max_batch_size, batch_timeout=batch_timeout)
         self.ckpt, self.dtype = ckpt, dtype

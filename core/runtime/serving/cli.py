@@ -26,7 +26,8 @@ def serve_parser(prog: str, description: str, port: int, ckpt_help: str) -> argp
     `ckpt_help`: what its `--ckpt` takes); an app adds its own."""
     p = argparse.ArgumentParser(prog=prog, description=description,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--ckpt", required=True, help=ckpt_help)
+    p.add_argument("--ckpt", required=True, nargs="+", metavar="CKPT",
+                   help=f"{ckpt_help}; several (one vocabulary): an ensemble, the mean of their probabilities")
     p.add_argument("--host", default="127.0.0.1", choices=HOSTS,
                    help="interface to listen on (default 127.0.0.1: this machine only; 0.0.0.0: every interface)")
     p.add_argument("--port", type=_number(int, 1024, 65535), default=port,  # LitServer.run refuses the privileged ones

@@ -1,13 +1,16 @@
 """An ensemble's ranking against the mean of its members' softmax over the whole score matrix, sorted; and the API
-loading several checkpoints of one catalogue as one recommender."""
+loading several checkpoints of one catalogue as one recommender, and `python -m streamrec.score` writing its
+ranking."""
 
 from __future__ import annotations
 
+import pyarrow.parquet as pq
 import pytest
 import torch
 
 from core.runtime.errors import InputError
-from streamrec import Recommender
+from streamrec import Recommender, score, shards
+from streamrec import serve as streamrec_serve
 from streamrec.model.network import BERT4Rec, SASRec
 from streamrec.ranking.batch import RankingOptions, left_pad, recommend
 from streamrec.ranking.ensemble import Ensemble
@@ -97,3 +100,41 @@ def test_an_ensemble_of_other_catalogues_is_a_one_line_error(tiny_ckpt, tmp_path
     torch.save(state, tmp_path / "other.ckpt")
     with pytest.raises(InputError, match=r"other\.ckpt: its item vocabulary differs from .*tiny\.ckpt's"):
         Recommender.load([tiny_ckpt, tmp_path / "other.ckpt"])
+
+
+def test_score_with_several_checkpoints_writes_the_ensembles_ranking(tiny_ckpt, tiny_log, tmp_path, exit_line):
+    paths = [tiny_ckpt, _perturbed(tiny_ckpt, tmp_path / "b.ckpt", 0.3, 1)]
+    out = tmp_path / "recs.parquet"
+    score.main(["--ckpt", *map(str, paths), "--input", str(tiny_log), "--output", str(out), "--top-k", "4",
+                "--explain"])
+    rows = pq.read_table(out).to_pylist()
+    rec = Recommender.load(paths)
+    histories = rec.read_log(tiny_log).items
+    users = list(histories)
+    want = rec.recommend([histories[u] for u in users], top_k=4)
+    got: dict[str, list] = {}
+    for r in rows:
+        got.setdefault(r["user_id"], []).append((r["rank"], r["item_id"], r["score"]))
+    assert list(got) == users
+    for user, ranked in zip(users, want, strict=True):
+        assert [(k, i) for k, i, _ in got[user]] == [(k + 1, i) for k, (i, _) in enumerate(ranked)]
+        assert [s for *_, s in got[user]] == pytest.approx([s for _, s in ranked], rel=1e-5)
+    provenance = shards.read_provenance(out)
+    assert provenance["precision"] == "fp32"
+    assert provenance["checkpoint_sha256"] == shards.checkpoints_sha256(paths) != shards.checkpoint_sha256(paths[0])
+    line = exit_line(score.main, ["--ckpt", *map(str, paths), "--input", str(tiny_log), "--output",
+                                  str(tmp_path / "b.parquet"), "--precision", "bf16"])
+    assert line.startswith("error: --precision bf16: an ensemble (several --ckpt)")
+
+
+def test_the_server_answers_with_the_ensembles_ranking(tiny_ckpt, tmp_path):
+    paths = [str(tiny_ckpt), str(_perturbed(tiny_ckpt, tmp_path / "b.ckpt", 0.3, 1))]
+    assert streamrec_serve.build_parser().parse_args(["--ckpt", *paths]).ckpt == paths
+    api = streamrec_serve.StreamRecAPI(paths)
+    api.load("cpu")
+    history = api.rec.vocab.items[:3]
+    request = {"history": history, "top_k": 3, "exclude_seen": True, "items": None, "explain": False, "cold_slots": 0}
+    answer = api.predict_many([request])[0]
+    want = Recommender.load(paths).recommend([history], top_k=3)[0]
+    assert [(a["item_id"], a["score"]) for a in answer["items"]] == want
+    assert want != Recommender.load(paths[0]).recommend([history], top_k=3)[0]  # scores are probabilities
