@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from translate import api, infer
+from translate import serve as translate_serve
 from translate.model.transformer import TransformerTranslator
 from translate.search.decoding import beam_search, greedy_search, length_penalty
 from translate.search.ensemble import Ensemble
@@ -149,3 +150,11 @@ def test_checkpoints_with_other_vocabularies_are_a_one_line_error(two_ckpts, dem
     with pytest.raises(SystemExit, match=rf"^error: {other}: its vocabularies differ from {two_ckpts[0]}'s"):
         infer.main(["--ckpt", str(two_ckpts[0]), str(other), "-i", str(src), "-o", str(tmp_path / "out")])
     assert not (tmp_path / "out").exists()
+
+
+def test_the_server_loads_several_checkpoints_as_one_ensemble(two_ckpts) -> None:
+    paths = [str(p) for p in two_ckpts]
+    assert translate_serve.build_parser().parse_args(["--ckpt", *paths]).ckpt == paths
+    server = translate_serve.TranslateAPI(paths)
+    server.load("cpu")
+    assert isinstance(server.translator.model, Ensemble) and len(server.translator.model.members) == 2
