@@ -1,4 +1,5 @@
-"""One StreamRec checkpoint's test metrics under each published protocol: ours beside each anchor on its terms.
+"""One StreamRec checkpoint's (or ensemble's) test metrics under each published protocol: ours beside each anchor on
+its terms.
 
 The papers rank the held-out item over the whole catalogue but treat the items a user has already seen
 differently (docs/results.md, "Published anchors"):
@@ -14,6 +15,10 @@ Ties count against the target. The data module is rebuilt from the checkpoint's 
 the one the model was trained and tested on.
 
     python benchmarks/streamrec_protocols.py --ckpt runs/streamrec_beauty/checkpoints/best.ckpt --json runs/p.json
+    python benchmarks/streamrec_protocols.py --ckpt SEED0.ckpt SEED1.ckpt SEED2.ckpt   # an ensemble
+
+An ensemble's scores are its mean probabilities (never negative), so under `zero` a seen item never outranks an
+unseen one.
 
 JSON keys: {protocol}_{hr,ndcg}@K, cases, known_cases, repeat_targets (share of test targets already seen).
 """
@@ -57,14 +62,15 @@ class ProtocolMetrics(RankingMetrics):
 
 
 @torch.inference_mode()
-def evaluate(ckpt: str, ks: list[int], batch_size: int) -> dict[str, float]:
+def evaluate(ckpts: list[str], ks: list[int], batch_size: int) -> dict[str, float]:
+    ckpt = ckpts[0]  # the split: every member of an ensemble was trained on one catalogue
     state = load_checkpoint(ckpt, WRITTEN_BY, mmap=True)
     if DATA_KEY not in state:
         sys.exit(f"error: {ckpt}: no data module arguments in the checkpoint; pass one written by streamrec fit")
     hparams = {k: v for k, v in state[DATA_KEY].items() if not k.startswith("_")}
     data = StreamRecDataModule(**{**hparams, "batch_size": batch_size, "num_workers": 0})
     data.setup("test")
-    model = Recommender.load(ckpt).model
+    model = Recommender.load(ckpts).model
     known = data.train_item_counts() > 0  # (N+1,): items in a training history or a validation target
     for case in data.splits.valid:
         known[case.target] = True
@@ -87,7 +93,8 @@ def evaluate(ckpt: str, ks: list[int], batch_size: int) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--ckpt", required=True, help="a checkpoint written by python -m streamrec fit")
+    p.add_argument("--ckpt", required=True, nargs="+",
+                   help="a checkpoint written by python -m streamrec fit; several: their ensemble")
     p.add_argument("--ks", type=int, nargs="+", default=[10, 20])
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--json", metavar="PATH")
@@ -99,7 +106,8 @@ def main(argv: list[str] | None = None) -> None:
               "all": "KV: every seen removed, target too", "known": f"RT: ours over {figures['known_cases']} cases"}
     rows = [[labels[p], *(f"{figures[f'{p}_{m}@{k}']:.4f}" for k in args.ks for m in ("hr", "ndcg"))]
             for p in PROTOCOLS]
-    print_table(console(), f"{args.ckpt}: {figures['cases']} test cases, {figures['repeat_targets']:.2%} repeats",
+    title = f"{' + '.join(args.ckpt)}: {figures['cases']} test cases, {figures['repeat_targets']:.2%} repeats"
+    print_table(console(), title,
                 ["protocol", *(f"{m}@{k}" for k in args.ks for m in ("HR", "NDCG"))], rows)
     write_json(args.json, figures)
 

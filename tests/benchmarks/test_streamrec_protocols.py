@@ -59,3 +59,8 @@ def test_every_protocol_equals_the_per_case_reference(run_benchmark, benchmark_r
     assert figures["repeat_targets"] > 0  # the demo log re-watches: the protocols differ on it
     assert figures["ours_hr@10"] >= figures["all_hr@10"]
     assert "must be >= 1" in benchmark_refuses("streamrec_protocols.py", "--ckpt", tiny_ckpt, "--ks", "0")
+    # Two copies of one model: the mean of one softmax ranks as its scores do (the seen-scored-0 protocol aside).
+    twice = run_benchmark("streamrec_protocols.py", "--ckpt", tiny_ckpt, tiny_ckpt, "--ks", "10",
+                          in_process=True).figures
+    for name in ("ours_ndcg@10", "keep_ndcg@10", "all_hr@10", "known_ndcg@10"):
+        assert twice[name] == pytest.approx(figures[name], abs=1e-6), name
