@@ -1,7 +1,7 @@
-"""The session networks: one item table and scoring, and three sequence encoders on `core` (`SASRec`, `BERT4Rec`,
-`GRU4Rec`), one class each. The variants differ only in injected parts (the encoder, the training inputs, the attention
-masks, what each cannot honour: `refuse`); the item table, features and scoring are the base class's. A new network is
-one subclass and one line of `NETWORKS`; nothing else names an architecture.
+"""The session networks: one item table and scoring, and four sequence encoders on `core` (`SASRec`, `BERT4Rec`,
+`GRU4Rec`, `TVRec`), one class each. The variants differ only in injected parts (the encoder, the training inputs, the
+attention masks, what each cannot honour: `refuse`); the item table, features and scoring are the base class's. A new
+network is one subclass and one line of `NETWORKS`; nothing else names an architecture.
 
 With categorical item features (`num_features` > 0, as RecTools' SASRec offers them), an item's vector is its
 id embedding plus the mean of its features' embeddings, inputs and tied scores alike; a cold item (never in the
@@ -24,6 +24,7 @@ from core.nn import Encoder, SideStream, TokenEmbedding, causal_padding_mask, pa
 from core.nn.blocks import GatedResidual, Residual
 from core.nn.compile import bucket_length
 from core.nn.recurrent import CausalRecurrentEncoder
+from core.nn.time_variant import TimeVariantEncoder
 from streamrec.data.constants import MAX_LEN, PAD_ID
 from streamrec.model.hparams import upgrade_hparams
 from streamrec.model.options import (
@@ -35,7 +36,7 @@ from streamrec.model.options import (
     OptimizerOptions,
 )
 
-Arch = Literal["sasrec", "bert4rec", "gru"]
+Arch = Literal["sasrec", "bert4rec", "gru", "tvrec"]
 
 
 def trim_padding(items: Tensor, multiple: int = 1) -> tuple[Tensor, int]:
@@ -335,6 +336,32 @@ class GRU4Rec(StreamRecModel):
         return hidden if self.head is None else self.head(hidden)
 
 
+class TVRec(StreamRecModel):
+    """TV-Rec's network (Shin et al., NeurIPS 2025): time-variant convolutions (`core.nn.time_variant`, with
+    `model.mixing.bases` basis filters) in place of self-attention, causal like sasrec; the filters know each position,
+    so there is no positional embedding, and explanations have no attention view."""
+
+    has_attention = False
+
+    @classmethod
+    def refuse(cls, block: BlockOptions, mixing: MixingOptions, num_features: int, items: ItemOptions) -> None:
+        _refuse_causal_mixing(cls.arch, mixing)
+        if items.features != "add":
+            raise ValueError("`model.items.features: attention` adds attention logits; arch tvrec has no attention: "
+                             "use `features: add`")
+
+    def build_encoder(self, d_model: int, n_heads: int, n_layers: int, d_ff: int, dropout: float, max_len: int,
+                      block: BlockOptions, mixing: MixingOptions) -> nn.Module:
+        return TimeVariantEncoder(d_model, n_layers=n_layers, d_ff=d_ff, max_len=max_len, n_bases=mixing.bases,
+                                  dropout=dropout, activation=block.activation,
+                                  residual=GatedResidual if block.residual == "gated" else Residual)
+
+    def _run(self, items: Tensor, offset: int, last: int | None = None) -> Tensor:
+        valid = padding_mask(items, PAD_ID).reshape(items.shape)  # (B, T)
+        hidden = self.encoder(self._embed(items), valid, last=last, offset=offset)
+        return hidden if self.head is None else self.head(hidden)
+
+
 def _refuse_causal_mixing(arch: str, mixing: MixingOptions) -> None:
     if mixing.lowpass_alpha > 0:
         raise ValueError(f"`model.mixing.lowpass_alpha` is a causal filter of the sasrec transformer; set it to 0 for "
@@ -345,7 +372,7 @@ def _refuse_causal_mixing(arch: str, mixing: MixingOptions) -> None:
 
 
 # The one place an architecture's name is read: `model.arch` -> its class.
-NETWORKS: dict[str, type[StreamRecModel]] = {"sasrec": SASRec, "bert4rec": BERT4Rec, "gru": GRU4Rec}
+NETWORKS: dict[str, type[StreamRecModel]] = {"sasrec": SASRec, "bert4rec": BERT4Rec, "gru": GRU4Rec, "tvrec": TVRec}
 for _name, _cls in NETWORKS.items():
     _cls.arch = _name
 

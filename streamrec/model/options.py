@@ -66,16 +66,20 @@ class MixingOptions(OptionGroup):
             "beyond self-attention", made causal: `core.nn.mixing`); 0 (default): attention only. sasrec's.
         lowpass_window: that filter's moving-average length in items (fourier: BSARec's c, `core.nn.mixing`).
         lowpass_kind: causal (default), or fourier: BSARec's own filter over the whole history, which reads each
-            position's future, so it needs training at the last position only (`data.prefixes: true`)."""
+            position's future, so it needs training at the last position only (`data.prefixes: true`).
+        bases: arch tvrec's basis filters per layer (TV-Rec's M, `core.nn.time_variant`), in place of attention."""
 
     attention: AttentionName = "full"
     window: int = 256
     lowpass_alpha: float = 0.0
     lowpass_window: int = 16
     lowpass_kind: LowPassKind = "causal"
+    bases: int = 32
 
     def __post_init__(self) -> None:
         check_choice("model.mixing.attention", self.attention, ("full", "window", "linear"))
+        if self.bases < 1:
+            raise ValueError(f"`model.mixing.bases` must be >= 1, got {self.bases}")
         if self.window < 1:
             raise ValueError(f"`model.mixing.window` must be >= 1, got {self.window}")
         if self.lowpass_alpha < 0:

@@ -86,10 +86,10 @@ def test_a_copied_onnx_folder_scores_as_pytorch(tiny_ckpt, tmp_path):
         assert torch.equal(got.topk(10).indices, ours.topk(10).indices)
 
 
-@pytest.mark.parametrize("arch", ["bert4rec", "gru"])
+@pytest.mark.parametrize("arch", ["bert4rec", "gru", "tvrec"])
 def test_onnx_scores_of_the_other_networks_equal_pytorch(arch, tmp_path):
-    """bert4rec's appended mask token and the gru's rotations are traced into the graph as well (one layer: a
-    second repeats the same operations, and each costs the exporter seconds)."""
+    """bert4rec's appended mask token, the gru's rotations and tvrec's filter matrix are traced into the graph as
+    well (one layer: a second repeats the same operations, and each costs the exporter seconds)."""
     ort = pytest.importorskip("onnxruntime", reason="onnxruntime not installed: pip install -e '.[export]'")
     pytest.importorskip("onnxscript", reason="onnxscript not installed: pip install -e '.[export]'")
     torch.manual_seed(0)

@@ -49,7 +49,7 @@ def test_recurrent_encoder_equals_a_gru_on_each_history_alone():
         assert (out[row, ~valid[row]] == 0).all()
 
 
-@pytest.mark.parametrize("arch", ["sasrec", "gru"])
+@pytest.mark.parametrize("arch", ["sasrec", "gru", "tvrec"])
 def test_causal_networks_never_read_a_later_item(arch):
     torch.manual_seed(0)
     model = NETWORKS[arch](9, **SMALL).eval()
@@ -73,7 +73,7 @@ def test_bert4rec_reads_both_ways_and_scores_from_a_mask_token_after_the_history
     assert model.recommend_scores(HISTORIES).shape == (3, 10)
 
 
-@pytest.mark.parametrize("arch", ["sasrec", "bert4rec", "gru"])
+@pytest.mark.parametrize("arch", ["sasrec", "bert4rec", "gru", "tvrec"])
 def test_the_output_head_transforms_every_state_that_is_scored(arch):
     """dense, GELU, LayerNorm written out on the encoder's own states: in training (`encode`) and in scoring
     (`last_hidden`) alike."""
@@ -187,7 +187,7 @@ def test_network_arguments_refuse_an_unknown_key_and_an_unknown_arch_in_one_line
                                          "num_items, ") as err:
         network_arguments({"num_items": 9, "colour": "red"})
     assert "\n" not in str(err.value)
-    with pytest.raises(ValueError, match="`model.arch` must be sasrec, bert4rec, gru; got 'transformer'") as err:
+    with pytest.raises(ValueError, match="`model.arch` must be sasrec, bert4rec, gru, tvrec; got 'transformer'") as err:
         build_network({"num_items": 9, "arch": "transformer"})
     assert "\n" not in str(err.value)
     assert network_arguments({"num_items": 9, "_instantiator": "x"})[1] == {"num_items": 9}  # bookkeeping is skipped

@@ -77,7 +77,7 @@ REFUSALS = [
     ({"optimizer": ROWWISE}, "`model.optimizer.item_optimizer: rowwise_adagrad` needs a sampled loss"),
     ({"objective": {"loss": "sampled"}, "optimizer": ROWWISE, **FEATURES},
      "`model.optimizer.item_optimizer: rowwise_adagrad` does not work with item features"),
-    ({"arch": "transformer"}, "`model.arch` must be sasrec, bert4rec, gru; got 'transformer'"),
+    ({"arch": "transformer"}, "`model.arch` must be sasrec, bert4rec, gru, tvrec; got 'transformer'"),
     ({"arch": "bert4rec", "contrastive": {"weight": 0.1}},
      "`model.contrastive.weight` needs a causal network (sasrec, gru), not bert4rec; "
      "`--model.contrastive.weight 0` trains without it"),
