@@ -105,6 +105,8 @@ def rank(model: StreamRecModel | Ensemble, inputs: Tensor, seen: Tensor | None, 
     if isinstance(model, Ensemble):
         if table is not None or options.precision != "fp32":
             raise InputError("an ensemble ranks by a mean of probabilities, in fp32 only: drop the bf16 precision")
+        if options.cold_slots:
+            raise InputError("`cold_slots`: an ensemble ranks every item by one mean probability; ask for 0 cold slots")
 
         def top(k: int, among: Tensor | None) -> TopK:
             return model.top_k(inputs, k, among, exclude, options.item_chunk)

@@ -64,6 +64,8 @@ def test_members_must_share_the_catalogue_and_max_len():
         Ensemble([a, SASRec(N, d_model=8, n_heads=1, n_layers=1, d_ff=16, max_len=T + 1)])
     with pytest.raises(InputError, match="fp32 only"):
         recommend(Ensemble([a, a]), [[1, 2]], RankingOptions(top_k=3, precision="bf16"))
+    with pytest.raises(InputError, match="ask for 0 cold slots"):
+        recommend(Ensemble([a, a]), [[1, 2]], RankingOptions(top_k=3, cold_slots=1))
 
 
 def _perturbed(ckpt, out, scale: float, seed: int):
