@@ -7,7 +7,8 @@ With categorical item features (`num_features` > 0, as RecTools' SASRec offers t
 id embedding plus the mean of its features' embeddings, inputs and tied scores alike; a cold item (never in the
 training histories) has an untrained id row, so its vector is its features' alone. With `items.features: attention`
 (DIF-SR) the features' mean is a side stream instead (`core.nn.SideStream`): it adds attention logits in every layer,
-and item vectors are the id embeddings alone.
+and item vectors are the id embeddings alone; with `items.features: stream` (FDSA) it runs through an encoder of its
+own, fused with the ids' states by a linear layer before the scores.
 
 Legend: B batch (users), T history length, D model width, N items (ids 1..N, 0 = padding), F feature slots per item."""
 
@@ -95,10 +96,12 @@ class StreamRecModel(nn.Module):
         if items.features == "attention" and (not num_features or mixing.attention != "full"):
             raise ValueError("`model.items.features: attention` needs item features (`data.item_features`) and "
                              "`model.mixing.attention: full` (its logits join the softmax's)")
+        if items.features == "stream" and not num_features:
+            raise ValueError("`model.items.features: stream` needs item features (`data.item_features`)")
         self.block, self.mixing, self.items = block, mixing, items
         self.adds_features = bool(num_features) and items.features == "add"
         width = items.feature_width or d_model
-        self.side = SideStream(width) if num_features and not self.adds_features else None
+        self.side = SideStream(width) if num_features and items.features == "attention" else None
         self.id_dropout, self.history_dropout = items.id_dropout, items.history_dropout
         self.num_items = num_items
         self.max_len = max_len  # the history length inputs are padded or cut to, whatever the encoder
@@ -106,6 +109,11 @@ class StreamRecModel(nn.Module):
         init_std = items.init_std
         self.item_embedding = TokenEmbedding(num_items + 1 + self.extra_rows, d_model, pad_id=PAD_ID, init_std=init_std)
         self.encoder = self.build_encoder(d_model, n_heads, n_layers, d_ff, dropout, max_len, block, mixing)
+        # FDSA's feature stream: an encoder of its own over the features' means, fused with the ids' before scoring.
+        streams = bool(num_features) and items.features == "stream"
+        self.feature_encoder = self.build_encoder(d_model, n_heads, n_layers, d_ff, dropout, max_len, block,
+                                                  mixing) if streams else None
+        self.fuse = nn.Linear(2 * d_model, d_model) if streams else None
         # BERT's masked-LM head (BERT4Rec's, RecBole's): the states are transformed once more before scoring.
         self.head = nn.Sequential(nn.Linear(d_model, d_model), nn.GELU(), nn.LayerNorm(d_model)) if block.output_head \
             else None
@@ -176,16 +184,22 @@ class StreamRecModel(nn.Module):
         """The encoder on (B, T) items whose first column is history position `offset` -> (B, T or last, D)."""
         mask, valid = self._masks(items, padding_mask(items, PAD_ID))  # keys (B, 1, 1, T)
         hidden = self.encoder(self._embed(items), mask, last=last, offset=offset, valid=valid, side=self._side(items))
+        if self.feature_encoder is not None:
+            features = self.feature_encoder(self._feature_means(items, math.sqrt(hidden.shape[-1])), mask, last=last,
+                                            offset=offset, valid=valid)
+            hidden = self.fuse(torch.cat([hidden, features], dim=-1))
         return hidden if self.head is None else self.head(hidden)
 
     def _side(self, items: Tensor) -> Tensor | None:
         """`features: attention`'s side stream: (B, T) ids -> (B, T, W) their features' means, scaled as the item
         inputs are (unit variance at the start); None without it. Every layer reads it as it is, and `history_dropout`
         leaves it whole: a blanked item's attributes still steer attention, its id is what is hidden."""
-        if self.side is None:
-            return None
+        return None if self.side is None else self._feature_means(items, math.sqrt(self.side.width))
+
+    def _feature_means(self, items: Tensor, scale: float) -> Tensor:
+        """(B, T) ids -> (B, T, W) the means of their features' embeddings, times `scale`."""
         bags = self.feature_embedding(self.item_features[items].reshape(-1, self.item_features.shape[1]))
-        return bags.view(*items.shape, -1) * math.sqrt(self.side.width)
+        return bags.view(*items.shape, -1) * scale
 
     def set_item_features(self, features: Tensor, cold: Tensor) -> None:
         """Take the data's (N+1, F) feature ids and (N+1,) bool cold items (never in the training histories)."""
@@ -274,7 +288,8 @@ class BERT4Rec(StreamRecModel):
     def refuse(cls, block: BlockOptions, mixing: MixingOptions, num_features: int, items: ItemOptions) -> None:
         _refuse_causal_mixing(cls.arch, mixing)
         if items.features != "add":
-            raise ValueError("`model.items.features: attention` is offered with arch sasrec only; use `features: add`")
+            raise ValueError(f"`model.items.features: {items.features}` is offered with arch sasrec only; use "
+                             "`features: add`")
         if num_features:
             raise ValueError("item features are not offered with arch bert4rec (its mask token has no features); "
                              "use arch sasrec or gru")
@@ -320,8 +335,8 @@ class GRU4Rec(StreamRecModel):
     def refuse(cls, block: BlockOptions, mixing: MixingOptions, num_features: int, items: ItemOptions) -> None:
         _refuse_causal_mixing(cls.arch, mixing)
         if items.features != "add":
-            raise ValueError("`model.items.features: attention` adds attention logits; arch gru has no attention: "
-                             "use `features: add`")
+            raise ValueError(f"`model.items.features: {items.features}` is offered with arch sasrec only; use "
+                             "`features: add`")
         if block.residual != "plain":
             raise ValueError("`model.block.residual: gated` gates the transformer blocks' residuals; arch gru has "
                              "none: set it to plain")
@@ -347,8 +362,8 @@ class TVRec(StreamRecModel):
     def refuse(cls, block: BlockOptions, mixing: MixingOptions, num_features: int, items: ItemOptions) -> None:
         _refuse_causal_mixing(cls.arch, mixing)
         if items.features != "add":
-            raise ValueError("`model.items.features: attention` adds attention logits; arch tvrec has no attention: "
-                             "use `features: add`")
+            raise ValueError(f"`model.items.features: {items.features}` is offered with arch sasrec only; use "
+                             "`features: add`")
 
     def build_encoder(self, d_model: int, n_heads: int, n_layers: int, d_ff: int, dropout: float, max_len: int,
                       block: BlockOptions, mixing: MixingOptions) -> nn.Module:

@@ -20,7 +20,7 @@ LossName = Literal["full", "sampled", "bce", "gbce"]
 ItemOptimizer = Literal["adamw", "rowwise_adagrad"]
 AttentionName = Literal["full", "window", "linear"]
 ResidualName = Literal["plain", "gated"]
-FeatureUse = Literal["add", "attention"]
+FeatureUse = Literal["add", "attention", "stream"]
 
 
 def _share(name: str, value: float) -> None:
@@ -114,7 +114,9 @@ class ItemOptions(OptionGroup):
             inputs and the scores. attention: DIF-SR's decoupled side information (sasrec only): the mean only
             steers attention, each layer adding logits of its own, so the ids' vectors are not crowded by the
             attributes; inputs, values and scores are ids alone, so a cold item (no training history) keeps an id
-            row never trained on a positive, ranked as an id-only model ranks it.
+            row never trained on a positive, ranked as an id-only model ranks it. stream: FDSA's (Zhang et al.,
+            IJCAI 2019) second self-attention stream over the features' means, fused with the ids' stream by a
+            linear layer before the scores (sasrec only); scores and cold items as with attention.
         feature_width: the feature embedding width of `features: attention` (None: d_model); n_heads must divide it."""
 
     tied: bool = True
@@ -129,10 +131,10 @@ class ItemOptions(OptionGroup):
             raise ValueError(f"`model.items.init_std` must be > 0, got {self.init_std}")
         _share("model.items.id_dropout", self.id_dropout)
         _share("model.items.history_dropout", self.history_dropout)
-        check_choice("model.items.features", self.features, ("add", "attention"))
-        if self.features == "attention" and self.id_dropout:
-            raise ValueError("`model.items.id_dropout` lets features stand in for ids, which `features: attention` "
-                             "never scores by: set it to 0")
+        check_choice("model.items.features", self.features, ("add", "attention", "stream"))
+        if self.features != "add" and self.id_dropout:
+            raise ValueError("`model.items.id_dropout` lets features stand in for ids, which `features: "
+                             f"{self.features}` never scores by: set it to 0")
         if self.feature_width is not None and (self.features != "attention" or self.feature_width < 1):
             raise ValueError("`model.items.feature_width` sizes `features: attention`'s embeddings: >= 1 with it, "
                              f"unset otherwise; got {self.feature_width}")

@@ -119,9 +119,9 @@ def rank(model: StreamRecModel | Ensemble, inputs: Tensor, seen: Tensor | None, 
                                precision=options.precision, scan=scan)
 
     cold = getattr(model, "cold_items", None)
-    if options.cold_slots and getattr(getattr(model, "items", None), "features", "add") == "attention":
+    if options.cold_slots and getattr(getattr(model, "items", None), "features", "add") != "add":
         raise InputError("`cold_slots` needs a model that scores cold items by their features, and this one scores ids "
-                         "alone (`model.items.features: attention`); ask for 0 cold slots")
+                         "alone (`model.items.features: attention` or `stream`); ask for 0 cold slots")
     if not options.cold_slots or cold is None or not bool(cold.any()):
         return top(options.top_k, allowed)
     both = torch.ones_like(cold) if allowed is None else allowed.to(cold.device)

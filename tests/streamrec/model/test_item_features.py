@@ -244,13 +244,13 @@ def test_attention_features_with_silent_side_projections_give_the_id_only_logits
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"arch": "gru"}, "arch gru has no attention"),
+    ({"arch": "gru"}, "arch sasrec only"),
     ({"arch": "bert4rec"}, "arch sasrec only"),
     ({"num_features": 0, "features_per_item": 0}, "needs item features"),
     ({"mixing": {"attention": "window"}}, "`model.mixing.attention: full`"),
     ({"id_dropout": 0.2}, "`model.items.id_dropout`"),
     ({"features": "add", "feature_width": 4}, "`model.items.feature_width`"),
-    ({"features": "sum"}, "`model.items.features` must be add or attention"),
+    ({"features": "sum"}, "`model.items.features` must be add, attention or stream"),
 ])
 def test_attention_features_refuse_what_they_cannot_do(kwargs, message):
     arch, rest = kwargs.pop("arch", "sasrec"), {k: kwargs.pop(k) for k in ("num_features", "features_per_item",
@@ -290,6 +290,25 @@ def test_attention_features_fit_score_and_export(tmp_path):
     session = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
     got = torch.from_numpy(session.run(["scores"], {"items": inputs.numpy()})[0])
     torch.testing.assert_close(got[:, 1:], module.model.recommend_scores(inputs)[:, 1:], atol=1e-4, rtol=0)
+
+
+def test_stream_features_run_an_encoder_of_their_own_fused_before_the_scores():
+    """FDSA: two plain SASRecs, one on the ids and one whose item rows are the features' means (written out by
+    hand), give the two streams; the model's states are its linear fusion of them, and scores read ids alone."""
+    model = _model(num_features=3, features_per_item=2, items={"features": "stream"})
+    model.set_item_features(FEATURES, COLD)
+    ids, feats = _model(), _model()
+    ids.load_state_dict({k: v for k, v in model.state_dict().items() if k.startswith(("item_embedding", "encoder"))})
+    f = model.feature_embedding.weight.detach()
+    means = torch.stack([torch.zeros(8), (f[1] + f[2]) / 2, f[2], torch.zeros(8), (f[3] + f[1]) / 2])  # FEATURES
+    stream = {k.removeprefix("feature_"): v for k, v in model.state_dict().items() if k.startswith("feature_encoder")}
+    feats.load_state_dict({"item_embedding.embedding.weight": means, **stream})
+    histories = torch.tensor([[0, 0, 1, 2, 4, 1], [0, 0, 0, 3, 1, 2]])
+    want = model.fuse(torch.cat([ids.encode(histories), feats.encode(histories)], dim=-1))
+    torch.testing.assert_close(model.encode(histories), want)
+    assert model.item_vectors is model.item_embedding.weight
+    with pytest.raises(ValueError, match="arch sasrec only"):
+        NETWORKS["gru"](4, **SIZES, num_features=3, features_per_item=2, items={"features": "stream"})
 
 
 def test_cold_slots_are_refused_when_ids_alone_are_scored():
