@@ -26,6 +26,22 @@ def test_step_flops_counts_a_matmul_forward_and_backward(common) -> None:
     assert common.step_flops(lambda: (a @ b).sum().backward()) == 2 * (2 * 8 * 16 * 4)  # + grad of a only
 
 
+def test_the_cpu_kernels_count_as_their_math(common) -> None:
+    """The fast path's oneDNN linear counts as `F.linear`, and SDPA's CPU flash kernel as QK^T and PV (4 B H T^2 Dh
+    forward, 2.5 times that backward, torch's convention for its GPU kernels), where FlopCounterMode alone gives 0."""
+    from core.nn.cpu_fastpath import linear, onednn_available
+
+    x, w = torch.randn(4, 10, 16), torch.randn(32, 16)
+    assert common.step_flops(lambda: torch.nn.functional.linear(x, w)) == 2 * 4 * 10 * 32 * 16
+    if onednn_available():
+        assert common.step_flops(lambda: linear(x, w)) == 2 * 4 * 10 * 32 * 16
+    q = torch.randn(2, 3, 7, 8, requires_grad=True)
+    forward = 4 * 2 * 3 * 7 * 7 * 8
+    assert common.step_flops(lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q)) == forward
+    step = lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True).sum().backward()  # noqa: E731
+    assert common.step_flops(step) == forward + 2.5 * forward
+
+
 def test_loader_flops_counts_one_batch_per_shape_and_keeps_the_rng(common) -> None:
     a = torch.randn(4, 4)
     batches = [torch.randn(2, 4), torch.randn(2, 4), torch.randn(3, 4)]
