@@ -109,37 +109,21 @@ def peak_gemm_flops(dtype: str = "fp32", threads: int | None = None, size: int =
 
 
 def step_flops(fn: Callable[[], object]) -> int:
-    """FLOPs of one call of `fn` as `FlopCounterMode` counts them (matmuls, attention, convolutions, no elementwise),
-    with the CPU kernels its registry lacks counted as their GPU twins are: SDPA's CPU flash kernel (forward and
-    backward) and the fast path's oneDNN linear, which would otherwise count 0."""
-    from torch.utils.flop_counter import FlopCounterMode
+    """FLOPs of one call of `fn` under `FlopCounterMode` (matmuls, attention, convolutions, no elementwise), plus what
+    it counts 0: SDPA's CPU flash kernel (torch's SDPA counts) and the fast path's oneDNN linear (2 x out x in)."""
+    import torch
+    from torch.utils import flop_counter as fc
 
-    with FlopCounterMode(display=False, custom_mapping=_cpu_flop_formulas()) as counter:
+    try:  # keyed by op packets, as FlopCounterMode looks them up
+        extra = {torch.ops.mkldnn._linear_pointwise: lambda x, w, *a, out_shape, **k: 2 * math.prod(out_shape) * w[1],
+                 torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: lambda q, k, v, *a, out_shape, **kw:
+                 fc.sdpa_flop_count(q, k, v), torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward:
+                 lambda g, q, k, v, *a, out_shape, **kw: fc.sdpa_backward_flop_count(g, q, k, v)}
+    except AttributeError:
+        extra = {}
+    with fc.FlopCounterMode(display=False, custom_mapping=extra) as counter:
         fn()
     return int(counter.get_total_flops())
-
-
-def _cpu_flop_formulas() -> dict:
-    """FlopCounterMode formulas (argument shapes in, FLOPs out) for CPU ops outside its registry: torch's own SDPA
-    counts (`torch.utils.flop_counter.sdpa_flop_count`, guarded: not in every release) and 2 x outputs x inputs for
-    `mkldnn._linear_pointwise` (W is (out, in), as `F.linear`'s)."""
-    import math
-
-    import torch
-    from torch.utils import flop_counter
-
-    formulas = {}  # keyed by op packets, as FlopCounterMode looks them up
-    linear = getattr(torch.ops.mkldnn, "_linear_pointwise", None)
-    if linear is not None:
-        formulas[linear] = lambda x, w, *args, out_shape=None, **kwargs: 2 * math.prod(out_shape) * w[1]
-    forward = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-    backward = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
-    if forward is not None and hasattr(flop_counter, "sdpa_flop_count"):
-        formulas[forward] = lambda q, k, v, *args, out_shape=None, **kwargs: flop_counter.sdpa_flop_count(q, k, v)
-    if backward is not None and hasattr(flop_counter, "sdpa_backward_flop_count"):
-        formulas[backward] = lambda g, q, k, v, *args, out_shape=None, **kwargs: (
-            flop_counter.sdpa_backward_flop_count(g, q, k, v))
-    return formulas
 
 
 def loader_flops(step: Callable[[object], object], batches: Iterable, shape: Callable[[object], tuple]) -> int:

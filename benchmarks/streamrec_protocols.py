@@ -1,5 +1,4 @@
-"""One StreamRec checkpoint's (or ensemble's) test metrics under each published protocol: ours beside each anchor on
-its terms.
+"""A StreamRec checkpoint's (or ensemble's) test metrics under each published protocol: ours beside each anchor.
 
 The papers rank the held-out item over the whole catalogue but treat the items a user has already seen
 differently (docs/results.md, "Published anchors"):
@@ -7,7 +6,7 @@ differently (docs/results.md, "Published anchors"):
   ours  seen items removed, except the target (what `streamrec test` reports)
   keep  nothing removed (RB: the RecBole forks of DuoRec and MCLRec)
   zero  seen items scored 0, the target too when it is a repeat (S3: S3Rec's code, used by BSARec, ICLRec,
-        ICSRec); a seen item then outranks every target with a negative score
+        ICSRec); a seen item then outranks every target with a negative score (never an ensemble's: probabilities)
   all   every seen item removed, the target too, so a repeat target is a miss (KV: Klenitskiy & Vasilev)
   known ours over the cases whose target occurs in training histories or as a validation target (RT: eSASRec's)
 
@@ -16,9 +15,6 @@ the one the model was trained and tested on.
 
     python benchmarks/streamrec_protocols.py --ckpt runs/streamrec_beauty/checkpoints/best.ckpt --json runs/p.json
     python benchmarks/streamrec_protocols.py --ckpt SEED0.ckpt SEED1.ckpt SEED2.ckpt   # an ensemble
-
-An ensemble's scores are its mean probabilities (never negative), so under `zero` a seen item never outranks an
-unseen one.
 
 JSON keys: {protocol}_{hr,ndcg}@K, cases, known_cases, repeat_targets (share of test targets already seen).
 """
