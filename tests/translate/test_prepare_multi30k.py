@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -11,7 +10,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "data" / "prepare_multi30k.py"
 
 RAW_EN = ["A man's dog, \"Rex\", runs.", "Two Girls play   soccer!"]
 RAW_DE = ["Der Hund eines Mannes, „Rex“, rennt.", "Zwei Mädchen spielen Fußball!"]
@@ -38,16 +36,14 @@ def corpus(tmp_path: Path) -> Path:
     return raw
 
 
-def _prepare():
-    spec = importlib.util.spec_from_file_location("prepare_multi30k", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture()
+def prepare(data_script):
+    return data_script("prepare_multi30k")
 
 
-def test_prepared_files_match_hand_tokenised_lines(corpus: Path, tmp_path: Path, capsys) -> None:
+def test_prepared_files_match_hand_tokenised_lines(prepare, corpus: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "prepared"
-    _prepare().main(["--data", str(corpus), "--out", str(out), "--splits", "train", "test_2016_flickr"])
+    prepare.main(["--data", str(corpus), "--out", str(out), "--splits", "train", "test_2016_flickr"])
     for split in ("train", "test_2016_flickr"):
         assert (out / f"{split}.en").read_text(encoding="utf-8").splitlines() == TOK_EN
         assert (out / f"{split}.de").read_text(encoding="utf-8").splitlines() == TOK_DE
@@ -57,9 +53,9 @@ def test_prepared_files_match_hand_tokenised_lines(corpus: Path, tmp_path: Path,
     assert "1 of 2 lines equal the official test_2016_flickr.lc.norm.tok.de" in printed
 
 
-def test_missing_split_is_one_line_error(corpus: Path, tmp_path: Path) -> None:
+def test_missing_split_is_one_line_error(prepare, corpus: Path, tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match=r"val\.en not found"):
-        _prepare().main(["--data", str(corpus), "--out", str(tmp_path / "o"), "--splits", "val"])
+        prepare.main(["--data", str(corpus), "--out", str(tmp_path / "o"), "--splits", "val"])
 
 
 def test_translate_bleu_scores_prepared_output_as_it_is(corpus: Path, tmp_path: Path) -> None:

@@ -3,20 +3,14 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[3] / "data" / "prepare_ml1m_features.py"
-
 
 @pytest.fixture(scope="module")
-def prepare():
-    spec = importlib.util.spec_from_file_location("prepare_ml1m_features", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def prepare(data_script):
+    return data_script("prepare_ml1m_features")
 
 
 def ml1m(folder: Path, mapping: str) -> Path:
