@@ -286,10 +286,7 @@ class BERT4Rec(StreamRecModel):
 
     @classmethod
     def refuse(cls, block: BlockOptions, mixing: MixingOptions, num_features: int, items: ItemOptions) -> None:
-        _refuse_causal_mixing(cls.arch, mixing)
-        if items.features != "add":
-            raise ValueError(f"`model.items.features: {items.features}` is offered with arch sasrec only; use "
-                             "`features: add`")
+        _refuse_sasrec_options(cls.arch, mixing, items)
         if num_features:
             raise ValueError("item features are not offered with arch bert4rec (its mask token has no features); "
                              "use arch sasrec or gru")
@@ -333,10 +330,7 @@ class GRU4Rec(StreamRecModel):
 
     @classmethod
     def refuse(cls, block: BlockOptions, mixing: MixingOptions, num_features: int, items: ItemOptions) -> None:
-        _refuse_causal_mixing(cls.arch, mixing)
-        if items.features != "add":
-            raise ValueError(f"`model.items.features: {items.features}` is offered with arch sasrec only; use "
-                             "`features: add`")
+        _refuse_sasrec_options(cls.arch, mixing, items)
         if block.residual != "plain":
             raise ValueError("`model.block.residual: gated` gates the transformer blocks' residuals; arch gru has "
                              "none: set it to plain")
@@ -360,10 +354,7 @@ class TVRec(StreamRecModel):
 
     @classmethod
     def refuse(cls, block: BlockOptions, mixing: MixingOptions, num_features: int, items: ItemOptions) -> None:
-        _refuse_causal_mixing(cls.arch, mixing)
-        if items.features != "add":
-            raise ValueError(f"`model.items.features: {items.features}` is offered with arch sasrec only; use "
-                             "`features: add`")
+        _refuse_sasrec_options(cls.arch, mixing, items)
 
     def build_encoder(self, d_model: int, n_heads: int, n_layers: int, d_ff: int, dropout: float, max_len: int,
                       block: BlockOptions, mixing: MixingOptions) -> nn.Module:
@@ -377,13 +368,17 @@ class TVRec(StreamRecModel):
         return hidden if self.head is None else self.head(hidden)
 
 
-def _refuse_causal_mixing(arch: str, mixing: MixingOptions) -> None:
+def _refuse_sasrec_options(arch: str, mixing: MixingOptions, items: ItemOptions) -> None:
+    """The mixing and feature options only sasrec's transformer takes, refused for another network."""
     if mixing.lowpass_alpha > 0:
         raise ValueError(f"`model.mixing.lowpass_alpha` is a causal filter of the sasrec transformer; set it to 0 for "
                          f"arch {arch}")
     if mixing.attention != "full":
         raise ValueError(f"`model.mixing.attention: {mixing.attention}` is causal attention for sasrec; use "
                          f"`attention: full` with arch {arch}")
+    if items.features != "add":
+        raise ValueError(f"`model.items.features: {items.features}` is offered with arch sasrec only; use "
+                         "`features: add`")
 
 
 # The one place an architecture's name is read: `model.arch` -> its class.
