@@ -196,10 +196,7 @@ def top_k_by(score_rows: Callable[[slice | Tensor], Tensor], n_items: int, batch
     exclude = None if exclude is None else exclude.to(device)
     for start in range(0, candidates.numel() if candidates is not None else n_items, item_chunk):
         ids, rows = _chunk_rows(start, item_chunk, candidates, n_items + 1)
-        scores = score_rows(rows).float()
-        _mask_excluded(scores, ids, exclude)
-        top, pos = _top_settled(scores, min(n_out, scores.shape[1]))
-        best = _merge(best, _ordered(top, _item_ids(ids, pos)))
+        best = _merge(best, _scores_top(score_rows(rows).float(), ids, n_out, exclude))
     return TopK(best.items.masked_fill(best.scores == NEG_INF, PAD_ID), best.scores)
 
 
@@ -243,6 +240,11 @@ def _chunk_top(queries: Tensor, chunk: Tensor, ids: Tensor | int, k: int, exclud
                buffer: Tensor) -> TopK:
     """The chunk's best min(k, C) items per query, ordered by score, then id (ties settled as a stable sort)."""
     scores = torch.mm(queries, chunk.float().T, out=buffer if chunk.shape[0] == buffer.shape[1] else None)  # (B, C)
+    return _scores_top(scores, ids, k, exclude)
+
+
+def _scores_top(scores: Tensor, ids: Tensor | int, k: int, exclude: Tensor | None) -> TopK:
+    """`_chunk_top` of a chunk's (B, C) scores, however computed (masked in place)."""
     _mask_excluded(scores, ids, exclude)
     top, pos = _top_settled(scores, min(k, scores.shape[1]))
     return _ordered(top, _item_ids(ids, pos))
