@@ -5,7 +5,6 @@ A file of N lines (the demo test sentences repeated) is translated by one proces
 memory: the driver's from `wait4`, each Ray actor's sampled from /proc, so "flat in the file size" reads across sizes.
 
     python benchmarks/translate_scale.py --ckpt runs/translate_demo/checkpoints/best.ckpt --lines 20000 80000
-
 JSON keys: {n}_{local_t1,local_tW,ray}_{s,lines_s,rss_mb}, {n}_ray_actor_rss_mb, {n}_speedup_{t1,tW}, workers.
 """
 
@@ -60,18 +59,19 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--lines", type=int, nargs="+", default=[20_000, 80_000], help="file sizes in lines")
     p.add_argument("--workers", type=int, default=2, help="Ray actors, and the threads of the wide local run")
     p.add_argument("--beam-size", default="1", help="search width (default 1: greedy)")
+    p.add_argument("--no-wide", action="store_true", help="skip the one-process run at W threads")
     p.add_argument("--json", metavar="PATH", help="write the figures as one flat JSON object")
     args = p.parse_args(argv)
+    rows, w, f = [], args.workers, {"workers": args.workers}
+    runs = [("local_t1", 1, []), ("local_tW", w, []), ("ray", 1, ["--engine", "ray", "--workers", str(w)])]
+    labels = [label for label, _, _ in runs[::2 if args.no_wide else 1]]
     sentences = (REPO / "data/translate_demo/test.en").read_text(encoding="utf-8").splitlines()
-    f: dict[str, float] = {"workers": args.workers}
-    rows, w = [], args.workers
     with tempfile.TemporaryDirectory() as tmp:
         for n in args.lines:
             src = Path(tmp, f"in{n}.en")
             src.write_text("".join(sentences[k % len(sentences)] + "\n" for k in range(n)), encoding="utf-8")
             outs, actors = {}, {}
-            for label, threads, extra in (("local_t1", 1, []), ("local_tW", w, []),
-                                          ("ray", 1, ["--engine", "ray", "--workers", str(w)])):
+            for label, threads, extra in (r for r in runs if r[0] in labels):
                 outs[label] = Path(tmp, f"{label}.de")
                 s, rss = run(["--ckpt", args.ckpt, "-i", str(src), "-o", str(outs[label]), "--beam-size",
                               args.beam_size, *extra], threads, actors)
@@ -79,10 +79,10 @@ def main(argv: list[str] | None = None) -> None:
             if len({o.read_bytes() for o in outs.values()}) != 1:
                 raise SystemExit(f"{n} lines: the engines' outputs differ")
             f[f"{n}_ray_actor_rss_mb"] = max(actors.values(), default=0) / 1024
-            f |= {f"{n}_speedup_t1": f[f"{n}_local_t1_s"] / f[f"{n}_ray_s"],
-                  f"{n}_speedup_tW": f[f"{n}_local_tW_s"] / f[f"{n}_ray_s"]}
-            rows.append([f"{n:,}", *(f"{f[f'{n}_{k}_lines_s']:,.0f}" for k in ("local_t1", "local_tW", "ray")),
-                         f"{f[f'{n}_speedup_t1']:.2f}x / {f[f'{n}_speedup_tW']:.2f}x",
+            f |= {f"{n}_speedup_{k[6:]}": f[f"{n}_local_{k[6:]}_s"] / f[f"{n}_ray_s"] for k in labels[:-1]}
+            rows.append([f"{n:,}", *(f"{f[f'{n}_{k}_lines_s']:,.0f}" if k in labels else "-"
+                                     for k in ("local_t1", "local_tW", "ray")),
+                         " / ".join(f"{f[f'{n}_speedup_{k[6:]}']:.2f}x" for k in labels[:-1]),
                          f"{f[f'{n}_ray_rss_mb']:,.0f} / {f[f'{n}_ray_actor_rss_mb']:,.0f}"])
     _common.print_table(_common.console(width=120), f"translate.infer, beam {args.beam_size}, lines per second",
                         ["lines", "1 process, 1 thread", f"1 process, {w} threads", f"Ray, {w} workers",

@@ -165,7 +165,7 @@ class Recommender:
 
     @property
     def device(self) -> torch.device:
-        return self.model.item_vectors.device
+        return self.model.device
 
     def encode(self, history: Sequence[str | int]) -> tuple[list[int], list[str]]:
         """Model ids of the known items of `history` (order kept) and the unknown ids (skipped)."""

@@ -240,6 +240,11 @@ class StreamRecModel(nn.Module):
         return vectors
 
     @property
+    def device(self) -> torch.device:
+        """Where the weights live, without building `item_vectors` (a whole table when items have features)."""
+        return self.item_embedding.weight.device
+
+    @property
     def item_vectors(self) -> Tensor:
         """(N+1, D) vectors that hidden states are scored against; row 0 is padding. With added item features, computed
         at each use: hold the result while scoring many batches, and never write to it."""

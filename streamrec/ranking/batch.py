@@ -137,7 +137,7 @@ def recommend(model: StreamRecModel | Ensemble, histories: Sequence[Sequence[int
               allowed: Tensor | None = None, table: ItemTable | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """`rank` of model id histories (oldest first, none empty, each whole its seen items): inputs (B, T), items
     (B, K) and scores (B, K)."""
-    device = model.item_vectors.device
+    device = model.device
     inputs = left_pad(histories, model.max_len, device)
     width = max(1, max((len(h) for h in histories), default=0))  # (B, L) right-padded
     seen = torch.tensor([list(h) + [PAD_ID] * (width - len(h)) for h in histories], dtype=torch.long,

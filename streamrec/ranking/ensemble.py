@@ -42,6 +42,10 @@ class Ensemble(nn.Module):
         return self.members[0]
 
     @property
+    def device(self) -> torch.device:
+        return self.first.device
+
+    @property
     def item_vectors(self) -> Tensor:
         return self.first.item_vectors
 
