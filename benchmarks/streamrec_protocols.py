@@ -15,16 +15,24 @@ the one the model was trained and tested on.
 
     python benchmarks/streamrec_protocols.py --ckpt runs/streamrec_beauty/checkpoints/best.ckpt --json runs/p.json
     python benchmarks/streamrec_protocols.py --ckpt SEED0.ckpt SEED1.ckpt SEED2.ckpt   # an ensemble
+    python benchmarks/streamrec_protocols.py --ckpt RUN/checkpoints/best.ckpt --cold data/beauty/cold/cold.json
 
-JSON keys: {protocol}_{hr,ndcg}@K, cases, known_cases, repeat_targets (share of test targets already seen).
+`--cold` ranks a cold-item slice's cases instead (`data/hold_out_items.py`): each target, an item the model met only
+through its features, among the held-out items (the shelf) and over the whole catalogue, beside a shelf ranked at
+random (what a model without features can do).
+
+JSON keys: {protocol}_{hr,ndcg}@K, cases, known_cases, repeat_targets (share of test targets already seen); with
+--cold, {shelf,catalogue,random}_{hr,ndcg}@K, cases, held_out.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 from _common import console, print_table, write_json
@@ -87,26 +95,51 @@ def evaluate(ckpts: list[str], ks: list[int], batch_size: int) -> dict[str, floa
     return figures | {"cases": cases, "known_cases": known_cases, "repeat_targets": repeats / cases}
 
 
+def cold(ckpts: list[str], path: str, ks: list[int], batch_size: int) -> dict[str, float]:
+    slice_ = json.loads(Path(path).read_text(encoding="utf-8"))
+    held, cases, rec = slice_["held_out"], slice_["cases"], Recommender.load(ckpts)
+    figures: dict[str, float] = {"cases": len(cases), "held_out": len(held)}
+    for name, items in (("shelf", held), ("catalogue", None)):
+        found = rec.recommend([c["history"] for c in cases], top_k=max(ks), items=items, batch_size=batch_size)
+        if unknown := set(held) & set(found.unknown_items):
+            sys.exit(f"error: {path}: {len(unknown)} held-out items are unknown to {ckpts[0]}; train it with a "
+                     "features file that lists them (--data.item_features)")
+        ranks = [next((r for r, (item, _) in enumerate(row) if item == c["target"]), math.inf)
+                 for row, c in zip(found, cases, strict=True)]
+        for k in ks:
+            figures[f"{name}_hr@{k}"] = sum(r < k for r in ranks) / len(cases)
+            figures[f"{name}_ndcg@{k}"] = sum(1 / math.log2(r + 2) for r in ranks if r < k) / len(cases)
+    for k in ks:  # a random order of the shelf puts the target at each rank with probability 1 / len(held)
+        figures[f"random_hr@{k}"] = min(k, len(held)) / len(held)
+        figures[f"random_ndcg@{k}"] = sum(1 / math.log2(r + 2) for r in range(min(k, len(held)))) / len(held)
+    return figures
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ckpt", required=True, nargs="+",
                    help="a checkpoint written by python -m streamrec fit; several: their ensemble")
     p.add_argument("--ks", type=int, nargs="+", default=[10, 20])
     p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--cold", metavar="FILE", help="a cold-item slice (cold.json of data/hold_out_items.py)")
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args(argv)
     if min(args.ks) < 1 or args.batch_size < 1:
         p.error("--ks and --batch-size must be >= 1")
-    figures = evaluate(args.ckpt, args.ks, args.batch_size)
-    labels = {"ours": "ours: seen removed, target kept", "keep": "RB: nothing removed", "zero": "S3: seen scored 0",
-              "all": "KV: every seen removed, target too", "known": f"RT: ours over {figures['known_cases']} cases"}
-    rows = [[labels[p], *(f"{figures[f'{p}_{m}@{k}']:.4f}" for k in args.ks for m in ("hr", "ndcg"))]
-            for p in PROTOCOLS]
-    title = f"{' + '.join(args.ckpt)}: {figures['cases']} test cases, {figures['repeat_targets']:.2%} repeats"
-    print_table(console(), title,
-                ["protocol", *(f"{m}@{k}" for k in args.ks for m in ("HR", "NDCG"))], rows)
+    if args.cold:
+        figures = cold(args.ckpt, args.cold, args.ks, args.batch_size)
+        labels = {"shelf": "the held-out items", "catalogue": "the whole catalogue", "random": "the shelf at random"}
+        title = f"{args.ckpt[0]}: {figures['cases']} cold cases, {figures['held_out']} held-out items"
+    else:
+        figures = evaluate(args.ckpt, args.ks, args.batch_size)
+        labels = {"ours": "ours: seen removed, target kept", "keep": "RB: nothing removed", "zero": "S3: seen scored 0",
+                  "all": "KV: every seen removed, target too", "known": f"RT: ours over {figures['known_cases']} cases"}
+        title = f"{' + '.join(args.ckpt)}: {figures['cases']} test cases, {figures['repeat_targets']:.2%} repeats"
+    rows = [[label, *(f"{figures[f'{p}_{m}@{k}']:.4f}" for k in args.ks for m in ("hr", "ndcg"))]
+            for p, label in labels.items()]
+    print_table(console(), title, ["protocol" if args.cold is None else "ranked among",
+                                   *(f"{m}@{k}" for k in args.ks for m in ("HR", "NDCG"))], rows)
     write_json(args.json, figures)
-
 
 if __name__ == "__main__":
     main()

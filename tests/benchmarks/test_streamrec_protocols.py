@@ -1,13 +1,16 @@
-"""benchmarks/streamrec_protocols.py against each protocol written out per case in plain Python."""
+"""benchmarks/streamrec_protocols.py against each protocol and a cold-item slice, written out per case in Python."""
 
+import json
 import math
 
+import lightning as L
 import pytest
 import torch
 
 from streamrec.api import Recommender
 from streamrec.data.datamodule import StreamRecDataModule
 from streamrec.data.splits import leave_one_out_split
+from streamrec.model.module import StreamRecModule
 
 
 def _rank(scores: list[float], target: int, candidates: list[int]) -> int:
@@ -64,3 +67,50 @@ def test_every_protocol_equals_the_per_case_reference(run_benchmark, benchmark_r
                           in_process=True).figures
     for name in ("ours_ndcg@10", "keep_ndcg@10", "all_hr@10", "known_ndcg@10"):
         assert twice[name] == pytest.approx(figures[name], abs=1e-6), name
+
+
+def _rank_among(scores: list[float], target: int, candidates: list[int]) -> float:
+    rank = _rank(scores, target, candidates)
+    return rank if target in candidates else math.inf
+
+
+@pytest.mark.slow
+def test_a_cold_slice_ranks_as_the_per_case_reference(run_benchmark, data_script, tmp_path) -> None:
+    # A log whose held-out items the model meets only through their features (each item its own feature, so no
+    # two items tie), trained for one epoch; each case ranked by hand among the shelf and the catalogue.
+    held = {"i3", "i7", "i11"}
+    log = {f"u{u}": [f"i{(u * 5 + t) % 14}" for t in range(6)] for u in range(30)}
+    warm, cases = data_script("hold_out_items").hold_out(log, held)
+    (tmp_path / "warm.txt").write_text("".join(f"{u} {' '.join(s)}\n" for u, s in warm.items()))
+    (tmp_path / "items.csv").write_text("item_id,genres\n" + "".join(f"i{k},f{k}|g{k % 3}\n" for k in range(14)))
+    (tmp_path / "cold.json").write_text(json.dumps({"held_out": sorted(held), "cases": cases}))
+    L.seed_everything(0, verbose=False)
+    data = StreamRecDataModule(str(tmp_path / "warm.txt"), max_len=6, batch_size=8,
+                               item_features=str(tmp_path / "items.csv"), feature_columns=["genres"])
+    module = StreamRecModule(data.num_items, d_model=8, n_heads=2, n_layers=1, d_ff=16, max_len=6,
+                             num_features=data.num_features, features_per_item=data.features_per_item)
+    trainer = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, accelerator="cpu", devices=1)
+    trainer.fit(module, data)
+    trainer.save_checkpoint(tmp_path / "cold.ckpt")
+    figures = run_benchmark("streamrec_protocols.py", "--ckpt", tmp_path / "cold.ckpt", "--cold",
+                            tmp_path / "cold.json", "--ks", "10", "2", in_process=True).figures
+
+    rec = Recommender.load(tmp_path / "cold.ckpt")
+    shelf = [rec.vocab.index[i] for i in held]
+    ranks = {"shelf": [], "catalogue": []}
+    for case in cases:
+        history = [rec.vocab.index[i] for i in case["history"]][-6:]
+        scores = rec.model.recommend_scores(torch.tensor([[0] * (6 - len(history)) + history]))[0].tolist()
+        target = rec.vocab.index[case["target"]]
+        ranks["shelf"].append(_rank_among(scores, target, shelf))
+        unseen = [i for i in range(1, len(scores)) if i not in history]
+        ranks["catalogue"].append(_rank_among(scores, target, unseen))
+    assert figures["cases"] == len(cases) > 5 and figures["held_out"] == 3
+    for k in (10, 2):
+        for name, found in ranks.items():
+            assert figures[f"{name}_hr@{k}"] == pytest.approx(sum(r < k for r in found) / len(cases)), (name, k)
+            assert figures[f"{name}_ndcg@{k}"] == pytest.approx(
+                sum(1 / math.log2(r + 2) for r in found if r < k) / len(cases)), (name, k)
+    assert figures["random_hr@10"] == 1.0 and figures["random_hr@2"] == pytest.approx(2 / 3)
+    assert figures["random_ndcg@2"] == pytest.approx((1 + 1 / math.log2(3)) / 3)
