@@ -42,6 +42,7 @@ from core.runtime.checkpoint import load_checkpoint
 from streamrec.api import WRITTEN_BY, Recommender
 from streamrec.data.datamodule import StreamRecDataModule
 from streamrec.model.metrics import RankingMetrics, seen_mask, target_ranks
+from streamrec.ranking.batch import left_pad
 
 PROTOCOLS = ("ours", "keep", "zero", "all", "known")
 DATA_KEY = "datamodule_hyper_parameters"  # where Lightning stores the data module's arguments
@@ -95,24 +96,29 @@ def evaluate(ckpts: list[str], ks: list[int], batch_size: int) -> dict[str, floa
     return figures | {"cases": cases, "known_cases": known_cases, "repeat_targets": repeats / cases}
 
 
+@torch.inference_mode()
 def cold(ckpts: list[str], path: str, ks: list[int], batch_size: int) -> dict[str, float]:
     slice_ = json.loads(Path(path).read_text(encoding="utf-8"))
     held, cases, rec = slice_["held_out"], slice_["cases"], Recommender.load(ckpts)
-    figures: dict[str, float] = {"cases": len(cases), "held_out": len(held)}
-    for name, items in (("shelf", held), ("catalogue", None)):
-        found = rec.recommend([c["history"] for c in cases], top_k=max(ks), items=items, batch_size=batch_size)
-        if unknown := set(held) & set(found.unknown_items):
-            sys.exit(f"error: {path}: {len(unknown)} held-out items are unknown to {ckpts[0]}; train it with a "
-                     "features file that lists them (--data.item_features)")
-        ranks = [next((r for r, (item, _) in enumerate(row) if item == c["target"]), math.inf)
-                 for row, c in zip(found, cases, strict=True)]
-        for k in ks:
-            figures[f"{name}_hr@{k}"] = sum(r < k for r in ranks) / len(cases)
-            figures[f"{name}_ndcg@{k}"] = sum(1 / math.log2(r + 2) for r in ranks if r < k) / len(cases)
+    held_ids = torch.from_numpy(rec.vocab.lookup(held))
+    if unknown := int((held_ids == 0).sum()):
+        sys.exit(f"error: {path}: {unknown} held-out items are unknown to {ckpts[0]}; train it with a features file "
+                 "that lists them (--data.item_features)")
+    off_shelf = torch.ones(rec.vocab.num_items + 1, dtype=torch.bool).index_fill_(0, held_ids, False)
+    metrics = {"shelf": RankingMetrics(ks, exclude_seen=False), "catalogue": RankingMetrics(ks)}
+    for start in range(0, len(cases), batch_size):
+        batch = cases[start : start + batch_size]
+        histories = [rec.encode(c["history"])[0] for c in batch]
+        targets = torch.from_numpy(rec.vocab.lookup([c["target"] for c in batch]))
+        scores = rec.model.recommend_scores(left_pad(histories, rec.model.max_len)).float()
+        metrics["shelf"].update(scores.masked_fill(off_shelf, -math.inf), targets)
+        metrics["catalogue"].update(scores, targets, left_pad(histories, max(map(len, histories))))
+    figures = {f"{p}_{name}": float(value) for p, metric in metrics.items()
+               for name, value in metric.compute().items() if not name.startswith("mrr")}
     for k in ks:  # a random order of the shelf puts the target at each rank with probability 1 / len(held)
         figures[f"random_hr@{k}"] = min(k, len(held)) / len(held)
         figures[f"random_ndcg@{k}"] = sum(1 / math.log2(r + 2) for r in range(min(k, len(held)))) / len(held)
-    return figures
+    return figures | {"cases": len(cases), "held_out": len(held)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -140,6 +146,7 @@ def main(argv: list[str] | None = None) -> None:
     print_table(console(), title, ["protocol" if args.cold is None else "ranked among",
                                    *(f"{m}@{k}" for k in args.ks for m in ("HR", "NDCG"))], rows)
     write_json(args.json, figures)
+
 
 if __name__ == "__main__":
     main()
