@@ -64,14 +64,15 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     rows, w, f = [], args.workers, {"workers": args.workers}
     runs = [("local_t1", 1, []), ("local_tW", w, []), ("ray", 1, ["--engine", "ray", "--workers", str(w)])]
-    labels = [label for label, _, _ in runs[::2 if args.no_wide else 1]]
+    runs = runs[::2] if args.no_wide else runs
+    labels = [label for label, _, _ in runs]
     sentences = (REPO / "data/translate_demo/test.en").read_text(encoding="utf-8").splitlines()
     with tempfile.TemporaryDirectory() as tmp:
         for n in args.lines:
             src = Path(tmp, f"in{n}.en")
             src.write_text("".join(sentences[k % len(sentences)] + "\n" for k in range(n)), encoding="utf-8")
             outs, actors = {}, {}
-            for label, threads, extra in (r for r in runs if r[0] in labels):
+            for label, threads, extra in runs:
                 outs[label] = Path(tmp, f"{label}.de")
                 s, rss = run(["--ckpt", args.ckpt, "-i", str(src), "-o", str(outs[label]), "--beam-size",
                               args.beam_size, *extra], threads, actors)
@@ -79,10 +80,11 @@ def main(argv: list[str] | None = None) -> None:
             if len({o.read_bytes() for o in outs.values()}) != 1:
                 raise SystemExit(f"{n} lines: the engines' outputs differ")
             f[f"{n}_ray_actor_rss_mb"] = max(actors.values(), default=0) / 1024
-            f |= {f"{n}_speedup_{k[6:]}": f[f"{n}_local_{k[6:]}_s"] / f[f"{n}_ray_s"] for k in labels[:-1]}
+            speedups = {k.removeprefix("local_"): f[f"{n}_{k}_s"] / f[f"{n}_ray_s"] for k in labels if k != "ray"}
+            f |= {f"{n}_speedup_{t}": x for t, x in speedups.items()}
             rows.append([f"{n:,}", *(f"{f[f'{n}_{k}_lines_s']:,.0f}" if k in labels else "-"
                                      for k in ("local_t1", "local_tW", "ray")),
-                         " / ".join(f"{f[f'{n}_speedup_{k[6:]}']:.2f}x" for k in labels[:-1]),
+                         " / ".join(f"{x:.2f}x" for x in speedups.values()),
                          f"{f[f'{n}_ray_rss_mb']:,.0f} / {f[f'{n}_ray_actor_rss_mb']:,.0f}"])
     _common.print_table(_common.console(width=120), f"translate.infer, beam {args.beam_size}, lines per second",
                         ["lines", "1 process, 1 thread", f"1 process, {w} threads", f"Ray, {w} workers",
