@@ -219,7 +219,7 @@ def test_a_signal_stops_scoring_with_its_parts_kept_and_a_rerun_resumes_them(sig
 
 TUNE_CONFIG = """\
 seed_everything: 0
-trainer: {{max_epochs: 3, accelerator: cpu, logger: false, enable_progress_bar: false}}
+trainer: {{max_epochs: 10, accelerator: cpu, logger: false, enable_progress_bar: false}}
 data: {{path: {path}, max_len: 8, batch_size: 32}}
 model: {{d_model: 16, n_heads: 2, n_layers: 1, d_ff: 32, evaluation: {{popularity_baseline: false}}}}
 """
