@@ -33,6 +33,7 @@ from streamrec.data.features import ItemFeatures, feature_table, read_item_featu
 from streamrec.data.ingest.options import READ_OPTIONS_KEY, DuplicatePolicy
 from streamrec.data.readers import Format, ReadOptions, existing_path, read_interactions
 from streamrec.data.splits import Split, SplitName, leave_one_out_split, temporal_split, time_quantiles
+from streamrec.data.vectors import read_item_vectors
 from streamrec.data.vocab import ItemVocab
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,10 @@ class StreamRecDataModule(L.LightningDataModule):
         item_features: an items file (CSV/TSV with `item_id`, or movies.dat) whose `feature_columns` the model
             embeds beside the item id; its items absent from the log become cold items. None: ids only.
         feature_columns: the categorical columns of `item_features`, e.g. [genres]; a cell may hold several
-            values separated by "|"."""
+            values separated by "|".
+        item_vectors: a `.npz` of item ids and dense vectors (`streamrec.data.vectors`; title embeddings from
+            data/prepare_title_vectors.py) whose principal components start the item id table in `fit`. None:
+            a random start."""
 
     def __init__(self, path: str, format: Format = "auto", max_len: int = 50, batch_size: int = 128,
                  split: SplitName = "leave_one_out", min_interactions: int = 2, user_col: str = "user_id",
@@ -92,7 +96,8 @@ class StreamRecDataModule(L.LightningDataModule):
                  cache_dir: str | None = None, group_by_length: bool = True, item_features: str | None = None,
                  feature_columns: list[str] | None = None, delimiter: str | None = None, header: bool = True,
                  columns: list[str] | None = None, time_format: str = "auto", filter: str | None = None,
-                 duplicates: DuplicatePolicy = "keep", min_item_count: int = 1, k_core: int | None = None):
+                 duplicates: DuplicatePolicy = "keep", min_item_count: int = 1, k_core: int | None = None,
+                 item_vectors: str | None = None):
         super().__init__()
         for name, value, low in (("max_len", max_len, 1), ("batch_size", batch_size, 1),
                                  ("min_interactions", min_interactions, 1), ("num_workers", num_workers, 0)):
@@ -112,6 +117,8 @@ class StreamRecDataModule(L.LightningDataModule):
                              "read, e.g. [genres]")
         if item_features is not None and not Path(item_features).is_file():
             raise FileNotFoundError(f"item features file {item_features!r} does not exist; check `item_features`")
+        if item_vectors is not None and not Path(item_vectors).is_file():
+            raise FileNotFoundError(f"item vectors file {item_vectors!r} does not exist; check `item_vectors`")
         self.save_hyperparameters()
         self.path, self.format, self.max_len, self.batch_size = path, format, max_len, batch_size
         self.split_name, self.min_interactions = split, min_interactions
@@ -119,6 +126,7 @@ class StreamRecDataModule(L.LightningDataModule):
         self.temporal_cutoffs, self.temporal_quantiles = temporal_cutoffs, temporal_quantiles
         self.cache_dir, self.group_by_length = cache_dir, group_by_length
         self.item_features_path, self.feature_columns = item_features, feature_columns
+        self.item_vectors_path = item_vectors
         self._log: EncodedLog | None = None
         self._vocab: ItemVocab | None = None
         self._features: ItemFeatures | None = None
@@ -192,6 +200,12 @@ class StreamRecDataModule(L.LightningDataModule):
     item_features = property(lambda self: self._feature("table", None))
     num_features = property(lambda self: self._feature("num_features", 0))
     features_per_item = property(lambda self: self._feature("features_per_item", 0))
+
+    @property
+    def item_vectors(self) -> Tensor | None:
+        """(N + 1, E) vectors from `item_vectors`, NaN rows for the items it lacks; None without the file. Read on
+        each call: only `fit`'s start reads it."""
+        return None if self.item_vectors_path is None else read_item_vectors(self.item_vectors_path, self.vocab)
 
     @property
     def splits(self) -> Split:

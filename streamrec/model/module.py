@@ -5,6 +5,7 @@ Legend: B batch, T history length, D model width, N items, M non-padding positio
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -40,6 +41,8 @@ from streamrec.model.options import (
 )
 from streamrec.ranking.batch import RankingOptions, rank
 from streamrec.ranking.predict import RankedBatch
+
+log = logging.getLogger(__name__)
 
 __all__ = ["StreamRecModule", "full_softmax_terms"]
 GROUPS = {"block": BlockOptions, "mixing": MixingOptions, "items": ItemOptions, "objective": ObjectiveOptions,
@@ -146,6 +149,8 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
         self.item_vocab = datamodule.vocab
         self.item_counts.copy_(datamodule.train_item_counts())
         self._take_item_features(datamodule)
+        if stage == "fit":  # a resumed fit restores its trained rows after this
+            self._start_items(datamodule)
 
     def _take_item_features(self, datamodule: Any) -> None:
         """The data's feature table into the model's buffers; cold items are those the training histories lack."""
@@ -157,6 +162,14 @@ class StreamRecModule(SafeLoadMixin, L.LightningModule):
                              "`item_features` file, or retrain")
         if features is not None:
             self.model.set_item_features(features.to(self.device), self.item_counts == 0)
+
+    def _start_items(self, datamodule: Any) -> None:
+        """The data's item vectors (`data.item_vectors`), if any, as the id table's start."""
+        vectors = getattr(datamodule, "item_vectors", None)
+        if vectors is not None:
+            started = self.model.start_items_from(vectors.to(self.device))
+            log.info("item vectors: %d of %d items start at their vectors' principal components", started,
+                     self.hparams.num_items)
 
     def _compile(self) -> None:
         """Compile the encoder once, in the process that trains: a spawned DDP rank unpickles an eager module."""

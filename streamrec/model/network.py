@@ -216,6 +216,32 @@ class StreamRecModel(nn.Module):
         self.cold_items.copy_(cold)
         self.cold_items[PAD_ID] = False
 
+    @torch.no_grad()
+    def start_items_from(self, vectors: Tensor) -> int:
+        """Start the id rows of the items `vectors` (N+1, E) gives (NaN rows: items it lacks) at the vectors'
+        principal components: centred, projected on their top min(D, E) directions, then scaled to the table's own
+        spread, so the scores start at the scale a random start has; the rest of the row, and the rows of items the
+        vectors lack, keep their random start. The tied output table moves with it; an untied one keeps its own.
+        Returns the number of rows started."""
+        if vectors.shape[0] != self.num_items + 1:
+            raise ValueError(f"item vectors for {vectors.shape[0] - 1} items do not fit the model's {self.num_items}; "
+                             "use the data the model was built for")
+        weight = self.item_embedding.weight
+        known = ~vectors.isnan().any(dim=1)
+        known[PAD_ID] = False
+        rows = known.nonzero().squeeze(1)
+        if len(rows) < 2:
+            return 0
+        centred = vectors[rows].double()
+        centred -= centred.mean(dim=0)
+        k = min(weight.shape[1], centred.shape[1], len(rows))
+        _, _, vh = torch.linalg.svd(centred, full_matrices=False)
+        projected = centred @ vh[:k].T
+        spread = weight[1:self.num_items + 1].double().std()
+        projected *= spread / projected.std().clamp_min(torch.finfo(torch.float64).tiny)
+        weight[rows.to(weight.device), :k] = projected.to(weight)
+        return len(rows)
+
     def item_rows(self, ids: Tensor) -> Tensor:
         """(...) item ids -> (..., D) their vectors (unscaled): the id embedding, plus the features' mean when added."""
         vectors = self.item_embedding.weight[ids]

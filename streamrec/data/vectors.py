@@ -1,0 +1,69 @@
+"""Dense item vectors (title embeddings from a sentence encoder, say) that initialise the item id table: an item then
+starts near the items its text resembles instead of at a random point, which matters most for items seen a few times.
+
+The file is a NumPy `.npz` of two arrays, `item_id` (M,) (strings or integers, the log's item ids) and `vector`
+(M, E) floats, read without pickle; `data/prepare_title_vectors.py` writes one. Items of the file absent from the log
+are left out; items of the log absent from the file keep their random start. Legend: N items (ids 1..N, 0 =
+padding), M items in the file, E its vector width."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from core.runtime.errors import InputError
+from streamrec.data.vocab import ItemVocab
+
+KEYS = ("item_id", "vector")
+MAX_VECTORS_FILE_BYTES = 4 << 30  # 10M items of 100 floats; refuse a bigger file before reading it
+MAX_WIDTH = 8192  # wider than any sentence encoder's output
+
+
+def read_item_vectors(path: str | Path, vocab: ItemVocab) -> Tensor:
+    """(N + 1, E) float32 vectors of `vocab`'s items, NaN in the rows of items the file does not give (and row 0)."""
+    path = Path(path)
+    size = path.stat().st_size
+    if size > MAX_VECTORS_FILE_BYTES:
+        raise InputError(f"{path}: {size:,} bytes, over the {MAX_VECTORS_FILE_BYTES:,}-byte limit for an item "
+                         "vectors file; keep fewer items or a narrower vector")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            missing = [k for k in KEYS if k not in npz.files]
+            if missing:
+                raise InputError(f"{path}: no array {missing[0]!r} (arrays: {', '.join(npz.files) or 'none'}); an "
+                                 "item vectors file holds `item_id` (M,) and `vector` (M, E), as "
+                                 "data/prepare_title_vectors.py writes it")
+            ids, vectors = npz["item_id"], npz["vector"]
+    except (ValueError, OSError, zipfile.BadZipFile) as err:  # a pickled array, a file that is not an .npz
+        if isinstance(err, InputError):
+            raise
+        raise InputError(f"{path}: not a NumPy .npz of `item_id` and `vector` arrays ({err}); write it with "
+                         "numpy.savez, without object arrays") from None
+    if ids.ndim != 1 or vectors.ndim != 2 or len(ids) != len(vectors) or not len(ids):
+        raise InputError(f"{path}: `item_id` {ids.shape} and `vector` {vectors.shape} must be (M,) and (M, E) with "
+                         "one row per item, M > 0")
+    if ids.dtype.kind not in "iuU" or vectors.dtype.kind != "f":
+        raise InputError(f"{path}: `item_id` must hold integers or strings and `vector` floats, got {ids.dtype} "
+                         f"and {vectors.dtype}")
+    if not 0 < vectors.shape[1] <= MAX_WIDTH:
+        raise InputError(f"{path}: vectors of width {vectors.shape[1]}; the width must be 1 to {MAX_WIDTH}")
+    ids = [str(i) for i in ids.tolist()]
+    if len(set(ids)) != len(ids):
+        seen: set[str] = set()
+        twice = next(i for i in ids if i in seen or seen.add(i))
+        raise InputError(f"{path}: item {twice!r} has more than one vector; give each item one row")
+    rows = vocab.lookup(ids)
+    known = rows > 0
+    if not known.any():
+        raise InputError(f"{path}: none of its {len(ids)} items is in the log; its `item_id` must hold the log's "
+                         "item ids")
+    if not np.isfinite(vectors[known]).all():
+        bad = ids[int(np.flatnonzero(known & ~np.isfinite(vectors).all(axis=1))[0])]
+        raise InputError(f"{path}: the vector of item {bad!r} holds NaN or infinity; give every item finite values")
+    out = torch.full((vocab.num_items + 1, vectors.shape[1]), float("nan"))
+    out[torch.from_numpy(rows[known])] = torch.from_numpy(vectors[known].astype(np.float32))
+    return out
