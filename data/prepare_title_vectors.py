@@ -51,8 +51,6 @@ def wordllama_encoder() -> Encoder:
 def title_vectors(titles: dict[str, str], encode: Encoder) -> tuple[np.ndarray, np.ndarray]:
     """(ids, (M, E) vectors) of the items whose title is not blank, in the file's order."""
     ids = [item for item, title in titles.items() if title.strip()]
-    if not ids:
-        raise InputError("no item has a title; pass an items file with a non-empty title column")
     parts = [encode([titles[i] for i in ids[k:k + BATCH]]) for k in range(0, len(ids), BATCH)]
     return np.asarray(ids), np.concatenate(parts).astype(np.float32)
 
@@ -65,11 +63,13 @@ def main(argv: Sequence[str] | None = None, encode: Encoder | None = None) -> No
     if args.out.suffix != ".npz":
         p.error(f"--out {args.out}: name a .npz file")
     try:
-        catalog = read_items(args.items)
-        titles = {item: row.get(catalog.title_column, "") for item, row in catalog.rows.items()}
-        ids, vectors = title_vectors(titles, encode or wordllama_encoder())
+        catalog = read_items(args.items)  # its errors name the file
     except (InputError, FileNotFoundError) as err:
-        sys.exit(f"error: {args.items}: {err}" if str(args.items) not in str(err) else f"error: {err}")
+        sys.exit(f"error: {err}")
+    titles = {item: row.get(catalog.title_column, "") for item, row in catalog.rows.items()}
+    if not any(title.strip() for title in titles.values()):
+        sys.exit(f"error: {args.items}: no item has a title; pass an items file with a non-empty title column")
+    ids, vectors = title_vectors(titles, encode or wordllama_encoder())
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(args.out) as tmp, tmp.open("wb") as f:
         np.savez(f, item_id=ids, vector=vectors)

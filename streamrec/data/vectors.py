@@ -9,6 +9,7 @@ padding), M items in the file, E its vector width."""
 from __future__ import annotations
 
 import zipfile
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -32,17 +33,14 @@ def read_item_vectors(path: str | Path, vocab: ItemVocab) -> Tensor:
                          "vectors file; keep fewer items or a narrower vector")
     try:
         with np.load(path, allow_pickle=False) as npz:
-            missing = [k for k in KEYS if k not in npz.files]
-            if missing:
-                raise InputError(f"{path}: no array {missing[0]!r} (arrays: {', '.join(npz.files) or 'none'}); an "
-                                 "item vectors file holds `item_id` (M,) and `vector` (M, E), as "
-                                 "data/prepare_title_vectors.py writes it")
-            ids, vectors = npz["item_id"], npz["vector"]
+            names, arrays = npz.files, {k: npz[k] for k in KEYS if k in npz.files}
     except (ValueError, OSError, zipfile.BadZipFile) as err:  # a pickled array, a file that is not an .npz
-        if isinstance(err, InputError):
-            raise
         raise InputError(f"{path}: not a NumPy .npz of `item_id` and `vector` arrays ({err}); write it with "
                          "numpy.savez, without object arrays") from None
+    if missing := [k for k in KEYS if k not in arrays]:
+        raise InputError(f"{path}: no array {missing[0]!r} (arrays: {', '.join(names) or 'none'}); an item vectors "
+                         "file holds `item_id` (M,) and `vector` (M, E), as data/prepare_title_vectors.py writes it")
+    ids, vectors = arrays["item_id"], arrays["vector"]
     if ids.ndim != 1 or vectors.ndim != 2 or len(ids) != len(vectors) or not len(ids):
         raise InputError(f"{path}: `item_id` {ids.shape} and `vector` {vectors.shape} must be (M,) and (M, E) with "
                          "one row per item, M > 0")
@@ -53,17 +51,16 @@ def read_item_vectors(path: str | Path, vocab: ItemVocab) -> Tensor:
         raise InputError(f"{path}: vectors of width {vectors.shape[1]}; the width must be 1 to {MAX_WIDTH}")
     ids = [str(i) for i in ids.tolist()]
     if len(set(ids)) != len(ids):
-        seen: set[str] = set()
-        twice = next(i for i in ids if i in seen or seen.add(i))
+        twice = next(i for i, n in Counter(ids).items() if n > 1)
         raise InputError(f"{path}: item {twice!r} has more than one vector; give each item one row")
     rows = vocab.lookup(ids)
     known = rows > 0
     if not known.any():
         raise InputError(f"{path}: none of its {len(ids)} items is in the log; its `item_id` must hold the log's "
                          "item ids")
-    if not np.isfinite(vectors[known]).all():
-        bad = ids[int(np.flatnonzero(known & ~np.isfinite(vectors).all(axis=1))[0])]
-        raise InputError(f"{path}: the vector of item {bad!r} holds NaN or infinity; give every item finite values")
+    if (bad := np.flatnonzero(known & ~np.isfinite(vectors).all(axis=1))).size:
+        raise InputError(f"{path}: the vector of item {ids[int(bad[0])]!r} holds NaN or infinity; give every item "
+                         "finite values")
     out = torch.full((vocab.num_items + 1, vectors.shape[1]), float("nan"))
     out[torch.from_numpy(rows[known])] = torch.from_numpy(vectors[known].astype(np.float32))
     return out
