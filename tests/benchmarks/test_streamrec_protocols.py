@@ -18,6 +18,12 @@ def _rank(scores: list[float], target: int, candidates: list[int]) -> int:
     return sum(1 for i in candidates if i != target and scores[i] >= scores[target])
 
 
+def _rank_bounds(scores: list[float], target: int) -> tuple[int, int]:
+    """0-based ranks of the target with ties broken for it and against it."""
+    above = sum(1 for i, s in enumerate(scores) if i != target and s > scores[target])
+    return above, above + sum(1 for i, s in enumerate(scores) if i != target and s == scores[target])
+
+
 def _naive(ckpt, log, k: int) -> dict[str, float]:
     model = Recommender.load(ckpt).model
     data = StreamRecDataModule(str(log), max_len=8)
@@ -27,13 +33,14 @@ def _naive(ckpt, log, k: int) -> dict[str, float]:
     known = {i for history in split.train.values() for i in history} | {c.target for c in split.valid}
     n = model.item_vectors.shape[0]  # N + 1 rows, 0 = padding
     totals = {p: [0.0, 0.0] for p in ("ours", "keep", "zero", "all", "known")}
-    counted = {"known": 0}
+    counted = {"known": 0, "zero_in_top10": 0}
     for case in data.splits.test:
         history, target = list(case.history), case.target
         inputs = torch.tensor([[0] * (8 - len(history[-8:])) + history[-8:]])
         scores = model.recommend_scores(inputs)[0].tolist()
         seen = set(history)
         everyone = range(1, n)
+        counted["zero_in_top10"] += sum(1 for i in everyone if i not in seen and scores[i] > 0) < 10
         ranks = {
             "ours": _rank(scores, target, [i for i in everyone if i not in seen]),
             "keep": _rank(scores, target, list(everyone)),
@@ -49,7 +56,7 @@ def _naive(ckpt, log, k: int) -> dict[str, float]:
                 totals[name][1] += 1 / math.log2(rank + 2)
     cases = len(data.splits.test)
     return {f"{p}_{m}@{k}": totals[p][j] / (counted["known"] if p == "known" else cases)
-            for p in totals for j, m in enumerate(("hr", "ndcg"))}
+            for p in totals for j, m in enumerate(("hr", "ndcg"))} | {"zero_in_top10": counted["zero_in_top10"] / cases}
 
 
 @pytest.mark.slow
@@ -60,6 +67,8 @@ def test_every_protocol_equals_the_per_case_reference(run_benchmark, benchmark_r
         for name, want in _naive(tiny_ckpt, tiny_log, k).items():
             assert figures[name] == pytest.approx(want, abs=1e-6), name
     assert figures["repeat_targets"] > 0  # the demo log re-watches: the protocols differ on it
+    # S3's own code breaks the ties among the zeros that `zero` counts against the target: never below it.
+    assert figures["s3code_ndcg@10"] >= figures["zero_ndcg@10"] and figures["s3code_hr@3"] >= figures["zero_hr@3"]
     assert figures["ours_hr@10"] >= figures["all_hr@10"]
     assert "must be >= 1" in benchmark_refuses("streamrec_protocols.py", "--ckpt", tiny_ckpt, "--ks", "0")
     # Two copies of one model: the mean of one softmax ranks as its scores do (the seen-scored-0 protocol aside).
@@ -67,6 +76,32 @@ def test_every_protocol_equals_the_per_case_reference(run_benchmark, benchmark_r
                           in_process=True).figures
     for name in ("ours_ndcg@10", "keep_ndcg@10", "all_hr@10", "known_ndcg@10"):
         assert twice[name] == pytest.approx(figures[name], abs=1e-6), name
+
+
+def test_s3code_ranks_as_its_numpy_code_within_the_tie_bounds(benchmark_module) -> None:
+    protocols = benchmark_module("streamrec_protocols")
+    # By hand: item 2, seen and the target, is scored 0; only item 3 (3.0) stays above it; with 10 added to every
+    # score, items 1, 3, 4 (9, 13, 9.5) all do.
+    scores = torch.tensor([[float("-inf"), -1.0, -2.0, 3.0, -0.5]])
+    seen, target = torch.tensor([[False, False, True, False, False]]), torch.tensor([2])
+    assert protocols.s3code_ranks(scores, seen, target, 3).tolist() == [1.0]
+    assert protocols.s3code_ranks(scores + 10, seen, target, 3).tolist() == [math.inf]  # rank 3: off a list of 3
+    shifted = protocols.ProtocolMetrics("s3code", [4], shift=10.0)
+    shifted.update(scores, target, torch.tensor([[2]]))
+    assert shifted.compute()["ndcg@4"] == pytest.approx(1 / math.log2(3 + 2))
+    # Random scores with many seen items tied at 0: each rank lies between the ties broken for and against it.
+    gen = torch.Generator().manual_seed(0)
+    scores = torch.randn(64, 40, generator=gen)
+    scores[:, 0] = float("-inf")
+    seen = torch.rand(64, 40, generator=gen) < 0.3
+    seen[:, 0] = False
+    targets = torch.randint(1, 40, (64,), generator=gen)
+    ranks = protocols.s3code_ranks(scores, seen, targets, 20)
+    assert seen[torch.arange(64), targets].sum() > 10  # repeats, tied with the other seen items
+    for row, rank in enumerate(ranks.tolist()):
+        zeroed = scores[row].masked_fill(seen[row], 0.0).tolist()
+        low, high = _rank_bounds(zeroed, int(targets[row]))
+        assert low <= rank <= high if rank < 20 else high >= 20  # off the list only if ties could push it off
 
 
 @pytest.mark.slow
