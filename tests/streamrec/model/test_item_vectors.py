@@ -1,6 +1,7 @@
 """Item vectors (`data.item_vectors`) as the id table's start: the file read by the log's ids and refused in one
 line when bad; the started rows keep the vectors' geometry (their principal subspace, worked out with NumPy's
-eigendecomposition); `fit` starts them, a resumed fit does not; data/prepare_title_vectors.py writes the file."""
+eigendecomposition); `fit` starts them, a resumed fit does not; data/prepare_title_vectors.py and
+prepare_feature_vectors.py write the file."""
 
 from __future__ import annotations
 
@@ -136,3 +137,22 @@ def test_the_title_script_writes_what_the_reader_takes(data_script, tmp_path, ca
     with pytest.raises(SystemExit):
         script.main(["--items", str(items), "--out", str(tmp_path / "t.csv")], encode=encode)
     assert "--out" in (err := capsys.readouterr().err) and "name a .npz file" in err
+
+
+def test_the_feature_script_weighs_each_feature_by_its_rarity(data_script, tmp_path, capsys):
+    script = data_script("prepare_feature_vectors")
+    items = tmp_path / "attributes.json"
+    items.write_text('{"a": [1, 2], "b": [1], "c": [1, 3], "d": [2, 3]}', encoding="utf-8")
+    script.main(["--items", str(items), "--columns", "attributes", "--out", str(tmp_path / "f.npz")])
+    out = read_item_vectors(tmp_path / "f.npz", ItemVocab(["a", "b", "c", "d"]))
+    # By hand: 4 items; attribute 1 on 3 of them weighs log(4/3), 2 and 3 on 2 each log(2); the columns run by
+    # count, then name (1, 2, 3); each row is scaled to unit length.
+    w1, w2 = np.log(4 / 3), np.log(2)
+    for row, want in ((1, [w1, w2, 0]), (3, [w1, 0, w2]), (4, [0, w2, w2])):
+        assert out[row].tolist() == pytest.approx((np.array(want) / np.linalg.norm(want)).tolist()), row
+    assert out[2].tolist() == pytest.approx([1, 0, 0])  # b: attribute 1 alone, its unit vector
+    ids, vectors = script.feature_vectors({"a": ["x", "y"], "b": ["x"], "c": ["x", "z"]}, width=2)
+    assert ids.tolist() == ["a"] and vectors.tolist() == [[0, 1]]  # x is on every item: weight 0, b gets no row
+    assert "wrote 4 of 4 items' feature vectors (3 features wide)" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="no column 'genres'"):
+        script.main(["--items", str(items), "--columns", "genres", "--out", str(tmp_path / "g.npz")])
