@@ -25,10 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from core.runtime.atomic import atomic_path
 from core.runtime.errors import InputError
 from streamrec.data.features import read_item_features
-from streamrec.data.vectors import MAX_WIDTH
+from streamrec.data.vectors import MAX_WIDTH, write_item_vectors
 
 
 def feature_vectors(features: dict[str, list[str]], width: int = MAX_WIDTH) -> tuple[np.ndarray, np.ndarray]:
@@ -62,9 +61,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     except (InputError, FileNotFoundError) as err:
         sys.exit(f"error: {err}")
     ids, vectors = feature_vectors(features)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(args.out) as tmp, tmp.open("wb") as f:
-        np.savez_compressed(f, item_id=ids, vector=vectors)
+    write_item_vectors(args.out, ids, vectors)
     print(f"wrote {len(ids)} of {len(features)} items' feature vectors ({vectors.shape[1]} features wide) to "
           f"{args.out}")
 

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from core.runtime.atomic import atomic_path
 from core.runtime.errors import InputError
 from streamrec.data.items import read_items
+from streamrec.data.vectors import write_item_vectors
 
 CONFIG, WIDTH = "l2_supercat", 256
 BUNDLED = (f"tokenizers/{CONFIG}_tokenizer_config.json", f"weights/{CONFIG}_{WIDTH}.safetensors")
@@ -70,9 +70,7 @@ def main(argv: Sequence[str] | None = None, encode: Encoder | None = None) -> No
     if not any(title.strip() for title in titles.values()):
         sys.exit(f"error: {args.items}: no item has a title; pass an items file with a non-empty title column")
     ids, vectors = title_vectors(titles, encode or wordllama_encoder())
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(args.out) as tmp, tmp.open("wb") as f:
-        np.savez(f, item_id=ids, vector=vectors)
+    write_item_vectors(args.out, ids, vectors)
     print(f"wrote {len(ids)} of {len(titles)} items' title vectors ({vectors.shape[1]} wide) to {args.out}")
 
 

@@ -2,7 +2,8 @@
 starts near the items its text resembles instead of at a random point, which matters most for items seen a few times.
 
 The file is a NumPy `.npz` of two arrays, `item_id` (M,) (strings or integers, the log's item ids) and `vector`
-(M, E) floats, read without pickle; `data/prepare_title_vectors.py` writes one. Items of the file absent from the log
+(M, E) floats, read without pickle; `write_item_vectors` writes one (data/prepare_title_vectors.py,
+prepare_feature_vectors.py). Items of the file absent from the log
 are left out; items of the log absent from the file keep their random start. Legend: N items (ids 1..N, 0 =
 padding), M items in the file, E its vector width."""
 
@@ -16,6 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from core.runtime.atomic import atomic_path
 from core.runtime.errors import InputError
 from streamrec.data.vocab import ItemVocab
 
@@ -28,9 +30,12 @@ def read_item_vectors(path: str | Path, vocab: ItemVocab) -> Tensor:
     """(N + 1, E) float32 vectors of `vocab`'s items, NaN in the rows of items the file does not give (and row 0)."""
     path = Path(path)
     size = path.stat().st_size
+    if zipfile.is_zipfile(path):  # a compressed file's arrays take their unpacked size in memory
+        with zipfile.ZipFile(path) as archive:
+            size = max(size, sum(entry.file_size for entry in archive.infolist()))
     if size > MAX_VECTORS_FILE_BYTES:
-        raise InputError(f"{path}: {size:,} bytes, over the {MAX_VECTORS_FILE_BYTES:,}-byte limit for an item "
-                         "vectors file; keep fewer items or a narrower vector")
+        raise InputError(f"{path}: {size:,} bytes unpacked, over the {MAX_VECTORS_FILE_BYTES:,}-byte limit for an "
+                         "item vectors file; keep fewer items or a narrower vector")
     try:
         with np.load(path, allow_pickle=False) as npz:
             names, arrays = npz.files, {k: npz[k] for k in KEYS if k in npz.files}
@@ -64,3 +69,12 @@ def read_item_vectors(path: str | Path, vocab: ItemVocab) -> Tensor:
     out = torch.full((vocab.num_items + 1, vectors.shape[1]), float("nan"))
     out[torch.from_numpy(rows[known])] = torch.from_numpy(vectors[known].astype(np.float32))
     return out
+
+
+def write_item_vectors(path: str | Path, ids: np.ndarray, vectors: np.ndarray) -> None:
+    """The file `read_item_vectors` reads, compressed (indicator rows are mostly zeros), written under a temporary name
+    and renamed, so a stopped run leaves no half-written file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp, tmp.open("wb") as f:
+        np.savez_compressed(f, item_id=np.asarray(ids), vector=np.asarray(vectors, dtype=np.float32))

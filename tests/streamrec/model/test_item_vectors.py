@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from core.runtime.errors import InputError
+from streamrec.data import vectors as vectors_module
 from streamrec.data.datamodule import StreamRecDataModule
-from streamrec.data.vectors import read_item_vectors
+from streamrec.data.vectors import read_item_vectors, write_item_vectors
 from streamrec.data.vocab import ItemVocab
 from streamrec.model.module import StreamRecModule
 from streamrec.model.network import SASRec
@@ -52,6 +53,16 @@ def test_a_bad_file_is_refused_in_one_line_naming_it(tmp_path, write, message):
     with pytest.raises(InputError, match=message) as err:
         read_item_vectors(path, ItemVocab(["a", "b"]))
     assert str(path) in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_compressed_file_is_limited_by_its_unpacked_size(tmp_path, monkeypatch):
+    # 100,000 zeros pack into a few hundred bytes: the limit counts the 400 kB they take once read.
+    path = tmp_path / "zeros.npz"
+    write_item_vectors(path, np.array(["a"]), np.zeros((1, 100_000)))
+    assert path.stat().st_size < 10_000
+    monkeypatch.setattr(vectors_module, "MAX_VECTORS_FILE_BYTES", 100_000)
+    with pytest.raises(InputError, match="bytes unpacked, over the 100,000-byte limit"):
+        read_item_vectors(path, ItemVocab(["a"]))
 
 
 def _principal_gram(x: np.ndarray, k: int) -> np.ndarray:
