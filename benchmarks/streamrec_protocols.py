@@ -45,6 +45,7 @@ from torch import Tensor
 
 from core.runtime.checkpoint import load_checkpoint
 from streamrec.api import WRITTEN_BY, Recommender
+from streamrec.data.constants import PAD_ID
 from streamrec.data.datamodule import StreamRecDataModule
 from streamrec.model.metrics import RankingMetrics, seen_mask, target_ranks
 from streamrec.ranking.batch import left_pad
@@ -79,6 +80,7 @@ def s3code_ranks(scores: Tensor, seen: Tensor, targets: Tensor, length: int) -> 
     is not in the list: the same NumPy calls on the same columns (our ids are the file's), so ties fall as there."""
     rating, length = scores.numpy().copy(), min(length, scores.shape[1])
     rating[seen.numpy()] = 0
+    rating[:, PAD_ID] = -np.inf  # a padded history marks column 0 seen; padding is never ranked
     rows = np.arange(len(rating))[:, None]
     ind = np.argpartition(rating, -length)[:, -length:]
     top = ind[rows, np.argsort(rating[rows, ind])[:, ::-1]]

@@ -86,6 +86,9 @@ def test_s3code_ranks_as_its_numpy_code_within_the_tie_bounds(benchmark_module) 
     seen, target = torch.tensor([[False, False, True, False, False]]), torch.tensor([2])
     assert protocols.s3code_ranks(scores, seen, target, 3).tolist() == [1.0]
     assert protocols.s3code_ranks(scores + 10, seen, target, 3).tolist() == [math.inf]  # rank 3: off a list of 3
+    padded = seen.clone()
+    padded[0, 0] = True  # what seen_mask makes of a left-padded history: padding stays unranked, not scored 0
+    assert protocols.s3code_ranks(scores - 10, padded, torch.tensor([3]), 3).tolist() == [1.0]  # below item 2 only
     shifted = protocols.ProtocolMetrics("s3code", [4], shift=10.0)
     shifted.update(scores, target, torch.tensor([[2]]))
     assert shifted.compute()["ndcg@4"] == pytest.approx(1 / math.log2(3 + 2))
