@@ -110,11 +110,11 @@ def evaluate(ckpts: list[str], ks: list[int], batch_size: int, shifts: Sequence[
         mask = seen_mask(batch.seen, scores.shape[1])
         repeats += int(mask.gather(1, batch.targets[:, None]).sum())
         zero_in_top10 += int(((scores > 0) & ~mask).sum(1).lt(10).sum())
-        for name, metric in metrics.items():
+        for name, metric in metrics.items():  # the mask built once serves every protocol
             if name == "known":
-                metric.update(scores[keep], batch.targets[keep], batch.seen[keep])
+                metric.update(scores[keep], batch.targets[keep], mask[keep])
             else:
-                metric.update(scores, batch.targets, batch.seen)
+                metric.update(scores, batch.targets, mask)
     figures = {f"{p}_{name}": float(value) for p, metric in metrics.items()
                for name, value in metric.compute().items() if not name.startswith("mrr")}
     cases, known_cases = int(metrics["ours"].count), int(metrics["known"].count)

@@ -3,9 +3,8 @@ starts near the items its text resembles instead of at a random point, which mat
 
 The file is a NumPy `.npz` of two arrays, `item_id` (M,) (strings or integers, the log's item ids) and `vector`
 (M, E) floats, read without pickle; `write_item_vectors` writes one (data/prepare_title_vectors.py,
-prepare_feature_vectors.py). Items of the file absent from the log
-are left out; items of the log absent from the file keep their random start. Legend: N items (ids 1..N, 0 =
-padding), M items in the file, E its vector width."""
+prepare_feature_vectors.py). Items of the file absent from the log are left out; items of the log absent from the
+file keep their random start. Legend: N items (ids 1..N, 0 = padding), M items in the file, E its vector width."""
 
 from __future__ import annotations
 
